@@ -1,0 +1,106 @@
+"""Shared fixtures: scikit-learn's digits and tiny real Keras models trained on them.
+
+Fixtures (all session scoped; TensorFlow is imported only by the ones that need it):
+
+``digits``
+    :class:`tests._models.Digits` ``(x_train, y_train, x_test, y_test)``: float32
+    ``(n, 8, 8, 1)`` images in [0, 1] and int64 labels, a 75/25 stratified split.
+``models_dir``
+    directory holding ``dense.keras``, ``conv.keras``, ``functional.keras`` and
+    ``regression.keras``, trained once per test session (once for all pytest-xdist
+    workers: the first trains under a file lock, the others load the files).
+``dense_model``, ``conv_model``, ``functional_model``, ``regression_model``
+    the trained models, loaded from those files. They are SHARED by every test of a
+    worker: do not change their weights. A test that needs to modify a model loads
+    a private copy with ``tests._models.load_model(conv_model_path)``.
+``dense_model_path``, ``conv_model_path``, ``functional_model_path``, ``regression_model_path``
+    the ``.keras`` files.
+
+See ``tests/_models.py`` for the architectures and their layer names.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+try:  # no TensorFlow import at module level either way
+    from tests import _models  # noqa: E402
+except ImportError:  # pragma: no cover - tests/ itself on sys.path (rootdir not)
+    import _models  # type: ignore[no-redef]  # noqa: E402
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session")
+def digits() -> _models.Digits:
+    """scikit-learn's digits as float32 8x8x1 images in [0, 1], split 75/25."""
+    return _models.load_digits_split()
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory, digits: _models.Digits) -> Path:
+    """Directory of the trained test models, shared by all xdist workers of the session."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # popen-gwN's parent is common to the session's workers
+    directory = base / "sadl-test-models"
+    _models.ensure_saved_models(directory, digits)
+    return directory
+
+
+def _path(models_dir: Path, name: str) -> Path:
+    return models_dir / f"{name}.keras"
+
+
+@pytest.fixture(scope="session")
+def dense_model_path(models_dir: Path) -> Path:
+    """``.keras`` file of the Dense MLP."""
+    return _path(models_dir, "dense")
+
+
+@pytest.fixture(scope="session")
+def conv_model_path(models_dir: Path) -> Path:
+    """``.keras`` file of the ConvNet."""
+    return _path(models_dir, "conv")
+
+
+@pytest.fixture(scope="session")
+def functional_model_path(models_dir: Path) -> Path:
+    """``.keras`` file of the functional two-branch model."""
+    return _path(models_dir, "functional")
+
+
+@pytest.fixture(scope="session")
+def regression_model_path(models_dir: Path) -> Path:
+    """``.keras`` file of the regression model."""
+    return _path(models_dir, "regression")
+
+
+@pytest.fixture(scope="session")
+def dense_model(dense_model_path: Path) -> Any:
+    """The trained Dense MLP (shared: do not modify)."""
+    return _models.load_model(dense_model_path)
+
+
+@pytest.fixture(scope="session")
+def conv_model(conv_model_path: Path) -> Any:
+    """The trained ConvNet (shared: do not modify)."""
+    return _models.load_model(conv_model_path)
+
+
+@pytest.fixture(scope="session")
+def functional_model(functional_model_path: Path) -> Any:
+    """The trained functional model (shared: do not modify)."""
+    return _models.load_model(functional_model_path)
+
+
+@pytest.fixture(scope="session")
+def regression_model(regression_model_path: Path) -> Any:
+    """The trained regression model (shared: do not modify)."""
+    return _models.load_model(regression_model_path)
