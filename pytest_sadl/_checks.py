@@ -1,0 +1,128 @@
+"""Validation shared by the criteria: one place that turns bad arrays into clear errors.
+
+Every check raises :class:`ValueError` with a message that names the argument, what is
+wrong with it and what was expected, so that a caller never meets a traceback from deep
+inside NumPy or SciPy.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["SadlWarning", "as_traces", "as_pred", "as_layers", "reduce_layer", "warn"]
+
+
+class SadlWarning(UserWarning):
+    """A result was computed, but with a fallback the user should know about."""
+
+
+def warn(message: str) -> None:
+    """Issue a :class:`SadlWarning` attributed to the caller of the public API."""
+    warnings.warn(message, SadlWarning, stacklevel=4)
+
+
+def _finite_or_raise(name: str, a: np.ndarray) -> None:
+    if a.size and not np.isfinite(a).all():
+        bad = ~np.isfinite(a)
+        rows = np.flatnonzero(bad.reshape(len(a), -1).any(axis=1)) if a.ndim > 1 else np.flatnonzero(bad)
+        kind = "NaN" if np.isnan(a).any() else "inf"
+        raise ValueError(
+            f"{name} contains {kind} values in {rows.size} row(s) (first: row {int(rows[0])}); "
+            "traces must be finite: check the model's inputs and weights for NaN/inf"
+        )
+
+
+def as_traces(name: str, a: object, *, dims: int | None = None, allow_empty: bool = False) -> np.ndarray:
+    """Return ``a`` as a finite 2-D float64 array ``(n, d)``.
+
+    ``dims``, when given, is the number of columns expected (the training traces' width).
+    """
+    try:
+        arr = np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric array of shape (n_inputs, n_neurons): {exc}") from None
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D (n_inputs, n_neurons), got shape {arr.shape}; "
+            "reduce conv outputs per channel first (pytest_sadl.neurons.reduce_layer) "
+            "or concatenate the layers' traces along axis 1"
+        )
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has no neurons (shape {arr.shape})")
+    if not allow_empty and arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); at least one input is needed")
+    if dims is not None and arr.shape[1] != dims:
+        raise ValueError(
+            f"{name} has {arr.shape[1]} neurons per input but the training traces have {dims}; "
+            "use traces of the same layers as the training profile"
+        )
+    _finite_or_raise(name, arr)
+    return arr
+
+
+def as_pred(name: str, pred: object, n: int) -> np.ndarray:
+    """Return predicted classes as a 1-D int64 array of length ``n``."""
+    arr = np.asarray(pred)
+    if arr.ndim == 2 and arr.shape[1] > 1 and arr.shape[0] == n:
+        raise ValueError(
+            f"{name} has shape {arr.shape}: pass predicted classes (n,), e.g. np.argmax(probabilities, axis=1)"
+        )
+    arr = arr.reshape(-1) if arr.ndim == 2 and arr.shape[1] == 1 else arr
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {np.shape(pred)}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def reduce_layer(a: np.ndarray) -> np.ndarray:
+    """One value per neuron: the spatial mean over every axis but the first (inputs) and last (channels).
+
+    A conv/pool output ``(n, h, w, c)`` becomes ``(n, c)``; ``(n, t, c)`` becomes ``(n, c)``;
+    a 2-D output ``(n, units)`` is returned as it is.
+    """
+    if a.ndim <= 2:
+        return a
+    return a.mean(axis=tuple(range(1, a.ndim - 1)))
+
+
+def as_layers(
+    name: str, layers: object, *, sizes: Sequence[int] | None = None, allow_empty: bool = True
+) -> list[np.ndarray]:
+    """Validate a list of per-layer outputs; return them reduced to ``(n, neurons)`` float64."""
+    if isinstance(layers, np.ndarray):
+        layers = [layers]
+    if not isinstance(layers, (list, tuple)) or len(layers) == 0:
+        raise ValueError(f"{name} must be a non-empty list of per-layer arrays (n_inputs, ...)")
+    if sizes is not None and len(layers) != len(sizes):
+        raise ValueError(
+            f"{name} has {len(layers)} layer(s) but the neuron ranges were fitted on {len(sizes)}; "
+            "pass the outputs of the same layers, in the same order"
+        )
+    out: list[np.ndarray] = []
+    n = None
+    for i, layer in enumerate(layers):
+        arr = np.asarray(layer, dtype=np.float64)
+        if arr.ndim < 2:
+            raise ValueError(f"{name}[{i}] must be at least 2-D (n_inputs, neurons), got shape {arr.shape}")
+        if n is None:
+            n = arr.shape[0]
+        elif arr.shape[0] != n:
+            raise ValueError(f"{name}[{i}] has {arr.shape[0]} inputs but {name}[0] has {n}; all layers need the same inputs")
+        _finite_or_raise(f"{name}[{i}]", arr)
+        arr = reduce_layer(arr)
+        if arr.shape[1] == 0:
+            raise ValueError(f"{name}[{i}] has no neurons (shape {arr.shape})")
+        if sizes is not None and arr.shape[1] != sizes[i]:
+            raise ValueError(
+                f"{name}[{i}] has {arr.shape[1]} neurons but the ranges were fitted on {sizes[i]}; "
+                "pass the outputs of the same layers, in the same order"
+            )
+        out.append(arr)
+    if not allow_empty and n == 0:
+        raise ValueError(f"{name} holds no inputs; at least one is needed")
+    return out

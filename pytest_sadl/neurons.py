@@ -1,0 +1,328 @@
+"""Neuron coverage criteria on NumPy arrays: NC (DeepXplore), KMNC, NBC and SNAC (DeepGauge).
+
+``layers`` is a list of per-layer outputs ``(n_inputs, ...)`` as a model gives them; an
+output with more than two axes (conv/pool ``(n, h, w, c)``) counts one neuron per channel,
+its value the spatial mean (:func:`reduce_layer`).
+
+Each criterion has a one-shot function (``nc``, ``kmnc``, ``nbc``, ``snac``) and a
+cumulative class of one shape (:class:`NeuronCoverage`, :class:`KMultisectionCoverage`,
+:class:`NeuronBoundaryCoverage`, :class:`StrongNeuronActivationCoverage`)::
+
+    cov = KMultisectionCoverage(ranges, k=1000)
+    new = cov.update(layers)      # targets newly covered by this batch
+    cov.merge(other)              # e.g. another xdist worker's state
+    cov.value, cov.covered, cov.total, cov.per_layer()
+
+Semantics, per neuron with training range ``[low, high]``:
+
+* NC: per input and layer, the layer's output is min-max scaled to [0, 1] over all its
+  values (the whole feature map for a conv layer, as DeepXplore's ``scale``), then averaged
+  per channel; a neuron is covered when that value exceeds ``threshold``. An input whose
+  layer output is constant scales to 0 (DeepXplore would divide by zero). When the layer
+  output was reduced before it reached here, pass its per-input minimum and maximum
+  (``extrema``) so the scaling stays that of the full map.
+* KMNC: ``[low, high]`` is cut into ``k`` equal sections, section ``j`` being
+  ``[low + j (high-low)/k, low + (j+1) (high-low)/k)`` and the last one closed so that the
+  training maximum falls in it; values outside ``[low, high]`` cover no section.
+  A neuron with ``low == high`` (constant over the training set) has no sections and is
+  left out of KMNC's total; NBC and SNAC count it as usual.
+* NBC: the upper corner is ``value > high``, the lower ``value < low``;
+  ``NBC = (|upper| + |lower|) / (2 |N|)``.
+* SNAC: ``|upper| / |N|``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ._checks import as_layers, reduce_layer
+
+__all__ = [
+    "NeuronRanges",
+    "fit_ranges",
+    "reduce_layer",
+    "nc",
+    "kmnc",
+    "nbc",
+    "snac",
+    "NeuronCoverage",
+    "KMultisectionCoverage",
+    "NeuronBoundaryCoverage",
+    "StrongNeuronActivationCoverage",
+]
+
+Extrema = Sequence["tuple[np.ndarray, np.ndarray] | None"]
+
+
+@dataclass(frozen=True)
+class NeuronRanges:
+    """Per-neuron ``[low, high]`` of each layer over the training set."""
+
+    low: tuple[np.ndarray, ...]
+    high: tuple[np.ndarray, ...]
+    names: tuple[str, ...] = ()
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(int(a.size) for a in self.low)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Flat arrays for an ``.npz`` file (no pickles): concatenated bounds and layer sizes."""
+        arrays = {
+            "low": np.concatenate(self.low),
+            "high": np.concatenate(self.high),
+            "sizes": np.asarray(self.sizes, dtype=np.int64),
+        }
+        if self.names:
+            arrays["names"] = np.asarray(self.names, dtype=np.str_)
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "NeuronRanges":
+        sizes = np.asarray(arrays["sizes"], dtype=np.int64)
+        low, high = np.asarray(arrays["low"], np.float64), np.asarray(arrays["high"], np.float64)
+        if low.shape != high.shape or low.ndim != 1 or low.size != int(sizes.sum()):
+            raise ValueError("saved neuron ranges are inconsistent: low/high must be 1-D with sum(sizes) values")
+        cuts = np.cumsum(sizes)[:-1]
+        names = tuple(str(n) for n in arrays["names"]) if "names" in arrays else ()
+        return cls(tuple(np.split(low, cuts)), tuple(np.split(high, cuts)), names)
+
+
+def fit_ranges(train_layers: object, names: Sequence[str] = ()) -> NeuronRanges:
+    """Per-neuron minimum and maximum of each layer over the training inputs."""
+    layers = as_layers("train_layers", train_layers, allow_empty=False)
+    if names and len(names) != len(layers):
+        raise ValueError(f"names has {len(names)} entries for {len(layers)} layers")
+    return NeuronRanges(
+        tuple(a.min(axis=0) for a in layers), tuple(a.max(axis=0) for a in layers), tuple(str(n) for n in names)
+    )
+
+
+class _LayerCoverage:
+    """The shape every neuron criterion shares: a boolean array of targets per layer."""
+
+    #: targets per neuron (KMNC: k; NBC: 2 corners; NC/SNAC: 1)
+    per_neuron = 1
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.sizes = tuple(int(s) for s in sizes)
+        if not self.sizes or min(self.sizes) < 1:
+            raise ValueError(f"every layer needs at least one neuron, got sizes {self.sizes}")
+        self._covered = [np.zeros((s, self.per_neuron), dtype=bool) for s in self.sizes]
+        self.count = 0
+
+    # subclasses: which targets of each layer a batch hits, (n_neurons, per_neuron) bools
+    def _hits(self, i: int, values: np.ndarray, extrema: "tuple[np.ndarray, np.ndarray] | None") -> np.ndarray:
+        raise NotImplementedError
+
+    def _valid(self, i: int) -> np.ndarray:
+        """Neurons that count towards the total (all, except KMNC's constant neurons)."""
+        return np.ones(self.sizes[i], dtype=bool)
+
+    def _key(self) -> tuple:
+        return (type(self).__name__, self.sizes)
+
+    def update(self, layers: object, extrema: Extrema | None = None) -> int:
+        """Add a batch of per-layer outputs; return the number of targets it newly covered.
+
+        A batch of zero inputs is allowed and covers nothing.
+        """
+        arrays = as_layers("layers", layers, sizes=self.sizes)
+        if extrema is not None and len(extrema) != len(arrays):
+            raise ValueError(f"extrema has {len(extrema)} entries for {len(arrays)} layers")
+        n = arrays[0].shape[0]
+        self.count += n
+        if n == 0:
+            return 0
+        new = 0
+        for i, values in enumerate(arrays):
+            hit = self._hits(i, values, extrema[i] if extrema is not None else None)
+            hit &= self._valid(i)[:, None]
+            new += int(np.count_nonzero(hit & ~self._covered[i]))
+            self._covered[i] |= hit
+        return new
+
+    def merge(self, other: "_LayerCoverage") -> None:
+        """Add another instance's coverage (same criterion, layers and parameters)."""
+        if other._key() != self._key():
+            raise ValueError(f"cannot merge {other._key()} into {self._key()}: criterion, layers or parameters differ")
+        for mine, theirs in zip(self._covered, other._covered):
+            mine |= theirs
+        self.count += other.count
+
+    def copy(self) -> "_LayerCoverage":
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._covered = [c.copy() for c in self._covered]
+        return new
+
+    @property
+    def covered(self) -> np.ndarray:
+        """Covered targets of all layers, concatenated: shape (sum of neurons, per_neuron)."""
+        return np.concatenate(self._covered)
+
+    def layer_counts(self) -> list[tuple[int, int]]:
+        """(covered, total) targets per layer."""
+        out = []
+        for i, c in enumerate(self._covered):
+            valid = self._valid(i)
+            out.append((int(np.count_nonzero(c[valid])), int(valid.sum()) * self.per_neuron))
+        return out
+
+    @property
+    def covered_count(self) -> int:
+        return sum(c for c, _ in self.layer_counts())
+
+    @property
+    def total(self) -> int:
+        return sum(t for _, t in self.layer_counts())
+
+    @property
+    def value(self) -> float:
+        """Fraction of targets covered, in [0, 1] (0 when there are no targets)."""
+        total = self.total
+        return self.covered_count / total if total else 0.0
+
+    def per_layer(self) -> list[float]:
+        return [c / t if t else 0.0 for c, t in self.layer_counts()]
+
+
+def _sizes_of(ranges_or_sizes: "NeuronRanges | Sequence[int]") -> tuple[int, ...]:
+    if isinstance(ranges_or_sizes, NeuronRanges):
+        return ranges_or_sizes.sizes
+    return tuple(int(s) for s in ranges_or_sizes)
+
+
+class NeuronCoverage(_LayerCoverage):
+    """DeepXplore's neuron coverage, cumulative. Needs no training ranges, only layer sizes."""
+
+    def __init__(self, ranges_or_sizes: "NeuronRanges | Sequence[int]", threshold: float = 0.5) -> None:
+        threshold = float(threshold)
+        if not np.isfinite(threshold):
+            raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+        super().__init__(_sizes_of(ranges_or_sizes))
+        self.threshold = threshold
+
+    def _key(self) -> tuple:
+        return super()._key() + (self.threshold,)
+
+    def _hits(self, i, values, extrema):
+        if extrema is None:
+            lo, hi = values.min(axis=1), values.max(axis=1)
+        else:
+            lo = np.asarray(extrema[0], np.float64).reshape(-1)
+            hi = np.asarray(extrema[1], np.float64).reshape(-1)
+            if lo.shape != (len(values),) or hi.shape != (len(values),):
+                raise ValueError(f"extrema[{i}] must hold one minimum and one maximum per input ({len(values)})")
+        span = hi - lo
+        safe = np.where(span > 0, span, 1.0)
+        scaled = (values - lo[:, None]) / safe[:, None]
+        scaled[span <= 0] = 0.0
+        return (scaled > self.threshold).any(axis=0)[:, None]
+
+
+class _RangeCoverage(_LayerCoverage):
+    def __init__(self, ranges: NeuronRanges) -> None:
+        if not isinstance(ranges, NeuronRanges):
+            raise ValueError("pass the NeuronRanges fitted on the training set (pytest_sadl.neurons.fit_ranges)")
+        super().__init__(ranges.sizes)
+        self.ranges = ranges
+
+    def _key(self) -> tuple:
+        lows = tuple(a.tobytes() for a in self.ranges.low)
+        highs = tuple(a.tobytes() for a in self.ranges.high)
+        return super()._key() + (lows, highs)
+
+
+class KMultisectionCoverage(_RangeCoverage):
+    """DeepGauge's k-multisection neuron coverage, cumulative."""
+
+    def __init__(self, ranges: NeuronRanges, k: int = 1000) -> None:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        self.k = int(k)
+        self.per_neuron = self.k
+        super().__init__(ranges)
+
+    def _key(self) -> tuple:
+        return super()._key() + (self.k,)
+
+    def _valid(self, i):
+        return self.ranges.high[i] > self.ranges.low[i]
+
+    def sections(self, i: int, values: np.ndarray) -> np.ndarray:
+        """Section index per value of layer ``i`` (``-1`` outside the training range)."""
+        low, high, k = self.ranges.low[i], self.ranges.high[i], self.k
+        width = high - low
+        safe = np.where(width > 0, width, 1.0)
+        idx = np.floor((values - low) / safe * k).astype(np.int64)
+        np.clip(idx, 0, k - 1, out=idx)
+        # Settle values within rounding of an edge exactly by the edges' definition.
+        lower_edge = low + width * idx / k
+        upper_edge = low + width * (idx + 1) / k
+        idx -= (values < lower_edge) & (idx > 0)
+        idx += (values >= upper_edge) & (idx < k - 1)
+        inside = (values >= low) & (values <= high) & (width > 0)
+        return np.where(inside, idx, -1)
+
+    def _hits(self, i, values, extrema):
+        idx = self.sections(i, values)
+        hit = np.zeros((self.sizes[i], self.k), dtype=bool)
+        rows, cols = np.nonzero(idx >= 0)
+        hit[cols, idx[rows, cols]] = True
+        return hit
+
+
+class NeuronBoundaryCoverage(_RangeCoverage):
+    """DeepGauge's neuron boundary coverage, cumulative: targets are (lower, upper) corners."""
+
+    per_neuron = 2
+
+    def _hits(self, i, values, extrema):
+        lower = (values < self.ranges.low[i]).any(axis=0)
+        upper = (values > self.ranges.high[i]).any(axis=0)
+        return np.stack([lower, upper], axis=1)
+
+    def corners(self) -> tuple[int, int]:
+        """(lower corner, upper corner) neurons covered."""
+        c = self.covered
+        return int(c[:, 0].sum()), int(c[:, 1].sum())
+
+
+class StrongNeuronActivationCoverage(_RangeCoverage):
+    """DeepGauge's strong neuron activation coverage, cumulative: the upper corner only."""
+
+    def _hits(self, i, values, extrema):
+        return (values > self.ranges.high[i]).any(axis=0)[:, None]
+
+
+def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None) -> float:
+    """Neuron coverage (DeepXplore) of a set of inputs, in [0, 1]."""
+    arrays = as_layers("layers", layers, allow_empty=False)
+    cov = NeuronCoverage([a.shape[1] for a in arrays], threshold)
+    cov.update(arrays, extrema)
+    return cov.value
+
+
+def kmnc(layers: object, ranges: NeuronRanges, k: int = 1000) -> float:
+    """k-multisection neuron coverage (DeepGauge), in [0, 1]."""
+    cov = KMultisectionCoverage(ranges, k)
+    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
+    return cov.value
+
+
+def nbc(layers: object, ranges: NeuronRanges) -> float:
+    """Neuron boundary coverage (DeepGauge), in [0, 1]."""
+    cov = NeuronBoundaryCoverage(ranges)
+    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
+    return cov.value
+
+
+def snac(layers: object, ranges: NeuronRanges) -> float:
+    """Strong neuron activation coverage (DeepGauge), in [0, 1]."""
+    cov = StrongNeuronActivationCoverage(ranges)
+    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
+    return cov.value
