@@ -209,6 +209,15 @@ class NeuronCoverage(_LayerCoverage):
     def _key(self) -> tuple:
         return super()._key() + (self.threshold,)
 
+    def update(self, layers: object, extrema: Extrema | None = None) -> int:
+        """As for every criterion; a conv output given unreduced is scaled over its whole map."""
+        if extrema is None and isinstance(layers, (list, tuple)):
+            raw = [np.asarray(a) for a in layers]
+            if any(a.ndim > 2 and a.shape[0] > 0 for a in raw):
+                extrema = [_map_extrema(a) if a.ndim > 2 and a.shape[0] > 0 else None for a in raw]
+            layers = raw
+        return super().update(layers, extrema)
+
     def _hits(self, i, values, extrema):
         if extrema is None:
             lo, hi = values.min(axis=1), values.max(axis=1)
@@ -222,6 +231,12 @@ class NeuronCoverage(_LayerCoverage):
         scaled = (values - lo[:, None]) / safe[:, None]
         scaled[span <= 0] = 0.0
         return (scaled > self.threshold).any(axis=0)[:, None]
+
+
+def _map_extrema(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-input minimum and maximum over a whole (unreduced) layer output."""
+    flat = a.reshape(a.shape[0], -1)
+    return flat.min(axis=1), flat.max(axis=1)
 
 
 class _RangeCoverage(_LayerCoverage):
@@ -301,9 +316,10 @@ class StrongNeuronActivationCoverage(_RangeCoverage):
 
 def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None) -> float:
     """Neuron coverage (DeepXplore) of a set of inputs, in [0, 1]."""
-    arrays = as_layers("layers", layers, allow_empty=False)
-    cov = NeuronCoverage([a.shape[1] for a in arrays], threshold)
-    cov.update(arrays, extrema)
+    as_layers("layers", layers, allow_empty=False)  # validates before anything is computed
+    raw = [layers] if isinstance(layers, np.ndarray) else list(layers)  # type: ignore[arg-type]
+    cov = NeuronCoverage([np.shape(a)[-1] for a in raw], threshold)
+    cov.update(raw, extrema)
     return cov.value
 
 

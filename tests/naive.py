@@ -1,0 +1,142 @@
+"""Naive reference implementations written straight from the papers' definitions.
+
+Deliberately slow and obvious: Python loops over inputs, neurons and buckets, explicit
+formulas, no shared code with ``pytest_sadl``. The tests compare the fast engine with these.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def kde_log_density(train: np.ndarray, x: np.ndarray) -> float:
+    """log f(x) of equation 1: a Gaussian KDE with Scott's rule bandwidth matrix H."""
+    n, d = train.shape
+    factor = n ** (-1.0 / (d + 4))  # Scott's rule
+    mean = train.mean(axis=0)
+    cov = (train - mean).T @ (train - mean) / (n - 1)
+    h = cov * factor**2
+    h_inv = np.linalg.inv(h)
+    _, logdet = np.linalg.slogdet(2 * math.pi * h)
+    terms = []
+    for xi in train:
+        u = x - xi
+        terms.append(-0.5 * u @ h_inv @ u - 0.5 * logdet)
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms)) - math.log(n)
+
+
+def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
+    """Equation 2 per class, after the variance filter (a neuron dropped if low in any class)."""
+    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
+    pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
+    keep = [
+        j
+        for j in range(train.shape[1])
+        if all(np.var(train[train_pred == c, j]) >= var_threshold for c in np.unique(train_pred))
+    ]
+    out = []
+    for x, c in zip(tests, pred):
+        out.append(-kde_log_density(train[train_pred == c][:, keep], x[keep]))
+    return np.array(out)
+
+
+def dsa(train: np.ndarray, train_pred, tests: np.ndarray, pred) -> np.ndarray:
+    """Equations 3-5, a loop over inputs as in the paper's reference code."""
+    train_pred = np.asarray(train_pred)
+    out = []
+    for x, c in zip(tests, pred):
+        same = train[train_pred == c]
+        other = train[train_pred != c]
+        d_same = np.linalg.norm(same - x, axis=1)
+        x_a = same[np.argmin(d_same)]
+        dist_a = d_same.min()
+        dist_b = np.linalg.norm(other - x_a, axis=1).min()
+        out.append(dist_a / dist_b)
+    return np.array(out)
+
+
+def surprise_coverage(scores, lower: float, upper: float, buckets: int) -> float:
+    """Equation 6 over (lower, upper]: bucket i is (lower + (U-L)(i-1)/n, lower + (U-L)i/n]."""
+    covered = 0
+    for i in range(1, buckets + 1):
+        lo = lower + (upper - lower) * (i - 1) / buckets
+        hi = lower + (upper - lower) * i / buckets
+        if any(lo < s <= hi for s in scores):
+            covered += 1
+    return covered / buckets
+
+
+def _neuron_values(layer: np.ndarray) -> np.ndarray:
+    """(n, neurons): channel mean of a conv output, the output itself for a dense layer."""
+    if layer.ndim == 2:
+        return layer
+    return np.stack([[layer[i, ..., ch].mean() for ch in range(layer.shape[-1])] for i in range(len(layer))])
+
+
+def neuron_coverage(layers, threshold: float) -> float:
+    """DeepXplore: scale each input's layer output to [0, 1], channel mean, covered if > threshold."""
+    covered = total = 0
+    for layer in layers:
+        n_neurons = layer.shape[-1]
+        total += n_neurons
+        for j in range(n_neurons):
+            hit = False
+            for i in range(len(layer)):
+                out = layer[i]
+                span = out.max() - out.min()
+                scaled = (out - out.min()) / span if span > 0 else np.zeros_like(out)
+                if scaled[..., j].mean() > threshold:
+                    hit = True
+            covered += hit
+    return covered / total
+
+
+def ranges(train_layers):
+    lows, highs = [], []
+    for layer in train_layers:
+        v = _neuron_values(layer)
+        lows.append([v[:, j].min() for j in range(v.shape[1])])
+        highs.append([v[:, j].max() for j in range(v.shape[1])])
+    return lows, highs
+
+
+def kmnc(layers, lows, highs, k: int) -> float:
+    """DeepGauge: covered sections / (k |N|); the last section includes the maximum.
+    Neurons with low == high have no sections and are left out of |N|."""
+    covered = neurons = 0
+    for layer, low, high in zip(layers, lows, highs):
+        v = _neuron_values(layer)
+        for j in range(v.shape[1]):
+            if high[j] == low[j]:
+                continue
+            neurons += 1
+            for s in range(k):
+                lo = low[j] + (high[j] - low[j]) * s / k
+                hi = low[j] + (high[j] - low[j]) * (s + 1) / k
+                if any((lo <= x < hi) or (s == k - 1 and x == high[j]) for x in v[:, j]):
+                    covered += 1
+    return covered / (k * neurons)
+
+
+def nbc(layers, lows, highs) -> float:
+    upper = lower = neurons = 0
+    for layer, low, high in zip(layers, lows, highs):
+        v = _neuron_values(layer)
+        for j in range(v.shape[1]):
+            neurons += 1
+            upper += any(x > high[j] for x in v[:, j])
+            lower += any(x < low[j] for x in v[:, j])
+    return (upper + lower) / (2 * neurons)
+
+
+def snac(layers, lows, highs) -> float:
+    upper = neurons = 0
+    for layer, low, high in zip(layers, lows, highs):
+        v = _neuron_values(layer)
+        for j in range(v.shape[1]):
+            neurons += 1
+            upper += any(x > high[j] for x in v[:, j])
+    return upper / neurons

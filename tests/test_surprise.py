@@ -1,0 +1,268 @@
+"""LSA, DSA and surprise coverage against naive references written from the paper."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.stats
+
+import naive
+from pytest_sadl.surprise import DSA, LSA, SadlWarning, SurpriseCoverage, surprise_coverage
+
+
+def clustered(rng, n, d, classes, spread=1.0, scale=3.0):
+    """Traces clustered by class, as a classifier's hidden layer gives them."""
+    centres = rng.normal(scale=scale, size=(classes, d))
+    pred = rng.integers(0, classes, n)
+    return centres[pred] + rng.normal(scale=spread, size=(n, d)), pred
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.max(np.abs(a - b) / np.maximum(np.abs(b), 1.0))
+
+
+# ----------------------------------------------------------------------------- LSA
+
+
+@pytest.mark.parametrize("d", [1, 3, 12])
+def test_lsa_matches_naive_kde_and_scipy(d):
+    rng = np.random.default_rng(d)
+    train, tp = clustered(rng, 400, d, 3)
+    tests, pred = clustered(rng, 60, d, 3, spread=2.0)
+    lsa = LSA(train, tp)
+    got = lsa(tests, pred)
+    assert got.dtype == np.float64 and got.shape == (60,)
+    assert rel_err(got, naive.lsa(train, tp, tests, pred)) < 1e-6
+    for c in range(3):
+        kde = scipy.stats.gaussian_kde(train[tp == c][:, lsa.kept].T)
+        m = pred == c
+        assert rel_err(got[m], -kde.logpdf(tests[m][:, lsa.kept].T)) < 1e-6
+
+
+def test_lsa_without_classes_is_one_kde_over_all_traces():
+    rng = np.random.default_rng(1)
+    train, _ = clustered(rng, 300, 4, 2)
+    tests = rng.normal(size=(40, 4))
+    got = LSA(train)(tests)
+    ref = -scipy.stats.gaussian_kde(train.T).logpdf(tests.T)
+    assert rel_err(got, ref) < 1e-6
+    with pytest.raises(ValueError, match="without classes"):
+        LSA(train)(tests, np.zeros(40, int))
+    with pytest.raises(ValueError, match="pass the predicted classes"):
+        LSA(train, np.zeros(300, int))(tests)
+
+
+def test_lsa_variance_filter_drops_neurons_low_in_any_class():
+    rng = np.random.default_rng(2)
+    train, tp = clustered(rng, 300, 5, 2)
+    train[tp == 1, 2] = 0.7  # constant in class 1 only: dropped for every class
+    train[:, 4] *= 1e-4  # variance ~1e-8 everywhere
+    lsa = LSA(train, tp, var_threshold=1e-5)
+    assert lsa.kept.tolist() == [0, 1, 3]
+    tests, pred = clustered(rng, 20, 5, 2)
+    assert rel_err(lsa(tests, pred), naive.lsa(train, tp, tests, pred)) < 1e-6
+
+
+def test_lsa_every_neuron_filtered_is_a_clear_error():
+    train = np.ones((50, 3)) + np.random.default_rng(0).normal(scale=1e-6, size=(50, 3))
+    with pytest.raises(ValueError, match="every one of the 3 neurons.*lower var_threshold"):
+        LSA(train, np.zeros(50, int))
+
+
+def test_lsa_far_inputs_do_not_underflow():
+    rng = np.random.default_rng(3)
+    train = rng.normal(size=(200, 3))
+    far = np.array([[60.0, -60.0, 60.0], [200.0, 0.0, 0.0]])
+    got = LSA(train)(far)
+    ref = -scipy.stats.gaussian_kde(train.T).logpdf(far.T)
+    assert np.all(np.isfinite(got)) and rel_err(got, ref) < 1e-6
+
+
+def test_lsa_singular_covariance_drops_dependent_neurons_with_warning():
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(500, 4))
+    softmax = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)  # rows sum to one
+    with pytest.warns(SadlWarning, match="subspace.*dropping"):
+        lsa = LSA(softmax, None)
+    assert lsa.kept.size == 3
+    tests = softmax[:10] + 0.01
+    got = lsa(tests)
+    ref = -scipy.stats.gaussian_kde(softmax[:, lsa.kept].T).logpdf(tests[:, lsa.kept].T)
+    assert rel_err(got, ref) < 1e-6
+
+
+def test_lsa_class_with_too_few_traces_scores_nan_with_warning():
+    rng = np.random.default_rng(5)
+    train, tp = clustered(rng, 200, 4, 2)
+    train = np.vstack([train, rng.normal(size=(3, 4))])
+    tp = np.concatenate([tp, [7, 7, 7]])  # 3 traces for 4 neurons: no KDE
+    with pytest.warns(SadlWarning, match="class 7 has 3 training traces"):
+        lsa = LSA(train, tp)
+    assert lsa.classes == [0, 1]
+    with pytest.warns(SadlWarning, match=r"predicted class\(es\) \[7, 9\]"):
+        got = lsa(rng.normal(size=(4, 4)), [0, 7, 9, 1])
+    assert np.isnan(got[[1, 2]]).all() and np.isfinite(got[[0, 3]]).all()
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((np.zeros((0, 3)), None), "empty"),
+        ((np.zeros(5), None), "2-D"),
+        ((np.zeros((5, 2, 2)), None), "2-D"),
+        ((np.array([[0.0, np.nan]] * 5), None), "NaN"),
+        ((np.array([[0.0, np.inf]] * 5), None), "inf"),
+        ((np.random.default_rng(0).normal(size=(5, 2)), np.zeros(4, int)), r"expected shape \(5,\)"),
+        ((np.random.default_rng(0).normal(size=(5, 2)), np.zeros((5, 3))), "argmax"),
+        ((np.random.default_rng(0).normal(size=(5, 2)), np.array([0.5] * 5)), "integer class labels"),
+    ],
+)
+def test_lsa_bad_training_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        LSA(*args)
+
+
+def test_lsa_bad_scoring_input():
+    rng = np.random.default_rng(6)
+    lsa = LSA(rng.normal(size=(100, 3)), rng.integers(0, 2, 100))
+    with pytest.raises(ValueError, match="3 neurons|training traces have 3"):
+        lsa(rng.normal(size=(4, 5)), np.zeros(4, int))
+    with pytest.raises(ValueError, match="NaN"):
+        lsa(np.full((2, 3), np.nan), [0, 1])
+    assert lsa(np.zeros((0, 3)), np.zeros(0, int)).shape == (0,)
+    with pytest.raises(ValueError, match="var_threshold"):
+        LSA(rng.normal(size=(10, 2)), var_threshold=-1)
+
+
+def test_lsa_round_trips_through_arrays():
+    rng = np.random.default_rng(7)
+    train, tp = clustered(rng, 120, 3, 2)
+    lsa = LSA(train, tp, var_threshold=1e-3)
+    again = LSA.from_arrays(lsa.to_arrays())
+    x, p = clustered(rng, 10, 3, 2)
+    np.testing.assert_array_equal(lsa(x, p), again(x, p))
+
+
+# ----------------------------------------------------------------------------- DSA
+
+
+@pytest.mark.parametrize("d", [1, 4, 30])
+def test_dsa_matches_equations_3_to_5(d):
+    rng = np.random.default_rng(10 + d)
+    train, tp = clustered(rng, 500, d, 4)
+    tests, pred = clustered(rng, 80, d, 4, spread=2.0)
+    got = DSA(train, tp, chunk_bytes=4096)(tests, pred)  # small chunks: many chunk boundaries
+    assert rel_err(got, naive.dsa(train, tp, tests, pred)) < 1e-9
+
+
+def test_dsa_dist_b_is_measured_from_x_a_not_from_x():
+    # x lies near class 1's trace, its own class 0 trace x_a lies far from class 1.
+    train = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 5.0]])
+    tp = np.array([0, 1, 1])
+    x = np.array([[8.0, 0.0]])
+    got = DSA(train, tp)(x, [0])
+    # dist_a = |x - (0,0)| = 8; x_b is (0,5) nearest to x_a, dist_b = 5 (not 2, the distance from x).
+    assert got == pytest.approx([8.0 / 5.0])
+
+
+def test_dsa_precompute_and_arrays_round_trip():
+    rng = np.random.default_rng(11)
+    train, tp = clustered(rng, 300, 5, 3)
+    tests, pred = clustered(rng, 50, 5, 3)
+    lazy = DSA(train, tp)
+    expected = lazy(tests, pred)
+    saved = DSA(train, tp).to_arrays()
+    assert not np.isnan(saved["other_dist"]).any()
+    ref_other = [
+        np.linalg.norm(saved["train_ats"][saved["train_pred"] != c] - t, axis=1).min()
+        for t, c in zip(saved["train_ats"], saved["train_pred"])
+    ]
+    np.testing.assert_allclose(saved["other_dist"], ref_other, rtol=1e-12)
+    np.testing.assert_allclose(DSA.from_arrays(saved)(tests, pred), expected, rtol=1e-12)
+
+
+def test_dsa_ties_pick_the_neighbour_a_loop_picks():
+    # Two same-class traces equidistant from x; their other-class distances differ.
+    train = np.array([[1.0, 0.0], [-1.0, 0.0], [1.0, 3.0], [-1.0, -7.0]])
+    tp = np.array([0, 0, 1, 1])
+    got = DSA(train, tp)(np.array([[0.0, 0.0]]), [0])
+    assert got == pytest.approx(naive.dsa(train, tp, np.array([[0.0, 0.0]]), [0]))
+
+
+def test_dsa_edge_cases():
+    rng = np.random.default_rng(12)
+    with pytest.raises(ValueError, match="at least two predicted classes"):
+        DSA(rng.normal(size=(10, 2)), np.zeros(10, int))
+    with pytest.raises(ValueError, match="regression"):
+        DSA(rng.normal(size=(10, 2)), None)
+    dsa = DSA(rng.normal(size=(20, 2)), np.arange(20) % 2)
+    with pytest.warns(SadlWarning, match=r"class\(es\) \[5\]"):
+        got = dsa(rng.normal(size=(3, 2)), [0, 5, 1])
+    assert np.isnan(got[1]) and np.isfinite(got[[0, 2]]).all()
+    with pytest.raises(ValueError, match="predicted class"):
+        dsa(rng.normal(size=(3, 2)), None)
+    with pytest.raises(ValueError, match="training traces have 2"):
+        dsa(rng.normal(size=(3, 4)), [0, 0, 0])
+    dup = DSA(np.array([[0.0, 0.0], [0.0, 0.0], [3.0, 3.0]]), [0, 1, 1])
+    assert np.isinf(dup(np.array([[1.0, 1.0]]), [0])[0])  # dist_b = 0: a duplicate in another class
+
+
+# ----------------------------------------------------------------------------- SC
+
+
+@pytest.mark.parametrize("lower, upper, buckets", [(0.0, 1.0, 10), (0.0, 2.0, 1000), (-3.0, 7.5, 37)])
+def test_surprise_coverage_matches_equation_6(lower, upper, buckets):
+    rng = np.random.default_rng(buckets)
+    scores = rng.uniform(lower - 1, upper + 1, 300)
+    # exact bucket edges and the bounds themselves
+    edges = lower + (upper - lower) * np.arange(buckets + 1) / buckets
+    scores = np.concatenate([scores, edges[::3], [lower, upper]])
+    assert surprise_coverage(scores, lower=lower, upper=upper, buckets=buckets) == pytest.approx(
+        naive.surprise_coverage(scores, lower, upper, buckets)
+    )
+
+
+def test_surprise_coverage_counts_values_outside_the_bounds():
+    sc = SurpriseCoverage(0.0, 1.0, 10)
+    assert sc.update([0.0, -1.0, 0.05, 0.3, 1.0, 1.5, np.nan]) == 3
+    assert (sc.below, sc.above, sc.nan, sc.count) == (2, 1, 1, 7)
+    # 0.3 lies in (0.2, 0.3], 1.0 in (0.9, 1.0]
+    assert np.flatnonzero(sc.covered).tolist() == [0, 2, 9]
+
+
+def test_cumulative_surprise_coverage_equals_one_shot_merged_or_not():
+    rng = np.random.default_rng(20)
+    scores = rng.gamma(2.0, 1.0, 500)
+    one_shot = surprise_coverage(scores, lower=0.0, upper=8.0, buckets=200)
+    a, b = SurpriseCoverage(0.0, 8.0, 200), SurpriseCoverage(0.0, 8.0, 200)
+    new_total = sum(a.update(chunk) for chunk in np.array_split(scores[:300], 7))
+    b.update(scores[300:])
+    a.merge(b)
+    assert a.value == one_shot and new_total <= a.covered.sum()
+    assert a.count == 500 and a.above == int((scores > 8.0).sum())
+    with pytest.raises(ValueError, match="cannot merge"):
+        a.merge(SurpriseCoverage(0.0, 9.0, 200))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(lower=1.0, upper=1.0), "must be below"),
+        (dict(lower=2.0, upper=1.0), "must be below"),
+        (dict(lower=0.0, upper=np.inf), "finite"),
+        (dict(lower=0.0, upper=1.0, buckets=0), "buckets"),
+        (dict(lower=0.0, upper=1.0, buckets=2.5), "buckets"),
+    ],
+)
+def test_surprise_coverage_bad_bounds(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        surprise_coverage([0.5], **kwargs)
+
+
+def test_surprise_coverage_of_no_scores_is_zero():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert surprise_coverage([], lower=0, upper=1) == 0.0
