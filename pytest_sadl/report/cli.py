@@ -1,0 +1,148 @@
+"""The ``sadl report`` and ``sadl compare`` subcommands.
+
+The ``sadl`` main (:mod:`pytest_sadl.cli`) calls :func:`register` on its argparse
+subparsers; every subcommand stores its handler as ``func``, which takes the parsed
+namespace and returns the exit status::
+
+    parser = argparse.ArgumentParser(prog="sadl")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+Exit status: 0 on success; 1 when ``sadl compare --fail`` limits are broken; 2 for a
+file that cannot be read (not a results file, a newer schema) or a bad option value,
+with one line on stderr naming the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from ._load import METRICS, ResultsFileError, load_results
+from .compare import Comparison, compare, compare_failures, parse_compare_fail
+
+__all__ = ["register", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _error(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _print_comparison(comp: Comparison) -> None:
+    print(f"{'metric':<6} {'baseline':>9} {'current':>9} {'change':>9}")
+    for m in comp.metrics:
+        base = "n/a" if m.baseline is None else f"{m.baseline:.2f}%"
+        cur = "n/a" if m.current is None else f"{m.current:.2f}%"
+        change = m.status if m.delta is None else f"{m.delta:+.2f}"
+        print(f"{m.label:<6} {base:>9} {cur:>9} {change:>9}")
+    for w in comp.warnings:
+        print(f"warning: {w}")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``sadl report RUN.json --html DIR [--markdown PATH] [--badge PATH] [--compare BASE]``."""
+    prog = "sadl report"
+    if not (args.html or args.markdown or args.badge):
+        return _error(prog, "nothing to write: give --html DIR, --markdown PATH and/or --badge PATH")
+    try:
+        results = load_results(args.results)
+        comparison = compare(results, load_results(args.compare)) if args.compare else None
+    except ResultsFileError as exc:
+        return _error(prog, str(exc))
+    try:
+        if args.html:
+            from .html import write_html
+
+            print(f"wrote {write_html(results, args.html, comparison=comparison)}")
+        if args.markdown:
+            from .markdown import write_markdown
+
+            print(f"wrote {write_markdown(results, args.markdown, comparison=comparison)}")
+        if args.badge:
+            from .badge import write_badge
+
+            print(f"wrote {write_badge(results, args.badge, metric=args.badge_metric)}")
+    except (OSError, ValueError) as exc:
+        return _error(prog, str(exc))
+    if comparison is not None:
+        for w in comparison.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``sadl compare CURRENT.json BASELINE.json [--fail=lsc:-2] [--json]``."""
+    prog = "sadl compare"
+    try:
+        limits = parse_compare_fail(args.fail) if args.fail is not None else {}
+    except ValueError as exc:
+        return _error(prog, str(exc).replace("--sadl-compare-fail", "--fail"))
+    try:
+        comp = compare(load_results(args.current), load_results(args.baseline))
+    except ResultsFileError as exc:
+        return _error(prog, str(exc))
+    failures = [f.replace("--sadl-compare-fail", "--fail") for f in compare_failures(comp, limits)]
+    if args.json:
+        doc: dict[str, Any] = comp.to_dict()
+        doc["failures"] = failures
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_comparison(comp)
+        for f in failures:
+            print(f"FAILED: {f}")
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    """Add ``report`` and ``compare`` to ``subparsers`` (from ``add_subparsers()``)."""
+    rep = subparsers.add_parser(
+        "report", help="render a saved results JSON as HTML, Markdown or a badge",
+        description="Render a results file written by `pytest --sadl-report=json` as a "
+                    "self-contained HTML report, a Markdown summary and/or a badge JSON.")
+    rep.add_argument("results", metavar="RUN.json", help="results file of a run")
+    rep.add_argument("--html", metavar="DIR", help="write DIR/index.html")
+    rep.add_argument("--markdown", metavar="PATH",
+                     help="write a Markdown summary (appends when PATH is $GITHUB_STEP_SUMMARY)")
+    rep.add_argument("--badge", metavar="PATH",
+                     help="write a badge JSON (shields.io endpoint format, one per metric)")
+    rep.add_argument("--badge-metric", metavar="METRIC", choices=METRICS, default=None,
+                     help="write one metric's endpoint document instead of all "
+                          f"({', '.join(METRICS)})")
+    rep.add_argument("--compare", metavar="BASELINE.json",
+                     help="show the change of every metric against a baseline run")
+    rep.set_defaults(func=cmd_report)
+
+    cmp_ = subparsers.add_parser(
+        "compare", help="compare a run with a baseline run, optionally failing on a drop",
+        description="Print the change of every metric (in percentage points) between two "
+                    "results files; with --fail, exit 1 when a metric drops by more than allowed.")
+    cmp_.add_argument("current", metavar="CURRENT.json", help="results file of this run")
+    cmp_.add_argument("baseline", metavar="BASELINE.json", help="results file to compare with")
+    cmp_.add_argument("--fail", metavar="METRIC:POINTS", default=None,
+                      help="e.g. lsc:-2,dsc:-1: fail when LSC drops by more than 2 points or "
+                           "DSC by more than 1 (all:-1 for every metric)")
+    cmp_.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    cmp_.set_defaults(func=cmd_compare)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A standalone ``report``/``compare`` entry point (the ``sadl`` main has more)."""
+    parser = argparse.ArgumentParser(prog="sadl")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""Comparison of a run with a saved baseline run (``--sadl-compare``, ``sadl compare``).
+
+Values and deltas are in **percentage points** (the results file stores fractions).
+Every delta is rounded to :data:`DELTA_DIGITS` decimals once, in :func:`compare`, and
+both the decision of :func:`compare_failures` and its message use that rounded value,
+so a message never says "-2.00 points" for a run that failed a ``-2`` limit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from ._load import METRIC_LABELS, METRICS, metric_entry, metric_percent
+
+#: Decimals of a delta, in percentage points, for the decision and the message alike.
+DELTA_DIGITS = 2
+
+#: Configuration keys whose difference makes two runs hard to compare.
+_CONFIG_KEYS = ("sa_layers", "coverage_layers", "nc_threshold", "kmnc_k", "var_threshold")
+_BOUND_KEYS = ("lower", "upper", "buckets")
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    """One metric in both runs, in percent; ``delta = current - baseline`` in points."""
+
+    metric: str
+    baseline: float | None
+    current: float | None
+    delta: float | None
+    #: "ok" when both runs have the value; otherwise why there is no delta:
+    #: "missing in baseline", "missing in current", "missing in both",
+    #: "not applicable" (both runs say so), "not applicable in baseline",
+    #: "not applicable in current".
+    status: str = "ok"
+
+    @property
+    def label(self) -> str:
+        """The metric's display name, e.g. ``"LSC"``."""
+        return METRIC_LABELS.get(self.metric, self.metric.upper())
+
+
+@dataclass
+class Comparison:
+    """The change of every metric between a baseline run and the current one."""
+
+    metrics: list[MetricDelta]
+    #: Metrics present in one run only (or in neither), with the reason in ``status``.
+    missing: list[str] = field(default_factory=list)
+    #: Why the comparison may mislead: another model, another profile, another configuration.
+    warnings: list[str] = field(default_factory=list)
+    baseline_created: str | None = None
+    current_created: str | None = None
+    baseline_fingerprint: str | None = None
+    current_fingerprint: str | None = None
+
+    def get(self, metric: str) -> MetricDelta | None:
+        """The :class:`MetricDelta` of ``metric``, or None."""
+        for m in self.metrics:
+            if m.metric == metric:
+                return m
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, for JSON."""
+        return asdict(self)
+
+
+def _num(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:g}"
+    return repr(x) if isinstance(x, str) else str(x)
+
+
+def _short(fp: str | None) -> str:
+    return "none" if not fp else (fp[:12] + "…" if len(fp) > 12 else fp)
+
+
+def _bounds(b: Any) -> str:
+    if not isinstance(b, dict):
+        return "none"
+    return f"({_num(b.get('lower'))}, {_num(b.get('upper'))}] in {_num(b.get('buckets'))} buckets"
+
+
+def _config_differences(cur: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
+    diffs: list[str] = []
+    for key in _CONFIG_KEYS:
+        if key in cur or key in base:
+            if cur.get(key) != base.get(key):
+                diffs.append(f"{key} {_num(base.get(key))} → {_num(cur.get(key))}")
+    for metric in ("lsc", "dsc"):
+        cb = cur.get(metric)
+        bb = base.get(metric)
+        if cb is None and bb is None:
+            continue
+        if not isinstance(cb, dict) or not isinstance(bb, dict):
+            diffs.append(f"{metric} bounds {_bounds(bb)} → {_bounds(cb)}")
+            continue
+        for key in _BOUND_KEYS:
+            if (key in cb or key in bb) and cb.get(key) != bb.get(key):
+                diffs.append(f"{metric}.{key} {_num(bb.get(key))} → {_num(cb.get(key))}")
+    return diffs
+
+
+def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparison:
+    """Compare two results documents (already validated) metric by metric.
+
+    Returns a :class:`Comparison` with one :class:`MetricDelta` per known metric present
+    in either run, the metrics missing from one of them, and warnings when the model
+    fingerprint, the training profile or the configuration (layers, thresholds, LSC/DSC
+    bounds and buckets) differ: surprise coverage of two runs with other bounds counts
+    other buckets, so a delta there says little.
+    """
+    names = [m for m in METRICS
+             if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
+    extra = sorted((set(current.get("metrics") or {}) | set(baseline.get("metrics") or {}))
+                   - set(METRICS))
+    deltas: list[MetricDelta] = []
+    missing: list[str] = []
+    for m in [*names, *extra]:
+        ce, be = metric_entry(current, m), metric_entry(baseline, m)
+        cv, bv = metric_percent(current, m), metric_percent(baseline, m)
+        if ce is None or be is None:
+            status = "missing in baseline" if be is None else "missing in current"
+        elif ce.get("applicable") is False and be.get("applicable") is False:
+            status = "not applicable"
+        elif be.get("applicable") is False:
+            status = "not applicable in baseline"
+        elif ce.get("applicable") is False:
+            status = "not applicable in current"
+        elif cv is None or bv is None:
+            status = "missing in baseline" if bv is None else "missing in current"
+        else:
+            status = "ok"
+        # Round the values first and take the delta of the rounded values: the message
+        # "26.10% → 23.60%, dropped by 2.50 points" then adds up, and decides the same.
+        cv = None if cv is None else round(cv, DELTA_DIGITS)
+        bv = None if bv is None else round(bv, DELTA_DIGITS)
+        delta = None
+        if status == "ok" and cv is not None and bv is not None:
+            delta = round(cv - bv, DELTA_DIGITS)
+        if status.startswith("missing"):
+            missing.append(m)
+        deltas.append(MetricDelta(m, bv, cv, delta, status))
+
+    warnings: list[str] = []
+    cm = current.get("model") or {}
+    bm = baseline.get("model") or {}
+    cfp, bfp = cm.get("fingerprint"), bm.get("fingerprint")
+    if cfp != bfp:
+        warnings.append(
+            f"the runs are of different models (fingerprint {_short(bfp)} in the baseline, "
+            f"{_short(cfp)} now): the deltas compare two models, not two test suites"
+        )
+    cpf, bpf = cm.get("profile_fingerprint"), bm.get("profile_fingerprint")
+    if cfp == bfp and cpf != bpf:
+        warnings.append(
+            f"the runs used different training profiles (profile {_short(bpf)} in the baseline, "
+            f"{_short(cpf)} now): surprise is measured against other training traces"
+        )
+    diffs = _config_differences(current.get("config") or {}, baseline.get("config") or {})
+    if diffs:
+        warnings.append("the configuration differs from the baseline's: " + "; ".join(diffs))
+    return Comparison(
+        metrics=deltas,
+        missing=missing,
+        warnings=warnings,
+        baseline_created=baseline.get("created"),
+        current_created=current.get("created"),
+        baseline_fingerprint=bfp,
+        current_fingerprint=cfp,
+    )
+
+
+_SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")
+
+
+def parse_compare_fail(spec: str) -> dict[str, float]:
+    """Parse ``--sadl-compare-fail``: ``"lsc:-2,dsc:-1"`` → ``{"lsc": -2.0, "dsc": -1.0}``.
+
+    Each limit is the largest drop allowed, in percentage points, written as a negative
+    number (or 0: any drop fails): the run fails when the metric falls by *more* than
+    that. ``all:-1`` sets every metric; a later item overrides an earlier one. Raises
+    ValueError naming the unknown metric or the bad number.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(
+            "--sadl-compare-fail is empty; give limits like lsc:-2,dsc:-1 "
+            "(fail when LSC drops by more than 2 points or DSC by more than 1)"
+        )
+    limits: dict[str, float] = {}
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        match = _SPEC_ITEM.match(item)
+        if not match:
+            raise ValueError(
+                f"--sadl-compare-fail: {item.strip()!r} is not METRIC:POINTS; "
+                "write e.g. lsc:-2 (fail when LSC drops by more than 2 points)"
+            )
+        name, number = match.group(1).lower(), match.group(2)
+        if name != "all" and name not in METRICS:
+            raise ValueError(
+                f"--sadl-compare-fail: unknown metric {match.group(1)!r}; "
+                f"known metrics are {', '.join(METRICS)} (or all)"
+            )
+        try:
+            limit = float(number)
+        except ValueError:
+            raise ValueError(
+                f"--sadl-compare-fail: {number!r} for {name} is not a number of percentage "
+                f"points; write e.g. {name}:-2"
+            ) from None
+        if limit != limit or limit in (float("inf"), float("-inf")):
+            raise ValueError(f"--sadl-compare-fail: {number!r} for {name} is not a finite number")
+        if limit > 0:
+            raise ValueError(
+                f"--sadl-compare-fail: {name}:{number} is positive; a limit is the largest drop "
+                f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
+                f"{name.upper()} drops by more than {number.lstrip('+')} points"
+            )
+        if name == "all":
+            for m in METRICS:
+                limits[m] = limit
+        else:
+            limits[name] = limit
+    if not limits:
+        raise ValueError("--sadl-compare-fail has no limits; write e.g. lsc:-2,dsc:-1")
+    return limits
+
+
+def compare_failures(comparison: Comparison, limits: Mapping[str, float]) -> list[str]:
+    """One line per limit of ``limits`` that the comparison breaks; empty when none.
+
+    A metric fails when its rounded delta is below its limit (``-2.50 < -2``; exactly
+    ``-2.00`` passes), or when one run has the metric and the other does not (or it
+    applies in one run only): the limit cannot be checked, and a gate that cannot be
+    checked does not pass silently. A metric that applies in neither run (DSC of a
+    regression model) cannot drop and is skipped.
+    """
+    failures: list[str] = []
+    for metric, limit in limits.items():
+        label = METRIC_LABELS.get(metric, metric.upper())
+        spec = f"--sadl-compare-fail={metric}:{limit:g}"
+        md = comparison.get(metric)
+        if md is None:
+            failures.append(f"{label}: in neither run, so {spec} cannot be checked")
+            continue
+        if md.status == "not applicable":
+            continue
+        if md.status != "ok" or md.delta is None:
+            failures.append(f"{label}: {md.status}, so {spec} cannot be checked")
+            continue
+        if md.delta < limit:
+            failures.append(
+                f"{label} dropped by {-md.delta:.{DELTA_DIGITS}f} points "
+                f"({md.baseline:.{DELTA_DIGITS}f}% → {md.current:.{DELTA_DIGITS}f}%), "
+                f"more than the {-limit:g} allowed by {spec}"
+            )
+    return failures

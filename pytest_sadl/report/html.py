@@ -1,0 +1,443 @@
+"""The HTML report: one self-contained ``index.html`` (inline CSS, JS, SVG and images).
+
+Rendered with Jinja2 from ``templates/`` with autoescaping on, so a test id or a group
+name such as ``<script>…</script>`` is shown as text. The page makes no network request:
+charts are inline SVG, thumbnails are PNG ``data:`` URLs, and a Content-Security-Policy
+allows only the page's own script (by its SHA-256 hash) and ``data:`` images.
+
+The module prepares plain view data (geometry of the charts, formatted cells) and the
+templates lay it out; nothing here recomputes a metric, it only bins the recorded
+LSA/DSA values for the histograms and sums table columns for the totals.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import struct
+import zlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jinja2
+from markupsafe import Markup
+
+from ._load import (
+    METRIC_LABELS,
+    METRIC_TITLES,
+    METRICS,
+    adequacy_hints,
+    fmt_num,
+    fmt_pct,
+    metric_entry,
+    write_text_atomic,
+)
+from .compare import Comparison
+
+__all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
+
+#: Bars of a histogram between the lower and the upper bound.
+HISTOGRAM_BINS = 30
+
+_TEMPLATES = Path(__file__).with_name("templates")
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["pct"] = fmt_pct
+    env.filters["num"] = fmt_num
+    env.filters["short"] = lambda s, n=12: "" if not s else (s if len(s) <= n else s[:n] + "…")
+    env.filters["sortkey"] = _sortkey
+    return env
+
+
+def _sortkey(value: Any) -> str:
+    """The ``data-v`` attribute of a numeric cell: a number, or empty for missing."""
+    if value is None or isinstance(value, bool):
+        return ""
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    return ""
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------- images
+
+
+def _png(width: int, height: int, channels: int, pixels: Sequence[int]) -> str | None:
+    """A PNG ``data:`` URL of uint8 pixels (row-major, 1/3/4 channels); None if malformed."""
+    color = {1: 0, 2: 4, 3: 2, 4: 6}.get(channels)
+    if color is None or width <= 0 or height <= 0 or len(pixels) != width * height * channels:
+        return None
+    try:
+        row = width * channels
+        raw = b"".join(b"\x00" + bytes(pixels[r * row:(r + 1) * row]) for r in range(height))
+    except (ValueError, TypeError):  # a value outside 0..255 or not an int
+        return None
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    png = (b"\x89PNG\r\n\x1a\n"
+           + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(raw, 9))
+           + chunk(b"IEND", b""))
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _thumbnail(image: Any) -> str | None:
+    if not isinstance(image, dict):
+        return None
+    try:
+        return _png(int(image["width"]), int(image["height"]), int(image.get("channels", 1)),
+                    list(image["pixels"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- charts
+
+
+_HW, _HH = 300.0, 112.0                     # histogram viewBox
+_HL, _HR, _HT, _HB = 30.0, 52.0, 12.0, 22.0  # margins: left, right (for "> upper"), top, bottom
+
+
+def _histogram(values: Sequence[float], lower: float, upper: float,
+               bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
+    """Geometry of one histogram of ``values`` over ``(lower, upper]``.
+
+    Values ``<= lower`` and ``> upper`` count for no bucket; they are drawn as two
+    separate, marked bars left of ``lower`` and right of ``upper``.
+    """
+    width = (upper - lower) / bins
+    counts = [0] * bins
+    below = above = 0
+    for v in values:
+        if v <= lower:
+            below += 1
+        elif v > upper:
+            above += 1
+        else:
+            counts[min(bins - 1, max(0, math.ceil((v - lower) / width) - 1))] += 1
+    peak = max([*counts, below, above, 1])
+    plot_w = _HW - _HL - _HR
+    plot_h = _HH - _HT - _HB
+    bw = plot_w / bins
+    bars = []
+    for i, c in enumerate(counts):
+        h = plot_h * c / peak
+        lo, hi = lower + i * width, lower + (i + 1) * width
+        bars.append({"x": round(_HL + i * bw, 2), "y": round(_HT + plot_h - h, 2),
+                     "w": round(max(bw - 1.0, 0.5), 2), "h": round(h, 2), "count": c,
+                     "lo": f"{lo:.4g}", "hi": f"{hi:.4g}"})
+
+    def side(count: int, x: float) -> dict[str, Any]:
+        h = plot_h * count / peak
+        return {"count": count, "x": round(x, 2), "y": round(_HT + plot_h - h, 2),
+                "w": 14.0, "h": round(h, 2)}
+
+    ticks = []
+    for k in range(5):
+        v = lower + (upper - lower) * k / 4
+        ticks.append({"x": round(_HL + plot_w * k / 4, 2), "label": f"{v:.3g}"})
+    return {
+        "bars": bars, "below": side(below, _HL - 22.0), "above": side(above, _HW - _HR + 8.0),
+        "ticks": ticks, "peak": peak, "n": len(values), "lower": f"{lower:g}",
+        "upper": f"{upper:g}", "x0": _HL, "x1": round(_HW - _HR, 2), "y0": _HT,
+        "y1": round(_HT + plot_h, 2), "w": _HW, "h": _HH,
+    }
+
+
+def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Histograms of LSA and DSA, all inputs first, then per group in group order."""
+    inputs = results.get("inputs") or {}
+    tests = results.get("tests") or []
+    config = results.get("config") or {}
+    owner = inputs.get("test") or []
+    group_of_test = [t.get("group", "default") if isinstance(t, dict) else "default" for t in tests]
+    group_names = [g.get("name") for g in results.get("groups") or [] if isinstance(g, dict)]
+    for name in group_of_test:
+        if name not in group_names:
+            group_names.append(name)
+    out = []
+    for metric, key in (("lsc", "lsa"), ("dsc", "dsa")):
+        entry = metric_entry(results, metric)
+        bounds = config.get(metric)
+        values = inputs.get(key)
+        if (entry is None or entry.get("applicable") is False or not isinstance(bounds, dict)
+                or not isinstance(values, list)):
+            continue
+        lower, upper = _num(bounds.get("lower")), _num(bounds.get("upper"))
+        if lower is None or upper is None or upper <= lower:
+            continue
+        per_group: dict[str, list[float]] = {name: [] for name in group_names}
+        everything: list[float] = []
+        for i, v in enumerate(values):
+            fv = _num(v)
+            if fv is None:
+                continue
+            everything.append(fv)
+            t = owner[i] if i < len(owner) else None
+            if isinstance(t, int) and 0 <= t < len(group_of_test):
+                per_group.setdefault(group_of_test[t], []).append(fv)
+        rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
+        if len(per_group) > 1:
+            rows += [{"name": name, "all": False, "chart": _histogram(vals, lower, upper)}
+                     for name, vals in per_group.items()]
+        out.append({"metric": metric, "key": key, "label": key.upper(),
+                    "lower": f"{lower:g}", "upper": f"{upper:g}",
+                    "buckets": bounds.get("buckets"), "rule": bounds.get("rule"),
+                    "above": entry.get("above"), "below": entry.get("below"), "rows": rows})
+    return out
+
+
+_LW, _LH = 560.0, 210.0
+_LL, _LR, _LT, _LB = 40.0, 16.0, 12.0, 46.0
+
+
+def _line_chart(groups: list[dict[str, Any]], metrics: list[str]) -> dict[str, Any] | None:
+    """Geometry of the cumulative coverage (Table VI) line chart, in percent."""
+    if not groups:
+        return None
+    plot_w, plot_h = _LW - _LL - _LR, _LH - _LT - _LB
+    n = len(groups)
+
+    def x(i: int) -> float:
+        return round(_LL + (plot_w * (i + 0.5) / n), 2)
+
+    def y(v: float) -> float:
+        return round(_LT + plot_h * (1.0 - v), 2)
+
+    lines = []
+    for m in metrics:
+        pts = []
+        for i, g in enumerate(groups):
+            v = _num((g.get("cumulative") or {}).get(m))
+            if v is not None:
+                pts.append({"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v,
+                            "group": g.get("name")})
+        if pts:
+            lines.append({"metric": m, "label": METRIC_LABELS[m],
+                          "points": pts, "path": " ".join(f"{p['x']},{p['y']}" for p in pts)})
+    grid = [{"y": y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
+    xlabels = [{"x": x(i), "label": str(g.get("name")), "short": _shorten(str(g.get("name")), 16)}
+               for i, g in enumerate(groups)]
+    return {"w": _LW, "h": _LH, "x0": _LL, "x1": round(_LW - _LR, 2), "y0": _LT,
+            "y1": round(_LT + plot_h, 2), "lines": lines, "grid": grid, "xlabels": xlabels}
+
+
+def _shorten(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# --------------------------------------------------------------------------- view data
+
+
+def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[dict[str, Any]]:
+    thresholds = results.get("thresholds") or {}
+    failed = {f.get("metric") for f in (results.get("outcome") or {}).get("failures") or []
+              if isinstance(f, dict)}
+    cards = []
+    for m in METRICS:
+        entry = metric_entry(results, m)
+        if entry is None:
+            continue
+        applicable = entry.get("applicable") is not False and entry.get("value") is not None
+        value = _num(entry.get("value")) if applicable else None
+        thr = _num(thresholds.get(m))
+        if not applicable:
+            status = "n/a"
+        elif thr is None:
+            status = "none"
+        elif m in failed or (value is not None and round(value * 100, 2) < thr):
+            status = "fail"
+        else:
+            status = "pass"
+        delta = comparison.get(m) if comparison is not None else None
+        unit = {"lsc": "buckets", "dsc": "buckets", "kmnc": "sections",
+                "nbc": "corners"}.get(m, "neurons")
+        cards.append({
+            "metric": m, "label": METRIC_LABELS[m], "title": METRIC_TITLES[m],
+            "value": value, "threshold": thr, "status": status,
+            "covered": entry.get("covered"), "total": entry.get("total"), "unit": unit,
+            "above": entry.get("above"), "below": entry.get("below"),
+            "delta": delta.delta if delta is not None else None,
+            "delta_status": delta.status if delta is not None else None,
+        })
+    return cards
+
+
+def _tests(results: Mapping[str, Any], show_dsa: bool) -> dict[str, Any]:
+    columns: list[dict[str, Any]] = [
+        {"key": "nodeid", "label": "Test", "kind": "text", "agg": "label"},
+        {"key": "group", "label": "Group", "kind": "text", "agg": "none"},
+        {"key": "outcome", "label": "Outcome", "kind": "text", "agg": "none"},
+        {"key": "inputs", "label": "Inputs", "kind": "int", "agg": "sum"},
+        {"key": "lsa_mean", "label": "LSA mean", "kind": "float", "agg": "wmean"},
+        {"key": "lsa_max", "label": "LSA max", "kind": "float", "agg": "max"},
+    ]
+    if show_dsa:
+        columns += [{"key": "dsa_mean", "label": "DSA mean", "kind": "float", "agg": "wmean"},
+                    {"key": "dsa_max", "label": "DSA max", "kind": "float", "agg": "max"}]
+    for m in METRICS:
+        if m == "dsc" and not show_dsa:
+            continue
+        columns.append({"key": f"new.{m}", "label": f"+{METRIC_LABELS[m]}", "kind": "int",
+                        "agg": "sum",
+                        "title": f"{METRIC_TITLES[m]}: targets first covered by this test"})
+    rows = []
+    for t in results.get("tests") or []:
+        if not isinstance(t, dict):
+            continue
+        new = t.get("new") if isinstance(t.get("new"), dict) else {}
+        cells = []
+        for c in columns:
+            key = c["key"]
+            v = new.get(key[4:]) if key.startswith("new.") else t.get(key)
+            cells.append({"value": v, "kind": c["kind"]})
+        rows.append({"cells": cells, "outcome": str(t.get("outcome", "")),
+                     "idle": (t.get("inputs") or 0) > 0 and not any(
+                         x for x in new.values() if isinstance(x, (int, float)))})
+    # Totals of every row (the page recomputes them for the rows a filter leaves).
+    totals: list[Any] = []
+    inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
+    for j, c in enumerate(columns):
+        vals = [(r["cells"][j]["value"], r["cells"][inputs_col]["value"]) for r in rows]
+        nums = [(_num(v), _num(w) or 0.0) for v, w in vals if _num(v) is not None]
+        if c["agg"] == "sum":
+            totals.append(int(sum(v for v, _ in nums)) if nums else 0)
+        elif c["agg"] == "max":
+            totals.append(max(v for v, _ in nums) if nums else None)
+        elif c["agg"] == "wmean":
+            wsum = sum(w for _, w in nums)
+            totals.append(sum(v * w for v, w in nums) / wsum if wsum else None)
+        else:
+            totals.append(None)
+    outcomes = sorted({r["outcome"] for r in rows if r["outcome"]})
+    return {"columns": columns, "rows": rows, "totals": totals, "outcomes": outcomes}
+
+
+def _layers(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    layers = [dict(lay) for lay in results.get("layers") or [] if isinstance(lay, dict)]
+
+    def key(lay: dict[str, Any]) -> tuple[float, float, float, float]:
+        return tuple(_num(lay.get(m)) if _num(lay.get(m)) is not None else 2.0  # type: ignore[return-value]
+                     for m in ("nc", "kmnc", "nbc", "snac"))
+
+    layers.sort(key=key)
+    return layers
+
+
+def _top_inputs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    tests = results.get("tests") or []
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for item in results.get("top_inputs") or []:
+        if not isinstance(item, dict):
+            continue
+        ti = item.get("test")
+        test = tests[ti] if isinstance(ti, int) and 0 <= ti < len(tests) and isinstance(tests[ti], dict) else {}
+        groups.setdefault(str(item.get("by", "lsa")), []).append({
+            "rank": item.get("rank"), "input": item.get("input"), "pred": item.get("pred"),
+            "lsa": _num(item.get("lsa")), "dsa": _num(item.get("dsa")),
+            "nodeid": test.get("nodeid", "?"), "group": test.get("group", "?"),
+            "src": _thumbnail(item.get("image")),
+        })
+    out = []
+    for by in ("lsa", "dsa", *sorted(set(groups) - {"lsa", "dsa"})):
+        if by in groups:
+            items = sorted(groups[by], key=lambda it: (it["rank"] is None, it["rank"] or 0))
+            out.append({"by": by, "label": by.upper(), "entries": items})
+    return out
+
+
+def build_context(results: Mapping[str, Any], *, comparison: Comparison | None = None) -> dict[str, Any]:
+    """The plain data the template lays out (exposed for tests and other renderers)."""
+    dsc = metric_entry(results, "dsc")
+    show_dsa = dsc is not None and dsc.get("applicable") is not False
+    groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
+    group_metrics = [m for m in METRICS
+                     if any(_num((g.get("cumulative") or {}).get(m)) is not None for g in groups)]
+    group_rows = []
+    prev: dict[str, Any] = {}
+    for g in groups:
+        cum = g.get("cumulative") or {}
+        alone = g.get("metrics") or {}
+        cells = []
+        for m in group_metrics:
+            v, p = _num(cum.get(m)), _num(prev.get(m))
+            cells.append({"value": v, "alone": _num(alone.get(m)),
+                          "gain": None if v is None or p is None else v - p})
+        group_rows.append({"name": g.get("name"), "tests": g.get("tests"),
+                           "inputs": g.get("inputs"), "cells": cells})
+        prev = cum
+    outcome = results.get("outcome") or {}
+    failures = [f for f in outcome.get("failures") or [] if isinstance(f, dict)]
+    passed = outcome.get("passed")
+    if passed is None:
+        passed = not failures
+    return {
+        "r": results,
+        "model": results.get("model") or {},
+        "config": results.get("config") or {},
+        "thresholds": results.get("thresholds") or {},
+        "passed": bool(passed),
+        "failures": failures,
+        "warnings": [str(w) for w in outcome.get("warnings") or []],
+        "hints": adequacy_hints(results),
+        "cards": _cards(results, comparison),
+        "surprise": _surprise(results),
+        "group_metrics": [{"key": m, "label": METRIC_LABELS[m]} for m in group_metrics],
+        "group_rows": group_rows,
+        "chart": _line_chart(groups, group_metrics),
+        "tests": _tests(results, show_dsa),
+        "layers": _layers(results),
+        "top": _top_inputs(results),
+        "comparison": comparison,
+        "metric_labels": METRIC_LABELS,
+    }
+
+
+def _script() -> tuple[Markup, str]:
+    """The page's script and its CSP source (``'sha256-…'``)."""
+    js = _env().get_template("report.js").render()
+    digest = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode("ascii")
+    return Markup(js), f"'sha256-{digest}'"
+
+
+def render_html(results: Mapping[str, Any], *, comparison: Comparison | None = None) -> str:
+    """The report of ``results`` (a validated results document) as one HTML string.
+
+    The output depends on ``results`` (and ``comparison``) only: no clock, no paths, so
+    the same file renders byte for byte the same page.
+    """
+    script, script_src = _script()
+    css = Markup(_env().get_template("report.css").render())
+    ctx = build_context(results, comparison=comparison)
+    return _env().get_template("report.html.j2").render(
+        **ctx, script=script, script_src=script_src, css=css)
+
+
+def write_html(results: Mapping[str, Any], directory: str | Path, *,
+               comparison: Comparison | None = None) -> Path:
+    """Render the report into ``directory/index.html`` (atomically); return its path."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} is a file; the HTML report needs a directory "
+                         "(it writes index.html in it)")
+    return write_text_atomic(directory / "index.html", render_html(results, comparison=comparison))

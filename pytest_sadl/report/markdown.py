@@ -1,0 +1,185 @@
+"""Markdown for a CI job summary (GitHub's ``$GITHUB_STEP_SUMMARY``, GitLab, ...).
+
+GitHub renders HTML inside Markdown, so every value from the results (test ids, group
+and layer names, messages) goes through :func:`escape_md`: ``<script>`` stays text and a
+``|`` in a test id does not split a table cell.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from ._load import (
+    METRIC_LABELS,
+    METRICS,
+    adequacy_hints,
+    metric_entry,
+    write_text_atomic,
+)
+from .compare import Comparison
+
+__all__ = ["render_markdown", "write_markdown", "escape_md"]
+
+# Only what is special inside a line: values never start a line (each follows "- " or
+# "| "), so "#", "-", "+" and "1." need no escape, and "(" only matters after "]".
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def escape_md(text: Any) -> str:
+    """``text`` safe as plain Markdown text (and GitHub's HTML-in-Markdown), on one line.
+
+    HTML is entity-escaped and Markdown punctuation backslash-escaped, so the result must
+    not go inside a code span (where backslashes are literal).
+    """
+    s = str(text)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    return " ".join(s.split())
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.2f}%"
+
+
+def _delta(d: float | None, status: str | None) -> str:
+    if d is None:
+        return status or "–"
+    if d > 0:
+        return f"▲ +{d:.2f}"
+    if d < 0:
+        return f"▼ {d:.2f}"
+    return "± 0.00"
+
+
+def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None = None,
+                    max_tests: int = 10) -> str:
+    """A compact Markdown summary of ``results``: verdict, metrics, groups, hints.
+
+    With ``comparison``, the metrics table gains the baseline and the change in points.
+    ``max_tests`` caps the table of the tests that added the most coverage.
+    """
+    model = results.get("model") or {}
+    outcome = results.get("outcome") or {}
+    thresholds = results.get("thresholds") or {}
+    failures = [f for f in outcome.get("failures") or [] if isinstance(f, dict)]
+    passed = outcome.get("passed")
+    passed = (not failures) if passed is None else bool(passed)
+    failed_metrics = {f.get("metric") for f in failures}
+    lines: list[str] = []
+    verdict = "✅ passed" if passed else f"❌ failed ({len(failures)} threshold{'s' if len(failures) != 1 else ''} missed)"
+    lines.append(f"## pytest-sadl: test adequacy of {escape_md(model.get('name') or 'the model')}: {verdict}")
+    lines.append("")
+    fp = model.get("fingerprint")
+    bits = []
+    if results.get("created"):
+        bits.append(f"run of {escape_md(results['created'])}")
+    if fp:
+        bits.append(f"model fingerprint {escape_md(str(fp)[:12])}")
+    if model.get("n_train") is not None:
+        bits.append(f"{model['n_train']} training inputs")
+    if bits:
+        lines.append(" · ".join(bits))
+        lines.append("")
+
+    head = ["Metric", "Value", "Threshold", "Status"]
+    if comparison is not None:
+        head += ["Baseline", "Change (pts)"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join([":--"] + ["--:"] * (len(head) - 1)) + "|")
+    for m in METRICS:
+        entry = metric_entry(results, m)
+        if entry is None:
+            continue
+        applicable = entry.get("applicable") is not False and entry.get("value") is not None
+        value = entry.get("value") if applicable else None
+        thr = thresholds.get(m)
+        if not applicable:
+            status = "n/a"
+        elif thr is None:
+            status = "–"
+        elif m in failed_metrics or round(value * 100, 2) < thr:
+            status = "❌ fail"
+        else:
+            status = "✅ pass"
+        row = [METRIC_LABELS[m], _pct(value), "–" if thr is None else f"{thr:.2f}%", status]
+        if comparison is not None:
+            md = comparison.get(m)
+            row += ["n/a" if md is None or md.baseline is None else f"{md.baseline:.2f}%",
+                    _delta(md.delta if md else None, md.status if md else None)]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+
+    for f in failures:
+        lines.append(f"- ❌ {escape_md(f.get('message') or f.get('metric'))}")
+    for w in outcome.get("warnings") or []:
+        lines.append(f"- ⚠️ {escape_md(w)}")
+    if comparison is not None:
+        for w in comparison.warnings:
+            lines.append(f"- ⚠️ baseline: {escape_md(w)}")
+    if failures or outcome.get("warnings") or (comparison is not None and comparison.warnings):
+        lines.append("")
+
+    groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
+    gm = [m for m in METRICS if any(isinstance((g.get("cumulative") or {}).get(m), (int, float))
+                                    for g in groups)]
+    if groups and gm:
+        lines.append("### Cumulative coverage by group (Table VI)")
+        lines.append("")
+        lines.append("| Group | Tests | Inputs | " + " | ".join(METRIC_LABELS[m] for m in gm) + " |")
+        lines.append("|:--|--:|--:|" + "--:|" * len(gm))
+        for i, g in enumerate(groups):
+            cum = g.get("cumulative") or {}
+            name = ("+ " if i else "") + escape_md(g.get('name'))
+            cells = [_pct(cum.get(m)) if isinstance(cum.get(m), (int, float)) else "n/a" for m in gm]
+            lines.append(f"| {name} | {g.get('tests', '–')} | {g.get('inputs', '–')} | "
+                         + " | ".join(cells) + " |")
+        lines.append("")
+
+    hints = [h for h in adequacy_hints(results) if not h.startswith("Threshold missed")]
+    if hints:
+        lines.append("### What would improve the tests")
+        lines.append("")
+        lines.extend(f"- {escape_md(h)}" for h in hints)
+        lines.append("")
+
+    tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
+
+    def added(t: dict[str, Any]) -> tuple[int, int]:
+        new = t.get("new") if isinstance(t.get("new"), dict) else {}
+        return (sum(v for k, v in new.items() if k in ("lsc", "dsc") and isinstance(v, int)),
+                sum(v for k, v in new.items() if k == "nc" and isinstance(v, int)))
+
+    ranked = sorted(tests, key=lambda t: added(t), reverse=True)[:max_tests]
+    if ranked:
+        lines.append("<details><summary>Tests that added the most coverage</summary>")
+        lines.append("")
+        lines.append("| Test | Group | Inputs | new LSC+DSC buckets | new NC neurons |")
+        lines.append("|:--|:--|--:|--:|--:|")
+        for t in ranked:
+            a, b = added(t)
+            lines.append(f"| {escape_md(t.get('nodeid'))} | {escape_md(t.get('group'))} | "
+                         f"{t.get('inputs', '–')} | {a} | {b} |")
+        lines.append("")
+        lines.append("</details>")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_markdown(results: Mapping[str, Any], path: str | os.PathLike[str], *,
+                   comparison: Comparison | None = None) -> Path:
+    """Write :func:`render_markdown` to ``path`` atomically; return the path.
+
+    ``path`` may be ``$GITHUB_STEP_SUMMARY``'s file: then the summary is *appended*, as
+    GitHub expects of every step writing to it.
+    """
+    text = render_markdown(results, comparison=comparison)
+    p = Path(path)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and p.resolve() == Path(summary).resolve():
+        with p.open("a", encoding="utf-8") as fh:
+            fh.write(text)
+        return p
+    return write_text_atomic(p, text)
