@@ -208,7 +208,7 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 _LW, _LH = 560.0, 210.0
-_LL, _LR, _LT, _LB = 40.0, 16.0, 12.0, 46.0
+_LL, _LR, _LT, _LB = 40.0, 16.0, 12.0, 26.0
 
 
 def _line_chart(groups: list[dict[str, Any]], metrics: list[str]) -> dict[str, Any] | None:

@@ -156,7 +156,10 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
     if ranked:
         lines.append("<details><summary>Tests that added the most coverage</summary>")
         lines.append("")
-        lines.append("| Test | Group | Inputs | new LSC+DSC buckets | new NC neurons |")
+        dsc = metric_entry(results, "dsc")
+        buckets = ("new LSC+DSC buckets" if dsc is not None and dsc.get("applicable") is not False
+                   else "new LSC buckets")
+        lines.append(f"| Test | Group | Inputs | {buckets} | new NC neurons |")
         lines.append("|:--|:--|--:|--:|--:|")
         for t in ranked:
             a, b = added(t)

@@ -1,0 +1,155 @@
+"""The Markdown job summary and the badge JSON.
+
+Regenerate the golden summaries with ``SADL_REGEN_GOLDEN=1`` (see test_report_html.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sadl.report._load import load_results
+from pytest_sadl.report.badge import render_badge, render_badges, write_badge
+from pytest_sadl.report.compare import compare
+from pytest_sadl.report.markdown import escape_md, render_markdown, write_markdown
+
+try:
+    from tests.test_report_html import check_golden
+except ImportError:  # pragma: no cover - tests/ itself on sys.path (rootdir not)
+    from test_report_html import check_golden  # type: ignore[no-redef]
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def classifier() -> dict[str, Any]:
+    return load_results(DATA / "results-classifier.json")
+
+
+@pytest.fixture(scope="module")
+def baseline() -> dict[str, Any]:
+    return load_results(DATA / "results-baseline.json")
+
+
+@pytest.fixture(scope="module")
+def regression() -> dict[str, Any]:
+    return load_results(DATA / "results-regression.json")
+
+
+def _table(md: str, header_start: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header line starts with ``header_start``,
+    split on unescaped pipes as GitHub does."""
+    import re
+
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+        rows.append([c.strip() for c in cells])
+    return [rows[0]] + rows[2:]
+
+
+def test_golden_summary_with_baseline(classifier, baseline):
+    check_golden("summary-classifier.md", render_markdown(classifier, comparison=compare(classifier, baseline)))
+
+
+def test_golden_summary_regression(regression):
+    check_golden("summary-regression.md", render_markdown(regression))
+
+
+def test_metrics_table(classifier, baseline):
+    md = render_markdown(classifier, comparison=compare(classifier, baseline))
+    assert md.startswith("## pytest-sadl: test adequacy of digits\\_cnn: ❌ failed (1 threshold missed)")
+    rows = _table(md, "| Metric")
+    assert rows[0] == ["Metric", "Value", "Threshold", "Status", "Baseline", "Change (pts)"]
+    by = {r[0]: r for r in rows[1:]}
+    assert by["LSC"] == ["LSC", "26.00%", "30.00%", "❌ fail", "26.10%", "▼ -0.10"]
+    assert by["NC"] == ["NC", "72.19%", "40.00%", "✅ pass", "67.19%", "▲ +5.00"]
+    assert by["DSC"][2:4] == ["–", "–"]
+
+
+def test_regression_summary_says_not_applicable(regression):
+    md = render_markdown(regression)
+    by = {r[0]: r for r in _table(md, "| Metric")[1:]}
+    assert by["DSC"] == ["DSC", "n/a", "–", "n/a"]
+    groups = _table(md, "| Group")
+    assert "DSC" not in groups[0]
+    assert "✅ passed" in md.splitlines()[0]
+
+
+def test_escaping_of_html_and_pipes(classifier):
+    doc = copy.deepcopy(classifier)
+    doc["tests"][0]["nodeid"] = "tests/t.py::test_a[x|y]"
+    doc["tests"][0]["new"]["lsc"] = 10_000  # first in the "most coverage" table
+    md = render_markdown(doc)
+    assert "<script" not in md
+    assert "&lt;script&gt;alert('group')&lt;/script&gt;" in md
+    rows = _table(md, "| Test")
+    assert all(len(r) == 5 for r in rows), "a | in a test id split a cell"
+    assert rows[1][0] == "tests/t.py::test\\_a\\[x\\|y\\]"
+
+
+def test_escape_md():
+    assert escape_md("a_b*c`d|e") == "a\\_b\\*c\\`d\\|e"
+    assert escape_md("<b>&amp;</b>") == "&lt;b&gt;&amp;amp;&lt;/b&gt;"
+    assert escape_md("two\nlines") == "two lines"
+
+
+def test_summary_tolerates_a_minimal_document():
+    md = render_markdown({"schema": "pytest-sadl/results", "version": 1,
+                          "metrics": {"nc": {"value": 0.5, "applicable": True}}})
+    assert "| NC | 50.00% | – | – |" in md and "✅ passed" in md
+
+
+def test_write_markdown_atomic_and_github_step_summary_appends(tmp_path, monkeypatch, classifier):
+    out = write_markdown(classifier, tmp_path / "summary.md")
+    assert out.read_text(encoding="utf-8") == render_markdown(classifier)
+    summary = tmp_path / "step_summary.md"
+    summary.write_text("earlier step\n", encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    write_markdown(classifier, summary)
+    assert summary.read_text(encoding="utf-8") == "earlier step\n" + render_markdown(classifier)
+
+
+# ------------------------------------------------------------------ badge
+
+
+def test_badge_is_a_shields_endpoint(classifier):
+    lsc = render_badge(classifier, "lsc")
+    assert lsc == {"schemaVersion": 1, "label": "LSC", "message": "26.0%", "color": "red"}
+    assert render_badge(classifier, "NC")["color"] == "brightgreen"          # threshold 40 met
+    assert render_badge(classifier, "kmnc") == {"schemaVersion": 1, "label": "KMNC",
+                                                 "message": "92.2%", "color": "brightgreen"}
+    assert render_badge(classifier, "nbc")["color"] == "red"                  # 7.5%, no threshold
+    assert render_badge(classifier, "dsc")["color"] == "orange"               # 25.1%
+
+
+def test_badge_threshold_boundary_uses_the_rounded_percent(classifier):
+    doc = copy.deepcopy(classifier)
+    doc["metrics"]["lsc"]["value"] = 0.3
+    assert render_badge(doc, "lsc")["color"] == "brightgreen"
+    doc["metrics"]["lsc"]["value"] = 0.2999
+    assert render_badge(doc, "lsc")["color"] == "red"
+
+
+def test_badge_not_applicable_and_unknown(regression):
+    assert render_badge(regression, "dsc") == {"schemaVersion": 1, "label": "DSC",
+                                               "message": "n/a", "color": "lightgrey"}
+    with pytest.raises(ValueError, match="unknown metric 'lsx'.*lsc, dsc, nc"):
+        render_badge(regression, "lsx")
+
+
+def test_badge_file_all_metrics_or_one(tmp_path, classifier):
+    all_ = json.loads(write_badge(classifier, tmp_path / "badge.json").read_text())
+    assert list(all_) == ["lsc", "dsc", "nc", "kmnc", "nbc", "snac"]
+    assert all_ == render_badges(classifier)
+    one = json.loads(write_badge(classifier, tmp_path / "lsc.json", metric="lsc").read_text())
+    assert one == render_badge(classifier, "lsc")
+    assert len((tmp_path / "badge.json").read_bytes()) < 1024
