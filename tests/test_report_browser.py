@@ -1,0 +1,212 @@
+"""The HTML report in a real browser: Debian's chromium, headless, driven by Playwright.
+
+Never downloads a browser: it uses /usr/bin/chromium (``.ci/run`` installs it) and skips
+with the reason when it is absent. Screenshots go to ``$SADL_TEST_ARTIFACTS`` when set
+(CI uploads that directory), else to the test's tmp_path; the path is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_sadl.report._load import load_results
+from pytest_sadl.report.compare import compare
+from pytest_sadl.report.html import write_html
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+DATA = Path(__file__).parent / "data"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(),
+                       reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"),
+]
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install playwright)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    run = load_results(DATA / "results-classifier.json")
+    base = load_results(DATA / "results-baseline.json")
+    return write_html(run, tmp_path_factory.mktemp("report"), comparison=compare(run, base))
+
+
+class Page:
+    """A page of the report with everything it logged and requested."""
+
+    def __init__(self, page: Any, url: str) -> None:
+        self.page = page
+        self.url = url
+        self.console: list[str] = []
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.dialogs: list[str] = []
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+
+        def dialog(d: Any) -> None:
+            self.dialogs.append(d.message)
+            d.dismiss()
+
+        page.on("dialog", dialog)
+
+    def goto(self) -> None:
+        self.page.goto(self.url)
+        self.page.wait_for_load_state("load")
+
+
+def _open(browser: Any, report: Path, **context: Any) -> Page:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, **context)
+    page = Page(ctx.new_page(), report.as_uri())
+    page.goto()
+    return page
+
+
+def _artifact_dir(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("SADL_TEST_ARTIFACTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _column(page: Any, key: str) -> list[str]:
+    return page.eval_on_selector_all(
+        "#tests-table tbody tr:not([hidden])",
+        """(rows, key) => {
+            const heads = [...document.querySelectorAll('#tests-table thead th')];
+            const i = heads.findIndex(h => h.dataset.key === key);
+            return rows.map(r => r.cells[i].getAttribute('data-v') ?? r.cells[i].textContent.trim());
+        }""",
+        key,
+    )
+
+
+def _totals(page: Any) -> dict[str, str]:
+    return page.evaluate("""() => {
+        const heads = [...document.querySelectorAll('#tests-table thead th')];
+        const cells = [...document.querySelector('#tests-table tfoot tr').cells];
+        return Object.fromEntries(heads.map((h, i) => [h.dataset.key, cells[i].textContent.trim()]));
+    }""")
+
+
+def test_loads_offline_without_errors_or_requests(browser, report, tmp_path):
+    p = _open(browser, report)
+    p.page.wait_for_timeout(200)
+    assert p.errors == []
+    assert [m for m in p.console if m.startswith(("error", "warning"))] == []
+    assert all(u == p.url or u.startswith("data:") for u in p.requests), p.requests
+    assert p.dialogs == [], "a <script> from a test id or group name ran"
+    # the script ran (CSP hash accepted): controls shown, toggle visible
+    assert p.page.is_visible("#tests-controls") and p.page.is_visible("#theme-toggle")
+    assert p.page.text_content("#tests-count") == "15 of 15 tests"
+    # the hostile names are on the page as text
+    assert "<script>alert('group')</script>" in p.page.inner_text("#groups-table")
+    # thumbnails decoded as images
+    sizes = p.page.eval_on_selector_all("#inputs img", "imgs => imgs.map(i => i.naturalWidth)")
+    assert sizes and set(sizes) == {8}
+    shot = _artifact_dir(tmp_path) / "report-light.png"
+    p.page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+
+
+def test_click_a_header_to_sort(browser, report):
+    p = _open(browser, report)
+    original = _column(p.page, "nodeid")
+    p.page.click("#tests-table th[data-key='lsa_max'] button")
+    values = [float(v) for v in _column(p.page, "lsa_max") if v != ""]
+    assert values == sorted(values, reverse=True), "numbers sort largest first on the first click"
+    assert p.page.get_attribute("#tests-table th[data-key='lsa_max']", "aria-sort") == "descending"
+    # the skipped test (no inputs, no LSA) stays last
+    assert _column(p.page, "lsa_max")[-1] == ""
+    p.page.click("#tests-table th[data-key='lsa_max'] button")
+    values = [float(v) for v in _column(p.page, "lsa_max") if v != ""]
+    assert values == sorted(values)
+    assert _column(p.page, "lsa_max")[-1] == ""
+    p.page.click("#tests-table th[data-key='nodeid'] button")
+    names = _column(p.page, "nodeid")
+    assert names == sorted(original, key=str.lower)
+    # the layer table sorts too
+    p.page.click("#layers-table th:nth-child(2) button")
+    neurons = p.page.eval_on_selector_all("#layers-table tbody tr", "rs => rs.map(r => +r.cells[1].dataset.v)")
+    assert neurons == sorted(neurons, reverse=True)
+
+
+def test_type_in_the_filter_and_the_totals_follow(browser, report):
+    run = load_results(DATA / "results-classifier.json")
+    p = _open(browser, report)
+    assert _totals(p.page)["inputs"] == f"{sum(t['inputs'] for t in run['tests']):,}"
+    p.page.fill("#tests-filter", "fgsm")
+    mine = [t for t in run["tests"] if "fgsm" in (t["nodeid"] + t["group"]).lower()]
+    assert len(_column(p.page, "nodeid")) == len(mine) == 4
+    totals = _totals(p.page)
+    assert totals["nodeid"] == "Total (4 tests)"
+    assert totals["inputs"] == str(sum(t["inputs"] for t in mine))
+    assert totals["lsa_max"] == f"{max(t['lsa_max'] for t in mine):.2f}"
+    wmean = sum(t["lsa_mean"] * t["inputs"] for t in mine) / sum(t["inputs"] for t in mine)
+    assert totals["lsa_mean"] == f"{wmean:.2f}"
+    assert totals["new.kmnc"] == f"{sum(t['new']['kmnc'] for t in mine):,}"
+    assert p.page.text_content("#tests-count") == "4 of 15 tests"
+    # two terms must both match; then the outcome select narrows further
+    p.page.fill("#tests-filter", "adversarial eps=0.1")
+    assert len(_column(p.page, "nodeid")) == 2
+    p.page.fill("#tests-filter", "")
+    p.page.select_option("#tests-outcome", "failed")
+    assert _column(p.page, "nodeid") == [t["nodeid"] for t in run["tests"] if t["outcome"] == "failed"]
+    p.page.select_option("#tests-outcome", "")
+    p.page.fill("#tests-filter", "no such test")
+    assert _column(p.page, "nodeid") == []
+    totals = _totals(p.page)
+    assert totals["inputs"] == "0" and totals["lsa_max"] == "–" and totals["nodeid"] == "Total (0 tests)"
+
+
+def test_theme_follows_the_system_toggles_and_is_remembered(browser, report, tmp_path):
+    p = _open(browser, report, color_scheme="dark")
+    bg = lambda: p.page.evaluate("getComputedStyle(document.body).backgroundColor")  # noqa: E731
+    dark_bg = bg()
+    r, g, b = (int(x) for x in re.findall(r"\d+", dark_bg)[:3])
+    assert r + g + b < 120, f"dark system theme should give a dark page, got {dark_bg}"
+    shot = _artifact_dir(tmp_path) / "report-dark.png"
+    p.page.screenshot(path=str(shot), full_page=False)
+    print(f"screenshot: {shot}")
+    p.page.click("#theme-toggle")
+    assert p.page.get_attribute("html", "data-theme") == "light"
+    light_bg = bg()
+    r, g, b = (int(x) for x in re.findall(r"\d+", light_bg)[:3])
+    assert r + g + b > 600, light_bg
+    p.page.reload()
+    assert p.page.get_attribute("html", "data-theme") == "light", "the choice is remembered"
+    p.page.click("#theme-toggle")
+    assert p.page.get_attribute("html", "data-theme") == "dark" and bg() == dark_bg
+    assert p.errors == []
+
+
+def test_readable_at_laptop_width_and_printable(browser, report, tmp_path):
+    p = _open(browser, report)
+    width = p.page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1280, "the page scrolls sideways at a laptop's width"
+    p.page.emulate_media(media="print")
+    assert p.page.evaluate("getComputedStyle(document.querySelector('nav.toc')).display") == "none"
+    assert p.page.evaluate("getComputedStyle(document.getElementById('theme-toggle')).display") == "none"
+    pdf = _artifact_dir(tmp_path) / "report.pdf"
+    p.page.pdf(path=str(pdf))
+    print(f"pdf: {pdf}")
+    assert pdf.stat().st_size > 10_000
