@@ -32,10 +32,9 @@ _LOG_2PI = math.log(2.0 * math.pi)
 # Below this, a row of kernel values may have lost precision to underflow; such rows are
 # recomputed with the log-sum-exp shift.
 _TINY = 1e-250
-
-
-def _rows_per_chunk(n_cols: int, chunk_bytes: int) -> int:
-    return max(1, int(chunk_bytes // (8 * max(n_cols, 1))))
+# A covariance whose squared Cholesky pivots span more than ten orders of magnitude is
+# treated as singular (the softmax case: one direction has variance ~1e-17).
+_RCOND = 1e-10
 
 
 def _classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -129,76 +128,79 @@ class LSA:
                 f"LSA: no class has more than {kept.size} training traces, the minimum for a KDE over "
                 f"{kept.size} neurons; use more training data or a layer with fewer neurons"
             )
-        kept = self._drop_collinear(x, [members[i] for i in usable], [int(classes[i]) for i in usable], kept)
+        labels = [int(classes[i]) for i in usable]
+        groups = [x[members[i]] for i in usable]
+        while True:  # fit every class; on a singular covariance drop the dependent neurons, refit
+            kdes: dict[int, _Kde] = {}
+            failed: list[tuple[int, np.ndarray]] = []
+            for label, xc in zip(labels, groups):
+                kde = self._fit(xc[:, kept])
+                if kde is None:
+                    failed.append((label, xc[:, kept]))
+                else:
+                    kdes[label] = kde
+            drop: set[int] = set()
+            if failed:
+                # A dependency the failing classes share (softmax rows summing to one) shows in
+                # their pooled, class-centred traces: drop one neuron for all, not one per class.
+                pooled = np.vstack([xc - xc.mean(axis=0) for _, xc in failed])
+                rank, dependent = self._dependent(pooled, strict=False)
+                if not dependent:
+                    rank, dependent = self._dependent(failed[0][1])
+                drop = {int(kept[j]) for j in dependent}
+                warn(
+                    f"LSA: the training traces of class(es) {[label for label, _ in failed]} lie in a "
+                    f"{rank}-dimensional subspace of {kept.size} neurons (e.g. softmax outputs that sum to "
+                    f"one); dropping the linearly dependent neuron(s) {sorted(drop)} from every class"
+                )
+            if not drop:
+                break
+            kept = kept[~np.isin(kept, sorted(drop))]
+            if kept.size == 0:
+                raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
         self.kept: np.ndarray = kept
-        self._kdes: dict[int, _Kde] = {}
-        for i in usable:
-            kde = self._fit(x[members[i]][:, kept])
-            if kde is None:  # pragma: no cover - guarded by _drop_collinear
-                warn(f"LSA: the covariance of class {int(classes[i])} is singular; its inputs score NaN")
-                continue
-            self._kdes[int(classes[i])] = kde
+        self._kdes = kdes
 
     # -- set-up ---------------------------------------------------------------
 
     @staticmethod
-    def _cov(xc: np.ndarray) -> tuple[np.ndarray, float]:
-        """Scott-scaled covariance of one class, exactly as ``scipy.stats.gaussian_kde``."""
+    def _fit(xc: np.ndarray) -> _Kde | None:
+        """The class's KDE, bandwidth and normalisation exactly as ``scipy.stats.gaussian_kde``
+        (Scott's factor ``n ** (-1 / (d + 4))`` times the unbiased covariance); ``None`` when
+        the covariance is singular (or its squared Cholesky pivots span more than ``1/_RCOND``)."""
         n, d = xc.shape
-        factor = n ** (-1.0 / (d + 4))
-        cov = np.atleast_2d(np.cov(xc, rowvar=False, bias=False))
-        return cov * factor**2, factor
-
-    def _fit(self, xc: np.ndarray) -> _Kde | None:
-        cov, _ = self._cov(xc)
+        mean = xc.mean(axis=0)
+        centred = xc - mean
+        cov = (centred.T @ centred) / (n - 1) * (n ** (-1.0 / (d + 4))) ** 2
         try:
             chol = linalg.cholesky(cov, lower=True)
         except linalg.LinAlgError:
             return None
-        d = xc.shape[1]
+        pivots = np.diag(chol)
+        if (pivots.min() / pivots.max()) ** 2 < _RCOND:  # numerically singular: SciPy would
+            return None  # return densities dominated by rounding error along that direction
         whiten = linalg.solve_triangular(chol, np.eye(d), lower=True).T
-        mean = xc.mean(axis=0)
-        z = (xc - mean) @ whiten
-        aug = np.empty((len(z), d + 2))
+        z = centred @ whiten
+        aug = np.empty((n, d + 2))
         aug[:, :d] = z
-        aug[:, d] = -0.5 * np.einsum("ij,ij->i", z, z)
+        aug[:, d] = -0.5 * _sq_norms(z)
         aug[:, d + 1] = 1.0
         log_det = 2.0 * np.log(np.diag(chol)).sum() + d * _LOG_2PI
-        return _Kde(mean, whiten, aug, -math.log(len(xc)) - 0.5 * log_det, len(xc))
+        return _Kde(mean, whiten, aug, -math.log(n) - 0.5 * log_det, n)
 
-    def _drop_collinear(
-        self, x: np.ndarray, members: list[np.ndarray], labels: list[int], kept: np.ndarray
-    ) -> np.ndarray:
-        """Drop neurons that make some class's covariance singular (Cholesky fails)."""
-        drop: set[int] = set()
-        for m, label in zip(members, labels):
-            xc = x[m][:, kept]
-            cov, _ = self._cov(xc)
-            try:
-                linalg.cholesky(cov, lower=True)
-                continue
-            except linalg.LinAlgError:
-                pass
-            centred = xc - xc.mean(axis=0)
-            scale = centred.std(axis=0)
-            scale[scale == 0] = 1.0
-            _, r, piv = linalg.qr(centred / scale, mode="economic", pivoting=True)
-            diag = np.abs(np.diag(r))
-            rank = int(np.sum(diag > diag[0] * max(xc.shape) * np.finfo(float).eps * 10)) if diag.size else 0
-            dependent = [int(kept[j]) for j in piv[rank:]]
-            drop.update(dependent)
-            warn(
-                f"LSA: the training traces of class {label} lie in a {rank}-dimensional subspace of "
-                f"{kept.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
-                f"dependent neuron(s) {sorted(dependent)} from every class"
-            )
-        if not drop:
-            return kept
-        kept = np.array([k for k in kept if int(k) not in drop], dtype=np.int64)
-        if kept.size == 0:
-            raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
-        # Dropping can only shrink the problem; check again (a class may still be degenerate).
-        return self._drop_collinear(x, members, labels, kept)
+    @staticmethod
+    def _dependent(xc: np.ndarray, strict: bool = True) -> tuple[int, list[int]]:
+        """Numerical rank of traces and the columns a pivoted QR finds dependent
+        (``strict``: Cholesky failed on them, so at least one column goes)."""
+        centred = xc - xc.mean(axis=0)
+        scale = centred.std(axis=0)
+        scale[scale == 0] = 1.0
+        _, r, piv = linalg.qr(centred / scale, mode="economic", pivoting=True)
+        diag = np.abs(np.diag(r))
+        rank = int(np.sum(diag > diag[0] * max(xc.shape) * np.finfo(float).eps * 10))
+        if strict:
+            rank = min(rank, xc.shape[1] - 1)
+        return rank, [int(j) for j in piv[rank:]]
 
     # -- scoring --------------------------------------------------------------
 
@@ -241,21 +243,23 @@ class LSA:
         q[:, d] = 1.0
         q[:, d + 1] = -0.5 * np.einsum("ij,ij->i", z, z)
         out = np.empty(len(z))
-        rows = _rows_per_chunk(kde.n, self.chunk_bytes)
-        buf = np.empty((min(rows, len(z)), kde.n))
-        for s in range(0, len(z), rows):
-            e = min(s + rows, len(z))
-            block = buf[: e - s]
-            np.matmul(q[s:e], kde.train_aug.T, out=block)  # = -|z - z_i|^2 / 2
-            np.exp(block, out=block)
-            sums = block.sum(axis=1)
+        rows, cols = _blocks(len(z), kde.n, self.chunk_bytes)
+        buf = np.empty((rows, cols))
+        for r0 in range(0, len(z), rows):
+            r1 = min(r0 + rows, len(z))
+            sums = np.zeros(r1 - r0)
+            for c0 in range(0, kde.n, cols):
+                c1 = min(c0 + cols, kde.n)
+                block = buf[: r1 - r0, : c1 - c0]
+                np.matmul(q[r0:r1], kde.train_aug[c0:c1].T, out=block)  # = -|z - z_i|^2 / 2
+                np.exp(block, out=block)
+                sums += block.sum(axis=1)
             with np.errstate(divide="ignore"):
-                out[s:e] = np.log(sums)
-            small = np.flatnonzero(sums < _TINY)
-            if small.size:  # far from every training trace: redo those rows with the max shift
-                exact = q[s + small] @ kde.train_aug.T
-                top = exact.max(axis=1, keepdims=True)
-                out[s + small] = np.log(np.exp(exact - top).sum(axis=1)) + top[:, 0]
+                out[r0:r1] = np.log(sums)
+            for r in np.flatnonzero(sums < _TINY) + r0:  # far from every training trace: shift by the max
+                exact = kde.train_aug @ q[r]
+                top = exact.max()
+                out[r] = math.log(np.exp(exact - top).sum()) + top
         return out + kde.log_norm
 
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -278,48 +282,77 @@ def _sq_norms(a: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", a, a)
 
 
-def _nearest(
-    q: np.ndarray,
-    x: np.ndarray,
-    x_sq: np.ndarray,
-    chunk_bytes: int,
-    exclude: tuple[int, int] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Index and Euclidean distance of each row of ``q``'s nearest row of ``x``.
+def _blocks(n_rows: int, n_cols: int, chunk_bytes: int) -> tuple[int, int]:
+    """Rows and columns of a distance block of at most ``chunk_bytes``: tall enough for
+    an efficient matrix product, small enough to stay in cache for the passes after it."""
+    rows = max(1, min(n_rows, 512))
+    cols = max(1, min(n_cols, chunk_bytes // (8 * rows)))
+    return rows, cols
 
-    Squared distances come from one matrix product per chunk (``|x|^2 - 2 q.x``, the row's
-    ``|q|^2`` being constant); candidates within rounding of the minimum are compared
-    exactly, so the neighbour is the one a per-input ``np.linalg.norm`` loop finds, and the
-    distance returned is computed exactly from the two vectors. ``exclude=(s, e)`` leaves
-    rows ``s:e`` of ``x`` out of the search.
+
+class _Neighbours:
+    """Exact nearest-neighbour search among the rows of ``x`` by blocked matrix products.
+
+    A block of ``|x_i|^2 - 2 q.x_i`` (the row's ``|q|^2`` being constant) comes out of one
+    product with the augmented rows ``[-2 x_i, |x_i|^2]``; the running minimum is kept
+    across column blocks. Rows where another candidate lies within rounding of the minimum
+    are settled by exact distances, so the neighbour is the one a per-input
+    ``np.linalg.norm`` loop finds (the first, on an exact tie), and every distance returned
+    is computed exactly from the two vectors.
     """
-    m = len(q)
-    idx = np.empty(m, dtype=np.int64)
-    if m == 0:
-        return idx, np.empty(0)
-    rows = _rows_per_chunk(len(x), chunk_bytes)
-    buf = np.empty((min(rows, m), len(x)))
-    q_sq = _sq_norms(q)
-    eps = 64 * np.finfo(np.float64).eps
-    for s in range(0, m, rows):
-        e = min(s + rows, m)
-        block = buf[: e - s]
-        np.matmul(q[s:e], x.T, out=block)
-        block *= -2.0
-        block += x_sq
-        if exclude is not None:
-            block[:, exclude[0] : exclude[1]] = np.inf
-        j = block.argmin(axis=1)
-        best = block[np.arange(e - s), j]
-        tol = eps * (q_sq[s:e] + x_sq[j]) + 1e-300
-        ties = np.count_nonzero(block <= (best + tol)[:, None], axis=1) > 1
-        for r in np.flatnonzero(ties):
-            cand = np.flatnonzero(block[r] <= best[r] + tol[r])
-            exact = np.linalg.norm(x[cand] - q[s + r], axis=1)
-            j[r] = cand[int(np.argmin(exact))]
-        idx[s:e] = j
-    dist = np.linalg.norm(q - x[idx], axis=1)
-    return idx, dist
+
+    def __init__(self, x: np.ndarray, chunk_bytes: int) -> None:
+        self.x = x
+        self.chunk_bytes = chunk_bytes
+        self.aug = np.empty((len(x), x.shape[1] + 1))
+        np.multiply(x, -2.0, out=self.aug[:, :-1])
+        self.aug[:, -1] = _sq_norms(x)
+        self.max_sq = float(self.aug[:, -1].max()) if len(x) else 0.0
+
+    def query(self, q: np.ndarray, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Index (into ``x``) and distance of each row's nearest row of ``x`` within ``spans``."""
+        m = len(q)
+        idx = np.zeros(m, dtype=np.int64)
+        if m == 0:
+            return idx, np.empty(0)
+        width = sum(e - s for s, e in spans)
+        q_aug = np.empty((m, q.shape[1] + 1))
+        q_aug[:, :-1] = q
+        q_aug[:, -1] = 1.0
+        tol_all = 64 * np.finfo(np.float64).eps * (_sq_norms(q) + self.max_sq) + 1e-300
+        rows, cols = _blocks(m, width, self.chunk_bytes)
+        buf = np.empty((rows, cols))
+        tie = np.zeros(m, dtype=bool)
+        for r0 in range(0, m, rows):
+            r1 = min(m, r0 + rows)
+            ar = np.arange(r1 - r0)
+            tol = tol_all[r0:r1]
+            best = np.full(r1 - r0, np.inf)
+            best_i = np.zeros(r1 - r0, dtype=np.int64)
+            near = np.zeros(r1 - r0, dtype=bool)
+            for s, e in spans:
+                for c0 in range(s, e, cols):
+                    c1 = min(e, c0 + cols)
+                    block = buf[: r1 - r0, : c1 - c0]
+                    np.matmul(q_aug[r0:r1], self.aug[c0:c1].T, out=block)
+                    j = block.argmin(axis=1)
+                    v = block[ar, j]
+                    several = np.count_nonzero(block <= (v + tol)[:, None], axis=1) > 1
+                    better = v < best - tol
+                    close = ~better & (v <= best + tol)
+                    near = np.where(better, several, near | close)
+                    take = v < best
+                    best = np.where(take, v, best)
+                    best_i = np.where(take, j + c0, best_i)
+            idx[r0:r1] = best_i
+            tie[r0:r1] = near
+        if tie.any():
+            allowed = np.concatenate([np.arange(s, e) for s, e in spans])
+            for r in np.flatnonzero(tie):
+                exact = np.linalg.norm(self.x[allowed] - q[r], axis=1)
+                idx[r] = allowed[int(np.argmin(exact))]
+        dist = np.linalg.norm(q - self.x[idx], axis=1)
+        return idx, dist
 
 
 class DSA:
@@ -355,7 +388,7 @@ class DSA:
         self.chunk_bytes = int(chunk_bytes)
         self._x = np.ascontiguousarray(x, dtype=np.float64)
         self._pred = pred
-        self._x_sq = _sq_norms(self._x)
+        self._nn = _Neighbours(self._x, self.chunk_bytes)
         classes, starts = np.unique(pred, return_index=True)
         if len(classes) < 2:
             raise ValueError(
@@ -378,7 +411,8 @@ class DSA:
         cls = self._pred[needed]
         for c in np.unique(cls):
             rows = needed[cls == c]
-            _, dist = _nearest(self._x[rows], self._x, self._x_sq, self.chunk_bytes, exclude=self._span[int(c)])
+            s, e = self._span[int(c)]
+            _, dist = self._nn.query(self._x[rows], [(0, s), (e, len(self._x))])
             self._other[rows] = dist
 
     def precompute(self) -> "DSA":
@@ -402,9 +436,7 @@ class DSA:
             if span is None:
                 missing.append(int(c))
                 continue
-            s, e = span
-            j, dist_a = _nearest(x[m], self._x[s:e], self._x_sq[s:e], self.chunk_bytes)
-            a = j + s
+            a, dist_a = self._nn.query(x[m], [span])
             self._fill_other(a)
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[m] = dist_a / self._other[a]

@@ -94,6 +94,20 @@ def test_lsa_singular_covariance_drops_dependent_neurons_with_warning():
     assert rel_err(got, ref) < 1e-6
 
 
+def test_lsa_shared_dependency_drops_one_neuron_for_all_classes():
+    rng = np.random.default_rng(8)
+    logits, tp = clustered(rng, 3000, 6, 5, scale=1.0)
+    probs = np.exp(logits / 3) / np.exp(logits / 3).sum(axis=1, keepdims=True)
+    with pytest.warns(SadlWarning, match="dropping the linearly dependent neuron"):
+        lsa = LSA(probs, tp, var_threshold=0.0)
+    assert lsa.kept.size == 5 and lsa.classes == [0, 1, 2, 3, 4]
+    tests, pred = probs[:50], tp[:50]
+    got = lsa(tests, pred)
+    for c in lsa.classes:
+        kde = scipy.stats.gaussian_kde(probs[tp == c][:, lsa.kept].T)
+        assert rel_err(got[pred == c], -kde.logpdf(tests[pred == c][:, lsa.kept].T)) < 1e-6
+
+
 def test_lsa_class_with_too_few_traces_scores_nan_with_warning():
     rng = np.random.default_rng(5)
     train, tp = clustered(rng, 200, 4, 2)
