@@ -168,6 +168,11 @@ def test_type_in_the_filter_and_the_totals_follow(browser, report):
     # two terms must both match; then the outcome select narrows further
     p.page.fill("#tests-filter", "adversarial eps=0.1")
     assert len(_column(p.page, "nodeid")) == 2
+    # the filter matches names, groups and outcomes, not the numbers in the row
+    p.page.fill("#tests-filter", "30")
+    assert _column(p.page, "nodeid") == ["tests/test_transforms.py::test_rotation[30]"]
+    p.page.fill("#tests-filter", "<script>")
+    assert len(_column(p.page, "nodeid")) == 2
     p.page.fill("#tests-filter", "")
     p.page.select_option("#tests-outcome", "failed")
     assert _column(p.page, "nodeid") == [t["nodeid"] for t in run["tests"] if t["outcome"] == "failed"]

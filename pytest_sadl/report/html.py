@@ -417,7 +417,7 @@ def _script() -> tuple[Markup, str]:
     """The page's script and its CSP source (``'sha256-…'``)."""
     js = _env().get_template("report.js").render()
     digest = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode("ascii")
-    return Markup(js), f"'sha256-{digest}'"
+    return Markup(js), Markup(f"'sha256-{digest}'")
 
 
 def render_html(results: Mapping[str, Any], *, comparison: Comparison | None = None) -> str:

@@ -96,6 +96,17 @@
     var weightCol = -1;
     heads.forEach(function (th, i) { if (th.getAttribute('data-key') === 'inputs') { weightCol = i; } });
     var body = table.tBodies[0];
+    var textCols = [];
+    heads.forEach(function (th, i) { if (th.getAttribute('data-kind') === 'text') { textCols.push(i); } });
+
+    // What the filter matches: the test id, its group and its outcome, not the numbers.
+    function searchText(tr) {
+      if (typeof tr.sadlSearch !== 'string') {
+        tr.sadlSearch = textCols.map(function (i) { return tr.cells[i] ? tr.cells[i].textContent : ''; })
+          .join('\n').toLowerCase();
+      }
+      return tr.sadlSearch;
+    }
 
     function apply() {
       var terms = (input && input.value ? input.value : '').toLowerCase().split(/\s+/).filter(Boolean);
@@ -103,7 +114,7 @@
       var onlyIdle = !!(idle && idle.checked);
       var shown = [];
       Array.prototype.forEach.call(body.rows, function (tr) {
-        var text = (tr.textContent || '').toLowerCase();
+        var text = searchText(tr);
         var ok = terms.every(function (t) { return text.indexOf(t) !== -1; });
         if (ok && want) { ok = tr.getAttribute('data-outcome') === want; }
         if (ok && onlyIdle) { ok = tr.classList.contains('idle'); }
