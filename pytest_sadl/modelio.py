@@ -1,0 +1,121 @@
+"""Loading the model under test, with Keras' safe mode left on and clear errors.
+
+Public API
+----------
+``load_model(source, *, base_dir=None, what="model") -> keras.Model``
+    ``source`` is a ``.keras`` file (str or :class:`pathlib.Path`; relative paths are
+    resolved against ``base_dir``), a ``"package.module:function"`` string naming a
+    callable that returns a model, or a ``keras.Model`` (returned as it is).
+    Keras is imported only when this is called.
+
+Errors are :class:`~pytest_sadl.data.SadlModelError` (a ``ValueError``) naming the file
+and the fix: a missing file, a directory (a TensorFlow SavedModel), a legacy ``.h5``
+file, a file that is not a ``.keras`` archive, a model whose custom classes are not
+registered, and a model that needs ``safe_mode=False`` (a ``Lambda`` layer holding
+Python bytecode) — which pytest-sadl never turns off: loading a model file must not be
+able to run code.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from pytest_sadl.data import SadlConfigError, SadlModelError, is_callable_spec, import_object
+
+__all__ = ["load_model", "SadlModelError"]
+
+
+def _is_keras_model(obj: Any) -> bool:
+    import sys
+
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(obj, keras.Model)
+
+
+def load_model(
+    source: Any, *, base_dir: str | os.PathLike[str] | None = None, what: str = "model"
+) -> Any:
+    """Return the Keras model ``source`` names (see the module docstring)."""
+    if _is_keras_model(source):
+        return source
+    if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
+        factory = import_object(source, what=what)
+        if not callable(factory):
+            raise SadlModelError(f"{what} {source!r} is not callable")
+        try:
+            model = factory()
+        except SadlConfigError:
+            raise
+        except Exception as exc:
+            raise SadlModelError(
+                f"{what}: calling {source!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not _is_keras_model(model):
+            raise SadlModelError(
+                f"{what}: {source!r} returned {type(model).__name__}, not a keras.Model"
+            )
+        return model
+    if not isinstance(source, (str, os.PathLike)):
+        raise SadlModelError(
+            f"{what}: expected a .keras path, 'package.module:function' or a keras.Model, "
+            f"got {type(source).__name__}"
+        )
+    path = Path(source)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    label = f"{what} {str(source)!r}"
+    if not path.exists():
+        raise SadlModelError(
+            f"{label}: file {str(path)!r} does not exist; save the model with "
+            "model.save('model.keras') and point to that file (relative to the rootdir)"
+        )
+    if path.is_dir():
+        raise SadlModelError(
+            f"{label}: {str(path)!r} is a directory (a TensorFlow SavedModel?); Keras 3 "
+            "loads only .keras files: re-save the model with model.save('model.keras')"
+        )
+    suffix = path.suffix.lower()
+    if suffix in (".h5", ".hdf5"):
+        raise SadlModelError(
+            f"{label}: legacy HDF5 file; pytest-sadl loads .keras files only. Convert it once: "
+            "keras.saving.load_model('model.h5').save('model.keras')"
+        )
+    if suffix != ".keras":
+        raise SadlModelError(
+            f"{label}: unknown model format {suffix or '(no suffix)'!r}; give a .keras file "
+            "(model.save('model.keras'))"
+        )
+    if not zipfile.is_zipfile(path):
+        raise SadlModelError(
+            f"{label}: {str(path)!r} is not a .keras archive (not a zip file; truncated or "
+            "another format); re-save the model with model.save('model.keras')"
+        )
+    import keras
+
+    try:
+        return keras.saving.load_model(path, compile=False, safe_mode=True)
+    except ValueError as exc:
+        msg = str(exc)
+        if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
+            raise SadlModelError(
+                f"{label}: the model holds Python code (e.g. a Lambda layer) that Keras' "
+                "safe mode refuses to deserialise, and pytest-sadl keeps safe mode on. "
+                "Replace the Lambda with a registered custom layer, or provide the model "
+                "from a 'sadl_model' fixture in conftest.py"
+            ) from exc
+        raise SadlModelError(f"{label}: Keras cannot load it: {msg}") from exc
+    except TypeError as exc:
+        raise SadlModelError(
+            f"{label}: Keras cannot rebuild the model ({exc}); if it uses custom layers, "
+            "decorate them with @keras.saving.register_keras_serializable() and import "
+            "their module before loading (e.g. in conftest.py), or provide the model from "
+            "a 'sadl_model' fixture"
+        ) from exc
+    except Exception as exc:
+        raise SadlModelError(
+            f"{label}: Keras cannot load it ({type(exc).__name__}: {exc}); re-save the "
+            "model with model.save('model.keras')"
+        ) from exc
