@@ -429,3 +429,60 @@ def test_absent_optional_fields_are_tolerated(classifier):
     html = render_html(doc)
     assert "Total (15 tests)" in html and 'id="surprise"' not in html
     json.dumps(build_context(doc)["tests"])  # plain data
+
+
+def _variants(doc: dict[str, Any]):
+    """The document with one field at a time removed, or set to null, at every level the
+    reports read: each is still a valid version-1 document for a tolerant reader."""
+    for key in list(doc):
+        if key in ("schema", "version", "metrics"):
+            continue
+        for mode in ("drop", "null"):
+            d = copy.deepcopy(doc)
+            if mode == "drop":
+                del d[key]
+            else:
+                d[key] = None
+            yield f"{mode} {key}", d
+    sections = {k: v for k, v in doc.items() if isinstance(v, dict) and k != "metrics"}
+    sections.update({f"metrics.{m}": e for m, e in doc["metrics"].items()})
+    for name, section in sections.items():
+        for key in section:
+            for mode in ("drop", "null"):
+                d = copy.deepcopy(doc)
+                target = d
+                for part in name.split("."):
+                    target = target[part]
+                if mode == "drop":
+                    del target[key]
+                else:
+                    target[key] = None
+                yield f"{mode} {name}.{key}", d
+    for name in ("groups", "tests", "layers", "top_inputs"):
+        for key in doc[name][0]:
+            for mode in ("drop", "null"):
+                d = copy.deepcopy(doc)
+                for row in d[name]:
+                    if mode == "drop":
+                        row.pop(key, None)
+                    else:
+                        row[key] = None
+                yield f"{mode} {name}[].{key}", d
+
+
+def test_every_optional_field_may_be_absent_or_null(classifier, regression):
+    from pytest_sadl.report.badge import render_badges
+    from pytest_sadl.report.markdown import render_markdown
+
+    count, failures = 0, []
+    for doc in (classifier, regression):
+        for label, variant in _variants(doc):
+            try:
+                render_html(variant, comparison=compare(variant, doc))
+                render_markdown(variant, comparison=compare(doc, variant))
+                render_badges(variant)
+            except Exception as exc:  # the list of failures is the point
+                failures.append(f"{label}: {type(exc).__name__}: {exc}")
+            count += 1
+    assert failures == []
+    assert count > 200

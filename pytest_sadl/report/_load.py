@@ -163,6 +163,13 @@ def _umask() -> int:
     return mask
 
 
+def thresholds_of(results: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric thresholds of the run, in percent (non-numbers are ignored)."""
+    raw = results.get("thresholds") or {}
+    return {k: float(v) for k, v in raw.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(raw, dict) else {}
+
+
 def metric_entry(results: Mapping[str, Any], metric: str) -> dict[str, Any] | None:
     """The ``metrics`` entry of ``metric``, or None when the run has none."""
     entry = (results.get("metrics") or {}).get(metric)
@@ -179,17 +186,15 @@ def metric_percent(results: Mapping[str, Any], metric: str) -> float | None:
 
 def fmt_pct(value: float | None, digits: int = 2) -> str:
     """A fraction in [0, 1] as a percentage string, ``"n/a"`` for None."""
-    if value is None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "n/a"
     return f"{value * 100:.{digits}f}%"
 
 
 def fmt_num(value: float | int | None, digits: int = 2) -> str:
     """A number for a table cell: integers as is, floats with ``digits`` decimals."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "–" if value is None or not isinstance(value, (str, bool)) else str(value)
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.{digits}f}"

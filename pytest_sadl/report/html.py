@@ -32,6 +32,7 @@ from ._load import (
     fmt_num,
     fmt_pct,
     metric_entry,
+    thresholds_of,
     write_text_atomic,
 )
 from .compare import Comparison
@@ -250,7 +251,7 @@ def _shorten(s: str, n: int) -> str:
 
 
 def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[dict[str, Any]]:
-    thresholds = results.get("thresholds") or {}
+    thresholds = thresholds_of(results)
     failed = {f.get("metric") for f in (results.get("outcome") or {}).get("failures") or []
               if isinstance(f, dict)}
     cards = []
@@ -395,7 +396,7 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "r": results,
         "model": results.get("model") or {},
         "config": results.get("config") or {},
-        "thresholds": results.get("thresholds") or {},
+        "thresholds": thresholds_of(results),
         "passed": bool(passed),
         "failures": failures,
         "warnings": [str(w) for w in outcome.get("warnings") or []],

@@ -17,6 +17,7 @@ from ._load import (
     METRICS,
     adequacy_hints,
     metric_entry,
+    thresholds_of,
     write_text_atomic,
 )
 from .compare import Comparison
@@ -63,7 +64,7 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
     """
     model = results.get("model") or {}
     outcome = results.get("outcome") or {}
-    thresholds = results.get("thresholds") or {}
+    thresholds = thresholds_of(results)
     failures = [f for f in outcome.get("failures") or [] if isinstance(f, dict)]
     passed = outcome.get("passed")
     passed = (not failures) if passed is None else bool(passed)
