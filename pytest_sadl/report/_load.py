@@ -217,7 +217,7 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
     outcome = results.get("outcome") or {}
     for failure in outcome.get("failures") or []:
         if isinstance(failure, dict) and failure.get("message"):
-            hints.append(f"Threshold missed: {failure['message']}.")
+            hints.append(f"Threshold missed: {str(failure['message']).rstrip('.')}.")
     config = results.get("config") or {}
     for metric, key, name in (("lsc", "lsa", "LSA"), ("dsc", "dsa", "DSA")):
         entry = metric_entry(results, metric)
@@ -238,6 +238,14 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
                     f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
                     "adversarial inputs would cover them."
                 )
+        below = entry.get("below")
+        if isinstance(below, int) and below > 0:
+            hints.append(
+                f"{below} input{'s' if below != 1 else ''} had {name} at or below the lower bound "
+                f"{lower:g} and cover no {METRIC_LABELS[metric]} bucket"
+                + ("; LSA is negative wherever the density is above 1, so a lower bound of 0 "
+                   "can leave typical inputs out." if key == "lsa" and lower >= 0 else ".")
+            )
         above = entry.get("above")
         if isinstance(above, int) and above > 0:
             hints.append(

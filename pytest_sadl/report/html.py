@@ -116,7 +116,8 @@ def _thumbnail(image: Any) -> str | None:
 
 
 _HW, _HH = 300.0, 112.0                     # histogram viewBox
-_HL, _HR, _HT, _HB = 30.0, 52.0, 12.0, 22.0  # margins: left, right (for "> upper"), top, bottom
+_HL, _HR, _HT, _HB = 48.0, 52.0, 12.0, 22.0  # margins: left (y labels, "<= lower"), right ("> upper"), top, bottom
+_HY = 22.0                                   # right edge of the y-axis labels
 
 
 def _histogram(values: Sequence[float], lower: float, upper: float,
@@ -158,10 +159,10 @@ def _histogram(values: Sequence[float], lower: float, upper: float,
         v = lower + (upper - lower) * k / 4
         ticks.append({"x": round(_HL + plot_w * k / 4, 2), "label": f"{v:.3g}"})
     return {
-        "bars": bars, "below": side(below, _HL - 22.0), "above": side(above, _HW - _HR + 8.0),
+        "bars": bars, "below": side(below, _HL - 20.0), "above": side(above, _HW - _HR + 8.0),
         "ticks": ticks, "peak": peak, "n": len(values), "lower": f"{lower:g}",
         "upper": f"{upper:g}", "x0": _HL, "x1": round(_HW - _HR, 2), "y0": _HT,
-        "y1": round(_HT + plot_h, 2), "w": _HW, "h": _HH,
+        "y1": round(_HT + plot_h, 2), "w": _HW, "h": _HH, "ylab": _HY,
     }
 
 
@@ -204,7 +205,7 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append({"metric": metric, "key": key, "label": key.upper(),
                     "lower": f"{lower:g}", "upper": f"{upper:g}",
                     "buckets": bounds.get("buckets"), "rule": bounds.get("rule"),
-                    "above": entry.get("above"), "below": entry.get("below"), "rows": rows})
+                    "above": entry.get("above"), "below": entry.get("below"), "nan": entry.get("nan"), "rows": rows})
     return out
 
 
@@ -277,7 +278,7 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
             "metric": m, "label": METRIC_LABELS[m], "title": METRIC_TITLES[m],
             "value": value, "threshold": thr, "status": status,
             "covered": entry.get("covered"), "total": entry.get("total"), "unit": unit,
-            "above": entry.get("above"), "below": entry.get("below"),
+            "above": entry.get("above"), "below": entry.get("below"), "nan": entry.get("nan"),
             "delta": delta.delta if delta is not None else None,
             "delta_status": delta.status if delta is not None else None,
         })
