@@ -1,0 +1,304 @@
+"""The plugin's options: command line flags, their ini twins, parsing and validation.
+
+Every option ``--sadl-foo`` has an ini twin ``sadl_foo`` (``[tool.pytest.ini_options]``);
+the command line wins. Ini paths are relative to the ini file's directory (the rootdir),
+command-line paths to the directory pytest was invoked from. Everything here is pure
+Python: parsing the options imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+METRICS = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
+REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown")
+DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its flag, ini name, type for the ini file, default and help."""
+
+    flag: str
+    ini: str
+    help: str
+    ini_type: str | None = None  # "string" (None), "bool", "linelist", "args"
+    default: Any = None
+    kind: str = "str"  # str | float | int | bool | list | append | path
+    metavar: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--sadl-coverage", "sadl_coverage", "measure surprise adequacy and neuron coverage of the model", "bool", False, "bool"),
+    Option("--sadl-model", "sadl_model", "the Keras model: a .keras file or 'package.module:function' (or define a sadl_model fixture)", kind="path", metavar="PATH"),
+    Option("--sadl-train", "sadl_train", "training data: a .npz/.npy file or 'package.module:function' (or define a sadl_train fixture)", kind="path", metavar="PATH"),
+    Option("--sadl-layers", "sadl_layers", "layers for LSA/DSA, names or indices, comma-separated (default: the last hidden layer)", "linelist", None, "list", "L1,L2"),
+    Option("--sadl-coverage-layers", "sadl_coverage_layers", "layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)", "linelist", None, "list", "L1,L2"),
+    Option("--sadl-lsc-lower", "sadl_lsc_lower", "lower bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-lsc-upper", "sadl_lsc_upper", "upper bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-lsc-buckets", "sadl_lsc_buckets", "number of LSC buckets (default 1000)", None, 1000, "int", "N"),
+    Option("--sadl-dsc-lower", "sadl_dsc_lower", "lower bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-dsc-upper", "sadl_dsc_upper", "upper bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-dsc-buckets", "sadl_dsc_buckets", "number of DSC buckets (default 1000)", None, 1000, "int", "N"),
+    Option("--sadl-nc-threshold", "sadl_nc_threshold", "NC activation threshold on the min-max scaled output (default 0.5)", None, 0.5, "float", "T"),
+    Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K"),
+    Option("--sadl-var-threshold", "sadl_var_threshold", "LSA drops neurons whose training variance is below this (default 1e-5)", None, 1e-5, "float", "V"),
+    Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N"),
+    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
+    Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", None, None, "str", "SPEC"),
+    Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
+    Option("--sadl-compare", "sadl_compare", "a baseline results JSON to compare this run's metrics with", kind="path", metavar="BASELINE.json"),
+    Option("--sadl-compare-fail", "sadl_compare_fail", "fail when a metric drops by more than this many points from the baseline, e.g. lsc:-2", None, None, "str", "SPEC"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sadl", "surprise adequacy and neuron coverage (pytest-sadl)")
+    for opt in OPTIONS:
+        kwargs: dict[str, Any] = {"dest": opt.ini, "help": opt.help}
+        if opt.kind == "bool":
+            kwargs.update(action="store_true", default=None)
+        elif opt.kind == "append":
+            kwargs.update(action="append", default=None, metavar=opt.metavar)
+        else:
+            kwargs.update(action="store", default=None, metavar=opt.metavar)
+        group.addoption(opt.flag, **kwargs)
+        ini_default = opt.default if opt.ini_type in ("bool",) else None
+        if opt.ini_type == "linelist":
+            parser.addini(opt.ini, opt.help, type="linelist", default=[])
+        elif opt.ini_type == "bool":
+            parser.addini(opt.ini, opt.help, type="bool", default=ini_default)
+        else:
+            parser.addini(opt.ini, opt.help, default=None)
+
+
+def _split_list(values: list[str]) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        out.extend(part.strip() for part in str(value).split(",") if part.strip())
+    return out
+
+
+def _layer(token: str) -> str | int:
+    try:
+        return int(token)
+    except ValueError:
+        return token
+
+
+@dataclass(frozen=True)
+class Bounds:
+    lower: float | None
+    upper: float | None
+    buckets: int
+
+
+@dataclass(frozen=True)
+class Report:
+    kind: str
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class SadlOptions:
+    """The parsed, validated configuration of one run."""
+
+    enabled: bool = False
+    model: str | None = None
+    train: str | None = None
+    sa_layers: tuple[str | int, ...] | None = None
+    coverage_layers: tuple[str | int, ...] | None = None
+    lsc: Bounds = Bounds(None, None, 1000)
+    dsc: Bounds = Bounds(None, None, 1000)
+    nc_threshold: float = 0.5
+    kmnc_k: int = 1000
+    var_threshold: float = 1e-5
+    batch_size: int = 256
+    reports: tuple[Report, ...] = (Report("term"),)
+    fail_under: dict[str, float] = field(default_factory=dict)
+    cache_dir: Path | None = None
+    compare: Path | None = None
+    compare_fail: dict[str, float] = field(default_factory=dict)
+    base_dir: Path = Path(".")
+
+
+def parse_thresholds(spec: str, option: str = "--sadl-fail-under") -> dict[str, float]:
+    """``"lsc:30,dsc:40"`` to ``{"lsc": 30.0, "dsc": 40.0}`` (percent)."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        name, sep, number = part.partition(":")
+        name = name.strip().lower()
+        if not sep:
+            raise pytest.UsageError(f"{option}={spec!r}: {part!r} needs the form METRIC:PERCENT, e.g. lsc:30")
+        if name not in METRICS:
+            raise pytest.UsageError(f"{option}={spec!r}: unknown metric {name!r}; use one of {', '.join(METRICS)}")
+        try:
+            value = float(number)
+        except ValueError:
+            raise pytest.UsageError(f"{option}={spec!r}: {number.strip()!r} is not a number (a percentage, e.g. {name}:30)") from None
+        if not math.isfinite(value) or not 0 <= value <= 100:
+            raise pytest.UsageError(f"{option}={spec!r}: {name} threshold {value:g} must be a percentage in [0, 100]")
+        out[name] = value
+    return out
+
+
+def parse_report(spec: str, base: Path) -> Report:
+    kind, sep, path = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind not in REPORT_KINDS:
+        raise pytest.UsageError(f"--sadl-report={spec!r}: unknown report type {kind!r}; use one of {', '.join(REPORT_KINDS)}")
+    if kind.startswith("term"):
+        if sep:
+            raise pytest.UsageError(f"--sadl-report={spec!r}: the terminal report takes no path")
+        return Report(kind)
+    target = Path(path.strip()) if sep and path.strip() else Path(DEFAULT_REPORT_PATHS[kind])
+    return Report(kind, target if target.is_absolute() else base / target)
+
+
+class _Reader:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.inidir = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+        self.cwd = Path(config.invocation_params.dir)
+
+    def raw(self, opt: Option) -> tuple[Any, Path]:
+        """(value, directory relative paths resolve against); (None, _) when unset."""
+        value = self.config.getoption(opt.ini)
+        if value is not None:
+            return value, self.cwd
+        ini = self.config.getini(opt.ini)
+        if ini in (None, "", []):
+            return None, self.inidir
+        return ini, self.inidir
+
+    def number(self, opt: Option, cast: type) -> Any:
+        value, _ = self.raw(opt)
+        if value is None:
+            return opt.default
+        where = opt.flag if self.config.getoption(opt.ini) is not None else f"{opt.ini} (ini)"
+        try:
+            number = cast(str(value).strip())
+        except ValueError:
+            kind = "an integer" if cast is int else "a number"
+            raise pytest.UsageError(f"{where}={value!r} is not {kind}") from None
+        if cast is float and not math.isfinite(number):
+            raise pytest.UsageError(f"{where}={value!r} must be finite")
+        return number
+
+
+def _path_or_spec(value: str, base: Path) -> str:
+    """A ``pkg.mod:func`` spec as it is; a path made absolute against ``base``."""
+    text = str(value).strip()
+    from pytest_sadl.data import is_callable_spec  # pure Python, no TensorFlow
+
+    if is_callable_spec(text) and not (base / text).exists():
+        return text
+    path = Path(text).expanduser()
+    return str(path if path.is_absolute() else base / path)
+
+
+def read_options(config: pytest.Config) -> SadlOptions:
+    """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix."""
+    r = _Reader(config)
+    opts = {o.ini: o for o in OPTIONS}
+    enabled = bool(config.getoption("sadl_coverage") or config.getini("sadl_coverage"))
+
+    def path(name: str) -> str | None:
+        value, base = r.raw(opts[name])
+        return None if value is None else _path_or_spec(value, base)
+
+    def layers(name: str) -> tuple[str | int, ...] | None:
+        value, _ = r.raw(opts[name])
+        if value is None:
+            return None
+        items = _split_list(value if isinstance(value, list) else [value])
+        return tuple(_layer(t) for t in items) or None
+
+    def bounds(prefix: str) -> Bounds:
+        lower = r.number(opts[f"sadl_{prefix}_lower"], float)
+        upper = r.number(opts[f"sadl_{prefix}_upper"], float)
+        buckets = r.number(opts[f"sadl_{prefix}_buckets"], int)
+        if buckets < 1:
+            raise pytest.UsageError(f"--sadl-{prefix}-buckets={buckets}: needs at least 1 bucket")
+        if lower is not None and upper is not None and upper <= lower:
+            raise pytest.UsageError(
+                f"--sadl-{prefix}-upper={upper:g} is not above --sadl-{prefix}-lower={lower:g}; "
+                f"{prefix.upper()}'s buckets divide (lower, upper], so upper must be greater"
+            )
+        return Bounds(lower, upper, buckets)
+
+    k = r.number(opts["sadl_kmnc_k"], int)
+    if k < 1:
+        raise pytest.UsageError(f"--sadl-kmnc-k={k}: KMNC needs k >= 1 sections per neuron")
+    var_threshold = r.number(opts["sadl_var_threshold"], float)
+    if var_threshold < 0:
+        raise pytest.UsageError(f"--sadl-var-threshold={var_threshold:g} must be >= 0")
+    batch_size = r.number(opts["sadl_batch_size"], int)
+    if batch_size < 1:
+        raise pytest.UsageError(f"--sadl-batch-size={batch_size} must be >= 1")
+
+    report_values, report_base = r.raw(opts["sadl_report"])
+    specs = _split_list(report_values) if report_values else ["term"]
+    reports = tuple(dict.fromkeys(parse_report(s, report_base) for s in specs))
+
+    fail_value, _ = r.raw(opts["sadl_fail_under"])
+    fail_under = parse_thresholds(str(fail_value)) if fail_value else {}
+    compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
+    compare_fail: dict[str, float] = {}
+    if compare_fail_value:
+        from pytest_sadl.report.compare import parse_compare_fail
+
+        try:
+            compare_fail = parse_compare_fail(str(compare_fail_value))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--sadl-compare-fail={compare_fail_value!r}: {exc}") from None
+    compare = path("sadl_compare")
+    if compare is not None and not Path(compare).is_file():
+        raise pytest.UsageError(f"--sadl-compare: baseline {compare!r} does not exist; give a results JSON written by --sadl-report=json")
+    if compare_fail and compare is None:
+        raise pytest.UsageError("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
+    cache, _ = r.raw(opts["sadl_cache_dir"])
+    cache_dir = None
+    if cache is not None:
+        cache_dir = Path(path("sadl_cache_dir"))  # type: ignore[arg-type]
+
+    return SadlOptions(
+        enabled=enabled,
+        model=path("sadl_model"),
+        train=path("sadl_train"),
+        sa_layers=layers("sadl_layers"),
+        coverage_layers=layers("sadl_coverage_layers"),
+        lsc=bounds("lsc"),
+        dsc=bounds("dsc"),
+        nc_threshold=r.number(opts["sadl_nc_threshold"], float),
+        kmnc_k=k,
+        var_threshold=var_threshold,
+        batch_size=batch_size,
+        reports=reports,
+        fail_under=fail_under,
+        cache_dir=cache_dir,
+        compare=Path(compare) if compare else None,
+        compare_fail=compare_fail,
+        base_dir=r.inidir,
+    )
+
+
+def check_paths(options: SadlOptions) -> None:
+    """Missing model/training files are usage errors; ``pkg.mod:func`` specs are checked when loaded."""
+    for flag, value, kind in (
+        ("--sadl-model", options.model, "a .keras model file"),
+        ("--sadl-train", options.train, "a .npz/.npy file"),
+    ):
+        if value is not None and os.path.isabs(value) and not Path(value).exists():
+            raise pytest.UsageError(
+                f"{flag}: {value!r} does not exist; give {kind} "
+                f"(ini paths are relative to {options.base_dir}) or 'package.module:function'"
+            )

@@ -1,0 +1,255 @@
+"""Which test fed which inputs to the model, in which group.
+
+While a test marked ``@pytest.mark.sadl`` runs (its call phase, not its fixtures), the
+model's ``predict``, ``predict_on_batch`` and ``__call__`` are wrapped: each runs the
+model's own multi-output twin (:class:`~pytest_sadl.traces.TraceModel`), returns the
+model's output to the test unchanged, and keeps the traces of the same forward pass, so
+recording costs no second inference. ``__call__`` keeps gradients flowing
+(``tf.GradientTape`` around ``model(x)`` works as before). Calls with ``training=True``
+and calls inside a ``tf.function`` (symbolic tensors) are passed through unrecorded.
+
+Only plain data leaves this module: :class:`TestRecord` with NumPy arrays, serialisable
+to bytes (``.npz``, no pickles) for pytest-xdist workers to send to the controller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+THUMB_MAX = 32  # thumbnails of image-like inputs are at most this many pixels a side
+
+
+class SadlRecordingWarning(UserWarning):
+    """An input reached the model but could not be recorded."""
+
+
+@dataclass
+class Batch:
+    """The traces of one call to the model."""
+
+    sa: np.ndarray  # (n, d) float32
+    coverage: list[np.ndarray]  # per coverage layer (n, c) float32
+    pred: np.ndarray  # (n,) int64, or (n, k) float32 for a regression model
+    thumbs: np.ndarray | None = None  # (n, h, w, c) uint8 for image-like inputs
+
+    def __len__(self) -> int:
+        return int(self.sa.shape[0])
+
+
+@dataclass
+class TestRecord:
+    """What one test fed the model."""
+
+    nodeid: str
+    index: int  # position in the collection order: runs merge in this order
+    group: str
+    outcome: str = "passed"
+    batches: list[Batch] = field(default_factory=list)
+
+    @property
+    def n_inputs(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+
+def thumbnails(x: Any) -> np.ndarray | None:
+    """uint8 thumbnails ``(n, h, w, c)`` of image-like inputs (``(n, h, w)``, ``(n, h, w, 1|3|4)``),
+    each min-max scaled on its own and strided down to at most ``THUMB_MAX`` pixels a side."""
+    try:
+        arr = np.asarray(x)
+    except Exception:
+        return None
+    if arr.dtype.kind not in "fiub" or arr.ndim not in (3, 4) or arr.shape[0] == 0:
+        return None
+    if arr.ndim == 3:
+        arr = arr[..., None]
+    if arr.shape[-1] not in (1, 3, 4) or min(arr.shape[1:3]) < 2:
+        return None
+    step = max(1, -(-max(arr.shape[1:3]) // THUMB_MAX))
+    small = arr[:, ::step, ::step, : min(arr.shape[-1], 3)].astype(np.float32)
+    lo = small.min(axis=(1, 2, 3), keepdims=True)
+    hi = small.max(axis=(1, 2, 3), keepdims=True)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    return np.round((small - lo) / span * 255).astype(np.uint8)
+
+
+class Recorder:
+    """Collects :class:`TestRecord` objects for a session."""
+
+    def __init__(self, trace_model_factory: Any) -> None:
+        self._factory = trace_model_factory  # model -> TraceModel
+        self._trace_models: dict[int, Any] = {}
+        self.records: dict[str, TestRecord] = {}
+        self.current: TestRecord | None = None
+        self._warned: set[str] = set()
+
+    # -- set-up ---------------------------------------------------------------
+
+    def trace_model(self, model: Any) -> Any:
+        key = id(model)
+        tm = self._trace_models.get(key)
+        if tm is None or tm.model is not model:
+            tm = self._factory(model)
+            self._trace_models[key] = tm
+        return tm
+
+    def record_for(self, nodeid: str, index: int, group: str) -> TestRecord:
+        rec = self.records.get(nodeid)
+        if rec is None:
+            rec = self.records[nodeid] = TestRecord(nodeid, index, group)
+        return rec
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+
+    # -- recording ------------------------------------------------------------
+
+    def add(self, traces: Any, x: Any) -> None:
+        """Keep ``traces`` (a :class:`~pytest_sadl.traces.Traces`) for the current test."""
+        if self.current is None:
+            return
+        self.current.batches.append(
+            Batch(
+                sa=np.asarray(traces.sa, dtype=np.float32),
+                coverage=[np.asarray(c, dtype=np.float32) for c in traces.coverage],
+                pred=np.asarray(traces.pred),
+                thumbs=thumbnails(x),
+            )
+        )
+
+    def record_inputs(self, model: Any, x: Any, batch_size: int = 256) -> None:
+        """``sadl_record(x)``: trace ``x`` now and keep it for the current test."""
+        tm = self.trace_model(model)
+        self.add(tm.traces(x, batch_size=batch_size, what="sadl_record(x)"), x)
+
+    @contextlib.contextmanager
+    def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
+        """Wrap ``model``'s entry points while the block runs; restore them after."""
+        tm = self.trace_model(model)
+        original_cls = type(model)
+        recorder = self
+
+        def predict(x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any) -> Any:
+            if kw or steps is not None or not _is_array_like(x):
+                recorder._warn_once(
+                    "predict-args",
+                    "pytest-sadl records model.predict(x) for arrays and tensors; a call with "
+                    "steps, generators or other arguments ran unrecorded (use sadl_record(x))",
+                )
+                return original_cls.predict(model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
+            out, traces = tm.call_and_trace(x, batch_size=batch_size or 32)
+            recorder.add(traces, x)
+            return out
+
+        def predict_on_batch(x: Any) -> Any:
+            if not _is_array_like(x):
+                return original_cls.predict_on_batch(model, x)
+            out, traces = tm.call_and_trace(x)
+            recorder.add(traces, x)
+            return out
+
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self is not model or recorder.current is None:
+                return original_cls.__call__(self, *args, **kwargs)
+            return recorder._call(tm, original_cls, self, args, kwargs)
+
+        recorded_cls = type(f"SadlRecorded{original_cls.__name__}", (original_cls,), {"__call__": call, "__module__": original_cls.__module__})
+        self.current = record
+        object.__setattr__(model, "predict", predict)
+        object.__setattr__(model, "predict_on_batch", predict_on_batch)
+        object.__setattr__(model, "__class__", recorded_cls)
+        try:
+            yield
+        finally:
+            object.__setattr__(model, "__class__", original_cls)
+            for name in ("predict", "predict_on_batch"):
+                with contextlib.suppress(AttributeError):
+                    object.__delattr__(model, name)
+            self.current = None
+
+    def _call(self, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
+        import tensorflow as tf
+
+        x = args[0] if args else kwargs.get("inputs")
+        training = kwargs.get("training")
+        extra = set(kwargs) - {"training", "inputs"}
+        if training or len(args) > 1 or extra or x is None or not tf.executing_eagerly() or not _is_array_like(x):
+            if not tf.executing_eagerly():
+                self._warn_once("graph", "pytest-sadl cannot record model(x) inside a tf.function; call it eagerly or use sadl_record(x)")
+            return original_cls.__call__(model, *args, **kwargs)
+        output, traces = _call_tensors(tm, x)
+        self.add(traces, x)
+        return output
+
+    # -- transport (pytest-xdist) ---------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """All records as one ``.npz`` (no pickles), for a worker's ``workeroutput``."""
+        arrays: dict[str, np.ndarray] = {}
+        meta = []
+        for r, rec in enumerate(self.records.values()):
+            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0})
+            for b, batch in enumerate(rec.batches):
+                key = f"{r}_{b}"
+                arrays[f"sa_{key}"] = batch.sa
+                arrays[f"pred_{key}"] = batch.pred
+                for i, cov in enumerate(batch.coverage):
+                    arrays[f"cov_{key}_{i}"] = cov
+                if batch.thumbs is not None:
+                    arrays[f"thumbs_{key}"] = batch.thumbs
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        return buf.getvalue()
+
+    @staticmethod
+    def records_from_bytes(data: bytes) -> list[TestRecord]:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            meta = json.loads(npz["meta"].tobytes().decode())
+            out = []
+            for r, m in enumerate(meta):
+                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"])
+                for b in range(m["batches"]):
+                    key = f"{r}_{b}"
+                    thumbs = npz[f"thumbs_{key}"] if f"thumbs_{key}" in npz.files else None
+                    rec.batches.append(
+                        Batch(npz[f"sa_{key}"], [npz[f"cov_{key}_{i}"] for i in range(m["layers"])], npz[f"pred_{key}"], thumbs)
+                    )
+                out.append(rec)
+        return out
+
+    def merge(self, records: list[TestRecord]) -> None:
+        for rec in records:
+            mine = self.records.get(rec.nodeid)
+            if mine is None:
+                self.records[rec.nodeid] = rec
+            else:
+                mine.batches.extend(rec.batches)
+
+
+def _call_tensors(tm: Any, x: Any) -> tuple[Any, Any]:
+    """``model(x)`` through the trace model: the output tensor (gradients flow) and the
+    traces of the same eager forward pass."""
+    from .traces import Traces
+
+    outs = tm._multi(x, training=False)
+    arrays = [np.asarray(o) for o in outs]
+    sa, cov, out = tm._split(arrays)
+    traces = Traces(sa=sa, coverage=cov, pred=tm.predictions(out), output=out,
+                    sa_layers=list(tm.sa_layers), coverage_layers=list(tm.coverage_layers))
+    return outs[0], traces
+
+
+def _is_array_like(x: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return True
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (dict, list, tuple))

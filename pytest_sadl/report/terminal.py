@@ -1,0 +1,114 @@
+"""The terminal summary (``--sadl-report=term`` / ``term-verbose``), rendered from the results JSON."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+LABELS = {"lsc": "LSC", "dsc": "DSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
+ORDER = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.2f}%"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for n, row in enumerate(rows):
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(row)]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def render_terminal(results: dict[str, Any], *, verbose: bool = False, comparison: Any = None) -> list[str]:
+    """Lines of the summary: model and bounds, the metrics, Table VI by group, failures."""
+    model, config, metrics = results["model"], results["config"], results["metrics"]
+    n_inputs = len(results["inputs"]["test"])
+    lines = [
+        f"model {model.get('name', '?')} (fingerprint {str(model.get('fingerprint', ''))[:12]}), "
+        f"{model.get('n_train', '?')} training inputs, {'classifier' if model.get('classifier') else 'regression'}",
+        f"SA layers: {', '.join(config['sa_layers'])}; coverage layers: {len(config['coverage_layers'])} "
+        f"({', '.join(config['coverage_layers'])})",
+    ]
+    if n_inputs == 0:
+        lines.append("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl")
+    else:
+        lines.append(
+            f"{n_inputs} inputs recorded from {sum(1 for t in results['tests'] if t['inputs'])} tests "
+            f"in {len(results['groups'])} group(s)"
+        )
+    lines.append("")
+    thresholds = results.get("thresholds", {})
+    deltas = {}
+    if comparison is not None:
+        deltas = {d.metric: d for d in comparison.metrics}
+    header = ["metric", "coverage", "covered / total", "bounds", "above upper", "threshold"]
+    if deltas:
+        header.append("vs baseline")
+    rows = [header]
+    for name in ORDER:
+        m = metrics[name]
+        if not m.get("applicable", True):
+            row = [LABELS[name], "n/a", "not applicable (regression model)", "", "", ""]
+        else:
+            bounds = above = ""
+            if name in ("lsc", "dsc"):
+                b = config[name]
+                bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
+                above = str(m.get("above", 0))
+            thr = f"{thresholds[name]:.2f}%" if name in thresholds else ""
+            row = [LABELS[name], _pct(m["value"]), f"{m['covered']} / {m['total']}", bounds, above, thr]
+        if deltas:
+            d = deltas.get(name)
+            row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
+        rows.append(row)
+    lines += _table(rows, right={1, 2, 4, 5, 6})
+    rules = {config[k].get("rule", "") for k in ("lsc", "dsc") if config.get(k)}
+    if any(r.startswith("default") for r in rules):
+        lines.append("bounds: " + next(r for r in rules if r.startswith("default")))
+
+    if results["groups"]:
+        lines += ["", "cumulative coverage by group (Table VI of the paper):"]
+        rows = [["group", "tests", "inputs"] + [LABELS[k] for k in ORDER]]
+        for i, g in enumerate(results["groups"]):
+            rows.append(
+                [("" if i == 0 else "+ ") + g["name"], str(g["tests"]), str(g["inputs"])]
+                + [_pct(g["cumulative"].get(k)).rstrip("%") for k in ORDER]
+            )
+        lines += _table(rows, right=set(range(1, 3 + len(ORDER))))
+
+    if verbose:
+        lines += ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
+        rows = [["test", "group", "outcome", "inputs", "LSA mean", "LSA max", "DSA mean", "DSA max", "new LSC", "new NC"]]
+        for t in results["tests"]:
+            rows.append(
+                [t["nodeid"], t["group"], t["outcome"], str(t["inputs"]), _num(t["lsa_mean"]), _num(t["lsa_max"]),
+                 _num(t["dsa_mean"]), _num(t["dsa_max"]), str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
+            )
+        lines += _table(rows, right=set(range(3, 10)))
+        lines += ["", "layers (least covered first by KMNC):"]
+        rows = [["layer", "neurons", "NC", "KMNC", "NBC", "SNAC"]]
+        for layer in sorted(results["layers"], key=lambda l: l["kmnc"]):
+            rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer[k]) for k in ("nc", "kmnc", "nbc", "snac")])
+        lines += _table(rows, right={1, 2, 3, 4, 5})
+
+    warnings = results.get("outcome", {}).get("warnings", [])
+    if warnings:
+        lines.append("")
+        lines += [f"warning: {w}" for w in warnings]
+    return lines
+
+
+def write_terminal(
+    results: dict[str, Any], line: Callable[..., None], section: Callable[..., None], *, verbose: bool = False, comparison: Any = None
+) -> None:
+    section("pytest-sadl: surprise adequacy and neuron coverage", sep="-")
+    for text in render_terminal(results, verbose=verbose, comparison=comparison):
+        line(text)

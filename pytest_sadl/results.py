@@ -1,0 +1,133 @@
+"""A run's results as plain data, and their JSON form (``docs/results-schema.md``, version 1).
+
+Every report renders these; none recomputes a metric. Coverage values are fractions in
+[0, 1]; thresholds are percentages, as on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "pytest-sadl/results"
+VERSION = 1
+METRICS = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
+LABELS = {"lsc": "LSC", "dsc": "DSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
+
+
+def percent(value: float | None) -> float | None:
+    """The percentage a value is reported and judged as: two decimals, everywhere."""
+    return None if value is None else round(value * 100.0, 2)
+
+
+@dataclass
+class Metric:
+    value: float | None
+    covered: int
+    total: int
+    applicable: bool = True
+    below: int | None = None  # surprise coverage only: scores at or below the lower bound
+    above: int | None = None  # ... above the upper bound
+    count: int | None = None  # ... scores in all
+    nan: int | None = None  # ... scores that are NaN (a class with no training traces)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "value"}
+
+
+@dataclass
+class Failure:
+    metric: str
+    value: float | None
+    threshold: float
+    message: str
+
+
+@dataclass
+class Results:
+    created: str
+    version: str
+    model: dict[str, Any]
+    config: dict[str, Any]
+    thresholds: dict[str, float]
+    metrics: dict[str, Metric]
+    layers: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    tests: list[dict[str, Any]]
+    inputs: dict[str, list[Any]]
+    top_inputs: list[dict[str, Any]]
+    failures: list[Failure] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.inputs.get("test", []))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(
+            {
+                "schema": SCHEMA,
+                "version": VERSION,
+                "created": self.created,
+                "pytest_sadl_version": self.version,
+                "model": self.model,
+                "config": self.config,
+                "thresholds": self.thresholds,
+                "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
+                "layers": self.layers,
+                "groups": self.groups,
+                "tests": self.tests,
+                "inputs": self.inputs,
+                "top_inputs": self.top_inputs,
+                "outcome": {
+                    "passed": self.passed,
+                    "failures": [asdict(f) for f in self.failures],
+                    "warnings": list(self.warnings),
+                },
+            }
+        )
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe: NaN and inf become null; NumPy scalars become Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write ``data`` as JSON atomically (a temporary file renamed over the target)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        with_suppress_unlink(tmp)
+        raise
+    return target
+
+
+def with_suppress_unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
