@@ -1,5 +1,330 @@
-"""The ``sadl`` command."""
+"""The ``sadl`` command (also ``python -m pytest_sadl``).
+
+Subcommands::
+
+    sadl profile build --model M --train T [--sa-layers L ...] [--coverage-layers L ...]
+                       [--var-threshold V] [--batch-size N] [--cache-dir D] [--rootdir R]
+                       [--rebuild] [--no-dsa-precompute] [--quiet]
+    sadl profile list  [--cache-dir D] [--rootdir R] [--json]
+    sadl report ...    (from pytest_sadl.report.cli, when installed)
+    sadl compare ...
+
+Every subcommand stores its handler as ``func`` in the parsed namespace; the handler
+returns the exit status. Exit status: 0 on success, 2 for a usage error (one line on
+stderr naming the problem and the fix), 1 for other failures reported by a subcommand.
+TensorFlow is imported only by ``profile build``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["main", "build_parser", "ProgressBar"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
 
 
-def main(argv=None) -> int:  # pragma: no cover - replaced by the CLI issue
-    raise SystemExit("sadl: not implemented yet")
+class ProgressBar:
+    """A one-line progress bar on a TTY stream: ``[#####.....] 30000/60000 inputs  50%  4.1s``.
+
+    Off (does nothing) when the stream is not a TTY or ``enabled`` is false; the phase
+    messages of :meth:`status` are still printed then unless ``quiet``.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool | None = None, quiet: bool = False, width: int = 30) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = (tty if enabled is None else enabled) and not quiet
+        self.quiet = quiet
+        self.width = width
+        self._start = time.monotonic()
+        self._last = 0.0
+        self._drawn = False
+
+    def status(self, message: str) -> None:
+        """Print a phase message on its own line."""
+        if self.quiet:
+            return
+        self._clear()
+        print(f"sadl: {message}", file=self.stream, flush=True)
+        self._start = time.monotonic()
+
+    def __call__(self, done: int, total: int | None) -> None:
+        """Redraw (at most ten times a second, and always at the end)."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if not final and now - self._last < 0.1:
+            return
+        self._last = now
+        elapsed = now - self._start
+        if total:
+            frac = min(1.0, done / total)
+            fill = int(round(frac * self.width))
+            bar = "#" * fill + "." * (self.width - fill)
+            eta = f" eta {elapsed / frac - elapsed:4.0f}s" if 0 < frac < 1 else ""
+            line = f"[{bar}] {done}/{total} inputs {frac:4.0%} {elapsed:5.1f}s{eta}"
+        else:
+            line = f"{done} inputs {elapsed:5.1f}s"
+        self.stream.write("\r" + line + "\x1b[K")
+        self.stream.flush()
+        self._drawn = True
+        if final:
+            self._clear()
+
+    def _clear(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False
+
+
+def _layers(values: list[str] | None) -> tuple[str | int, ...] | None:
+    """``--sa-layers a b,c 3`` -> ("a", "b", "c", 3); ``None`` when not given."""
+    if not values:
+        return None
+    out: list[str | int] = []
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if item:
+                out.append(int(item) if item.lstrip("-").isdigit() else item)
+    return tuple(out) or None
+
+
+def _cache_dir(args: argparse.Namespace) -> Path:
+    from pytest_sadl.profile import default_cache_dir
+
+    if args.cache_dir:
+        return Path(args.cache_dir)
+    return default_cache_dir(args.rootdir)
+
+
+def _human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _human_age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+def cmd_profile_build(args: argparse.Namespace) -> int:
+    """``sadl profile build``: build (or find) the cached training profile."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from pytest_sadl.profile import ProfileOptions, load_or_build
+
+    bar = ProgressBar(sys.stderr, quiet=args.quiet)
+    options = ProfileOptions(
+        sa_layers=_layers(args.sa_layers),
+        coverage_layers=_layers(args.coverage_layers),
+        var_threshold=args.var_threshold,
+        batch_size=args.batch_size,
+        dsa_precompute=not args.no_dsa_precompute,
+    )
+    cache_dir = _cache_dir(args)
+    base_dir = Path(args.rootdir) if args.rootdir else None
+    if not args.quiet:
+        bar.status(f"loading model {args.model} and training data {args.train}")
+    start = time.monotonic()
+    profile = load_or_build(
+        args.model,
+        args.train,
+        options,
+        cache_dir,
+        progress=bar,
+        status=bar.status,
+        rebuild=args.rebuild,
+        base_dir=base_dir,
+    )
+    elapsed = time.monotonic() - start
+    verb = "built" if profile.built else "found cached"
+    size = profile.path.stat().st_size if profile.path and profile.path.exists() else 0
+    print(
+        f"{verb} profile {profile.fingerprint[:16]} ({profile.n_train} inputs, "
+        f"SA layers {', '.join(profile.sa_layers)}; coverage layers "
+        f"{', '.join(profile.coverage_layers)}; {_human_size(size)}) in {elapsed:.1f}s: {profile.path}"
+    )
+    return EXIT_OK
+
+
+def cmd_profile_list(args: argparse.Namespace) -> int:
+    """``sadl profile list``: the stored profiles with fingerprints, sizes and ages."""
+    from pytest_sadl.profile import list_profiles
+
+    cache_dir = _cache_dir(args)
+    infos = list_profiles(cache_dir)
+    if args.json:
+        rows = [
+            {
+                "fingerprint": i.fingerprint,
+                "path": str(i.path),
+                "size": i.size,
+                "age_seconds": round(i.age_seconds, 1),
+                "ok": i.ok,
+                "problem": i.problem or None,
+                "model": i.meta.get("model_name"),
+                "model_fingerprint": i.meta.get("model_fingerprint"),
+                "n_train": i.meta.get("n_train"),
+                "sa_layers": i.meta.get("sa_layers"),
+                "coverage_layers": i.meta.get("coverage_layers"),
+                "created": i.meta.get("created"),
+            }
+            for i in infos
+        ]
+        print(json.dumps({"cache_dir": str(cache_dir), "profiles": rows}, indent=2))
+        return EXIT_OK
+    if not infos:
+        print(f"no training profiles in {cache_dir}")
+        return EXIT_OK
+    print(f"training profiles in {cache_dir}:")
+    header = f"{'fingerprint':16}  {'model':20}  {'inputs':>7}  {'size':>9}  {'age':>5}  layers (SA | coverage)"
+    print(header)
+    for i in infos:
+        if i.ok:
+            m = i.meta
+            layers = f"{','.join(m.get('sa_layers', []))} | {','.join(m.get('coverage_layers', []))}"
+            print(
+                f"{i.fingerprint[:16]:16}  {str(m.get('model_name', '?'))[:20]:20}  {m.get('n_train', '?'):>7}  "
+                f"{_human_size(i.size):>9}  {_human_age(i.age_seconds):>5}  {layers}"
+            )
+        else:
+            print(
+                f"{i.fingerprint[:16]:16}  {'(unusable)':20}  {'':>7}  {_human_size(i.size):>9}  "
+                f"{_human_age(i.age_seconds):>5}  {i.problem}; it will be rebuilt"
+            )
+    return EXIT_OK
+
+
+def _add_location(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="profile cache directory (default: .pytest_cache/d/sadl under the rootdir, "
+        "the same place pytest --sadl-coverage uses)",
+    )
+    p.add_argument(
+        "--rootdir",
+        metavar="DIR",
+        help="project root: relative --model/--train paths and the default cache directory "
+        "are taken from here (default: found upwards from the current directory, as pytest does)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``sadl`` argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="sadl",
+        description="pytest-sadl: Surprise Adequacy and neuron coverage of Keras models. "
+        "Build the cached training profile ahead of time (e.g. in a CI cache step), "
+        "list the cached profiles, and render or compare saved results.",
+        epilog="Run 'sadl COMMAND --help' for the options of a command.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    prof = sub.add_parser(
+        "profile",
+        help="build or list cached training profiles",
+        description="The training profile holds the activation traces of the training set "
+        "at the SA layers, the per-neuron ranges of the coverage layers and the DSA set-up. "
+        "It is cached under a fingerprint of the model's architecture and weights, the "
+        "training data and the options, so a change to any of them builds a new one.",
+    )
+    psub = prof.add_subparsers(dest="profile_command", metavar="ACTION", required=True)
+
+    build = psub.add_parser(
+        "build",
+        help="build the training profile now (a no-op when it is cached)",
+        description="Trace the training data through the model once and store the profile "
+        "where `pytest --sadl-coverage` finds it. A progress bar is drawn on stderr when it "
+        "is a terminal.",
+        epilog="example: sadl profile build --model models/digits.keras --train data/train.npz "
+        "--sa-layers dense_hidden",
+    )
+    build.add_argument("--model", required=True, metavar="M", help="the model: a .keras file or 'package.module:function'")
+    build.add_argument(
+        "--train",
+        required=True,
+        metavar="T",
+        help="training inputs: a .npz (key 'x') or .npy file, or 'package.module:function' "
+        "returning an array, (x, y) or a tf.data.Dataset",
+    )
+    build.add_argument(
+        "--sa-layers",
+        nargs="+",
+        metavar="LAYER",
+        help="layers for LSA/DSA, by name or index (default: the last hidden layer)",
+    )
+    build.add_argument(
+        "--coverage-layers",
+        nargs="+",
+        metavar="LAYER",
+        help="layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)",
+    )
+    build.add_argument("--var-threshold", type=float, default=1e-5, metavar="V", help="LSA variance threshold (default %(default)g)")
+    build.add_argument("--batch-size", type=int, default=256, metavar="N", help="inputs per forward pass (default %(default)s)")
+    build.add_argument("--rebuild", action="store_true", help="rebuild even when a matching profile is cached")
+    build.add_argument(
+        "--no-dsa-precompute",
+        action="store_true",
+        help="do not precompute every training trace's nearest other-class distance "
+        "(faster build; DSA then computes what it needs in every test session)",
+    )
+    build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
+    _add_location(build)
+    build.set_defaults(func=cmd_profile_build)
+
+    lst = psub.add_parser(
+        "list",
+        help="list cached profiles with fingerprints, sizes and ages",
+        description="List the training profiles in the cache directory, newest first.",
+    )
+    lst.add_argument("--json", action="store_true", help="print the list as JSON")
+    _add_location(lst)
+    lst.set_defaults(func=cmd_profile_list)
+
+    try:
+        from pytest_sadl.report.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``sadl`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from pytest_sadl.data import SadlConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except SadlConfigError as exc:
+        print(f"sadl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("sadl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

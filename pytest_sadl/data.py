@@ -73,20 +73,22 @@ class SadlDataError(SadlConfigError):
 _HASH_CHUNK = 1 << 24  # 16 MiB per hash update
 
 
-def import_object(spec: str, *, what: str = "object") -> Any:
+def import_object(spec: str, *, what: str = "object", error: type[SadlConfigError] | None = None) -> Any:
     """Import ``"package.module:attr.sub"`` and return the attribute.
 
-    Raises :class:`SadlConfigError` naming the module or attribute that is missing.
+    Raises ``error`` (default :class:`SadlConfigError`) naming the module or attribute
+    that is missing.
     """
+    error = error or SadlConfigError
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SadlConfigError(
+        raise error(
             f"{what} {spec!r} is not of the form 'package.module:function'"
         )
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SadlConfigError(
+        raise error(
             f"{what} {spec!r}: cannot import module {module_name!r} ({exc}); "
             "check the spelling and that the module is importable from the rootdir "
             "(e.g. add it to the Python path)"
@@ -95,7 +97,7 @@ def import_object(spec: str, *, what: str = "object") -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise SadlConfigError(
+            raise error(
                 f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}"
             ) from None
     return obj
@@ -236,8 +238,13 @@ class TrainingData:
                 _hash_array(h, self.x)
             else:
                 h.update(b"dataset\0")
+                count = 0
                 for batch in _dataset_batches(self.dataset, None):
+                    if count == 0:  # one header, so that the batching does not matter
+                        h.update(f"{batch.dtype.str}\0{tuple(batch.shape[1:])}\0".encode())
                     _hash_array(h, batch, header=False)
+                    count += int(batch.shape[0])
+                h.update(f"\0{count}".encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
@@ -245,8 +252,6 @@ class TrainingData:
 def _hash_array(h: Any, x: np.ndarray, *, header: bool = True) -> None:
     if header:
         h.update(f"array\0{x.dtype.str}\0{tuple(x.shape)}\0".encode())
-    else:
-        h.update(f"{x.dtype.str}\0{tuple(x.shape[1:])}\0".encode())
     flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
     step = max(1, _HASH_CHUNK // max(1, x.itemsize))
     for start in range(0, flat.shape[0], step):
@@ -389,7 +394,7 @@ def load_training_data(
     if isinstance(source, TrainingData):
         return source
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
-        fn = import_object(source, what=what)
+        fn = import_object(source, what=what, error=SadlDataError)
         if not callable(fn):
             raise SadlDataError(f"{what} {source!r} is not callable")
         try:

@@ -42,7 +42,7 @@ def load_model(
     if _is_keras_model(source):
         return source
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
-        factory = import_object(source, what=what)
+        factory = import_object(source, what=what, error=SadlModelError)
         if not callable(factory):
             raise SadlModelError(f"{what} {source!r} is not callable")
         try:

@@ -413,7 +413,7 @@ class TraceModel:
 
     def _run(self, batch: Any) -> list[np.ndarray]:
         outs = self._forward()(batch)
-        return [np.asarray(o) for o in outs]
+        return [o.numpy() if hasattr(o, "numpy") else np.asarray(o) for o in outs]
 
     def _as_batch(self, x: np.ndarray, what: str, offset: int) -> np.ndarray:
         check_batch(x, self.input_shape, what=what, offset=offset)

@@ -1,0 +1,260 @@
+"""Traces of real Keras models against a manual per-layer computation; layer resolution,
+model kinds, bad inputs; and model loading (pytest_sadl.modelio)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_sadl.data import SadlDataError, SadlLayerError, SadlModelError
+
+pytestmark = pytest.mark.tf
+
+keras = pytest.importorskip("keras")
+from keras import layers  # noqa: E402
+
+from pytest_sadl.modelio import load_model  # noqa: E402
+from pytest_sadl.traces import (  # noqa: E402
+    TraceModel,
+    Traces,
+    default_coverage_layers,
+    default_sa_layers,
+    is_classifier,
+    resolve_layers,
+)
+
+
+def manual_layer(model: Any, name: str, x: np.ndarray) -> np.ndarray:
+    """The layer's output computed alone (its own sub-model), reduced in NumPy by the
+    spatial mean per channel: the naive reference the traces must equal."""
+    sub = keras.Model(model.inputs, model.get_layer(name).output)
+    out = np.asarray(sub.predict(x, batch_size=64, verbose=0), dtype=np.float64)
+    if out.ndim > 2:
+        out = out.mean(axis=tuple(range(1, out.ndim - 1)))
+    return out
+
+
+MODELS = ["dense_model", "conv_model", "functional_model", "regression_model"]
+
+
+@pytest.mark.parametrize("fixture", MODELS)
+def test_traces_equal_manual_per_layer(fixture: str, request: pytest.FixtureRequest, digits: Any) -> None:
+    model = request.getfixturevalue(fixture)
+    x = digits.x_test[:200]
+    tm = TraceModel(model)
+    t = tm.traces(x, batch_size=64)
+    assert isinstance(t, Traces) and len(t) == len(x)
+    for name, got in zip(tm.coverage_layers, t.coverage):
+        want = manual_layer(model, name, x)
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+    want_sa = np.concatenate([manual_layer(model, n, x) for n in tm.sa_layers], axis=1)
+    np.testing.assert_allclose(t.sa, want_sa, rtol=1e-5, atol=1e-5)
+    ref = model.predict(x, verbose=0)
+    np.testing.assert_allclose(t.output, ref, rtol=1e-5, atol=1e-5)
+    if tm.classifier:
+        assert t.pred.dtype == np.int64 and t.pred.shape == (len(x),)
+        np.testing.assert_array_equal(t.pred, t.output.argmax(axis=1))
+    else:
+        assert t.pred.shape == (len(x), 1) and t.pred.dtype.kind == "f"
+        np.testing.assert_allclose(t.pred, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_layers_are_reduced_and_sa_layers_concatenate(conv_model: Any, digits: Any) -> None:
+    tm = TraceModel(conv_model, sa_layers=["conv2", "hidden"], coverage_layers=["conv1", "pool1"])
+    t = tm.traces(digits.x_test[:50])
+    assert tm.sa_sizes == [16, 32] and t.sa.shape == (50, 48)
+    assert [a.shape for a in t.coverage] == [(50, 8), (50, 8)]
+    np.testing.assert_allclose(t.sa[:, :16], manual_layer(conv_model, "conv2", digits.x_test[:50]), atol=1e-5)
+    np.testing.assert_allclose(t.layer("pool1"), manual_layer(conv_model, "pool1", digits.x_test[:50]), atol=1e-5)
+    with pytest.raises(SadlLayerError, match="not a coverage layer"):
+        t.layer("hidden")
+
+
+def test_defaults(conv_model: Any, functional_model: Any, dense_model: Any, regression_model: Any) -> None:
+    assert default_coverage_layers(conv_model) == ["conv1", "pool1", "conv2", "hidden", "probs"]
+    assert default_sa_layers(conv_model) == ["hidden"]
+    assert default_coverage_layers(functional_model) == ["fconv", "gap", "fdense", "fhidden", "fprobs"]
+    assert default_sa_layers(functional_model) == ["fhidden"]
+    assert default_sa_layers(dense_model) == ["hidden2"]
+    assert default_sa_layers(regression_model) == ["rhidden"]
+    assert is_classifier(conv_model) and not is_classifier(regression_model)
+
+
+def test_default_sa_skips_a_bare_output_activation() -> None:
+    inp = keras.Input((4,))
+    h = layers.Dense(5, activation="relu", name="h")(inp)
+    logits = layers.Dense(3, name="logits")(h)
+    out = layers.Activation("softmax", name="act")(logits)
+    model = keras.Model(inp, out)
+    assert default_sa_layers(model) == ["h"]
+    assert default_coverage_layers(model) == ["h", "logits", "act"]
+
+
+def test_is_classifier_rule() -> None:
+    def head(units: int, activation: str | None) -> Any:
+        return keras.Sequential([keras.Input((4,)), layers.Dense(3), layers.Dense(units, activation=activation)])
+
+    assert is_classifier(head(10, None))  # logits
+    assert is_classifier(head(1, "sigmoid"))
+    assert not is_classifier(head(1, None))
+    reg = head(3, None)
+    reg.compile(loss="mse")
+    assert not is_classifier(reg)  # the compiled loss decides
+
+
+def test_sigmoid_binary_predictions(digits: Any) -> None:
+    model = keras.Sequential([keras.Input((8, 8, 1)), layers.Flatten(), layers.Dense(4, name="h"), layers.Dense(1, activation="sigmoid")])
+    t = TraceModel(model).traces(digits.x_test[:40])
+    np.testing.assert_array_equal(t.pred, (t.output[:, 0] > 0.5).astype(np.int64))
+
+
+def test_layers_by_name_and_index(conv_model: Any) -> None:
+    names = [layer.name for layer in conv_model.layers]
+    assert resolve_layers(conv_model, [0, -3, "hidden", "hidden"], purpose="x") == [names[0], names[-3], "hidden"]
+    assert resolve_layers(conv_model, "3", purpose="x") == [names[3]]
+    assert resolve_layers(conv_model, None, purpose="x") == []
+    with pytest.raises(SadlLayerError) as err:
+        resolve_layers(conv_model, ["hiden"], purpose="--sadl-layers")
+    msg = str(err.value)
+    assert "--sadl-layers" in msg and "'hiden'" in msg and "hidden" in msg and "conv1" in msg
+    with pytest.raises(SadlLayerError, match="out of range"):
+        resolve_layers(conv_model, [99], purpose="x")
+    assert issubclass(SadlLayerError, ValueError)
+    with pytest.raises(SadlLayerError, match="no layer 'nope'"):
+        TraceModel(conv_model, sa_layers=["nope"])
+
+
+def test_batching_and_call_and_trace_agree(conv_model: Any, digits: Any) -> None:
+    tm = TraceModel(conv_model)
+    x = digits.x_test[:130]
+    a = tm.traces(x, batch_size=7)
+    b = tm.traces(x, batch_size=1000)
+    np.testing.assert_allclose(a.sa, b.sa, atol=1e-5)
+    for u, v in zip(a.coverage, b.coverage):
+        np.testing.assert_allclose(u, v, atol=1e-5)
+    out, c = tm.call_and_trace(x, verbose=0)
+    np.testing.assert_allclose(out, conv_model.predict(x, verbose=0), atol=1e-5)
+    assert out is c.output
+    np.testing.assert_allclose(c.sa, a.sa, atol=1e-5)
+    out_t, _ = tm.call_and_trace(keras.ops.convert_to_tensor(x), batch_size=50)
+    np.testing.assert_allclose(out_t, out, atol=1e-5)
+    with pytest.raises(TypeError, match="unexpected"):
+        tm.call_and_trace(x, bogus=1)
+    joined = Traces.concatenate([tm.traces(x[:60]), tm.traces(x[60:])])
+    np.testing.assert_allclose(joined.sa, a.sa, atol=1e-5)
+
+
+def test_datasets_and_memmaps_equal_arrays(conv_model: Any, digits: Any, tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    tm = TraceModel(conv_model)
+    x = digits.x_test[:90]
+    ref = tm.traces(x, batch_size=32)
+    batched = tf.data.Dataset.from_tensor_slices((x, digits.y_test[:90])).batch(25)
+    single = tf.data.Dataset.from_tensor_slices(x)
+    np.save(tmp_path / "x.npy", x)
+    from pytest_sadl.data import load_training_data
+
+    mm = load_training_data(tmp_path / "x.npy")
+    assert isinstance(mm.x, np.memmap)
+    for source in (batched, single, mm):
+        got = tm.traces(source, batch_size=32)
+        np.testing.assert_allclose(got.sa, ref.sa, atol=1e-5)
+        np.testing.assert_array_equal(got.pred, ref.pred)
+
+
+def test_bad_inputs_name_the_problem(conv_model: Any, digits: Any) -> None:
+    tm = TraceModel(conv_model)
+    with pytest.raises(SadlDataError, match=r"\(8, 8\).*expects \(8, 8, 1\).*x\[\.\.\., None\]"):
+        tm.traces(digits.x_test[:10, :, :, 0])
+    x = digits.x_test[:300].copy()
+    x[261, 3, 3, 0] = np.nan
+    with pytest.raises(SadlDataError, match="input 261 contains NaN"):
+        tm.traces(x, batch_size=100)
+    x[261, 3, 3, 0] = np.inf
+    with pytest.raises(SadlDataError, match="input 261 contains inf"):
+        tm.traces(x, batch_size=100)
+    with pytest.raises(SadlDataError, match="empty"):
+        tm.traces(digits.x_test[:0])
+    with pytest.raises(SadlDataError, match="dtype"):
+        tm.traces(np.array([["a"] * 64]).reshape(1, 8, 8, 1))
+    # integer images are accepted and cast to the model's dtype
+    ints = (digits.x_test[:5] * 16).astype(np.uint8)
+    np.testing.assert_allclose(tm.traces(ints).output, tm.traces(ints.astype(np.float32)).output)
+
+
+def test_subclassed_and_unbuilt_models_get_clear_errors() -> None:
+    class Sub(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.d = layers.Dense(3)
+
+        def call(self, x: Any) -> Any:
+            return self.d(x)
+
+    sub = Sub()
+    sub(np.zeros((1, 4), np.float32))
+    with pytest.raises(SadlModelError, match="subclassed.*functional API"):
+        TraceModel(sub)
+    unbuilt = keras.Sequential([layers.Dense(3)])
+    with pytest.raises(SadlModelError, match="not built|keras.Input"):
+        TraceModel(unbuilt)
+    with pytest.raises(SadlModelError, match="keras.Model"):
+        TraceModel("not a model")
+    inp = [keras.Input((2,)), keras.Input((2,))]
+    two = keras.Model(inp, layers.Dense(1)(layers.Concatenate()(inp)))
+    with pytest.raises(SadlModelError, match="2 inputs"):
+        TraceModel(two)
+
+
+# ----------------------------------------------------------------------------- modelio
+
+
+def test_load_model_keras_file(conv_model_path: Path, conv_model: Any, digits: Any) -> None:
+    m = load_model(str(conv_model_path.name), base_dir=conv_model_path.parent)
+    np.testing.assert_allclose(m.predict(digits.x_test[:5], verbose=0), conv_model.predict(digits.x_test[:5], verbose=0), atol=1e-6)
+    assert load_model(m) is m
+
+
+def test_load_model_errors(tmp_path: Path) -> None:
+    with pytest.raises(SadlModelError, match="does not exist"):
+        load_model(tmp_path / "missing.keras")
+    (tmp_path / "m.h5").write_bytes(b"\x89HDF\r\n")
+    with pytest.raises(SadlModelError, match=r"HDF5.*\.save\('model.keras'\)"):
+        load_model(tmp_path / "m.h5")
+    (tmp_path / "m.pkl").write_bytes(b"x")
+    with pytest.raises(SadlModelError, match="unknown model format '.pkl'"):
+        load_model(tmp_path / "m.pkl")
+    (tmp_path / "broken.keras").write_bytes(b"not a zip")
+    with pytest.raises(SadlModelError, match="not a .keras archive"):
+        load_model(tmp_path / "broken.keras")
+    (tmp_path / "saved_model").mkdir()
+    with pytest.raises(SadlModelError, match="directory"):
+        load_model(tmp_path / "saved_model")
+    with pytest.raises(SadlModelError, match="cannot import module"):
+        load_model("no_such_module_xyz:make")
+    assert issubclass(SadlModelError, ValueError)
+
+
+def test_safe_mode_stays_on(tmp_path: Path) -> None:
+    model = keras.Sequential([keras.Input((3,)), layers.Lambda(lambda t: t * 2.0), layers.Dense(2)])
+    path = tmp_path / "lambda.keras"
+    model.save(path)
+    with pytest.raises(SadlModelError, match="safe mode"):
+        load_model(path)
+
+
+def test_load_model_from_callable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mk_model_mod.py").write_text(
+        "import keras\n"
+        "def make():\n    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])\n"
+        "def bad():\n    return 42\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_model("mk_model_mod:make").output_shape == (None, 2)
+    with pytest.raises(SadlModelError, match="not a keras.Model"):
+        load_model("mk_model_mod:bad")
