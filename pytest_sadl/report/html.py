@@ -59,7 +59,15 @@ def _env() -> jinja2.Environment:
     env.filters["num"] = fmt_num
     env.filters["short"] = lambda s, n=12: "" if not s else (s if len(s) <= n else s[:n] + "…")
     env.filters["sortkey"] = _sortkey
+    env.filters["sig"] = _sig
     return env
+
+
+def _sig(value: Any, digits: int = 6) -> str:
+    """A bound for display: ``digits`` significant digits (``-55.2113``), else as is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "?" if value is None else str(value)
+    return f"{value:.{digits}g}"
 
 
 def _sortkey(value: Any) -> str:
