@@ -474,8 +474,17 @@ def test_every_optional_field_may_be_absent_or_null(classifier, regression):
     from pytest_sadl.report.badge import render_badges
     from pytest_sadl.report.markdown import render_markdown
 
+    def small(doc: dict[str, Any]) -> dict[str, Any]:
+        # the same shape with fewer rows, so that ~400 renders stay fast
+        d = copy.deepcopy(doc)
+        d["tests"] = d["tests"][:4]
+        d["groups"] = d["groups"][:1]
+        d["inputs"] = {k: v[:40] for k, v in d["inputs"].items()}
+        d["top_inputs"] = [dict(t, test=t["test"] % 4) for t in d["top_inputs"] if t["rank"] <= 2]
+        return d
+
     count, failures = 0, []
-    for doc in (classifier, regression):
+    for doc in (small(classifier), small(regression)):
         for label, variant in _variants(doc):
             try:
                 render_html(variant, comparison=compare(variant, doc))
