@@ -388,6 +388,11 @@ def test_hints_say_what_would_improve_the_tests(classifier):
     assert hints[0].startswith("Threshold missed: LSC 26.00% is below")
     assert any("2 inputs had LSA above the upper bound 120" in h for h in hints)
     assert any(h.startswith("Layer dense is the least covered") for h in hints)
+    # fgsm's gains (Table VI) are the largest after the first group, for LSC and DSC
+    gains = {g["name"]: g["cumulative"]["lsc"] - p["cumulative"]["lsc"]
+             for p, g in zip(classifier["groups"], classifier["groups"][1:])}
+    assert max(gains, key=gains.get) == "fgsm"
+    assert "Group fgsm added the most LSC (+8.6 points) and DSC (+8.3 points) after the first group" in " ".join(hints)
 
 
 def test_hint_for_tests_and_groups_that_add_nothing(classifier):

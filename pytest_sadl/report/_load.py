@@ -266,6 +266,25 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
                     "metric: its inputs behave like those of earlier groups."
                 )
         prev = cum
+    if len(groups) > 1:
+        best_of: dict[str, list[str]] = {}
+        for metric in ("lsc", "dsc"):
+            gains = []
+            before = 0.0
+            for group in groups:
+                v = (group.get("cumulative") or {}).get(metric)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    gains.append((v - before, str(group.get("name"))))
+                    before = v
+            if len(gains) > 1:
+                gain, name = max(gains[1:], key=lambda g: g[0])  # the first group starts from nothing
+                if gain >= 0.01:
+                    best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
+        for name, what in best_of.items():
+            hints.append(
+                f"Group {name} added the most {' and '.join(what)} after the first group: more "
+                "inputs of that kind are the likeliest to cover further surprise buckets."
+            )
     tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
     idle = [t for t in tests if (t.get("inputs") or 0) > 0 and isinstance(t.get("new"), dict)
             and not any(v for v in t["new"].values() if isinstance(v, (int, float)))]
