@@ -131,7 +131,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "functional": build_functional,
     "regression": build_regression,
 }
-EPOCHS = {"dense": 15, "conv": 15, "functional": 15, "regression": 15}
+EPOCHS = {"dense": 10, "conv": 10, "functional": 10, "regression": 10}
 
 
 def train_model(name: str, data: Digits, seed: int = SEED) -> Any:
@@ -154,31 +154,34 @@ def train_model(name: str, data: Digits, seed: int = SEED) -> Any:
     return model
 
 
-def ensure_saved_models(directory: Path, data: Digits) -> dict[str, Path]:
-    """Train every model once and save it as ``<name>.keras`` under ``directory``.
+def ensure_saved_model(directory: Path, name: str, data: Digits) -> Path:
+    """Train the named model once and save it as ``<name>.keras`` under ``directory``.
 
-    Safe under pytest-xdist: an exclusive ``fcntl`` lock on ``directory/.lock`` makes
-    the first worker train while the others wait, then everyone loads the same files.
-    Each file is written to a temporary name and renamed, so a reader never sees half
-    a model. Returns ``{name: path}``.
+    Safe under pytest-xdist: an exclusive ``fcntl`` lock on ``directory/<name>.lock``
+    makes the first worker train while the others wait, then everyone loads the same
+    file (two workers can train two different models at once). The file is written to
+    a temporary name and renamed, so a reader never sees half a model.
     """
     import fcntl
 
     directory.mkdir(parents=True, exist_ok=True)
-    paths = {name: directory / f"{name}.keras" for name in MODEL_NAMES}
-    with open(directory / ".lock", "w") as lock:
+    path = directory / f"{name}.keras"
+    with open(directory / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            for name, path in paths.items():
-                if path.is_file():
-                    continue
+            if not path.is_file():
                 model = train_model(name, data)
                 tmp = path.with_name(f"tmp-{os.getpid()}-{path.name}")  # keras wants .keras
                 model.save(tmp)
                 os.replace(tmp, path)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    return paths
+    return path
+
+
+def ensure_saved_models(directory: Path, data: Digits) -> dict[str, Path]:
+    """:func:`ensure_saved_model` for every model; returns ``{name: path}``."""
+    return {name: ensure_saved_model(directory, name, data) for name in MODEL_NAMES}
 
 
 def load_model(path: Path) -> Any:

@@ -6,9 +6,10 @@ Fixtures (all session scoped; TensorFlow is imported only by the ones that need 
     :class:`tests._models.Digits` ``(x_train, y_train, x_test, y_test)``: float32
     ``(n, 8, 8, 1)`` images in [0, 1] and int64 labels, a 75/25 stratified split.
 ``models_dir``
-    directory holding ``dense.keras``, ``conv.keras``, ``functional.keras`` and
-    ``regression.keras``, trained once per test session (once for all pytest-xdist
-    workers: the first trains under a file lock, the others load the files).
+    directory of ``dense.keras``, ``conv.keras``, ``functional.keras`` and
+    ``regression.keras``; each is trained once per test session when first asked for
+    (once for all pytest-xdist workers: the first trains under a file lock, the others
+    wait and load the file).
 ``dense_model``, ``conv_model``, ``functional_model``, ``regression_model``
     the trained models, loaded from those files. They are SHARED by every test of a
     worker: do not change their weights. A test that needs to modify a model loads
@@ -44,42 +45,39 @@ def digits() -> _models.Digits:
 
 
 @pytest.fixture(scope="session")
-def models_dir(tmp_path_factory: pytest.TempPathFactory, digits: _models.Digits) -> Path:
-    """Directory of the trained test models, shared by all xdist workers of the session."""
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory of the trained test models, shared by all xdist workers of the session
+    (each model is trained when a test first asks for it)."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # popen-gwN's parent is common to the session's workers
     directory = base / "sadl-test-models"
-    _models.ensure_saved_models(directory, digits)
+    directory.mkdir(parents=True, exist_ok=True)
     return directory
 
 
-def _path(models_dir: Path, name: str) -> Path:
-    return models_dir / f"{name}.keras"
-
-
 @pytest.fixture(scope="session")
-def dense_model_path(models_dir: Path) -> Path:
+def dense_model_path(models_dir: Path, digits: _models.Digits) -> Path:
     """``.keras`` file of the Dense MLP."""
-    return _path(models_dir, "dense")
+    return _models.ensure_saved_model(models_dir, "dense", digits)
 
 
 @pytest.fixture(scope="session")
-def conv_model_path(models_dir: Path) -> Path:
+def conv_model_path(models_dir: Path, digits: _models.Digits) -> Path:
     """``.keras`` file of the ConvNet."""
-    return _path(models_dir, "conv")
+    return _models.ensure_saved_model(models_dir, "conv", digits)
 
 
 @pytest.fixture(scope="session")
-def functional_model_path(models_dir: Path) -> Path:
+def functional_model_path(models_dir: Path, digits: _models.Digits) -> Path:
     """``.keras`` file of the functional two-branch model."""
-    return _path(models_dir, "functional")
+    return _models.ensure_saved_model(models_dir, "functional", digits)
 
 
 @pytest.fixture(scope="session")
-def regression_model_path(models_dir: Path) -> Path:
+def regression_model_path(models_dir: Path, digits: _models.Digits) -> Path:
     """``.keras`` file of the regression model."""
-    return _path(models_dir, "regression")
+    return _models.ensure_saved_model(models_dir, "regression", digits)
 
 
 @pytest.fixture(scope="session")
