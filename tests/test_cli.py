@@ -1,0 +1,140 @@
+"""The ``sadl`` command end to end: console script, ``python -m pytest_sadl``, profile
+build and list, errors as one line with exit status 2, the progress bar."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_sadl.cli import ProgressBar, _layers, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(args: list[str], cwd: Path, *, module: bool = False) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    exe = shutil.which("sadl")
+    cmd = [sys.executable, "-m", "pytest_sadl", *args] if module or exe is None else [exe, *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture()
+def project(tmp_path: Path, conv_model_path: Path, digits: Any) -> Path:
+    """A user's project: pyproject with a pytest section, a model and training data."""
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = ''\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "data").mkdir()
+    shutil.copy(conv_model_path, tmp_path / "models" / "m.keras")
+    np.savez(tmp_path / "data" / "train.npz", x=digits.x_train, y=digits.y_train)
+    (tmp_path / "sub").mkdir()
+    return tmp_path
+
+
+def test_help_reads_well(tmp_path: Path) -> None:
+    top = run(["--help"], tmp_path)
+    assert top.returncode == 0
+    for word in ("profile", "report", "compare", "Surprise Adequacy"):
+        assert word in top.stdout
+    build = run(["profile", "build", "--help"], tmp_path, module=True)
+    assert build.returncode == 0
+    for opt in ("--model", "--train", "--sa-layers", "--coverage-layers", "--cache-dir", "--quiet", "--rebuild"):
+        assert opt in build.stdout
+    assert "Traceback" not in top.stderr + build.stderr
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+@pytest.mark.tf
+def test_build_then_list_end_to_end(project: Path) -> None:
+    first = run(["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--sa-layers", "hidden"], project)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("built profile ")
+    assert "Traceback" not in first.stderr and "\r" not in first.stderr  # no bar when not a TTY
+    cache = project / ".pytest_cache" / "d" / "sadl"
+    files = list(cache.glob("profile-*.npz"))
+    assert len(files) == 1
+    fp = files[0].name[len("profile-") : -len(".npz")]
+    assert fp[:16] in first.stdout
+
+    # from a subdirectory: the same rootdir, so the same cache, and a hit
+    again = run(["profile", "build", "--model", "../models/m.keras", "--train", "../data/train.npz", "--quiet"], project / "sub")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("found cached profile " + fp[:16]) and again.stderr == ""
+
+    listed = run(["profile", "list"], project / "sub")
+    assert listed.returncode == 0 and fp[:16] in listed.stdout and "digits_conv" in listed.stdout
+    assert "KiB" in listed.stdout and str(cache) in listed.stdout
+    js = json.loads(run(["profile", "list", "--json"], project).stdout)
+    (row,) = js["profiles"]
+    assert row["fingerprint"] == fp and row["ok"] and row["n_train"] > 1000 and row["sa_layers"] == ["hidden"]
+    assert row["size"] == files[0].stat().st_size and row["age_seconds"] >= 0
+
+    other = project / "elsewhere"
+    built = run(["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--coverage-layers", "conv1,hidden", "--cache-dir", str(other), "-q"], project)
+    assert built.returncode == 0, built.stderr
+    assert len(list(other.glob("profile-*.npz"))) == 1 and len(list(cache.glob("profile-*.npz"))) == 1
+
+
+@pytest.mark.tf
+def test_errors_are_one_line_exit_2(project: Path) -> None:
+    bad_layer = run(["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--sa-layers", "dense9", "-q"], project)
+    assert bad_layer.returncode == 2
+    assert bad_layer.stderr.startswith("sadl: error: SA layers: model 'digits_conv' has no layer 'dense9'")
+    assert "hidden" in bad_layer.stderr and "Traceback" not in bad_layer.stderr
+    missing = run(["profile", "build", "--model", "models/nope.keras", "--train", "data/train.npz", "-q"], project)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+    np.savez(project / "data" / "flat.npz", x=np.zeros((10, 64), np.float32))
+    shape = run(["profile", "build", "--model", "models/m.keras", "--train", "data/flat.npz", "-q"], project)
+    assert shape.returncode == 2 and "expects (8, 8, 1)" in shape.stderr
+
+
+def test_list_in_process_needs_no_tensorflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "list", "--cache-dir", str(tmp_path / "none")]) == 0
+    assert "no training profiles in" in capsys.readouterr().out
+    (tmp_path / "profile-abc.npz").write_bytes(b"junk")
+    assert main(["profile", "list", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "abc" in out and "(unusable)" in out and "rebuilt" in out
+
+
+def test_progress_bar() -> None:
+    quiet = io.StringIO()
+    bar = ProgressBar(quiet)  # StringIO is not a TTY: no bar
+    bar(5, 10)
+    bar.status("phase")
+    assert quiet.getvalue() == "sadl: phase\n"
+    tty = io.StringIO()
+    bar = ProgressBar(tty, enabled=True)
+    bar(5, 10)
+    bar(10, 10)
+    text = tty.getvalue()
+    assert "\r[" in text and "10/10 inputs" in text and "100%" in text and text.endswith("\n")
+    silent = io.StringIO()
+    bar = ProgressBar(silent, enabled=True, quiet=True)
+    bar(1, 2)
+    bar.status("x")
+    assert silent.getvalue() == ""
+    unknown = io.StringIO()
+    ProgressBar(unknown, enabled=True)(300, None)
+    assert "300 inputs" in unknown.getvalue()
+
+
+def test_layer_arguments() -> None:
+    assert _layers(None) is None
+    assert _layers(["a", "b,c", "3", "-1"]) == ("a", "b", "c", 3, -1)
+    args = build_parser().parse_args(["profile", "build", "--model", "m", "--train", "t", "--sa-layers", "x", "y"])
+    assert args.sa_layers == ["x", "y"] and args.batch_size == 256 and not args.quiet
