@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 METRICS = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
-REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown")
-DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md"}
+REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
+DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badge.json"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K"),
     Option("--sadl-var-threshold", "sadl_var_threshold", "LSA drops neurons whose training variance is below this (default 1e-5)", None, 1e-5, "float", "V"),
     Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N"),
-    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
+    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
     Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", None, None, "str", "SPEC"),
     Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
     Option("--sadl-compare", "sadl_compare", "a baseline results JSON to compare this run's metrics with", kind="path", metavar="BASELINE.json"),
@@ -159,7 +159,10 @@ def parse_report(spec: str, base: Path) -> Report:
         if sep:
             raise pytest.UsageError(f"--sadl-report={spec!r}: the terminal report takes no path")
         return Report(kind)
-    target = Path(path.strip()) if sep and path.strip() else Path(DEFAULT_REPORT_PATHS[kind])
+    default = DEFAULT_REPORT_PATHS[kind]
+    if kind == "markdown" and os.environ.get("GITHUB_STEP_SUMMARY"):
+        default = os.environ["GITHUB_STEP_SUMMARY"]  # a GitHub Actions job summary
+    target = Path(path.strip()) if sep and path.strip() else Path(default)
     return Report(kind, target if target.is_absolute() else base / target)
 
 
@@ -259,10 +262,15 @@ def read_options(config: pytest.Config) -> SadlOptions:
         try:
             compare_fail = parse_compare_fail(str(compare_fail_value))
         except ValueError as exc:
-            raise pytest.UsageError(f"--sadl-compare-fail={compare_fail_value!r}: {exc}") from None
+            raise pytest.UsageError(str(exc)) from None
     compare = path("sadl_compare")
-    if compare is not None and not Path(compare).is_file():
-        raise pytest.UsageError(f"--sadl-compare: baseline {compare!r} does not exist; give a results JSON written by --sadl-report=json")
+    if compare is not None:
+        from pytest_sadl.report._load import load_results
+
+        try:  # a missing, broken or newer baseline is a usage error now, not at the end
+            load_results(compare)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--sadl-compare: {exc}") from None
     if compare_fail and compare is None:
         raise pytest.UsageError("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
     cache, _ = r.raw(opts["sadl_cache_dir"])

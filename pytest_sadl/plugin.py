@@ -100,7 +100,12 @@ class SadlState:
     def cache_dir(self) -> Path:
         if self.options.cache_dir is not None:
             return self.options.cache_dir
-        return Path(self.config.cache.mkdir("sadl")) if self.config.cache is not None else Path(".pytest_cache/d/sadl")
+        cache = getattr(self.config, "cache", None)  # None with -p no:cacheprovider
+        if cache is not None:
+            return Path(cache.mkdir("sadl"))
+        from .profile import default_cache_dir
+
+        return default_cache_dir(self.config.rootpath)
 
     def load_profile(self, model: Any, train: Any) -> Any:
         """Load or build the training profile (once per session and process)."""
@@ -334,6 +339,7 @@ def sadl_record(request: pytest.FixtureRequest) -> Any:
 # ----------------------------------------------------------------------------- the end
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist controller: take what a worker recorded."""
     state = _enabled(node.config)
@@ -434,6 +440,10 @@ def _finish(state: SadlState) -> None:
             from .report.markdown import write_markdown
 
             write_markdown(data, report.path, comparison=state.comparison)  # type: ignore[arg-type]
+        elif report.kind == "badge":
+            from .report.badge import write_badge
+
+            write_badge(data, report.path)  # type: ignore[arg-type]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -1,0 +1,313 @@
+"""The plugin end to end, in real pytest runs (pytester) of small projects on real models.
+
+Runs that need TensorFlow go through ``runpytest_subprocess``: TensorFlow's global state
+(and the plugin-off check that it is *not* imported) needs a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tf
+
+INI = """
+[pytest]
+sadl_model = model.keras
+sadl_train = train.npz
+sadl_layers = hidden
+{extra}
+"""
+
+RECORDING_TESTS = '''
+import numpy as np
+import pytest
+import tensorflow as tf
+
+X = np.load("inputs.npy")
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict(sadl_model):
+    assert sadl_model.predict(X[:10], verbose=0).shape == (10, 10)
+
+
+@pytest.mark.sadl(group="attack")
+def test_call_keeps_gradients(sadl_model):
+    x = tf.constant(X[10:15])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(sadl_model(x, training=False)[:, 0])
+    assert tape.gradient(loss, x) is not None
+    assert type(sadl_model).__name__.startswith("SadlRecorded")
+
+
+@pytest.mark.sadl(group="attack")
+def test_predict_on_batch(sadl_model):
+    assert np.asarray(sadl_model.predict_on_batch(X[15:18])).shape == (3, 10)
+
+
+@pytest.mark.sadl
+def test_explicit_record(sadl_record):
+    sadl_record(X[18:20])
+
+
+@pytest.mark.sadl(group="held-out")
+def test_failing_still_counts(sadl_model):
+    sadl_model.predict(X[20:25], verbose=0)
+    assert False, "this test fails on purpose"
+
+
+def test_unmarked_is_not_recorded(sadl_model):
+    sadl_model.predict(X[25:40], verbose=0)
+    assert not type(sadl_model).__name__.startswith("SadlRecorded")
+'''
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, conv_model_path: Path, digits):
+    """A project configured for the conv model, with its training data and test inputs."""
+
+    def make(tests: str = RECORDING_TESTS, extra: str = "", model: Path = conv_model_path, layers: str = "hidden"):
+        shutil.copy(model, pytester.path / "model.keras")
+        np.savez(pytester.path / "train.npz", x=digits.x_train, y=digits.y_train)
+        np.save(pytester.path / "inputs.npy", digits.x_test[:60])
+        ini = INI.format(extra=extra).replace("sadl_layers = hidden", f"sadl_layers = {layers}")
+        pytester.makefile(".ini", pytest=ini)
+        pytester.makepyfile(test_project=tests)
+        return pytester
+
+    return make
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=300)
+
+
+def results(pytester: pytest.Pytester, name: str = "out.json") -> dict:
+    return json.loads((pytester.path / name).read_text())
+
+
+def test_recording_groups_failures_and_values(project, digits):
+    pytester = project()
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=term")
+    res.assert_outcomes(passed=5, failed=1)
+    assert res.ret == 1
+    data = results(pytester)
+    tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
+    assert {k: v["inputs"] for k, v in tests.items()} == {
+        "test_predict": 10,
+        "test_call_keeps_gradients": 5,
+        "test_predict_on_batch": 3,
+        "test_explicit_record": 2,
+        "test_failing_still_counts": 5,
+    }
+    assert tests["test_failing_still_counts"]["outcome"] == "failed"
+    assert tests["test_explicit_record"]["group"] == "default"
+    assert [g["name"] for g in data["groups"]] == ["held-out", "attack", "default"]
+    assert [g["inputs"] for g in data["groups"]] == [15, 8, 2]
+    # Each input's SA equals the engine's on traces computed here by hand, layer by layer.
+    import keras
+
+    from pytest_sadl.surprise import DSA, LSA
+
+    model = keras.models.load_model(pytester.path / "model.keras")
+    hidden = keras.Model(model.inputs, model.get_layer("hidden").output)
+    train_ats = hidden.predict(digits.x_train, verbose=0)
+    train_pred = model.predict(digits.x_train, verbose=0).argmax(1)
+    # the tests, in collection order: predict, call, predict_on_batch, record, failing
+    x_in = np.concatenate([digits.x_test[0:10], digits.x_test[10:15], digits.x_test[15:18], digits.x_test[18:20], digits.x_test[20:25]])
+    ats = hidden.predict(x_in, verbose=0)
+    pred = model.predict(x_in, verbose=0).argmax(1)
+    assert data["inputs"]["pred"] == pred.tolist()
+    np.testing.assert_allclose(data["inputs"]["lsa"], LSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(data["inputs"]["dsa"], DSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
+    assert data["metrics"]["lsc"]["count"] == 25
+    out = res.stdout.str()
+    assert "pytest-sadl: surprise adequacy and neuron coverage" in out
+    assert "25 inputs recorded from 5 tests in 3 group(s)" in out
+    assert re.search(r"\+ attack\s+2\s+8", out)
+
+
+THRESHOLD_TESTS = '''
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict(sadl_model):
+    sadl_model.predict(X, verbose=0)
+'''
+
+
+def test_thresholds_met_and_missed(project):
+    pytester = project(THRESHOLD_TESTS)
+    res = run(pytester, "--sadl-coverage", "--sadl-fail-under=lsc:0,nc:1", "--sadl-report=json:out.json")
+    assert res.ret == 0, res.stdout.str()
+    lsc = results(pytester)["metrics"]["lsc"]["value"] * 100
+    below = f"{lsc:.2f}"
+    res = run(pytester, "--sadl-coverage", f"--sadl-fail-under=lsc:{lsc + 0.01:.2f},nc:1")
+    assert res.ret == 1
+    res.stdout.fnmatch_lines([f"FAIL LSC {below}% is below --sadl-fail-under=lsc:{lsc + 0.01:.2f} ({lsc + 0.01:.2f}%)"])
+    assert "FAIL NC" not in res.stdout.str()
+    # at the threshold itself, with the same rounding as the message: met
+    res = run(pytester, "--sadl-coverage", f"--sadl-fail-under=lsc:{below}")
+    assert res.ret == 0, res.stdout.str()
+
+
+def test_no_recorded_inputs_fails_a_threshold(project):
+    pytester = project("def test_nothing():\n    pass\n")
+    res = run(pytester, "--sadl-coverage", "--sadl-fail-under=lsc:10")
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["*no inputs were recorded*", "FAIL LSC: no inputs were recorded*"])
+
+
+def test_xdist_equals_serial(project):
+    pytester = project()
+    serial = run(pytester, "--sadl-coverage", "--sadl-report=json:serial.json")
+    dist = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:dist.json")
+    assert serial.ret == dist.ret == 1
+    a, b = results(pytester, "serial.json"), results(pytester, "dist.json")
+    for key in ("metrics", "groups", "tests", "inputs", "layers", "config"):
+        assert a[key] == b[key], key
+
+
+def test_strict_config_and_markers_pass_with_every_ini_option(project):
+    extra = "\n".join(
+        [
+            "sadl_coverage = true",
+            "sadl_coverage_layers = conv1,hidden",
+            "sadl_lsc_lower = -50", "sadl_lsc_upper = 500", "sadl_lsc_buckets = 100",
+            "sadl_dsc_lower = 0", "sadl_dsc_upper = 3", "sadl_dsc_buckets = 100",
+            "sadl_nc_threshold = 0.25", "sadl_kmnc_k = 10", "sadl_var_threshold = 1e-6",
+            "sadl_batch_size = 64", "sadl_report = json:ini.json", "sadl_fail_under = nc:1",
+            "sadl_cache_dir = .sadl-cache",
+        ]
+    )
+    pytester = project(THRESHOLD_TESTS, extra=extra)
+    res = run(pytester, "--strict-config", "--strict-markers")
+    assert res.ret == 0, res.stdout.str() + res.stderr.str()
+    data = results(pytester, "ini.json")
+    assert data["config"]["lsc"] == {"lower": -50.0, "upper": 500.0, "buckets": 100, "rule": "configured"}
+    assert data["config"]["coverage_layers"] == ["conv1", "hidden"] and data["config"]["kmnc_k"] == 10
+    kmnc_total = data["metrics"]["kmnc"]["total"]  # k x neurons, less neurons constant in training
+    assert kmnc_total % 10 == 0 and 0 < kmnc_total <= 10 * (8 + 32)
+    assert list((pytester.path / ".sadl-cache").glob("profile-*.npz"))
+    res.stdout.fnmatch_lines(["sadl: model=*model.keras; train=*train.npz; SA layers=hidden; reports=json:*"])
+
+
+def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
+    pytester.makefile(".ini", pytest=INI.format(extra=""))
+    pytester.makepyfile(
+        """
+        import sys
+
+        def test_no_tf():
+            assert "tensorflow" not in sys.modules and "keras" not in sys.modules
+        """
+    )
+    res = run(pytester)
+    res.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
+        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; use one of lsc, dsc, nc, kmnc, nbc, snac*"),
+        (["--sadl-fail-under=lsc"], "*needs the form METRIC:PERCENT*"),
+        (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
+        (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),
+        (["--sadl-report=pdf"], "*unknown report type 'pdf'*"),
+        (["--sadl-dsc-buckets=many"], "*--sadl-dsc-buckets='many' is not an integer*"),
+    ],
+)
+def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, message):
+    pytester.makefile(".ini", pytest="[pytest]\n")
+    pytester.makepyfile("def test_never_runs():\n    raise AssertionError\n")
+    res = pytester.runpytest_inprocess("--sadl-coverage", *args)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_unknown_layer_is_a_usage_error_before_tests_run(project):
+    pytester = project(THRESHOLD_TESTS, layers="hiden")
+    res = run(pytester, "--sadl-coverage")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    err = res.stderr.str()
+    assert "hiden" in err and "hidden" in err and "Traceback" not in err
+    assert "test_predict" not in res.stdout.str()
+
+
+REGRESSION_TESTS = '''
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict(sadl_model):
+    sadl_model.predict(X, verbose=0)
+'''
+
+
+def test_regression_model_has_no_dsa(project, regression_model_path):
+    pytester = project(REGRESSION_TESTS, model=regression_model_path, layers="rhidden")
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=term", "--sadl-fail-under=dsc:10")
+    assert res.ret == 1
+    data = results(pytester)
+    assert data["metrics"]["dsc"]["applicable"] is False and data["metrics"]["dsc"]["value"] is None
+    assert data["metrics"]["lsc"]["count"] == 60 and data["model"]["classifier"] is False
+    assert set(data["inputs"]["dsa"]) == {None} and set(data["inputs"]["pred"]) == {None}
+    res.stdout.fnmatch_lines(["*DSC*not applicable*", "FAIL DSC is not applicable to this model*"])
+
+
+def test_project_fixture_provides_the_model(pytester: pytest.Pytester, conv_model_path, digits):
+    """No sadl_model in the configuration: the project's own fixture is used, also under xdist."""
+    np.savez(pytester.path / "train.npz", x=digits.x_train)
+    np.save(pytester.path / "inputs.npy", digits.x_test[:20])
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_train = train.npz\n")
+    pytester.makeconftest(
+        f"""
+        import keras
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def sadl_model():
+            return keras.models.load_model({str(conv_model_path)!r})
+        """
+    )
+    pytester.makepyfile(test_project=THRESHOLD_TESTS)
+    serial = run(pytester, "--sadl-coverage", "--sadl-report=json:serial.json")
+    dist = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:dist.json")
+    assert serial.ret == 0 and dist.ret == 0, serial.stdout.str() + dist.stdout.str()
+    a, b = results(pytester, "serial.json"), results(pytester, "dist.json")
+    assert a["metrics"]["lsc"]["count"] == 20 and a["model"]["source"] == "fixture"
+    assert a["metrics"] == b["metrics"]
+
+
+def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.mark.sadl(group="g")
+            def test_marked():
+                pass
+            """
+        )
+    )
+    res = pytester.runpytest_inprocess("--strict-markers")
+    res.assert_outcomes(passed=1)
+    res = pytester.runpytest_inprocess("--markers")
+    res.stdout.fnmatch_lines(["@pytest.mark.sadl(group='name'): record every input*"])
