@@ -48,6 +48,8 @@ class Batch:
 class TestRecord:
     """What one test fed the model."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
     nodeid: str
     index: int  # position in the collection order: runs merge in this order
     group: str

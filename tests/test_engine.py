@@ -1,0 +1,179 @@
+"""The end-of-session computation on plain arrays: per test, per group, Table VI, bounds, thresholds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_sadl.config import Bounds, SadlOptions
+from pytest_sadl.engine import ProfileView, check_thresholds, compute, default_bounds, held_out_scores
+from pytest_sadl.neurons import fit_ranges, kmnc, nbc, nc, snac
+from pytest_sadl.recorder import Batch, Recorder, TestRecord
+from pytest_sadl.results import Metric
+from pytest_sadl.surprise import DSA, LSA, surprise_coverage
+
+
+def make_view(rng, classifier=True):
+    centres = rng.normal(scale=3.0, size=(4, 5))
+    pred = rng.integers(0, 4, 600)
+    sa = centres[pred] + rng.normal(size=(600, 5))
+    layers = [np.maximum(rng.normal(size=(600, 6)), 0), rng.normal(size=(600, 3))]
+    ranges = fit_ranges(layers, names=["a", "b"])
+    return ProfileView(
+        lsa=LSA(sa, pred if classifier else None),
+        dsa=DSA(sa, pred) if classifier else None,
+        ranges=ranges,
+        sa_traces=sa,
+        sa_pred=pred if classifier else None,
+        var_threshold=1e-5,
+    ), centres
+
+
+def make_records(rng, centres, spec):
+    """spec: [(nodeid, group, n_inputs, spread)] in collection order (shuffled on purpose)."""
+    records = []
+    for index, (nodeid, group, n, spread) in enumerate(spec):
+        pred = rng.integers(0, 4, n)
+        batch = Batch(
+            sa=(centres[pred] + rng.normal(scale=spread, size=(n, 5))).astype(np.float32),
+            coverage=[np.maximum(rng.normal(scale=spread, size=(n, 6)), 0).astype(np.float32), rng.normal(scale=spread, size=(n, 3)).astype(np.float32)],
+            pred=pred,
+        )
+        records.append(TestRecord(nodeid, index, group, batches=[batch]))
+    return records
+
+
+SPEC = [
+    ("t::a", "test", 40, 1.0),
+    ("t::b", "test", 30, 1.0),
+    ("t::c", "fgsm", 25, 2.5),
+    ("t::d", "test", 10, 1.0),  # a later test of an earlier group
+    ("t::e", "bim", 20, 4.0),
+]
+
+
+def options(**kw):
+    base = dict(lsc=Bounds(-20.0, 80.0, 50), dsc=Bounds(0.0, 3.0, 40), kmnc_k=7, nc_threshold=0.4)
+    base.update(kw)
+    return SadlOptions(enabled=True, **base)
+
+
+def test_compute_matches_one_shot_criteria_per_group_and_cumulatively():
+    rng = np.random.default_rng(0)
+    view, centres = make_view(rng)
+    records = make_records(rng, centres, SPEC)
+    shuffled = [records[i] for i in (3, 0, 4, 2, 1)]  # as xdist workers may deliver them
+    res = compute(view, shuffled, options(), {"sa_layers": ["h"], "coverage_layers": ["a", "b"]})
+    data = res.to_dict()
+    assert [t["nodeid"] for t in data["tests"]] == ["t::a", "t::b", "t::c", "t::d", "t::e"]
+
+    def part(recs):
+        sa = np.concatenate([r.batches[0].sa for r in recs]).astype(np.float64)
+        pred = np.concatenate([r.batches[0].pred for r in recs])
+        layers = [np.concatenate([r.batches[0].coverage[i] for r in recs]) for i in range(2)]
+        return sa, pred, layers
+
+    def metrics(recs):
+        sa, pred, layers = part(recs)
+        return {
+            "lsc": surprise_coverage(view.lsa(sa, pred), lower=-20.0, upper=80.0, buckets=50),
+            "dsc": surprise_coverage(view.dsa(sa, pred), lower=0.0, upper=3.0, buckets=40),
+            "nc": nc(layers, 0.4),
+            "kmnc": kmnc(layers, view.ranges, 7),
+            "nbc": nbc(layers, view.ranges),
+            "snac": snac(layers, view.ranges),
+        }
+
+    by_group = {g: [r for r in records if r.group == g] for g in ("test", "fgsm", "bim")}
+    assert [g["name"] for g in data["groups"]] == ["test", "fgsm", "bim"]
+    seen = []
+    for g in data["groups"]:
+        seen += by_group[g["name"]]
+        for key, value in metrics(by_group[g["name"]]).items():
+            assert g["metrics"][key] == pytest.approx(value), (g["name"], key)
+        for key, value in metrics(seen).items():
+            assert g["cumulative"][key] == pytest.approx(value), (g["name"], key)
+    overall = metrics(records)
+    for key, value in overall.items():
+        assert data["metrics"][key]["value"] == pytest.approx(value)
+    # each target is counted new once, by the first test (in collection order) that covered it
+    for key in ("lsc", "dsc", "nc", "kmnc", "nbc", "snac"):
+        assert sum(t["new"][key] for t in data["tests"]) == data["metrics"][key]["covered"]
+    sa, pred, _ = part(records)
+    np.testing.assert_allclose(data["inputs"]["lsa"], view.lsa(sa, pred))
+    np.testing.assert_allclose(data["inputs"]["dsa"], view.dsa(sa, pred))
+    first = data["tests"][0]
+    scores = view.lsa(*part(records[:1])[:2])
+    assert first["lsa_mean"] == pytest.approx(scores.mean()) and first["lsa_max"] == pytest.approx(scores.max())
+    assert first["new"]["lsc"] == round(surprise_coverage(scores, lower=-20, upper=80, buckets=50) * 50)
+    top = [t for t in data["top_inputs"] if t["by"] == "lsa"]
+    assert [t["lsa"] for t in top] == sorted(data["inputs"]["lsa"], reverse=True)[: len(top)]
+
+
+def test_default_bounds_come_from_the_profile_not_the_inputs():
+    rng = np.random.default_rng(1)
+    view, centres = make_view(rng)
+    opts = options(lsc=Bounds(None, None, 100), dsc=Bounds(None, None, 100))
+    calm = compute(view, make_records(rng, centres, SPEC[:2]), opts, {}).config
+    wild = compute(view, make_records(rng, centres, [("x::y", "g", 50, 9.0)]), opts, {}).config
+    assert calm["lsc"] == wild["lsc"] and calm["dsc"] == wild["dsc"]
+    held_lsa, held_dsa = held_out_scores(view)
+    assert len(held_lsa) == 60  # a tenth of 600 training traces
+    lower, upper = default_bounds(held_lsa)
+    assert lower == min(0.0, held_lsa.min()) and upper == pytest.approx(lower + 2 * (held_lsa.max() - lower))
+    assert (calm["lsc"]["lower"], calm["lsc"]["upper"]) == (lower, upper)
+    assert calm["dsc"]["lower"] == 0.0 and calm["dsc"]["upper"] == pytest.approx(2 * held_dsa.max())
+    assert calm["lsc"]["rule"].startswith("default")
+
+
+def test_regression_profile_has_no_dsa():
+    rng = np.random.default_rng(2)
+    view, centres = make_view(rng, classifier=False)
+    records = make_records(rng, centres, SPEC[:2])
+    for r in records:
+        r.batches[0].pred = np.zeros((len(r.batches[0]), 1), np.float32)  # raw regression output
+    data = compute(view, records, options(fail_under={"dsc": 10.0, "lsc": 0.0}), {}).to_dict()
+    assert data["metrics"]["dsc"] == {"value": None, "covered": 0, "total": 40, "applicable": False}
+    assert data["metrics"]["lsc"]["count"] == 70
+    assert [f["metric"] for f in data["outcome"]["failures"]] == ["dsc"]
+
+
+def test_thresholds_round_like_the_message():
+    metrics = {"lsc": Metric(0.3, 300, 1000), "dsc": Metric(0.29994, 29994, 100000), "nc": Metric(None, 0, 5, False)}
+    assert check_thresholds(metrics, {"lsc": 30.0}, 10) == []  # 30.00% meets 30
+    (fail,) = check_thresholds(metrics, {"dsc": 30.0}, 10)
+    assert fail.value == 29.99 and fail.message == "DSC 29.99% is below --sadl-fail-under=dsc:30 (30.00%)"
+    assert check_thresholds(metrics, {"dsc": 29.99}, 10) == []  # the same two decimals decide
+    (na,) = check_thresholds(metrics, {"nc": 10.0}, 10)
+    assert "not applicable" in na.message
+    (empty,) = check_thresholds(metrics, {"lsc": 1.0}, 0)
+    assert "no inputs were recorded" in empty.message and empty.value is None
+
+
+def test_no_records_gives_zero_coverage_and_says_so():
+    rng = np.random.default_rng(3)
+    view, _ = make_view(rng)
+    data = compute(view, [], options(fail_under={"nc": 5.0}), {}).to_dict()
+    assert data["metrics"]["nc"]["value"] == 0.0 and data["inputs"]["test"] == []
+    assert data["outcome"]["passed"] is False and "no inputs were recorded" in data["outcome"]["failures"][0]["message"]
+
+
+def test_records_round_trip_through_worker_bytes():
+    rng = np.random.default_rng(4)
+    _, centres = make_view(rng)
+    recorder = Recorder(lambda model: None)
+    for rec in make_records(rng, centres, SPEC):
+        recorder.records[rec.nodeid] = rec
+    recorder.records["t::a"].batches[0].thumbs = rng.integers(0, 255, (40, 8, 8, 1)).astype(np.uint8)
+    recorder.records["t::b"].outcome = "failed"
+    again = Recorder.records_from_bytes(recorder.to_bytes())
+    assert [r.nodeid for r in again] == list(recorder.records)
+    for mine, theirs in zip(recorder.records.values(), again):
+        assert (mine.index, mine.group, mine.outcome) == (theirs.index, theirs.group, theirs.outcome)
+        for a, b in zip(mine.batches, theirs.batches):
+            np.testing.assert_array_equal(a.sa, b.sa)
+            np.testing.assert_array_equal(a.pred, b.pred)
+            for x, y in zip(a.coverage, b.coverage):
+                np.testing.assert_array_equal(x, y)
+            assert (a.thumbs is None) == (b.thumbs is None)
+    np.testing.assert_array_equal(again[0].batches[0].thumbs, recorder.records["t::a"].batches[0].thumbs)
