@@ -49,6 +49,8 @@ __all__ = [
     "load_training_data",
     "import_object",
     "is_callable_spec",
+    "call_spec",
+    "resolve_path",
     "check_batch",
     "shape_matches",
 ]
@@ -101,6 +103,31 @@ def import_object(spec: str, *, what: str = "object", error: type[SadlConfigErro
                 f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}"
             ) from None
     return obj
+
+
+def call_spec(spec: str, *, what: str, error: type[SadlConfigError]) -> Any:
+    """Import the ``"package.module:function"`` callable and return what it returns.
+
+    Anything it raises (other than a :class:`SadlConfigError`) becomes ``error`` naming
+    the callable and the exception.
+    """
+    fn = import_object(spec, what=what, error=error)
+    if not callable(fn):
+        raise error(f"{what} {spec!r} is not callable")
+    try:
+        return fn()
+    except SadlConfigError:
+        raise
+    except Exception as exc:
+        raise error(f"{what}: calling {spec!r} raised {type(exc).__name__}: {exc}") from exc
+
+
+def resolve_path(source: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None) -> Path:
+    """``source`` as a path, relative ones taken from ``base_dir`` when it is given."""
+    path = Path(source)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    return path
 
 
 def is_callable_spec(text: str) -> bool:
@@ -394,22 +421,10 @@ def load_training_data(
     if isinstance(source, TrainingData):
         return source
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
-        fn = import_object(source, what=what, error=SadlDataError)
-        if not callable(fn):
-            raise SadlDataError(f"{what} {source!r} is not callable")
-        try:
-            value = fn()
-        except SadlConfigError:
-            raise
-        except Exception as exc:
-            raise SadlDataError(
-                f"{what}: calling {source!r} raised {type(exc).__name__}: {exc}"
-            ) from exc
+        value = call_spec(source, what=what, error=SadlDataError)
         data = _from_value(value, f"{what} from {source}")
     elif isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
+        path = resolve_path(source, base_dir)
         label = f"{what} {str(source)!r}"
         if not path.exists():
             raise SadlDataError(

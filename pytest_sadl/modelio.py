@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl.data import SadlConfigError, SadlModelError, is_callable_spec, import_object
+from pytest_sadl.data import SadlModelError, call_spec, is_callable_spec, resolve_path
 
 __all__ = ["load_model", "SadlModelError"]
 
@@ -42,17 +42,7 @@ def load_model(
     if _is_keras_model(source):
         return source
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
-        factory = import_object(source, what=what, error=SadlModelError)
-        if not callable(factory):
-            raise SadlModelError(f"{what} {source!r} is not callable")
-        try:
-            model = factory()
-        except SadlConfigError:
-            raise
-        except Exception as exc:
-            raise SadlModelError(
-                f"{what}: calling {source!r} raised {type(exc).__name__}: {exc}"
-            ) from exc
+        model = call_spec(source, what=what, error=SadlModelError)
         if not _is_keras_model(model):
             raise SadlModelError(
                 f"{what}: {source!r} returned {type(model).__name__}, not a keras.Model"
@@ -63,9 +53,7 @@ def load_model(
             f"{what}: expected a .keras path, 'package.module:function' or a keras.Model, "
             f"got {type(source).__name__}"
         )
-    path = Path(source)
-    if not path.is_absolute() and base_dir is not None:
-        path = Path(base_dir) / path
+    path = resolve_path(source, base_dir)
     label = f"{what} {str(source)!r}"
     if not path.exists():
         raise SadlModelError(

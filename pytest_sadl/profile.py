@@ -21,7 +21,8 @@ rebuild=False, base_dir=None) -> TrainingProfile``
 ``TrainingProfile``
     ``.lsa()`` / ``.dsa()`` (engine objects, built once per profile from the cached arrays;
     ``dsa()`` is ``None`` for a regression model), ``.ranges`` (:class:`NeuronRanges` of the
-    coverage layers), ``.trace_model(model)``, ``.fingerprint``, ``.model_fingerprint``,
+    coverage layers), ``.trace_model(model)``, ``.cached_array(name, compute)`` (a derived
+    array stored beside the profile, e.g. training-set scores for default bounds), ``.fingerprint``, ``.model_fingerprint``,
     ``.data_fingerprint``, ``.sa_traces``, ``.sa_pred``, ``.sa_layers``, ``.coverage_layers``,
     ``.classifier``, ``.n_classes``, ``.n_train``, ``.path``, ``.built``...
 ``model_fingerprint(model) -> str``, ``profile_fingerprint(...) -> str``
@@ -348,6 +349,35 @@ class TrainingProfile:
                 self._dsa = DSA(self.sa_traces, self.sa_pred)
         return self._dsa
 
+    def cached_array(self, name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """A derived array kept next to the profile file: loaded when it is there, else
+        ``compute()``-d and stored atomically (``profile-<fingerprint>.<name>.npy``).
+
+        For values that depend only on the profile and ``name`` (put any parameter in the
+        name, e.g. ``"heldout-lsa-seed0"``), such as default bounds computed from the
+        training traces. Without a cache file (``path is None``) it just computes. An
+        unreadable file is recomputed with a :class:`SadlCacheWarning`.
+        """
+        if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+            raise SadlConfigError(f"cached_array name {name!r} must be letters, digits, '-', '_' and '.'")
+        if self.path is None:
+            return np.asarray(compute())
+        side = self.path.with_name(f"{self.path.stem}.{name}.npy")
+        if side.exists():
+            try:
+                return np.load(side, allow_pickle=False)
+            except Exception as exc:
+                warnings.warn(
+                    f"pytest-sadl: cached array {side} cannot be read ({type(exc).__name__}: {exc}); recomputing it",
+                    SadlCacheWarning,
+                    stacklevel=2,
+                )
+        value = np.asarray(compute())
+        if value.dtype.kind not in "biuf":
+            raise SadlConfigError(f"cached_array {name!r}: compute() returned dtype {value.dtype}, not numbers")
+        _atomic_write(side, lambda fh: np.save(fh, value, allow_pickle=False), suffix=".npy")
+        return value
+
     def trace_model(self, model: Any) -> Any:
         """A :class:`~pytest_sadl.traces.TraceModel` of ``model`` with this profile's layers."""
         from pytest_sadl.traces import TraceModel
@@ -535,14 +565,16 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` as an uncompressed ``.npz`` at ``path`` atomically (temp + fsync + rename)."""
+def _atomic_write(path: Path, write: Callable[[Any], None], *, suffix: str = _SUFFIX) -> None:
+    """Write ``path`` atomically: ``write(fh)`` into a temporary file of the same
+    directory, fsync, rename over ``path``; the temporary file is removed on any error
+    (an interrupt included). A killed process leaves at most an ignored ``.tmp-*`` file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=_SUFFIX, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=suffix, dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a shared CI cache needs the usual mode
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -556,6 +588,11 @@ def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` as an uncompressed ``.npz`` at ``path`` atomically."""
+    _atomic_write(path, lambda fh: np.savez(fh, **arrays))
 
 
 def save_profile(profile: TrainingProfile, path: str | os.PathLike[str]) -> Path:

@@ -26,7 +26,9 @@ Public API
     array, a tensor, a ``tf.data.Dataset`` or :class:`~pytest_sadl.data.TrainingData`);
     ``.call_and_trace(x, batch_size=None, **predict_kwargs) -> (output, Traces)`` for
     recording: the model's output (NumPy, what ``model.predict`` returns) and the traces
-    from the *same* forward pass. Also ``.predictions(output)``, ``.sa_layers``,
+    from the *same* forward pass; ``.call_tensors(x, training=False) -> (output tensor,
+    Traces)`` for ``model(x)``: the output stays a tensor (gradients flow through it).
+    Also ``.predictions(output)``, ``.sa_layers``,
     ``.coverage_layers``, ``.sa_sizes``, ``.coverage_sizes``, ``.input_shape``,
     ``.classifier``, ``.model``.
 ``Traces``
@@ -68,6 +70,7 @@ __all__ = [
     "Progress",
 ]
 
+_JIT_MIN_INPUTS = 2048
 Progress = Callable[[int, "int | None"], None]
 """``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
 
@@ -341,7 +344,10 @@ class TraceModel:
 
     ``sa_layers``/``coverage_layers`` are names or indices; ``None`` (or empty) means the
     defaults (:func:`default_sa_layers`, :func:`default_coverage_layers`). ``classifier``
-    overrides :func:`is_classifier`. The wrapped model is not modified.
+    overrides :func:`is_classifier`. ``jit``: ``"auto"`` compiles the forward pass with
+    XLA for passes of at least 2048 inputs (a training set), ``True`` always, ``False``
+    never (see :meth:`_run`).
+    The wrapped model is not modified.
     """
 
     def __init__(
@@ -351,6 +357,7 @@ class TraceModel:
         coverage_layers: Sequence[str | int] | None = None,
         *,
         classifier: bool | None = None,
+        jit: bool | str = "auto",
     ) -> None:
         _check_graph_model(model)
         keras = _keras()
@@ -394,26 +401,66 @@ class TraceModel:
         self._multi = keras.Model(inputs=model.inputs, outputs=outputs, name=f"{model.name}_sadl_traces")
         self.sa_sizes: list[int] = [int(outputs[self._index[n]].shape[-1]) for n in self.sa_layers]
         self.coverage_sizes: list[int] = [int(outputs[self._index[n]].shape[-1]) for n in self.coverage_layers]
-        self._fn: Any = None
+        self._fns: dict[str, Any] = {}
+        self.jit_mode: bool | str = jit
+        self.jit: bool | None = None if jit else False
+        """Whether XLA compiles this model: ``None`` until a large pass first tries it."""
 
     # -- forward pass --------------------------------------------------------------
 
-    def _forward(self) -> Any:
-        if self._fn is None:
+    def _forward(self, jit: bool) -> Any:
+        """The compiled forward pass: XLA (``jit_compile=True``) or a plain ``tf.function``."""
+        key = "jit" if jit else "plain"
+        fn = self._fns.get(key)
+        if fn is None:
             import tensorflow as tf
 
             multi = self._multi
 
-            @tf.function(reduce_retracing=True)
             def forward(x: Any) -> Any:
                 return multi(x, training=False)
 
-            self._fn = forward
-        return self._fn
+            fn = tf.function(forward, jit_compile=jit, reduce_retracing=True)
+            self._fns[key] = fn
+        return fn
 
-    def _run(self, batch: Any) -> list[np.ndarray]:
-        outs = self._forward()(batch)
-        return [o.numpy() if hasattr(o, "numpy") else np.asarray(o) for o in outs]
+    def _use_jit(self, total: int | None) -> bool:
+        """XLA for large passes only: compiling costs about a second per batch shape,
+        which pays on a training set and not on a test's few inputs."""
+        if self.jit is False or self.jit_mode is False:
+            return False
+        if self.jit_mode is True:
+            return True
+        return total is None or total >= _JIT_MIN_INPUTS
+
+    def _run(self, batch: np.ndarray, jit: bool) -> list[np.ndarray]:
+        """One batch through the multi-output model.
+
+        With ``jit`` the pass is compiled by XLA: a multi-output graph without it runs
+        2-4x slower than the model's own ``predict`` on CPU (measured with
+        ``benchmarks/bench_profile.py``). Rows are then padded (with zeros, dropped from
+        the result) up to a power of two, so that XLA compiles a handful of batch shapes
+        rather than one per size. When XLA cannot compile the model (an unsupported op),
+        the plain graph is used from then on.
+        """
+        n = int(batch.shape[0])
+        outs = None
+        if jit and self.jit is not False:
+            size = 1 << max(0, (n - 1).bit_length())
+            padded = batch
+            if size != n:
+                pad = np.zeros((size - n,) + tuple(batch.shape[1:]), dtype=batch.dtype)
+                padded = np.concatenate([batch, pad])
+            try:
+                outs = self._forward(True)(padded)
+                self.jit = True
+            except Exception:  # XLA could not compile (or run) this graph
+                if self.jit:  # it worked before: a genuine error, not XLA's
+                    raise
+                self.jit = False
+        if outs is None:
+            outs = self._forward(False)(batch)
+        return [(o.numpy() if hasattr(o, "numpy") else np.asarray(o))[:n] for o in outs]
 
     def _as_batch(self, x: np.ndarray, what: str, offset: int) -> np.ndarray:
         check_batch(x, self.input_shape, what=what, offset=offset)
@@ -455,11 +502,12 @@ class TraceModel:
         what = data.source
         data.check_shape(self.input_shape)
         total = data.n
+        jit = self._use_jit(total)
         filled: list[np.ndarray] | None = None
         parts: list[list[np.ndarray]] = []
         done = 0
         for batch in data.batches(batch_size):
-            outs = self._run(self._as_batch(batch, what, done))
+            outs = self._run(self._as_batch(batch, what, done), jit)
             sa, cov, out = self._split(outs)
             row = [sa, *cov, out]
             if total is not None:
@@ -491,23 +539,38 @@ class TraceModel:
     ) -> tuple[np.ndarray, Traces]:
         """Run the model on ``x`` once; return ``(output, traces)`` from that one pass.
 
-        ``output`` is what ``model.predict(x)`` returns (a NumPy array). With
-        ``batch_size=None`` the whole ``x`` goes through in one call, as ``model(x)``
-        does; otherwise in batches, as ``predict`` does. ``model.predict``'s other keyword
+        ``output`` is what ``model.predict(x)`` returns (a NumPy array). The inputs go
+        through in batches of ``batch_size`` (``None``: 256; in inference mode the
+        batching does not change the numbers). ``model.predict``'s other keyword
         arguments (``verbose``, ``callbacks``, ``steps``) are accepted and ignored, so a
         wrapped ``predict`` can forward its arguments unchanged.
         """
         unknown = set(predict_kwargs) - {"verbose", "callbacks", "steps", "training", "mask"}
         if unknown:
             raise TypeError(f"call_and_trace() got unexpected keyword arguments {sorted(unknown)}")
-        if batch_size is None:
-            arr = _numpy_if_tensor(x)
-            if isinstance(arr, np.ndarray):
-                batch_size = max(1, int(arr.shape[0])) if arr.ndim else 1
-            else:
-                batch_size = 256
-        t = self.traces(x, batch_size=batch_size)
+        t = self.traces(x, batch_size=batch_size or 256)
         return t.output, t
+
+
+    def call_tensors(self, x: Any, *, training: bool = False) -> tuple[Any, Traces]:
+        """``model(x)`` with traces: the output *tensor* (eager, so a ``GradientTape``
+        around the call sees it, as with ``model(x)``) and the traces of that same pass.
+
+        ``x`` is one batch (an array or a tensor), as ``model.__call__`` takes it; it is
+        not validated here beyond what Keras itself checks.
+        """
+        outs = self._multi(x, training=training)
+        arrays = [o.numpy() if hasattr(o, "numpy") else np.asarray(o) for o in outs]
+        sa, cov, out = self._split(arrays)
+        traces = Traces(
+            sa=sa,
+            coverage=cov,
+            pred=self.predictions(out),
+            output=out,
+            sa_layers=list(self.sa_layers),
+            coverage_layers=list(self.coverage_layers),
+        )
+        return outs[0], traces
 
 
 def _numpy_if_tensor(x: Any) -> Any:

@@ -383,3 +383,26 @@ def test_save_profile_roundtrip(functional_model: Any, digits: Any, tmp_path: Pa
     assert back.meta() == {**prof.meta(), "created": back.created}
     for a, b in zip(back.ranges.high, prof.ranges.high):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.tf
+def test_cached_array_beside_the_profile(dense_model: Any, digits: Any, tmp_path: Path) -> None:
+    prof = load_or_build(dense_model, digits.x_train, None, tmp_path)
+    calls = []
+
+    def compute() -> np.ndarray:
+        calls.append(1)
+        return np.arange(5.0)
+
+    np.testing.assert_array_equal(prof.cached_array("bounds-v1", compute), np.arange(5.0))
+    hit = load_or_build(dense_model, digits.x_train, None, tmp_path)
+    np.testing.assert_array_equal(hit.cached_array("bounds-v1", compute), np.arange(5.0))
+    assert len(calls) == 1
+    side = prof.path.with_name(prof.path.stem + ".bounds-v1.npy")
+    side.write_bytes(b"junk")
+    with pytest.warns(SadlCacheWarning, match="recomputing"):
+        hit.cached_array("bounds-v1", compute)
+    assert len(calls) == 2 and np.load(side).shape == (5,)
+    with pytest.raises(ValueError, match="must be letters"):
+        hit.cached_array("../evil", compute)
+    assert [i.path for i in list_profiles(tmp_path)] == [prof.path]

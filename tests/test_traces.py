@@ -144,8 +144,52 @@ def test_batching_and_call_and_trace_agree(conv_model: Any, digits: Any) -> None
     np.testing.assert_allclose(out_t, out, atol=1e-5)
     with pytest.raises(TypeError, match="unexpected"):
         tm.call_and_trace(x, bogus=1)
+    import tensorflow as tf
+
+    xt = tf.constant(x[:20])
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        out_tensor, tt = tm.call_tensors(xt)
+        loss = tf.reduce_sum(out_tensor[:, 3])
+    grad = tape.gradient(loss, xt)
+    assert grad is not None and grad.shape == xt.shape and float(tf.reduce_max(tf.abs(grad))) > 0
+    np.testing.assert_allclose(out_tensor.numpy(), out[:20], atol=1e-5)
+    np.testing.assert_allclose(tt.sa, a.sa[:20], atol=1e-5)
+    np.testing.assert_array_equal(tt.pred, a.pred[:20])
     joined = Traces.concatenate([tm.traces(x[:60]), tm.traces(x[60:])])
     np.testing.assert_allclose(joined.sa, a.sa, atol=1e-5)
+
+
+def test_xla_and_plain_passes_agree(conv_model: Any, digits: Any) -> None:
+    x = digits.x_test[:70]
+    xla, plain = TraceModel(conv_model, jit=True), TraceModel(conv_model, jit=False)
+    a, b = xla.traces(x, batch_size=32), plain.traces(x, batch_size=32)  # 32, 32, 6 (padded to 8)
+    assert xla.jit is True and plain.jit is False
+    np.testing.assert_allclose(a.sa, b.sa, atol=1e-5)
+    np.testing.assert_allclose(a.output, b.output, atol=1e-5)
+    for u, v in zip(a.coverage, b.coverage):
+        np.testing.assert_allclose(u, v, atol=1e-5)
+    assert TraceModel(conv_model)._use_jit(100) is False and TraceModel(conv_model)._use_jit(5000) is True
+
+
+def test_model_xla_cannot_compile_falls_back(digits: Any) -> None:
+    import tensorflow as tf
+
+    class HostAbs(layers.Layer):
+        def call(self, t: Any) -> Any:
+            out = tf.numpy_function(np.abs, [t], tf.float32)  # no XLA kernel
+            return tf.reshape(out, tf.shape(t))
+
+        def compute_output_shape(self, shape: Any) -> Any:
+            return shape
+
+    inp = keras.Input((8, 8, 1))
+    h = layers.Dense(4, name="h")(layers.Flatten()(HostAbs()(inp)))
+    model = keras.Model(inp, layers.Dense(3, activation="softmax")(h))
+    tm = TraceModel(model, jit=True)
+    t = tm.traces(digits.x_test[:20])
+    assert tm.jit is False
+    np.testing.assert_allclose(t.output, model.predict(digits.x_test[:20], verbose=0), atol=1e-5)
 
 
 def test_datasets_and_memmaps_equal_arrays(conv_model: Any, digits: Any, tmp_path: Path) -> None:
