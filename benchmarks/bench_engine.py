@@ -29,8 +29,10 @@ import scipy.stats
 from pytest_sadl.surprise import DSA, LSA, SadlWarning
 
 
-def traces(rng, n, d, classes, spread):
-    centres = rng.normal(scale=3.0, size=(classes, d))
+def traces(rng, n, d, classes, spread, centres=None):
+    """Traces clustered by class around ``centres`` (new ones when not given)."""
+    if centres is None:
+        centres = rng.normal(scale=3.0, size=(classes, d))
     pred = rng.integers(0, classes, n)
     return centres[pred] + rng.normal(scale=spread, size=(n, d)), pred
 
@@ -83,8 +85,9 @@ def check(ok):
 
 
 def bench(d, args, rng):
-    train, tp = traces(rng, args.n_train, d, args.classes, 1.0)
-    tests, pred = traces(rng, args.n_test, d, args.classes, 1.3)
+    centres = rng.normal(scale=3.0, size=(args.classes, d))
+    train, tp = traces(rng, args.n_train, d, args.classes, 1.0, centres)
+    tests, pred = traces(rng, args.n_test, d, args.classes, 1.3, centres)  # new inputs, a little wider
     sub = slice(0, args.loop_inputs)
     scale = args.n_test / args.loop_inputs
     print(f"\n== {d} dimensions: {args.n_train} training traces, {args.classes} classes, {args.n_test} new inputs ==")
@@ -134,9 +137,10 @@ def bench(d, args, rng):
 def near_singular(args, rng):
     """Covariances that are singular up to rounding (softmax rows sum to one) or close to it."""
     print("\n== near-singular covariances (10 neurons, 20,000 training traces, 2,000 inputs) ==")
-    logits, tp = traces(rng, min(args.n_train, 20000), 10, 10, 1.0)
+    centres = rng.normal(scale=3.0, size=(10, 10))
+    logits, tp = traces(rng, min(args.n_train, 20000), 10, 10, 1.0, centres)
     probs = np.exp(logits / 3) / np.exp(logits / 3).sum(axis=1, keepdims=True)
-    tests, pred = traces(rng, 2000, 10, 10, 1.3)
+    tests, pred = traces(rng, 2000, 10, 10, 1.3, centres)
     tests = np.exp(tests / 3) / np.exp(tests / 3).sum(axis=1, keepdims=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SadlWarning)
@@ -151,8 +155,9 @@ def near_singular(args, rng):
         print("  scipy on all 10 neurons: accepted the singular covariance (values dominated by rounding)")
     except np.linalg.LinAlgError:
         print("  scipy on all 10 neurons: fails (singular covariance)")
-    base, tp = traces(rng, 20000, 9, 10, 1.0)
-    tests9, pred9 = traces(rng, 2000, 9, 10, 1.3)
+    centres = rng.normal(scale=3.0, size=(10, 9))
+    base, tp = traces(rng, 20000, 9, 10, 1.0, centres)
+    tests9, pred9 = traces(rng, 2000, 9, 10, 1.3, centres)
     for noise in (1e-2, 1e-3, 1e-4):
         train = np.hstack([base, base.sum(axis=1, keepdims=True) + rng.normal(scale=noise, size=(20000, 1))])
         x = np.hstack([tests9, tests9.sum(axis=1, keepdims=True) + rng.normal(scale=noise, size=(2000, 1))])

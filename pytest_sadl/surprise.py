@@ -29,9 +29,6 @@ __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 
 _CHUNK_BYTES = 16 * 2**20
 _LOG_2PI = math.log(2.0 * math.pi)
-# Below this, a row of kernel values may have lost precision to underflow; such rows are
-# recomputed with the log-sum-exp shift.
-_TINY = 1e-250
 # A covariance whose squared Cholesky pivots span more than ten orders of magnitude is
 # treated as singular (the softmax case: one direction has variance ~1e-17).
 _RCOND = 1e-10
@@ -247,20 +244,28 @@ class LSA:
         buf = np.empty((rows, cols))
         for r0 in range(0, len(z), rows):
             r1 = min(r0 + rows, len(z))
-            sums = np.zeros(r1 - r0)
-            for c0 in range(0, kde.n, cols):
-                c1 = min(c0 + cols, kde.n)
-                block = buf[: r1 - r0, : c1 - c0]
-                np.matmul(q[r0:r1], kde.train_aug[c0:c1].T, out=block)  # = -|z - z_i|^2 / 2
-                np.exp(block, out=block)
-                sums += block.sum(axis=1)
-            with np.errstate(divide="ignore"):
-                out[r0:r1] = np.log(sums)
-            for r in np.flatnonzero(sums < _TINY) + r0:  # far from every training trace: shift by the max
-                exact = kde.train_aug @ q[r]
-                top = exact.max()
-                out[r] = math.log(np.exp(exact - top).sum()) + top
+            out[r0:r1] = self._log_sum_exp(q[r0:r1], kde, cols, buf)
         return out + kde.log_norm
+
+    @staticmethod
+    def _log_sum_exp(q: np.ndarray, kde: _Kde, cols: int, buf: np.ndarray) -> np.ndarray:
+        """``log sum_i exp(-|z - z_i|^2 / 2)`` for each row ``[z, 1, -|z|^2/2]`` of ``q``: one
+        matrix product per column block, then an online log-sum-exp (the running maximum is
+        subtracted before ``exp``), so an input far from every training trace neither
+        underflows to ``-inf`` nor pays for denormals (``len(q)`` <= rows of ``buf``)."""
+        top = np.full(len(q), -np.inf)
+        acc = np.zeros(len(q))
+        for c0 in range(0, kde.n, cols):
+            c1 = min(c0 + cols, kde.n)
+            block = buf[: len(q), : c1 - c0]
+            np.matmul(q, kde.train_aug[c0:c1].T, out=block)
+            new_top = np.maximum(top, block.max(axis=1))
+            acc *= np.exp(top - new_top)
+            block -= new_top[:, None]
+            np.exp(block, out=block)
+            acc += block.sum(axis=1)
+            top = new_top
+        return np.log(acc) + top
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """What rebuilds this LSA: its training traces, classes and threshold (set-up is cheap)."""
