@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,30 @@ class SadlCacheWarning(UserWarning):
 
 class _Invalid(Exception):
     """A cache file that must not be trusted; the message says why."""
+
+
+class _Arrays(Mapping[str, np.ndarray]):
+    """An engine's ``to_arrays()`` dict read from a file: entries stored once in the file
+    (the training traces) are rebuilt from it only when the engine asks for them, so a
+    cache hit does not pay for float64 copies it may never use."""
+
+    def __init__(self, stored: dict[str, np.ndarray], refs: dict[str, Callable[[], np.ndarray]]) -> None:
+        self._stored = stored
+        self._refs = refs
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key in self._stored:
+            return self._stored[key]
+        if key in self._refs:
+            return self._refs[key]()
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._stored
+        yield from (k for k in self._refs if k not in self._stored)
+
+    def __len__(self) -> int:
+        return len(set(self._stored) | set(self._refs))
 
 
 # ----------------------------------------------------------------------------- options
@@ -308,8 +332,8 @@ class TrainingProfile:
     sa_traces: np.ndarray
     sa_pred: np.ndarray
     ranges: Any  # pytest_sadl.neurons.NeuronRanges
-    lsa_arrays: dict[str, np.ndarray]
-    dsa_arrays: dict[str, np.ndarray] | None
+    lsa_arrays: Mapping[str, np.ndarray]
+    dsa_arrays: Mapping[str, np.ndarray] | None
     created: str
     versions: dict[str, str] = field(default_factory=dict)
     data_source: str = ""
@@ -660,23 +684,25 @@ def _from_file_arrays(path: Path, meta: dict[str, Any], arrays: dict[str, np.nda
         raise _Invalid(f"sa_pred has {pred.shape[0]} rows, expected {n}")
     if not np.isfinite(sa).all():
         raise _Invalid("sa_traces holds NaN or inf")
-    cands: dict[str, np.ndarray] = {"sa_traces": sa, "sa_pred": pred}
-    if "order" in arrays:
-        order = arrays["order"]
-        if order.shape != (n,) or order.dtype.kind not in "iu":
-            raise _Invalid("order is malformed")
-        cands["sa_traces[order]"] = sa[order]
-        cands["sa_pred[order]"] = pred[order]
+    order = arrays.get("order")
+    if order is not None and (order.shape != (n,) or order.dtype.kind not in "iu" or order.min() < 0 or order.max() >= n):
+        raise _Invalid("order is malformed")
+    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: sa, "sa_pred": lambda: pred}
+    if order is not None:
+        cands["sa_traces[order]"] = lambda: sa[order]
+        cands["sa_pred[order]"] = lambda: pred[order]
     groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}}
     for key, value in arrays.items():
         group, _, sub = key.partition(".")
         if group in groups and sub:
             groups[group][sub] = value
+    refs: dict[str, dict[str, Callable[[], np.ndarray]]] = {"lsa": {}, "dsa": {}}
     for name, ref in meta.get("refs", {}).items():
         group, _, sub = name.partition(".")
-        if ref.get("ref") not in cands or group not in groups:
+        if ref.get("ref") not in cands or group not in refs:
             raise _Invalid(f"reference {name!r} -> {ref!r} is unknown")
-        groups[group][sub] = cands[ref["ref"]].astype(np.dtype(ref["dtype"]))
+        make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
+        refs[group][sub] = lambda make=make, dtype=dtype: make().astype(dtype, copy=False)
     ranges = ranges_cls.from_arrays(groups["ranges"])
     if list(ranges.sizes) != list(meta["coverage_sizes"]):
         raise _Invalid(f"neuron ranges have sizes {list(ranges.sizes)}, expected {meta['coverage_sizes']}")
@@ -688,8 +714,9 @@ def _from_file_arrays(path: Path, meta: dict[str, Any], arrays: dict[str, np.nda
         classifier=classifier,
         dsa_precompute=bool(meta.get("dsa_precomputed")),
     )
-    dsa_arrays = groups["dsa"] or None
-    if dsa_arrays is not None and "other_dist" in dsa_arrays and dsa_arrays["other_dist"].shape != (n,):
+    lsa_arrays = _Arrays(groups["lsa"], refs["lsa"])
+    dsa_arrays = _Arrays(groups["dsa"], refs["dsa"]) if (groups["dsa"] or refs["dsa"]) else None
+    if dsa_arrays is not None and "other_dist" in groups["dsa"] and groups["dsa"]["other_dist"].shape != (n,):
         raise _Invalid("dsa.other_dist has the wrong shape")
     return TrainingProfile(
         fingerprint=str(meta["fingerprint"]),
@@ -708,8 +735,8 @@ def _from_file_arrays(path: Path, meta: dict[str, Any], arrays: dict[str, np.nda
         sa_traces=sa,
         sa_pred=pred,
         ranges=ranges,
-        lsa_arrays=groups["lsa"],
-        dsa_arrays=dsa_arrays,
+        lsa_arrays=lsa_arrays,  # type: ignore[arg-type]
+        dsa_arrays=dsa_arrays,  # type: ignore[arg-type]
         created=str(meta["created"]),
         versions=dict(meta.get("versions", {})),
         data_source=str(meta.get("data_source", "")),

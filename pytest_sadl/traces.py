@@ -433,20 +433,20 @@ class TraceModel:
             return True
         return total is None or total >= _JIT_MIN_INPUTS
 
-    def _run(self, batch: np.ndarray, jit: bool) -> list[np.ndarray]:
+    def _run(self, batch: np.ndarray, jit: bool, pad_to: int = 0) -> list[np.ndarray]:
         """One batch through the multi-output model.
 
         With ``jit`` the pass is compiled by XLA: a multi-output graph without it runs
         2-4x slower than the model's own ``predict`` on CPU (measured with
         ``benchmarks/bench_profile.py``). Rows are then padded (with zeros, dropped from
-        the result) up to a power of two, so that XLA compiles a handful of batch shapes
-        rather than one per size. When XLA cannot compile the model (an unsupported op),
+        the result) up to ``pad_to`` or the next power of two, so that XLA compiles one
+        batch shape per pass (a handful over many calls) rather than one per size. When XLA cannot compile the model (an unsupported op),
         the plain graph is used from then on.
         """
         n = int(batch.shape[0])
         outs = None
         if jit and self.jit is not False:
-            size = 1 << max(0, (n - 1).bit_length())
+            size = max(pad_to, 1 << max(0, (n - 1).bit_length()))
             padded = batch
             if size != n:
                 pad = np.zeros((size - n,) + tuple(batch.shape[1:]), dtype=batch.dtype)
@@ -507,7 +507,7 @@ class TraceModel:
         parts: list[list[np.ndarray]] = []
         done = 0
         for batch in data.batches(batch_size):
-            outs = self._run(self._as_batch(batch, what, done), jit)
+            outs = self._run(self._as_batch(batch, what, done), jit, pad_to=batch_size)
             sa, cov, out = self._split(outs)
             row = [sa, *cov, out]
             if total is not None:

@@ -90,16 +90,21 @@ def test_build_then_list_end_to_end(project: Path) -> None:
 
 
 @pytest.mark.tf
-def test_errors_are_one_line_exit_2(project: Path) -> None:
-    bad_layer = run(["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--sa-layers", "dense9", "-q"], project)
-    assert bad_layer.returncode == 2
-    assert bad_layer.stderr.startswith("sadl: error: SA layers: model 'digits_conv' has no layer 'dense9'")
-    assert "hidden" in bad_layer.stderr and "Traceback" not in bad_layer.stderr
-    missing = run(["profile", "build", "--model", "models/nope.keras", "--train", "data/train.npz", "-q"], project)
-    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+def test_errors_are_one_line_exit_2(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In process (the console script's main), so no second TensorFlow start-up."""
+    base = ["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "-q"]
+    assert main([*base, "--train", "data/train.npz", "--sa-layers", "dense9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sadl: error: SA layers: model 'digits_conv' has no layer 'dense9'")
+    assert "hidden" in err and "Traceback" not in err and err.count("\n") == 1
+    assert main(["profile", "build", "--rootdir", str(project), "--model", "models/nope.keras", "--train", "data/train.npz", "-q"]) == 2
+    assert "does not exist" in capsys.readouterr().err
     np.savez(project / "data" / "flat.npz", x=np.zeros((10, 64), np.float32))
-    shape = run(["profile", "build", "--model", "models/m.keras", "--train", "data/flat.npz", "-q"], project)
-    assert shape.returncode == 2 and "expects (8, 8, 1)" in shape.stderr
+    assert main([*base, "--train", "data/flat.npz"]) == 2
+    assert "expects (8, 8, 1)" in capsys.readouterr().err
+    assert main([*base, "--train", "data/train.npz", "--batch-size", "0"]) == 2
+    assert "batch_size must be" in capsys.readouterr().err
+    assert not (project / ".pytest_cache").exists()
 
 
 def test_list_in_process_needs_no_tensorflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
