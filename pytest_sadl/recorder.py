@@ -188,7 +188,7 @@ class Recorder:
             if not tf.executing_eagerly():
                 self._warn_once("graph", "pytest-sadl cannot record model(x) inside a tf.function; call it eagerly or use sadl_record(x)")
             return original_cls.__call__(model, *args, **kwargs)
-        output, traces = _call_tensors(tm, x)
+        output, traces = tm.call_tensors(x)
         self.add(traces, x)
         return output
 
@@ -236,19 +236,6 @@ class Recorder:
                 self.records[rec.nodeid] = rec
             else:
                 mine.batches.extend(rec.batches)
-
-
-def _call_tensors(tm: Any, x: Any) -> tuple[Any, Any]:
-    """``model(x)`` through the trace model: the output tensor (gradients flow) and the
-    traces of the same eager forward pass."""
-    from .traces import Traces
-
-    outs = tm._multi(x, training=False)
-    arrays = [np.asarray(o) for o in outs]
-    sa, cov, out = tm._split(arrays)
-    traces = Traces(sa=sa, coverage=cov, pred=tm.predictions(out), output=out,
-                    sa_layers=list(tm.sa_layers), coverage_layers=list(tm.coverage_layers))
-    return outs[0], traces
 
 
 def _is_array_like(x: Any) -> bool:
