@@ -485,18 +485,21 @@ def build_profile(
     say(f"tracing {'all' if total is None else total} training inputs through {tm.model.name!r}")
     traces = tm.traces(data, batch_size=options.batch_size, progress=progress)
     n = len(traces)
-    say("fitting neuron ranges and LSA")
+    say("fitting neuron ranges, LSA and DSA")
     ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
-    pred = traces.pred if tm.classifier else None
+    n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
+    sa_traces, sa_pred = traces.sa, traces.pred
+    del traces  # the coverage traces are done with: free them before the engine's set-up
+    pred = sa_pred if tm.classifier else None
     try:
-        lsa = LSA(traces.sa, pred, var_threshold=options.var_threshold)
+        lsa = LSA(sa_traces, pred, var_threshold=options.var_threshold)
     except ValueError as exc:
         raise SadlDataError(f"LSA cannot be set up on SA layers {tm.sa_layers}: {exc}") from exc
     dsa_arrays = None
     dsa = None
     if tm.classifier:
         try:
-            dsa = DSA(traces.sa, traces.pred)
+            dsa = DSA(sa_traces, sa_pred)
         except ValueError as exc:
             raise SadlDataError(f"DSA cannot be set up on SA layers {tm.sa_layers}: {exc}") from exc
         if options.dsa_precompute:
@@ -513,14 +516,14 @@ def build_profile(
         model_name=str(tm.model.name),
         classifier=tm.classifier,
         n_train=n,
-        n_outputs=int(traces.output.shape[1]) if traces.output.ndim == 2 else 1,
+        n_outputs=n_outputs,
         input_shape=tuple(tm.input_shape),
         sa_layers=list(tm.sa_layers),
         coverage_layers=list(tm.coverage_layers),
         sa_sizes=list(tm.sa_sizes),
         coverage_sizes=list(tm.coverage_sizes),
-        sa_traces=traces.sa,
-        sa_pred=traces.pred,
+        sa_traces=sa_traces,
+        sa_pred=sa_pred,
         ranges=ranges,
         lsa_arrays=lsa.to_arrays(),
         dsa_arrays=dsa_arrays,
@@ -537,22 +540,26 @@ def build_profile(
 # ----------------------------------------------------------------------------- storage
 
 
-def _candidates(profile: TrainingProfile) -> dict[str, np.ndarray]:
-    """Arrays an engine array may duplicate, so that it is stored once."""
-    out = {"sa_traces": profile.sa_traces, "sa_pred": profile.sa_pred}
+def _candidates(profile: TrainingProfile) -> dict[str, Callable[[], np.ndarray]]:
+    """Arrays an engine array may duplicate (made on demand), so that it is stored once."""
+    out: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: profile.sa_traces, "sa_pred": lambda: profile.sa_pred}
     if profile.classifier:
         order = np.argsort(profile.sa_pred, kind="stable")
-        out["sa_traces[order]"] = profile.sa_traces[order]
-        out["sa_pred[order]"] = profile.sa_pred[order]
+        out["sa_traces[order]"] = lambda: profile.sa_traces[order]
+        out["sa_pred[order]"] = lambda: profile.sa_pred[order]
     return out
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.shape != b.shape or a.dtype.kind not in "biuf" or b.dtype.kind not in "biuf":
+def _same(a: np.ndarray, make: Callable[[], np.ndarray], shape: tuple[int, ...]) -> bool:
+    """Whether ``a`` holds exactly the values of ``make()`` (compared in row chunks,
+    so no full-size cast is made)."""
+    if a.shape != shape or a.dtype.kind not in "biuf":
         return False
-    if np.can_cast(b.dtype, a.dtype, casting="safe") or a.dtype == b.dtype:
-        return bool(np.array_equal(a, b.astype(a.dtype)))
-    return False
+    b = make()
+    if b.dtype.kind not in "biuf" or not (a.dtype == b.dtype or np.can_cast(b.dtype, a.dtype, casting="safe")):
+        return False
+    step = max(1, (1 << 22) // max(1, int(np.prod(a.shape[1:], dtype=np.int64))))
+    return all(np.array_equal(a[i : i + step], b[i : i + step].astype(a.dtype)) for i in range(0, len(a), step))
 
 
 def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -572,7 +579,11 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
         for key, value in d.items():
             value = np.asarray(value)
             name = f"{group}.{key}"
-            ref = next((c for c, arr in cands.items() if value.ndim and _same(value, arr)), None)
+            shape_of = {"sa_traces": profile.sa_traces.shape, "sa_pred": profile.sa_pred.shape}
+            ref = next(
+                (c for c, make in cands.items() if value.ndim and _same(value, make, shape_of[c.split("[")[0]])),
+                None,
+            )
             if ref is not None:
                 refs[name] = {"ref": ref, "dtype": value.dtype.str}
                 need_order |= ref.endswith("[order]")
