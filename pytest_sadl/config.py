@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-METRICS = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
+from .results import METRICS
+
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
 DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badge.json"}
 
@@ -182,11 +183,15 @@ class _Reader:
             return None, self.inidir
         return ini, self.inidir
 
+    def label(self, opt: Option) -> str:
+        """How to name the option in a message: as the user gave it."""
+        return opt.flag if self.config.getoption(opt.ini) is not None else f"{opt.ini} (ini)"
+
     def number(self, opt: Option, cast: type) -> Any:
         value, _ = self.raw(opt)
         if value is None:
             return opt.default
-        where = opt.flag if self.config.getoption(opt.ini) is not None else f"{opt.ini} (ini)"
+        where = self.label(opt)
         try:
             number = cast(str(value).strip())
         except ValueError:
@@ -218,6 +223,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
         value, base = r.raw(opts[name])
         return None if value is None else _path_or_spec(value, base)
 
+    if not enabled:  # only what the fixtures need: a broken threshold must not break `pytest --help`
+        return SadlOptions(enabled=False, model=path("sadl_model"), train=path("sadl_train"), base_dir=r.inidir)
+
     def layers(name: str) -> tuple[str | int, ...] | None:
         value, _ = r.raw(opts[name])
         if value is None:
@@ -226,34 +234,39 @@ def read_options(config: pytest.Config) -> SadlOptions:
         return tuple(_layer(t) for t in items) or None
 
     def bounds(prefix: str) -> Bounds:
-        lower = r.number(opts[f"sadl_{prefix}_lower"], float)
-        upper = r.number(opts[f"sadl_{prefix}_upper"], float)
-        buckets = r.number(opts[f"sadl_{prefix}_buckets"], int)
+        lo_opt, up_opt, n_opt = (opts[f"sadl_{prefix}_{k}"] for k in ("lower", "upper", "buckets"))
+        lower, upper, buckets = r.number(lo_opt, float), r.number(up_opt, float), r.number(n_opt, int)
         if buckets < 1:
-            raise pytest.UsageError(f"--sadl-{prefix}-buckets={buckets}: needs at least 1 bucket")
+            raise pytest.UsageError(f"{r.label(n_opt)}={buckets}: needs at least 1 bucket")
         if lower is not None and upper is not None and upper <= lower:
             raise pytest.UsageError(
-                f"--sadl-{prefix}-upper={upper:g} is not above --sadl-{prefix}-lower={lower:g}; "
+                f"{r.label(up_opt)}={upper:g} is not above {r.label(lo_opt)}={lower:g}; "
                 f"{prefix.upper()}'s buckets divide (lower, upper], so upper must be greater"
             )
         return Bounds(lower, upper, buckets)
 
-    k = r.number(opts["sadl_kmnc_k"], int)
-    if k < 1:
-        raise pytest.UsageError(f"--sadl-kmnc-k={k}: KMNC needs k >= 1 sections per neuron")
-    var_threshold = r.number(opts["sadl_var_threshold"], float)
-    if var_threshold < 0:
-        raise pytest.UsageError(f"--sadl-var-threshold={var_threshold:g} must be >= 0")
-    batch_size = r.number(opts["sadl_batch_size"], int)
-    if batch_size < 1:
-        raise pytest.UsageError(f"--sadl-batch-size={batch_size} must be >= 1")
+    def at_least(name: str, cast: type, low: float, what: str) -> Any:
+        value = r.number(opts[name], cast)
+        if value < low:
+            raise pytest.UsageError(f"{r.label(opts[name])}={value:g}: {what}")
+        return value
+
+    k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
+    var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
+    batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
+    nc_threshold = at_least("sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)")
+    if nc_threshold >= 1:
+        raise pytest.UsageError(
+            f"{r.label(opts['sadl_nc_threshold'])}={nc_threshold:g}: NC's threshold applies to outputs "
+            "scaled to [0, 1], so no neuron could exceed it; use a value in [0, 1)"
+        )
 
     report_values, report_base = r.raw(opts["sadl_report"])
     specs = _split_list(report_values) if report_values else ["term"]
     reports = tuple(dict.fromkeys(parse_report(s, report_base) for s in specs))
 
     fail_value, _ = r.raw(opts["sadl_fail_under"])
-    fail_under = parse_thresholds(str(fail_value)) if fail_value else {}
+    fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
     compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
     compare_fail: dict[str, float] = {}
     if compare_fail_value:
@@ -286,7 +299,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         coverage_layers=layers("sadl_coverage_layers"),
         lsc=bounds("lsc"),
         dsc=bounds("dsc"),
-        nc_threshold=r.number(opts["sadl_nc_threshold"], float),
+        nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,
         batch_size=batch_size,

@@ -17,12 +17,11 @@ from __future__ import annotations
 import datetime as _dt
 import warnings
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from . import __version__
-from .config import SadlOptions
 from .neurons import (
     KMultisectionCoverage,
     NeuronBoundaryCoverage,
@@ -33,6 +32,9 @@ from .neurons import (
 from .recorder import TestRecord
 from .results import LABELS, Failure, Metric, Results, percent
 from .surprise import DSA, LSA, SurpriseCoverage
+
+if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
+    from .config import SadlOptions
 
 TOP_INPUTS = 12
 HELD_OUT = 1000
@@ -63,7 +65,9 @@ class ProfileView:
 
 
 def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
-    """LSA and DSA of up to ``HELD_OUT`` training traces scored against the others."""
+    """LSA and DSA of up to ``HELD_OUT`` training traces scored against the others.
+
+    Raises ``ValueError`` when the remaining traces cannot make an LSA/DSA (a tiny class)."""
     n = len(view.sa_traces)
     k = max(1, min(HELD_OUT, n // 10))
     rng = np.random.default_rng(seed)
@@ -91,6 +95,14 @@ def default_bounds(scores: np.ndarray) -> tuple[float, float]:
     return lower, upper
 
 
+def _joined_extrema(batches: list[Any], i: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-input min and max of coverage layer ``i``'s whole output, when every batch has them."""
+    parts = [getattr(b, "extrema", None) for b in batches]
+    if any(p is None or p[i] is None for p in parts):
+        return None
+    return np.concatenate([p[i][0] for p in parts]), np.concatenate([p[i][1] for p in parts])  # type: ignore[index]
+
+
 def _stat(values: np.ndarray, fn: Any) -> float | None:
     finite = values[np.isfinite(values)]
     return float(fn(finite)) if finite.size else None
@@ -104,8 +116,9 @@ def _image(thumb: np.ndarray) -> dict[str, Any]:
 class _Criteria:
     """The six cumulative criteria, updated together."""
 
-    def __init__(self, lsc: SurpriseCoverage, dsc: SurpriseCoverage | None, ranges: NeuronRanges, options: SadlOptions):
-        self.sc = {"lsc": lsc, "dsc": dsc}
+    def __init__(self, lsc: tuple[float, float, int], dsc: tuple[float, float, int] | None, ranges: NeuronRanges, options: "SadlOptions"):
+        self._spec = (lsc, dsc, ranges, options)
+        self.sc = {"lsc": SurpriseCoverage(*lsc), "dsc": None if dsc is None else SurpriseCoverage(*dsc)}
         self.neurons = {
             "nc": NeuronCoverage(ranges, options.nc_threshold),
             "kmnc": KMultisectionCoverage(ranges, options.kmnc_k),
@@ -114,31 +127,20 @@ class _Criteria:
         }
 
     def fresh(self) -> "_Criteria":
-        new = object.__new__(_Criteria)
-        new.sc = {k: (None if v is None else SurpriseCoverage(v.lower, v.upper, v.buckets)) for k, v in self.sc.items()}
-        new.neurons = {k: _empty_like(v) for k, v in self.neurons.items()}
-        return new
+        return _Criteria(*self._spec)
 
-    def update(self, lsa: np.ndarray, dsa: np.ndarray | None, layers: list[np.ndarray]) -> dict[str, int]:
+    def update(self, lsa: np.ndarray, dsa: np.ndarray | None, layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
         new = {"lsc": self.sc["lsc"].update(lsa)}  # type: ignore[union-attr]
         if self.sc["dsc"] is not None and dsa is not None:
             new["dsc"] = self.sc["dsc"].update(dsa)
         for name, cov in self.neurons.items():
-            new[name] = cov.update(layers) if len(lsa) else 0
+            new[name] = cov.update(layers, extrema) if name == "nc" else cov.update(layers)
         return new
 
     def values(self) -> dict[str, float | None]:
         out: dict[str, float | None] = {k: (None if v is None else v.value) for k, v in self.sc.items()}
         out.update({k: v.value for k, v in self.neurons.items()})
         return out
-
-
-def _empty_like(cov: Any) -> Any:
-    if isinstance(cov, NeuronCoverage):
-        return NeuronCoverage(cov.sizes, cov.threshold)
-    if isinstance(cov, KMultisectionCoverage):
-        return KMultisectionCoverage(cov.ranges, cov.k)
-    return type(cov)(cov.ranges)
 
 
 def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n_inputs: int) -> list[Failure]:
@@ -176,10 +178,16 @@ def compute(
     bounds_needed = any(b is None for b in (options.lsc.lower, options.lsc.upper)) or (
         classifier and any(b is None for b in (options.dsc.lower, options.dsc.upper))
     )
-    held_lsa, held_dsa = held_out_scores(view) if bounds_needed else (np.zeros(0), None)
+    held_lsa: np.ndarray | None = None
+    held_dsa: np.ndarray | None = None
+    if bounds_needed:
+        try:
+            held_lsa, held_dsa = held_out_scores(view)
+        except ValueError as exc:  # the training set minus the held-out traces is too small
+            messages.append(f"default SC bounds: held-out scoring failed ({exc}); using (0, 1]: configure the bounds")
 
-    def bounds(cfg: Any, held: np.ndarray | None) -> tuple[float, float, str]:
-        lo_d, up_d = default_bounds(held) if held is not None and (cfg.lower is None or cfg.upper is None) else (0.0, 1.0)
+    def bounds(cfg: Any, held: np.ndarray | None) -> tuple[tuple[float, float, int], str]:
+        lo_d, up_d = default_bounds(held) if held is not None else (0.0, 1.0)
         lower = cfg.lower if cfg.lower is not None else lo_d
         upper = cfg.upper if cfg.upper is not None else up_d
         if cfg.lower is not None and cfg.upper is None and upper <= lower:
@@ -187,28 +195,36 @@ def compute(
         if cfg.upper is not None and cfg.lower is None and lower >= upper:
             lower = min(0.0, upper - 1.0)
         rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
-        return float(lower), float(upper), rule
+        return (float(lower), float(upper), int(cfg.buckets)), rule
 
-    lsc_lo, lsc_up, lsc_rule = bounds(options.lsc, held_lsa)
-    lsc = SurpriseCoverage(lsc_lo, lsc_up, options.lsc.buckets)
-    dsc = None
-    if classifier:
-        dsc_lo, dsc_up, dsc_rule = bounds(options.dsc, held_dsa)
-        dsc = SurpriseCoverage(dsc_lo, dsc_up, options.dsc.buckets)
-    total = _Criteria(lsc, dsc, view.ranges, options)
+    lsc_spec, lsc_rule = bounds(options.lsc, held_lsa)
+    dsc_spec, dsc_rule = bounds(options.dsc, held_dsa) if classifier else (None, "")
+    total = _Criteria(lsc_spec, dsc_spec, view.ranges, options)
+    lsc, dsc = total.sc["lsc"], total.sc["dsc"]
 
     # Per-input SA, all at once (the engine is vectorised over inputs).
     batches = [(t, b) for t, rec in enumerate(records) for b in rec.batches]
     if batches:
         sa = np.concatenate([b.sa for _, b in batches]).astype(np.float64)
         pred = np.concatenate([b.pred for _, b in batches])
-        layers = [np.concatenate([b.coverage[i] for _, b in batches]) for i in range(len(view.ranges.sizes))]
+        n_layers = len(view.ranges.sizes)
+        layers = [np.concatenate([b.coverage[i] for _, b in batches]) for i in range(n_layers)]
+        extrema: list[Any] = [_joined_extrema([b for _, b in batches], i) for i in range(n_layers)]
         owner = np.concatenate([np.full(len(b), t) for t, b in batches])
     else:
         sa = np.zeros((0, view.sa_traces.shape[1]))
         pred = np.zeros(0, dtype=np.int64)
         layers = [np.zeros((0, s)) for s in view.ranges.sizes]
+        extrema = [None] * len(view.ranges.sizes)
         owner = np.zeros(0, dtype=np.int64)
+
+    def part(rows: np.ndarray) -> tuple[Any, ...]:
+        return (
+            lsa_scores[rows],
+            None if dsa_scores is None else dsa_scores[rows],
+            [a[rows] for a in layers],
+            [None if e is None else (e[0][rows], e[1][rows]) for e in extrema],
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         lsa_scores = view.lsa(sa, pred if classifier else None) if len(sa) else np.zeros(0)
@@ -218,9 +234,8 @@ def compute(
     # Per test, in collection order: what each newly covered.
     tests_out = []
     for t, rec in enumerate(records):
-        m = owner == t
-        rows = np.flatnonzero(m)
-        new = total.update(lsa_scores[rows], None if dsa_scores is None else dsa_scores[rows], [a[rows] for a in layers])
+        rows = np.flatnonzero(owner == t)
+        new = total.update(*part(rows))
         lsa_t = lsa_scores[rows]
         dsa_t = dsa_scores[rows] if dsa_scores is not None else None
         tests_out.append(
@@ -245,9 +260,8 @@ def compute(
         members = [t for t, rec in enumerate(records) if rec.group == name]
         rows = np.flatnonzero(np.isin(owner, members))
         alone = total.fresh()
-        args = (lsa_scores[rows], None if dsa_scores is None else dsa_scores[rows], [a[rows] for a in layers])
-        alone.update(*args)
-        cumulative.update(*args)
+        alone.update(*part(rows))
+        cumulative.update(*part(rows))
         groups_out.append(
             {"name": name, "tests": len(members), "inputs": int(rows.size), "metrics": alone.values(), "cumulative": cumulative.values()}
         )

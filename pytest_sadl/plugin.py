@@ -10,12 +10,14 @@ project's tests run the same with the plugin on or off.
 
 With pytest-xdist, each worker records its tests and sends them (``workeroutput``) to
 the controller, which computes the metrics once over everything, in collection order:
-``-n 2`` gives the numbers of a serial run.
+``-n 2`` gives the numbers of a serial run. Which training profile the metrics use is
+decided in one place, :meth:`SadlState.resolve_profile`.
 """
 
 from __future__ import annotations
 
-import warnings
+import contextlib
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ import pytest
 from .config import SadlOptions, add_options, check_paths, read_options
 
 STATE = pytest.StashKey["SadlState"]()
+_RECORD = pytest.StashKey[Any]()
 MARKER_HELP = (
     "sadl(group='name'): record every input this test feeds the model (predict, predict_on_batch, "
     "__call__) for surprise adequacy and neuron coverage, attributed to the group"
@@ -40,21 +43,22 @@ class SadlState:
         self.is_worker = hasattr(config, "workerinput")
         self._model: Any = None
         self._train: Any = None
-        self.profile: Any = None
-        self.profile_path: str | None = None
+        self._profiles: dict[tuple[int, int], Any] = {}
         self.recorder: Any = None
-        self.model_seen: Any = None  # the model object the marked tests used
-        self.train_seen: Any = None
-        self.results: Any = None
-        self.comparison: Any = None
-        self.error: str | None = None
-        self.outcomes: dict[str, str] = {}
+        self.model_seen: Any = None  # the model object the marked tests used (this process)
+        self.train_seen: Any = None  # a project's own sadl_train fixture value, if any
+        self.worker_profiles: list[str] = []  # profile files that workers built and used
+        self.model_from_fixture = False  # a worker's tests used a project's sadl_model fixture
         self.order: dict[str, int] = {}
         self.warnings: list[str] = []
+        self.results: Any = None
         self.data: dict[str, Any] | None = None
+        self.comparison: Any = None
         self.comparison_failures: list[str] = []
+        self.error: str | None = None
+        self.error_detail: str | None = None
 
-    # -- what the configuration names ---------------------------------------
+    # -- what the configuration names -----------------------------------------
 
     def model(self) -> Any:
         if self._model is None:
@@ -87,16 +91,6 @@ class SadlState:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
         return self._train
 
-    def profile_options(self) -> Any:
-        from .profile import ProfileOptions
-
-        return ProfileOptions(
-            sa_layers=self.options.sa_layers,
-            coverage_layers=self.options.coverage_layers,
-            var_threshold=self.options.var_threshold,
-            batch_size=self.options.batch_size,
-        )
-
     def cache_dir(self) -> Path:
         if self.options.cache_dir is not None:
             return self.options.cache_dir
@@ -107,22 +101,58 @@ class SadlState:
 
         return default_cache_dir(self.config.rootpath)
 
-    def load_profile(self, model: Any, train: Any) -> Any:
-        """Load or build the training profile (once per session and process)."""
-        if self.profile is None:
-            from .data import SadlConfigError
-            from .profile import load_or_build
+    # -- the training profile -------------------------------------------------
 
-            tr = self.config.get_terminal_reporter() if hasattr(self.config, "get_terminal_reporter") else None
-            status = None
-            if tr is not None and not self.is_worker:
-                status = lambda msg: tr.write_line(f"sadl: {msg}")  # noqa: E731
+    def load_profile(self, model: Any, train: Any) -> Any:
+        """The profile of ``model`` on ``train``: loaded or built, once per pair and process."""
+        key = (id(model), id(train))
+        if key not in self._profiles:
+            from .data import SadlConfigError
+            from .profile import ProfileOptions, load_or_build
+
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            status = None if tr is None or self.is_worker else (lambda msg: tr.write_line(f"sadl: {msg}"))
+            options = ProfileOptions(
+                sa_layers=self.options.sa_layers,
+                coverage_layers=self.options.coverage_layers,
+                var_threshold=self.options.var_threshold,
+                batch_size=self.options.batch_size,
+            )
             try:
-                self.profile = load_or_build(model, train, self.profile_options(), self.cache_dir(), status=status)
+                self._profiles[key] = load_or_build(model, train, options, self.cache_dir(), status=status)
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
-            self.profile_path = str(self.profile.path) if self.profile.path else None
-        return self.profile
+        return self._profiles[key]
+
+    def train_for_profile(self) -> Any:
+        return self.train_seen if self.train_seen is not None else self.train()
+
+    def configured_profile_covers(self, model: Any) -> bool:
+        """Whether the profile built from the configured paths is the one for ``model``
+        (the tests used the configured model and training data, not project fixtures)."""
+        return model is self._model and self.train_seen is self._train and self._model is not None
+
+    def resolve_profile(self) -> Any:
+        """The profile the results use (controller or serial run).
+
+        1. a profile a worker built for the model its tests used (project fixtures, xdist);
+        2. the profile of the model the marked tests used in this process;
+        3. the profile of the configured model and data (built at session start).
+        """
+        if self.worker_profiles:
+            from .profile import load_profile
+
+            if len(set(self.worker_profiles)) > 1:
+                self.warnings.append("pytest-sadl: workers used different models or training data; using the first profile")
+            return load_profile(self.worker_profiles[0])
+        if self.model_seen is not None:
+            return self.load_profile(self.model_seen, self.train_for_profile())
+        if self.options.model is None:
+            raise pytest.UsageError(
+                "pytest-sadl: no marked test ran and no model is configured (sadl_model), so there "
+                "is nothing to report on; mark the tests that feed the model with @pytest.mark.sadl"
+            )
+        return self.load_profile(self.model(), self.train())
 
     def make_recorder(self) -> Any:
         from .recorder import Recorder
@@ -131,8 +161,8 @@ class SadlState:
             from .data import SadlConfigError
             from .traces import TraceModel
 
-            try:  # the same layer resolution as the profile's
-                return TraceModel(model, self.options.sa_layers, self.options.coverage_layers)
+            try:  # the same layer resolution as the profile's; no XLA: outputs equal predict's
+                return TraceModel(model, self.options.sa_layers, self.options.coverage_layers, jit=False)
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
 
@@ -150,12 +180,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     options = read_options(config)
-    if not options.enabled:
-        config.stash[STATE] = SadlState(config, options)
-        return
-    check_paths(options)
     state = SadlState(config, options)
-    state.make_recorder()
+    if options.enabled:
+        check_paths(options)
+        state.make_recorder()
     config.stash[STATE] = state
 
 
@@ -190,19 +218,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Validate the model, its layers and the training data before any test runs, and warm
     the profile cache (pytest-xdist workers then load it instead of building it)."""
     state = _enabled(session.config)
-    if state is None or state.is_worker:
-        return
-    if state.options.model is None:
-        return  # the model comes from a fixture: checked when first used
+    if state is None or state.is_worker or session.config.option.collectonly or state.options.model is None:
+        return  # a model from a project fixture is checked when first used
     model = state.model()
     if state.options.train is None:
-        from .data import SadlConfigError
-        from .traces import TraceModel
-
-        try:
-            TraceModel(model, state.options.sa_layers, state.options.coverage_layers)
-        except SadlConfigError as exc:
-            raise pytest.UsageError(f"pytest-sadl: {exc}") from None
+        state.recorder.trace_model(model)  # resolves (and checks) the layers
         return
     state.load_profile(model, state.train())
 
@@ -220,55 +240,49 @@ def _marker(item: pytest.Item) -> pytest.Mark | None:
 def _group(mark: pytest.Mark | None) -> str:
     if mark is None:
         return DEFAULT_GROUP
-    group = mark.kwargs.get("group", mark.args[0] if mark.args else DEFAULT_GROUP)
-    return str(group)
+    return str(mark.kwargs.get("group", mark.args[0] if mark.args else DEFAULT_GROUP))
 
 
-_RECORD = pytest.StashKey[Any]()
-
-
-class _suppress_usage_error:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        return kind is not None and issubclass(kind, pytest.UsageError)
+def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
+    """(record, model) of the current test, made on first need."""
+    item = request.node
+    entry = item.stash.get(_RECORD, None)
+    if entry is None:
+        model = request.getfixturevalue("sadl_model")
+        state.model_seen = model
+        if state.train_seen is None:  # the configured data, or a project's own sadl_train
+            with contextlib.suppress(pytest.UsageError):  # neither: reported when needed
+                state.train_seen = request.getfixturevalue("sadl_train")
+        index = state.order.get(item.nodeid, len(state.order))
+        entry = item.stash[_RECORD] = (state.recorder.record_for(item.nodeid, index, _group(_marker(item))), model)
+    return entry
 
 
 @pytest.fixture(autouse=True)
 def _sadl_autouse(request: pytest.FixtureRequest) -> None:
     """For a marked test, get the model (the project's own ``sadl_model`` fixture if any)."""
     state = _enabled(request.config)
-    item = request.node
-    if state is None or not isinstance(item, pytest.Function) or _marker(item) is None:
-        return
-    model = request.getfixturevalue("sadl_model")
-    state.model_seen = model
-    if state.options.train is None and state.train_seen is None:
-        with _suppress_usage_error():  # no training data configured: a project fixture, if any
-            state.train_seen = request.getfixturevalue("sadl_train")
-    rec = state.recorder.record_for(item.nodeid, state.order.get(item.nodeid, len(state.order)), _group(_marker(item)))
-    item.stash[_RECORD] = (rec, model)
+    if state is not None and isinstance(request.node, pytest.Function) and _marker(request.node) is not None:
+        _entry(state, request)
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     state = _enabled(item.config)
     entry = item.stash.get(_RECORD, None) if state is not None else None
     if entry is None:
-        return (yield)
+        yield
+        return
     rec, model = entry
     with state.recorder.recording(rec, model):  # type: ignore[union-attr]
-        return (yield)
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     outcome = yield
     state = _enabled(item.config)
-    if state is None or state.recorder is None:
-        return
-    rec = state.recorder.records.get(item.nodeid)
+    rec = state.recorder.records.get(item.nodeid) if state is not None else None
     if rec is None:
         return
     report = outcome.get_result()
@@ -314,20 +328,12 @@ def sadl_profile(request: pytest.FixtureRequest) -> Any:
 def sadl_record(request: pytest.FixtureRequest) -> Any:
     """``sadl_record(x)`` records inputs for this test explicitly (traced now, in one pass)."""
     state = _enabled(request.config)
-    item = request.node
 
     def record(x: Any) -> None:
         if state is None:
             return
-        entry = item.stash.get(_RECORD, None)
-        if entry is None:
-            model = request.getfixturevalue("sadl_model")
-            rec = state.recorder.record_for(item.nodeid, state.order.get(item.nodeid, len(state.order)), _group(_marker(item)))
-            item.stash[_RECORD] = entry = (rec, model)
-            state.model_seen = model
-        rec, model = entry
-        previous = state.recorder.current
-        state.recorder.current = rec
+        rec, model = _entry(state, request)
+        previous, state.recorder.current = state.recorder.current, rec
         try:
             state.recorder.record_inputs(model, x, batch_size=state.options.batch_size)
         finally:
@@ -343,36 +349,49 @@ def sadl_record(request: pytest.FixtureRequest) -> Any:
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist controller: take what a worker recorded."""
     state = _enabled(node.config)
-    output = getattr(node, "workeroutput", {}) or {}
-    if state is None or "sadl" not in output:
+    if state is None:
+        return
+    output = getattr(node, "workeroutput", None) or {}
+    if error or "sadl" not in output:
+        name = getattr(getattr(node, "gateway", None), "id", "a worker")
+        state.warnings.append(
+            f"pytest-sadl: worker {name} ended without sending its recordings ({error or 'no output'}); "
+            "the inputs of the tests it ran are missing, so these results are incomplete"
+        )
         return
     from .recorder import Recorder
 
     state.recorder.merge(Recorder.records_from_bytes(output["sadl"]))
-    if output.get("sadl_profile") and state.profile is None:
-        from .profile import load_profile
-
-        state.profile = load_profile(output["sadl_profile"])
-    state.warnings.extend(output.get("sadl_warnings", []))
+    if output.get("sadl_profile"):
+        state.worker_profiles.append(output["sadl_profile"])
+    state.model_from_fixture |= bool(output.get("sadl_model_from_fixture"))
+    state.warnings.extend(w for w in output.get("sadl_warnings", []) if w not in state.warnings)
 
 
 def _worker_finish(state: SadlState) -> None:
     out = state.config.workeroutput  # type: ignore[attr-defined]
-    # The controller built the profile when the model is configured by path; when it
-    # comes from a project fixture only the workers have it, and they build it (once,
-    # under the cache's lock) and say where it is.
-    if state.recorder.records and state.options.model is None and state.profile is None and state.model_seen is not None:
-        train = state.train_seen if state.train_seen is not None else state.train()
-        state.load_profile(state.model_seen, train)
-    out["sadl"] = state.recorder.to_bytes()
-    if state.profile is not None and state.profile_path:
-        out["sadl_profile"] = state.profile_path
+    out["sadl_warnings"] = list(state.recorder.messages)
+    out["sadl_model_from_fixture"] = state.model_seen is not None and state.model_seen is not state._model
+    try:
+        # Only the workers have a project fixture's model (or data): they build the profile
+        # (once, under the cache's lock) and say where it is.
+        if state.recorder.records and state.model_seen is not None and not state.configured_profile_covers(state.model_seen):
+            profile = state.load_profile(state.model_seen, state.train_for_profile())
+            if profile.path is not None:
+                out["sadl_profile"] = str(profile.path)
+    finally:
+        out["sadl"] = state.recorder.to_bytes()
+
+
+def _measure(session: pytest.Session, exitstatus: int) -> bool:
+    """Whether this session's end computes results (not for --collect-only or Ctrl-C)."""
+    return not session.config.option.collectonly and exitstatus != pytest.ExitCode.INTERRUPTED
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = _enabled(session.config)
-    if state is None:
+    if state is None or not _measure(session, exitstatus):
         return
     if state.is_worker:
         _worker_finish(state)
@@ -381,9 +400,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _finish(state)
     except pytest.UsageError as exc:
         state.error = str(exc)
-    if state.error or (state.results is not None and not state.results.passed) or state.comparison_failures:
-        if session.exitstatus == 0:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    except Exception as exc:  # never take pytest (and the plugins after this hook) down
+        state.error = f"pytest-sadl: could not compute the results: {type(exc).__name__}: {exc}"
+        state.error_detail = traceback.format_exc()
+    failed = state.error or (state.results is not None and not state.results.passed) or state.comparison_failures
+    if failed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _finish(state: SadlState) -> None:
@@ -392,22 +414,10 @@ def _finish(state: SadlState) -> None:
     records = list(state.recorder.records.values())
     for rec in records:
         rec.index = state.order.get(rec.nodeid, rec.index)
-    if state.profile is not None and state.model_seen is not None and state._model is not None and state.model_seen is not state._model:
-        state.profile = None  # the tests used a project's own sadl_model fixture, not the configured file
-    if state.profile is None:
-        model = state.model_seen if state.model_seen is not None else (state.model() if state.options.model else None)
-        if model is None:
-            state.error = (
-                "pytest-sadl: no marked test ran, and no model is configured (sadl_model) to report on; "
-                "mark the tests that feed the model with @pytest.mark.sadl"
-            )
-            return
-        train = state.train_seen if state.train_seen is not None else state.train()
-        state.load_profile(model, train)
-    profile = state.profile
+    profile = state.resolve_profile()
     info = {
         "name": profile.model_name,
-        "source": state.options.model or "fixture",
+        "source": "fixture" if state.model_from_fixture or state.model_seen not in (None, state._model) else state.options.model,
         "fingerprint": profile.model_fingerprint,
         "profile_fingerprint": profile.fingerprint,
         "classifier": profile.classifier,
@@ -417,16 +427,15 @@ def _finish(state: SadlState) -> None:
         "sa_layers": list(profile.sa_layers),
         "coverage_layers": list(profile.coverage_layers),
     }
-    state.results = compute(ProfileView.of(profile), records, state.options, info, state.warnings)
-    data = state.results.to_dict()
+    messages = list(dict.fromkeys(state.warnings + state.recorder.messages))
+    state.results = compute(ProfileView.of(profile), records, state.options, info, messages)
+    data = state.data = state.results.to_dict()
     if state.options.compare is not None:
         from .report._load import load_results
         from .report.compare import compare, compare_failures
 
-        baseline = load_results(state.options.compare)
-        state.comparison = compare(data, baseline)
+        state.comparison = compare(data, load_results(state.options.compare))
         state.comparison_failures = compare_failures(state.comparison, state.options.compare_fail)
-    state.data = data
     for report in state.options.reports:
         if report.kind == "json":
             from .results import write_json
@@ -453,17 +462,17 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     if state.error:
         tr.section("pytest-sadl", sep="-", red=True)
+        if state.error_detail and config.option.verbose > 0:
+            tr.write(state.error_detail)
         tr.write_line(state.error, red=True)
         return
-    if state.results is None:
+    if state.results is None or state.data is None:
         return
-    data = state.data
-    assert data is not None
     kinds = {r.kind for r in state.options.reports}
     if kinds & {"term", "term-verbose"}:
         from .report.terminal import write_terminal
 
-        write_terminal(data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=state.comparison)
+        write_terminal(state.data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=state.comparison)
     for report in state.options.reports:
         if report.path is not None:
             target = report.path / "index.html" if report.kind == "html" else report.path

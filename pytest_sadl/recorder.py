@@ -39,6 +39,8 @@ class Batch:
     coverage: list[np.ndarray]  # per coverage layer (n, c) float32
     pred: np.ndarray  # (n,) int64, or (n, k) float32 for a regression model
     thumbs: np.ndarray | None = None  # (n, h, w, c) uint8 for image-like inputs
+    # per coverage layer, the per-input (min, max) over its whole output (conv maps), or None
+    extrema: list[tuple[np.ndarray, np.ndarray] | None] | None = None
 
     def __len__(self) -> int:
         return int(self.sa.shape[0])
@@ -91,15 +93,26 @@ class Recorder:
         self.records: dict[str, TestRecord] = {}
         self.current: TestRecord | None = None
         self._warned: set[str] = set()
+        self.messages: list[str] = []  # warnings worth a line in the reports
+        self._models: set[int] = set()
 
     # -- set-up ---------------------------------------------------------------
 
     def trace_model(self, model: Any) -> Any:
+        """The trace model of ``model`` (one at a time: a new model object replaces the last)."""
         key = id(model)
         tm = self._trace_models.get(key)
         if tm is None or tm.model is not model:
             tm = self._factory(model)
-            self._trace_models[key] = tm
+            self._trace_models = {key: tm}
+            self._models.add(key)
+            if len(self._models) == 2:
+                self._warn_once(
+                    "models",
+                    "pytest-sadl: marked tests used more than one model object (a sadl_model fixture "
+                    "that is not session-scoped?); all inputs are measured against one training "
+                    "profile, so give every marked test the same model",
+                )
         return tm
 
     def record_for(self, nodeid: str, index: int, group: str) -> TestRecord:
@@ -111,7 +124,17 @@ class Recorder:
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
+            self.messages.append(message)
             warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Run the model's own methods unrecorded (Keras' predict calls ``self(x)`` inside)."""
+        current, self.current = self.current, None
+        try:
+            yield
+        finally:
+            self.current = current
 
     # -- recording ------------------------------------------------------------
 
@@ -119,14 +142,27 @@ class Recorder:
         """Keep ``traces`` (a :class:`~pytest_sadl.traces.Traces`) for the current test."""
         if self.current is None:
             return
-        self.current.batches.append(
-            Batch(
-                sa=np.asarray(traces.sa, dtype=np.float32),
-                coverage=[np.asarray(c, dtype=np.float32) for c in traces.coverage],
-                pred=np.asarray(traces.pred),
-                thumbs=thumbnails(x),
+        sa = np.asarray(traces.sa, dtype=np.float32)
+        coverage = [np.asarray(c, dtype=np.float32) for c in traces.coverage]
+        extrema = getattr(traces, "coverage_extrema", None)
+        finite = np.isfinite(sa).all(axis=1)
+        for c in coverage:
+            finite &= np.isfinite(c).all(axis=1)
+        thumbs = thumbnails(x)
+        pred = np.asarray(traces.pred)
+        if not finite.all():
+            self._warn_once(
+                "nonfinite",
+                f"pytest-sadl: {int((~finite).sum())} input(s) of {self.current.nodeid} gave NaN/inf "
+                "activations; they are not counted",
             )
-        )
+            keep = np.flatnonzero(finite)
+            sa, pred, coverage = sa[keep], pred[keep], [c[keep] for c in coverage]
+            thumbs = None if thumbs is None else thumbs[keep]
+            if extrema is not None:
+                extrema = [None if e is None else (e[0][keep], e[1][keep]) for e in extrema]
+        if len(sa):
+            self.current.batches.append(Batch(sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema))
 
     def record_inputs(self, model: Any, x: Any, batch_size: int = 256) -> None:
         """``sadl_record(x)``: trace ``x`` now and keep it for the current test."""
@@ -140,21 +176,22 @@ class Recorder:
         original_cls = type(model)
         recorder = self
 
+        def unrecorded(why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+            recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
+            with recorder.paused():
+                return method(model, *args, **kwargs)
+
         def predict(x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any) -> Any:
-            if kw or steps is not None or not _is_array_like(x):
-                recorder._warn_once(
-                    "predict-args",
-                    "pytest-sadl records model.predict(x) for arrays and tensors; a call with "
-                    "steps, generators or other arguments ran unrecorded (use sadl_record(x))",
-                )
-                return original_cls.predict(model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
+            if kw or steps is not None or not _is_array_like(x) or not _finite(x):
+                why = "model.predict() was called with steps, a generator, non-finite values or other arguments"
+                return unrecorded(why, original_cls.predict, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
             out, traces = tm.call_and_trace(x, batch_size=batch_size or 32)
             recorder.add(traces, x)
             return out
 
         def predict_on_batch(x: Any) -> Any:
-            if not _is_array_like(x):
-                return original_cls.predict_on_batch(model, x)
+            if not _is_array_like(x) or not _finite(x):
+                return unrecorded("model.predict_on_batch() got a non-array or non-finite input", original_cls.predict_on_batch, x)
             out, traces = tm.call_and_trace(x)
             recorder.add(traces, x)
             return out
@@ -164,7 +201,13 @@ class Recorder:
                 return original_cls.__call__(self, *args, **kwargs)
             return recorder._call(tm, original_cls, self, args, kwargs)
 
-        recorded_cls = type(f"SadlRecorded{original_cls.__name__}", (original_cls,), {"__call__": call, "__module__": original_cls.__module__})
+        # The same name, qualname and module as the model's class, so that Keras serialises
+        # (model.save) and prints it as before; only __call__ differs.
+        recorded_cls = type(
+            original_cls.__name__,
+            (original_cls,),
+            {"__call__": call, "__module__": original_cls.__module__, "__qualname__": original_cls.__qualname__, "_sadl_recording": True},
+        )
         self.current = record
         object.__setattr__(model, "predict", predict)
         object.__setattr__(model, "predict_on_batch", predict_on_batch)
@@ -182,11 +225,17 @@ class Recorder:
         import tensorflow as tf
 
         x = args[0] if args else kwargs.get("inputs")
-        training = kwargs.get("training")
+        training = kwargs.get("training", args[1] if len(args) > 1 else None)
         extra = set(kwargs) - {"training", "inputs"}
-        if training or len(args) > 1 or extra or x is None or not tf.executing_eagerly() or not _is_array_like(x):
-            if not tf.executing_eagerly():
-                self._warn_once("graph", "pytest-sadl cannot record model(x) inside a tf.function; call it eagerly or use sadl_record(x)")
+        if training:  # a training step, not a test input
+            return original_cls.__call__(model, *args, **kwargs)
+        why = None
+        if not tf.executing_eagerly():
+            why = "model(x) was called inside a tf.function (symbolic tensors)"
+        elif len(args) > 2 or extra or x is None or not _is_array_like(x) or not _finite(x):
+            why = "model(x) was called with a mask, list/dict inputs, non-finite values or other arguments"
+        if why is not None:
+            self._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
             return original_cls.__call__(model, *args, **kwargs)
         output, traces = tm.call_tensors(x)
         self.add(traces, x)
@@ -206,6 +255,8 @@ class Recorder:
                 arrays[f"pred_{key}"] = batch.pred
                 for i, cov in enumerate(batch.coverage):
                     arrays[f"cov_{key}_{i}"] = cov
+                    if batch.extrema is not None and batch.extrema[i] is not None:
+                        arrays[f"min_{key}_{i}"], arrays[f"max_{key}_{i}"] = batch.extrema[i]
                 if batch.thumbs is not None:
                     arrays[f"thumbs_{key}"] = batch.thumbs
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -223,8 +274,14 @@ class Recorder:
                 for b in range(m["batches"]):
                     key = f"{r}_{b}"
                     thumbs = npz[f"thumbs_{key}"] if f"thumbs_{key}" in npz.files else None
+                    layers = range(m["layers"])
+                    extrema = [
+                        (npz[f"min_{key}_{i}"], npz[f"max_{key}_{i}"]) if f"min_{key}_{i}" in npz.files else None
+                        for i in layers
+                    ]
                     rec.batches.append(
-                        Batch(npz[f"sa_{key}"], [npz[f"cov_{key}_{i}"] for i in range(m["layers"])], npz[f"pred_{key}"], thumbs)
+                        Batch(npz[f"sa_{key}"], [npz[f"cov_{key}_{i}"] for i in layers], npz[f"pred_{key}"], thumbs,
+                              extrema if any(e is not None for e in extrema) else None)
                     )
                 out.append(rec)
         return out
@@ -236,6 +293,15 @@ class Recorder:
                 self.records[rec.nodeid] = rec
             else:
                 mine.batches.extend(rec.batches)
+
+
+def _finite(x: Any) -> bool:
+    """True when an array-like input holds no NaN/inf (checked before tracing it)."""
+    try:
+        arr = np.asarray(x)
+    except Exception:
+        return True
+    return arr.dtype.kind not in "fc" or bool(np.isfinite(arr).all())
 
 
 def _is_array_like(x: Any) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,22 +111,6 @@ def _clean(obj: Any) -> Any:
 
 def write_json(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``data`` as JSON atomically (a temporary file renamed over the target)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        with_suppress_unlink(tmp)
-        raise
-    return target
+    from .report._load import write_text_atomic
 
-
-def with_suppress_unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    return write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")

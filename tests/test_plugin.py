@@ -45,7 +45,7 @@ def test_call_keeps_gradients(sadl_model):
         tape.watch(x)
         loss = tf.reduce_sum(sadl_model(x, training=False)[:, 0])
     assert tape.gradient(loss, x) is not None
-    assert type(sadl_model).__name__.startswith("SadlRecorded")
+    assert getattr(type(sadl_model), "_sadl_recording", False)
 
 
 @pytest.mark.sadl(group="attack")
@@ -66,7 +66,19 @@ def test_failing_still_counts(sadl_model):
 
 def test_unmarked_is_not_recorded(sadl_model):
     sadl_model.predict(X[25:40], verbose=0)
-    assert not type(sadl_model).__name__.startswith("SadlRecorded")
+    assert not getattr(type(sadl_model), "_sadl_recording", False)
+
+
+@pytest.mark.sadl(group="held-out")
+def test_model_saves_and_behaves_as_before_while_recorded(sadl_model, tmp_path):
+    import keras
+
+    assert type(sadl_model).__name__ == "Sequential"
+    sadl_model.save(tmp_path / "copy.keras")
+    copy = keras.models.load_model(tmp_path / "copy.keras")
+    np.testing.assert_allclose(copy.predict(X[:2], verbose=0), sadl_model.predict(X[:2], verbose=0), rtol=1e-6)
+    nan = np.full((1, 8, 8, 1), np.nan, np.float32)
+    assert np.isnan(sadl_model.predict(nan, verbose=0)).all()  # passed through, not recorded
 '''
 
 
@@ -97,7 +109,7 @@ def results(pytester: pytest.Pytester, name: str = "out.json") -> dict:
 def test_recording_groups_failures_and_values(project, digits):
     pytester = project()
     res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=term")
-    res.assert_outcomes(passed=5, failed=1)
+    res.assert_outcomes(passed=6, failed=1)
     assert res.ret == 1
     data = results(pytester)
     tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
@@ -107,11 +119,12 @@ def test_recording_groups_failures_and_values(project, digits):
         "test_predict_on_batch": 3,
         "test_explicit_record": 2,
         "test_failing_still_counts": 5,
+        "test_model_saves_and_behaves_as_before_while_recorded": 2,  # the NaN input is not recorded
     }
     assert tests["test_failing_still_counts"]["outcome"] == "failed"
     assert tests["test_explicit_record"]["group"] == "default"
     assert [g["name"] for g in data["groups"]] == ["held-out", "attack", "default"]
-    assert [g["inputs"] for g in data["groups"]] == [15, 8, 2]
+    assert [g["inputs"] for g in data["groups"]] == [17, 8, 2]
     # Each input's SA equals the engine's on traces computed here by hand, layer by layer.
     import keras
 
@@ -121,17 +134,20 @@ def test_recording_groups_failures_and_values(project, digits):
     hidden = keras.Model(model.inputs, model.get_layer("hidden").output)
     train_ats = hidden.predict(digits.x_train, verbose=0)
     train_pred = model.predict(digits.x_train, verbose=0).argmax(1)
-    # the tests, in collection order: predict, call, predict_on_batch, record, failing
-    x_in = np.concatenate([digits.x_test[0:10], digits.x_test[10:15], digits.x_test[15:18], digits.x_test[18:20], digits.x_test[20:25]])
+    # the tests, in collection order: predict, call, predict_on_batch, record, failing, save
+    x_in = np.concatenate(
+        [digits.x_test[0:10], digits.x_test[10:15], digits.x_test[15:18], digits.x_test[18:20], digits.x_test[20:25], digits.x_test[:2]]
+    )
     ats = hidden.predict(x_in, verbose=0)
     pred = model.predict(x_in, verbose=0).argmax(1)
     assert data["inputs"]["pred"] == pred.tolist()
     np.testing.assert_allclose(data["inputs"]["lsa"], LSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(data["inputs"]["dsa"], DSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
-    assert data["metrics"]["lsc"]["count"] == 25
+    assert data["metrics"]["lsc"]["count"] == 27
+    assert any("non-finite" in w for w in data["outcome"]["warnings"])
     out = res.stdout.str()
     assert "pytest-sadl: surprise adequacy and neuron coverage" in out
-    assert "25 inputs recorded from 5 tests in 3 group(s)" in out
+    assert "27 inputs recorded from 6 tests in 3 group(s)" in out
     assert re.search(r"\+ attack\s+2\s+8", out)
 
 
@@ -268,28 +284,92 @@ def test_regression_model_has_no_dsa(project, regression_model_path):
     res.stdout.fnmatch_lines(["*DSC*not applicable*", "FAIL DSC is not applicable to this model*"])
 
 
-def test_project_fixture_provides_the_model(pytester: pytest.Pytester, conv_model_path, digits):
-    """No sadl_model in the configuration: the project's own fixture is used, also under xdist."""
+MODEL_FIXTURE = f"""
+import keras
+import pytest
+
+@pytest.fixture(scope="session")
+def sadl_model():
+    return keras.models.load_model({{path!r}})
+"""
+
+TRAIN_FIXTURE = """
+import numpy as np
+import pytest
+
+@pytest.fixture(scope="session")
+def sadl_train():
+    return np.load("train.npz")["x"]
+"""
+
+
+@pytest.mark.parametrize("from_fixture", ["model", "train"])
+def test_project_fixtures_under_xdist(pytester: pytest.Pytester, conv_model_path, digits, from_fixture):
+    """Only the workers have a project fixture's model or data: they build the profile."""
     np.savez(pytester.path / "train.npz", x=digits.x_train)
     np.save(pytester.path / "inputs.npy", digits.x_test[:20])
-    pytester.makefile(".ini", pytest="[pytest]\nsadl_train = train.npz\n")
-    pytester.makeconftest(
-        f"""
-        import keras
-        import pytest
-
-        @pytest.fixture(scope="session")
-        def sadl_model():
-            return keras.models.load_model({str(conv_model_path)!r})
-        """
-    )
+    shutil.copy(conv_model_path, pytester.path / "model.keras")
+    if from_fixture == "model":
+        pytester.makefile(".ini", pytest="[pytest]\nsadl_train = train.npz\n")
+        pytester.makeconftest(MODEL_FIXTURE.format(path=str(pytester.path / "model.keras")))
+    else:
+        pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\n")
+        pytester.makeconftest(TRAIN_FIXTURE)
     pytester.makepyfile(test_project=THRESHOLD_TESTS)
-    # under xdist only the workers have the fixture's model: they build the profile
     dist = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:dist.json")
     assert dist.ret == 0, dist.stdout.str() + dist.stderr.str()
     data = results(pytester, "dist.json")
-    assert data["metrics"]["lsc"]["count"] == 20 and data["model"]["source"] == "fixture"
+    assert data["metrics"]["lsc"]["count"] == 20 and data["model"]["n_train"] == len(digits.x_train)
     assert data["model"]["name"] == "digits_conv" and data["config"]["sa_layers"] == ["hidden"]
+    assert data["model"]["source"] == ("fixture" if from_fixture == "model" else str(pytester.path / "model.keras"))
+
+
+CRASHING_TESTS = THRESHOLD_TESTS + """
+
+@pytest.mark.sadl(group="crash")
+def test_worker_dies(sadl_model):
+    import os
+
+    sadl_model.predict(X[:5], verbose=0)
+    os._exit(1)
+"""
+
+
+def test_a_crashed_worker_is_reported_not_hidden(project):
+    pytester = project(CRASHING_TESTS)
+    res = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:out.json", "--sadl-report=term")
+    assert res.ret != 0
+    warnings = results(pytester)["outcome"]["warnings"]
+    assert any("ended without sending its recordings" in w and "incomplete" in w for w in warnings), warnings
+
+
+def test_a_failure_at_the_end_is_one_line_and_other_plugins_still_finish(project):
+    pytester = project(THRESHOLD_TESTS)
+    (pytester.path / "adir").mkdir()
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:adir", "--junitxml=junit.xml")
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["pytest-sadl: could not compute the results: *"])
+    assert "Traceback" not in res.stdout.str() + res.stderr.str()
+    assert (pytester.path / "junit.xml").exists()  # the hooks after ours still ran
+
+
+def test_plugin_off_ignores_broken_sadl_settings(pytester: pytest.Pytester):
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_fail_under = lsc30\nsadl_compare = missing.json\n")
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    pytester.runpytest_inprocess().assert_outcomes(passed=1)
+    assert pytester.runpytest_inprocess("--help").ret == 0
+    res = pytester.runpytest_inprocess("--sadl-coverage")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["ERROR: sadl_fail_under (ini)='lsc30': 'lsc30' needs the form METRIC:PERCENT*"])
+
+
+def test_collect_only_measures_nothing(pytester: pytest.Pytester):
+    (pytester.path / "model.keras").write_bytes(b"not loaded when only collecting")
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\n")
+    pytester.makepyfile("import pytest\n\n@pytest.mark.sadl\ndef test_marked():\n    pass\n")
+    res = pytester.runpytest_inprocess("--co", "--sadl-coverage", "--sadl-fail-under=nc:10", "--sadl-report=json:co.json")
+    assert res.ret == 0 and not (pytester.path / "co.json").exists()
+    assert "FAIL" not in res.stdout.str()
 
 
 def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):

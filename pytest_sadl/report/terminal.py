@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-LABELS = {"lsc": "LSC", "dsc": "DSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
-ORDER = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
+from ..results import LABELS
+from ..results import METRICS as ORDER
 
 
 def _pct(value: float | None) -> str:
