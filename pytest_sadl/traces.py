@@ -298,6 +298,9 @@ class Traces:
     output: np.ndarray
     sa_layers: list[str] = field(default_factory=list)
     coverage_layers: list[str] = field(default_factory=list)
+    # with TraceModel(extrema=True): per coverage layer, the per-input (min, max) of its whole
+    # output for layers of rank > 2 (None for the others), what NC's scaling needs
+    coverage_extrema: list[Any] | None = None
 
     def __len__(self) -> int:
         return int(self.output.shape[0])
@@ -317,6 +320,12 @@ class Traces:
         if not parts:
             raise ValueError("Traces.concatenate needs at least one Traces")
         first = parts[0]
+        extrema = None
+        if first.coverage_extrema is not None:
+            extrema = [
+                None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
+                for i, e in enumerate(first.coverage_extrema)
+            ]
         return cls(
             sa=np.concatenate([p.sa for p in parts]),
             coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
@@ -324,6 +333,7 @@ class Traces:
             output=np.concatenate([p.output for p in parts]),
             sa_layers=list(first.sa_layers),
             coverage_layers=list(first.coverage_layers),
+            coverage_extrema=extrema,
         )
 
 
@@ -359,6 +369,7 @@ class TraceModel:
         *,
         classifier: bool | None = None,
         jit: bool | str = "auto",
+        extrema: bool = False,
     ) -> None:
         _check_graph_model(model)
         keras = _keras()
@@ -399,7 +410,22 @@ class TraceModel:
                 continue
             self._index[name] = len(outputs)
             outputs.append(_reduce(tensor))
-        self._multi = keras.Model(inputs=model.inputs, outputs=outputs, name=f"{model.name}_sadl_traces")
+        # NC scales each input's whole layer output (the feature map, for a conv layer) to
+        # [0, 1]: with ``extrema``, each such layer also yields its per-input min and max.
+        self._extrema_index: dict[str, tuple[int, int]] = {}
+        if extrema:
+            for name in self.coverage_layers:
+                tensor = model.get_layer(name).output
+                rank = len(tensor.shape)
+                if rank > 2:
+                    axes = tuple(range(1, rank))
+                    self._extrema_index[name] = (len(outputs), len(outputs) + 1)
+                    outputs.append(keras.ops.cast(keras.ops.min(tensor, axis=axes), "float32"))
+                    outputs.append(keras.ops.cast(keras.ops.max(tensor, axis=axes), "float32"))
+        # one input tensor, not a list of one: then model(x)-style calls with a bare tensor
+        # match the expected input structure (Keras warns otherwise)
+        inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs
+        self._multi = keras.Model(inputs=inputs, outputs=outputs, name=f"{model.name}_sadl_traces")
         self.sa_sizes: list[int] = [int(outputs[self._index[n]].shape[-1]) for n in self.sa_layers]
         self.coverage_sizes: list[int] = [int(outputs[self._index[n]].shape[-1]) for n in self.coverage_layers]
         self._fns: dict[str, Any] = {}
@@ -477,6 +503,35 @@ class TraceModel:
             return (output[:, 0] > 0.5).astype(np.int64)
         return np.argmax(output, axis=1).astype(np.int64)
 
+    def _traces(self, sa: np.ndarray, cov: list[np.ndarray], out: np.ndarray, extrema: list[Any] | None = None) -> Traces:
+        return Traces(
+            sa=sa,
+            coverage=cov,
+            pred=self.predictions(out),
+            output=out,
+            sa_layers=list(self.sa_layers),
+            coverage_layers=list(self.coverage_layers),
+            coverage_extrema=extrema,
+        )
+
+    def _extrema_of(self, outs: list[np.ndarray]) -> list[Any] | None:
+        """Per coverage layer, the per-input (min, max) of its whole output, or ``None``."""
+        if not self._extrema_index:
+            return None
+        return [
+            (outs[self._extrema_index[n][0]], outs[self._extrema_index[n][1]]) if n in self._extrema_index else None
+            for n in self.coverage_layers
+        ]
+
+    def _extrema_flat(self, outs: list[np.ndarray]) -> list[np.ndarray]:
+        return [outs[i] for n in self.coverage_layers if n in self._extrema_index for i in self._extrema_index[n]]
+
+    def _extrema_unflat(self, flat: list[np.ndarray]) -> list[Any] | None:
+        if not self._extrema_index:
+            return None
+        it = iter(flat)
+        return [(next(it), next(it)) if n in self._extrema_index else None for n in self.coverage_layers]
+
     def _split(self, outs: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
         sa_parts = [outs[self._index[n]] for n in self.sa_layers]
         sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
@@ -510,7 +565,7 @@ class TraceModel:
         for batch in data.batches(batch_size):
             outs = self._run(self._as_batch(batch, what, done), jit, pad_to=batch_size)
             sa, cov, out = self._split(outs)
-            row = [sa, *cov, out]
+            row = [sa, *cov, out, *self._extrema_flat(outs)]
             if total is not None:
                 if filled is None:
                     filled = [np.empty((total,) + a.shape[1:], dtype=a.dtype) for a in row]
@@ -525,15 +580,10 @@ class TraceModel:
             raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
         if filled is None:
             filled = [np.concatenate([p[i] for p in parts]) for i in range(len(parts[0]))]
-        sa, *cov, out = filled
-        return Traces(
-            sa=sa,
-            coverage=cov,
-            pred=self.predictions(out),
-            output=out,
-            sa_layers=list(self.sa_layers),
-            coverage_layers=list(self.coverage_layers),
-        )
+        sa, *rest = filled
+        n_cov = len(self.coverage_layers)
+        cov, out, ext = rest[:n_cov], rest[n_cov], rest[n_cov + 1 :]
+        return self._traces(sa, cov, out, self._extrema_unflat(ext))
 
     def call_and_trace(
         self, x: Any, batch_size: int | None = None, **predict_kwargs: Any
@@ -562,16 +612,7 @@ class TraceModel:
         """
         outs = self._multi(x, training=training)
         arrays = [o.numpy() if hasattr(o, "numpy") else np.asarray(o) for o in outs]
-        sa, cov, out = self._split(arrays)
-        traces = Traces(
-            sa=sa,
-            coverage=cov,
-            pred=self.predictions(out),
-            output=out,
-            sa_layers=list(self.sa_layers),
-            coverage_layers=list(self.coverage_layers),
-        )
-        return outs[0], traces
+        return outs[0], self._traces(*self._split(arrays), self._extrema_of(arrays))
 
 
 def _numpy_if_tensor(x: Any) -> Any:
