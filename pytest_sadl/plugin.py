@@ -161,8 +161,9 @@ class SadlState:
             from .data import SadlConfigError
             from .traces import TraceModel
 
-            try:  # the same layer resolution as the profile's; no XLA: outputs equal predict's
-                return TraceModel(model, self.options.sa_layers, self.options.coverage_layers, jit=False)
+            try:  # the same layer resolution as the profile's; no XLA: outputs equal predict's;
+                # extrema: each conv map's min/max per input, for NC's scaling
+                return TraceModel(model, self.options.sa_layers, self.options.coverage_layers, jit=False, extrema=True)
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
 

@@ -143,6 +143,15 @@ def test_recording_groups_failures_and_values(project, digits):
     assert data["inputs"]["pred"] == pred.tolist()
     np.testing.assert_allclose(data["inputs"]["lsa"], LSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(data["inputs"]["dsa"], DSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
+    # NC as DeepXplore on the full feature maps, every default coverage layer
+    from pytest_sadl.neurons import fit_ranges, kmnc, nc
+
+    names = data["config"]["coverage_layers"]
+    assert names[:3] == ["conv1", "pool1", "conv2"] and "dropout" not in names and "flatten" not in names
+    full = [keras.Model(model.inputs, model.get_layer(n).output).predict(x_in, verbose=0) for n in names]
+    assert data["metrics"]["nc"]["value"] == pytest.approx(nc(full, 0.5))
+    train_full = [keras.Model(model.inputs, model.get_layer(n).output).predict(digits.x_train, verbose=0) for n in names]
+    assert data["metrics"]["kmnc"]["value"] == pytest.approx(kmnc(full, fit_ranges(train_full), 1000), abs=2e-3)
     assert data["metrics"]["lsc"]["count"] == 27
     assert any("non-finite" in w for w in data["outcome"]["warnings"])
     out = res.stdout.str()
