@@ -63,6 +63,25 @@ def test_traces_equal_manual_per_layer(fixture: str, request: pytest.FixtureRequ
         np.testing.assert_allclose(t.pred, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_extrema_equal_manual_min_max(conv_model: Any, digits: Any) -> None:
+    x = digits.x_test[:45]
+    tm = TraceModel(conv_model, extrema=True)
+    t = tm.traces(x, batch_size=16)
+    assert t.coverage_extrema is not None and len(t.coverage_extrema) == len(tm.coverage_layers)
+    for name, ext in zip(tm.coverage_layers, t.coverage_extrema):
+        full = keras.Model(conv_model.inputs, conv_model.get_layer(name).output).predict(x, verbose=0)
+        if full.ndim <= 2:
+            assert ext is None
+            continue
+        lo, hi = ext
+        flat = full.reshape(len(x), -1)
+        np.testing.assert_allclose(lo, flat.min(axis=1), atol=1e-5)
+        np.testing.assert_allclose(hi, flat.max(axis=1), atol=1e-5)
+    joined = Traces.concatenate([tm.traces(x[:20]), tm.traces(x[20:])])
+    np.testing.assert_allclose(joined.coverage_extrema[0][1], t.coverage_extrema[0][1], atol=1e-5)
+    assert TraceModel(conv_model).traces(x).coverage_extrema is None
+
+
 def test_conv_layers_are_reduced_and_sa_layers_concatenate(conv_model: Any, digits: Any) -> None:
     tm = TraceModel(conv_model, sa_layers=["conv2", "hidden"], coverage_layers=["conv1", "pool1"])
     t = tm.traces(digits.x_test[:50])
