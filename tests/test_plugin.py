@@ -1,7 +1,9 @@
 """The plugin end to end, in real pytest runs (pytester) of small projects on real models.
 
-Runs that need TensorFlow go through ``runpytest_subprocess``: TensorFlow's global state
-(and the plugin-off check that it is *not* imported) needs a fresh interpreter.
+Most runs are in process: TensorFlow is already imported here, and importing it again in
+a subprocess costs ~10 s a run. pytest-xdist runs start real worker processes anyway, and
+the check that the plugin off imports no TensorFlow needs a fresh interpreter: those go
+through ``runpytest_subprocess``.
 """
 
 from __future__ import annotations
@@ -82,6 +84,35 @@ def test_model_saves_and_behaves_as_before_while_recorded(sadl_model, tmp_path):
 '''
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _warm_imports(conv_model_path: Path, digits, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Import everything an in-process run will, before any pytester snapshot of sys.modules.
+
+    pytester restores ``sys.modules`` after each in-process run, dropping modules the run
+    imported first; TensorFlow cannot be imported twice in one process (it aborts on
+    re-registering its ops), so the modules must already be there.
+    """
+    import keras
+    import tensorflow as tf
+
+    from pytest_sadl import engine, plugin, profile, traces  # noqa: F401
+    from pytest_sadl.report import badge, compare, html, markdown, terminal  # noqa: F401
+
+    model = keras.models.load_model(conv_model_path)
+    tm = traces.TraceModel(model, ["hidden"], None, jit=False, extrema=True)
+    tm.call_and_trace(digits.x_test[:4], batch_size=2)
+    x = tf.constant(digits.x_test[:2])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out, _ = tm.call_tensors(x)
+    tape.gradient(out, x)
+    model.save(tmp_path_factory.mktemp("warm") / "m.keras")
+    cache = tmp_path_factory.mktemp("warm-cache")
+    prof = profile.load_or_build(model, digits.x_train, profile.ProfileOptions(sa_layers=("hidden",)), cache)
+    profile.load_profile(prof.path)
+    html.render_html(json.loads((Path(__file__).parent / "data" / "results-classifier.json").read_text()))
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester, conv_model_path: Path, digits):
     """A project configured for the conv model, with its training data and test inputs."""
@@ -99,6 +130,14 @@ def project(pytester: pytest.Pytester, conv_model_path: Path, digits):
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    base = ("-p", "no:cacheprovider", "-p", "no:randomly")
+    if "-n" in args:  # xdist starts its own worker processes: keep the controller apart too
+        return pytester.runpytest_subprocess(*base, *args, timeout=300)
+    return pytester.runpytest_inprocess(*base, *args)
+
+
+def run_fresh(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """In a new interpreter (nothing imported yet)."""
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=300)
 
 
@@ -236,7 +275,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
             assert "tensorflow" not in sys.modules and "keras" not in sys.modules
         """
     )
-    res = run(pytester)
+    res = run_fresh(pytester)
     res.assert_outcomes(passed=1)
 
 
