@@ -70,6 +70,11 @@ def add_options(parser: pytest.Parser) -> None:
         else:
             kwargs.update(action="store", default=None, metavar=opt.metavar)
         group.addoption(opt.flag, **kwargs)
+        if opt.ini == "sadl_coverage":
+            group.addoption(
+                "--no-sadl-coverage", dest="sadl_no_coverage", action="store_true", default=False,
+                help="switch measuring off, even when sadl_coverage = true in the ini file",
+            )
         ini_default = opt.default if opt.ini_type in ("bool",) else None
         if opt.ini_type == "linelist":
             parser.addini(opt.ini, opt.help, type="linelist", default=[])
@@ -218,6 +223,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
     r = _Reader(config)
     opts = {o.ini: o for o in OPTIONS}
     enabled = bool(config.getoption("sadl_coverage") or config.getini("sadl_coverage"))
+    enabled = enabled and not config.getoption("sadl_no_coverage")
 
     def path(name: str) -> str | None:
         value, base = r.raw(opts[name])

@@ -411,6 +411,15 @@ def test_plugin_off_ignores_broken_sadl_settings(pytester: pytest.Pytester):
     res.stderr.fnmatch_lines(["ERROR: sadl_fail_under (ini)='lsc30': 'lsc30' needs the form METRIC:PERCENT*"])
 
 
+def test_no_sadl_coverage_switches_an_ini_default_off(pytester: pytest.Pytester):
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_coverage = true\nsadl_model = missing.keras\n")
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    assert pytester.runpytest_inprocess().ret == pytest.ExitCode.USAGE_ERROR  # on, and the model is missing
+    res = pytester.runpytest_inprocess("--no-sadl-coverage")
+    res.assert_outcomes(passed=1)
+    assert "sadl:" not in res.stdout.str()
+
+
 def test_collect_only_measures_nothing(pytester: pytest.Pytester):
     (pytester.path / "model.keras").write_bytes(b"not loaded when only collecting")
     pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\n")
