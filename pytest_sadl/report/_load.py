@@ -18,19 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-SCHEMA = "pytest-sadl/results"
-SCHEMA_VERSION = 1
+from ..results import LABELS as METRIC_LABELS  # the metrics' names, in one place: results.py
+from ..results import METRICS  # the order every report shows them
+from ..results import SCHEMA
+from ..results import VERSION as SCHEMA_VERSION
 
-#: The metrics, in the order every report shows them.
-METRICS: tuple[str, ...] = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
-METRIC_LABELS: dict[str, str] = {
-    "lsc": "LSC",
-    "dsc": "DSC",
-    "nc": "NC",
-    "kmnc": "KMNC",
-    "nbc": "NBC",
-    "snac": "SNAC",
-}
 METRIC_TITLES: dict[str, str] = {
     "lsc": "Likelihood-based surprise coverage",
     "dsc": "Distance-based surprise coverage",
