@@ -11,11 +11,16 @@ Public API
     resolved against ``base_dir``), a ``"package.module:function"`` string naming a
     callable that returns any of the other forms, an array, an ``(x, y)`` tuple, a
     mapping with an ``"x"`` key, a ``tf.data.Dataset`` or a :class:`TrainingData`.
+    For a model with several inputs: an ``.npz`` with one array per input keyed by the
+    input names, a dict of arrays keyed by input names, or a list of arrays in
+    ``model.inputs`` order (a *tuple* stays ``(x, y)``).
 ``TrainingData``
-    ``.x`` (array or read-only memmap for ``.npy``), ``.y`` (labels or ``None``; the
+    ``.x`` (array or read-only memmap for ``.npy``; a dict of arrays by input name for
+    several inputs; a list until :meth:`TrainingData.bind` names it), ``.y`` (labels or ``None``; the
     profile never uses them: classes are the model's predictions, as in the paper),
     ``.dataset``, ``.source``, ``len()`` (``None`` from :attr:`TrainingData.n` for a
-    dataset), ``.batches(batch_size)``, ``.fingerprint()``, ``.check_shape(shape)``.
+    dataset), ``.batches(batch_size)``, ``.fingerprint()``, ``.check_shape(shape)``,
+    ``.bind(input_names)`` (the data for a model with those inputs).
 ``check_batch(x, expected_shape, *, what, offset=0)``
     Raises :class:`SadlDataError` for an empty batch, a wrong shape, a non-numeric
     dtype, NaN or inf, naming the input index and what was expected.
@@ -34,7 +39,7 @@ import hashlib
 import importlib
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +225,7 @@ class TrainingData:
     """
 
     source: str
-    x: np.ndarray | None = None
+    x: np.ndarray | dict[str, np.ndarray] | list[np.ndarray] | None = None
     y: np.ndarray | None = None
     dataset: Any = None
     file: Path | None = None
@@ -229,25 +234,94 @@ class TrainingData:
     @property
     def n(self) -> int | None:
         """Number of inputs, ``None`` for a dataset (unknown until iterated)."""
-        return None if self.x is None else int(self.x.shape[0])
+        if self.x is None:
+            return None
+        first = _first(self.x)
+        return int(first.shape[0]) if first is not None else 0
 
     def __len__(self) -> int:
         if self.x is None:
             raise TypeError("the length of a tf.data.Dataset source is unknown until iterated")
-        return int(self.x.shape[0])
+        return self.n or 0
 
-    def check_shape(self, expected_shape: tuple[int | None, ...]) -> None:
-        """Check the whole array's shape (cheap; NaN is checked batch by batch)."""
-        if self.x is not None:
+    def check_shape(self, expected_shape: tuple[int | None, ...] | dict[str, tuple[int | None, ...]]) -> None:
+        """Check the whole arrays' shapes (cheap; NaN is checked batch by batch).
+
+        ``expected_shape`` is one input's shape, or a dict of shapes by input name."""
+        if self.x is None:
+            return
+        if isinstance(expected_shape, dict):
+            if not isinstance(self.x, dict):
+                raise SadlDataError(
+                    f"{self.source} is one array but the model has {len(expected_shape)} inputs "
+                    f"({', '.join(expected_shape)}); give one array per input, keyed by input name"
+                )
+            for name, shape in expected_shape.items():
+                _check_shape(tuple(self.x[name].shape[1:]), shape, f"{self.source} (input {name!r})")
+        elif isinstance(self.x, np.ndarray):
             _check_shape(tuple(self.x.shape[1:]), expected_shape, self.source)
 
-    def batches(self, batch_size: int) -> Iterator[np.ndarray]:
+    def bind(self, names: list[str]) -> TrainingData:
+        """These inputs for a model whose inputs are ``names`` (in ``model.inputs`` order):
+        one array for one input, else a dict of arrays by name, all of one length.
+
+        Raises :class:`SadlDataError` naming the inputs the model has and what the data holds.
+        """
+        x = self.x
+        if x is None:
+            return self
+        if len(names) == 1:
+            if isinstance(x, np.ndarray):
+                return self
+            if isinstance(x, list):
+                return replace(self, x=_numeric(np.asarray(x), self.source), _fingerprint=None)
+            chosen = names[0] if names[0] in x else (next(iter(x)) if len(x) == 1 else None)
+            if chosen is None:
+                raise SadlDataError(
+                    f"{self.source} holds arrays {sorted(x)}; name the model's input {names[0]!r} "
+                    f"(or 'x'), e.g. np.savez(path, {names[0]}=x, y=y)"
+                )
+            return replace(self, x=x[chosen], _fingerprint=None)
+        if isinstance(x, np.ndarray):
+            raise SadlDataError(
+                f"{self.source} is one array but the model has {len(names)} inputs ({', '.join(names)}); "
+                f"give one array per input keyed by input name, e.g. np.savez(path, "
+                f"{', '.join(f'{n}=...' for n in names)})"
+            )
+        if isinstance(x, list):
+            if len(x) != len(names):
+                raise SadlDataError(
+                    f"{self.source} is a list of {len(x)} arrays but the model has {len(names)} inputs "
+                    f"({', '.join(names)}); give one array per input, in model.inputs order"
+                )
+            x = dict(zip(names, x))
+        missing = [n for n in names if n not in x]
+        if missing:
+            raise SadlDataError(
+                f"{self.source} holds arrays {sorted(x)} but the model's inputs are {names}: "
+                f"missing {missing}; key the arrays by input name"
+            )
+        bound = {n: _numeric(np.asarray(x[n]) if not isinstance(x[n], np.ndarray) else x[n], f"{self.source} (input {n!r})") for n in names}
+        lengths = {n: int(a.shape[0]) for n, a in bound.items()}
+        if len(set(lengths.values())) > 1:
+            raise SadlDataError(f"{self.source}: the inputs have different numbers of rows {lengths}; give one row per input in every array")
+        return replace(self, x=bound, _fingerprint=None)
+
+    def batches(self, batch_size: int) -> Iterator[Any]:
         """Yield the inputs in order, ``batch_size`` at a time (a dataset's own batches
-        are re-cut to ``batch_size`` only when it yields single inputs)."""
-        if self.x is not None:
-            for start in range(0, self.x.shape[0], batch_size):
-                yield np.asarray(self.x[start : start + batch_size])
+        are re-cut to ``batch_size`` only when it yields single inputs); a dict of arrays
+        by input name for several inputs."""
+        x = self.x
+        if isinstance(x, dict):
+            for start in range(0, self.n or 0, batch_size):
+                yield {k: np.asarray(v[start : start + batch_size]) for k, v in x.items()}
             return
+        if isinstance(x, np.ndarray):
+            for start in range(0, x.shape[0], batch_size):
+                yield np.asarray(x[start : start + batch_size])
+            return
+        if x is not None:
+            raise SadlDataError(f"{self.source}: a list of arrays needs binding to the model's inputs first")
         yield from _dataset_batches(self.dataset, batch_size)
 
     def fingerprint(self) -> str:
@@ -261,16 +335,27 @@ class TrainingData:
                 with open(self.file, "rb") as fh:
                     while chunk := fh.read(_HASH_CHUNK):
                         h.update(chunk)
-            elif self.x is not None:
+            elif isinstance(self.x, np.ndarray):
                 _hash_array(h, self.x)
+            elif isinstance(self.x, dict):
+                h.update(b"inputs\0")
+                for name in self.x:
+                    h.update(f"{name}\0".encode())
+                    _hash_array(h, np.asarray(self.x[name]))
+            elif self.x is not None:
+                h.update(b"input-list\0")
+                for part in self.x:
+                    _hash_array(h, np.asarray(part))
             else:
                 h.update(b"dataset\0")
                 count = 0
                 for batch in _dataset_batches(self.dataset, None):
-                    if count == 0:  # one header, so that the batching does not matter
-                        h.update(f"{batch.dtype.str}\0{tuple(batch.shape[1:])}\0".encode())
-                    _hash_array(h, batch, header=False)
-                    count += int(batch.shape[0])
+                    parts = batch if isinstance(batch, dict) else {"": batch}
+                    for name, part in parts.items():
+                        if count == 0:  # one header, so that the batching does not matter
+                            h.update(f"{name}\0{part.dtype.str}\0{tuple(part.shape[1:])}\0".encode())
+                        _hash_array(h, part, header=False)
+                    count += int(_first(parts).shape[0])
                 h.update(f"\0{count}".encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
@@ -285,18 +370,30 @@ def _hash_array(h: Any, x: np.ndarray, *, header: bool = True) -> None:
         h.update(memoryview(np.ascontiguousarray(flat[start : start + step])).cast("B"))
 
 
+def _first(x: Any) -> Any:
+    """The first array of an array, a dict or a list of arrays (``None`` when empty)."""
+    if isinstance(x, dict):
+        return next(iter(x.values()), None)
+    if isinstance(x, list):
+        return np.asarray(x[0]) if x else None
+    return x
+
+
+def _numeric(x: np.ndarray, source: str) -> np.ndarray:
+    if x.dtype.kind not in "biuf":
+        raise SadlDataError(f"{source} has dtype {x.dtype}, not a numeric array; convert it to float32")
+    return x
+
+
 def _dataset_element_x(element: Any) -> Any:
+    """The inputs of one dataset element: ``x``, ``x`` of ``(x, y)``, ``element["x"]``, or
+    a dict of inputs by name."""
     if isinstance(element, (tuple, list)):
         if not element:
             raise SadlDataError("the tf.data.Dataset yields empty tuples; yield x or (x, y)")
         return element[0]
     if isinstance(element, Mapping):
-        if "x" not in element:
-            raise SadlDataError(
-                f"the tf.data.Dataset yields dicts with keys {sorted(element)}; "
-                "yield x, (x, y) or a dict with an 'x' key"
-            )
-        return element["x"]
+        return element["x"] if "x" in element else dict(element)
     return element
 
 
@@ -308,22 +405,36 @@ def _dataset_batches(dataset: Any, batch_size: int | None) -> Iterator[np.ndarra
     an element of rank ``r`` is a batch when its leading dimension is unknown (``None``)
     in the ``element_spec``, i.e. the dataset was ``.batch()``-ed.
     """
-    spec = _dataset_element_x(dataset.element_spec)
+    spec = _first(_dataset_element_x(dataset.element_spec))
     shape = getattr(spec, "shape", None)
     batched = shape is not None and len(shape) > 0 and shape[0] is None
+
+    def arrays(element: Any) -> Any:
+        x = _dataset_element_x(element)
+        return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
+
     if batched:
         for element in dataset.as_numpy_iterator():
-            yield np.asarray(_dataset_element_x(element))
+            yield arrays(element)
         return
     size = batch_size or 256
-    buf: list[np.ndarray] = []
+    buf: list[Any] = []
+
+    def stack() -> Any:
+        if isinstance(buf[0], dict):
+            return {k: np.stack([b[k] for b in buf]) for k in buf[0]}
+        return np.stack(buf)
+
     for element in dataset.as_numpy_iterator():
-        buf.append(np.asarray(_dataset_element_x(element)))
+        buf.append(arrays(element))
         if len(buf) == size:
-            yield np.stack(buf)
+            yield stack()
             buf = []
     if buf:
-        yield np.stack(buf)
+        yield stack()
+
+
+_LABEL_KEYS = ("y", "y_train", "Y", "labels")
 
 
 def _pick(keys: list[str], names: tuple[str, ...]) -> str | None:
@@ -340,14 +451,18 @@ def _from_npz(path: Path, source: str) -> TrainingData:
             xkey = _pick(keys, ("x", "x_train", "X", "inputs"))
             if xkey is None and len(keys) == 1:
                 xkey = keys[0]
-            if xkey is None:
-                raise SadlDataError(
-                    f"{source}: the .npz holds {keys}; name the inputs 'x' (and the labels "
-                    "'y'), e.g. np.savez(path, x=x, y=y)"
-                )
-            x = f[xkey]
-            ykey = _pick(keys, ("y", "y_train", "Y", "labels")) if xkey != keys[0] or len(keys) > 1 else None
+            ykey = _pick(keys, _LABEL_KEYS) if xkey != keys[0] or len(keys) > 1 else None
             y = f[ykey] if ykey else None
+            if xkey is None:  # one array per input, keyed by input name (chosen by bind())
+                names = [k for k in keys if k != ykey]
+                if not names:
+                    raise SadlDataError(
+                        f"{source}: the .npz holds only labels {keys}; add the inputs as 'x' (one "
+                        "input) or one array per input keyed by input name"
+                    )
+                x: Any = {k: f[k] for k in names}
+            else:
+                x = f[xkey]
     except SadlDataError:
         raise
     except ValueError as exc:
@@ -383,11 +498,19 @@ def _from_value(value: Any, source: str) -> TrainingData:
     if _is_dataset(value):
         return TrainingData(source=source, dataset=value)
     if isinstance(value, Mapping):
-        if "x" not in value:
+        if "x" in value:
+            return _from_value((value["x"], value.get("y")), source)
+        inputs = {str(k): _as_array(v, f"{source} (input {k!r})") for k, v in value.items() if k not in _LABEL_KEYS}
+        y = next((value[k] for k in _LABEL_KEYS if k in value), None)
+        if not inputs:
             raise SadlDataError(
-                f"{source} is a mapping with keys {sorted(map(str, value))}; it needs an 'x' key"
+                f"{source} is a mapping with keys {sorted(map(str, value))}; it needs an 'x' key "
+                "(one input) or one array per input keyed by input name"
             )
-        return _from_value((value["x"], value.get("y")), source)
+        return TrainingData(source=source, x=inputs, y=None if y is None else np.asarray(y))
+    if isinstance(value, list) and value and all(hasattr(v, "shape") for v in value):
+        # arrays in model.inputs order (several inputs) or rows of one input: bind() decides
+        return TrainingData(source=source, x=[_as_array(v, source) for v in value])
     y = None
     if isinstance(value, tuple):
         if len(value) not in (1, 2):
@@ -395,6 +518,20 @@ def _from_value(value: Any, source: str) -> TrainingData:
                 f"{source} is a tuple of {len(value)} items; give x or (x, y)"
             )
         value, y = value[0], (value[1] if len(value) == 2 else None)
+    if isinstance(value, Mapping) or (isinstance(value, list) and value and all(hasattr(v, "shape") for v in value)):
+        # ({input: array}, y) or ([arrays in model.inputs order], y)
+        return replace(_from_value(dict(value), source), y=None if y is None else np.asarray(y))
+    x = _as_array(value, source)
+    return TrainingData(source=source, x=x, y=None if y is None else np.asarray(y))
+
+
+def _as_array(value: Any, source: str) -> np.ndarray:
+    """``value`` (an array, a tensor, nested lists) as a NumPy array of numbers."""
+    if not isinstance(value, np.ndarray) and hasattr(value, "numpy") and callable(value.numpy):
+        try:
+            value = value.numpy()
+        except Exception:  # a symbolic tensor: np.asarray below names the problem
+            pass
     try:
         x = np.asarray(value)
     except Exception as exc:
@@ -406,7 +543,7 @@ def _from_value(value: Any, source: str) -> TrainingData:
             f"{source} ({type(value).__name__}) is not a numeric array; give an array of "
             "shape (n, *input_shape), an (x, y) tuple, a path or a tf.data.Dataset"
         )
-    return TrainingData(source=source, x=x, y=None if y is None else np.asarray(y))
+    return x
 
 
 def load_training_data(
@@ -445,16 +582,16 @@ def load_training_data(
             )
     else:
         data = _from_value(source, what)
-    if data.x is not None:
-        if data.x.ndim < 2:
+    arrays = {"": data.x} if isinstance(data.x, np.ndarray) else (data.x if isinstance(data.x, dict) else {})
+    for name, x in arrays.items():
+        label = f"{data.source} (input {name!r})" if name else data.source
+        if x.ndim < 2 and not name:
             raise SadlDataError(
-                f"{data.source} has shape {tuple(data.x.shape)}; expected (n, *input_shape) "
-                "with one row per input"
+                f"{label} has shape {tuple(x.shape)}; expected (n, *input_shape) with one row per input"
             )
-        if data.x.shape[0] == 0:
-            raise SadlDataError(f"{data.source} is empty (0 inputs); give at least one input")
-        if data.x.dtype.kind not in "biuf":
-            raise SadlDataError(
-                f"{data.source} has dtype {data.x.dtype}, not a numeric array; convert it to float32"
-            )
+        if x.ndim < 1:
+            raise SadlDataError(f"{label} is a scalar; expected (n, *input_shape) with one row per input")
+        if x.shape[0] == 0:
+            raise SadlDataError(f"{label} is empty (0 inputs); give at least one input")
+        _numeric(x, label)
     return data

@@ -54,9 +54,24 @@ def test_npz_forms(tmp_path: Path, x: np.ndarray) -> None:
     np.testing.assert_array_equal(load_training_data(tmp_path / "b.npz").y, y)
     np.savez(tmp_path / "c.npz", x)
     np.testing.assert_array_equal(load_training_data(str(tmp_path / "c.npz")).x, x)
+    # no 'x': one array per input, keyed by input name; bind() picks the model's inputs
     np.savez(tmp_path / "d.npz", images=x, labels=y)
-    with pytest.raises(SadlDataError, match=r"holds \['images', 'labels'\].*x=x"):
-        load_training_data(tmp_path / "d.npz")
+    d = load_training_data(tmp_path / "d.npz")
+    np.testing.assert_array_equal(d.y, y)
+    np.testing.assert_array_equal(d.bind(["image"]).x, x)  # the one array there is
+    with pytest.raises(SadlDataError, match=r"holds arrays \['images'\] but the model's inputs are \['image', 'aux'\]"):
+        d.bind(["image", "aux"])
+    np.savez(tmp_path / "e.npz", image=x, aux=x[:, 0, :, 0], y=y)
+    two = load_training_data(tmp_path / "e.npz").bind(["image", "aux"])
+    assert list(two.x) == ["image", "aux"] and two.n == len(x)
+    batches = list(two.batches(16))
+    assert [len(b["aux"]) for b in batches] == [16, 16, 5]
+    np.testing.assert_array_equal(batches[1]["image"], x[16:32])
+    with pytest.raises(SadlDataError, match=r"one array but the model has 2 inputs.*image=\.\.\., aux=\.\.\."):
+        load_training_data(x).bind(["image", "aux"])
+    np.savez(tmp_path / "f.npz", a=x, b=x)
+    with pytest.raises(SadlDataError, match=r"holds arrays \['a', 'b'\]; name the model's input 'image'"):
+        load_training_data(tmp_path / "f.npz").bind(["image"])
 
 
 def test_npy_is_memory_mapped_and_relative_paths(tmp_path: Path, x: np.ndarray) -> None:
@@ -178,3 +193,28 @@ def test_dataset_source(x: np.ndarray) -> None:
     assert [len(b) for b in single.batches(16)] == [16, 16, 5]
     assert d.fingerprint() == single.fingerprint()  # same inputs, however batched
     assert load_training_data(tf.data.Dataset.from_tensor_slices(x[::-1])).fingerprint() != d.fingerprint()
+
+
+def test_several_inputs_by_name_or_in_order(x: np.ndarray) -> None:
+    aux = x[:, 0, :, 0].copy()
+    by_name = load_training_data({"aux": aux, "image": x, "y": np.arange(len(x))})
+    in_order = load_training_data([x, aux])
+    with_labels = load_training_data(([x, aux], np.arange(len(x))))
+    for data in (by_name, in_order, with_labels):
+        bound = data.bind(["image", "aux"])
+        assert list(bound.x) == ["image", "aux"]
+        np.testing.assert_array_equal(bound.x["aux"], aux)
+        np.testing.assert_array_equal(bound.x["image"], x)
+    np.testing.assert_array_equal(by_name.y, np.arange(len(x)))
+    np.testing.assert_array_equal(with_labels.y, np.arange(len(x)))
+    # a list of rows for a one-input model is stacked
+    np.testing.assert_array_equal(load_training_data(list(x)).bind(["image"]).x, x)
+    # the fingerprint follows the inputs (and their names), not the labels
+    fp = by_name.bind(["image", "aux"]).fingerprint()
+    assert load_training_data({"image": x, "aux": aux}).bind(["image", "aux"]).fingerprint() == fp
+    assert load_training_data({"image": x, "aux": aux + 1}).bind(["image", "aux"]).fingerprint() != fp
+    assert load_training_data({"image": x, "other": aux}).bind(["image", "other"]).fingerprint() != fp
+    with pytest.raises(SadlDataError, match="list of 3 arrays but the model has 2 inputs"):
+        load_training_data([x, aux, aux]).bind(["image", "aux"])
+    with pytest.raises(SadlDataError, match="different numbers of rows"):
+        load_training_data({"image": x, "aux": aux[:5]}).bind(["image", "aux"])

@@ -1,0 +1,268 @@
+"""The model's own forward pass, with the chosen layers' outputs captured on the way:
+the only backend-specific code of pytest-sadl.
+
+Capture works by *tapping*: while the model's ``__call__`` runs, each chosen layer's
+``call`` is replaced (on the layer object, restored afterwards) by a wrapper that hands
+the layer's output to a sink and returns it unchanged. The model runs its own code, so
+Sequential, functional, subclassed and nested models are all captured the same way, in
+one forward pass. Tapping is active only while the Python body runs: under
+``tf.function`` and ``jax.jit`` that is while the function is traced, after which the
+compiled function holds the extra outputs and no wrapper remains.
+
+Backends (``keras.backend.backend()``):
+
+* TensorFlow: ``tf.function``, compiled by XLA (``jit_compile=True``) when asked (large
+  passes: the multi-output graph runs 2-4x slower than ``predict`` on CPU without it),
+  with a fallback to the plain graph when XLA cannot compile the model; the eager call
+  keeps gradients for ``model(x)`` under a ``tf.GradientTape``.
+* JAX: ``jax.jit`` of a stateless call (the variables are arguments, read in a
+  ``keras.StatelessScope``), as Keras' own ``predict`` does on JAX.
+* Any other backend (PyTorch: untested here): the eager call, without compilation.
+
+Public API
+----------
+``tapped(layers, sink)``
+    Context manager: ``sink(i, output)`` gets the output of ``layers[i]`` at each call.
+``Forward(model, call, post)``
+    ``call(x)`` runs the model on one batch (a backend tensor structure); ``post(output,
+    captured)`` turns the model's output and the captured outputs into a flat list of
+    tensors. ``.run(x, jit) -> (output, flat)`` as NumPy; ``.eager(x) -> (output
+    tensors, flat NumPy)``; ``.jit`` says whether XLA/jit is in use.
+``probe(call, inputs, layers) -> (output spec, list of Seen)``
+    Runs ``call`` on symbolic inputs (no data, nothing compiled) with every layer of
+    ``layers`` tapped: which ran, in which order, how often, with which output shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["tapped", "Forward", "probe", "Seen", "backend", "to_numpy", "is_symbolic"]
+
+Sink = Callable[[int, Any], None]
+
+
+def backend() -> str:
+    """The Keras backend in use: ``tensorflow``, ``jax``, ``torch``..."""
+    import keras
+
+    return str(keras.backend.backend())
+
+
+@contextlib.contextmanager
+def tapped(layers: Sequence[Any], sink: Sink) -> Iterator[None]:
+    """Wrap each layer's ``call`` so that ``sink(i, output)`` sees its outputs; restore after."""
+    saved: list[tuple[Any, bool, Any]] = []
+    try:
+        for i, layer in enumerate(layers):
+            own = "call" in layer.__dict__
+            original = layer.__dict__.get("call") if own else None
+            inner = layer.call
+
+            def call(*args: Any, _i: int = i, _inner: Any = inner, **kwargs: Any) -> Any:
+                out = _inner(*args, **kwargs)
+                sink(_i, out)
+                return out
+
+            object.__setattr__(layer, "call", call)
+            saved.append((layer, own, original))
+        yield
+    finally:
+        for layer, own, original in reversed(saved):
+            if own:
+                object.__setattr__(layer, "call", original)
+            else:
+                object.__delattr__(layer, "call")
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A backend tensor (or array) as a NumPy array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy") and callable(value.numpy):
+        try:
+            return np.asarray(value.numpy())
+        except Exception:  # a torch tensor that needs detaching, for example
+            pass
+    if hasattr(value, "detach"):
+        return np.asarray(value.detach().cpu().numpy())
+    return np.asarray(value)
+
+
+def is_symbolic(value: Any) -> bool:
+    """Whether ``value`` is a tensor being traced (inside ``tf.function``, ``jax.jit``,
+    ``jax.grad``...): no concrete values to record."""
+    import keras
+    from keras import tree
+
+    flat = tree.flatten(value)
+    for v in flat:
+        if isinstance(v, keras.KerasTensor):
+            return True
+        name = type(v).__module__
+        if name.startswith("jax") and "Tracer" in type(v).__name__:
+            return True
+        if name.startswith("tensorflow") and hasattr(v, "graph") and not hasattr(v, "numpy"):
+            return True
+    return False
+
+
+class Forward:
+    """One model's forward pass with captured outputs, compiled for the backend."""
+
+    def __init__(self, model: Any, call: Callable[[Any], Any], post: Callable[[Any], tuple[Any, list[Any]]]) -> None:
+        self.model = model
+        self._call = call
+        self._post = post  # runs inside the body: (x) -> (output, flat list of tensors)
+        self._fns: dict[str, Any] = {}
+        self.backend = backend()
+        self.jit: bool | None = None
+        """``True`` once a compiled (XLA) pass ran, ``False`` after XLA failed or for
+        a backend without compilation, ``None`` before either."""
+
+    # -- the compiled functions -------------------------------------------------
+
+    def _tf(self, jit: bool) -> Any:
+        key = "tf-jit" if jit else "tf"
+        fn = self._fns.get(key)
+        if fn is None:
+            import tensorflow as tf
+
+            fn = self._fns[key] = tf.function(self._post, jit_compile=jit, reduce_retracing=True)
+        return fn
+
+    def _jax(self) -> Any:
+        fn = self._fns.get("jax")
+        if fn is None:
+            import jax
+            import keras
+
+            model, post = self.model, self._post
+
+            def stateless(trainable: list[Any], non_trainable: list[Any], x: Any) -> Any:
+                mapping = list(zip(model.trainable_variables, trainable)) + list(
+                    zip(model.non_trainable_variables, non_trainable)
+                )
+                with keras.StatelessScope(state_mapping=mapping):
+                    return post(x)
+
+            fn = self._fns["jax"] = jax.jit(stateless)
+        return fn
+
+    # -- running ----------------------------------------------------------------
+
+    def run(self, x: Any, jit: bool) -> tuple[Any, list[np.ndarray]]:
+        """One batch through the model: ``(output, flat)`` as NumPy.
+
+        TensorFlow: ``jit`` compiles with XLA (falling back to the plain graph for good
+        when XLA cannot compile this model); JAX always compiles (``jax.jit``); other
+        backends run eagerly.
+        """
+        from keras import tree
+
+        if self.backend == "tensorflow":
+            out = None
+            if jit and self.jit is not False:
+                try:
+                    out = self._tf(True)(x)
+                    self.jit = True
+                except Exception:  # XLA could not compile (or run) this graph
+                    if self.jit:  # it worked before: a genuine error, not XLA's
+                        raise
+                    self.jit = False
+            if out is None:
+                out = self._tf(False)(x)
+        elif self.backend == "jax":
+            model = self.model
+            out = self._jax()(
+                [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x
+            )
+            self.jit = True
+        else:
+            out = self._eager_body(x)
+            self.jit = False
+        output, flat = out
+        return tree.map_structure(to_numpy, output), [to_numpy(v) for v in flat]
+
+    def _eager_body(self, x: Any) -> Any:
+        if self.backend == "torch":
+            import torch
+
+            with torch.no_grad():
+                return self._post(x)
+        return self._post(x)
+
+    def eager(self, x: Any) -> tuple[Any, list[np.ndarray]]:
+        """``model(x)`` as a test calls it: the output as the backend's tensors (on
+        TensorFlow an eager call, so a ``GradientTape`` around it sees the pass; on JAX
+        the compiled pass) and the captured values as NumPy."""
+        if self.backend == "tensorflow":
+            output, flat = self._post(x)
+            return output, [to_numpy(v) for v in flat]
+        if self.backend == "jax":
+            model = self.model
+            output, flat = self._jax()(
+                [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x
+            )
+            return output, [to_numpy(v) for v in flat]
+        output, flat = self._post(x)
+        return output, [to_numpy(v) for v in flat]
+
+
+@dataclass
+class Seen:
+    """What the probe saw of one layer: calls, order of the first call, output shape."""
+
+    calls: int = 0
+    order: int = -1
+    shape: tuple[int | None, ...] | None = None
+    structured: bool = False  # the layer returned several tensors (a list, dict, state)
+    output: Any = field(default=None, repr=False)
+
+
+def _static(shape: Any) -> tuple[int | None, ...]:
+    return tuple(d if isinstance(d, int) else None for d in shape)
+
+
+def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], Any]:
+    """Run ``call`` on symbolic ``inputs`` (``keras.KerasTensor`` structure) with every
+    layer tapped; return ``(output spec, seen per layer, index of the layer whose output
+    is each flat model output or -1)``."""
+    from keras import tree
+    from keras.src.backend import compute_output_spec
+
+    seen: list[Seen] = []
+    owners: list[int] = []
+    counter = [0]
+
+    def sink(i: int, out: Any) -> None:
+        s = seen[i]
+        s.calls += 1
+        if s.order < 0:
+            s.order = counter[0]
+            counter[0] += 1
+        flat = tree.flatten(out)
+        s.structured = len(flat) != 1 or isinstance(out, (list, tuple, dict))
+        s.shape = None if s.structured else _static(flat[0].shape)
+        s.output = None if s.structured else flat[0]
+
+    def body(x: Any) -> Any:
+        seen[:] = [Seen() for _ in layers]
+        counter[0] = 0
+        with tapped(layers, sink):
+            out = call(x)
+        owners[:] = []
+        for o in tree.flatten(out):
+            match = [i for i, s in enumerate(seen) if s.output is o]
+            owners.append(min(match, key=lambda i: seen[i].order) if match else -1)  # the leaf, not its containers
+        for s in seen:
+            s.output = None
+        return out
+
+    spec = compute_output_spec(body, inputs)
+    return spec, list(seen), list(owners)

@@ -1,0 +1,633 @@
+"""Activation traces of a Keras 3 model: every chosen layer, captured in the model's own
+forward pass (:mod:`pytest_sadl.capture.forward`), reduced to one value per neuron.
+
+Reduction (one rule for every layer): an output of rank > 2 is averaged over every axis
+but the batch and the last, giving one value per channel or feature -- the spatial mean
+of a conv map ``(n, h, w, c)``, the mean over time of a sequence ``(n, t, f)`` (an LSTM
+with ``return_sequences``, a ``TimeDistributed`` dense), the mean over time and space of
+``(n, t, h, w, c)`` (a ``TimeDistributed`` conv). NC scales each input's *whole* output
+(every time step and position) to [0, 1] before that mean, so such layers also yield
+their per-input minimum and maximum (``extrema``). The reduction happens inside the
+compiled pass: one batch of full feature maps exists at a time.
+
+Public API
+----------
+``TraceModel(model, sa_layers=None, coverage_layers=None, *, output=None, classifier=None, jit="auto", extrema=False)``
+    ``sa_layers``/``coverage_layers``: paths, unique names or indices (see
+    :func:`pytest_sadl.capture.layers.resolve_layers`); ``None`` means the defaults
+    (:meth:`default_sa_layers`: the last hidden layer with neurons before the output;
+    :meth:`default_coverage_layers`: every layer with neurons). ``output``: which output
+    of a multi-output model gives the class (name or index; default the first).
+    ``.traces(x, batch_size=256, progress=None) -> Traces`` (batched; ``x`` an array, a
+    dict or list of arrays for a model with several inputs, a tensor, a
+    ``tf.data.Dataset`` or :class:`~pytest_sadl.data.TrainingData`);
+    ``.call_and_trace(x, batch_size=None, **predict_kwargs) -> (output, Traces)`` for
+    recording ``predict``: the model's whole output as ``predict`` returns it and the
+    traces of the *same* forward pass; ``.call_tensors(x) -> (output tensors, Traces)``
+    for ``model(x)``; ``.unrecordable(x)`` says why a ``model(x)`` call cannot be
+    recorded (``None`` when it can). Also ``.prepare(data)``, ``.predictions(output)``,
+    ``.input_names``, ``.input_shapes``, ``.input_shape`` (the first input's),
+    ``.output_name``, ``.output_names``, ``.sa_sizes``, ``.coverage_sizes``, ``.jit``.
+``Traces``
+    ``sa`` ``(n, d)`` float32 (the SA layers' traces concatenated in order), ``coverage``
+    (list of ``(n, c)`` float32, one per coverage layer), ``pred`` (``(n,)`` int64 argmax
+    class for a classifier, ``(n, k)`` float32 raw output for a regression model),
+    ``output`` (the measured output ``(n, k)``), ``sa_layers``, ``coverage_layers``,
+    ``coverage_extrema``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pytest_sadl.capture.forward import Forward, backend, is_symbolic, probe, to_numpy
+from pytest_sadl.capture.layers import (
+    check_model,
+    describe_layers,
+    is_activation_only,
+    is_pass_through,
+    resolve_layers,
+    walk,
+)
+from pytest_sadl.data import (
+    SadlDataError,
+    SadlLayerError,
+    SadlModelError,
+    TrainingData,
+    check_batch,
+    load_training_data,
+)
+
+__all__ = ["Traces", "TraceModel", "Progress", "default_sa_layers", "default_coverage_layers", "is_classifier"]
+
+_JIT_MIN_INPUTS = 2048
+Progress = Callable[[int, "int | None"], None]
+"""``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
+
+_REGRESSION_LOSSES = ("mean_squared", "mse", "mae", "mean_absolute", "huber", "log_cosh", "logcosh", "poisson", "mape", "msle")
+
+
+@dataclass
+class Traces:
+    """Traces of ``n`` inputs; see the module docstring."""
+
+    sa: np.ndarray
+    coverage: list[np.ndarray]
+    pred: np.ndarray
+    output: np.ndarray
+    sa_layers: list[str] = field(default_factory=list)
+    coverage_layers: list[str] = field(default_factory=list)
+    # with TraceModel(extrema=True): per coverage layer, the per-input (min, max) of its whole
+    # output for layers of rank > 2 (None for the others), what NC's scaling needs
+    coverage_extrema: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return int(self.output.shape[0])
+
+    def layer(self, name: str) -> np.ndarray:
+        """The coverage trace of the named layer."""
+        try:
+            return self.coverage[self.coverage_layers.index(name)]
+        except ValueError:
+            raise SadlLayerError(f"{name!r} is not a coverage layer of these traces: {self.coverage_layers}") from None
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Traces]) -> Traces:
+        """Join traces of consecutive input batches (same layers) into one."""
+        if not parts:
+            raise ValueError("Traces.concatenate needs at least one Traces")
+        first = parts[0]
+        extrema = None
+        if first.coverage_extrema is not None:
+            extrema = [
+                None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
+                for i, e in enumerate(first.coverage_extrema)
+            ]
+        return cls(
+            sa=np.concatenate([p.sa for p in parts]),
+            coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
+            pred=np.concatenate([p.pred for p in parts]),
+            output=np.concatenate([p.output for p in parts]),
+            sa_layers=list(first.sa_layers),
+            coverage_layers=list(first.coverage_layers),
+            coverage_extrema=extrema,
+        )
+
+
+def _reduce(tensor: Any) -> Any:
+    """The mean over every axis but the batch and the last, as float32 (rank 1: one neuron)."""
+    import keras
+
+    rank = len(tensor.shape)
+    if rank > 2:
+        tensor = keras.ops.mean(tensor, axis=tuple(range(1, rank - 1)))
+    elif rank < 2:
+        tensor = keras.ops.expand_dims(tensor, -1)
+    if tensor.dtype != "float32":
+        tensor = keras.ops.cast(tensor, "float32")
+    return tensor
+
+
+def _extrema(tensor: Any) -> tuple[Any, Any]:
+    import keras
+
+    axes = tuple(range(1, len(tensor.shape)))
+    return keras.ops.cast(keras.ops.min(tensor, axis=axes), "float32"), keras.ops.cast(keras.ops.max(tensor, axis=axes), "float32")
+
+
+def _is_graph_model(model: Any) -> bool:
+    """Sequential or functional: the layers' order is the graph's."""
+    try:
+        from keras.src.models.functional import Functional
+    except ImportError:  # pragma: no cover - keras internals moved
+        return hasattr(model, "_nodes_by_depth")
+    return isinstance(model, Functional)
+
+
+@dataclass(frozen=True)
+class _Input:
+    name: str
+    shape: tuple[int | None, ...]  # without the batch axis
+    dtype: str
+
+
+def _model_inputs(model: Any) -> tuple[list[_Input], str]:
+    """The model's inputs and how it takes them: ``single``, ``list`` or ``dict``."""
+    from keras import tree
+
+    struct = getattr(model, "_inputs_struct", None)
+    if _is_graph_model(model) and struct is not None:
+        flat = tree.flatten(struct)
+        kind = "dict" if isinstance(struct, dict) else ("list" if isinstance(struct, (list, tuple)) else "single")
+        if len(flat) == 1 and kind == "list":
+            kind = "single"
+        return [_Input(str(t.name), tuple(t.shape[1:]), str(t.dtype)) for t in flat], kind
+    shapes = getattr(model, "_build_shapes_dict", None)
+    if not model.built or not shapes:
+        raise SadlModelError(
+            f"model {model.name!r} is not built, so its layers have no outputs yet; give a Sequential "
+            "model a keras.Input(shape=...) first layer, or call the model once on a batch (or "
+            "model.build(input_shape)) before measuring it"
+        )
+    if len(shapes) != 1:
+        raise SadlModelError(
+            f"model {model.name!r} takes {len(shapes)} positional inputs ({', '.join(shapes)}); "
+            "pytest-sadl calls a model with one argument: take a dict or a list of inputs instead"
+        )
+    shape = next(iter(shapes.values()))
+    dtype = str(getattr(model, "input_dtype", None) or "float32")
+    if isinstance(shape, dict):
+        return [_Input(str(k), tuple(shape[k])[1:], dtype) for k in sorted(shape)], "dict"
+    if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
+        return [_Input(f"input_{i}", tuple(s)[1:], dtype) for i, s in enumerate(shape)], "list"
+    return [_Input("input", tuple(shape)[1:], dtype)], "single"
+
+
+def _output_names(model: Any, spec: Any) -> list[str]:
+    from keras import tree
+
+    flat = tree.flatten(spec)
+    if isinstance(spec, dict):
+        return sorted(spec)
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) == len(flat):
+        return [str(n) for n in names]
+    return [str(i) for i in range(len(flat))]
+
+
+class TraceModel:
+    """A Keras model whose chosen layers are captured in its own forward pass.
+
+    ``classifier`` overrides :func:`is_classifier`'s rule. ``jit``: ``"auto"`` compiles
+    the pass with XLA on TensorFlow for passes of at least 2048 inputs (a training set),
+    ``True`` always, ``False`` never; on JAX the pass is always ``jax.jit``-compiled.
+    The wrapped model is not modified (a layer's ``call`` is tapped only while the pass
+    is traced).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        sa_layers: Sequence[str | int] | None = None,
+        coverage_layers: Sequence[str | int] | None = None,
+        *,
+        output: str | int | None = None,
+        classifier: bool | None = None,
+        jit: bool | str = "auto",
+        extrema: bool = False,
+    ) -> None:
+        check_model(model)
+        import keras
+
+        self.model = model
+        inputs, self._input_kind = _model_inputs(model)
+        self.input_names: list[str] = [i.name for i in inputs]
+        self.input_shapes: dict[str, tuple[int | None, ...]] = {i.name: i.shape for i in inputs}
+        self._dtypes = {i.name: i.dtype for i in inputs}
+        self.input_shape: tuple[int | None, ...] = inputs[0].shape
+        self.input_dtype: str = inputs[0].dtype
+        self._nodes = walk(model)
+        layers = [n.layer for n in self._nodes]
+        symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
+        try:
+            spec, seen, owners = probe(self._call, self._pack(dict(zip(self.input_names, symbolic))), layers)
+        except (SadlModelError, SadlLayerError):
+            raise
+        except Exception as exc:
+            raise SadlModelError(
+                f"model {model.name!r} cannot be run on inputs of shape "
+                f"{', '.join(f'{n}={tuple(s)}' for n, s in self.input_shapes.items())} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                "check that the model runs on a batch of its inputs"
+            ) from None
+        self._seen = {n.path: s for n, s in zip(self._nodes, seen)}
+        self.output_names: list[str] = _output_names(model, spec)
+        self._output_index = self._resolve_output(output)
+        self.output_name: str = self.output_names[self._output_index]
+        owner = owners[self._output_index]
+        self._output_layer: Any = layers[owner] if owner >= 0 else None
+        out_shape = tuple(keras.tree.flatten(spec)[self._output_index].shape)
+        self.classifier: bool = self._is_classifier(out_shape) if classifier is None else bool(classifier)
+        if self.classifier and len(out_shape) != 2:
+            raise SadlModelError(
+                f"model {model.name!r} has output {self.output_name!r} of shape {out_shape}; a classifier "
+                "needs a (batch, classes) output (pass classifier=False for a regression model)"
+            )
+        self.sa_layers: list[str] = resolve_layers(model, sa_layers, purpose="SA layers") or self.default_sa_layers()
+        self.coverage_layers: list[str] = (
+            resolve_layers(model, coverage_layers, purpose="coverage layers") or self.default_coverage_layers()
+        )
+        unique = list(dict.fromkeys(self.sa_layers + self.coverage_layers))
+        for path in unique:
+            self._check_tap(path)
+        by_path = {n.path: n.layer for n in self._nodes}
+        self._taps = [by_path[p] for p in unique]
+        self._tap_index = {p: i for i, p in enumerate(unique)}
+        self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
+        self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
+        self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
+        self._forward = Forward(model, self._call, self._body)
+        self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
+
+    # -- structure ------------------------------------------------------------------
+
+    def _call(self, x: Any) -> Any:
+        """The model's own ``__call__`` in inference mode on a batch in its structure."""
+        return self.model(x, training=False)
+
+    def _pack(self, inputs: dict[str, Any]) -> Any:
+        """Inputs by name to the structure the model takes."""
+        if self._input_kind == "single":
+            return inputs[self.input_names[0]]
+        if self._input_kind == "dict":
+            return dict(inputs)
+        return [inputs[n] for n in self.input_names]
+
+    def _resolve_output(self, output: str | int | None) -> int:
+        names = self.output_names
+        if output is None:
+            return 0
+        if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
+            output = int(output)
+        if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
+            if -len(names) <= int(output) < len(names):
+                return int(output) % len(names)
+        elif output in names:
+            return names.index(output)
+        raise SadlModelError(
+            f"sadl_output={output!r}: model {self.model.name!r} has outputs "
+            f"{', '.join(f'{i}:{n}' for i, n in enumerate(names))}; give one of these names or indices"
+        )
+
+    def _is_classifier(self, shape: tuple[Any, ...]) -> bool:
+        """See :func:`is_classifier`."""
+        if len(shape) != 2:
+            return False
+        loss = getattr(self.model, "loss", None)
+        if isinstance(loss, dict):
+            loss = loss.get(self.output_name)
+        elif isinstance(loss, (list, tuple)):
+            loss = loss[self._output_index] if self._output_index < len(loss) else None
+        if loss is not None:
+            name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", "")
+            name = str(name).lower()
+            if "crossentropy" in name or "hinge" in name:
+                return True
+            if any(k in name for k in _REGRESSION_LOSSES):
+                return False
+        import keras
+
+        layer = self._output_layer
+        activation = getattr(layer, "activation", None)
+        act_name = getattr(activation, "__name__", str(activation)).lower()
+        if isinstance(layer, keras.layers.Softmax) or "softmax" in act_name or "sigmoid" in act_name:
+            return True
+        return shape[1] is not None and shape[1] >= 2
+
+    def _check_tap(self, path: str) -> None:
+        seen = self._seen[path]
+        if seen.calls == 0:
+            raise SadlLayerError(
+                f"layer {path!r} of model {self.model.name!r} does not run in the model's forward pass; "
+                f"choose a layer that does: {describe_layers(self.model)}"
+            )
+        if seen.calls > 1:
+            raise SadlLayerError(
+                f"layer {path!r} of model {self.model.name!r} runs {seen.calls} times in one forward pass "
+                "(a shared layer, or one called in a loop), so it has no single trace; choose another layer"
+            )
+        if seen.structured or seen.shape is None:
+            raise SadlLayerError(
+                f"layer {path!r} of model {self.model.name!r} returns several tensors; choose a layer with one output"
+            )
+
+    def _size(self, path: str) -> int:
+        shape = self._seen[path].shape or ()
+        size = shape[-1] if len(shape) >= 2 else 1
+        if size is None:
+            raise SadlLayerError(f"layer {path!r} has an output of unknown width {shape}; choose another layer")
+        return int(size)
+
+    def _ordered(self) -> list[str]:
+        """Leaves that ran once with one output: graph order for Sequential/functional
+        models, call order for subclassed ones."""
+        nodes = [n for n in self._nodes if n.leaf and self._seen[n.path].calls == 1 and self._seen[n.path].shape is not None]
+        if not _is_graph_model(self.model):
+            nodes.sort(key=lambda n: self._seen[n.path].order)
+        return [n.path for n in nodes]
+
+    def default_coverage_layers(self) -> list[str]:
+        """Every layer with neurons: leaves that are not pass-through (Input, Flatten,
+        Reshape, Permute, RepeatVector, padding/cropping/upsampling, Dropout and the other
+        regularisers, Masking, Identity, Concatenate, preprocessing layers)."""
+        by_path = {n.path: n.layer for n in self._nodes}
+        return [p for p in self._ordered() if not is_pass_through(by_path[p])]
+
+    def default_sa_layers(self) -> list[str]:
+        """The last hidden layer with neurons before the measured output (and before the
+        dense layer it activates, when the output layer is a bare ``Activation``/``Softmax``)."""
+        by_path = {n.path: n.layer for n in self._nodes}
+        candidates = self.default_coverage_layers()
+        owner = next((p for p, layer in by_path.items() if layer is self._output_layer), None)
+        if owner in candidates:
+            candidates = candidates[: candidates.index(owner)]
+            if is_activation_only(by_path[owner]):
+                while candidates and is_activation_only(by_path[candidates[-1]]):
+                    candidates.pop()
+                if candidates:
+                    candidates.pop()
+        elif candidates:
+            candidates = candidates[:-1]
+        if not candidates:
+            raise SadlLayerError(
+                f"model {self.model.name!r} has no hidden layer with neurons to measure surprise on; "
+                f"choose the SA layers explicitly; layers are: {describe_layers(self.model)}"
+            )
+        return [candidates[-1]]
+
+    @property
+    def jit(self) -> bool | None:
+        """Whether the pass is compiled (XLA / ``jax.jit``): ``None`` until a pass tried it."""
+        return False if self.jit_mode is False and backend() == "tensorflow" else self._forward.jit
+
+    # -- the pass ---------------------------------------------------------------------
+
+    def _body(self, x: Any) -> tuple[Any, list[Any]]:
+        """Runs inside the compiled function: the model's output and the flat captures
+        ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
+        from keras import tree
+
+        from pytest_sadl.capture.forward import tapped
+
+        captured: list[Any] = [None] * len(self._taps)
+
+        def sink(i: int, out: Any) -> None:
+            captured[i] = out
+
+        with tapped(self._taps, sink):
+            output = self._call(x)
+        flat = [tree.flatten(output)[self._output_index]]
+        flat += [_reduce(c) for c in captured]
+        for path in self._extrema_paths:
+            flat += list(_extrema(captured[self._tap_index[path]]))
+        return output, flat
+
+    def _use_jit(self, total: int | None) -> bool:
+        """XLA for large passes only: compiling costs about a second per batch shape,
+        which pays on a training set and not on a test's few inputs."""
+        if self.jit_mode is False or self._forward.jit is False:
+            return False
+        if self.jit_mode is True:
+            return True
+        return total is None or total >= _JIT_MIN_INPUTS
+
+    def _run(self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0) -> tuple[Any, list[np.ndarray]]:
+        """One batch (inputs by name) through the pass, as NumPy.
+
+        A compiled pass (XLA on TensorFlow, ``jax.jit``) compiles once per batch shape, so
+        rows are padded (with zeros, dropped from the result) up to ``pad_to`` or the next
+        power of two: a handful of shapes over many calls rather than one per size.
+        """
+        from keras import tree
+
+        n = int(next(iter(batch.values())).shape[0])
+        compiled = backend() == "jax" or (jit and self._forward.jit is not False and backend() == "tensorflow")
+        if compiled:
+            size = max(pad_to, 1 << max(0, (n - 1).bit_length()))
+            if size != n:
+                batch = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+        output, flat = self._forward.run(self._pack(batch), jit)
+        if compiled:
+            output = tree.map_structure(lambda a: a[:n], output)
+            flat = [a[:n] for a in flat]
+        return output, flat
+
+    # -- inputs -------------------------------------------------------------------------
+
+    def prepare(self, data: TrainingData) -> TrainingData:
+        """``data`` bound to this model's inputs (by name) with their shapes checked."""
+        bound = data.bind(self.input_names)
+        bound.check_shape(self.input_shapes if len(self.input_names) > 1 else self.input_shape)
+        return bound
+
+    def _as_batch(self, x: Any, what: str, offset: int) -> dict[str, np.ndarray]:
+        """One batch as validated, cast arrays by input name."""
+        arrays = x if isinstance(x, dict) else {self.input_names[0]: x}
+        out = {}
+        for name in self.input_names:
+            a = np.asarray(arrays[name])
+            label = what if len(self.input_names) == 1 else f"{what} (input {name!r})"
+            check_batch(a, self.input_shapes[name], what=label, offset=offset)
+            out[name] = a if a.dtype == self._dtypes[name] else a.astype(self._dtypes[name])
+        return out
+
+    def predictions(self, output: np.ndarray) -> np.ndarray:
+        """Predicted classes (int64 argmax; threshold 0.5 for one sigmoid unit) or the raw output."""
+        if not self.classifier:
+            return np.asarray(output, dtype=np.float32)
+        if output.shape[-1] == 1:
+            return (output[:, 0] > 0.5).astype(np.int64)
+        return np.argmax(output, axis=1).astype(np.int64)
+
+    def _split(self, flat: list[np.ndarray]) -> Traces:
+        out = np.asarray(flat[0])
+        taps = flat[1 : 1 + len(self._taps)]
+        sa_parts = [taps[self._tap_index[p]] for p in self.sa_layers]
+        sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
+        extrema = None
+        if self._extrema_paths:
+            rest = iter(flat[1 + len(self._taps) :])
+            pairs = {p: (next(rest), next(rest)) for p in self._extrema_paths}
+            extrema = [pairs.get(p) for p in self.coverage_layers]
+        return Traces(
+            sa=np.asarray(sa, dtype=np.float32),
+            coverage=[taps[self._tap_index[p]] for p in self.coverage_layers],
+            pred=self.predictions(out),
+            output=out,
+            sa_layers=list(self.sa_layers),
+            coverage_layers=list(self.coverage_layers),
+            coverage_extrema=extrema,
+        )
+
+    def _run_all(self, x: Any, batch_size: int, progress: Progress | None, what: str) -> tuple[list[Any], Traces]:
+        if batch_size < 1:
+            raise SadlDataError(f"batch_size must be >= 1, got {batch_size}")
+        data = x if isinstance(x, TrainingData) else load_training_data(_numpy_if_tensor(x), what=what)
+        data = self.prepare(data)
+        what = data.source
+        total = data.n
+        jit = self._use_jit(total)
+        filled: list[np.ndarray] | None = None
+        parts: list[list[np.ndarray]] = []
+        outputs: list[Any] = []
+        done = 0
+        for batch in data.batches(batch_size):
+            output, flat = self._run(self._as_batch(batch, what, done), jit, pad_to=batch_size)
+            outputs.append(output)
+            rows = int(flat[0].shape[0])
+            if total is not None:
+                if filled is None:
+                    filled = [np.empty((total,) + a.shape[1:], dtype=a.dtype) for a in flat]
+                for dst, src in zip(filled, flat):
+                    dst[done : done + rows] = src
+            else:
+                parts.append(flat)
+            done += rows
+            if progress is not None:
+                progress(done, total)
+        if done == 0:
+            raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
+        if filled is None:
+            filled = [np.concatenate([p[i] for p in parts]) for i in range(len(parts[0]))]
+        return outputs, self._split(filled)
+
+    def traces(self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs") -> Traces:
+        """Traces of every input of ``x``, ``batch_size`` at a time, one pass per batch.
+
+        For arrays (or memmaps) the result arrays are allocated once and filled batch by
+        batch, so peak memory is the traces plus one batch of feature maps. A dataset is
+        streamed. Bad inputs raise :class:`SadlDataError` naming the input index.
+        """
+        return self._run_all(x, batch_size, progress, what)[1]
+
+    def call_and_trace(self, x: Any, batch_size: int | None = None, **predict_kwargs: Any) -> tuple[Any, Traces]:
+        """Run the model on ``x`` once; return ``(output, traces)`` from that one pass.
+
+        ``output`` is what ``model.predict(x)`` returns (NumPy: an array, or a list/dict
+        of arrays for a model with several outputs). ``model.predict``'s other keyword
+        arguments (``verbose``, ``callbacks``, ``steps``) are accepted and ignored, so a
+        wrapped ``predict`` can forward its arguments unchanged.
+        """
+        unknown = set(predict_kwargs) - {"verbose", "callbacks", "steps", "training", "mask"}
+        if unknown:
+            raise TypeError(f"call_and_trace() got unexpected keyword arguments {sorted(unknown)}")
+        outputs, t = self._run_all(x, batch_size or 256, None, "inputs")
+        if len(self.output_names) == 1 and not isinstance(outputs[0], (list, tuple, dict)):
+            return t.output, t
+        from keras import tree
+
+        return tree.map_structure(lambda *a: np.concatenate(a), *outputs), t
+
+    def unrecordable(self, x: Any) -> str | None:
+        """Why ``model(x)`` cannot be recorded (``None``: it can)."""
+        if is_symbolic(x):
+            return "model(x) was called on symbolic tensors (inside tf.function or jax.jit/grad)"
+        if backend() == "tensorflow":
+            import tensorflow as tf
+
+            if not tf.executing_eagerly():
+                return "model(x) was called inside a tf.function (symbolic tensors)"
+        return None
+
+    def call_tensors(self, x: Any, *, training: bool = False) -> tuple[Any, Traces]:
+        """``model(x)`` with traces: the output as the backend's tensors (on TensorFlow
+        an eager call, so a ``GradientTape`` around it sees the pass) and the traces of
+        that same pass. ``x`` is one batch in any structure ``model(x)`` takes."""
+        output, flat = self._forward.eager(self._canonical_call_input(x))
+        return output, self._split(flat)
+
+    def _canonical_call_input(self, x: Any) -> Any:
+        """A batch for ``model(x)``: single input as it is; several inputs by name."""
+        if len(self.input_names) == 1:
+            return x
+        if isinstance(x, dict):
+            return self._pack({n: x[n] for n in self.input_names})
+        return self._pack(dict(zip(self.input_names, x)))
+
+    def describe_layers(self) -> list[dict[str, Any]]:
+        """Every layer with its path, class, output shape and whether it is a default."""
+        sa, cov = set(self.sa_layers), set(self.coverage_layers)
+        out = []
+        for n in self._nodes:
+            s = self._seen[n.path]
+            out.append({
+                "path": n.path,
+                "class": type(n.layer).__name__,
+                "output_shape": None if s.shape is None else list(s.shape),
+                "calls": s.calls,
+                "sa": n.path in sa,
+                "coverage": n.path in cov,
+            })
+        return out
+
+
+def _numpy_if_tensor(x: Any) -> Any:
+    """A backend tensor as NumPy (arrays, structures and other values unchanged)."""
+    if isinstance(x, (np.ndarray, TrainingData)) or x is None:
+        return x
+    if isinstance(x, dict):
+        return {k: _numpy_if_tensor(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_numpy_if_tensor(v) for v in x]
+    if hasattr(x, "shape") and hasattr(x, "dtype") and not is_symbolic(x):
+        try:
+            return to_numpy(x)
+        except Exception:  # leave it to the caller's error
+            return x
+    return x
+
+
+def default_coverage_layers(model: Any) -> list[str]:
+    """Every layer with neurons of ``model`` (see :meth:`TraceModel.default_coverage_layers`)."""
+    return TraceModel(model).coverage_layers
+
+
+def default_sa_layers(model: Any) -> list[str]:
+    """The last hidden layer with neurons (see :meth:`TraceModel.default_sa_layers`)."""
+    return TraceModel(model).sa_layers
+
+
+def is_classifier(model: Any, output: str | int | None = None) -> bool:
+    """Whether the model's measured output gives classes (argmax) rather than values.
+
+    The rule: a compiled loss names it (``*crossentropy*``/``hinge`` means classifier;
+    ``mse``, ``mae``, ``huber``, ``log_cosh``... means regression); otherwise a softmax
+    output, or a sigmoid output, is a classifier, an output of width 1 without sigmoid
+    is a regression, and an output of width >= 2 (logits) is a classifier. An output of
+    rank other than 2 is not a classifier.
+    """
+    return TraceModel(model, output=output).classifier
