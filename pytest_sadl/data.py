@@ -520,7 +520,7 @@ def _from_value(value: Any, source: str) -> TrainingData:
         value, y = value[0], (value[1] if len(value) == 2 else None)
     if isinstance(value, Mapping) or (isinstance(value, list) and value and all(hasattr(v, "shape") for v in value)):
         # ({input: array}, y) or ([arrays in model.inputs order], y)
-        return replace(_from_value(dict(value), source), y=None if y is None else np.asarray(y))
+        return replace(_from_value(value, source), y=None if y is None else np.asarray(y))
     x = _as_array(value, source)
     return TrainingData(source=source, x=x, y=None if y is None else np.asarray(y))
 
