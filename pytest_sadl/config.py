@@ -41,6 +41,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-train", "sadl_train", "training data: a .npz/.npy file or 'package.module:function' (or define a sadl_train fixture)", kind="path", metavar="PATH"),
     Option("--sadl-layers", "sadl_layers", "layers for LSA/DSA, names or indices, comma-separated (default: the last hidden layer)", "linelist", None, "list", "L1,L2"),
     Option("--sadl-coverage-layers", "sadl_coverage_layers", "layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)", "linelist", None, "list", "L1,L2"),
+    Option("--sadl-output", "sadl_output", "which output of a model with several gives the class (or marks a regression): a name or an index (default: the first)", metavar="NAME"),
     Option("--sadl-lsc-lower", "sadl_lsc_lower", "lower bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-lsc-upper", "sadl_lsc_upper", "upper bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-lsc-buckets", "sadl_lsc_buckets", "number of LSC buckets (default 1000)", None, 1000, "int", "N"),
@@ -120,6 +121,7 @@ class SadlOptions:
     train: str | None = None
     sa_layers: tuple[str | int, ...] | None = None
     coverage_layers: tuple[str | int, ...] | None = None
+    output: str | int | None = None
     lsc: Bounds = Bounds(None, None, 1000)
     dsc: Bounds = Bounds(None, None, 1000)
     nc_threshold: float = 0.5
@@ -303,6 +305,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         train=path("sadl_train"),
         sa_layers=layers("sadl_layers"),
         coverage_layers=layers("sadl_coverage_layers"),
+        output=_layer(str(r.raw(opts["sadl_output"])[0]).strip()) if r.raw(opts["sadl_output"])[0] is not None else None,
         lsc=bounds("lsc"),
         dsc=bounds("dsc"),
         nc_threshold=nc_threshold,

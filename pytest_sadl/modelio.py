@@ -8,9 +8,13 @@ Public API
     callable that returns a model, or a ``keras.Model`` (returned as it is).
     Keras is imported only when this is called.
 
+A legacy ``.h5`` (HDF5) file is loaded when Keras can load it with safe mode on (a model
+of built-in layers, or of registered custom layers); one holding a ``Lambda`` layer is
+refused, as in a ``.keras`` file.
+
 Errors are :class:`~pytest_sadl.data.SadlModelError` (a ``ValueError``) naming the file
-and the fix: a missing file, a directory (a TensorFlow SavedModel), a legacy ``.h5``
-file, a file that is not a ``.keras`` archive, a model whose custom classes are not
+and the fix: a missing file, a directory (a TensorFlow SavedModel), an ``.h5`` file Keras
+cannot load safely, a file that is not a ``.keras`` archive, a model whose custom classes are not
 registered, and a model that needs ``safe_mode=False`` (a ``Lambda`` layer holding
 Python bytecode) — which pytest-sadl never turns off: loading a model file must not be
 able to run code.
@@ -67,10 +71,7 @@ def load_model(
         )
     suffix = path.suffix.lower()
     if suffix in (".h5", ".hdf5"):
-        raise SadlModelError(
-            f"{label}: legacy HDF5 file; pytest-sadl loads .keras files only. Convert it once: "
-            "keras.saving.load_model('model.h5').save('model.keras')"
-        )
+        return _load_h5(path, label)
     if suffix != ".keras":
         raise SadlModelError(
             f"{label}: unknown model format {suffix or '(no suffix)'!r}; give a .keras file "
@@ -107,3 +108,30 @@ def load_model(
             f"{label}: Keras cannot load it ({type(exc).__name__}: {exc}); re-save the "
             "model with model.save('model.keras')"
         ) from exc
+
+
+def _load_h5(path: Path, label: str) -> Any:
+    """A legacy HDF5 model, loaded with safe mode on (Keras refuses ``Lambda`` layers)."""
+    with open(path, "rb") as fh:
+        if fh.read(8) != b"\x89HDF\r\n\x1a\n":
+            raise SadlModelError(
+                f"{label}: {str(path)!r} is not an HDF5 file (truncated or another format); "
+                "re-save the model with model.save('model.keras')"
+            )
+    import keras
+
+    convert = (
+        "Convert it once where the model's code is at hand: "
+        "keras.saving.load_model('model.h5', safe_mode=False).save('model.keras'), "
+        "after replacing any Lambda layer with a registered custom layer"
+    )
+    try:
+        return keras.saving.load_model(path, compile=False, safe_mode=True)
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
+            raise SadlModelError(
+                f"{label}: the legacy HDF5 model holds Python code (a Lambda layer) that Keras' safe "
+                f"mode refuses, and pytest-sadl keeps safe mode on. {convert}"
+            ) from None
+        raise SadlModelError(f"{label}: Keras cannot load this legacy HDF5 model ({msg}). {convert}") from None

@@ -57,6 +57,7 @@ class SadlState:
         self.comparison_failures: list[str] = []
         self.error: str | None = None
         self.error_detail: str | None = None
+        self.fatal = False  # a usage error ended the run (a project fixture's model or data)
 
     # -- what the configuration names -----------------------------------------
 
@@ -115,6 +116,7 @@ class SadlState:
             options = ProfileOptions(
                 sa_layers=self.options.sa_layers,
                 coverage_layers=self.options.coverage_layers,
+                output=self.options.output,
                 var_threshold=self.options.var_threshold,
                 batch_size=self.options.batch_size,
             )
@@ -163,7 +165,9 @@ class SadlState:
 
             try:  # the same layer resolution as the profile's; no XLA: outputs equal predict's;
                 # extrema: each conv map's min/max per input, for NC's scaling
-                return TraceModel(model, self.options.sa_layers, self.options.coverage_layers, jit=False, extrema=True)
+                return TraceModel(
+                    model, self.options.sa_layers, self.options.coverage_layers, output=self.options.output, jit=False, extrema=True
+                )
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
 
@@ -244,6 +248,20 @@ def _group(mark: pytest.Mark | None) -> str:
     return str(mark.kwargs.get("group", mark.args[0] if mark.args else DEFAULT_GROUP))
 
 
+def _check_fixture_model(state: SadlState, model: Any) -> None:
+    """A model (or data) from a project's fixture that cannot be traced ends the run as a
+    usage error (exit code 4, one line) before any marked test runs against it, as a
+    configured one does at the session's start: the layers resolve, and the profile is
+    built (or loaded) now when the training data is known."""
+    try:
+        state.recorder.trace_model(model)
+        if state.train_seen is not None:
+            state.load_profile(model, state.train_seen)
+    except pytest.UsageError as exc:
+        state.fatal = True
+        pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
+
+
 def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
     """(record, model) of the current test, made on first need."""
     item = request.node
@@ -254,6 +272,8 @@ def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
         if state.train_seen is None:  # the configured data, or a project's own sadl_train
             with contextlib.suppress(pytest.UsageError):  # neither: reported when needed
                 state.train_seen = request.getfixturevalue("sadl_train")
+        if model is not state._model:
+            _check_fixture_model(state, model)
         index = state.order.get(item.nodeid, len(state.order))
         entry = item.stash[_RECORD] = (state.recorder.record_for(item.nodeid, index, _group(_marker(item))), model)
     return entry
@@ -386,7 +406,12 @@ def _worker_finish(state: SadlState) -> None:
 
 def _measure(session: pytest.Session, exitstatus: int) -> bool:
     """Whether this session's end computes results (not for --collect-only or Ctrl-C)."""
-    return not session.config.option.collectonly and exitstatus != pytest.ExitCode.INTERRUPTED
+    state = _state(session.config)
+    return (
+        not session.config.option.collectonly
+        and exitstatus != pytest.ExitCode.INTERRUPTED
+        and not (state is not None and state.fatal)
+    )
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -139,6 +139,8 @@ class ProfileOptions:
     trace's nearest other-class distance at build time and store it (``False``: the DSA
     computes it lazily, for the training traces that test inputs land next to, in every
     session; not in the fingerprint, a later build with ``True`` completes the file).
+    ``output``: which output of a multi-output model gives the class (name or index;
+    ``None``: the first).
     """
 
     sa_layers: tuple[str | int, ...] | None = None
@@ -147,6 +149,7 @@ class ProfileOptions:
     batch_size: int = 256
     classifier: bool | None = None
     dsa_precompute: bool = True
+    output: str | int | None = None
 
     def __post_init__(self) -> None:
         for name in ("sa_layers", "coverage_layers"):
@@ -206,11 +209,15 @@ def profile_fingerprint(
     var_threshold: float,
     classifier: bool,
     keras_version: str | None = None,
+    output: str | None = None,
 ) -> str:
     """sha256 hex of everything that changes the profile's numbers: the format version,
     the model fingerprint, the training data fingerprint, the resolved layer names, the
     variance threshold, the classifier flag and the Keras version. The batch size and
-    ``dsa_precompute`` are left out: they do not change the numbers."""
+    ``dsa_precompute`` are left out: they do not change the numbers, nor does the Keras
+    backend (TensorFlow and JAX give the same traces). ``output`` (the measured output of
+    a model with several) goes in only when given, so one-output models keep their
+    fingerprints."""
     payload = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -222,6 +229,8 @@ def profile_fingerprint(
         "classifier": bool(classifier),
         "keras": keras_version,
     }
+    if output is not None:
+        payload["output"] = output
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -406,7 +415,7 @@ class TrainingProfile:
         """A :class:`~pytest_sadl.traces.TraceModel` of ``model`` with this profile's layers."""
         from pytest_sadl.traces import TraceModel
 
-        return TraceModel(model, self.sa_layers, self.coverage_layers, classifier=self.classifier)
+        return TraceModel(model, self.sa_layers, self.coverage_layers, classifier=self.classifier, output=self.options.output)
 
     def meta(self) -> dict[str, Any]:
         """The JSON-able description stored in the file (no arrays)."""
@@ -430,6 +439,7 @@ class TrainingProfile:
             "created": self.created,
             "versions": self.versions,
             "data_source": self.data_source,
+            "output": self.options.output,
         }
 
 
@@ -445,9 +455,8 @@ def _resolve(
     from pytest_sadl.traces import TraceModel
 
     model = load_model(model, base_dir=base_dir)
-    tm = TraceModel(model, options.sa_layers, options.coverage_layers, classifier=options.classifier)
-    data = load_training_data(train, base_dir=base_dir)
-    data.check_shape(tm.input_shape)
+    tm = TraceModel(model, options.sa_layers, options.coverage_layers, classifier=options.classifier, output=options.output)
+    data = tm.prepare(load_training_data(train, base_dir=base_dir))
     import keras
 
     mfp = model_fingerprint(model)
@@ -459,6 +468,7 @@ def _resolve(
         var_threshold=options.var_threshold,
         classifier=tm.classifier,
         keras_version=keras.__version__,
+        output=tm.output_name if len(tm.output_names) > 1 else None,
     )
     return model, tm, data, mfp, fp
 
@@ -506,7 +516,8 @@ def build_profile(
             say(f"DSA: nearest other-class distance of {n} training traces")
             dsa_arrays = dsa.to_arrays()
     resolved = replace(
-        options, sa_layers=tuple(tm.sa_layers), coverage_layers=tuple(tm.coverage_layers), classifier=tm.classifier
+        options, sa_layers=tuple(tm.sa_layers), coverage_layers=tuple(tm.coverage_layers), classifier=tm.classifier,
+        output=tm.output_name,
     )
     profile = TrainingProfile(
         fingerprint=fingerprint,
@@ -724,6 +735,7 @@ def _from_file_arrays(path: Path, meta: dict[str, Any], arrays: dict[str, np.nda
         var_threshold=float(meta["var_threshold"]),
         classifier=classifier,
         dsa_precompute=bool(meta.get("dsa_precomputed")),
+        output=meta.get("output"),
     )
     lsa_arrays = _Arrays(groups["lsa"], refs["lsa"])
     dsa_arrays = _Arrays(groups["dsa"], refs["dsa"]) if (groups["dsa"] or refs["dsa"]) else None

@@ -6,7 +6,11 @@ model's own multi-output twin (:class:`~pytest_sadl.traces.TraceModel`), returns
 model's output to the test unchanged, and keeps the traces of the same forward pass, so
 recording costs no second inference. ``__call__`` keeps gradients flowing
 (``tf.GradientTape`` around ``model(x)`` works as before). Calls with ``training=True``
-and calls inside a ``tf.function`` (symbolic tensors) are passed through unrecorded.
+and calls on symbolic tensors (inside ``tf.function``, ``jax.jit``) are passed through
+unrecorded. A model with several inputs is recorded from a dict keyed by input name or a
+list in ``model.inputs`` order, row by row across all its inputs.
+
+No backend is imported here: the trace model (:mod:`pytest_sadl.capture`) runs the pass.
 
 Only plain data leaves this module: :class:`TestRecord` with NumPy arrays, serialisable
 to bytes (``.npz``, no pickles) for pytest-xdist workers to send to the controller.
@@ -65,7 +69,11 @@ class TestRecord:
 
 def thumbnails(x: Any) -> np.ndarray | None:
     """uint8 thumbnails ``(n, h, w, c)`` of image-like inputs (``(n, h, w)``, ``(n, h, w, 1|3|4)``),
-    each min-max scaled on its own and strided down to at most ``THUMB_MAX`` pixels a side."""
+    each min-max scaled on its own and strided down to at most ``THUMB_MAX`` pixels a side.
+    Of several inputs (a dict or list), the first image-like one."""
+    if isinstance(x, (dict, list, tuple)):
+        parts = list(x.values()) if isinstance(x, dict) else list(x)
+        return next((t for t in map(thumbnails, parts) if t is not None), None)
     try:
         arr = np.asarray(x)
     except Exception:
@@ -182,17 +190,19 @@ class Recorder:
                 return method(model, *args, **kwargs)
 
         def predict(x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any) -> Any:
-            if kw or steps is not None or not _is_array_like(x) or not _finite(x):
+            if kw or steps is not None or not _is_inputs(x) or not _finite(x):
                 why = "model.predict() was called with steps, a generator, non-finite values or other arguments"
                 return unrecorded(why, original_cls.predict, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
-            out, traces = tm.call_and_trace(x, batch_size=batch_size or 32)
+            with recorder.paused():  # the trace model calls the model: not a test's call
+                out, traces = tm.call_and_trace(x, batch_size=batch_size or 32)
             recorder.add(traces, x)
             return out
 
         def predict_on_batch(x: Any) -> Any:
-            if not _is_array_like(x) or not _finite(x):
+            if not _is_inputs(x) or not _finite(x):
                 return unrecorded("model.predict_on_batch() got a non-array or non-finite input", original_cls.predict_on_batch, x)
-            out, traces = tm.call_and_trace(x)
+            with recorder.paused():
+                out, traces = tm.call_and_trace(x)
             recorder.add(traces, x)
             return out
 
@@ -222,22 +232,19 @@ class Recorder:
             self.current = None
 
     def _call(self, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
-        import tensorflow as tf
-
         x = args[0] if args else kwargs.get("inputs")
         training = kwargs.get("training", args[1] if len(args) > 1 else None)
         extra = set(kwargs) - {"training", "inputs"}
         if training:  # a training step, not a test input
             return original_cls.__call__(model, *args, **kwargs)
-        why = None
-        if not tf.executing_eagerly():
-            why = "model(x) was called inside a tf.function (symbolic tensors)"
-        elif len(args) > 2 or extra or x is None or not _is_array_like(x) or not _finite(x):
-            why = "model(x) was called with a mask, list/dict inputs, non-finite values or other arguments"
+        why = None if x is None else tm.unrecordable(x)
+        if why is None and (len(args) > 2 or extra or x is None or not _is_inputs(x) or not _finite(x)):
+            why = "model(x) was called with a mask, non-finite values or other arguments"
         if why is not None:
             self._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
             return original_cls.__call__(model, *args, **kwargs)
-        output, traces = tm.call_tensors(x)
+        with self.paused():
+            output, traces = tm.call_tensors(x)
         self.add(traces, x)
         return output
 
@@ -295,16 +302,36 @@ class Recorder:
                 mine.batches.extend(rec.batches)
 
 
+def _parts(x: Any) -> list[Any]:
+    """The arrays of one input structure: an array, or a dict/list/tuple of them."""
+    if isinstance(x, dict):
+        return list(x.values())
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
+
+
 def _finite(x: Any) -> bool:
-    """True when an array-like input holds no NaN/inf (checked before tracing it)."""
-    try:
-        arr = np.asarray(x)
-    except Exception:
-        return True
-    return arr.dtype.kind not in "fc" or bool(np.isfinite(arr).all())
+    """True when the inputs hold no NaN/inf (checked before tracing them)."""
+    for part in _parts(x):
+        try:
+            arr = np.asarray(part)
+        except Exception:
+            continue
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            return False
+    return True
 
 
 def _is_array_like(x: Any) -> bool:
     if isinstance(x, np.ndarray):
         return True
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (dict, list, tuple))
+
+
+def _is_inputs(x: Any) -> bool:
+    """An array, or a non-empty dict/list/tuple of arrays (a model with several inputs)."""
+    if isinstance(x, (dict, list, tuple)):
+        parts = _parts(x)
+        return bool(parts) and all(_is_array_like(p) for p in parts)
+    return _is_array_like(x)

@@ -601,7 +601,7 @@ def _numpy_if_tensor(x: Any) -> Any:
         return x
     if isinstance(x, dict):
         return {k: _numpy_if_tensor(v) for k, v in x.items()}
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):  # several inputs in model.inputs order (never (x, y) here)
         return [_numpy_if_tensor(v) for v in x]
     if hasattr(x, "shape") and hasattr(x, "dtype") and not is_symbolic(x):
         try:
