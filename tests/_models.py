@@ -19,6 +19,30 @@ The models (all take ``(8, 8, 1)`` float32 images in [0, 1]):
     predict the digit's value (0..9) as a float.
 
 Seeds are fixed, so a retrain on the same machine gives the same weights.
+
+Models of other kinds (built by :func:`build_kind`, trained by :func:`train_kind` on
+data made by :func:`kind_data`; no downloads, seconds of training):
+
+``subclassed``
+    a subclassed ``keras.Model`` holding a custom block (``block/conv_a``,
+    ``block/conv_b``), then ``Flatten -> Dense(16) "hidden" -> Dense(10, softmax) "probs"``.
+``nested``
+    a Sequential holding a functional ``encoder`` model (``encoder/conv1``,
+    ``encoder/conv2``, ``encoder/pool``), then ``Dense(16) "hidden" -> Dense(10) "probs"``.
+``two_input``
+    functional, inputs ``image`` (8, 8, 1) and ``aux`` (8,) (the image's row means),
+    outputs ``digit`` (10-way softmax) and ``value`` (the digit as a float).
+``mnist``, ``cifar``
+    the paper's ConvNets in small: MNIST-style on digits; CIFAR-10-style (two conv
+    blocks of two convs, 3 channels) on digits upsampled to 16x16 and tinted in RGB.
+``dave2``
+    Dave-2: five convs (three 5x5 stride 2, two 3x3), four dense (100, 50, 10 and the
+    one steering output), on 32x64x3 synthetic "roads" whose steering is the slope of
+    a bright line.
+``chauffeur``
+    Chauffeur-like: ``TimeDistributed`` conv and pooling over 4 frames of 16x16, an
+    LSTM (``return_sequences``) and an LSTM, ``Dense(1)`` steering; synthetic moving
+    dots whose steering is the horizontal speed.
 """
 
 from __future__ import annotations
@@ -194,3 +218,201 @@ def load_model(path: Path) -> Any:
 def accuracy(model: Any, x: np.ndarray, y: np.ndarray) -> float:
     """Classification accuracy of ``model`` on ``(x, y)``."""
     return float(np.mean(model.predict(x, verbose=0).argmax(axis=1) == y))
+
+
+# ----------------------------------------------------------------------------- other kinds
+
+
+KINDS = ("subclassed", "nested", "two_input", "mnist", "cifar", "dave2", "chauffeur")
+REGRESSORS = ("dave2", "chauffeur")
+
+
+def kind_data(kind: str, seed: int = SEED) -> tuple[Any, Any, Any]:
+    """``(x_train, y_train, x_test)`` for a model kind; ``x`` a dict by input name for
+    ``two_input``. Small: a few hundred training inputs."""
+    rng = np.random.default_rng(seed)
+    if kind in ("subclassed", "nested", "mnist"):
+        d = load_digits_split(seed)
+        return d.x_train, d.y_train, d.x_test[:120]
+    if kind == "two_input":
+        d = load_digits_split(seed)
+
+        def both(x: np.ndarray) -> dict[str, np.ndarray]:
+            return {"image": x, "aux": x.mean(axis=2)[..., 0].astype(np.float32)}
+
+        y = {"digit": d.y_train, "value": d.y_train.astype(np.float32)}
+        return both(d.x_train), y, both(d.x_test[:120])
+    if kind == "cifar":
+        d = load_digits_split(seed)
+
+        def rgb(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            big = x.repeat(2, axis=1).repeat(2, axis=2)  # 16x16x1
+            tint = np.stack([(y % 3 + 1) / 3, ((y + 1) % 3 + 1) / 3, ((y + 2) % 3 + 1) / 3], axis=1)
+            return (big * tint[:, None, None, :]).astype(np.float32)
+
+        return rgb(d.x_train, d.y_train), d.y_train, rgb(d.x_test[:120], d.y_test[:120])
+    if kind == "dave2":
+        n = 420
+        slope = rng.uniform(-1, 1, n).astype(np.float32)
+        x = rng.uniform(0, 0.2, (n, 32, 64, 3)).astype(np.float32)
+        rows = np.arange(32)
+        for i in range(n):
+            cols = np.clip((32 + slope[i] * (31 - rows)).astype(int), 0, 63)
+            x[i, rows, cols, :] = 1.0
+        return x[:300], slope[:300, None], x[300:]
+    if kind == "chauffeur":
+        n = 260
+        speed = rng.uniform(-2, 2, n).astype(np.float32)
+        x = np.zeros((n, 4, 16, 16, 1), np.float32)
+        for i in range(n):
+            r, c = rng.integers(4, 12, 2)
+            for t in range(4):
+                x[i, t, r, int(np.clip(c + speed[i] * t, 0, 15)), 0] = 1.0
+        return x[:200], speed[:200, None], x[200:]
+    raise KeyError(kind)
+
+
+def build_kind(kind: str) -> Any:
+    """The untrained model of a kind (see the module docstring)."""
+    import keras
+    from keras import layers
+
+    if kind == "subclassed":
+        return _subclassed_class()()
+    if kind == "nested":
+        inp = keras.Input((8, 8, 1), name="image")
+        h = layers.Conv2D(8, 3, padding="same", activation="relu", name="conv1")(inp)
+        h = layers.Conv2D(8, 3, activation="relu", name="conv2")(h)
+        encoder = keras.Model(inp, layers.GlobalAveragePooling2D(name="pool")(h), name="encoder")
+        return keras.Sequential(
+            [keras.Input((8, 8, 1)), encoder, layers.Dense(16, activation="relu", name="hidden"),
+             layers.Dense(10, activation="softmax", name="probs")],
+            name="nested",
+        )
+    if kind == "two_input":
+        image = keras.Input((8, 8, 1), name="image")
+        aux = keras.Input((8,), name="aux")
+        h = layers.Conv2D(8, 3, activation="relu", name="conv")(image)
+        h = layers.GlobalAveragePooling2D(name="gap")(h)
+        a = layers.Dense(8, activation="relu", name="aux_dense")(aux)
+        h = layers.Dense(16, activation="relu", name="hidden")(layers.Concatenate(name="join")([h, a]))
+        digit = layers.Dense(10, activation="softmax", name="digit")(h)
+        value = layers.Dense(1, name="value")(h)
+        return keras.Model({"image": image, "aux": aux}, {"digit": digit, "value": value}, name="two_input")
+    if kind == "mnist":
+        return keras.Sequential(
+            [keras.Input((8, 8, 1)), layers.Conv2D(8, 3, activation="relu", name="conv1"),
+             layers.Conv2D(8, 3, activation="relu", name="conv2"), layers.MaxPooling2D(2, name="pool"),
+             layers.Flatten(), layers.Dense(16, activation="relu", name="dense1"),
+             layers.Dense(10, activation="softmax", name="probs")],
+            name="mnist_convnet",
+        )
+    if kind == "cifar":
+        return keras.Sequential(
+            [keras.Input((16, 16, 3)),
+             layers.Conv2D(8, 3, padding="same", activation="relu", name="conv1"),
+             layers.Conv2D(8, 3, padding="same", activation="relu", name="conv2"),
+             layers.MaxPooling2D(2, name="pool1"),
+             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv3"),
+             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv4"),
+             layers.MaxPooling2D(2, name="pool2"), layers.Flatten(), layers.Dropout(0.25),
+             layers.Dense(32, activation="relu", name="dense1"), layers.Dense(10, activation="softmax", name="probs")],
+            name="cifar_convnet",
+        )
+    if kind == "dave2":
+        return keras.Sequential(
+            [keras.Input((32, 64, 3)),
+             layers.Conv2D(6, 5, strides=2, padding="same", activation="relu", name="conv1"),
+             layers.Conv2D(8, 5, strides=2, padding="same", activation="relu", name="conv2"),
+             layers.Conv2D(12, 5, strides=2, padding="same", activation="relu", name="conv3"),
+             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv4"),
+             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv5"),
+             layers.Flatten(), layers.Dense(100, activation="relu", name="fc1"),
+             layers.Dense(50, activation="relu", name="fc2"), layers.Dense(10, activation="relu", name="fc3"),
+             layers.Dense(1, name="steering")],
+            name="dave2",
+        )
+    if kind == "chauffeur":
+        return keras.Sequential(
+            [keras.Input((4, 16, 16, 1)),
+             layers.TimeDistributed(layers.Conv2D(8, 3, activation="relu"), name="td_conv"),
+             layers.TimeDistributed(layers.MaxPooling2D(2), name="td_pool"),
+             layers.TimeDistributed(layers.Flatten(), name="td_flat"),
+             layers.LSTM(16, return_sequences=True, name="lstm1"), layers.LSTM(8, name="lstm2"),
+             layers.Dense(1, name="steering")],
+            name="chauffeur",
+        )
+    raise KeyError(kind)
+
+
+def _subclassed_class() -> Any:
+    """The subclassed model's class (registered, so that a saved copy loads safely)."""
+    import keras
+    from keras import layers
+
+    @keras.saving.register_keras_serializable(package="sadl_tests")
+    class ConvBlock(layers.Layer):
+        """Two convs: a custom block whose layers are named by path (``block/conv_a``)."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.conv_a = layers.Conv2D(8, 3, padding="same", activation="relu", name="conv_a")
+            self.conv_b = layers.Conv2D(8, 3, activation="relu", name="conv_b")
+
+        def call(self, x: Any) -> Any:
+            return self.conv_b(self.conv_a(x))
+
+    @keras.saving.register_keras_serializable(package="sadl_tests")
+    class DigitsNet(keras.Model):
+        """A subclassed classifier; its head is declared before its body on purpose
+        (the default layers follow the call order, not the attribute order)."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(name=kwargs.pop("name", "digits_subclassed"), **kwargs)
+            self.probs = layers.Dense(10, activation="softmax", name="probs")
+            self.block = ConvBlock(name="block")
+            self.flat = layers.Flatten(name="flatten")
+            self.hidden = layers.Dense(16, activation="relu", name="hidden")
+
+        def call(self, x: Any, training: Any = None) -> Any:
+            return self.probs(self.hidden(self.flat(self.block(x))))
+
+    return DigitsNet
+
+
+def train_kind(kind: str, seed: int = SEED, epochs: int = 4) -> Any:
+    """Build and train a model of ``kind`` for a few epochs on :func:`kind_data`."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    x, y, _ = kind_data(kind, seed)
+    model = build_kind(kind)
+    if kind == "two_input":
+        model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                      loss={"digit": "sparse_categorical_crossentropy", "value": "mse"})
+    elif kind in REGRESSORS:
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    else:
+        model.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=epochs, batch_size=32, verbose=0)
+    return model
+
+
+def ensure_saved_kind(directory: Path, kind: str) -> Path:
+    """:func:`ensure_saved_model` for a model of another kind (``<kind>.keras``), trained
+    once per session under the same file lock."""
+    import fcntl
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{kind}.keras"
+    with open(directory / f"{kind}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not path.is_file():
+                model = train_kind(kind)
+                tmp = path.with_name(f"tmp-{os.getpid()}-{path.name}")
+                model.save(tmp)
+                os.replace(tmp, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return path

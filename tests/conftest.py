@@ -102,3 +102,11 @@ def functional_model(functional_model_path: Path) -> Any:
 def regression_model(regression_model_path: Path) -> Any:
     """The trained regression model (shared: do not modify)."""
     return _models.load_model(regression_model_path)
+
+
+@pytest.fixture(scope="session")
+def kind_model_path(models_dir: Path) -> Any:
+    """``kind_model_path(kind)``: the ``.keras`` file of a model of another kind (see
+    ``tests/_models.py``: subclassed, nested, two_input, mnist, cifar, dave2, chauffeur),
+    trained once per session."""
+    return lambda kind: _models.ensure_saved_kind(models_dir, kind)

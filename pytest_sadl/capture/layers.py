@@ -95,6 +95,8 @@ def is_pass_through(layer: Any) -> bool:
     types = tuple(getattr(keras.layers, n) for n in _PASS_THROUGH_NAMES if hasattr(keras.layers, n))
     if isinstance(layer, types):
         return True
+    if isinstance(layer, keras.layers.TimeDistributed):  # TimeDistributed(Flatten()) moves values too
+        return is_pass_through(layer.layer)
     return type(layer).__module__.startswith("keras.src.layers.preprocessing")
 
 

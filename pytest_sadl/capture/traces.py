@@ -141,11 +141,13 @@ def _extrema(tensor: Any) -> tuple[Any, Any]:
 
 def _is_graph_model(model: Any) -> bool:
     """Sequential or functional: the layers' order is the graph's."""
+    import keras
+
     try:
         from keras.src.models.functional import Functional
     except ImportError:  # pragma: no cover - keras internals moved
-        return hasattr(model, "_nodes_by_depth")
-    return isinstance(model, Functional)
+        return isinstance(model, keras.Sequential) or hasattr(model, "_nodes_by_depth")
+    return isinstance(model, (Functional, keras.Sequential))
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,11 @@ def _model_inputs(model: Any) -> tuple[list[_Input], str]:
     from keras import tree
 
     struct = getattr(model, "_inputs_struct", None)
+    if _is_graph_model(model) and struct is None:
+        try:
+            struct = list(model.inputs)
+        except (AttributeError, ValueError):  # an unbuilt Sequential
+            struct = None
     if _is_graph_model(model) and struct is not None:
         flat = tree.flatten(struct)
         kind = "dict" if isinstance(struct, dict) else ("list" if isinstance(struct, (list, tuple)) else "single")
@@ -246,10 +253,13 @@ class TraceModel:
             ) from None
         self._seen = {n.path: s for n, s in zip(self._nodes, seen)}
         self.output_names: list[str] = _output_names(model, spec)
+        if self.output_names == ["0"] and owners[0] >= 0:
+            self.output_names = [layers[owners[0]].name]
         self._output_index = self._resolve_output(output)
         self.output_name: str = self.output_names[self._output_index]
         owner = owners[self._output_index]
         self._output_layer: Any = layers[owner] if owner >= 0 else None
+        self._output_layers = [layers[o] for o in owners if o >= 0]  # of every output
         out_shape = tuple(keras.tree.flatten(spec)[self._output_index].shape)
         self.classifier: bool = self._is_classifier(out_shape) if classifier is None else bool(classifier)
         if self.classifier and len(out_shape) != 2:
@@ -374,6 +384,9 @@ class TraceModel:
         candidates = self.default_coverage_layers()
         owner = next((p for p, layer in by_path.items() if layer is self._output_layer), None)
         if owner in candidates:
+            # hidden: before the measured output's layer, and no other output's layer
+            candidates = [p for p in candidates[: candidates.index(owner) + 1]
+                          if p == owner or all(by_path[p] is not o for o in self._output_layers)]
             candidates = candidates[: candidates.index(owner)]
             if is_activation_only(by_path[owner]):
                 while candidates and is_activation_only(by_path[candidates[-1]]):
