@@ -1,0 +1,194 @@
+"""The paper's four kinds of subject, a subclassed model from a fixture and a two-input,
+two-output model from a ``.keras`` file, each measured end to end by the plugin
+(``pytest --sadl-coverage --sadl-report=json``) in a real pytest run, reporting every
+metric that applies. Runs on the TensorFlow and the JAX backend alike (``KERAS_BACKEND``).
+
+The models (``tests/_models.py``) are small and trained once per session; the runs are in
+process (see ``tests/test_plugin.py`` for why).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tf
+
+keras = pytest.importorskip("keras")
+
+from tests import _models  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
+
+ONE_INPUT_TESTS = """
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict(sadl_model):
+    assert len(sadl_model.predict(X[:40], verbose=0)) == 40
+
+
+@pytest.mark.sadl(group="noisy")
+def test_call_on_noisy_inputs(sadl_model):
+    noisy = np.clip(X[40:60] + np.random.default_rng(0).normal(0, 0.3, X[40:60].shape), 0, 1).astype("float32")
+    assert np.asarray(sadl_model(noisy, training=False)).shape[0] == 20
+"""
+
+TWO_INPUT_TESTS = """
+import numpy as np
+import pytest
+
+X = dict(np.load("inputs.npz"))
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict_dict(sadl_model):
+    out = sadl_model.predict({"image": X["image"][:30], "aux": X["aux"][:30]}, verbose=0)
+    assert out["digit"].shape == (30, 10) and out["value"].shape == (30, 1)
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict_list_in_model_inputs_order(sadl_model):
+    names = [t.name for t in sadl_model.inputs]
+    out = sadl_model.predict([X[n][30:50] for n in names], verbose=0)
+    assert out["digit"].shape == (20, 10)
+
+
+@pytest.mark.sadl(group="noisy")
+def test_call_dict(sadl_model):
+    out = sadl_model({"image": X["image"][50:60] * 0.5, "aux": X["aux"][50:60] * 0.5}, training=False)
+    assert np.asarray(out["digit"]).shape == (10, 10)
+"""
+
+SUBCLASSED_CONFTEST = """
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+sys.path.insert(0, {root!r})
+from tests import _models
+
+_models._subclassed_class()  # register the custom classes before loading
+
+
+@pytest.fixture(scope="session")
+def sadl_model():
+    return keras.saving.load_model({path!r}, safe_mode=True)
+
+
+@pytest.fixture(scope="session")
+def sadl_train():
+    return np.load("train.npy")
+"""
+
+
+def _project(pytester: pytest.Pytester, kind: str, path: Path, *, fixture: bool = False, ini: str = "") -> pytest.Pytester:
+    x_train, y_train, x_test = _models.kind_data(kind)
+    if kind == "two_input":
+        np.savez(pytester.path / "train.npz", **x_train, y=y_train["digit"])
+        np.savez(pytester.path / "inputs.npz", **x_test)
+        pytester.makepyfile(test_subject=TWO_INPUT_TESTS)
+    else:
+        np.save(pytester.path / "inputs.npy", x_test)
+        pytester.makepyfile(test_subject=ONE_INPUT_TESTS)
+        if fixture:
+            np.save(pytester.path / "train.npy", x_train)
+        else:
+            np.savez(pytester.path / "train.npz", x=x_train, y=y_train)
+    if fixture:
+        pytester.makeconftest(SUBCLASSED_CONFTEST.format(root=str(ROOT), path=str(path)))
+        pytester.makefile(".ini", pytest=f"[pytest]\n{ini}\n")
+    else:
+        shutil.copy(path, pytester.path / "model.keras")
+        pytester.makefile(".ini", pytest=f"[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\n{ini}\n")
+    return pytester
+
+
+def _measure(pytester: pytest.Pytester, *args: str) -> dict[str, Any]:
+    res = pytester.runpytest_inprocess("-p", "no:randomly", "--sadl-coverage", "--sadl-report=json:out.json", *args)
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    return json.loads((pytester.path / "out.json").read_text())
+
+
+def _assert_every_metric(data: dict[str, Any], classifier: bool, inputs: int) -> None:
+    metrics = data["metrics"]
+    assert data["model"]["classifier"] is classifier
+    for name in ALL:
+        if name == "dsc" and not classifier:
+            assert metrics[name]["applicable"] is False and metrics[name]["value"] is None
+            continue
+        value = metrics[name]["value"]
+        assert value is not None and 0 <= value <= 100, (name, metrics[name])
+    assert metrics["lsc"]["count"] == inputs
+    assert metrics["nc"]["value"] > 0 and metrics["lsc"]["value"] > 0
+
+
+@pytest.mark.parametrize(
+    "kind, classifier",
+    [("mnist", True), ("cifar", True), ("dave2", False), ("chauffeur", False)],
+)
+def test_the_papers_subjects_end_to_end(pytester: pytest.Pytester, kind_model_path: Any, kind: str, classifier: bool) -> None:
+    data = _measure(_project(pytester, kind, kind_model_path(kind)))
+    _assert_every_metric(data, classifier, 60)
+    if kind == "chauffeur":  # a (n, t, h, w, c) and a (n, t, f) layer are measured
+        assert {"td_conv", "lstm1"} <= set(data["config"]["coverage_layers"])
+    if kind == "dave2":
+        assert data["config"]["sa_layers"] == ["fc3"] and len(data["config"]["coverage_layers"]) == 9
+
+
+def test_subclassed_model_from_a_fixture(pytester: pytest.Pytester, kind_model_path: Any) -> None:
+    data = _measure(_project(pytester, "subclassed", kind_model_path("subclassed"), fixture=True))
+    _assert_every_metric(data, True, 60)
+    assert data["config"]["coverage_layers"] == ["block/conv_a", "block/conv_b", "hidden", "probs"]
+    assert data["model"]["source"] == "fixture"
+
+
+def test_two_inputs_from_a_keras_file_and_npz_keyed_by_input_name(pytester: pytest.Pytester, kind_model_path: Any) -> None:
+    pytester = _project(pytester, "two_input", kind_model_path("two_input"))
+    data = _measure(pytester)
+    _assert_every_metric(data, True, 60)
+    value = _measure(pytester, "--sadl-output=value", "--sadl-report=json:value.json")
+    assert value["metrics"]["lsc"]["count"] == 60
+    value = json.loads((pytester.path / "value.json").read_text())
+    _assert_every_metric(value, False, 60)
+
+
+def test_a_fixture_model_that_cannot_be_traced_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+import keras
+import pytest
+
+
+class Unbuilt(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.d(x)
+
+
+@pytest.fixture(scope="session")
+def sadl_model():
+    return Unbuilt()
+"""
+    )
+    pytester.makepyfile("import pytest\n\n@pytest.mark.sadl\ndef test_marked(sadl_model):\n    pass\n")
+    res = pytester.runpytest_inprocess("-p", "no:randomly", "--sadl-coverage")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in res.stdout.lines if "pytest-sadl:" in line]
+    assert len(lines) == 1 and "is not built" in lines[0] and "call the model once" in lines[0]
+    assert "Traceback" not in res.stdout.str() and "passed" not in res.stdout.str()
