@@ -139,6 +139,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
         var_threshold=args.var_threshold,
         batch_size=args.batch_size,
         dsa_precompute=not args.no_dsa_precompute,
+        output=args.output,
     )
     cache_dir = _cache_dir(args)
     base_dir = Path(args.rootdir) if args.rootdir else None
@@ -163,6 +164,31 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
         f"SA layers {', '.join(profile.sa_layers)}; coverage layers "
         f"{', '.join(profile.coverage_layers)}; {_human_size(size)}) in {elapsed:.1f}s: {profile.path}"
     )
+    return EXIT_OK
+
+
+def cmd_profile_layers(args: argparse.Namespace) -> int:
+    """``sadl profile layers``: the model's layers by path, with output shapes and the
+    defaults pytest-sadl would measure."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from pytest_sadl.modelio import load_model
+    from pytest_sadl.traces import TraceModel
+
+    model = load_model(args.model, base_dir=Path(args.rootdir) if args.rootdir else None, what="--model")
+    tm = TraceModel(model, output=args.output)
+    rows = tm.describe_layers()
+    if args.json:
+        print(json.dumps({"model": model.name, "inputs": tm.input_names, "outputs": tm.output_names,
+                          "output": tm.output_name, "classifier": tm.classifier, "layers": rows}, indent=2))
+        return EXIT_OK
+    print(f"model {model.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
+          f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})")
+    width = max(len(r["path"]) for r in rows) if rows else 4
+    for r in rows:
+        shape = "-" if r["output_shape"] is None else "(" + ", ".join("n" if d is None else str(d) for d in r["output_shape"]) + ")"
+        marks = ", ".join(m for m, on in (("SA default", r["sa"]), ("coverage default", r["coverage"])) if on)
+        calls = f" [runs {r['calls']}x]" if r["calls"] > 1 else ""
+        print(f"  {r['path']:<{width}}  {r['class']:<22} {shape:<20}{calls} {marks}".rstrip())
     return EXIT_OK
 
 
@@ -279,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LAYER",
         help="layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)",
     )
+    build.add_argument("--output", metavar="NAME", help="which output of a model with several gives the class (name or index; default the first)")
     build.add_argument("--var-threshold", type=float, default=1e-5, metavar="V", help="LSA variance threshold (default %(default)g)")
     build.add_argument("--batch-size", type=int, default=256, metavar="N", help="inputs per forward pass (default %(default)s)")
     build.add_argument("--rebuild", action="store_true", help="rebuild even when a matching profile is cached")
@@ -291,6 +318,19 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
     _add_location(build)
     build.set_defaults(func=cmd_profile_build)
+
+    lay = psub.add_parser(
+        "layers",
+        help="list the model's layers by path (nested models: encoder/conv2) and the defaults",
+        description="Every layer of the model, nested models and custom blocks included, by the "
+        "path --sadl-layers takes, with its output shape and whether it is a default SA or "
+        "coverage layer.",
+    )
+    lay.add_argument("--model", required=True, metavar="M", help="the model: a .keras/.h5 file or 'package.module:function'")
+    lay.add_argument("--output", metavar="NAME", help="the measured output of a model with several (default the first)")
+    lay.add_argument("--json", action="store_true", help="print the layers as JSON")
+    lay.add_argument("--rootdir", metavar="DIR", help="directory relative paths start from (default: the current one)")
+    lay.set_defaults(func=cmd_profile_layers)
 
     lst = psub.add_parser(
         "list",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything pytest-sadl needs on a fresh Debian machine with Python 3.10+ and pip:
-# the package with its test extra (TensorFlow CPU, pytest-xdist, Playwright's Python
-# driver) and Debian's chromium for the browser tests of the HTML report.
+# the package with its test extra (TensorFlow CPU, JAX CPU, pytest-xdist, Playwright's
+# Python driver) and Debian's chromium for the browser tests of the HTML report.
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -208,3 +208,41 @@ def test_the_other_backend_gives_the_same_traces_and_fingerprints(conv_model_pat
         assert theirs[name]["sa_layers"] == tm.sa_layers and theirs[name]["coverage_layers"] == tm.coverage_layers
         assert theirs[name]["model"] == model_fingerprint(model)
         assert theirs[name]["data"] == load_training_data(np.load(tmp_path / "x.npy")).fingerprint()
+
+
+def test_calls_on_traced_tensors_are_not_recordable(conv_model: Any, digits: Any) -> None:
+    """``model(x)`` inside ``tf.function`` or ``jax.jit``/``jax.grad`` has no values to record."""
+    tm = TraceModel(conv_model)
+    x = digits.x_test[:2]
+    assert tm.unrecordable(x) is None
+    seen: list[Any] = []
+
+    def body(t: Any) -> Any:
+        seen.append(tm.unrecordable(t))
+        return t
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        jax.jit(body)(x)
+    else:
+        import tensorflow as tf
+
+        tf.function(body)(x)
+    assert seen and "symbolic" in seen[0]
+    out, t = tm.call_tensors(x)
+    np.testing.assert_allclose(np.asarray(out), conv_model.predict(x, verbose=0), atol=1e-5)
+    assert len(t) == 2
+
+
+def test_sadl_profile_layers_lists_paths_shapes_and_defaults(kind_model_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_sadl.cli import main
+
+    _models._subclassed_class()
+    assert main(["profile", "layers", "--model", str(kind_model_path("subclassed"))]) == 0
+    out = capsys.readouterr().out
+    assert "outputs probs (measured: probs, classifier)" in out
+    assert any(line.split()[:2] == ["block/conv_b", "Conv2D"] and "(n, 6, 6, 8)" in line and "coverage default" in line for line in out.splitlines())
+    assert any(line.split()[0] == "hidden" and "SA default" in line for line in out.splitlines())
+    assert main(["profile", "layers", "--model", str(kind_model_path("two_input")), "--output", "nope"]) == 2
+    assert "sadl_output='nope'" in capsys.readouterr().err

@@ -17,6 +17,8 @@ keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
 from pytest_sadl.modelio import load_model  # noqa: E402
+
+tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
 from pytest_sadl.traces import (  # noqa: E402
     TraceModel,
     Traces,
@@ -163,8 +165,18 @@ def test_batching_and_call_and_trace_agree(conv_model: Any, digits: Any) -> None
     np.testing.assert_allclose(out_t, out, atol=1e-5)
     with pytest.raises(TypeError, match="unexpected"):
         tm.call_and_trace(x, bogus=1)
+    joined = Traces.concatenate([tm.traces(x[:60]), tm.traces(x[60:])])
+    np.testing.assert_allclose(joined.sa, a.sa, atol=1e-5)
+
+
+@tf_backend
+def test_call_tensors_keeps_gradients(conv_model: Any, digits: Any) -> None:
     import tensorflow as tf
 
+    tm = TraceModel(conv_model)
+    x = digits.x_test[:20]
+    a = tm.traces(x)
+    out = conv_model.predict(x, verbose=0)
     xt = tf.constant(x[:20])
     with tf.GradientTape() as tape:
         tape.watch(xt)
@@ -175,10 +187,9 @@ def test_batching_and_call_and_trace_agree(conv_model: Any, digits: Any) -> None
     np.testing.assert_allclose(out_tensor.numpy(), out[:20], atol=1e-5)
     np.testing.assert_allclose(tt.sa, a.sa[:20], atol=1e-5)
     np.testing.assert_array_equal(tt.pred, a.pred[:20])
-    joined = Traces.concatenate([tm.traces(x[:60]), tm.traces(x[60:])])
-    np.testing.assert_allclose(joined.sa, a.sa, atol=1e-5)
 
 
+@tf_backend
 def test_xla_and_plain_passes_agree(conv_model: Any, digits: Any) -> None:
     x = digits.x_test[:70]
     xla, plain = TraceModel(conv_model, jit=True), TraceModel(conv_model, jit=False)
@@ -191,6 +202,7 @@ def test_xla_and_plain_passes_agree(conv_model: Any, digits: Any) -> None:
     assert TraceModel(conv_model)._use_jit(100) is False and TraceModel(conv_model)._use_jit(5000) is True
 
 
+@tf_backend
 def test_model_xla_cannot_compile_falls_back(digits: Any) -> None:
     import tensorflow as tf
 

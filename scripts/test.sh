@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test suite as CI runs it: everything on the TensorFlow backend, then the capture,
+# tracing and plugin end-to-end tests again on Keras' JAX backend (same numbers expected).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+KERAS_BACKEND=tensorflow "$PYTHON" -m pytest -n 2 "$@"
+KERAS_BACKEND=jax "$PYTHON" -m pytest -n 2 tests/test_traces.py tests/test_capture.py tests/test_subjects.py "$@"
