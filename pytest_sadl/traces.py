@@ -6,24 +6,7 @@ tapped, batching into :class:`Traces`). See :mod:`pytest_sadl.capture.traces` fo
 reduction rule and :class:`TraceModel` for the API.
 """
 
-from pytest_sadl.capture import (
-    Progress,
-    TraceModel,
-    Traces,
-    default_coverage_layers,
-    default_sa_layers,
-    describe_layers,
-    is_classifier,
-    resolve_layers,
-)
+from pytest_sadl import capture as _capture
+from pytest_sadl.capture import *  # noqa: F401,F403 - the same names, under this module
 
-__all__ = [
-    "Traces",
-    "TraceModel",
-    "Progress",
-    "resolve_layers",
-    "describe_layers",
-    "default_sa_layers",
-    "default_coverage_layers",
-    "is_classifier",
-]
+__all__ = list(_capture.__all__)

@@ -186,6 +186,10 @@ def ensure_saved_model(directory: Path, name: str, data: Digits) -> Path:
     file (two workers can train two different models at once). The file is written to
     a temporary name and renamed, so a reader never sees half a model.
     """
+    return _ensure_saved(directory, name, lambda: train_model(name, data))
+
+
+def _ensure_saved(directory: Path, name: str, train: Callable[[], Any]) -> Path:
     import fcntl
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -194,7 +198,7 @@ def ensure_saved_model(directory: Path, name: str, data: Digits) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not path.is_file():
-                model = train_model(name, data)
+                model = train()
                 tmp = path.with_name(f"tmp-{os.getpid()}-{path.name}")  # keras wants .keras
                 model.save(tmp)
                 os.replace(tmp, path)
@@ -401,18 +405,4 @@ def train_kind(kind: str, seed: int = SEED, epochs: int = 4) -> Any:
 def ensure_saved_kind(directory: Path, kind: str) -> Path:
     """:func:`ensure_saved_model` for a model of another kind (``<kind>.keras``), trained
     once per session under the same file lock."""
-    import fcntl
-
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{kind}.keras"
-    with open(directory / f"{kind}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not path.is_file():
-                model = train_kind(kind)
-                tmp = path.with_name(f"tmp-{os.getpid()}-{path.name}")
-                model.save(tmp)
-                os.replace(tmp, path)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return path
+    return _ensure_saved(directory, kind, lambda: train_kind(kind))

@@ -76,7 +76,7 @@ def test_nested_model_layers_by_path(digits: Any) -> None:
     x = digits.x_test[:30]
     t = tm.traces(x)
     encoder = model.get_layer("encoder")
-    sub = keras.Model(encoder.inputs, encoder.get_layer("conv2").output)
+    sub = keras.Model(encoder.inputs[0], encoder.get_layer("conv2").output)
     np.testing.assert_allclose(t.sa, loop_reduce(sub(x)), atol=1e-5)
     with pytest.raises(SadlLayerError, match=r"no layer 'conv9'.*encoder/conv1 \(Conv2D\)"):
         TraceModel(model, sa_layers=["conv9"])
@@ -128,7 +128,7 @@ def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None
     assert tm.coverage_layers == ["td_conv", "td_pool", "lstm1", "lstm2", "steering"]  # td_flat only moves values
     assert not tm.classifier and tm.sa_layers == ["lstm2"]
     t = tm.traces(x, batch_size=10)
-    full = [np.asarray(keras.Model(model.inputs, model.get_layer(n).output)(x)) for n in tm.coverage_layers]
+    full = [np.asarray(keras.Model(model.inputs[0], model.get_layer(n).output)(x)) for n in tm.coverage_layers]
     assert full[0].ndim == 5 and full[2].ndim == 3  # (n, t, h, w, c) and (n, t, f)
     for got, want in zip(t.coverage, full):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
