@@ -192,3 +192,30 @@ def sadl_model():
     lines = [line for line in res.stdout.lines if "pytest-sadl:" in line]
     assert len(lines) == 1 and "is not built" in lines[0] and "call the model once" in lines[0]
     assert "Traceback" not in res.stdout.str() and "passed" not in res.stdout.str()
+
+
+def test_both_backends_report_the_same_numbers(pytester: pytest.Pytester, kind_model_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same project measured on this backend (in process) and the other one (a fresh
+    process with ``KERAS_BACKEND`` switched), each building its own profile: the same
+    profile fingerprint, identical neuron coverage, LSC/DSC within one bucket."""
+    here = keras.backend.backend()
+    other = {"tensorflow": "jax", "jax": "tensorflow"}.get(here)
+    if other is None:
+        pytest.skip(f"backend {here} has no twin here")
+    pytest.importorskip(other)
+    pytester = _project(pytester, "mnist", kind_model_path("mnist"))
+    mine = _measure(pytester, "-p", "no:cacheprovider", "--sadl-cache-dir=cache-here", "--sadl-report=json:here.json")
+    mine = json.loads((pytester.path / "here.json").read_text())
+    monkeypatch.setenv("KERAS_BACKEND", other)
+    res = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--sadl-coverage", "--sadl-cache-dir=cache-other",
+        "--sadl-report=json:other.json", timeout=600,
+    )
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    theirs = json.loads((pytester.path / "other.json").read_text())
+    assert theirs["model"]["profile_fingerprint"] == mine["model"]["profile_fingerprint"]
+    for name in ("nc", "kmnc", "nbc", "snac"):
+        assert theirs["metrics"][name]["value"] == mine["metrics"][name]["value"], name
+    for name in ("lsc", "dsc"):
+        buckets = mine["config"][name]["buckets"]
+        assert abs(theirs["metrics"][name]["value"] - mine["metrics"][name]["value"]) <= 100 / buckets + 1e-9, name
