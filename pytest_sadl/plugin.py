@@ -330,7 +330,8 @@ def sadl_model(pytestconfig: pytest.Config) -> Any:
 def sadl_train(pytestconfig: pytest.Config) -> Any:
     """The training data named by ``sadl_train``/``--sadl-train``, as
     :class:`pytest_sadl.data.TrainingData` (``.x``, ``.y``). Override it in ``conftest.py``
-    to return an array, an ``(x, y)`` tuple or a ``tf.data.Dataset``."""
+    to return an array, an ``(x, y)`` tuple, a dict of arrays by input name or a list in
+    ``model.inputs`` order (a model with several inputs), or a ``tf.data.Dataset``."""
     state = _state(pytestconfig)
     assert state is not None
     return state.train()
