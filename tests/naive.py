@@ -140,3 +140,23 @@ def snac(layers, lows, highs) -> float:
             neurons += 1
             upper += any(x > high[j] for x in v[:, j])
     return upper / neurons
+
+
+def mdsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
+    """MDSA (Kim, Ju, Feldt, Yoo 2020): sqrt((x - mu_c)^T inv(Sigma_c) (x - mu_c)), a loop over
+    inputs; the variance filter of LSA; ``np.linalg.pinv`` for a singular covariance."""
+    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
+    pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
+    keep = [
+        j
+        for j in range(train.shape[1])
+        if all(np.var(train[train_pred == c, j]) >= var_threshold for c in np.unique(train_pred))
+    ]
+    out = []
+    for x, c in zip(tests, pred):
+        members = train[train_pred == c][:, keep]
+        mu = members.sum(axis=0) / len(members)
+        cov = sum(np.outer(t - mu, t - mu) for t in members) / (len(members) - 1)
+        u = x[keep] - mu
+        out.append(math.sqrt(u @ np.linalg.pinv(cov, rcond=1e-10, hermitian=True) @ u))
+    return np.array(out)
