@@ -160,3 +160,30 @@ def mdsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: 
         u = x[keep] - mu
         out.append(math.sqrt(u @ np.linalg.pinv(cov, rcond=1e-10, hermitian=True) @ u))
     return np.array(out)
+
+
+def roc_auc(scores, positive) -> float:
+    """AUC as the fraction of (positive, negative) pairs ordered right, a tie counting 1/2."""
+    pos = [s for s, p in zip(scores, positive) if p]
+    neg = [s for s, p in zip(scores, positive) if not p]
+    won = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
+    return won / (len(pos) * len(neg))
+
+
+def greedy_bucket_cover(buckets_of, budget: int, covered=()) -> list[int]:
+    """Pick, ``budget`` times, the first pool input that covers the most still-uncovered buckets
+    (``buckets_of[i]``: the set of (metric, bucket) pairs input ``i`` would cover); when no input
+    adds a bucket, take the rest in pool order among those not yet chosen."""
+    covered = set(covered)
+    chosen: list[int] = []
+    for _ in range(min(budget, len(buckets_of))):
+        best, gain = None, -1
+        for i, b in enumerate(buckets_of):
+            if i in chosen:
+                continue
+            g = len(set(b) - covered)
+            if g > gain:
+                best, gain = i, g
+        chosen.append(best)
+        covered |= set(buckets_of[best])
+    return chosen
