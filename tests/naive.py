@@ -170,20 +170,30 @@ def roc_auc(scores, positive) -> float:
     return won / (len(pos) * len(neg))
 
 
-def greedy_bucket_cover(buckets_of, budget: int, covered=()) -> list[int]:
+def bucket_of(score: float, lower: float, upper: float, buckets: int):
+    """The bucket i (0-based) with lower + (U-L) i/n < score <= lower + (U-L)(i+1)/n, or None."""
+    for i in range(buckets):
+        if lower + (upper - lower) * i / buckets < score <= lower + (upper - lower) * (i + 1) / buckets:
+            return i
+    return None
+
+
+def greedy_bucket_cover(buckets_of, budget: int, fallback_scores, covered=()) -> list[int]:
     """Pick, ``budget`` times, the first pool input that covers the most still-uncovered buckets
     (``buckets_of[i]``: the set of (metric, bucket) pairs input ``i`` would cover); when no input
-    adds a bucket, take the rest in pool order among those not yet chosen."""
+    adds a bucket, the not yet chosen input with the highest ``fallback_scores`` (NaN last, ties
+    in pool order)."""
     covered = set(covered)
     chosen: list[int] = []
     for _ in range(min(budget, len(buckets_of))):
-        best, gain = None, -1
+        best, gain = None, 0
         for i, b in enumerate(buckets_of):
-            if i in chosen:
-                continue
-            g = len(set(b) - covered)
-            if g > gain:
-                best, gain = i, g
+            if i not in chosen and len(set(b) - covered) > gain:
+                best, gain = i, len(set(b) - covered)
+        if best is None:
+            rest = [i for i in range(len(buckets_of)) if i not in chosen]
+            finite = [i for i in rest if not math.isnan(fallback_scores[i])]
+            best = max(finite, key=lambda i: (fallback_scores[i], -i)) if finite else rest[0]
         chosen.append(best)
         covered |= set(buckets_of[best])
     return chosen
