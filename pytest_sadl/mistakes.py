@@ -200,7 +200,7 @@ def analyse(
     the baselines; predictions for a regression model); ``groups``: each input's group.
     ``None`` when no input is labelled.
     """
-    lab = np.array([np.nan if v is None else v for v in labels], dtype=np.float64).reshape(len(labels), -1)
+    lab = _label_matrix(labels)
     has = np.isfinite(lab).all(axis=1)
     if not has.any():
         return None
@@ -239,6 +239,19 @@ def analyse(
         for name in dict.fromkeys(g[has].tolist()):
             per_group.append(subset(np.flatnonzero(has & (g == name)), str(name)))
     return overall, per_group
+
+
+def _label_matrix(labels: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """Labels as a float ``(n, k)`` matrix, NaN rows where unlabelled (``None``)."""
+    rows = [None if v is None else np.atleast_1d(np.asarray(v, dtype=np.float64)).reshape(-1) for v in labels]
+    width = max((r.size for r in rows if r is not None), default=1)
+    out = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows):
+        if r is not None:
+            if r.size != width:
+                raise ValueError(f"label {i} has {r.size} value(s) but others have {width}")
+            out[i] = r
+    return out
 
 
 def _ranked(values: Mapping[str, float | None], keys: Sequence[str]) -> list[tuple[str, float]]:

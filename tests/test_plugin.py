@@ -283,7 +283,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
     "args, message",
     [
         (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
-        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; use one of lsc, dsc, nc, kmnc, nbc, snac*"),
+        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; use one of lsc, dsc, mdsc, nc, kmnc, nbc, snac*"),
         (["--sadl-fail-under=lsc"], "*needs the form METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
         (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),

@@ -226,7 +226,7 @@ def test_write_html_into_a_file_is_a_clear_error(tmp_path, classifier):
 
 def test_cards_show_value_threshold_and_status(classifier):
     cards = {c["metric"]: c for c in build_context(classifier)["cards"]}
-    assert list(cards) == ["lsc", "dsc", "nc", "kmnc", "nbc", "snac"]
+    assert list(cards) == ["lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"]
     assert cards["lsc"]["status"] == "fail" and cards["lsc"]["threshold"] == 30.0
     assert cards["nc"]["status"] == "pass" and cards["nc"]["threshold"] == 40.0
     assert cards["dsc"]["status"] == "none"
@@ -241,10 +241,10 @@ def test_regression_model_shows_dsa_and_dsc_as_not_applicable(regression):
     ctx = build_context(regression)
     cards = {c["metric"]: c for c in ctx["cards"]}
     assert cards["dsc"]["status"] == "n/a" and cards["dsc"]["value"] is None
-    assert [s["key"] for s in ctx["surprise"]] == ["lsa"]
+    assert [s["key"] for s in ctx["surprise"]] == ["lsa", "mdsa"]
     keys = [c["key"] for c in ctx["tests"]["columns"]]
     assert "dsa_mean" not in keys and "new.dsc" not in keys
-    assert ctx["top"] and [t["by"] for t in ctx["top"]] == ["lsa"]
+    assert ctx["top"] and [t["by"] for t in ctx["top"]] == ["lsa", "mdsa"]
     assert all(e["src"] is None for e in ctx["top"][0]["entries"]), "regression inputs are not images"
     html = render_html(regression)
     assert "does not apply to this model (regression)" in html
@@ -359,7 +359,7 @@ def _decode_png(url: str) -> tuple[int, int, int, bytes]:
 
 def test_thumbnails_are_the_recorded_pixels(classifier):
     top = build_context(classifier)["top"]
-    assert [t["by"] for t in top] == ["lsa", "dsa"]
+    assert [t["by"] for t in top] == ["lsa", "dsa", "mdsa"]
     by_lsa = top[0]["entries"]
     assert [e["rank"] for e in by_lsa] == list(range(1, 13))
     src = [t for t in classifier["top_inputs"] if t["by"] == "lsa"]
@@ -392,7 +392,7 @@ def test_hints_say_what_would_improve_the_tests(classifier):
     gains = {g["name"]: g["cumulative"]["lsc"] - p["cumulative"]["lsc"]
              for p, g in zip(classifier["groups"], classifier["groups"][1:])}
     assert max(gains, key=gains.get) == "fgsm"
-    assert "Group fgsm added the most LSC (+8.6 points) and DSC (+8.3 points) after the first group" in " ".join(hints)
+    assert "Group fgsm added the most LSC (+8.6 points), DSC (+8.3 points) and MDSC (+12.0 points) after the first group" in " ".join(hints)
 
 
 def test_hint_for_tests_and_groups_that_add_nothing(classifier):
