@@ -500,3 +500,49 @@ def test_every_optional_field_may_be_absent_or_null(classifier, regression):
             count += 1
     assert failures == []
     assert count > 200
+
+
+def test_mistakes_section_shows_the_figures_of_the_results(classifier, regression):
+    ctx = build_context(classifier)
+    found = classifier["mistakes"]
+    m = ctx["mistakes"]
+    assert [c["key"] for c in m["columns"]] == ["lsa", "dsa", "mdsa", "deepgini", "entropy", "margin"]
+    assert [c["baseline"] for c in m["columns"]] == [False] * 3 + [True] * 3
+    assert m["rows"][0]["values"] == [found["overall"]["auc"][k] for k in ("lsa", "dsa", "mdsa", "deepgini", "entropy", "margin")]
+    assert [r["name"] for r in m["rows"][1:]] == [g["name"] for g in found["groups"]]
+    page = render_html(classifier)
+    for text in found["overall"]["sentences"]:
+        assert text.replace("'", "&#39;") in page
+    assert f"{found['overall']['auc']['dsa']:.2f}" in page
+    reg = build_context(regression)["mistakes"]
+    assert reg["per"] == "spearman" and [c["key"] for c in reg["columns"]] == ["lsa", "mdsa"]
+    assert "Spearman rank correlation" in render_html(regression)
+    assert build_context({k: v for k, v in classifier.items() if k != "mistakes"})["mistakes"] is None
+
+
+def test_nbc_card_says_what_a_corner_is(classifier):
+    cards = {c["metric"]: c for c in build_context(classifier)["cards"]}
+    assert cards["nbc"]["unit"] == "corners"
+    assert "upper corner" in cards["nbc"]["explain"] and "lower corner" in cards["nbc"]["explain"]
+    assert cards["nbc"]["explain"] in render_html(classifier)
+
+
+def test_tests_that_fed_nothing_are_said_the_same_way_in_every_report(classifier):
+    from pytest_sadl.report.markdown import render_markdown
+    from pytest_sadl.report.terminal import render_terminal
+
+    fed = sum(1 for t in classifier["tests"] if t["inputs"])
+    phrase = f"{fed} of {len(classifier['tests'])} marked tests fed the model ({len(classifier['tests']) - fed} fed nothing)"
+    assert fed < len(classifier["tests"])
+    assert phrase in render_html(classifier)
+    assert phrase in "\n".join(render_terminal(classifier))
+    assert phrase in render_markdown(classifier)
+
+
+def test_test_ids_wrap_between_parts_only():
+    from pytest_sadl.report.html import _testid
+
+    assert str(_testid("tests/test_a.py::test_recall_per_digit[1]")) == (
+        'tests/<wbr>test_<wbr>a.py::<wbr>test_<wbr>recall_<wbr>per_<wbr>digit<wbr><span class="param">[1]</span>'
+    )
+    assert str(_testid("t.py::x[<b>]")) == 't.py::<wbr>x<wbr><span class="param">[&lt;b&gt;]</span>'

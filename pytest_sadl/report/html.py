@@ -68,12 +68,13 @@ def _env() -> jinja2.Environment:
 
 
 def _testid(value: Any) -> Markup:
-    """A test id that wraps only between its parts (after ``/`` and ``::``, before its
-    ``[parameters]``), never inside a name or inside the parameters."""
+    """A test id that wraps only between its parts (after ``/``, ``::`` and the ``_`` between
+    the words of a name, before its ``[parameters]``), never inside a word or inside the
+    parameters, so a phone shows ``test_recall_per_digit`` / ``[1]``, not ``test_recall_per_digit[`` / ``1]``."""
     s = str(value)
     found = re.search(r"\[.*\]$", s)
     head, param = (s[: found.start()], s[found.start():]) if found else (s, "")
-    html = Markup("<wbr>").join(escape(part) for part in re.split(r"(?<=/)|(?<=::)", head) if part)
+    html = Markup("<wbr>").join(escape(part) for part in re.split(r"(?<=/)|(?<=::)|(?<=_)", head) if part)
     if param:
         html += Markup('<wbr><span class="param">') + escape(param) + Markup("</span>")
     return html

@@ -84,6 +84,8 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         bits.append(f"model fingerprint {escape_md(str(fp)[:12])}")
     if model.get("n_train") is not None:
         bits.append(f"{model['n_train']} training inputs")
+    if results.get("tests"):
+        bits.append(tests_summary(results))
     if bits:
         lines.append(" · ".join(bits))
         lines.append("")
