@@ -250,3 +250,24 @@ def test_top_inputs_show_each_distinct_input_once_with_every_test_that_fed_it():
         assert len({int(digests[t["input"]]) for t in top}) == len(top) == 12
         repeated = [t for t in top if t["test"] == 0]
         assert repeated and all(t["tests"] == [0, 1] and t["copies"] == 2 for t in repeated)
+
+
+def test_regression_labels_give_rank_correlations_not_aucs():
+    from pytest_sadl.recorder import input_digests
+    from pytest_sadl.surprise import MDSA
+
+    rng = np.random.default_rng(9)
+    view, centres = make_view(rng, classifier=False)
+    view.mdsa = MDSA(view.sa_traces)
+    records = make_records(rng, centres, SPEC[:2])
+    for r in records:
+        n = len(r.batches[0])
+        r.batches[0].pred = rng.normal(size=(n, 1)).astype(np.float32)  # a regression model's outputs
+        x = rng.random((n, 2))
+        r.batches[0].digests = input_digests(x)
+        r.labels.append((input_digests(x), (r.batches[0].pred + rng.normal(size=(n, 1))).astype(float)))
+    data = compute(view, records, options(), {}).to_dict()
+    found = data["mistakes"]["overall"]
+    assert found["kind"] == "regression" and found["labelled"] == 70 and found["auc"] == {}
+    assert set(found["spearman"]) == {"lsa", "mdsa"} and data["metrics"]["dsc"]["applicable"] is False
+    assert data["metrics"]["mdsc"]["applicable"] is True and len(data["inputs"]["label"]) == 70
