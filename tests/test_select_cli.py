@@ -103,3 +103,14 @@ def test_bad_arguments_are_one_line_errors(setup, capsys):
     err = capsys.readouterr().err
     assert "--budget=0" in err and "missing.npz" in err and "--upto=2.0" in err
     assert "Traceback" not in err and err.count("\n") == 3
+
+
+def test_select_is_a_listed_subcommand_with_its_strategies(capsys):
+    with pytest.raises(SystemExit):
+        main(["select", "--help"])
+    out = capsys.readouterr().out
+    for word in ("surprise", "coverage", "ranges", "deepgini", "--budget", "--results", "--upto"):
+        assert word in out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "select" in capsys.readouterr().out
