@@ -546,3 +546,12 @@ def test_test_ids_wrap_between_parts_only():
         'tests/<wbr>test_<wbr>a.py::<wbr>test_<wbr>recall_<wbr>per_<wbr>digit<wbr><span class="param">[1]</span>'
     )
     assert str(_testid("t.py::x[<b>]")) == 't.py::<wbr>x<wbr><span class="param">[&lt;b&gt;]</span>'
+
+
+def test_a_mistakes_section_of_the_wrong_type_is_a_clear_error(classifier):
+    from pytest_sadl.report._load import ResultsFileError, validate_results
+
+    bad = copy.deepcopy(classifier)
+    bad["mistakes"] = [1, 2]
+    with pytest.raises(ResultsFileError, match='"mistakes" must be an object'):
+        validate_results(bad)

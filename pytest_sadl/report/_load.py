@@ -91,7 +91,7 @@ def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None)
             )
     for key, kind in (("model", dict), ("config", dict), ("thresholds", dict), ("outcome", dict),
                       ("inputs", dict), ("layers", list), ("groups", list), ("tests", list),
-                      ("top_inputs", list)):
+                      ("top_inputs", list), ("mistakes", dict)):
         if key in data and data[key] is not None and not isinstance(data[key], kind):
             expected = "an object" if kind is dict else "a list"
             raise ResultsFileError(
