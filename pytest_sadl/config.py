@@ -284,7 +284,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
             raise pytest.UsageError(str(exc)) from None
     compare = path("sadl_compare")
     if compare is not None:
-        from pytest_sadl.report._load import load_results
+        from pytest_sadl.results import load_results
 
         try:  # a missing, broken or newer baseline is a usage error now, not at the end
             load_results(compare)

@@ -432,7 +432,7 @@ def _finish(state: SadlState) -> None:
     state.results = compute(ProfileView.of(profile), records, state.options, info, messages)
     data = state.data = state.results.to_dict()
     if state.options.compare is not None:
-        from .report._load import load_results
+        from .results import load_results
         from .report.compare import compare, compare_failures
 
         state.comparison = compare(data, load_results(state.options.compare))
