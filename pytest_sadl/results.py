@@ -83,6 +83,8 @@ class Results:
     top_inputs: list[dict[str, Any]]
     failures: list[Failure] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: tests whose inputs never reached the results: ``{"nodeid", "reason"}`` (xdist crash)
+    missing: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -112,6 +114,7 @@ class Results:
                     "passed": self.passed,
                     "failures": [asdict(f) for f in self.failures],
                     "warnings": list(self.warnings),
+                    "missing": list(self.missing),
                 },
             }
         )
