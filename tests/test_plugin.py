@@ -449,12 +449,13 @@ def test_on_the_other_worker(sadl_model):
 
 
 def test_a_crashed_worker_loses_only_the_crashing_tests_inputs(project):
-    """A real ``-n 2`` run: the three tests that ran on the worker before it died keep their
-    inputs (they went with their reports); the reports name the test whose inputs are
-    missing, and the terminal says so before the tables."""
+    """A real ``-n 2`` run: the tests that ran on the worker before it died keep their inputs
+    (they went with their reports; xdist hands each worker two of the four first), the
+    reports name the test whose inputs are missing, and the terminal says so before the
+    tables. (Not ``--dist=loadfile``: xdist reruns a crashing test's file there.)"""
     pytester = project(CRASHING_TESTS)
     pytester.makepyfile(test_other=OTHER_WORKER_TESTS)
-    res = run(pytester, "--sadl-coverage", "-n", "2", "--dist=loadfile", "--sadl-report=json:out.json",
+    res = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:out.json",
               "--sadl-report=term", "--sadl-report=markdown:out.md", "--sadl-report=html:html")
     assert res.ret == 1  # the crashed test failed
     data = results(pytester)
@@ -469,7 +470,7 @@ def test_a_crashed_worker_loses_only_the_crashing_tests_inputs(project):
     warning = next(i for i, line in enumerate(out) if line.startswith("warning: pytest-sadl: the inputs of 1 test(s) are missing"))
     table = next(i for i, line in enumerate(out) if line.startswith("metric  coverage"))
     assert warning < table
-    assert "test_worker_dies" in (pytester.path / "out.md").read_text().split("| Metric")[0]
+    assert "test\\_project.py::test\\_worker\\_dies: worker" in (pytester.path / "out.md").read_text().split("| Metric")[0]
     html = (pytester.path / "html" / "index.html").read_text()
     assert 'id="missing"' in html and "test_project.py::test_worker_dies" in html
 
