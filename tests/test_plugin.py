@@ -577,3 +577,60 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
     res.assert_outcomes(passed=1)
     res = pytester.runpytest_inprocess("--markers")
     res.stdout.fnmatch_lines(["@pytest.mark.sadl(group='name'): record every input*"])
+
+
+# ----------------------------------------------------------------------------- properties of the option parsers
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pytest_sadl.config import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
+from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
+from pytest_sadl.results import METRICS  # noqa: E402
+
+_spec_parts = st.one_of(
+    st.text(max_size=12),
+    st.tuples(st.sampled_from([*METRICS, "all", "LSC", "foo", ""]), st.sampled_from([":", "=", ""]),
+              st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-(10**30), 10**30).map(str),
+                        st.text(max_size=5))).map("".join),
+)
+_specs = st.lists(_spec_parts, max_size=5).map(",".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=_specs)
+def test_property_thresholds_are_percentages_or_a_usage_error(spec):
+    try:
+        parsed = parse_thresholds(spec)
+    except pytest.UsageError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("--sadl-fail-under=")
+        return
+    assert set(parsed) <= set(METRICS)
+    assert all(0 <= v <= 100 for v in parsed.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=_specs)
+def test_property_compare_limits_are_finite_drops_or_a_value_error(spec):
+    try:
+        parsed = parse_compare_fail(spec)
+    except ValueError as exc:
+        assert "\n" not in str(exc) and "--sadl-compare-fail" in str(exc)
+        return
+    assert parsed and set(parsed) <= set(METRICS)
+    assert all(v <= 0 and v == v and v != float("-inf") for v in parsed.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.one_of(st.sampled_from(REPORT_KINDS), st.text(max_size=8)), sep=st.sampled_from(["", ":"]),
+       path=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12))
+def test_property_report_specs_parse_to_a_known_kind_or_a_usage_error(kind, sep, path):
+    base = Path("/base")
+    try:
+        report = parse_report(f"{kind}{sep}{path}", base)
+    except pytest.UsageError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("--sadl-report=")
+        return
+    assert report.kind in REPORT_KINDS
+    assert (report.path is None) == report.kind.startswith("term")
+    assert report.path is None or report.path.is_absolute()
