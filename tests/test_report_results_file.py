@@ -35,6 +35,26 @@ def _doc() -> dict[str, Any]:
     return json.loads(RUN.read_text(encoding="utf-8"))
 
 
+def _put(doc: dict[str, Any], path: tuple, value: Any) -> dict[str, Any]:
+    """``doc`` with ``value`` at ``path`` (keys and list indices)."""
+    target: Any = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return doc
+
+
+def _accepted_docs_render(doc: dict[str, Any]) -> bool:
+    """Validate ``doc``; if it passes, render every report. False when it was refused."""
+    try:
+        validate_results(doc)
+    except ResultsFileError as exc:
+        assert "\n" not in str(exc)
+        return False
+    _render_all(doc)
+    return True
+
+
 def _refused(tmp_path: Path, text: str) -> str:
     path = tmp_path / "run.json"
     path.write_text(text, encoding="utf-8")
@@ -99,12 +119,7 @@ def test_deep_nesting_is_refused_before_parsing(tmp_path):
     (("tests", 2, "inputs"), -1, "tests[2].inputs must be a count (an integer >= 0), got -1"),
 ])
 def test_type_confused_fields_are_named(tmp_path, where, value, message):
-    doc = _doc()
-    target = doc
-    for key in where[:-1]:
-        target = target[key]
-    target[where[-1]] = value
-    assert message in _refused(tmp_path, json.dumps(doc))
+    assert message in _refused(tmp_path, json.dumps(_put(_doc(), where, value)))
 
 
 def test_a_fifo_or_a_directory_is_refused_without_reading(tmp_path):
@@ -139,19 +154,10 @@ def test_every_field_with_a_wrong_type_is_refused_or_renders():
     refused = rendered = 0
     for path in list(_leaves(original))[1:]:
         for wrong in ("x", {"a": 1}, -5, None):
-            doc = copy.deepcopy(original)
-            target = doc
-            for key in path[:-1]:
-                target = target[key]
-            target[path[-1]] = wrong
-            try:
-                validate_results(doc)
-            except ResultsFileError as exc:
-                assert "\n" not in str(exc)
+            if _accepted_docs_render(_put(copy.deepcopy(original), path, wrong)):
+                rendered += 1
+            else:
                 refused += 1
-                continue
-            _render_all(doc)
-            rendered += 1
     assert refused > 150 and rendered > 30  # both branches were exercised
 
 
@@ -172,17 +178,7 @@ _fields = st.sampled_from([("metrics", "lsc", "value"), ("metrics", "nc"), ("mod
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(field=_fields, value=_json)
 def test_property_any_value_anywhere_is_refused_or_renders(field, value):
-    doc = _doc()
-    target = doc
-    for key in field[:-1]:
-        target = target[key]
-    target[field[-1]] = value
-    try:
-        validate_results(doc)
-    except ResultsFileError as exc:
-        assert "\n" not in str(exc)
-        return
-    _render_all(doc)
+    _accepted_docs_render(_put(_doc(), field, value))
 
 
 @settings(max_examples=200, deadline=None)
