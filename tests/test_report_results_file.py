@@ -189,3 +189,16 @@ def test_property_parse_json_raises_only_results_file_error(text):
         parse_json(text)
     except ResultsFileError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_sadl_report_and_compare_on_a_hostile_file_exit_2_with_one_line(tmp_path, capsys, command):
+    from pytest_sadl.cli import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(RUN.read_text(encoding="utf-8").replace(VALUE, '"value": ' + "9" * 400, 1), encoding="utf-8")
+    argv = ["report", str(bad), "--html", str(tmp_path / "out")] if command == "report" else ["compare", str(RUN), str(bad)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}: metrics.lsc.value must be a fraction in [0, 1]" in err
+    assert not (tmp_path / "out").exists()
