@@ -306,20 +306,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     state = _enabled(item.config)
     if state is None:
         return
-    if state.is_worker and call.when == "setup" and (
-        _marker(item) is not None or "sadl_record" in getattr(item, "fixturenames", ())
-    ):  # pytest-xdist: the controller learns that this test may record (see session)
-        outcome.get_result().sadl_marked = True
-    rec = state.recorder.records.get(item.nodeid)
-    if rec is None:
-        return
     report = outcome.get_result()
-    if report.failed:
-        rec.outcome = "failed" if report.when == "call" else "error"
-    elif report.skipped and rec.outcome == "passed" and report.when != "teardown":
-        rec.outcome = "skipped"
-    if state.is_worker and report.when == "teardown":  # pytest-xdist: sent as the test ends
-        report.sadl_record = sadl_session.pack(state.recorder, [state.recorder.records.pop(item.nodeid)])
+    rec = state.recorder.records.get(item.nodeid)
+    if rec is not None:
+        if report.failed:
+            rec.outcome = "failed" if report.when == "call" else "error"
+        elif report.skipped and rec.outcome == "passed" and report.when != "teardown":
+            rec.outcome = "skipped"
+    if not state.is_worker:
+        return
+    # pytest-xdist: the controller learns that a test may record as it starts, and gets its
+    # records as it ends (see session); a test skipped before recording sends none.
+    may_record = _marker(item) is not None or "sadl_record" in getattr(item, "fixturenames", ())
+    if call.when == "setup" and may_record:
+        report.sadl_marked = True
+    elif call.when == "teardown" and (may_record or rec is not None):
+        records = [state.recorder.records.pop(item.nodeid)] if rec is not None else []
+        report.sadl_record = sadl_session.pack(state.recorder, records)
 
 
 # ----------------------------------------------------------------------------- fixtures

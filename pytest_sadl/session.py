@@ -108,7 +108,7 @@ def arrived(state: SadlState, report: Any) -> None:
     if payload is None:
         return
     try:
-        state.recorder.merge(unpack(payload))
+        state.recorder.merge(unpack(payload))  # none for a test skipped before it recorded
     except ValueError as exc:
         state.warnings.append(f"pytest-sadl: {exc}")
         return
