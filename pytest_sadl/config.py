@@ -54,6 +54,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-dsc-upper", "sadl_dsc_upper", "upper bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-dsc-buckets", "sadl_dsc_buckets", "number of DSC buckets (default 1000)", None, 1000, "int", "N",
            limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
+    Option("--sadl-mdsc-lower", "sadl_mdsc_lower", "lower bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-mdsc-upper", "sadl_mdsc_upper", "upper bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-mdsc-buckets", "sadl_mdsc_buckets", "number of MDSC buckets (default 1000)", None, 1000, "int", "N",
+           limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
     Option("--sadl-nc-threshold", "sadl_nc_threshold", "NC activation threshold on the min-max scaled output (default 0.5)", None, 0.5, "float", "T"),
     Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K",
            limit=10_000, limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000"),
@@ -131,6 +135,7 @@ class SadlOptions:
     coverage_layers: tuple[str | int, ...] | None = None
     lsc: Bounds = Bounds(None, None, 1000)
     dsc: Bounds = Bounds(None, None, 1000)
+    mdsc: Bounds = Bounds(None, None, 1000)
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
@@ -372,6 +377,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         coverage_layers=layers("sadl_coverage_layers"),
         lsc=bounds("lsc"),
         dsc=bounds("dsc"),
+        mdsc=bounds("mdsc"),
         nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,

@@ -30,8 +30,14 @@ from typing import Any
 
 SCHEMA = "pytest-sadl/results"
 VERSION = 1
-METRICS = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
-LABELS = {"lsc": "LSC", "dsc": "DSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
+METRICS = ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
+LABELS = {"lsc": "LSC", "dsc": "DSC", "mdsc": "MDSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
+# The surprise coverages and the per-input surprise each buckets (results' "inputs" keys),
+# in report order; every other metric is a neuron coverage. Adding a surprise measure is
+# one entry here (and its scorer in the engine).
+SURPRISE = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
+SA_LABELS = {"lsa": "LSA", "dsa": "DSA", "mdsa": "MDSA"}
+KINDS = {m: ("surprise" if m in SURPRISE else "neuron") for m in METRICS}
 
 #: Limits on what a results file may hold (a real file is far inside them).
 MAX_DEPTH = 32  # nesting of objects and arrays; a results file nests 5 deep
@@ -85,6 +91,8 @@ class Results:
     warnings: list[str] = field(default_factory=list)
     #: tests whose inputs never reached the results: ``{"nodeid", "reason"}`` (xdist crash)
     missing: list[dict[str, str]] = field(default_factory=list)
+    # "does surprise predict this model's mistakes" (pytest_sadl.mistakes), when tests gave labels
+    mistakes: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -110,6 +118,7 @@ class Results:
                 "tests": self.tests,
                 "inputs": self.inputs,
                 "top_inputs": self.top_inputs,
+                **({"mistakes": self.mistakes} if self.mistakes is not None else {}),
                 "outcome": {
                     "passed": self.passed,
                     "failures": [asdict(f) for f in self.failures],
@@ -158,6 +167,33 @@ _BOUNDS = {
     "properties": {"lower": _NUMBER_OR_NULL, "upper": _NUMBER_OR_NULL, "buckets": _COUNT, "rule": _TEXT},
 }
 
+_MISTAKES_ROW = {
+    "type": "object",
+    "properties": {
+        "name": _TEXT_OR_NULL,
+        "kind": _TEXT,
+        "labelled": _COUNT_OR_NULL,
+        "errors": _COUNT_OR_NULL,
+        "error_rate": _FRACTION_OR_NULL,
+        "mean_abs_error": _NUMBER_OR_NULL,
+        "auc": {"type": "object", "additionalProperties": _FRACTION_OR_NULL},
+        "spearman": {"type": "object", "additionalProperties": {"type": ["number", "null"], "minimum": -1, "maximum": 1}},
+        "fifths": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"lowest": _NUMBER_OR_NULL, "highest": _NUMBER_OR_NULL, "inputs": _COUNT,
+                                   "accuracy": _FRACTION_OR_NULL, "mean_abs_error": _NUMBER_OR_NULL},
+                },
+            },
+        },
+        "scored": {"type": "object", "additionalProperties": _COUNT},
+        "sentences": {"type": "array", "items": _TEXT},
+    },
+}
+
 #: The results format, version 1, as a JSON Schema (draft 2020-12). Objects allow
 #: properties the schema does not name (additions within a major version).
 JSON_SCHEMA: dict[str, Any] = {
@@ -199,6 +235,7 @@ JSON_SCHEMA: dict[str, Any] = {
                 "var_threshold": {"type": "number", "minimum": 0, "maximum": MAX_FLOAT},
                 "lsc": _BOUNDS,
                 "dsc": _BOUNDS,
+                "mdsc": _BOUNDS,
             },
         },
         "thresholds": {"type": "object", "additionalProperties": _PERCENT},
@@ -253,6 +290,8 @@ JSON_SCHEMA: dict[str, Any] = {
                     "lsa_max": _NUMBER_OR_NULL,
                     "dsa_mean": _NUMBER_OR_NULL,
                     "dsa_max": _NUMBER_OR_NULL,
+                    "mdsa_mean": _NUMBER_OR_NULL,
+                    "mdsa_max": _NUMBER_OR_NULL,
                     "new": {"type": "object", "additionalProperties": _COUNT_OR_NULL},
                 },
             },
@@ -264,6 +303,8 @@ JSON_SCHEMA: dict[str, Any] = {
                 "pred": {"type": "array", "items": _COUNT_OR_NULL},
                 "lsa": {"type": "array", "items": _NUMBER_OR_NULL},
                 "dsa": {"type": "array", "items": _NUMBER_OR_NULL},
+                "mdsa": {"type": "array", "items": _NUMBER_OR_NULL},
+                "label": {"type": "array", "description": "the label a test gave each input (sadl_labels), or null"},
             },
         },
         "top_inputs": {
@@ -275,9 +316,12 @@ JSON_SCHEMA: dict[str, Any] = {
                     "rank": _COUNT,
                     "input": _COUNT,
                     "test": _COUNT,
+                    "tests": {"type": "array", "items": _COUNT},
+                    "copies": _COUNT,
                     "pred": _COUNT_OR_NULL,
                     "lsa": _NUMBER_OR_NULL,
                     "dsa": _NUMBER_OR_NULL,
+                    "mdsa": _NUMBER_OR_NULL,
                     "image": {
                         "type": ["object", "null"],
                         "required": ["height", "width", "pixels"],
@@ -289,6 +333,16 @@ JSON_SCHEMA: dict[str, Any] = {
                         },
                     },
                 },
+            },
+        },
+        "mistakes": {
+            "description": "does surprise predict the model's mistakes (only when tests gave labels)",
+            "type": ["object", "null"],
+            "properties": {
+                "overall": _MISTAKES_ROW,
+                "groups": {"type": "array", "items": _MISTAKES_ROW},
+                "labels": {"type": "object", "additionalProperties": _TEXT},
+                "baselines": {"type": "array", "items": _TEXT},
             },
         },
         "outcome": {
