@@ -1,0 +1,221 @@
+"""Exact nearest-neighbour search by class, the work behind DSA.
+
+:class:`ClassNeighbours` answers two questions over the rows of a training array ``x``
+(float32 or float64, a ``np.memmap`` included) whose rows carry a class:
+
+* :meth:`~ClassNeighbours.nearest_in` — for each query, the nearest row of a given class
+  (its index and exact distance): DSA's ``x_a`` and ``dist_a``;
+* :meth:`~ClassNeighbours.nearest_out` — for each query, the distance to the nearest row
+  of any *other* class: DSA's ``dist_b`` when the query is ``x_a``.
+
+Both are exact: the row returned is the one a per-query ``np.linalg.norm`` loop over the
+class's rows in their original order finds (the first, on an exact tie), and every
+distance is computed in float64 from the two vectors' difference. Repeated rows (the same
+vector in the same class, from an augmented or oversampled training set) are searched
+once: the first occurrence stands for all copies.
+
+Two exact methods, chosen by dimension and storage (``method="auto"``), measured in
+``benchmarks/bench_engine.py``:
+
+* ``"tree"`` — SciPy's ``cKDTree`` over float64 rows (one tree per class, one per class's
+  complement), for up to ``TREE_MAX_DIM`` dimensions of an in-memory array: a tree query
+  costs about ``log n`` distances where a scan costs ``n``. A query whose two nearest
+  rows lie within ``1e-9`` relative of each other is settled among every row in that
+  radius, exactly.
+* ``"blas"`` — blocked matrix products ``|x|^2 - 2 q.x`` in the training array's own
+  precision (float32 traces: float32 products, twice the speed of float64), streamed
+  over chunks of at most ``chunk_bytes``, so a memory-mapped array is never read whole
+  into memory and no ``n_queries x n_rows`` matrix exists. Every row whose product lies
+  within a proven rounding bound of the running minimum is re-measured exactly in
+  float64 (vectorised over all such pairs), so the precision of the products never
+  decides the answer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import row_chunks
+
+__all__ = ["ClassNeighbours", "TREE_MAX_DIM", "exact_distance"]
+
+#: Above this many dimensions a k-d tree prunes little and the blocked scan wins.
+TREE_MAX_DIM = 16
+_TIE = 1e-9  # relative gap under which two tree distances count as a possible tie
+_ROW_BLOCK = 1024  # queries per matrix product in the blocked scan
+
+
+def exact_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise Euclidean distance in float64 from the difference of the two vectors."""
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+
+
+def _first_min(rows: np.ndarray, cand: np.ndarray, dist: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query row among candidate pairs ``(rows, cand)``: the smallest distance, the
+    smallest index on a tie. Returns (rows that had a candidate, their index, distance)."""
+    order = np.lexsort((cand, dist, rows))
+    rows, cand, dist = rows[order], cand[order], dist[order]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = rows[1:] != rows[:-1]
+    return rows[first], cand[first], dist[first]
+
+
+def duplicate_of(x: np.ndarray, pred: np.ndarray, chunk_bytes: int) -> np.ndarray:
+    """For each row, the index of the first row with the same class and the same vector.
+
+    Rows are hashed chunk by chunk (their bit patterns, ``-0.0`` made ``+0.0``); rows with
+    equal hashes are compared exactly, so a hash collision costs a missed merge, never a
+    wrong one."""
+    n, d = x.shape
+    word = np.uint32 if x.dtype == np.float32 else np.uint64
+    mult = np.random.default_rng(0x5AD1).integers(1, 2**63, size=d, dtype=np.uint64) | np.uint64(1)
+    h = np.empty(n, dtype=np.uint64)
+    step = max(1, chunk_bytes // (d * 8))
+    with np.errstate(over="ignore"):
+        for s in range(0, n, step):
+            block = np.asarray(x[s : s + step]) + x.dtype.type(0)  # -0.0 -> +0.0
+            h[s : s + step] = (block.view(word).astype(np.uint64) * mult).sum(axis=1)
+        h ^= pred.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    order = np.lexsort((np.arange(n), h))
+    hs = h[order]
+    same = np.zeros(n, dtype=bool)
+    pairs = np.flatnonzero(hs[1:] == hs[:-1]) + 1
+    for s in range(0, len(pairs), step):
+        p = pairs[s : s + step]
+        a, b = order[p], order[p - 1]
+        same[p] = (pred[a] == pred[b]) & (np.asarray(x[a]) == np.asarray(x[b])).all(axis=1)
+    segment = np.cumsum(~same) - 1
+    starts = order[~same]
+    rep = np.empty(n, dtype=np.int64)
+    rep[order] = starts[segment]
+    return rep
+
+
+class ClassNeighbours:
+    """Exact nearest rows of a class, or of the other classes, for batches of queries."""
+
+    def __init__(self, x: np.ndarray, pred: np.ndarray, *, method: str = "auto", chunk_bytes: int = 16 * 2**20) -> None:
+        if method not in ("auto", "tree", "blas"):
+            raise ValueError(f"method must be 'auto', 'tree' or 'blas', got {method!r}")
+        self.x = x
+        self.chunk_bytes = int(chunk_bytes)
+        n, d = x.shape
+        self.rep = duplicate_of(x, pred, self.chunk_bytes)
+        unique = np.flatnonzero(self.rep == np.arange(n))
+        self.rows = unique[np.argsort(pred[unique], kind="stable")]  # unique rows by class, in order
+        classes, starts = np.unique(pred[self.rows], return_index=True)
+        ends = list(starts[1:]) + [len(self.rows)]
+        self.span = {int(c): (int(s), int(e)) for c, s, e in zip(classes, starts, ends)}
+        if method == "auto":
+            method = "tree" if d <= TREE_MAX_DIM and not isinstance(x, np.memmap) else "blas"
+        self.method = method
+        self._trees: dict[tuple[str, int], object] = {}
+        if method == "blas":
+            self._prepare_scan()
+
+    # -- public ---------------------------------------------------------------
+
+    def nearest_in(self, q: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Index into ``x`` and exact distance of each query's nearest row of class ``c``."""
+        s, e = self.span[c]
+        if self.method == "tree":
+            return self._tree_nearest(q, ("in", c), self.rows[s:e])
+        return self._scan(q, [(s, e)])
+
+    def nearest_out(self, q: np.ndarray, c: int) -> np.ndarray:
+        """Exact distance of each query to its nearest row of a class other than ``c``."""
+        s, e = self.span[c]
+        if e - s == len(self.rows):
+            return np.full(len(q), np.inf)
+        if self.method == "tree":
+            others = np.concatenate([self.rows[:s], self.rows[e:]])
+            return self._tree_nearest(q, ("out", c), others)[1]
+        return self._scan(q, [(0, s), (e, len(self.rows))])[1]
+
+    # -- k-d tree -------------------------------------------------------------
+
+    def _tree_nearest(self, q: np.ndarray, key: tuple[str, int], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from scipy.spatial import cKDTree
+
+        tree = self._trees.get(key)
+        if tree is None:
+            tree = self._trees[key] = cKDTree(np.asarray(self.x[rows], dtype=np.float64), balanced_tree=False)
+        if len(rows) == 1:
+            j = np.zeros(len(q), dtype=np.int64)
+        else:
+            dist, nn = tree.query(q, k=2, workers=-1)
+            j = nn[:, 0].astype(np.int64)
+            tie = np.flatnonzero(dist[:, 1] <= dist[:, 0] * (1 + _TIE) + 1e-300)
+            if tie.size:  # settle among every row within the tie radius, exactly
+                found = tree.query_ball_point(q[tie], dist[tie, 0] * (1 + 2 * _TIE) + 1e-300, workers=-1)
+                counts = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
+                cand = np.concatenate([np.asarray(f, dtype=np.int64) for f in found])
+                owner = np.repeat(tie, counts)
+                cand = rows[cand]
+                got_rows, got_idx, _ = _first_min(owner, cand, exact_distance(q[owner], self.x[cand]), len(q))
+                j[got_rows] = _position(rows, got_idx)
+        idx = rows[j]
+        return idx, exact_distance(q, self.x[idx])
+
+    # -- blocked scan ---------------------------------------------------------
+
+    def _prepare_scan(self) -> None:
+        """The shift (mean row) that keeps products small, and the largest shifted norm."""
+        x = self.x
+        n, d = x.shape
+        step = max(1, self.chunk_bytes // (d * 8))
+        total = np.zeros(d)
+        for s in range(0, n, step):
+            total += np.asarray(x[s : s + step], dtype=np.float64).sum(axis=0)
+        self.shift = total / n
+        top = 0.0
+        for s in range(0, n, step):
+            block = np.asarray(x[s : s + step], dtype=np.float64) - self.shift
+            top = max(top, float(np.einsum("ij,ij->i", block, block).max()))
+        self.max_sq = top
+        self.dtype = np.float32 if x.dtype == np.float32 else np.float64
+
+    def _scan(self, q: np.ndarray, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Nearest row among ``self.rows[s:e]`` for the spans, by blocked products."""
+        m, d = q.shape
+        eps = float(np.finfo(self.dtype).eps)
+        qs = q - self.shift
+        q_sq = np.einsum("ij,ij->i", qs, qs)
+        # |fl(|x|^2 - 2 q.x) - (|x|^2 - 2 q.x)| <= (d + 2) eps (|x|^2 + 2 |q||x|): twice that
+        # bound (the candidate's error and the minimum's) decides who is measured exactly.
+        tol = 2 * (d + 2) * eps * (2 * self.max_sq + q_sq) + 1e-300
+        qd = qs.astype(self.dtype)
+        approx = np.full(m, np.inf)
+        best = np.full(m, np.inf)
+        best_i = np.zeros(m, dtype=np.int64)
+        cols = max(1, min(65536, self.chunk_bytes // (d * 12)))
+        rows_per = max(1, min(_ROW_BLOCK, self.chunk_bytes // (cols * np.dtype(self.dtype).itemsize)))
+        for s, e in spans:
+            for c0 in range(s, e, cols):
+                idx = self.rows[c0 : min(e, c0 + cols)]
+                raw = np.asarray(self.x[idx], dtype=np.float64)
+                xs = raw - self.shift
+                x_sq = np.einsum("ij,ij->i", xs, xs).astype(self.dtype)
+                xd = xs.astype(self.dtype)
+                for r0 in range(0, m, rows_per):
+                    r1 = min(m, r0 + rows_per)
+                    v = qd[r0:r1] @ xd.T
+                    v *= -2
+                    v += x_sq
+                    low = np.minimum(approx[r0:r1], v.min(axis=1))
+                    approx[r0:r1] = low
+                    r, j = np.nonzero(v <= (low + tol[r0:r1])[:, None])
+                    r += r0
+                    dist = exact_distance(q[r], raw[j])
+                    r, k, dist = _first_min(r, idx[j], dist, m)
+                    take = (dist < best[r]) | ((dist == best[r]) & (k < best_i[r]))
+                    best[r[take]] = dist[take]
+                    best_i[r[take]] = k[take]
+        return best_i, best
+
+
+def _position(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` in the (unsorted, distinct) array ``rows``."""
+    order = np.argsort(rows)
+    return order[np.searchsorted(rows, values, sorter=order)]
