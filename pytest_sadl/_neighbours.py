@@ -42,7 +42,8 @@ __all__ = ["ClassNeighbours", "TREE_MAX_DIM", "exact_distance"]
 #: Above this many dimensions a k-d tree prunes little and the blocked scan wins.
 TREE_MAX_DIM = 16
 _TIE = 1e-9  # relative gap under which two tree distances count as a possible tie
-_ROW_BLOCK = 1024  # queries per matrix product in the blocked scan
+_ROW_BLOCK = 512  # queries per matrix product in the blocked scan
+_COL_BLOCK = 8192  # training rows per matrix product: a block of products stays in cache
 
 
 def exact_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -177,7 +178,11 @@ class ClassNeighbours:
         self.dtype = np.float32 if x.dtype == np.float32 else np.float64
 
     def _scan(self, q: np.ndarray, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Nearest row among ``self.rows[s:e]`` for the spans, by blocked products."""
+        """Nearest row among ``self.rows[s:e]`` for the spans, by blocked products.
+
+        Rows of ``x`` are gathered a chunk at a time (large, for few reads of a memmap),
+        then scored against the queries in cache-sized blocks of one product each,
+        ``[q, 1] . [-2 x, |x|^2]``."""
         m, d = q.shape
         eps = float(np.finfo(self.dtype).eps)
         qs = q - self.shift
@@ -185,33 +190,42 @@ class ClassNeighbours:
         # |fl(|x|^2 - 2 q.x) - (|x|^2 - 2 q.x)| <= (d + 2) eps (|x|^2 + 2 |q||x|): twice that
         # bound (the candidate's error and the minimum's) decides who is measured exactly.
         tol = 2 * (d + 2) * eps * (2 * self.max_sq + q_sq) + 1e-300
-        qd = qs.astype(self.dtype)
+        q_aug = np.empty((m, d + 1), dtype=self.dtype)
+        q_aug[:, :d] = qs
+        q_aug[:, d] = 1.0
         approx = np.full(m, np.inf)
         best = np.full(m, np.inf)
         best_i = np.zeros(m, dtype=np.int64)
-        cols = max(1, min(65536, self.chunk_bytes // (d * 12)))
-        rows_per = max(1, min(_ROW_BLOCK, self.chunk_bytes // (cols * np.dtype(self.dtype).itemsize)))
+        chunk = max(1, self.chunk_bytes // (d * 24))
         for s, e in spans:
-            for c0 in range(s, e, cols):
-                idx = self.rows[c0 : min(e, c0 + cols)]
+            for c0 in range(s, e, chunk):
+                idx = self.rows[c0 : min(e, c0 + chunk)]
                 raw = np.asarray(self.x[idx], dtype=np.float64)
                 xs = raw - self.shift
-                x_sq = np.einsum("ij,ij->i", xs, xs).astype(self.dtype)
-                xd = xs.astype(self.dtype)
-                for r0 in range(0, m, rows_per):
-                    r1 = min(m, r0 + rows_per)
-                    v = qd[r0:r1] @ xd.T
-                    v *= -2
-                    v += x_sq
-                    low = np.minimum(approx[r0:r1], v.min(axis=1))
-                    approx[r0:r1] = low
-                    r, j = np.nonzero(v <= (low + tol[r0:r1])[:, None])
-                    r += r0
-                    dist = exact_distance(q[r], raw[j])
-                    r, k, dist = _first_min(r, idx[j], dist, m)
-                    take = (dist < best[r]) | ((dist == best[r]) & (k < best_i[r]))
-                    best[r[take]] = dist[take]
-                    best_i[r[take]] = k[take]
+                x_aug = np.empty((len(idx), d + 1), dtype=self.dtype)
+                np.multiply(xs, -2.0, out=x_aug[:, :d], casting="unsafe")
+                x_aug[:, d] = np.einsum("ij,ij->i", xs, xs)
+                for b0 in range(0, len(idx), _COL_BLOCK):
+                    block = x_aug[b0 : b0 + _COL_BLOCK]
+                    for r0 in range(0, m, _ROW_BLOCK):
+                        r1 = min(m, r0 + _ROW_BLOCK)
+                        v = q_aug[r0:r1] @ block.T
+                        j = v.argmin(axis=1)
+                        low = v[np.arange(r1 - r0), j]
+                        low = np.minimum(approx[r0:r1], low)
+                        approx[r0:r1] = low
+                        thr = low + tol[r0:r1]
+                        active = np.flatnonzero(v[np.arange(r1 - r0), j] <= thr)
+                        if active.size == 0:
+                            continue
+                        r, jj = np.nonzero(v[active] <= thr[active, None])
+                        r = active[r] + r0
+                        jj += b0
+                        dist = exact_distance(q[r], raw[jj])
+                        r, k, dist = _first_min(r, idx[jj], dist, m)
+                        take = (dist < best[r]) | ((dist == best[r]) & (k < best_i[r]))
+                        best[r[take]] = dist[take]
+                        best_i[r[take]] = k[take]
         return best_i, best
 
 

@@ -51,6 +51,7 @@ class ProfileView:
     sa_traces: np.ndarray
     sa_pred: np.ndarray | None
     var_threshold: float
+    near_singular: str = "drop"
 
     @classmethod
     def of(cls, profile: Any) -> "ProfileView":
@@ -61,6 +62,7 @@ class ProfileView:
             sa_traces=profile.sa_traces,
             sa_pred=profile.sa_pred if profile.classifier else None,
             var_threshold=profile.options.var_threshold,
+            near_singular=profile.options.lsa_near_singular,
         )
 
 
@@ -76,7 +78,7 @@ def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.nd
     x, pred = view.sa_traces, view.sa_pred
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
+        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
         dsa_scores = None
         if view.dsa is not None and pred is not None:
@@ -314,6 +316,7 @@ def compute(
         "nc_threshold": options.nc_threshold,
         "kmnc_k": options.kmnc_k,
         "var_threshold": options.var_threshold,
+        "lsa_near_singular": options.lsa_near_singular,
         "lsc": {"lower": lsc.lower, "upper": lsc.upper, "buckets": lsc.buckets, "rule": lsc_rule},
         "dsc": (
             {"lower": dsc.lower, "upper": dsc.upper, "buckets": dsc.buckets, "rule": dsc_rule}
