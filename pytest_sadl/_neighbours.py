@@ -131,19 +131,27 @@ class ClassNeighbours:
             return np.full(len(q), np.inf)
         if self.method == "tree":
             others = np.concatenate([self.rows[:s], self.rows[e:]])
-            return self._tree_nearest(q, ("out", c), others)[1]
+            return self._tree_nearest(q, ("out", c), others, first=False)[1]
         return self._scan(q, [(0, s), (e, len(self.rows))])[1]
 
     # -- k-d tree -------------------------------------------------------------
 
-    def _tree_nearest(self, q: np.ndarray, key: tuple[str, int], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _tree_nearest(
+        self, q: np.ndarray, key: tuple[str, int], rows: np.ndarray, first: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Nearest of ``rows`` by a (cached) k-d tree; ``first``: settle near-ties for the
+        first row in order (only the distance is wanted otherwise, the same for any of them)."""
         from scipy.spatial import cKDTree
 
         tree = self._trees.get(key)
-        if tree is None:
-            tree = self._trees[key] = cKDTree(np.asarray(self.x[rows], dtype=np.float64), balanced_tree=False)
+        if tree is None:  # unbalanced: on clustered traces (softmax) balanced trees query far slower
+            tree = self._trees[key] = cKDTree(
+                np.asarray(self.x[rows], dtype=np.float64), balanced_tree=False, compact_nodes=False
+            )
         if len(rows) == 1:
             j = np.zeros(len(q), dtype=np.int64)
+        elif not first:
+            j = tree.query(q, k=1, workers=-1)[1].astype(np.int64)
         else:
             dist, nn = tree.query(q, k=2, workers=-1)
             j = nn[:, 0].astype(np.int64)
