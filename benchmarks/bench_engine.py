@@ -254,7 +254,7 @@ def main() -> None:
     parser.add_argument("--loop-inputs", type=int, default=500, help="inputs the per-input loops score (scaled up)")
     parser.add_argument("--lsa-inputs", type=int, default=2000)
     parser.add_argument("--ooc-inputs", type=int, default=2000)
-    parser.add_argument("--precompute-max", type=int, default=100000, help="largest out-of-core set to compute every dist_b of")
+    parser.add_argument("--precompute-max", type=int, default=10000, help="largest out-of-core set to compute every dist_b of")
     parser.add_argument("--quick", action="store_true", help="out of core up to 100,000 rows only")
     parser.add_argument("--synthetic", action="store_true", help="also the synthetic 10- and 128-dimensional sets")
     parser.add_argument("--only", choices=("dsa", "repeated", "lsa", "ooc"), nargs="+")
