@@ -29,6 +29,11 @@ Two exact methods, chosen by dimension and storage (``method="auto"``), measured
   within a proven rounding bound of the running minimum is re-measured exactly in
   float64 (vectorised over all such pairs), so the precision of the products never
   decides the answer.
+
+``method="faiss"`` (optional, ``pip install 'pytest-sadl[faiss]'``) searches approximately
+by faiss HNSW graphs, for training sets too large for an exact search in the time at
+hand; :class:`~pytest_sadl.surprise.DSA` measures its recall against the exact scan on a
+sample every time it is used.
 """
 
 from __future__ import annotations
@@ -97,8 +102,8 @@ class ClassNeighbours:
     """Exact nearest rows of a class, or of the other classes, for batches of queries."""
 
     def __init__(self, x: np.ndarray, pred: np.ndarray, *, method: str = "auto", chunk_bytes: int = 16 * 2**20) -> None:
-        if method not in ("auto", "tree", "blas"):
-            raise ValueError(f"method must be 'auto', 'tree' or 'blas', got {method!r}")
+        if method not in ("auto", "tree", "blas", "faiss"):
+            raise ValueError(f"search must be 'auto', 'tree', 'blas' or 'faiss', got {method!r}")
         self.x = x
         self.chunk_bytes = int(chunk_bytes)
         n, d = x.shape
@@ -111,9 +116,9 @@ class ClassNeighbours:
         if method == "auto":
             method = "tree" if d <= TREE_MAX_DIM and not isinstance(x, np.memmap) else "blas"
         self.method = method
-        self._trees: dict[tuple[str, int], object] = {}
-        if method == "blas":
-            self._prepare_scan()
+        self._trees: dict[tuple[str, int], object] = {}  # k-d trees or faiss indexes, built lazily
+        if method in ("blas", "faiss"):
+            self._prepare_scan()  # faiss: the exact scan checks its recall on a sample
 
     # -- public ---------------------------------------------------------------
 
@@ -122,6 +127,13 @@ class ClassNeighbours:
         s, e = self.span[c]
         if self.method == "tree":
             return self._tree_nearest(q, ("in", c), self.rows[s:e])
+        if self.method == "faiss":
+            return self._faiss_nearest(q, ("in", c), self.rows[s:e])
+        return self._scan(q, [(s, e)])
+
+    def exact_in(self, q: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`nearest_in` by the exact blocked scan, whatever ``method`` is."""
+        s, e = self.span[c]
         return self._scan(q, [(s, e)])
 
     def nearest_out(self, q: np.ndarray, c: int) -> np.ndarray:
@@ -132,7 +144,33 @@ class ClassNeighbours:
         if self.method == "tree":
             others = np.concatenate([self.rows[:s], self.rows[e:]])
             return self._tree_nearest(q, ("out", c), others, first=False)[1]
+        if self.method == "faiss":
+            return self._faiss_nearest(q, ("out", c), np.concatenate([self.rows[:s], self.rows[e:]]))[1]
         return self._scan(q, [(0, s), (e, len(self.rows))])[1]
+
+    # -- approximate: faiss ---------------------------------------------------
+
+    def _faiss_nearest(self, q: np.ndarray, key: tuple[str, int], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate nearest of ``rows`` by a faiss HNSW graph (float32), the distance of
+        the row it finds measured exactly. Not exact: :class:`DSA` reports its recall."""
+        index = self._trees.get(key)
+        if index is None:
+            try:
+                import faiss
+            except ImportError:
+                raise ValueError(
+                    "search='faiss' needs faiss-cpu: pip install 'pytest-sadl[faiss]' (or use an exact search)"
+                ) from None
+            index = faiss.IndexHNSWFlat(self.x.shape[1], 32)
+            index.hnsw.efConstruction = 80
+            index.hnsw.efSearch = 128
+            step = max(1, self.chunk_bytes // (4 * self.x.shape[1]))
+            for s in range(0, len(rows), step):
+                index.add(np.ascontiguousarray(self.x[rows[s : s + step]], dtype=np.float32))
+            self._trees[key] = index
+        _, found = index.search(np.ascontiguousarray(q, dtype=np.float32), 1)
+        idx = rows[found[:, 0]]
+        return idx, exact_distance(q, self.x[idx])
 
     # -- k-d tree -------------------------------------------------------------
 

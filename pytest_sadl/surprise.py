@@ -390,8 +390,8 @@ class DSA:
     class **to x_a** and ``dist_b = |x_a - x_b|``; ``DSA = dist_a / dist_b``.
 
     Nearest neighbours are exact (:mod:`pytest_sadl._neighbours`: a k-d tree up to 16
-    dimensions, blocked BLAS products with exact re-measurement above, or ``search=`` to
-    choose); on a tie ``x_a`` is the first such trace in training order, as a per-input
+    dimensions, blocked BLAS products with exact re-measurement above, or ``search="tree"``
+    / ``"blas"`` to choose); on a tie ``x_a`` is the first such trace in training order, as a per-input
     loop finds it. Repeated training traces are searched once.
 
     ``dist_b`` depends only on the training trace ``x_a``, so it is computed lazily, once,
@@ -402,6 +402,10 @@ class DSA:
 
     The training traces may be a ``np.memmap``: they are read a chunk of at most
     ``chunk_bytes`` at a time and never copied whole.
+
+    ``search="faiss"`` (optional extra ``pytest-sadl[faiss]``) finds ``x_a`` and ``x_b``
+    approximately through faiss HNSW graphs, for very large training sets; every call
+    warns with its recall against the exact search on a sample of the inputs.
 
     An input predicted as a class with no training traces scores ``NaN`` (with a
     :class:`SadlWarning`); ``dist_b = 0`` (a training trace duplicated in another class)
@@ -498,7 +502,36 @@ class DSA:
                 out[m] = dist_a / self._other[a]
         if missing:
             warn(f"DSA: no training traces of predicted class(es) {missing}; those inputs score NaN")
+        if self.search == "faiss":
+            self._report_recall(x, p, out)
         return out
+
+    def _report_recall(self, x: np.ndarray, p: np.ndarray, approx: np.ndarray, sample: int = 200) -> None:
+        """Warn with the recall of the approximate search: on up to ``sample`` inputs, how
+        often its ``x_a`` is the exact nearest (by the exact scan) and how far DSA moves."""
+        rng = np.random.default_rng(0)
+        rows = rng.choice(len(x), size=min(sample, len(x)), replace=False)
+        rows = rows[np.isin(p[rows], self.classes)]
+        hits, worst = 0, 0.0
+        for c in np.unique(p[rows]):
+            r = rows[p[rows] == c]
+            a, dist_a = self._nn.nearest_in(x[r], int(c))
+            exact_a, exact_dist = self._nn.exact_in(x[r], int(c))
+            hits += int(np.count_nonzero(np.isclose(dist_a, exact_dist, rtol=1e-12, atol=0)))
+            b = self._nn._scan(self._x[exact_a].astype(np.float64), self._other_spans(int(c)))[1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                exact = exact_dist / b
+                rel = np.abs(approx[r] - exact) / np.abs(exact)
+            worst = max(worst, float(np.nanmax(rel)) if rel.size else 0.0)
+        warn(
+            f"DSA: approximate search (faiss HNSW) found the exact nearest same-class trace for "
+            f"{hits} of {len(rows)} sampled inputs (recall {hits / max(1, len(rows)):.3f}); largest "
+            f"relative DSA error on the sample {worst:.2e}; use search='auto' for exact values"
+        )
+
+    def _other_spans(self, c: int) -> list[tuple[int, int]]:
+        s, e = self._nn.span[c]
+        return [(0, s), (e, len(self._nn.rows))]
 
     def to_arrays(self, *, complete: bool = True) -> dict[str, np.ndarray]:
         """Arrays that rebuild this DSA with no distance computation: the training traces
