@@ -57,7 +57,7 @@ def exact_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", diff, diff))
 
 
-def _first_min(rows: np.ndarray, cand: np.ndarray, dist: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _first_min(rows: np.ndarray, cand: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per query row among candidate pairs ``(rows, cand)``: the smallest distance, the
     smallest index on a tie. Returns (rows that had a candidate, their index, distance)."""
     order = np.lexsort((cand, dist, rows))
@@ -136,6 +136,11 @@ class ClassNeighbours:
         s, e = self.span[c]
         return self._scan(q, [(s, e)])
 
+    def exact_out(self, q: np.ndarray, c: int) -> np.ndarray:
+        """:meth:`nearest_out` by the exact blocked scan, whatever ``method`` is."""
+        s, e = self.span[c]
+        return self._scan(q, [(0, s), (e, len(self.rows))])[1]
+
     def nearest_out(self, q: np.ndarray, c: int) -> np.ndarray:
         """Exact distance of each query to its nearest row of a class other than ``c``."""
         s, e = self.span[c]
@@ -200,7 +205,7 @@ class ClassNeighbours:
                 cand = np.concatenate([np.asarray(f, dtype=np.int64) for f in found])
                 owner = np.repeat(tie, counts)
                 cand = rows[cand]
-                got_rows, got_idx, _ = _first_min(owner, cand, exact_distance(q[owner], self.x[cand]), len(q))
+                got_rows, got_idx, _ = _first_min(owner, cand, exact_distance(q[owner], self.x[cand]))
                 j[got_rows] = _position(rows, got_idx)
         idx = rows[j]
         return idx, exact_distance(q, self.x[idx])
@@ -268,7 +273,7 @@ class ClassNeighbours:
                         r = active[r] + r0
                         jj += b0
                         dist = exact_distance(q[r], raw[jj])
-                        r, k, dist = _first_min(r, idx[jj], dist, m)
+                        r, k, dist = _first_min(r, idx[jj], dist)
                         take = (dist < best[r]) | ((dist == best[r]) & (k < best_i[r]))
                         best[r[take]] = dist[take]
                         best_i[r[take]] = k[take]

@@ -518,7 +518,7 @@ class DSA:
             a, dist_a = self._nn.nearest_in(x[r], int(c))
             exact_a, exact_dist = self._nn.exact_in(x[r], int(c))
             hits += int(np.count_nonzero(np.isclose(dist_a, exact_dist, rtol=1e-12, atol=0)))
-            b = self._nn._scan(self._x[exact_a].astype(np.float64), self._other_spans(int(c)))[1]
+            b = self._nn.exact_out(np.asarray(self._x[exact_a], dtype=np.float64), int(c))
             with np.errstate(divide="ignore", invalid="ignore"):
                 exact = exact_dist / b
                 rel = np.abs(approx[r] - exact) / np.abs(exact)
@@ -528,10 +528,6 @@ class DSA:
             f"{hits} of {len(rows)} sampled inputs (recall {hits / max(1, len(rows)):.3f}); largest "
             f"relative DSA error on the sample {worst:.2e}; use search='auto' for exact values"
         )
-
-    def _other_spans(self, c: int) -> list[tuple[int, int]]:
-        s, e = self._nn.span[c]
-        return [(0, s), (e, len(self._nn.rows))]
 
     def to_arrays(self, *, complete: bool = True) -> dict[str, np.ndarray]:
         """Arrays that rebuild this DSA with no distance computation: the training traces

@@ -450,3 +450,44 @@ def _check_faiss_recall():
     assert np.mean(np.isclose(got, exact, rtol=1e-5)) > 0.9
     with pytest.raises(ValueError, match="search must be"):
         DSA(train, tp, search="annoy")
+
+
+def test_memmapped_training_traces_with_nan_name_the_row(tmp_path):
+    train = np.random.default_rng(70).normal(size=(500, 3)).astype(np.float32)
+    train[321, 1] = np.nan
+    np.save(tmp_path / "bad.npy", train)
+    mm = np.load(tmp_path / "bad.npy", mmap_mode="r")
+    for make in (lambda: LSA(mm, np.arange(500) % 2, chunk_bytes=1024), lambda: DSA(mm, np.arange(500) % 2, chunk_bytes=1024)):
+        with pytest.raises(ValueError, match=r"train_ats contains NaN values in 1 row\(s\) \(first: row 321\)"):
+            make()
+
+
+def test_training_trace_checks_keep_float_arrays_and_refuse_the_rest_with_valueerror():
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    from pytest_sadl._checks import as_train_traces
+
+    arrays = hnp.arrays(
+        dtype=st.sampled_from([np.float32, np.float64, np.int32, np.float16]),
+        shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=5),
+    )
+
+    @settings(max_examples=60, deadline=None)
+    @given(arrays)
+    def check(a):
+        try:
+            out = as_train_traces("train_ats", a, chunk_bytes=16)
+        except ValueError as exc:
+            assert "train_ats" in str(exc)
+            return
+        assert out.ndim == 2 and out.shape == a.shape and len(out) and out.shape[1]
+        assert np.isfinite(out).all()
+        if a.dtype in (np.float32, np.float64):
+            assert out is a  # never copied
+        else:
+            assert out.dtype == np.float64
+
+    check()
