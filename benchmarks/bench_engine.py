@@ -225,6 +225,25 @@ def softmax_lsa(train, tp, tests, pred, args):
     print(f"scoring time: engine keep {clock(keep, x, p)[0]:.2f} s, SciPy logpdf per class {t_scipy:.2f} s")
 
 
+def search_methods(args):
+    """Which exact search is faster where: k-d tree against blocked BLAS, lazy DSA scoring."""
+    print(f"\n== exact search methods: DSA scoring {args.search_inputs} inputs (with the dist_b they need) ==")
+    for layer in ("softmax", "hidden"):
+        train, tp = _real_traces.traces(60000, layer)
+        train = np.asarray(train)
+        tests, pred = _real_traces.traces(10000, layer, seed=1)
+        tests, pred = np.asarray(tests[: args.search_inputs], dtype=np.float64), pred[: args.search_inputs]
+        times, values = {}, {}
+        for search in ("tree", "blas"):
+            times[search], values[search] = clock(lambda: DSA(train, tp, search=search)(tests, pred))
+        same = np.array_equal(values["tree"], values["blas"])
+        auto = DSA(train, tp).search
+        print(
+            f"60,000 x {train.shape[1]:2d} {layer:7s}: tree {times['tree']:7.2f} s, blas {times['blas']:7.2f} s; "
+            f"'auto' picks {auto} ({check(times[auto] <= min(times.values()))} as the faster); equal values: {check(same)}"
+        )
+
+
 def out_of_core(args):
     """Memory-mapped hidden-layer traces (64 float32 neurons): growth and allocation."""
     sizes = [10000, 100000] + ([] if args.quick else [1000000])
@@ -254,17 +273,20 @@ def main() -> None:
     parser.add_argument("--loop-inputs", type=int, default=500, help="inputs the per-input loops score (scaled up)")
     parser.add_argument("--lsa-inputs", type=int, default=2000)
     parser.add_argument("--ooc-inputs", type=int, default=2000)
+    parser.add_argument("--search-inputs", type=int, default=500)
     parser.add_argument("--precompute-max", type=int, default=10000, help="largest out-of-core set to compute every dist_b of")
     parser.add_argument("--quick", action="store_true", help="out of core up to 100,000 rows only")
     parser.add_argument("--synthetic", action="store_true", help="also the synthetic 10- and 128-dimensional sets")
-    parser.add_argument("--only", choices=("dsa", "repeated", "lsa", "ooc"), nargs="+")
+    parser.add_argument("--only", choices=("dsa", "repeated", "lsa", "search", "ooc"), nargs="+")
     args = parser.parse_args()
-    only = set(args.only or ("dsa", "repeated", "lsa", "ooc"))
+    only = set(args.only or ("dsa", "repeated", "lsa", "search", "ooc"))
     train, tp, tests, pred = real_dsa(args) if only & {"dsa", "repeated", "lsa"} else (None,) * 4
     if "repeated" in only:
         repeated(args, tests, pred)
     if "lsa" in only:
         softmax_lsa(train, tp, tests, pred, args)
+    if "search" in only:
+        search_methods(args)
     if "ooc" in only:
         out_of_core(args)
     if args.synthetic:
