@@ -17,11 +17,12 @@ once: the first occurrence stands for all copies.
 Two exact methods, chosen by dimension and storage (``method="auto"``), measured in
 ``benchmarks/bench_engine.py``:
 
-* ``"tree"`` — SciPy's ``cKDTree`` over float64 rows (one tree per class, one per class's
-  complement), for up to ``TREE_MAX_DIM`` dimensions of an in-memory array: a tree query
-  costs about ``log n`` distances where a scan costs ``n``. A query whose two nearest
-  rows lie within ``1e-9`` relative of each other is settled among every row in that
-  radius, exactly.
+* ``"tree"`` — SciPy's ``cKDTree`` over float64 rows, one tree per class, for up to
+  ``TREE_MAX_DIM`` dimensions of an in-memory array: a tree query costs about ``log n``
+  distances where a scan costs ``n``. A query whose two nearest rows lie within ``1e-9``
+  relative of each other is settled among every row in that radius, exactly. The other
+  classes are searched nearest class first, each later one only within the best distance
+  found so far.
 * ``"blas"`` — blocked matrix products ``|x|^2 - 2 q.x`` in the training array's own
   precision (float32 traces: float32 products, twice the speed of float64), streamed
   over chunks of at most ``chunk_bytes``, so a memory-mapped array is never read whole
@@ -38,15 +39,17 @@ sample every time it is used.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ._checks import row_chunks
 
 __all__ = ["ClassNeighbours", "TREE_MAX_DIM", "exact_distance"]
 
 #: Above this many dimensions a k-d tree prunes little and the blocked scan wins.
 TREE_MAX_DIM = 16
 _TIE = 1e-9  # relative gap under which two tree distances count as a possible tie
+_GROUPS = 8  # query groups (by the best distance so far) for bounded searches of further classes
 _ROW_BLOCK = 512  # queries per matrix product in the blocked scan
 _COL_BLOCK = 8192  # training rows per matrix product: a block of products stays in cache
 
@@ -126,7 +129,7 @@ class ClassNeighbours:
         """Index into ``x`` and exact distance of each query's nearest row of class ``c``."""
         s, e = self.span[c]
         if self.method == "tree":
-            return self._tree_nearest(q, ("in", c), self.rows[s:e])
+            return self._tree_nearest(q, c)
         if self.method == "faiss":
             return self._faiss_nearest(q, ("in", c), self.rows[s:e])
         return self._scan(q, [(s, e)])
@@ -147,11 +150,70 @@ class ClassNeighbours:
         if e - s == len(self.rows):
             return np.full(len(q), np.inf)
         if self.method == "tree":
-            others = np.concatenate([self.rows[:s], self.rows[e:]])
-            return self._tree_nearest(q, ("out", c), others, first=False)[1]
+            return self._tree_nearest_out(q, c)
         if self.method == "faiss":
             return self._faiss_nearest(q, ("out", c), np.concatenate([self.rows[:s], self.rows[e:]]))[1]
         return self._scan(q, [(0, s), (e, len(self.rows))])[1]
+
+    # -- k-d tree -------------------------------------------------------------
+
+    def _tree(self, c: int) -> Any:
+        """Class ``c``'s k-d tree over its (unique) rows, built on first use."""
+        from scipy.spatial import cKDTree
+
+        tree = self._trees.get(("in", c))
+        if tree is None:  # unbalanced: on clustered traces (softmax) balanced trees query far slower
+            s, e = self.span[c]
+            tree = self._trees[("in", c)] = cKDTree(
+                np.asarray(self.x[self.rows[s:e]], dtype=np.float64), balanced_tree=False, compact_nodes=False
+            )
+        return tree
+
+    def _tree_nearest(self, q: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Nearest row of class ``c`` by its k-d tree; near-ties settled for the first row in
+        training order among every row within the tie radius, by exact distances."""
+        s, e = self.span[c]
+        rows = self.rows[s:e]
+        tree = self._tree(c)
+        if len(rows) == 1:
+            j = np.zeros(len(q), dtype=np.int64)
+        else:
+            dist, nn = tree.query(q, k=2, workers=-1)
+            j = nn[:, 0].astype(np.int64)
+            tie = np.flatnonzero(dist[:, 1] <= dist[:, 0] * (1 + _TIE) + 1e-300)
+            if tie.size:  # settle among every row within the tie radius, exactly
+                found = tree.query_ball_point(q[tie], dist[tie, 0] * (1 + 2 * _TIE) + 1e-300, workers=-1)
+                counts = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
+                cand = np.concatenate([np.asarray(f, dtype=np.int64) for f in found])
+                owner = np.repeat(tie, counts)
+                cand = rows[cand]
+                got_rows, got_idx, _ = _first_min(owner, cand, exact_distance(q[owner], self.x[cand]))
+                j[got_rows] = _position(rows, got_idx)
+        idx = rows[j]
+        return idx, exact_distance(q, self.x[idx])
+
+    def _tree_nearest_out(self, q: np.ndarray, c: int) -> np.ndarray:
+        """Nearest row of the other classes by their own trees, nearest class (by mean) first;
+        each later class is searched only within the best distance found so far (queries
+        grouped by it), which prunes a far class almost at once. Measured 1.2-1.4x faster
+        than one tree over all other classes, and no such tree (9x the data) is built."""
+        others = [o for o in self.span if o != c]
+        means = {o: self._tree(o).data.mean(axis=0) for o in [c, *others]}
+        others.sort(key=lambda o: float(np.sum((means[o] - means[c]) ** 2)))
+        best = np.full(len(q), np.inf)
+        best_i = np.zeros(len(q), dtype=np.int64)
+        for o in others:
+            tree, (s, _) = self._tree(o), self.span[o]
+            first = np.isinf(best).all()
+            n_groups = 1 if first else min(_GROUPS, 1 + len(q) // 1024)
+            for g in np.array_split(np.argsort(best), n_groups):
+                bound = float(best[g].max()) * (1 + _TIE) + 1e-300
+                # one thread for the bounded searches: they are short, a thread pool per call is not
+                dist, nn = tree.query(q[g], k=1, workers=-1 if first else 1, distance_upper_bound=bound)
+                closer = dist < best[g]
+                best[g[closer]] = dist[closer]
+                best_i[g[closer]] = self.rows[s + nn[closer]]
+        return exact_distance(q, self.x[best_i])
 
     # -- approximate: faiss ---------------------------------------------------
 
@@ -175,39 +237,6 @@ class ClassNeighbours:
             self._trees[key] = index
         _, found = index.search(np.ascontiguousarray(q, dtype=np.float32), 1)
         idx = rows[found[:, 0]]
-        return idx, exact_distance(q, self.x[idx])
-
-    # -- k-d tree -------------------------------------------------------------
-
-    def _tree_nearest(
-        self, q: np.ndarray, key: tuple[str, int], rows: np.ndarray, first: bool = True
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Nearest of ``rows`` by a (cached) k-d tree; ``first``: settle near-ties for the
-        first row in order (only the distance is wanted otherwise, the same for any of them)."""
-        from scipy.spatial import cKDTree
-
-        tree = self._trees.get(key)
-        if tree is None:  # unbalanced: on clustered traces (softmax) balanced trees query far slower
-            tree = self._trees[key] = cKDTree(
-                np.asarray(self.x[rows], dtype=np.float64), balanced_tree=False, compact_nodes=False
-            )
-        if len(rows) == 1:
-            j = np.zeros(len(q), dtype=np.int64)
-        elif not first:
-            j = tree.query(q, k=1, workers=-1)[1].astype(np.int64)
-        else:
-            dist, nn = tree.query(q, k=2, workers=-1)
-            j = nn[:, 0].astype(np.int64)
-            tie = np.flatnonzero(dist[:, 1] <= dist[:, 0] * (1 + _TIE) + 1e-300)
-            if tie.size:  # settle among every row within the tie radius, exactly
-                found = tree.query_ball_point(q[tie], dist[tie, 0] * (1 + 2 * _TIE) + 1e-300, workers=-1)
-                counts = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
-                cand = np.concatenate([np.asarray(f, dtype=np.int64) for f in found])
-                owner = np.repeat(tie, counts)
-                cand = rows[cand]
-                got_rows, got_idx, _ = _first_min(owner, cand, exact_distance(q[owner], self.x[cand]))
-                j[got_rows] = _position(rows, got_idx)
-        idx = rows[j]
         return idx, exact_distance(q, self.x[idx])
 
     # -- blocked scan ---------------------------------------------------------
