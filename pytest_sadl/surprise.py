@@ -25,6 +25,7 @@ from scipy import linalg
 
 from ._checks import SadlWarning, as_pred, as_traces, as_train_traces, warn
 from ._neighbours import ClassNeighbours
+from .mahalanobis import MDSA as MDSA  # re-exported: the third surprise measure lives in its own module
 
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 

@@ -95,12 +95,16 @@ def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, t
 
 @pytest.mark.tf
 def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) -> None:
-    prof = load_or_build(regression_model, digits.x_train, None, tmp_path)
+    said: list[str] = []
+    prof = load_or_build(regression_model, digits.x_train, None, tmp_path, status=said.append)
     assert not prof.classifier and prof.dsa() is None and prof.dsa_arrays is None and prof.n_classes is None
+    assert "fitting neuron ranges and LSA (DSA needs a classifier)" in said and not any("LSA and DSA" in m for m in said)
     hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
     assert not hit.built
     scores = hit.lsa()(prof.sa_traces[:20])
     assert scores.shape == (20,) and np.isfinite(scores).all()
+    mdsa = hit.mdsa()(prof.sa_traces[:20])  # one mean and covariance over all traces
+    assert mdsa.shape == (20,) and np.isfinite(mdsa).all() and hit.mdsa() is hit.mdsa()
 
 
 @pytest.mark.tf
