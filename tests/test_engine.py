@@ -182,6 +182,11 @@ def test_records_round_trip_through_worker_bytes():
                 np.testing.assert_array_equal(x, y)
             assert (a.thumbs is None) == (b.thumbs is None)
     np.testing.assert_array_equal(again[0].batches[0].thumbs, recorder.records["t::a"].batches[0].thumbs)
+    mine, theirs = recorder.records["t::c"], again[2]
+    np.testing.assert_array_equal(theirs.batches[0].digests, mine.batches[0].digests)
+    np.testing.assert_array_equal(theirs.batches[0].output, mine.batches[0].output)
+    assert len(theirs.labels) == 1 and all(np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0]))
+    assert again[0].labels == [] and again[0].batches[0].digests is None
 
 
 def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(pytester: pytest.Pytester):
@@ -214,11 +219,6 @@ def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(py
     held = {mode: held_out_scores(view)[0] for mode, view in views.items()}
     assert views["keep"].lsa.kept.size == 5 and views["drop"].lsa.kept.size < 5
     assert not np.allclose(held["drop"], held["keep"])
-    mine, theirs = recorder.records["t::c"], again[2]
-    np.testing.assert_array_equal(theirs.batches[0].digests, mine.batches[0].digests)
-    np.testing.assert_array_equal(theirs.batches[0].output, mine.batches[0].output)
-    assert len(theirs.labels) == 1 and all(np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0]))
-    assert again[0].labels == [] and again[0].batches[0].digests is None
 
 
 def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
