@@ -62,6 +62,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K",
            limit=10_000, limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000"),
     Option("--sadl-var-threshold", "sadl_var_threshold", "LSA drops neurons whose training variance is below this (default 1e-5)", None, 1e-5, "float", "V"),
+    Option("--sadl-lsa-near-singular", "sadl_lsa_near_singular", "LSA on a nearly singular covariance (softmax layers): drop dependent neurons (default) or keep the full covariance where it is positive definite, as SciPy and the paper's code do", None, "drop", "str", "drop|keep"),
     Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
            limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
     Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
@@ -139,6 +140,7 @@ class SadlOptions:
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
+    lsa_near_singular: str = "drop"
     batch_size: int = 256
     reports: tuple[Report, ...] = (Report("term"),)
     fail_under: dict[str, float] = field(default_factory=dict)
@@ -331,6 +333,13 @@ def read_options(config: pytest.Config) -> SadlOptions:
 
     k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
     var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
+    near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
+    lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
+    if lsa_near_singular not in ("drop", "keep"):
+        raise pytest.UsageError(
+            f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
+            "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
+        )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
     nc_threshold = at_least("sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)")
     if nc_threshold >= 1:
@@ -381,6 +390,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,
+        lsa_near_singular=lsa_near_singular,
         batch_size=batch_size,
         reports=reports,
         fail_under=fail_under,

@@ -124,6 +124,7 @@ class SadlState:
                 sa_layers=self.options.sa_layers,
                 coverage_layers=self.options.coverage_layers,
                 var_threshold=self.options.var_threshold,
+                lsa_near_singular=self.options.lsa_near_singular,
                 batch_size=self.options.batch_size,
             )
             try:
