@@ -139,6 +139,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
         sa_layers=_layers(args.sa_layers),
         coverage_layers=_layers(args.coverage_layers),
         var_threshold=args.var_threshold,
+        lsa_near_singular=args.lsa_near_singular,
         batch_size=args.batch_size,
         dsa_precompute=not args.no_dsa_precompute,
         output=args.output,
@@ -315,6 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--output", metavar="NAME", help="which output of a model with several gives the class (name or index; default the first)")
     build.add_argument("--var-threshold", type=float, default=1e-5, metavar="V", help="LSA variance threshold (default %(default)g)")
+    build.add_argument(
+        "--lsa-near-singular",
+        choices=("drop", "keep"),
+        default="drop",
+        help="LSA on a nearly singular covariance: drop dependent neurons (default) or keep the full covariance where positive definite",
+    )
     build.add_argument("--batch-size", type=int, default=256, metavar="N", help="inputs per forward pass (default %(default)s)")
     build.add_argument("--rebuild", action="store_true", help="rebuild even when a matching profile is cached")
     build.add_argument(

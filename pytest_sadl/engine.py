@@ -53,6 +53,7 @@ class ProfileView:
     sa_pred: np.ndarray | None
     var_threshold: float
     mdsa: MDSA | None = None
+    near_singular: str = "drop"
 
     @classmethod
     def of(cls, profile: Any) -> "ProfileView":
@@ -64,6 +65,7 @@ class ProfileView:
             sa_pred=profile.sa_pred if profile.classifier else None,
             var_threshold=profile.options.var_threshold,
             mdsa=profile.mdsa(),
+            near_singular=profile.options.lsa_near_singular,
         )
 
     def scorers(self) -> dict[str, Any]:
@@ -100,7 +102,7 @@ def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
     x, pred = view.sa_traces, view.sa_pred
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
+        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
         out = {"lsa": lsa_scores}
         if view.dsa is not None and pred is not None:
@@ -370,6 +372,7 @@ def compute(
         "nc_threshold": options.nc_threshold,
         "kmnc_k": options.kmnc_k,
         "var_threshold": options.var_threshold,
+        "lsa_near_singular": options.lsa_near_singular,
     }
     for metric in SURPRISE:
         sc = total.sc[metric]
