@@ -81,7 +81,9 @@ def test_model_saves_and_behaves_as_before_while_recorded(sadl_model, tmp_path):
     copy = keras.models.load_model(tmp_path / "copy.keras")
     np.testing.assert_allclose(copy.predict(X[:2], verbose=0), sadl_model.predict(X[:2], verbose=0), rtol=1e-6)
     nan = np.full((1, 8, 8, 1), np.nan, np.float32)
-    assert np.isnan(sadl_model.predict(nan, verbose=0)).all()  # passed through, not recorded
+    # passed through to the model itself, not recorded: the same output as the unwrapped
+    # copy gives (NaN or not: TensorFlow 2.21's oneDNN conv/pool kernels turn NaN into numbers)
+    np.testing.assert_array_equal(sadl_model.predict(nan, verbose=0), copy.predict(nan, verbose=0))
 '''
 
 
