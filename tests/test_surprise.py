@@ -463,7 +463,6 @@ def test_memmapped_training_traces_with_nan_name_the_row(tmp_path):
 
 
 def test_training_trace_checks_keep_float_arrays_and_refuse_the_rest_with_valueerror():
-    pytest.importorskip("hypothesis")
     from hypothesis import given, settings
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
