@@ -15,7 +15,10 @@ Public API
     ``.x`` (array or read-only memmap for ``.npy``), ``.y`` (labels or ``None``; the
     profile never uses them: classes are the model's predictions, as in the paper),
     ``.dataset``, ``.source``, ``len()`` (``None`` from :attr:`TrainingData.n` for a
-    dataset), ``.batches(batch_size)``, ``.fingerprint()``, ``.check_shape(shape)``.
+    dataset), ``.batches(batch_size)``, ``.fingerprint()`` (order-independent),
+    ``.row_digests()``, ``.check_shape(shape)``.
+``digest_batches(batches) -> (fingerprint, row digests)``
+    The same fingerprint for a stream of batches (one pass of a dataset).
 ``check_batch(x, expected_shape, *, what, offset=0)``
     Raises :class:`SadlDataError` for an empty batch, a wrong shape, a non-numeric
     dtype, NaN or inf, naming the input index and what was expected.
@@ -30,7 +33,6 @@ Errors (all subclass :class:`ValueError`, so callers can turn them into a usage 
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 from collections.abc import Iterator, Mapping
@@ -46,6 +48,7 @@ __all__ = [
     "SadlLayerError",
     "SadlDataError",
     "TrainingData",
+    "digest_batches",
     "load_training_data",
     "import_object",
     "is_callable_spec",
@@ -225,6 +228,7 @@ class TrainingData:
     dataset: Any = None
     file: Path | None = None
     _fingerprint: str | None = field(default=None, repr=False)
+    _row_digests: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n(self) -> int | None:
@@ -251,38 +255,52 @@ class TrainingData:
         yield from _dataset_batches(self.dataset, batch_size)
 
     def fingerprint(self) -> str:
-        """sha256 hex of the inputs: the file's bytes for a file, else the array's
-        shape, dtype and bytes (streamed for a dataset). Labels are not included:
-        the profile does not use them."""
+        """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.fingerprint`): the
+        row format and the sorted digests of the rows, so that the same inputs in any
+        order (a shuffled dataset, a re-ordered array) give the same fingerprint. Labels
+        are not included: the profile does not use them. A dataset is streamed once."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            if self.file is not None:
-                h.update(b"file\0")
-                with open(self.file, "rb") as fh:
-                    while chunk := fh.read(_HASH_CHUNK):
-                        h.update(chunk)
-            elif self.x is not None:
-                _hash_array(h, self.x)
+            from pytest_sadl.fingerprint import multiset_fingerprint
+
+            if self.x is not None:
+                x = np.asarray(self.x)
+                self._fingerprint = multiset_fingerprint(
+                    self.row_digests(), dtype=x.dtype.str, row_shape=tuple(x.shape[1:])
+                )
             else:
-                h.update(b"dataset\0")
-                count = 0
-                for batch in _dataset_batches(self.dataset, None):
-                    if count == 0:  # one header, so that the batching does not matter
-                        h.update(f"{batch.dtype.str}\0{tuple(batch.shape[1:])}\0".encode())
-                    _hash_array(h, batch, header=False)
-                    count += int(batch.shape[0])
-                h.update(f"\0{count}".encode())
-            self._fingerprint = h.hexdigest()
+                self._fingerprint = digest_batches(_dataset_batches(self.dataset, None))[0]
         return self._fingerprint
 
+    def row_digests(self) -> np.ndarray:
+        """``(n, 16)`` uint8 digests of the rows of ``x`` in their order (computed once;
+        for a dataset, whose order may change from pass to pass, use
+        :func:`digest_batches` on the pass itself)."""
+        if self.x is None:
+            raise TypeError("row digests of a tf.data.Dataset depend on the pass; use digest_batches()")
+        if self._row_digests is None:
+            from pytest_sadl.fingerprint import row_digests
 
-def _hash_array(h: Any, x: np.ndarray, *, header: bool = True) -> None:
-    if header:
-        h.update(f"array\0{x.dtype.str}\0{tuple(x.shape)}\0".encode())
-    flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
-    step = max(1, _HASH_CHUNK // max(1, x.itemsize))
-    for start in range(0, flat.shape[0], step):
-        h.update(memoryview(np.ascontiguousarray(flat[start : start + step])).cast("B"))
+            x = self.x
+            step = max(1, _HASH_CHUNK // max(1, int(np.prod(x.shape[1:], dtype=np.int64)) * x.dtype.itemsize))
+            parts = [row_digests(np.asarray(x[i : i + step])) for i in range(0, x.shape[0], step)]
+            self._row_digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
+        return self._row_digests
+
+
+def digest_batches(batches: Iterator[np.ndarray]) -> tuple[str, np.ndarray]:
+    """(multiset fingerprint, row digests in the order seen) of a stream of batches."""
+    from pytest_sadl.fingerprint import multiset_fingerprint, row_digests
+
+    parts: list[np.ndarray] = []
+    header: tuple[str, tuple[int, ...]] | None = None
+    for batch in batches:
+        batch = np.asarray(batch)
+        if header is None:
+            header = (batch.dtype.str, tuple(batch.shape[1:]))
+        parts.append(row_digests(batch))
+    dtype, shape = header or ("", ())
+    digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
+    return multiset_fingerprint(digests, dtype=dtype, row_shape=shape), digests
 
 
 def _dataset_element_x(element: Any) -> Any:

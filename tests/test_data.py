@@ -177,4 +177,12 @@ def test_dataset_source(x: np.ndarray) -> None:
     single = load_training_data(tf.data.Dataset.from_tensor_slices(x))
     assert [len(b) for b in single.batches(16)] == [16, 16, 5]
     assert d.fingerprint() == single.fingerprint()  # same inputs, however batched
-    assert load_training_data(tf.data.Dataset.from_tensor_slices(x[::-1])).fingerprint() != d.fingerprint()
+    # a multiset: the same inputs in another order (a shuffled dataset, an array) give the same
+    # fingerprint; one changed value or one duplicate more does not
+    assert load_training_data(tf.data.Dataset.from_tensor_slices(x[::-1])).fingerprint() == d.fingerprint()
+    shuffled = tf.data.Dataset.from_tensor_slices(x).shuffle(37, seed=None, reshuffle_each_iteration=True).batch(7)
+    assert load_training_data(shuffled).fingerprint() == d.fingerprint() == load_training_data(x).fingerprint()
+    changed = x.copy()
+    changed[3].flat[0] += 1e-3
+    assert load_training_data(tf.data.Dataset.from_tensor_slices(changed)).fingerprint() != d.fingerprint()
+    assert load_training_data(np.concatenate([x, x[:1]])).fingerprint() != d.fingerprint()
