@@ -5,8 +5,9 @@ their collection order, so a run split over pytest-xdist workers gives the same 
 (and the same "newly covered by this test" counts) as a serial run.
 
 Default bounds of LSC and DSC (when not configured) come from the training profile only,
-never from the inputs measured, so that runs compare: up to 1,000 training traces (a
-seeded sample) are held out, scored against the rest, and with ``m`` and ``M`` the
+never from the inputs measured, so that runs compare: up to 1,000 training traces (those
+with the smallest row keys, a sample that depends on the inputs' content, not their
+order) are held out, scored against the rest, and with ``m`` and ``M`` the
 smallest and largest of their SA values, ``lower = min(0, m)`` and
 ``upper = lower + 2 (M - lower)``. Held-out training data fills about the lower half of
 the buckets; the upper half is room for inputs more surprising than any of it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -43,7 +44,14 @@ BOUNDS_RULE = "default: min(0, m) to min(0, m) + 2 (M - min(0, m)), m/M the min/
 
 @dataclass
 class ProfileView:
-    """What the engine needs of a training profile (see :mod:`pytest_sadl.profile`)."""
+    """What the engine needs of a training profile (see :mod:`pytest_sadl.profile`).
+
+    ``row_keys``: one integer per training trace that depends on the input's content
+    only (:func:`pytest_sadl.fingerprint.row_keys`); the held-out sample is the traces
+    with the smallest keys, so the same inputs in any order give the same bounds.
+    ``held_out``: returns the held-out scores stored with the profile (computing and
+    storing them the first time), instead of :func:`held_out_scores` in every session.
+    """
 
     lsa: LSA
     dsa: DSA | None
@@ -51,29 +59,43 @@ class ProfileView:
     sa_traces: np.ndarray
     sa_pred: np.ndarray | None
     var_threshold: float
+    row_keys: np.ndarray | None = None
+    held_out: Callable[[], tuple[np.ndarray, np.ndarray | None]] | None = None
 
     @classmethod
     def of(cls, profile: Any) -> "ProfileView":
-        return cls(
+        view = cls(
             lsa=profile.lsa(),
             dsa=profile.dsa(),
             ranges=profile.ranges,
             sa_traces=profile.sa_traces,
             sa_pred=profile.sa_pred if profile.classifier else None,
             var_threshold=profile.options.var_threshold,
+            row_keys=getattr(profile, "row_keys", None),
         )
+        view.held_out = lambda: stored_held_out_scores(profile, view)
+        return view
+
+
+def held_out_sample(n: int, row_keys: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
+    """Boolean mask of the ``max(1, min(HELD_OUT, n // 10))`` held-out training traces:
+    those with the smallest ``row_keys`` (content-defined, order-free), or a seeded
+    random sample when there are no keys."""
+    k = max(1, min(HELD_OUT, n // 10))
+    probe = np.zeros(n, dtype=bool)
+    if row_keys is not None:
+        probe[np.argsort(np.asarray(row_keys), kind="stable")[:k]] = True
+    else:
+        probe[np.random.default_rng(seed).choice(n, size=k, replace=False)] = True
+    return probe
 
 
 def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
     """LSA and DSA of up to ``HELD_OUT`` training traces scored against the others.
 
     Raises ``ValueError`` when the remaining traces cannot make an LSA/DSA (a tiny class)."""
-    n = len(view.sa_traces)
-    k = max(1, min(HELD_OUT, n // 10))
-    rng = np.random.default_rng(seed)
-    probe = np.zeros(n, dtype=bool)
-    probe[rng.choice(n, size=k, replace=False)] = True
     x, pred = view.sa_traces, view.sa_pred
+    probe = held_out_sample(len(x), view.row_keys, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
@@ -82,6 +104,23 @@ def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.nd
         if view.dsa is not None and pred is not None:
             dsa_scores = DSA(x[~probe], pred[~probe])(x[probe], pred[probe])
     return lsa_scores, dsa_scores
+
+
+def stored_held_out_scores(profile: Any, view: ProfileView) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`held_out_scores` kept in the profile (``profile.cached_array``): computed
+    once per profile, loaded by every later session."""
+    computed: list[tuple[np.ndarray, np.ndarray | None]] = []
+
+    def scores() -> tuple[np.ndarray, np.ndarray | None]:
+        if not computed:
+            computed.append(held_out_scores(view))
+        return computed[0]
+
+    lsa = profile.cached_array(f"heldout-lsa-{HELD_OUT}", lambda: scores()[0])
+    dsa = None
+    if view.dsa is not None and view.sa_pred is not None:
+        dsa = profile.cached_array(f"heldout-dsa-{HELD_OUT}", lambda: scores()[1])
+    return lsa, dsa
 
 
 def default_bounds(scores: np.ndarray) -> tuple[float, float]:
@@ -182,7 +221,7 @@ def compute(
     held_dsa: np.ndarray | None = None
     if bounds_needed:
         try:
-            held_lsa, held_dsa = held_out_scores(view)
+            held_lsa, held_dsa = view.held_out() if view.held_out is not None else held_out_scores(view)
         except ValueError as exc:  # the training set minus the held-out traces is too small
             messages.append(f"default SC bounds: held-out scoring failed ({exc}); using (0, 1]: configure the bounds")
 

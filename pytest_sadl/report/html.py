@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 from markupsafe import Markup
 
+from ..atomic import atomic_write_text
 from ._load import (
     METRIC_LABELS,
     METRIC_TITLES,
@@ -33,7 +34,6 @@ from ._load import (
     fmt_pct,
     metric_entry,
     thresholds_of,
-    write_text_atomic,
 )
 from .compare import Comparison
 
@@ -450,4 +450,4 @@ def write_html(results: Mapping[str, Any], directory: str | Path, *,
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{directory} is a file; the HTML report needs a directory "
                          "(it writes index.html in it)")
-    return write_text_atomic(directory / "index.html", render_html(results, comparison=comparison))
+    return atomic_write_text(directory / "index.html", render_html(results, comparison=comparison))

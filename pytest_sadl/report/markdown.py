@@ -12,13 +12,13 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..atomic import atomic_write_text
 from ._load import (
     METRIC_LABELS,
     METRICS,
     adequacy_hints,
     metric_entry,
     thresholds_of,
-    write_text_atomic,
 )
 from .compare import Comparison
 
@@ -186,4 +186,4 @@ def write_markdown(results: Mapping[str, Any], path: str | os.PathLike[str], *,
         with p.open("a", encoding="utf-8") as fh:
             fh.write(text)
         return p
-    return write_text_atomic(p, text)
+    return atomic_write_text(p, text)
