@@ -404,11 +404,24 @@ def _resolve(
 
 def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
     """``data`` for the tracing pass, and the list that pass fills with the batches' row
-    digests of a dataset, in the order it yields them (an array's digests are known)."""
+    digests of a dataset, in the order it yields them.
+
+    An array is traced in the canonical order of its rows (the forward pass's float
+    rounding can depend on which inputs share a batch, so the same batches are what makes
+    a profile of the same inputs in another order bitwise equal). A dataset is traced in
+    the order it yields and sorted afterwards: the same fingerprint, row keys and
+    held-out sample, numbers equal to the forward pass's rounding (~1e-6 relative)."""
+    from pytest_sadl.fingerprint import canonical_order, row_digests
+
     seen: list[np.ndarray] = []
-    if data.x is not None:
-        return data, seen
-    from pytest_sadl.fingerprint import row_digests
+    if data.x is not None:  # traced in canonical order: the same batches whatever the order given
+        x, order = data.x, canonical_order(data.row_digests())
+        canonical = replace(data)
+        canonical.batches = lambda batch_size: (  # type: ignore[method-assign]
+            np.asarray(x[order[i : i + batch_size]])
+            for i in range(0, len(order), batch_size)
+        )
+        return canonical, seen
 
     inner = data.batches
     header: list[tuple[str, tuple[int, ...]]] = []
@@ -471,11 +484,15 @@ def build_profile(
     ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order
-    rows = data.row_digests() if data.x is not None else np.concatenate(digests)
-    if data.x is None:
+    if data.x is not None:  # traced in canonical order already
+        rows = data.row_digests()
+        order = canonical_order(rows)
+        sa_traces, sa_pred, keys = traces.sa, traces.pred, row_keys(rows[order])
+    else:
+        rows = np.concatenate(digests)
         _check_second_pass(data, traced, rows)
-    order = canonical_order(rows)
-    sa_traces, sa_pred, keys = traces.sa[order], traces.pred[order], row_keys(rows[order])
+        order = canonical_order(rows)
+        sa_traces, sa_pred, keys = traces.sa[order], traces.pred[order], row_keys(rows[order])
     del traces, rows  # the coverage traces are done with: free them before the engine's set-up
     pred = sa_pred if tm.classifier else None
     try:

@@ -33,7 +33,9 @@ before its size is known to be what the metadata says):
 2. the metadata digest;
 3. each ``.npy`` header: dtype in a short allow-list (never ``"O"``, strings or records),
    C order, the shape and dtype the metadata lists, and a file size of exactly header +
-   data (no amplification is possible: an ``.npy`` is not compressed);
+   data (no amplification is possible: an ``.npy`` is not compressed), and a file over
+   1 GiB must not be sparse (a few blocks claiming terabytes would make the digest
+   check read zeros for hours);
 4. the caller's shape checks (:meth:`Entry.shapes` gives them without reading data);
 5. :meth:`Entry.verify`: the sha256 of every array's bytes, streamed through the
    memory map in 8 MiB pieces (never a second copy). On this machine sha256 runs at
@@ -96,6 +98,10 @@ MAX_META_BYTES = 1 << 20
 #: the only dtypes an array of the store may have (``.npy`` descr strings)
 DTYPES = frozenset({"|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8"})
 _CHUNK = 1 << 23
+_SMALL = 1 << 16
+#: files larger than this must occupy at least half their size on disk: a sparse file
+#: claiming terabytes (the ``.npy`` twin of a zip bomb) is refused before it is read
+SPARSE_CHECK_BYTES = 1 << 30
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.[]")
 
 T = TypeVar("T")
@@ -123,7 +129,7 @@ def _file_name(name: str) -> str:
 
 
 def _little(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
+    a = a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and not np.little_endian):
         a = a.astype(a.dtype.newbyteorder("<"))
     return a
@@ -292,11 +298,15 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
             if list(shape) != rec["shape"] or dtype != rec["dtype"]:
                 raise Invalid(f"{file.name} holds {dtype} {shape}, the metadata says {rec['dtype']} {tuple(rec['shape'])}")
             nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
-            size = os.fstat(fh.fileno()).st_size
-            if size != offset + nbytes:
-                raise Invalid(f"{file.name} is {size} bytes, its header says {offset + nbytes} (truncated or padded)")
-            if nbytes == 0:
-                arrays[name] = np.zeros(shape, dtype=dtype)
+            st = os.fstat(fh.fileno())
+            if st.st_size != offset + nbytes:
+                raise Invalid(f"{file.name} is {st.st_size} bytes, its header says {offset + nbytes} (truncated or padded)")
+            blocks = getattr(st, "st_blocks", None)
+            if blocks is not None and st.st_size > SPARSE_CHECK_BYTES and blocks * 512 < st.st_size // 2:
+                raise Invalid(f"{file.name} claims {st.st_size} bytes but occupies {blocks * 512} on disk (a sparse file)")
+            if nbytes < _SMALL:  # read small arrays (0-d ones included) into memory
+                data = fh.read(nbytes)
+                arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
             else:
                 try:
                     arrays[name] = np.memmap(fh, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
@@ -338,8 +348,9 @@ def write_extra(path: str | os.PathLike[str], name: str, value: np.ndarray) -> N
     a = _little(np.asarray(value))
     if a.dtype.str not in DTYPES:
         raise ValueError(f"extra {name!r} has dtype {a.dtype}, which the profile store does not hold")
-    old = _extra_files(Path(path), name)
-    with atomic_open(Path(path) / f"extra.{name}.{_sha_of(a)}.npy") as fh:
+    target = Path(path) / f"extra.{name}.{_sha_of(a)}.npy"
+    old = [f for f in _extra_files(Path(path), name) if f != target]
+    with atomic_open(target) as fh:
         np.save(fh, a, allow_pickle=False)
     for file in old:
         with contextlib.suppress(OSError):
