@@ -73,7 +73,7 @@ class ProfileView:
             var_threshold=profile.options.var_threshold,
             row_keys=getattr(profile, "row_keys", None),
         )
-        view.held_out = lambda: stored_held_out_scores(profile, view)
+        view.held_out = lambda: stored_held_out_scores(profile, lambda: view)
         return view
 
 
@@ -106,20 +106,18 @@ def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.nd
     return lsa_scores, dsa_scores
 
 
-def stored_held_out_scores(profile: Any, view: ProfileView) -> tuple[np.ndarray, np.ndarray | None]:
+def stored_held_out_scores(profile: Any, view: Callable[[], ProfileView]) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`held_out_scores` kept in the profile (``profile.cached_array``): computed
-    once per profile, loaded by every later session."""
+    once per profile (on ``view()``, made only then), loaded by every later session."""
     computed: list[tuple[np.ndarray, np.ndarray | None]] = []
 
     def scores() -> tuple[np.ndarray, np.ndarray | None]:
         if not computed:
-            computed.append(held_out_scores(view))
+            computed.append(held_out_scores(view()))
         return computed[0]
 
     lsa = profile.cached_array(f"heldout-lsa-{HELD_OUT}", lambda: scores()[0])
-    dsa = None
-    if view.dsa is not None and view.sa_pred is not None:
-        dsa = profile.cached_array(f"heldout-dsa-{HELD_OUT}", lambda: scores()[1])
+    dsa = profile.cached_array(f"heldout-dsa-{HELD_OUT}", lambda: scores()[1]) if profile.classifier else None
     return lsa, dsa
 
 
