@@ -92,8 +92,6 @@ __all__ = [
     "profile_path",
 ]
 
-_Invalid = Invalid  # the name the tests of format 1 used
-
 Progress = Callable[[int, "int | None"], None]
 Status = Callable[[str], None]
 
