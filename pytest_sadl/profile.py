@@ -650,9 +650,11 @@ def _check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
     n, d = meta["n_train"], sum(meta["sa_sizes"])
     n_cov, n_layers = sum(meta["coverage_sizes"]), len(meta["coverage_sizes"])
     shapes, kinds = entry.shapes(), {k: v.dtype.kind for k, v in entry.arrays.items()}
+    pred_shape = shapes.get("sa_pred", ())
     want = {
         "sa_traces": ((n, d), "f"),
-        "sa_pred": ((n,), "iu"),
+        # a classifier's predicted classes; a regression model's outputs (n,) or (n, k)
+        "sa_pred": ((n,), "iu") if meta["classifier"] else ((n, *pred_shape[1:2]), "iuf"),
         "row_keys": ((n,), "u"),
         "ranges.low": ((n_cov,), "f"),
         "ranges.high": ((n_cov,), "f"),

@@ -102,7 +102,8 @@ def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, t
 def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) -> None:
     prof = load_or_build(regression_model, digits.x_train, None, tmp_path)
     assert not prof.classifier and prof.dsa() is None and prof.dsa_arrays is None and prof.n_classes is None
-    hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
+    with _no_cache_warning():
+        hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
     assert not hit.built
     scores = hit.lsa()(prof.sa_traces[:20])
     assert scores.shape == (20,) and np.isfinite(scores).all()
