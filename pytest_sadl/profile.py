@@ -795,7 +795,9 @@ def _try_load(path: Path, fingerprint: str, warn: bool) -> TrainingProfile | Non
 
 
 def _drop_stale(cache_dir: Path) -> None:
-    """Remove the profiles of format 1 in ``cache_dir`` (no version reads them), saying so."""
+    """Remove the profiles of format 1 in ``cache_dir`` (no version reads them), saying so,
+    and what killed writers left an hour ago or more."""
+    store.sweep(cache_dir)
     old = store.stale_files(cache_dir)
     if not old:
         return

@@ -51,6 +51,7 @@ Public API
 ``write_entry(path, meta, arrays)``, ``open_entry(path) -> Entry``, ``Invalid``,
 ``locked(lock_path)``, ``cached_build(...)`` (the lock-build-load cycle),
 ``read_extra(path, name)``/``write_extra(path, name, array)``, ``stale_files(dir)``,
+``sweep(dir)`` (what killed writers left),
 ``entries(dir)``, ``note_data(dir, key, fingerprint, n)``, ``SadlCacheWarning``.
 """
 
@@ -86,6 +87,7 @@ __all__ = [
     "locked",
     "cached_build",
     "stale_files",
+    "sweep",
     "entries",
     "note_data",
 ]
@@ -447,6 +449,24 @@ def stale_files(directory: str | os.PathLike[str]) -> list[Path]:
     """Profiles of format 1 (``profile-*.npz``) in ``directory``: no version reads them."""
     d = Path(directory)
     return sorted(d.glob(f"{PREFIX}*.npz")) if d.is_dir() else []
+
+
+def sweep(directory: str | os.PathLike[str], older_than: float = 3600.0) -> list[Path]:
+    """Remove what killed writers left in ``directory`` (hidden ``.tmp-profile-*`` and
+    ``.old-profile-*`` entries whose files were all untouched for ``older_than``
+    seconds: a live writer's file changes all the time); return what was removed."""
+    import shutil
+    import time
+
+    d = Path(directory)
+    removed = []
+    for p in (*d.glob(f".tmp-{PREFIX}*"), *d.glob(f".old-{PREFIX}*")) if d.is_dir() else ():
+        with contextlib.suppress(OSError):
+            parts = [p, *p.iterdir()] if p.is_dir() and not p.is_symlink() else [p]
+            if time.time() - max(q.lstat().st_mtime for q in parts) > older_than:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                removed.append(p)
+    return removed
 
 
 def entries(directory: str | os.PathLike[str]) -> list[Path]:

@@ -444,6 +444,13 @@ def test_killed_writer_leaves_the_profile_intact(dense_model: Any, digits: Any, 
         hit = load_or_build(dense_model, digits.x_train, None, tmp_path)
     assert not hit.built
     assert [i.path for i in list_profiles(tmp_path)] == [good.path]  # the orphan temp folder is ignored
+    (orphan,) = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    load_or_build(dense_model, digits.x_train, None, tmp_path, rebuild=True)
+    assert orphan.exists()  # it might be a live writer's: kept for an hour
+    for p in (orphan, *orphan.iterdir()):
+        os.utime(p, (time.time() - 7200, time.time() - 7200))
+    load_or_build(dense_model, digits.x_train, None, tmp_path, rebuild=True)
+    assert not orphan.exists()
 
 
 @pytest.mark.tf
