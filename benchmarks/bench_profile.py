@@ -88,18 +88,18 @@ elif what in ("build", "build+dsa"):
 elif what == "hit":
     opts = ProfileOptions(batch_size=bs, dsa_precompute=sys.argv[6] == "1")
     TraceModel(model).traces(x[: bs + 7], batch_size=bs)
-    from pytest_sadl.engine import ProfileView, default_bounds, stored_held_out_scores
+    from pytest_sadl.engine import ProfileView, default_bounds, stored_held_out_sa
     first = load_or_build(model, x, opts, cache)  # the first session computes and stores the bounds
     t = time.perf_counter()
-    stored_held_out_scores(first, lambda: ProfileView.of(first))
+    stored_held_out_sa(first, lambda: ProfileView.of(first))
     res["bounds_first"] = time.perf_counter() - t
     del first
     def run():
         p = load_or_build(model, x, opts, cache)
         assert not p.built, "expected a cache hit"
         t = time.perf_counter()
-        held_lsa, held_dsa = stored_held_out_scores(p, lambda: ProfileView.of(p))
-        default_bounds(held_lsa), default_bounds(held_dsa)
+        held = stored_held_out_sa(p, lambda: ProfileView.of(p))
+        [default_bounds(v) for v in held.values()]
         res["bounds"] = time.perf_counter() - t
         res["load_and_bounds"] = time.perf_counter() - t0
         t = time.perf_counter(); p.lsa(); res["lsa_setup"] = time.perf_counter() - t

@@ -8,6 +8,8 @@ Subcommands::
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
     sadl report ...    (from pytest_sadl.report.cli, when installed)
     sadl compare ...
+    sadl select POOL --model M --train T [--strategy surprise|coverage|ranges|deepgini] ...
+                       (pytest_sadl.selectcli: inputs to label or test next)
 
 Every subcommand stores its handler as ``func`` in the parsed namespace; the handler
 returns the exit status. Exit status: 0 on success, 2 for a usage error (one line on
@@ -143,9 +145,14 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     )
     cache_dir = _cache_dir(args)
     base_dir = Path(args.rootdir) if args.rootdir else None
+    start = time.monotonic()
+    if not args.quiet:
+        bar.status("importing TensorFlow")
+    import keras  # noqa: F401  (imports TensorFlow: timed apart from the work, it is most of a cache hit)
+
+    imported = time.monotonic() - start
     if not args.quiet:
         bar.status(f"loading model {args.model} and training data {args.train}")
-    start = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         profile = load_or_build(
@@ -169,7 +176,8 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     print(
         f"{verb} profile {profile.fingerprint[:16]} ({profile.n_train} inputs, "
         f"SA layers {', '.join(profile.sa_layers)}; coverage layers "
-        f"{', '.join(profile.coverage_layers)}; {_human_size(size)}) in {elapsed:.1f}s: {profile.path}"
+        f"{', '.join(profile.coverage_layers)}; {_human_size(size)}) in {elapsed:.1f}s "
+        f"(TensorFlow import {imported:.1f}s, {'building' if profile.built else 'loading'} {elapsed - imported:.1f}s): {profile.path}"
     )
     return EXIT_OK
 
@@ -315,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
         register = None
     if register is not None:
         register(sub)
+    from pytest_sadl.selectcli import register as register_select
+
+    register_select(sub)
     return parser
 
 

@@ -47,6 +47,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-dsc-lower", "sadl_dsc_lower", "lower bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-dsc-upper", "sadl_dsc_upper", "upper bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-dsc-buckets", "sadl_dsc_buckets", "number of DSC buckets (default 1000)", None, 1000, "int", "N"),
+    Option("--sadl-mdsc-lower", "sadl_mdsc_lower", "lower bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-mdsc-upper", "sadl_mdsc_upper", "upper bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
+    Option("--sadl-mdsc-buckets", "sadl_mdsc_buckets", "number of MDSC buckets (default 1000)", None, 1000, "int", "N"),
     Option("--sadl-nc-threshold", "sadl_nc_threshold", "NC activation threshold on the min-max scaled output (default 0.5)", None, 0.5, "float", "T"),
     Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K"),
     Option("--sadl-var-threshold", "sadl_var_threshold", "LSA drops neurons whose training variance is below this (default 1e-5)", None, 1e-5, "float", "V"),
@@ -122,6 +125,7 @@ class SadlOptions:
     coverage_layers: tuple[str | int, ...] | None = None
     lsc: Bounds = Bounds(None, None, 1000)
     dsc: Bounds = Bounds(None, None, 1000)
+    mdsc: Bounds = Bounds(None, None, 1000)
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
@@ -305,6 +309,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         coverage_layers=layers("sadl_coverage_layers"),
         lsc=bounds("lsc"),
         dsc=bounds("dsc"),
+        mdsc=bounds("mdsc"),
         nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,

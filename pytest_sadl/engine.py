@@ -30,9 +30,10 @@ from .neurons import (
     NeuronRanges,
     StrongNeuronActivationCoverage,
 )
+from .mistakes import BASELINES, SCORE_LABELS, analyse
 from .recorder import TestRecord
-from .results import LABELS, Failure, Metric, Results, percent
-from .surprise import DSA, LSA, SurpriseCoverage
+from .results import LABELS, SA_LABELS, SURPRISE, Failure, Metric, Results, percent
+from .surprise import DSA, LSA, MDSA, SurpriseCoverage
 
 if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
     from .config import SadlOptions
@@ -60,7 +61,8 @@ class ProfileView:
     sa_pred: np.ndarray | None
     var_threshold: float
     row_keys: np.ndarray | None = None
-    held_out: Callable[[], tuple[np.ndarray, np.ndarray | None]] | None = None
+    held_out: Callable[[], dict[str, np.ndarray]] | None = None
+    mdsa: MDSA | None = None
 
     @classmethod
     def of(cls, profile: Any) -> "ProfileView":
@@ -72,9 +74,24 @@ class ProfileView:
             sa_pred=profile.sa_pred if profile.classifier else None,
             var_threshold=profile.options.var_threshold,
             row_keys=getattr(profile, "row_keys", None),
+            mdsa=profile.mdsa(),
         )
-        view.held_out = lambda: stored_held_out_scores(profile, lambda: view)
+        view.held_out = lambda: stored_held_out_sa(profile, lambda: view)
         return view
+
+    def scorers(self) -> dict[str, Any]:
+        """The surprise measures this profile has, by results key (``"lsa"``, ``"dsa"``, ``"mdsa"``)."""
+        out = {"lsa": self.lsa, "dsa": self.dsa, "mdsa": self.mdsa}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def score(self, sa: np.ndarray, pred: np.ndarray) -> dict[str, np.ndarray]:
+        """Every surprise measure of traces ``sa`` (``pred``: predicted classes; ignored for a
+        regression model), by results key; DSA only for a classifier."""
+        classes = pred if self.dsa is not None else None
+        out = {}
+        for key, scorer in self.scorers().items():
+            out[key] = scorer(sa, classes) if len(sa) else np.zeros(0)
+        return out
 
 
 def held_out_sample(n: int, row_keys: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
@@ -94,31 +111,62 @@ def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.nd
     """LSA and DSA of up to ``HELD_OUT`` training traces scored against the others.
 
     Raises ``ValueError`` when the remaining traces cannot make an LSA/DSA (a tiny class)."""
+    held = held_out_sa(view, seed)
+    return held["lsa"], held.get("dsa")
+
+
+def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
+    """Each surprise measure of up to ``HELD_OUT`` training traces scored against the others
+    (the default SC bounds' data), by results key."""
     x, pred = view.sa_traces, view.sa_pred
     probe = held_out_sample(len(x), view.row_keys, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
-        dsa_scores = None
+        out = {"lsa": lsa_scores}
         if view.dsa is not None and pred is not None:
-            dsa_scores = DSA(x[~probe], pred[~probe])(x[probe], pred[probe])
-    return lsa_scores, dsa_scores
+            out["dsa"] = DSA(x[~probe], pred[~probe])(x[probe], pred[probe])
+        if view.mdsa is not None:
+            mdsa = MDSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
+            out["mdsa"] = mdsa(x[probe], None if pred is None else pred[probe])
+    return out
 
 
-def stored_held_out_scores(profile: Any, view: Callable[[], ProfileView]) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`held_out_scores` kept in the profile (``profile.cached_array``): computed
-    once per profile (on ``view()``, made only then), loaded by every later session."""
-    computed: list[tuple[np.ndarray, np.ndarray | None]] = []
+def stored_held_out_sa(profile: Any, view: Callable[[], ProfileView]) -> dict[str, np.ndarray]:
+    """:func:`held_out_sa` kept in the profile (``profile.cached_array``): computed once
+    per profile (on ``view()``, made only then), loaded by every later session."""
+    computed: list[dict[str, np.ndarray]] = []
 
-    def scores() -> tuple[np.ndarray, np.ndarray | None]:
+    def scores() -> dict[str, np.ndarray]:
         if not computed:
-            computed.append(held_out_scores(view()))
+            computed.append(held_out_sa(view()))
         return computed[0]
 
-    lsa = profile.cached_array(f"heldout-lsa-{HELD_OUT}", lambda: scores()[0])
-    dsa = profile.cached_array(f"heldout-dsa-{HELD_OUT}", lambda: scores()[1]) if profile.classifier else None
-    return lsa, dsa
+    keys = ["lsa", "dsa", "mdsa"] if profile.classifier else ["lsa", "mdsa"]
+    return {key: profile.cached_array(f"heldout-{key}-{HELD_OUT}", lambda key=key: scores()[key]) for key in keys}
+
+
+def _held_out(view: ProfileView) -> dict[str, np.ndarray]:
+    """The held-out scores: stored with the profile when the view has one, else computed."""
+    return view.held_out() if view.held_out is not None else held_out_sa(view)
+
+
+def default_sc_bounds(view: ProfileView, options: "SadlOptions | None" = None) -> dict[str, tuple[float, float, int]]:
+    """Each surprise coverage's (lower, upper, buckets): configured where ``options`` sets
+    them, else from the held-out training traces (:func:`default_bounds`), as a run uses."""
+    held = _held_out(view)
+    out = {}
+    for metric, key in SURPRISE.items():
+        if key not in held:
+            continue
+        cfg = getattr(options, metric, None)
+        lower, upper = default_bounds(held[key])
+        if cfg is not None:
+            lower = cfg.lower if cfg.lower is not None else lower
+            upper = cfg.upper if cfg.upper is not None else upper
+        out[metric] = (float(lower), float(upper), int(cfg.buckets) if cfg is not None else 1000)
+    return out
 
 
 def default_bounds(scores: np.ndarray) -> tuple[float, float]:
@@ -151,11 +199,11 @@ def _image(thumb: np.ndarray) -> dict[str, Any]:
 
 
 class _Criteria:
-    """The six cumulative criteria, updated together."""
+    """The cumulative criteria (every surprise coverage and the four neuron coverages), updated together."""
 
-    def __init__(self, lsc: tuple[float, float, int], dsc: tuple[float, float, int] | None, ranges: NeuronRanges, options: "SadlOptions"):
-        self._spec = (lsc, dsc, ranges, options)
-        self.sc = {"lsc": SurpriseCoverage(*lsc), "dsc": None if dsc is None else SurpriseCoverage(*dsc)}
+    def __init__(self, sc: dict[str, tuple[float, float, int] | None], ranges: NeuronRanges, options: "SadlOptions"):
+        self._spec = (sc, ranges, options)
+        self.sc = {m: None if spec is None else SurpriseCoverage(*spec) for m, spec in sc.items()}
         self.neurons = {
             "nc": NeuronCoverage(ranges, options.nc_threshold),
             "kmnc": KMultisectionCoverage(ranges, options.kmnc_k),
@@ -166,10 +214,11 @@ class _Criteria:
     def fresh(self) -> "_Criteria":
         return _Criteria(*self._spec)
 
-    def update(self, lsa: np.ndarray, dsa: np.ndarray | None, layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
-        new = {"lsc": self.sc["lsc"].update(lsa)}  # type: ignore[union-attr]
-        if self.sc["dsc"] is not None and dsa is not None:
-            new["dsc"] = self.sc["dsc"].update(dsa)
+    def update(self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
+        new = {}
+        for metric, sc in self.sc.items():
+            if sc is not None and SURPRISE[metric] in scores:
+                new[metric] = sc.update(scores[SURPRISE[metric]])
         for name, cov in self.neurons.items():
             new[name] = cov.update(layers, extrema) if name == "nc" else cov.update(layers)
         return new
@@ -211,15 +260,18 @@ def compute(
     records = sorted(records, key=lambda r: (r.index, r.nodeid))
     classifier = view.dsa is not None
     messages: list[str] = list(warnings_seen)
+    scorers = view.scorers()
+    sc_options = {m: _sc_options(options, m) for m in SURPRISE}
 
-    bounds_needed = any(b is None for b in (options.lsc.lower, options.lsc.upper)) or (
-        classifier and any(b is None for b in (options.dsc.lower, options.dsc.upper))
+    bounds_needed = any(
+        b is None for m, key in SURPRISE.items() if key in scorers for b in (sc_options[m].lower, sc_options[m].upper)
     )
-    held_lsa: np.ndarray | None = None
-    held_dsa: np.ndarray | None = None
+    held: dict[str, np.ndarray] = {}
     if bounds_needed:
         try:
-            held_lsa, held_dsa = view.held_out() if view.held_out is not None else held_out_scores(view)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                held = _held_out(view)
         except ValueError as exc:  # the training set minus the held-out traces is too small
             messages.append(f"default SC bounds: held-out scoring failed ({exc}); using (0, 1]: configure the bounds")
 
@@ -234,10 +286,14 @@ def compute(
         rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
         return (float(lower), float(upper), int(cfg.buckets)), rule
 
-    lsc_spec, lsc_rule = bounds(options.lsc, held_lsa)
-    dsc_spec, dsc_rule = bounds(options.dsc, held_dsa) if classifier else (None, "")
-    total = _Criteria(lsc_spec, dsc_spec, view.ranges, options)
-    lsc, dsc = total.sc["lsc"], total.sc["dsc"]
+    specs: dict[str, tuple[float, float, int] | None] = {}
+    rules: dict[str, str] = {}
+    for metric, key in SURPRISE.items():
+        if key in scorers:
+            specs[metric], rules[metric] = bounds(sc_options[metric], held.get(key))
+        else:
+            specs[metric] = None
+    total = _Criteria(specs, view.ranges, options)
 
     # Per-input SA, all at once (the engine is vectorised over inputs).
     batches = [(t, b) for t, rec in enumerate(records) for b in rec.batches]
@@ -248,46 +304,40 @@ def compute(
         layers = [np.concatenate([b.coverage[i] for _, b in batches]) for i in range(n_layers)]
         extrema: list[Any] = [_joined_extrema([b for _, b in batches], i) for i in range(n_layers)]
         owner = np.concatenate([np.full(len(b), t) for t, b in batches])
+        digests = _joined([b for _, b in batches], "digests")
+        outputs = _joined([b for _, b in batches], "output")
     else:
         sa = np.zeros((0, view.sa_traces.shape[1]))
         pred = np.zeros(0, dtype=np.int64)
         layers = [np.zeros((0, s)) for s in view.ranges.sizes]
         extrema = [None] * len(view.ranges.sizes)
         owner = np.zeros(0, dtype=np.int64)
+        digests = outputs = None
 
     def part(rows: np.ndarray) -> tuple[Any, ...]:
         return (
-            lsa_scores[rows],
-            None if dsa_scores is None else dsa_scores[rows],
+            {k: v[rows] for k, v in scores.items()},
             [a[rows] for a in layers],
             [None if e is None else (e[0][rows], e[1][rows]) for e in extrema],
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lsa_scores = view.lsa(sa, pred if classifier else None) if len(sa) else np.zeros(0)
-        dsa_scores = view.dsa(sa, pred) if classifier and len(sa) else (np.zeros(0) if classifier else None)
+        scores = view.score(sa, pred)
     messages.extend(dict.fromkeys(str(w.message) for w in caught))
+    lsa_scores, dsa_scores = scores["lsa"], scores.get("dsa")
 
     # Per test, in collection order: what each newly covered.
     tests_out = []
     for t, rec in enumerate(records):
         rows = np.flatnonzero(owner == t)
         new = total.update(*part(rows))
-        lsa_t = lsa_scores[rows]
-        dsa_t = dsa_scores[rows] if dsa_scores is not None else None
-        tests_out.append(
-            {
-                "nodeid": rec.nodeid,
-                "group": rec.group,
-                "outcome": rec.outcome,
-                "inputs": int(rows.size),
-                "lsa_mean": _stat(lsa_t, np.mean),
-                "lsa_max": _stat(lsa_t, np.max),
-                "dsa_mean": None if dsa_t is None else _stat(dsa_t, np.mean),
-                "dsa_max": None if dsa_t is None else _stat(dsa_t, np.max),
-                "new": {k: int(v) for k, v in new.items()},
-            }
-        )
+        row: dict[str, Any] = {"nodeid": rec.nodeid, "group": rec.group, "outcome": rec.outcome, "inputs": int(rows.size)}
+        for key in SA_LABELS:
+            values = scores[key][rows] if key in scores else None
+            row[f"{key}_mean"] = None if values is None else _stat(values, np.mean)
+            row[f"{key}_max"] = None if values is None else _stat(values, np.max)
+        row["new"] = {k: int(v) for k, v in new.items()}
+        tests_out.append(row)
 
     # Per group: alone, and cumulatively in order of first appearance (Table VI).
     group_names = list(dict.fromkeys(rec.group for rec in records))
@@ -304,10 +354,10 @@ def compute(
         )
 
     metrics: dict[str, Metric] = {}
-    for name in ("lsc", "dsc"):
+    for name in SURPRISE:
         sc = total.sc[name]
         if sc is None:
-            metrics[name] = Metric(None, 0, options.dsc.buckets, applicable=False)
+            metrics[name] = Metric(None, 0, sc_options[name].buckets, applicable=False)
         else:
             metrics[name] = Metric(sc.value, int(sc.covered.sum()), sc.total, True, sc.below, sc.above, sc.count, sc.nan)
     for name, cov in total.neurons.items():
@@ -320,50 +370,84 @@ def compute(
         for i, size in enumerate(view.ranges.sizes)
     ]
 
-    # Most surprising inputs, with thumbnails where the inputs are images.
+    # Most surprising inputs, with thumbnails where the inputs are images: each distinct input
+    # once (by its digest), with every test that fed it.
     thumbs_of = []
     for _, b in batches:
         thumbs_of.extend([None] * len(b) if b.thumbs is None else list(b.thumbs))
+    same = _same_input(digests, len(owner))
     top = []
-    for by, scores in (("lsa", lsa_scores), ("dsa", dsa_scores)):
-        if scores is None or not len(scores):
+    for by, values in scores.items():
+        if not len(values):
             continue
-        finite = np.flatnonzero(np.isfinite(scores))
-        order = finite[np.argsort(-scores[finite], kind="stable")][:TOP_INPUTS]
-        for rank, i in enumerate(order, 1):
+        finite = np.flatnonzero(np.isfinite(values))
+        order = finite[np.argsort(-values[finite], kind="stable")]
+        seen: set[int] = set()
+        for i in order:
+            if len(seen) == TOP_INPUTS:
+                break
+            if int(same[i]) in seen:
+                continue
+            seen.add(int(same[i]))
+            copies = np.flatnonzero(same == same[i])
             thumb = thumbs_of[i]
             top.append(
                 {
                     "by": by,
-                    "rank": rank,
+                    "rank": len(seen),
                     "input": int(i),
                     "test": int(owner[i]),
+                    "tests": sorted({int(t) for t in owner[copies]}),
+                    "copies": int(copies.size),
                     "pred": int(pred[i]) if classifier else None,
-                    "lsa": float(lsa_scores[i]),
-                    "dsa": None if dsa_scores is None else float(dsa_scores[i]),
+                    **{key: (float(scores[key][i]) if key in scores else None) for key in SA_LABELS},
                     "image": None if thumb is None else _image(thumb),
                 }
             )
 
-    config = {
+    config: dict[str, Any] = {
         "sa_layers": model_info.get("sa_layers", []),
         "coverage_layers": model_info.get("coverage_layers", []),
         "nc_threshold": options.nc_threshold,
         "kmnc_k": options.kmnc_k,
         "var_threshold": options.var_threshold,
-        "lsc": {"lower": lsc.lower, "upper": lsc.upper, "buckets": lsc.buckets, "rule": lsc_rule},
-        "dsc": (
-            {"lower": dsc.lower, "upper": dsc.upper, "buckets": dsc.buckets, "rule": dsc_rule}
-            if dsc is not None
-            else {"lower": None, "upper": None, "buckets": options.dsc.buckets, "rule": "not applicable (regression model)"}
-        ),
     }
-    inputs = {
+    for metric in SURPRISE:
+        sc = total.sc[metric]
+        config[metric] = (
+            {"lower": sc.lower, "upper": sc.upper, "buckets": sc.buckets, "rule": rules[metric]}
+            if sc is not None
+            else {"lower": None, "upper": None, "buckets": sc_options[metric].buckets, "rule": "not applicable (regression model)"}
+        )
+    inputs: dict[str, list[Any]] = {
         "test": owner.astype(int).tolist(),
         "pred": pred.astype(int).tolist() if classifier else [None] * len(owner),
-        "lsa": lsa_scores.tolist(),
-        "dsa": dsa_scores.tolist() if dsa_scores is not None else [None] * len(owner),
     }
+    for key in SA_LABELS:
+        inputs[key] = scores[key].tolist() if key in scores else [None] * len(owner)
+    labels, label_notes = _labels(records, digests, len(owner))
+    messages.extend(label_notes)
+    mistakes = None
+    if labels is not None:
+        inputs["label"] = [
+            None if v is None else ((int(v[0]) if classifier else v[0]) if len(v) == 1 else list(v)) for v in labels
+        ]
+        found = analyse(
+            scores,
+            labels,
+            classifier=classifier,
+            pred=pred if classifier else None,
+            output=outputs if classifier else pred,
+            groups=[records[t].group for t in owner],
+        )
+        if found is not None:
+            overall, per_group = found
+            mistakes = {
+                "overall": overall.to_dict(),
+                "groups": [g.to_dict() for g in per_group],
+                "labels": dict(SCORE_LABELS),
+                "baselines": list(BASELINES),
+            }
     model = {k: v for k, v in model_info.items() if k not in ("sa_layers", "coverage_layers")}
     failures = check_thresholds(metrics, options.fail_under, len(owner))
     return Results(
@@ -380,4 +464,64 @@ def compute(
         top_inputs=top,
         failures=failures,
         warnings=messages,
+        mistakes=mistakes,
     )
+
+
+def _sc_options(options: "SadlOptions", metric: str) -> Any:
+    """The configured bounds of a surprise coverage (unset ones: from the profile)."""
+    found = getattr(options, metric, None)
+    if found is None:
+        from .config import Bounds
+
+        found = Bounds(None, None, 1000)
+    return found
+
+
+def _joined(batches: list[Any], attr: str) -> np.ndarray | None:
+    """One per-input array of every batch's ``attr``, or ``None`` when any batch lacks it."""
+    parts = [getattr(b, attr, None) for b in batches]
+    if not parts or any(p is None for p in parts):
+        return None
+    return np.concatenate(parts)
+
+
+def _same_input(digests: np.ndarray | None, n: int) -> np.ndarray:
+    """For each input, the index of the first input with the same digest (itself without digests)."""
+    if digests is None:
+        return np.arange(n)
+    _, first, inverse = np.unique(digests, return_index=True, return_inverse=True)
+    return first[inverse.reshape(-1)]
+
+
+def _labels(records: Sequence[TestRecord], digests: np.ndarray | None, n: int) -> tuple[list[Any] | None, list[str]]:
+    """Each recorded input's label from ``sadl_labels(x, y)`` (matched by digest), or ``None``
+    per input without one; ``None`` overall when no test gave labels. Plus notes for the reports."""
+    given = [(d, v) for rec in records for d, v in rec.labels]
+    if not given:
+        return None, []
+    notes = []
+    table: dict[int, np.ndarray] = {}
+    conflicts = 0
+    for dig, values in given:
+        for d, v in zip(dig.tolist(), values):
+            old = table.setdefault(int(d), v)
+            if old is not v and not np.array_equal(old, v):
+                conflicts += 1
+    if conflicts:
+        notes.append(f"sadl_labels: {conflicts} input(s) were given different labels by different calls; the first label given is used")
+    if digests is None:
+        notes.append("sadl_labels: the recorded inputs could not be matched to labels (inputs that are not numeric arrays)")
+        return None, notes
+    out: list[Any] = [None] * n
+    for i, d in enumerate(digests.tolist()):
+        v = table.get(int(d))
+        if v is not None:
+            out[i] = [float(x) for x in v]
+    unmatched = len(table) - len({int(d) for d in digests.tolist()} & set(table))
+    if unmatched:
+        notes.append(
+            f"sadl_labels: {unmatched} labelled input(s) never reached the model in a marked test; "
+            "labels match recorded inputs by their values, so label the same array that is fed to the model"
+        )
+    return out, notes

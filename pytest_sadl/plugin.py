@@ -360,6 +360,28 @@ def sadl_record(request: pytest.FixtureRequest) -> Any:
     return record
 
 
+@pytest.fixture
+def sadl_labels(request: pytest.FixtureRequest) -> Any:
+    """``sadl_labels(x, y)`` gives the true labels ``y`` (class ids, or targets for a regression
+    model) of the inputs ``x`` this test feeds the model, for the "does surprise predict this
+    model's mistakes" figures. A recorded input takes the label of the labelled row with the
+    same values (matched by a digest of the values, see ``recorder.input_digests``), whichever
+    test fed it; inputs without a label are unlabelled. A no-op when measuring is off."""
+    state = _enabled(request.config)
+
+    def labels(x: Any, y: Any) -> None:
+        if state is None:
+            return
+        rec, _ = _entry(state, request)
+        previous, state.recorder.current = state.recorder.current, rec
+        try:
+            state.recorder.add_labels(x, y)
+        finally:
+            state.recorder.current = previous
+
+    return labels
+
+
 # ----------------------------------------------------------------------------- the end
 
 

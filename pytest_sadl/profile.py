@@ -268,6 +268,7 @@ class TrainingProfile:
     built: bool = False
     _lsa: Any = field(default=None, repr=False, compare=False)
     _dsa: Any = field(default=None, repr=False, compare=False)
+    _mdsa: Any = field(default=None, repr=False, compare=False)
     _extras: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -300,6 +301,18 @@ class TrainingProfile:
             else:
                 self._dsa = DSA(self.sa_traces, self.sa_pred)
         return self._dsa
+
+    def mdsa(self) -> Any:
+        """The :class:`pytest_sadl.surprise.MDSA` of the training traces (built on first call;
+        per predicted class for a classifier). Fitting it is one mean and one covariance per
+        class, milliseconds, so it is made from the stored traces rather than stored."""
+        if self._mdsa is None:
+            from pytest_sadl.surprise import MDSA
+
+            self._mdsa = MDSA(
+                self.sa_traces, self.sa_pred if self.classifier else None, var_threshold=self.options.var_threshold
+            )
+        return self._mdsa
 
     def cached_array(self, name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """A derived array kept in the profile's folder: loaded when it is there (and
@@ -478,7 +491,7 @@ def build_profile(
     traced, digests = _digesting(data)
     traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
     n = len(traces)
-    say("fitting neuron ranges, LSA and DSA")
+    say(f"fitting neuron ranges and {'LSA and DSA' if tm.classifier else 'LSA (DSA needs a classifier)'}")
     ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order

@@ -15,6 +15,7 @@ to bytes (``.npz``, no pickles) for pytest-xdist workers to send to the controll
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import warnings
@@ -41,6 +42,8 @@ class Batch:
     thumbs: np.ndarray | None = None  # (n, h, w, c) uint8 for image-like inputs
     # per coverage layer, the per-input (min, max) over its whole output (conv maps), or None
     extrema: list[tuple[np.ndarray, np.ndarray] | None] | None = None
+    output: np.ndarray | None = None  # (n, k) float32: a classifier's outputs (the confidence baselines)
+    digests: np.ndarray | None = None  # (n,) uint64: each input's digest (input_digests), None if unhashable
 
     def __len__(self) -> int:
         return int(self.sa.shape[0])
@@ -57,10 +60,32 @@ class TestRecord:
     group: str
     outcome: str = "passed"
     batches: list[Batch] = field(default_factory=list)
+    # sadl_labels(x, y): (digests of x's rows, y) pairs, matched to recorded inputs by digest
+    labels: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @property
     def n_inputs(self) -> int:
         return sum(len(b) for b in self.batches)
+
+
+def input_digests(x: Any) -> np.ndarray | None:
+    """A 64-bit digest of each input (row of ``x``): BLAKE2b of its shape and its values as
+    C-ordered float32, so the same values match whether they arrive as float64, float32 or a
+    tensor. How ``sadl_labels(x, y)`` finds the recorded inputs its labels belong to, and how
+    the reports tell one input fed by several tests from several inputs. ``None`` when ``x``
+    is not a numeric array."""
+    try:
+        arr = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
+    except Exception:
+        return None
+    if arr.ndim == 0:
+        return None
+    rows = arr.reshape(arr.shape[0], -1)
+    shape = repr(tuple(arr.shape[1:])).encode()
+    out = np.empty(arr.shape[0], dtype=np.uint64)
+    for i, row in enumerate(rows):
+        out[i] = int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8, key=shape[:64]).digest(), "little")
+    return out
 
 
 def thumbnails(x: Any) -> np.ndarray | None:
@@ -150,6 +175,10 @@ class Recorder:
             finite &= np.isfinite(c).all(axis=1)
         thumbs = thumbnails(x)
         pred = np.asarray(traces.pred)
+        digests = input_digests(x)
+        if digests is not None and len(digests) != len(sa):
+            digests = None
+        output = np.asarray(traces.output, dtype=np.float32) if pred.ndim == 1 else None
         if not finite.all():
             self._warn_once(
                 "nonfinite",
@@ -159,10 +188,29 @@ class Recorder:
             keep = np.flatnonzero(finite)
             sa, pred, coverage = sa[keep], pred[keep], [c[keep] for c in coverage]
             thumbs = None if thumbs is None else thumbs[keep]
+            digests = None if digests is None else digests[keep]
+            output = None if output is None else output[keep]
             if extrema is not None:
                 extrema = [None if e is None else (e[0][keep], e[1][keep]) for e in extrema]
         if len(sa):
-            self.current.batches.append(Batch(sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema))
+            self.current.batches.append(
+                Batch(sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema, output=output, digests=digests)
+            )
+
+    def add_labels(self, x: Any, y: Any) -> None:
+        """``sadl_labels(x, y)``: the true labels ``y`` of the inputs ``x``, for the current test."""
+        if self.current is None:
+            raise RuntimeError("sadl_labels(x, y) is for tests marked @pytest.mark.sadl, while they run")
+        digests = input_digests(x)
+        if digests is None:
+            raise ValueError("sadl_labels(x, y): x must be a numeric array of the inputs (one row per input)")
+        labels = np.asarray(y)
+        if labels.dtype.kind not in "biuf" or labels.ndim == 0 or labels.shape[0] != digests.shape[0]:
+            raise ValueError(
+                f"sadl_labels(x, y): y must hold one numeric label per input of x ({digests.shape[0]}), "
+                f"got shape {labels.shape} of dtype {labels.dtype}; pass class ids, not one-hot rows, for a classifier"
+            )
+        self.current.labels.append((digests, labels.reshape(labels.shape[0], -1).astype(np.float64)))
 
     def record_inputs(self, model: Any, x: Any, batch_size: int = 256) -> None:
         """``sadl_record(x)``: trace ``x`` now and keep it for the current test."""
@@ -248,7 +296,9 @@ class Recorder:
         arrays: dict[str, np.ndarray] = {}
         meta = []
         for r, rec in enumerate(self.records.values()):
-            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0})
+            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
+            for j, (digests, values) in enumerate(rec.labels):
+                arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
             for b, batch in enumerate(rec.batches):
                 key = f"{r}_{b}"
                 arrays[f"sa_{key}"] = batch.sa
@@ -259,6 +309,10 @@ class Recorder:
                         arrays[f"min_{key}_{i}"], arrays[f"max_{key}_{i}"] = batch.extrema[i]
                 if batch.thumbs is not None:
                     arrays[f"thumbs_{key}"] = batch.thumbs
+                if batch.output is not None:
+                    arrays[f"output_{key}"] = batch.output
+                if batch.digests is not None:
+                    arrays[f"digests_{key}"] = batch.digests
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
@@ -271,6 +325,7 @@ class Recorder:
             out = []
             for r, m in enumerate(meta):
                 rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"])
+                rec.labels = [(npz[f"labeldig_{r}_{j}"], npz[f"labelval_{r}_{j}"]) for j in range(m.get("labels", 0))]
                 for b in range(m["batches"]):
                     key = f"{r}_{b}"
                     thumbs = npz[f"thumbs_{key}"] if f"thumbs_{key}" in npz.files else None
@@ -281,7 +336,9 @@ class Recorder:
                     ]
                     rec.batches.append(
                         Batch(npz[f"sa_{key}"], [npz[f"cov_{key}_{i}"] for i in layers], npz[f"pred_{key}"], thumbs,
-                              extrema if any(e is not None for e in extrema) else None)
+                              extrema if any(e is not None for e in extrema) else None,
+                              npz[f"output_{key}"] if f"output_{key}" in npz.files else None,
+                              npz[f"digests_{key}"] if f"digests_{key}" in npz.files else None)
                     )
                 out.append(rec)
         return out
@@ -293,6 +350,7 @@ class Recorder:
                 self.records[rec.nodeid] = rec
             else:
                 mine.batches.extend(rec.batches)
+                mine.labels.extend(rec.labels)
 
 
 def _finite(x: Any) -> bool:

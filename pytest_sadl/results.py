@@ -15,8 +15,14 @@ from typing import Any
 
 SCHEMA = "pytest-sadl/results"
 VERSION = 1
-METRICS = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
-LABELS = {"lsc": "LSC", "dsc": "DSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
+METRICS = ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
+LABELS = {"lsc": "LSC", "dsc": "DSC", "mdsc": "MDSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
+# The surprise coverages and the per-input surprise each buckets (results' "inputs" keys),
+# in report order; every other metric is a neuron coverage. Adding a surprise measure is
+# one entry here (and its scorer in the engine).
+SURPRISE = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
+SA_LABELS = {"lsa": "LSA", "dsa": "DSA", "mdsa": "MDSA"}
+KINDS = {m: ("surprise" if m in SURPRISE else "neuron") for m in METRICS}
 
 
 def percent(value: float | None) -> float | None:
@@ -62,6 +68,8 @@ class Results:
     top_inputs: list[dict[str, Any]]
     failures: list[Failure] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # "does surprise predict this model's mistakes" (pytest_sadl.mistakes), when tests gave labels
+    mistakes: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -87,6 +95,7 @@ class Results:
                 "tests": self.tests,
                 "inputs": self.inputs,
                 "top_inputs": self.top_inputs,
+                **({"mistakes": self.mistakes} if self.mistakes is not None else {}),
                 "outcome": {
                     "passed": self.passed,
                     "failures": [asdict(f) for f in self.failures],

@@ -24,6 +24,7 @@ import numpy as np
 from scipy import linalg
 
 from ._checks import SadlWarning, as_pred, as_traces, warn
+from .mahalanobis import MDSA as MDSA  # re-exported: the third surprise measure lives in its own module
 
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 

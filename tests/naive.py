@@ -140,3 +140,60 @@ def snac(layers, lows, highs) -> float:
             neurons += 1
             upper += any(x > high[j] for x in v[:, j])
     return upper / neurons
+
+
+def mdsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
+    """MDSA (Kim, Ju, Feldt, Yoo 2020): sqrt((x - mu_c)^T inv(Sigma_c) (x - mu_c)), a loop over
+    inputs; the variance filter of LSA; ``np.linalg.pinv`` for a singular covariance."""
+    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
+    pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
+    keep = [
+        j
+        for j in range(train.shape[1])
+        if all(np.var(train[train_pred == c, j]) >= var_threshold for c in np.unique(train_pred))
+    ]
+    out = []
+    for x, c in zip(tests, pred):
+        members = train[train_pred == c][:, keep]
+        mu = members.sum(axis=0) / len(members)
+        cov = sum(np.outer(t - mu, t - mu) for t in members) / (len(members) - 1)
+        u = x[keep] - mu
+        out.append(math.sqrt(u @ np.linalg.pinv(cov, rcond=1e-10, hermitian=True) @ u))
+    return np.array(out)
+
+
+def roc_auc(scores, positive) -> float:
+    """AUC as the fraction of (positive, negative) pairs ordered right, a tie counting 1/2."""
+    pos = [s for s, p in zip(scores, positive) if p]
+    neg = [s for s, p in zip(scores, positive) if not p]
+    won = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
+    return won / (len(pos) * len(neg))
+
+
+def bucket_of(score: float, lower: float, upper: float, buckets: int):
+    """The bucket i (0-based) with lower + (U-L) i/n < score <= lower + (U-L)(i+1)/n, or None."""
+    for i in range(buckets):
+        if lower + (upper - lower) * i / buckets < score <= lower + (upper - lower) * (i + 1) / buckets:
+            return i
+    return None
+
+
+def greedy_bucket_cover(buckets_of, budget: int, fallback_scores, covered=()) -> list[int]:
+    """Pick, ``budget`` times, the first pool input that covers the most still-uncovered buckets
+    (``buckets_of[i]``: the set of (metric, bucket) pairs input ``i`` would cover); when no input
+    adds a bucket, the not yet chosen input with the highest ``fallback_scores`` (NaN last, ties
+    in pool order)."""
+    covered = set(covered)
+    chosen: list[int] = []
+    for _ in range(min(budget, len(buckets_of))):
+        best, gain = None, 0
+        for i, b in enumerate(buckets_of):
+            if i not in chosen and len(set(b) - covered) > gain:
+                best, gain = i, len(set(b) - covered)
+        if best is None:
+            rest = [i for i in range(len(buckets_of)) if i not in chosen]
+            finite = [i for i in rest if not math.isnan(fallback_scores[i])]
+            best = max(finite, key=lambda i: (fallback_scores[i], -i)) if finite else rest[0]
+        chosen.append(best)
+        covered |= set(buckets_of[best])
+    return chosen

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,7 @@ def test_build_then_list_end_to_end(project: Path) -> None:
     again = run(["profile", "build", "--model", "../models/m.keras", "--train", "../data/train.npz", "--quiet"], project / "sub")
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("found cached profile " + fp[:16]) and _ours(again.stderr) == []
+    assert re.search(r"in \d+\.\ds \(TensorFlow import \d+\.\ds, loading \d+\.\ds\)", again.stdout)
 
     listed = run(["profile", "list"], project / "sub")
     assert listed.returncode == 0 and fp[:16] in listed.stdout and "digits_conv" in listed.stdout

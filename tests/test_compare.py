@@ -37,15 +37,16 @@ def test_drop_and_rise_in_points(current, baseline):
     comp = compare(current, baseline)
     assert isinstance(comp, Comparison)
     by = {m.metric: m for m in comp.metrics}
-    assert list(by) == ["lsc", "dsc", "nc", "kmnc", "nbc", "snac"]
-    for m in by.values():
+    assert list(by) == ["lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"]
+    assert by["mdsc"].status == "missing in baseline"  # the baseline predates MDSC
+    for m in (m for m in by.values() if m.metric != "mdsc"):
         base = round(baseline["metrics"][m.metric]["value"] * 100, 2)
         cur = round(current["metrics"][m.metric]["value"] * 100, 2)
         assert (m.baseline, m.current, m.status) == (base, cur, "ok")
         assert m.delta == round(cur - base, 2)
     assert by["dsc"].delta == -2.6        # a drop: 27.70% -> 25.10%
     assert by["nc"].delta == 5.0          # a rise: 67.19% -> 72.19%
-    assert comp.missing == [] and comp.warnings == []
+    assert comp.missing == ["mdsc"] and comp.warnings == []  # no warning about MDSC's bounds either
     assert comp.baseline_created == baseline["created"]
     json.dumps(comp.to_dict())
 
@@ -83,7 +84,7 @@ def test_missing_metric(current, baseline):
     assert by["snac"].status == "missing in current" and by["snac"].delta is None
     assert by["snac"].baseline == 10.62 and by["snac"].current is None
     assert by["nbc"].status == "missing in baseline"
-    assert comp.missing == ["nbc", "snac"]
+    assert comp.missing == ["mdsc", "nbc", "snac"]
     failures = compare_failures(comp, parse_compare_fail("snac:-1,nbc:-1,lsc:-5"))
     assert failures == [
         "SNAC: missing in current, so --sadl-compare-fail=snac:-1 cannot be checked",
@@ -129,11 +130,11 @@ def test_parse_compare_fail():
     assert parse_compare_fail("lsc:-2,dsc:-1") == {"lsc": -2.0, "dsc": -1.0}
     assert parse_compare_fail(" LSC = -2.5 , nc:0 ,") == {"lsc": -2.5, "nc": 0.0}
     assert parse_compare_fail("all:-1,lsc:-3") == {"lsc": -3.0, "dsc": -1.0, "nc": -1.0,
-                                                   "kmnc": -1.0, "nbc": -1.0, "snac": -1.0}
+                                                   "kmnc": -1.0, "nbc": -1.0, "snac": -1.0, "mdsc": -1.0}
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("lsx:-2", "unknown metric 'lsx'; known metrics are lsc, dsc, nc, kmnc, nbc, snac"),
+    ("lsx:-2", "unknown metric 'lsx'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac"),
     ("lsc:two", "'two' for lsc is not a number of percentage points"),
     ("lsc", "'lsc' is not METRIC:POINTS"),
     ("lsc:2", "lsc:2 is positive; a limit is the largest drop allowed, written negative: lsc:-2"),

@@ -166,6 +166,9 @@ def test_records_round_trip_through_worker_bytes():
         recorder.records[rec.nodeid] = rec
     recorder.records["t::a"].batches[0].thumbs = rng.integers(0, 255, (40, 8, 8, 1)).astype(np.uint8)
     recorder.records["t::b"].outcome = "failed"
+    recorder.records["t::c"].batches[0].digests = np.arange(25, dtype=np.uint64) * np.uint64(2**40)
+    recorder.records["t::c"].batches[0].output = rng.random((25, 4)).astype(np.float32)
+    recorder.records["t::c"].labels.append((np.arange(3, dtype=np.uint64), np.array([[1.0], [2.0], [0.0]])))
     again = Recorder.records_from_bytes(recorder.to_bytes())
     assert [r.nodeid for r in again] == list(recorder.records)
     for mine, theirs in zip(recorder.records.values(), again):
@@ -177,3 +180,94 @@ def test_records_round_trip_through_worker_bytes():
                 np.testing.assert_array_equal(x, y)
             assert (a.thumbs is None) == (b.thumbs is None)
     np.testing.assert_array_equal(again[0].batches[0].thumbs, recorder.records["t::a"].batches[0].thumbs)
+    mine, theirs = recorder.records["t::c"], again[2]
+    np.testing.assert_array_equal(theirs.batches[0].digests, mine.batches[0].digests)
+    np.testing.assert_array_equal(theirs.batches[0].output, mine.batches[0].output)
+    assert len(theirs.labels) == 1 and all(np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0]))
+    assert again[0].labels == [] and again[0].batches[0].digests is None
+
+
+def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
+    from pytest_sadl.mistakes import analyse
+    from pytest_sadl.recorder import input_digests
+    from pytest_sadl.surprise import MDSA
+
+    rng = np.random.default_rng(7)
+    view, centres = make_view(rng)
+    view.mdsa = MDSA(view.sa_traces, view.sa_pred)
+    records = make_records(rng, centres, SPEC)
+    xs = [rng.random((len(r.batches[0]), 4, 4)) for r in records]  # the "inputs" each test fed
+    for r, x in zip(records, xs):
+        r.batches[0].digests = input_digests(x)
+        r.batches[0].output = rng.dirichlet(np.ones(4), len(x)).astype(np.float32)
+    truth = [rng.integers(0, 4, len(x)) for x in xs]
+    # t::a labels its own inputs, in another order and as float32; t::e labels t::c's inputs
+    # (a label belongs to the values, whichever test fed them); t::b's inputs stay unlabelled
+    order = rng.permutation(len(xs[0]))
+    records[0].labels.append((input_digests(xs[0][order].astype(np.float32)), truth[0][order].reshape(-1, 1).astype(float)))
+    records[4].labels.append((input_digests(xs[2]), truth[2].reshape(-1, 1).astype(float)))
+    records[4].labels.append((input_digests(rng.random((3, 4, 4))), np.zeros((3, 1))))  # never fed
+    res = compute(view, records, options(mdsc=Bounds(0.0, 20.0, 30)), {"sa_layers": ["h"], "coverage_layers": ["a", "b"]})
+    data = res.to_dict()
+    sa = np.concatenate([r.batches[0].sa for r in records]).astype(np.float64)
+    pred = np.concatenate([r.batches[0].pred for r in records])
+    mdsa = view.mdsa(sa, pred)
+    np.testing.assert_allclose(data["inputs"]["mdsa"], mdsa)
+    assert data["metrics"]["mdsc"]["value"] == surprise_coverage(mdsa, lower=0.0, upper=20.0, buckets=30)
+    assert data["config"]["mdsc"]["rule"] == "configured"
+    labels = [None] * len(pred)
+    offsets = np.cumsum([0] + [len(x) for x in xs])
+    for t in (0, 2):
+        labels[offsets[t]:offsets[t + 1]] = truth[t].tolist()
+    assert data["inputs"]["label"] == labels
+    overall, groups = analyse(
+        {k: np.asarray(data["inputs"][k], float) for k in ("lsa", "dsa", "mdsa")}, labels, classifier=True, pred=pred,
+        output=np.concatenate([r.batches[0].output for r in records]), groups=[records[t].group for t in data["inputs"]["test"]],
+    )
+    assert data["mistakes"]["overall"] == overall.to_dict()
+    assert [g["name"] for g in data["mistakes"]["groups"]] == ["test", "fgsm"]
+    assert any("3 labelled input(s) never reached the model" in w for w in data["outcome"]["warnings"])
+    failures = check_thresholds(res.metrics, {"mdsc": 99.0}, len(pred))
+    assert failures and failures[0].message.startswith("MDSC ")
+
+
+def test_top_inputs_show_each_distinct_input_once_with_every_test_that_fed_it():
+    from pytest_sadl.recorder import input_digests
+
+    rng = np.random.default_rng(8)
+    view, centres = make_view(rng)
+    records = make_records(rng, centres, [("t::a", "test", 40, 5.0), ("t::b", "test", 30, 1.0), ("t::c", "fgsm", 25, 1.0)])
+    x = rng.random((len(records[0].batches[0]), 3))
+    records[0].batches[0].digests = input_digests(x)
+    # t::b feeds t::a's inputs again (same values, same traces)
+    records[1].batches = [Batch(records[0].batches[0].sa, records[0].batches[0].coverage, records[0].batches[0].pred)]
+    records[1].batches[0].digests = input_digests(x)
+    records[2].batches[0].digests = input_digests(rng.random((len(records[2].batches[0]), 3)))
+    data = compute(view, records, options(), {}).to_dict()
+    for by in ("lsa", "dsa"):
+        top = [t for t in data["top_inputs"] if t["by"] == by]
+        digests = np.concatenate([b.digests for r in records for b in r.batches])
+        assert len({int(digests[t["input"]]) for t in top}) == len(top) == 12
+        repeated = [t for t in top if t["test"] == 0]
+        assert repeated and all(t["tests"] == [0, 1] and t["copies"] == 2 for t in repeated)
+
+
+def test_regression_labels_give_rank_correlations_not_aucs():
+    from pytest_sadl.recorder import input_digests
+    from pytest_sadl.surprise import MDSA
+
+    rng = np.random.default_rng(9)
+    view, centres = make_view(rng, classifier=False)
+    view.mdsa = MDSA(view.sa_traces)
+    records = make_records(rng, centres, SPEC[:2])
+    for r in records:
+        n = len(r.batches[0])
+        r.batches[0].pred = rng.normal(size=(n, 1)).astype(np.float32)  # a regression model's outputs
+        x = rng.random((n, 2))
+        r.batches[0].digests = input_digests(x)
+        r.labels.append((input_digests(x), (r.batches[0].pred + rng.normal(size=(n, 1))).astype(float)))
+    data = compute(view, records, options(), {}).to_dict()
+    found = data["mistakes"]["overall"]
+    assert found["kind"] == "regression" and found["labelled"] == 70 and found["auc"] == {}
+    assert set(found["spearman"]) == {"lsa", "mdsa"} and data["metrics"]["dsc"]["applicable"] is False
+    assert data["metrics"]["mdsc"]["applicable"] is True and len(data["inputs"]["label"]) == 70

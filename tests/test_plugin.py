@@ -36,7 +36,8 @@ X = np.load("inputs.npy")
 
 
 @pytest.mark.sadl(group="held-out")
-def test_predict(sadl_model):
+def test_predict(sadl_model, sadl_labels):
+    sadl_labels(X[:10].astype(np.float64), np.load("labels.npy")[:10])  # matched by value, not dtype
     assert sadl_model.predict(X[:10], verbose=0).shape == (10, 10)
 
 
@@ -121,6 +122,7 @@ def project(pytester: pytest.Pytester, conv_model_path: Path, digits):
         shutil.copy(model, pytester.path / "model.keras")
         np.savez(pytester.path / "train.npz", x=digits.x_train, y=digits.y_train)
         np.save(pytester.path / "inputs.npy", digits.x_test[:60])
+        np.save(pytester.path / "labels.npy", digits.y_test[:60])
         ini = INI.format(extra=extra).replace("sadl_layers = hidden", f"sadl_layers = {layers}")
         pytester.makefile(".ini", pytest=ini)
         pytester.makepyfile(test_project=tests)
@@ -195,7 +197,15 @@ def test_recording_groups_failures_and_values(project, digits):
     assert any("non-finite" in w for w in data["outcome"]["warnings"])
     out = res.stdout.str()
     assert "pytest-sadl: surprise adequacy and neuron coverage" in out
-    assert "27 inputs recorded from 6 tests in 3 group(s)" in out
+    assert "27 inputs recorded: 6 of 6 marked tests fed the model, in 3 group(s)" in out
+    # labels: test_predict's ten inputs, matched by value, also where the save test feeds
+    # two of them again; and the figures in every report
+    labels = digits.y_test[:10].tolist() + [None] * 15 + digits.y_test[:2].tolist()
+    assert data["inputs"]["label"] == labels
+    labelled = [i for i, v in enumerate(labels) if v is not None]
+    assert data["mistakes"]["overall"]["labelled"] == 12
+    assert data["mistakes"]["overall"]["errors"] == int((pred[labelled] != np.array([labels[i] for i in labelled])).sum())
+    assert "does surprise predict this model's mistakes?" in out
     assert re.search(r"\+ attack\s+2\s+8", out)
 
 
@@ -283,7 +293,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
     "args, message",
     [
         (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
-        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; use one of lsc, dsc, nc, kmnc, nbc, snac*"),
+        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; use one of lsc, dsc, mdsc, nc, kmnc, nbc, snac*"),
         (["--sadl-fail-under=lsc"], "*needs the form METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
         (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),

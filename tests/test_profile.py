@@ -100,13 +100,17 @@ def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, t
 
 @pytest.mark.tf
 def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) -> None:
-    prof = load_or_build(regression_model, digits.x_train, None, tmp_path)
+    said: list[str] = []
+    prof = load_or_build(regression_model, digits.x_train, None, tmp_path, status=said.append)
     assert not prof.classifier and prof.dsa() is None and prof.dsa_arrays is None and prof.n_classes is None
+    assert "fitting neuron ranges and LSA (DSA needs a classifier)" in said and not any("LSA and DSA" in m for m in said)
     with _no_cache_warning():
         hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
     assert not hit.built
     scores = hit.lsa()(prof.sa_traces[:20])
     assert scores.shape == (20,) and np.isfinite(scores).all()
+    mdsa = hit.mdsa()(prof.sa_traces[:20])  # one mean and covariance over all traces
+    assert mdsa.shape == (20,) and np.isfinite(mdsa).all() and hit.mdsa() is hit.mdsa()
 
 
 @pytest.mark.tf
@@ -618,9 +622,10 @@ def test_shuffled_inputs_give_the_same_profile_bounds_and_numbers(conv_model: An
     np.testing.assert_array_equal(b.lsa()(t.sa, t.pred), a.lsa()(t.sa, t.pred))
     np.testing.assert_array_equal(b.dsa()(t.sa, t.pred), a.dsa()(t.sa, t.pred))
     va, vb = ProfileView.of(a).held_out(), ProfileView.of(b).held_out()
-    np.testing.assert_array_equal(vb[0], va[0])
-    np.testing.assert_array_equal(vb[1], va[1])
-    assert default_bounds(vb[0]) == default_bounds(va[0])
+    assert sorted(va) == sorted(vb) == ["dsa", "lsa", "mdsa"]
+    for key in va:
+        np.testing.assert_array_equal(vb[key], va[key])
+        assert default_bounds(vb[key]) == default_bounds(va[key])
     # a shuffled dataset: the same fingerprint (so the cached profile), row keys and held-out
     # sample; a fresh build's traces equal to the forward pass's float rounding
     assert c.fingerprint == a.fingerprint
@@ -635,17 +640,17 @@ def test_held_out_scores_are_stored_with_the_profile(dense_model: Any, digits: A
 
     prof = load_or_build(dense_model, digits.x_train, None, tmp_path)
     first = engine.ProfileView.of(prof).held_out()
-    assert len(list(prof.path.glob("extra.heldout-*.npy"))) == 2
+    assert len(list(prof.path.glob("extra.heldout-*.npy"))) == len(first) == 3  # LSA, DSA, MDSA
     with _no_cache_warning():
         hit = load_or_build(dense_model, digits.x_train, None, tmp_path)
 
     def never(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("the held-out scores were recomputed")
 
-    monkeypatch.setattr(engine, "held_out_scores", never)
+    monkeypatch.setattr(engine, "held_out_sa", never)
     again = engine.ProfileView.of(hit).held_out()
-    np.testing.assert_array_equal(again[0], first[0])
-    np.testing.assert_array_equal(again[1], first[1])
+    for key in first:
+        np.testing.assert_array_equal(again[key], first[key])
 
 
 @pytest.mark.tf

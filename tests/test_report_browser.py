@@ -116,7 +116,7 @@ def test_loads_offline_without_errors_or_requests(browser, report, tmp_path):
     assert p.dialogs == [], "a <script> from a test id or group name ran"
     # the script ran (CSP hash accepted): controls shown, toggle visible
     assert p.page.is_visible("#tests-controls") and p.page.is_visible("#theme-toggle")
-    assert p.page.text_content("#tests-count") == "15 of 15 tests"
+    assert p.page.text_content("#tests-count") == "15 of 15 tests shown"
     # the hostile names are on the page as text
     assert "<script>alert('group')</script>" in p.page.inner_text("#groups-table")
     # thumbnails decoded as images
@@ -164,7 +164,7 @@ def test_type_in_the_filter_and_the_totals_follow(browser, report):
     wmean = sum(t["lsa_mean"] * t["inputs"] for t in mine) / sum(t["inputs"] for t in mine)
     assert totals["lsa_mean"] == f"{wmean:.2f}"
     assert totals["new.kmnc"] == f"{sum(t['new']['kmnc'] for t in mine):,}"
-    assert p.page.text_content("#tests-count") == "4 of 15 tests"
+    assert p.page.text_content("#tests-count") == "4 of 15 tests shown"
     # two terms must both match; then the outcome select narrows further
     p.page.fill("#tests-filter", "adversarial eps=0.1")
     assert len(_column(p.page, "nodeid")) == 2
@@ -215,3 +215,69 @@ def test_readable_at_laptop_width_and_printable(browser, report, tmp_path):
     p.page.pdf(path=str(pdf))
     print(f"pdf: {pdf}")
     assert pdf.stat().st_size > 10_000
+
+
+def test_phone_width_chart_labels_tests_table_and_test_ids(browser, report, tmp_path):
+    """At 390 px: the Table VI chart's labels stay readable, the tests table shows more than
+    its first two columns, and test ids wrap only between their parts."""
+    p = _open(browser, report)
+    p.page.set_viewport_size({"width": 390, "height": 844})
+    p.page.locator("#groups-chart").screenshot(path=str(_artifact_dir(tmp_path) / "chart-390.png"))
+    heights = p.page.eval_on_selector_all(
+        "#groups-chart svg text",
+        "els => els.filter(e => getComputedStyle(e).display !== 'none').map(e => e.getBoundingClientRect().height)",
+    )
+    assert heights and min(heights) >= 8.0, f"chart labels {min(heights):.1f} px tall at 390 px"
+    rights = p.page.evaluate(
+        "() => [...document.querySelector('#tests-table tbody tr').cells].map(c => c.getBoundingClientRect().right)"
+    )
+    assert sum(r <= 390 for r in rights) >= 3, f"only {sum(r <= 390 for r in rights)} columns fit at 390 px"
+    bad = p.page.evaluate("""() => {
+        const bad = [];
+        for (const code of document.querySelectorAll('code.testid')) {
+            const text = code.textContent;
+            const range = document.createRange();
+            const chars = [];
+            const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+            for (let n = walker.nextNode(); n; n = walker.nextNode())
+                for (let i = 0; i < n.length; i++) {
+                    range.setStart(n, i); range.setEnd(n, i + 1);
+                    const r = range.getClientRects()[0];
+                    if (r) chars.push([n.data[i], r.top]);
+                }
+            for (let i = 1; i < chars.length; i++)
+                if (chars[i][1] > chars[i - 1][1] + 2) {
+                    const before = chars[i - 1][0], after = chars[i][0];
+                    if (!('/:_'.includes(before) || after === '[')) bad.push(text + ' broken at ' + i);
+                }
+        }
+        return bad;
+    }""")
+    assert p.page.eval_on_selector_all("code.testid", "els => els.length") >= 15
+    assert bad == []
+    assert p.errors == []
+
+
+def test_histogram_labels_clear_of_the_bound_lines(browser, report):
+    p = _open(browser, report)
+    overlaps = p.page.evaluate("""() => [...document.querySelectorAll('figure.hist svg')].filter(svg => {
+        const label = svg.querySelector('text.above-label').getBoundingClientRect();
+        return [...svg.querySelectorAll('line.bound')].some(line => {
+            const b = line.getBoundingClientRect();
+            return b.left <= label.right && b.right >= label.left && b.top <= label.bottom && b.bottom >= label.top;
+        });
+    }).length""")
+    counted = p.page.eval_on_selector_all("figure.hist svg text.above-label", "els => els.length")
+    assert counted > 0 and overlaps == 0
+
+
+def test_gallery_shows_each_input_once_with_the_tests_that_fed_it(browser, report):
+    p = _open(browser, report)
+    per_list = p.page.eval_on_selector_all(
+        "#inputs .gallery", "gs => gs.map(g => [...g.querySelectorAll('img')].map(i => i.alt))"
+    )
+    assert len(per_list) == 3 and all(len(items) == len(set(items)) for items in per_list)
+    first = p.page.locator("#inputs .gallery").first.locator("figure").first.inner_text()
+    assert "fed by 2 tests (3 times)" in first and "test_accuracy" in first
+    assert p.page.locator("#mistakes-table tbody tr").count() == 5  # all labelled inputs and 4 groups
+    assert "misclassified" in p.page.locator("#mistakes-words").inner_text()

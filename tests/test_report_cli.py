@@ -53,7 +53,7 @@ def test_report_writes_html_markdown_and_badge(tmp_path, capsys):
     assert 'id="comparison"' in html and "▼ -2.60 pts" in html
     md = (tmp_path / "s.md").read_text(encoding="utf-8")
     assert "| DSC | 25.10% | – | – | 27.70% | ▼ -2.60 |" in md
-    assert set(json.loads((tmp_path / "badge.json").read_text())) == {"lsc", "dsc", "nc", "kmnc", "nbc", "snac"}
+    assert set(json.loads((tmp_path / "badge.json").read_text())) == {"lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"}
 
 
 def test_report_html_only_equals_render_html(tmp_path):

@@ -226,7 +226,7 @@ def test_write_html_into_a_file_is_a_clear_error(tmp_path, classifier):
 
 def test_cards_show_value_threshold_and_status(classifier):
     cards = {c["metric"]: c for c in build_context(classifier)["cards"]}
-    assert list(cards) == ["lsc", "dsc", "nc", "kmnc", "nbc", "snac"]
+    assert list(cards) == ["lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"]
     assert cards["lsc"]["status"] == "fail" and cards["lsc"]["threshold"] == 30.0
     assert cards["nc"]["status"] == "pass" and cards["nc"]["threshold"] == 40.0
     assert cards["dsc"]["status"] == "none"
@@ -241,10 +241,10 @@ def test_regression_model_shows_dsa_and_dsc_as_not_applicable(regression):
     ctx = build_context(regression)
     cards = {c["metric"]: c for c in ctx["cards"]}
     assert cards["dsc"]["status"] == "n/a" and cards["dsc"]["value"] is None
-    assert [s["key"] for s in ctx["surprise"]] == ["lsa"]
+    assert [s["key"] for s in ctx["surprise"]] == ["lsa", "mdsa"]
     keys = [c["key"] for c in ctx["tests"]["columns"]]
     assert "dsa_mean" not in keys and "new.dsc" not in keys
-    assert ctx["top"] and [t["by"] for t in ctx["top"]] == ["lsa"]
+    assert ctx["top"] and [t["by"] for t in ctx["top"]] == ["lsa", "mdsa"]
     assert all(e["src"] is None for e in ctx["top"][0]["entries"]), "regression inputs are not images"
     html = render_html(regression)
     assert "does not apply to this model (regression)" in html
@@ -359,7 +359,7 @@ def _decode_png(url: str) -> tuple[int, int, int, bytes]:
 
 def test_thumbnails_are_the_recorded_pixels(classifier):
     top = build_context(classifier)["top"]
-    assert [t["by"] for t in top] == ["lsa", "dsa"]
+    assert [t["by"] for t in top] == ["lsa", "dsa", "mdsa"]
     by_lsa = top[0]["entries"]
     assert [e["rank"] for e in by_lsa] == list(range(1, 13))
     src = [t for t in classifier["top_inputs"] if t["by"] == "lsa"]
@@ -392,7 +392,7 @@ def test_hints_say_what_would_improve_the_tests(classifier):
     gains = {g["name"]: g["cumulative"]["lsc"] - p["cumulative"]["lsc"]
              for p, g in zip(classifier["groups"], classifier["groups"][1:])}
     assert max(gains, key=gains.get) == "fgsm"
-    assert "Group fgsm added the most LSC (+8.6 points) and DSC (+8.3 points) after the first group" in " ".join(hints)
+    assert "Group fgsm added the most LSC (+8.6 points), DSC (+8.3 points) and MDSC (+12.0 points) after the first group" in " ".join(hints)
 
 
 def test_hint_for_tests_and_groups_that_add_nothing(classifier):
@@ -500,3 +500,58 @@ def test_every_optional_field_may_be_absent_or_null(classifier, regression):
             count += 1
     assert failures == []
     assert count > 200
+
+
+def test_mistakes_section_shows_the_figures_of_the_results(classifier, regression):
+    ctx = build_context(classifier)
+    found = classifier["mistakes"]
+    m = ctx["mistakes"]
+    assert [c["key"] for c in m["columns"]] == ["lsa", "dsa", "mdsa", "deepgini", "entropy", "margin"]
+    assert [c["baseline"] for c in m["columns"]] == [False] * 3 + [True] * 3
+    assert m["rows"][0]["values"] == [found["overall"]["auc"][k] for k in ("lsa", "dsa", "mdsa", "deepgini", "entropy", "margin")]
+    assert [r["name"] for r in m["rows"][1:]] == [g["name"] for g in found["groups"]]
+    page = render_html(classifier)
+    for text in found["overall"]["sentences"]:
+        assert text.replace("'", "&#39;") in page
+    assert f"{found['overall']['auc']['dsa']:.2f}" in page
+    reg = build_context(regression)["mistakes"]
+    assert reg["per"] == "spearman" and [c["key"] for c in reg["columns"]] == ["lsa", "mdsa"]
+    assert "Spearman rank correlation" in render_html(regression)
+    assert build_context({k: v for k, v in classifier.items() if k != "mistakes"})["mistakes"] is None
+
+
+def test_nbc_card_says_what_a_corner_is(classifier):
+    cards = {c["metric"]: c for c in build_context(classifier)["cards"]}
+    assert cards["nbc"]["unit"] == "corners"
+    assert "upper corner" in cards["nbc"]["explain"] and "lower corner" in cards["nbc"]["explain"]
+    assert cards["nbc"]["explain"] in render_html(classifier)
+
+
+def test_tests_that_fed_nothing_are_said_the_same_way_in_every_report(classifier):
+    from pytest_sadl.report.markdown import render_markdown
+    from pytest_sadl.report.terminal import render_terminal
+
+    fed = sum(1 for t in classifier["tests"] if t["inputs"])
+    phrase = f"{fed} of {len(classifier['tests'])} marked tests fed the model ({len(classifier['tests']) - fed} fed nothing)"
+    assert fed < len(classifier["tests"])
+    assert phrase in render_html(classifier)
+    assert phrase in "\n".join(render_terminal(classifier))
+    assert phrase in render_markdown(classifier)
+
+
+def test_test_ids_wrap_between_parts_only():
+    from pytest_sadl.report.html import _testid
+
+    assert str(_testid("tests/test_a.py::test_recall_per_digit[1]")) == (
+        'tests/<wbr>test_<wbr>a.py::<wbr>test_<wbr>recall_<wbr>per_<wbr>digit<wbr><span class="param">[1]</span>'
+    )
+    assert str(_testid("t.py::x[<b>]")) == 't.py::<wbr>x<wbr><span class="param">[&lt;b&gt;]</span>'
+
+
+def test_a_mistakes_section_of_the_wrong_type_is_a_clear_error(classifier):
+    from pytest_sadl.report._load import ResultsFileError, validate_results
+
+    bad = copy.deepcopy(classifier)
+    bad["mistakes"] = [1, 2]
+    with pytest.raises(ResultsFileError, match='"mistakes" must be an object'):
+        validate_results(bad)

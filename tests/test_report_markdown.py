@@ -142,13 +142,13 @@ def test_badge_threshold_boundary_uses_the_rounded_percent(classifier):
 def test_badge_not_applicable_and_unknown(regression):
     assert render_badge(regression, "dsc") == {"schemaVersion": 1, "label": "DSC",
                                                "message": "n/a", "color": "lightgrey"}
-    with pytest.raises(ValueError, match="unknown metric 'lsx'.*lsc, dsc, nc"):
+    with pytest.raises(ValueError, match="unknown metric 'lsx'.*lsc, dsc, mdsc, nc"):
         render_badge(regression, "lsx")
 
 
 def test_badge_file_all_metrics_or_one(tmp_path, classifier):
     all_ = json.loads(write_badge(classifier, tmp_path / "badge.json").read_text())
-    assert list(all_) == ["lsc", "dsc", "nc", "kmnc", "nbc", "snac"]
+    assert list(all_) == ["lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"]
     assert all_ == render_badges(classifier)
     one = json.loads(write_badge(classifier, tmp_path / "lsc.json", metric="lsc").read_text())
     assert one == render_badge(classifier, "lsc")

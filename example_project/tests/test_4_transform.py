@@ -35,8 +35,9 @@ CASES: list[tuple[str, Callable[[np.ndarray], np.ndarray], float]] = [
 
 
 @pytest.mark.parametrize(("transform", "floor"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_accuracy_under_transformation(sadl_model, test_split, transform, floor):
+def test_accuracy_under_transformation(sadl_model, test_split, transform, floor, sadl_labels):
     x_t = transform(test_split.x)
+    sadl_labels(x_t, test_split.y)
     assert x_t.shape == test_split.x.shape
     assert accuracy(sadl_model.predict(x_t, verbose=0), test_split.y) >= floor
 

@@ -19,12 +19,13 @@ from typing import Any, Mapping
 
 from ..results import LABELS as METRIC_LABELS  # the metrics' names, in one place: results.py
 from ..results import METRICS  # the order every report shows them
-from ..results import SCHEMA
+from ..results import SA_LABELS, SCHEMA, SURPRISE
 from ..results import VERSION as SCHEMA_VERSION
 
 METRIC_TITLES: dict[str, str] = {
     "lsc": "Likelihood-based surprise coverage",
     "dsc": "Distance-based surprise coverage",
+    "mdsc": "Mahalanobis-distance surprise coverage",
     "nc": "Neuron coverage",
     "kmnc": "k-multisection neuron coverage",
     "nbc": "Neuron boundary coverage",
@@ -89,7 +90,7 @@ def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None)
             )
     for key, kind in (("model", dict), ("config", dict), ("thresholds", dict), ("outcome", dict),
                       ("inputs", dict), ("layers", list), ("groups", list), ("tests", list),
-                      ("top_inputs", list)):
+                      ("top_inputs", list), ("mistakes", dict)):
         if key in data and data[key] is not None and not isinstance(data[key], kind):
             expected = "an object" if kind is dict else "a list"
             raise ResultsFileError(
@@ -159,6 +160,44 @@ def fmt_num(value: float | int | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def tests_summary(results: Mapping[str, Any]) -> str:
+    """How many marked tests fed the model, said the same way in every report."""
+    tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
+    fed = sum(1 for t in tests if isinstance(t.get("inputs"), int) and t["inputs"] > 0)
+    text = f"{fed} of {len(tests)} marked test{'' if len(tests) == 1 else 's'} fed the model"
+    if len(tests) > fed:
+        idle = len(tests) - fed
+        text += f" ({idle} fed nothing)"
+    return text
+
+
+def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """The "does surprise predict mistakes" table as text cells (header, rows), overall first
+    then per group, for the text reports; ``None`` without labels."""
+    found = results.get("mistakes")
+    if not isinstance(found, dict) or not isinstance(found.get("overall"), dict):
+        return None
+    labels = found.get("labels") if isinstance(found.get("labels"), dict) else {}
+    overall = found["overall"]
+    rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
+    classifier = overall.get("kind") == "classifier"
+    per = "auc" if classifier else "spearman"
+    keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
+    header = ["inputs", "labelled", "error rate" if classifier else "mean abs error"]
+    header += [f"{labels.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
+    table = []
+    for r in rows:
+        err = fmt_pct(r.get("error_rate"), 1) if classifier else fmt_num(r.get("mean_abs_error"), 4)
+        table.append([str(r.get("name") or "all labelled"), str(r.get("labelled", "?")), err]
+                     + [fmt_num((r.get(per) or {}).get(k), 2) for k in keys])
+    return header, table
+
+
 def _values(results: Mapping[str, Any], key: str) -> list[float]:
     inputs = results.get("inputs") or {}
     return [float(v) for v in (inputs.get(key) or []) if isinstance(v, (int, float))
@@ -178,7 +217,8 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
         if isinstance(failure, dict) and failure.get("message"):
             hints.append(f"Threshold missed: {str(failure['message']).rstrip('.')}.")
     config = results.get("config") or {}
-    for metric, key, name in (("lsc", "lsa", "LSA"), ("dsc", "dsa", "DSA")):
+    for metric, key in SURPRISE.items():
+        name = SA_LABELS[key]
         entry = metric_entry(results, metric)
         bounds = config.get(metric)
         if entry is None or entry.get("applicable") is False or not isinstance(bounds, dict):
@@ -227,7 +267,7 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
         prev = cum
     if len(groups) > 1:
         best_of: dict[str, list[str]] = {}
-        for metric in ("lsc", "dsc"):
+        for metric in SURPRISE:
             gains = []
             before = 0.0
             for group in groups:
@@ -241,7 +281,7 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
                     best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
         for name, what in best_of.items():
             hints.append(
-                f"Group {name} added the most {' and '.join(what)} after the first group: more "
+                f"Group {name} added the most {_and(what)} after the first group: more "
                 "inputs of that kind are the likeliest to cover further surprise buckets."
             )
     tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]

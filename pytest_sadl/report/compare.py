@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from ..results import SURPRISE
 from ._load import METRIC_LABELS, METRICS, metric_entry, metric_percent
 
 #: Decimals of a delta, in percentage points, for the decision and the message alike.
@@ -90,10 +91,10 @@ def _config_differences(cur: Mapping[str, Any], base: Mapping[str, Any]) -> list
         if key in cur or key in base:
             if cur.get(key) != base.get(key):
                 diffs.append(f"{key} {_num(base.get(key))} → {_num(cur.get(key))}")
-    for metric in ("lsc", "dsc"):
+    for metric in SURPRISE:
         cb = cur.get(metric)
         bb = base.get(metric)
-        if cb is None and bb is None:
+        if cb is None or bb is None:  # a metric one run does not have (an older results file)
             continue
         if not isinstance(cb, dict) or not isinstance(bb, dict):
             diffs.append(f"{metric} bounds {_bounds(bb)} → {_bounds(cb)}")

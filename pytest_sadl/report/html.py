@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import re
 import struct
 import zlib
 from functools import lru_cache
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ..atomic import atomic_write_text
 from ._load import (
@@ -33,8 +34,10 @@ from ._load import (
     fmt_num,
     fmt_pct,
     metric_entry,
+    tests_summary,
     thresholds_of,
 )
+from ..results import KINDS, SA_LABELS, SURPRISE
 from .compare import Comparison
 
 __all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
@@ -60,7 +63,21 @@ def _env() -> jinja2.Environment:
     env.filters["short"] = lambda s, n=12: "" if not s else (s if len(s) <= n else s[:n] + "…")
     env.filters["sortkey"] = _sortkey
     env.filters["sig"] = _sig
+    env.filters["testid"] = _testid
     return env
+
+
+def _testid(value: Any) -> Markup:
+    """A test id that wraps only between its parts (after ``/``, ``::`` and the ``_`` between
+    the words of a name, before its ``[parameters]``), never inside a word or inside the
+    parameters, so a phone shows ``test_recall_per_digit`` / ``[1]``, not ``test_recall_per_digit[`` / ``1]``."""
+    s = str(value)
+    found = re.search(r"\[.*\]$", s)
+    head, param = (s[: found.start()], s[found.start():]) if found else (s, "")
+    html = Markup("<wbr>").join(escape(part) for part in re.split(r"(?<=/)|(?<=::)|(?<=_)", head) if part)
+    if param:
+        html += Markup('<wbr><span class="param">') + escape(param) + Markup("</span>")
+    return html
 
 
 def _sig(value: Any, digits: int = 6) -> str:
@@ -169,7 +186,7 @@ def _histogram(values: Sequence[float], lower: float, upper: float,
     return {
         "bars": bars, "below": side(below, _HL - 20.0), "above": side(above, _HW - _HR + 8.0),
         "ticks": ticks, "peak": peak, "n": len(values), "lower": f"{lower:g}",
-        "upper": f"{upper:g}", "x0": _HL, "x1": round(_HW - _HR, 2), "y0": _HT,
+        "upper": f"{upper:g}", "upper_short": f"{upper:.4g}", "x0": _HL, "x1": round(_HW - _HR, 2), "y0": _HT,
         "y1": round(_HT + plot_h, 2), "w": _HW, "h": _HH, "ylab": _HY,
     }
 
@@ -186,7 +203,7 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         if name not in group_names:
             group_names.append(name)
     out = []
-    for metric, key in (("lsc", "lsa"), ("dsc", "dsa")):
+    for metric, key in SURPRISE.items():
         entry = metric_entry(results, metric)
         bounds = config.get(metric)
         values = inputs.get(key)
@@ -210,7 +227,7 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         if len(per_group) > 1:
             rows += [{"name": name, "all": False, "chart": _histogram(vals, lower, upper)}
                      for name, vals in per_group.items()]
-        out.append({"metric": metric, "key": key, "label": key.upper(),
+        out.append({"metric": metric, "key": key, "label": SA_LABELS[key],
                     "lower": f"{lower:g}", "upper": f"{upper:g}",
                     "buckets": bounds.get("buckets"), "rule": bounds.get("rule"),
                     "above": entry.get("above"), "below": entry.get("below"), "nan": entry.get("nan"), "rows": rows})
@@ -246,7 +263,8 @@ def _line_chart(groups: list[dict[str, Any]], metrics: list[str]) -> dict[str, A
             lines.append({"metric": m, "label": METRIC_LABELS[m],
                           "points": pts, "path": " ".join(f"{p['x']},{p['y']}" for p in pts)})
     grid = [{"y": y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
-    xlabels = [{"x": x(i), "label": str(g.get("name")), "short": _shorten(str(g.get("name")), 16)}
+    xlabels = [{"x": x(i), "label": str(g.get("name")), "short": _shorten(str(g.get("name")), 16),
+                "tiny": _shorten(str(g.get("name")), max(4, 48 // max(n, 1)))}
                for i, g in enumerate(groups)]
     return {"w": _LW, "h": _LH, "x0": _LL, "x1": round(_LW - _LR, 2), "y0": _LT,
             "y1": round(_LT + plot_h, 2), "lines": lines, "grid": grid, "xlabels": xlabels}
@@ -257,6 +275,14 @@ def _shorten(s: str, n: int) -> str:
 
 
 # --------------------------------------------------------------------------- view data
+
+
+UNIT_NOTES = {
+    "nbc": "Each neuron has two corners: activations above the highest (upper corner) or below the "
+           "lowest (lower corner) value seen on the training set; a corner is covered when an input reaches it.",
+    "snac": "Counts the upper corners only: neurons driven above the highest value seen on the training set.",
+    "kmnc": "Each neuron's training range split into k equal sections; a section is covered when an input lands in it.",
+}
 
 
 def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[dict[str, Any]]:
@@ -280,12 +306,12 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
         else:
             status = "pass"
         delta = comparison.get(m) if comparison is not None else None
-        unit = {"lsc": "buckets", "dsc": "buckets", "kmnc": "sections",
-                "nbc": "corners"}.get(m, "neurons")
+        unit = "buckets" if KINDS.get(m) == "surprise" else {"kmnc": "sections", "nbc": "corners"}.get(m, "neurons")
         cards.append({
             "metric": m, "label": METRIC_LABELS[m], "title": METRIC_TITLES[m],
             "value": value, "threshold": thr, "status": status,
             "covered": entry.get("covered"), "total": entry.get("total"), "unit": unit,
+            "explain": UNIT_NOTES.get(m),
             "above": entry.get("above"), "below": entry.get("below"), "nan": entry.get("nan"),
             "delta": delta.delta if delta is not None else None,
             "delta_status": delta.status if delta is not None else None,
@@ -293,20 +319,24 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
     return cards
 
 
-def _tests(results: Mapping[str, Any], show_dsa: bool) -> dict[str, Any]:
+def _applicable(results: Mapping[str, Any], metric: str) -> bool:
+    entry = metric_entry(results, metric)
+    return entry is not None and entry.get("applicable") is not False
+
+
+def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
     columns: list[dict[str, Any]] = [
         {"key": "nodeid", "label": "Test", "kind": "text", "agg": "label"},
         {"key": "group", "label": "Group", "kind": "text", "agg": "none"},
         {"key": "outcome", "label": "Outcome", "kind": "text", "agg": "none"},
         {"key": "inputs", "label": "Inputs", "kind": "int", "agg": "sum"},
-        {"key": "lsa_mean", "label": "LSA mean", "kind": "float", "agg": "wmean"},
-        {"key": "lsa_max", "label": "LSA max", "kind": "float", "agg": "max"},
     ]
-    if show_dsa:
-        columns += [{"key": "dsa_mean", "label": "DSA mean", "kind": "float", "agg": "wmean"},
-                    {"key": "dsa_max", "label": "DSA max", "kind": "float", "agg": "max"}]
+    for metric, key in SURPRISE.items():
+        if _applicable(results, metric):
+            columns += [{"key": f"{key}_mean", "label": f"{SA_LABELS[key]} mean", "kind": "float", "agg": "wmean"},
+                        {"key": f"{key}_max", "label": f"{SA_LABELS[key]} max", "kind": "float", "agg": "max"}]
     for m in METRICS:
-        if m == "dsc" and not show_dsa:
+        if KINDS.get(m) == "surprise" and not _applicable(results, m):
             continue
         columns.append({"key": f"new.{m}", "label": f"+{METRIC_LABELS[m]}", "kind": "int",
                         "agg": "sum",
@@ -362,24 +392,55 @@ def _top_inputs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         ti = item.get("test")
         test = tests[ti] if isinstance(ti, int) and 0 <= ti < len(tests) and isinstance(tests[ti], dict) else {}
+        fed = item.get("tests") if isinstance(item.get("tests"), list) else [ti]
+        fed_by = [tests[t] for t in fed if isinstance(t, int) and 0 <= t < len(tests) and isinstance(tests[t], dict)]
         groups.setdefault(str(item.get("by", "lsa")), []).append({
             "rank": item.get("rank"), "input": item.get("input"), "pred": item.get("pred"),
-            "lsa": _num(item.get("lsa")), "dsa": _num(item.get("dsa")),
+            "scores": [(SA_LABELS[k], _num(item.get(k)), 3 if k == "dsa" else 2) for k in SA_LABELS
+                       if _num(item.get(k)) is not None],
             "nodeid": test.get("nodeid", "?"), "group": test.get("group", "?"),
+            "fed_by": [{"nodeid": t.get("nodeid", "?"), "group": t.get("group", "?")} for t in fed_by] or
+                      [{"nodeid": test.get("nodeid", "?"), "group": test.get("group", "?")}],
+            "copies": item.get("copies"),
             "src": _thumbnail(item.get("image")),
         })
     out = []
-    for by in ("lsa", "dsa", *sorted(set(groups) - {"lsa", "dsa"})):
+    for by in (*SA_LABELS, *sorted(set(groups) - set(SA_LABELS))):
         if by in groups:
             items = sorted(groups[by], key=lambda it: (it["rank"] is None, it["rank"] or 0))
-            out.append({"by": by, "label": by.upper(), "entries": items})
+            out.append({"by": by, "label": SA_LABELS.get(by, by.upper()), "entries": items})
     return out
+
+
+def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """View data of the "does surprise predict mistakes" section (figures from the results)."""
+    found = results.get("mistakes")
+    if not isinstance(found, dict) or not isinstance(found.get("overall"), dict):
+        return None
+    labels = found.get("labels") if isinstance(found.get("labels"), dict) else {}
+    baselines = set(found.get("baselines") or [])
+    overall = found["overall"]
+    rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
+    per = "auc" if overall.get("kind") == "classifier" else "spearman"
+    keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
+    columns = [{"key": k, "label": labels.get(k, k), "baseline": k in baselines} for k in keys]
+    table = [{"name": r.get("name") or "all labelled inputs", "all": r is overall, "labelled": r.get("labelled"),
+              "errors": r.get("errors"), "error_rate": _num(r.get("error_rate")),
+              "mean_abs_error": _num(r.get("mean_abs_error")),
+              "values": [_num((r.get(per) or {}).get(k)) for k in keys]} for r in rows]
+    fifths = []
+    for key, parts in (overall.get("fifths") or {}).items():
+        if isinstance(parts, list) and parts:
+            fifths.append({"key": key, "label": labels.get(key, key), "parts": [
+                {"lowest": _num(p.get("lowest")), "highest": _num(p.get("highest")), "inputs": p.get("inputs"),
+                 "accuracy": _num(p.get("accuracy")), "mae": _num(p.get("mean_abs_error"))}
+                for p in parts if isinstance(p, dict)]})
+    return {"kind": overall.get("kind"), "per": per, "columns": columns, "rows": table, "fifths": fifths,
+            "sentences": [str(x) for x in overall.get("sentences") or []]}
 
 
 def build_context(results: Mapping[str, Any], *, comparison: Comparison | None = None) -> dict[str, Any]:
     """The plain data the template lays out (exposed for tests and other renderers)."""
-    dsc = metric_entry(results, "dsc")
-    show_dsa = dsc is not None and dsc.get("applicable") is not False
     groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
     group_metrics = [m for m in METRICS
                      if any(_num((g.get("cumulative") or {}).get(m)) is not None for g in groups)]
@@ -415,7 +476,10 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "group_metrics": [{"key": m, "label": METRIC_LABELS[m]} for m in group_metrics],
         "group_rows": group_rows,
         "chart": _line_chart(groups, group_metrics),
-        "tests": _tests(results, show_dsa),
+        "tests": _tests(results),
+        "mistakes": _mistakes(results),
+        "tests_summary": tests_summary(results),
+        "surprise_metrics": [m for m in SURPRISE if isinstance((results.get("config") or {}).get(m), dict)],
         "layers": _layers(results),
         "top": _top_inputs(results),
         "comparison": comparison,

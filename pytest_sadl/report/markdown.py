@@ -18,8 +18,11 @@ from ._load import (
     METRICS,
     adequacy_hints,
     metric_entry,
+    mistakes_rows,
+    tests_summary,
     thresholds_of,
 )
+from ..results import SURPRISE
 from .compare import Comparison
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
@@ -81,6 +84,8 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         bits.append(f"model fingerprint {escape_md(str(fp)[:12])}")
     if model.get("n_train") is not None:
         bits.append(f"{model['n_train']} training inputs")
+    if results.get("tests"):
+        bits.append(tests_summary(results))
     if bits:
         lines.append(" · ".join(bits))
         lines.append("")
@@ -139,6 +144,21 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
                          + " | ".join(cells) + " |")
         lines.append("")
 
+    found = mistakes_rows(results)
+    if found is not None:
+        header, table = found
+        lines.append("### Does surprise predict this model's mistakes?")
+        lines.append("")
+        lines.extend(escape_md(text) for text in (results["mistakes"]["overall"].get("sentences") or []))
+        lines.append("")
+        lines.append("| Group | " + " | ".join(header[1:]) + " |")
+        lines.append("|:--|" + "--:|" * (len(header) - 1))
+        lines.extend("| " + " | ".join(escape_md(c) for c in row) + " |" for row in table)
+        lines.append("")
+        lines.append("AUC: how well a score tells misclassified inputs from correct ones (0.5 chance, 1 perfect); "
+                     "DeepGini, softmax entropy and margin are confidence baselines.")
+        lines.append("")
+
     hints = [h for h in adequacy_hints(results) if not h.startswith("Threshold missed")]
     if hints:
         lines.append("### What would improve the tests")
@@ -150,16 +170,16 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
 
     def added(t: dict[str, Any]) -> tuple[int, int]:
         new = t.get("new") if isinstance(t.get("new"), dict) else {}
-        return (sum(v for k, v in new.items() if k in ("lsc", "dsc") and isinstance(v, int)),
+        return (sum(v for k, v in new.items() if k in SURPRISE and isinstance(v, int)),
                 sum(v for k, v in new.items() if k == "nc" and isinstance(v, int)))
 
     ranked = sorted(tests, key=lambda t: added(t), reverse=True)[:max_tests]
     if ranked:
         lines.append("<details><summary>Tests that added the most coverage</summary>")
         lines.append("")
-        dsc = metric_entry(results, "dsc")
-        buckets = ("new LSC+DSC buckets" if dsc is not None and dsc.get("applicable") is not False
-                   else "new LSC buckets")
+        measured = [METRIC_LABELS[m] for m in SURPRISE
+                    if (metric_entry(results, m) or {"applicable": False}).get("applicable") is not False]
+        buckets = f"new {'+'.join(measured)} buckets"
         lines.append(f"| Test | Group | Inputs | {buckets} | new NC neurons |")
         lines.append("|:--|:--|--:|--:|--:|")
         for t in ranked:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..results import LABELS
+from ..results import LABELS, SA_LABELS, SURPRISE
 from ..results import METRICS as ORDER
+from ._load import mistakes_rows, tests_summary
 
 
 def _pct(value: float | None) -> str:
@@ -40,10 +41,7 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
     if n_inputs == 0:
         lines.append("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl")
     else:
-        lines.append(
-            f"{n_inputs} inputs recorded from {sum(1 for t in results['tests'] if t['inputs'])} tests "
-            f"in {len(results['groups'])} group(s)"
-        )
+        lines.append(f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results['groups'])} group(s)")
     lines.append("")
     thresholds = results.get("thresholds", {})
     deltas = {}
@@ -54,12 +52,14 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
         header.append("vs baseline")
     rows = [header]
     for name in ORDER:
-        m = metrics[name]
+        m = metrics.get(name)
+        if m is None:  # a results file from before this metric existed
+            continue
         if not m.get("applicable", True):
             row = [LABELS[name], "n/a", "not applicable (regression model)", "", "", ""]
         else:
             bounds = above = ""
-            if name in ("lsc", "dsc"):
+            if name in SURPRISE:
                 b = config[name]
                 bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
                 above = str(m.get("above", 0))
@@ -70,29 +70,39 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
             row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
         rows.append(row)
     lines += _table(rows, right={1, 2, 4, 5, 6})
-    rules = {config[k].get("rule", "") for k in ("lsc", "dsc") if config.get(k)}
+    rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
     if any(r.startswith("default") for r in rules):
         lines.append("bounds: " + next(r for r in rules if r.startswith("default")))
 
     if results["groups"]:
         lines += ["", "cumulative coverage by group (Table VI of the paper):"]
-        rows = [["group", "tests", "inputs"] + [LABELS[k] for k in ORDER]]
+        shown = [k for k in ORDER if k in metrics]
+        rows = [["group", "tests", "inputs"] + [LABELS[k] for k in shown]]
         for i, g in enumerate(results["groups"]):
             rows.append(
                 [("" if i == 0 else "+ ") + g["name"], str(g["tests"]), str(g["inputs"])]
-                + [_pct(g["cumulative"].get(k)).rstrip("%") for k in ORDER]
+                + [_pct(g["cumulative"].get(k)).rstrip("%") for k in shown]
             )
-        lines += _table(rows, right=set(range(1, 3 + len(ORDER))))
+        lines += _table(rows, right=set(range(1, 3 + len(shown))))
+
+    found = mistakes_rows(results)
+    if found is not None:
+        header, table = found
+        lines += ["", "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)"]
+        lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))))
+        lines += [f"  {text}" for text in (results["mistakes"]["overall"].get("sentences") or [])]
 
     if verbose:
         lines += ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
-        rows = [["test", "group", "outcome", "inputs", "LSA mean", "LSA max", "DSA mean", "DSA max", "new LSC", "new NC"]]
+        keys = [k for k in SA_LABELS if any(t.get(f"{k}_mean") is not None for t in results["tests"])] or ["lsa"]
+        rows = [["test", "group", "outcome", "inputs"] + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")] + ["new LSC", "new NC"]]
         for t in results["tests"]:
             rows.append(
-                [t["nodeid"], t["group"], t["outcome"], str(t["inputs"]), _num(t["lsa_mean"]), _num(t["lsa_max"]),
-                 _num(t["dsa_mean"]), _num(t["dsa_max"]), str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
+                [t["nodeid"], t["group"], t["outcome"], str(t["inputs"])]
+                + [_num(t.get(f"{k}_{s}")) for k in keys for s in ("mean", "max")]
+                + [str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
             )
-        lines += _table(rows, right=set(range(3, 10)))
+        lines += _table(rows, right=set(range(3, len(rows[0]))))
         lines += ["", "layers (least covered first by KMNC):"]
         rows = [["layer", "neurons", "NC", "KMNC", "NBC", "SNAC"]]
         for layer in sorted(results["layers"], key=lambda l: l["kmnc"]):

@@ -283,17 +283,100 @@ def make(
     }
 
 
+def add_guidance(doc: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Add what issue 10 brought: MDSA per input and test, MDSC (bucketed like the others),
+    true labels of most inputs and the "does surprise predict mistakes" figures computed by
+    :func:`pytest_sadl.mistakes.analyse` from them, and a most-surprising input that two
+    tests fed (the gallery shows it once, with both tests)."""
+    from pytest_sadl.mistakes import BASELINES, SCORE_LABELS, analyse
+
+    rng = np.random.default_rng(seed + 100)
+    inputs, tests = doc["inputs"], doc["tests"]
+    regression = not doc["model"]["classifier"]
+    lsa = np.asarray(inputs["lsa"], dtype=float)
+    n = lsa.size
+    mdsa = np.round(np.sqrt(lsa.clip(0)) * 1.4 + rng.gamma(2.0, 0.6, size=n), 4)
+    inputs["mdsa"] = [float(v) for v in mdsa]
+    cfg = {"lower": 0.0, "upper": 24.0, "buckets": 400, "rule": "configured"}
+    doc["config"]["mdsc"] = cfg
+    owner = np.asarray(inputs["test"])
+    seen: set[int] = set()
+    for t, test in enumerate(tests):
+        rows = np.flatnonzero(owner == t)
+        b = {int(x) for x in _buckets(mdsa[rows], cfg["lower"], cfg["upper"], cfg["buckets"]) if x >= 0}
+        test["mdsa_mean"] = _r(mdsa[rows].mean()) if rows.size else None
+        test["mdsa_max"] = _r(mdsa[rows].max()) if rows.size else None
+        test["new"]["mdsc"] = len(b - seen)
+        seen |= b
+    group_of = [t["group"] for t in tests]
+    cum: set[int] = set()
+    for g in doc["groups"]:
+        rows = np.flatnonzero(np.isin(owner, [i for i, name in enumerate(group_of) if name == g["name"]]))
+        b = {int(x) for x in _buckets(mdsa[rows], cfg["lower"], cfg["upper"], cfg["buckets"]) if x >= 0}
+        cum |= b
+        g["metrics"]["mdsc"] = _r(len(b) / cfg["buckets"])
+        g["cumulative"]["mdsc"] = _r(len(cum) / cfg["buckets"])
+    metrics = {}
+    for k, v in doc["metrics"].items():
+        metrics[k] = v
+        if k == "dsc":
+            metrics["mdsc"] = {"value": _r(len(seen) / cfg["buckets"]), "covered": len(seen), "total": cfg["buckets"],
+                               "applicable": True, "below": int((mdsa <= cfg["lower"]).sum()),
+                               "above": int((mdsa > cfg["upper"]).sum()), "count": int(n)}
+    doc["metrics"] = metrics
+    # Labels: every input but a few; mistakes likelier the more surprising the input.
+    labelled = rng.random(n) > 0.1
+    risk = (lsa - lsa.min()) / (np.ptp(lsa) or 1.0)
+    if regression:
+        truth = rng.normal(size=n)
+        out = truth + rng.normal(size=n) * (0.2 + risk)
+        inputs["label"] = [_r(v) if ok else None for v, ok in zip(truth, labelled)]
+        found = analyse({"lsa": lsa, "mdsa": mdsa}, inputs["label"], classifier=False, output=out,
+                        groups=[group_of[t] for t in owner])
+    else:
+        pred = np.asarray(inputs["pred"])
+        wrong = rng.random(n) < 0.05 + 0.6 * risk
+        truth = np.where(wrong, (pred + 1 + rng.integers(0, 9, n)) % 10, pred)
+        probs = rng.dirichlet(np.ones(10) * 0.3, n)
+        probs[np.arange(n), pred] += 1.5 - wrong
+        probs /= probs.sum(axis=1, keepdims=True)
+        inputs["label"] = [int(v) if ok else None for v, ok in zip(truth, labelled)]
+        dsa = np.asarray(inputs["dsa"], dtype=float)
+        found = analyse({"lsa": lsa, "dsa": dsa, "mdsa": mdsa}, inputs["label"], classifier=True, pred=pred,
+                        output=probs, groups=[group_of[t] for t in owner])
+    overall, per_group = found  # type: ignore[misc]
+    doc["mistakes"] = json.loads(json.dumps({
+        "overall": overall.to_dict(), "groups": [g.to_dict() for g in per_group],
+        "labels": dict(SCORE_LABELS), "baselines": list(BASELINES),
+    }, default=float), parse_float=lambda v: round(float(v), 4))
+    order = np.argsort(-mdsa, kind="stable")[:12]
+    for rank, i in enumerate(order, start=1):
+        i = int(i)
+        first = next(t for t in doc["top_inputs"] if t["by"] == "lsa")
+        doc["top_inputs"].append({**{k: v for k, v in first.items() if k == "image"}, "by": "mdsa", "rank": rank,
+                                  "input": i, "test": inputs["test"][i], "pred": inputs["pred"][i],
+                                  "lsa": inputs["lsa"][i], "dsa": inputs["dsa"][i], "mdsa": inputs["mdsa"][i]})
+    for item in doc["top_inputs"]:
+        item["mdsa"] = inputs["mdsa"][item["input"]]
+        item["tests"] = [item["test"]]
+        item["copies"] = 1
+    top = doc["top_inputs"][0]  # the most surprising input by LSA: fed by a second test too
+    top["tests"] = sorted({top["test"], 0})
+    top["copies"] = 3
+    return doc
+
+
 def main() -> None:
     """Write the fixture files next to this script."""
     fp = "3f2a" + "".join(f"{(i * 37 + 11) % 256:02x}" for i in range(30))
     docs = {
-        "results-classifier.json": make(seed=5, created="2026-12-01T18:00:00+00:00",
-                                        fingerprint=fp),
+        "results-classifier.json": add_guidance(make(seed=5, created="2026-12-01T18:00:00+00:00",
+                                                     fingerprint=fp), 5),
         "results-baseline.json": make(seed=4, created="2026-11-24T09:30:00+00:00",
                                       shift=1.3, fingerprint=fp, neuron_scale=0.93),
-        "results-regression.json": make(seed=6, regression=True,
-                                        created="2026-12-01T18:05:00+00:00",
-                                        fingerprint="77e0" + fp[4:]),
+        "results-regression.json": add_guidance(make(seed=6, regression=True,
+                                                     created="2026-12-01T18:05:00+00:00",
+                                                     fingerprint="77e0" + fp[4:]), 6),
     }
     for name, doc in docs.items():
         for value in doc["inputs"]["lsa"]:

@@ -121,7 +121,7 @@
         tr.hidden = !ok;
         if (ok) { shown.push(tr); }
       });
-      if (count) { count.textContent = shown.length + ' of ' + body.rows.length + ' tests'; }
+      if (count) { count.textContent = shown.length + ' of ' + body.rows.length + ' tests shown'; }
       if (!foot) { return; }
       heads.forEach(function (th, col) {
         var agg = th.getAttribute('data-agg');

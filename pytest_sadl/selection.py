@@ -1,0 +1,217 @@
+"""Which inputs to label or test next: choosing a budget of inputs from a pool, on NumPy arrays.
+
+Four strategies, each given per-input scores of the pool (no TensorFlow, no pytest):
+
+* ``surprise`` — the ``budget`` inputs with the highest surprise (LSA, DSA or MDSA);
+  inputs whose score is NaN come last.
+* ``coverage`` — greedy surprise coverage: each pick is the input that covers the most
+  still-uncovered SC buckets (summed over LSC, DSC and MDSC, over the same fixed bounds
+  the tests are measured with), starting from the buckets the current tests already cover
+  (from their results JSON). Ties go to the earlier pool index; once no input adds a
+  bucket, the remaining picks take the most surprising inputs left (by the first score).
+* ``ranges`` — the paper's Table VII (RQ4): a uniform random sample (seeded) from the
+  inputs whose score lies in ``[lower, lower + upto * (U - lower)]``, ``U`` the upper
+  bound of that score's SC and ``lower`` its lower bound (0 in the paper); ``upto`` is 1/4,
+  2/4, 3/4 or 1 for the table's four widening ranges.
+* ``deepgini`` — the baseline: the highest DeepGini impurity ``1 - sum p^2`` of the model's
+  softmax output (Feng et al., ISSTA 2020), the prioritiser that Weiss and Tonella found
+  hard to beat.
+
+:func:`select` returns a :class:`Selection` with the chosen pool indices in pick order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .mistakes import confidence_scores
+from .surprise import bucket_edges, bucket_index
+
+__all__ = ["STRATEGIES", "Selection", "select", "covered_from_results", "greedy_coverage"]
+
+STRATEGIES = ("surprise", "coverage", "ranges", "deepgini")
+SCORE_OF = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}  # SC metric -> the SA it buckets
+
+Bounds = tuple[float, float, int]  # (lower, upper, buckets)
+
+
+@dataclass
+class Selection:
+    """The chosen inputs: pool indices in pick order, and what each pick brought."""
+
+    strategy: str
+    budget: int
+    indices: np.ndarray  # (k,) int64, k <= budget
+    pool: int  # inputs in the pool
+    by: str | None = None  # the score ranked or sampled ("lsa", "dsa", "mdsa", "deepgini")
+    new_buckets: list[int] | None = None  # coverage: buckets each pick newly covered
+    eligible: int | None = None  # ranges: inputs inside the range
+    range: tuple[float, float] | None = None  # ranges: the score interval sampled from
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "budget": self.budget,
+            "pool": self.pool,
+            "by": self.by,
+            "indices": self.indices.astype(int).tolist(),
+            "new_buckets": self.new_buckets,
+            "eligible": self.eligible,
+            "range": None if self.range is None else list(self.range),
+            "notes": list(self.notes),
+        }
+
+
+def _check_budget(budget: int, n: int) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        raise ValueError(f"budget must be a whole number >= 1, got {budget!r}")
+    return min(int(budget), n)
+
+
+def _descending(scores: np.ndarray) -> np.ndarray:
+    """Indices by score, highest first, NaN last, ties in pool order."""
+    key = np.where(np.isnan(scores), -np.inf, scores)
+    order = np.argsort(-key, kind="stable")
+    nan = np.isnan(scores[order])
+    return np.concatenate([order[~nan], order[nan]])
+
+
+def greedy_coverage(
+    pool_scores: Mapping[str, np.ndarray],
+    bounds: Mapping[str, Bounds],
+    budget: int,
+    covered: Mapping[str, np.ndarray] | None = None,
+) -> tuple[np.ndarray, list[int]]:
+    """Greedy maximum coverage of SC buckets; ``pool_scores`` and ``bounds`` keyed by SC metric
+    (``"lsc"``...). ``covered``: each metric's already covered buckets (bool ``(buckets,)``).
+    Returns the picks and the buckets each newly covered. An input lands in at most one bucket
+    per metric, so a pick's gain is the number of metrics whose bucket it opens."""
+    metrics = [m for m in bounds if m in pool_scores]
+    if not metrics:
+        raise ValueError("the coverage strategy needs the pool's scores and SC bounds of at least one of LSC, DSC, MDSC")
+    n = len(next(iter(pool_scores[m] for m in metrics)))
+    k = _check_budget(budget, n)
+    ids = np.empty((n, len(metrics)), dtype=np.int64)
+    state = []
+    for j, m in enumerate(metrics):
+        lower, upper, buckets = bounds[m]
+        idx = bucket_index(np.asarray(pool_scores[m], dtype=np.float64), bucket_edges(lower, upper, buckets))
+        inside = (idx >= 0) & (idx < buckets)
+        ids[:, j] = np.where(inside, idx, buckets)  # column `buckets` is a sink that is always "covered"
+        done = np.zeros(buckets + 1, dtype=bool)
+        done[buckets] = True
+        if covered is not None and m in covered:
+            prior = np.asarray(covered[m], dtype=bool)
+            if prior.shape != (buckets,):
+                raise ValueError(f"covered[{m!r}] has shape {prior.shape}, expected ({buckets},) for its bounds")
+            done[:buckets] = prior
+        state.append(done)
+    fallback = _descending(np.asarray(pool_scores[metrics[0]], dtype=np.float64))
+    taken = np.zeros(n, dtype=bool)
+    picks: list[int] = []
+    gains: list[int] = []
+    for _ in range(k):
+        gain = np.zeros(n, dtype=np.int64)
+        for j, done in enumerate(state):
+            gain += ~done[ids[:, j]]
+        gain[taken] = -1
+        best = int(np.argmax(gain))  # the first of the largest: ties in pool order
+        if gain[best] <= 0:
+            best = int(fallback[~taken[fallback]][0])
+        picks.append(best)
+        gains.append(int(max(gain[best], 0)))
+        taken[best] = True
+        for j, done in enumerate(state):
+            done[ids[best, j]] = True
+    return np.array(picks, dtype=np.int64), gains
+
+
+def covered_from_results(results: Mapping[str, Any]) -> tuple[dict[str, Bounds], dict[str, np.ndarray]]:
+    """The SC bounds of a results JSON and the buckets its inputs cover, per SC metric.
+
+    Read from each metric's configured bounds and the per-input scores the JSON keeps, so the
+    pool is bucketed exactly as the tests were."""
+    config = results.get("config") or {}
+    inputs = results.get("inputs") or {}
+    bounds: dict[str, Bounds] = {}
+    covered: dict[str, np.ndarray] = {}
+    for metric, key in SCORE_OF.items():
+        cfg = config.get(metric) or {}
+        if cfg.get("lower") is None or cfg.get("upper") is None or key not in inputs:
+            continue
+        b = (float(cfg["lower"]), float(cfg["upper"]), int(cfg.get("buckets") or 1000))
+        values = np.array([np.nan if v is None else v for v in inputs[key]], dtype=np.float64)
+        if values.size and np.isnan(values).all():
+            continue
+        idx = bucket_index(values, bucket_edges(*b))
+        done = np.zeros(b[2], dtype=bool)
+        done[idx[(idx >= 0) & (idx < b[2])]] = True
+        bounds[metric], covered[metric] = b, done
+    return bounds, covered
+
+
+def select(
+    strategy: str,
+    budget: int,
+    *,
+    scores: Mapping[str, np.ndarray | None] | None = None,
+    by: str = "lsa",
+    output: np.ndarray | None = None,
+    bounds: Mapping[str, Bounds] | None = None,
+    covered: Mapping[str, np.ndarray] | None = None,
+    upto: float = 1.0,
+    seed: int = 0,
+) -> Selection:
+    """Choose up to ``budget`` inputs of a pool (see the module docstring).
+
+    ``scores``: the pool's SA by name (``"lsa"``, ``"dsa"``, ``"mdsa"``); ``by``: the score the
+    ``surprise`` and ``ranges`` strategies use; ``output``: the model's outputs on the pool
+    (``deepgini``); ``bounds``: SC bounds by metric (``coverage``, and ``ranges`` for U);
+    ``covered``: buckets the current tests cover (``coverage``); ``upto``: the range's fraction
+    of U (``ranges``); ``seed``: the ``ranges`` sample's random seed.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    present = {k: np.asarray(v, dtype=np.float64) for k, v in (scores or {}).items() if v is not None}
+    if strategy == "deepgini":
+        if output is None:
+            raise ValueError("the deepgini strategy needs the model's outputs on the pool")
+        gini = confidence_scores(output)["deepgini"]
+        k = _check_budget(budget, len(gini))
+        return Selection(strategy, int(budget), _descending(gini)[:k], len(gini), by="deepgini")
+    if strategy == "coverage":
+        if not bounds:
+            raise ValueError("the coverage strategy needs SC bounds (a results JSON of the current tests, or the profile's defaults)")
+        per_metric = {m: present[SCORE_OF[m]] for m in bounds if SCORE_OF.get(m) in present}
+        picks, gains = greedy_coverage(per_metric, bounds, budget, covered)
+        n = len(next(iter(per_metric.values())))
+        notes = []
+        if gains and gains[-1] == 0:
+            notes.append(f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left")
+        return Selection(strategy, int(budget), picks, n, by=",".join(per_metric), new_buckets=gains, notes=notes)
+    if by not in present:
+        raise ValueError(f"no {by!r} scores for the pool; available: {', '.join(present) or 'none'}")
+    s = present[by]
+    if strategy == "surprise":
+        k = _check_budget(budget, len(s))
+        return Selection(strategy, int(budget), _descending(s)[:k], len(s), by=by)
+    # ranges
+    if not (0 < upto <= 1):
+        raise ValueError(f"upto must be in (0, 1] (a fraction of the SC upper bound U), got {upto!r}")
+    metric = {v: k for k, v in SCORE_OF.items()}[by]
+    if not bounds or metric not in bounds:
+        raise ValueError(f"the ranges strategy needs the SC bounds of {metric.upper()} (U is its upper bound)")
+    lower, upper, _ = bounds[metric]
+    top = lower + upto * (upper - lower)
+    eligible = np.flatnonzero((s >= lower) & (s <= top))
+    k = _check_budget(budget, len(s))
+    notes = []
+    if eligible.size < k:
+        notes.append(f"only {eligible.size} input(s) lie in [{lower:g}, {top:g}]; all of them are chosen")
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(eligible, size=min(k, eligible.size), replace=False) if eligible.size else np.zeros(0, np.int64)
+    return Selection(strategy, int(budget), picks.astype(np.int64), len(s), by=by, eligible=int(eligible.size), range=(lower, top), notes=notes)

@@ -1,0 +1,137 @@
+"""MDSA against a naive loop from its definition and against SciPy's ``mahalanobis``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import mahalanobis
+
+import naive
+from pytest_sadl.surprise import MDSA, SadlWarning
+
+
+def clustered(rng, n, d, classes, scale=3.0):
+    pred = rng.integers(0, classes, size=n)
+    centres = rng.normal(0, scale, size=(classes, d))
+    mix = rng.normal(size=(d, d)) / np.sqrt(d)  # correlated neurons, so the covariance is not diagonal
+    return centres[pred] + rng.normal(size=(n, d)) @ mix + 0.1 * rng.normal(size=(n, d)), pred
+
+
+@pytest.mark.parametrize("d", [1, 3, 12])
+def test_mdsa_matches_naive_definition_and_scipy(d):
+    rng = np.random.default_rng(d)
+    train, train_pred = clustered(rng, 400, d, 3)
+    tests, pred = clustered(rng, 40, d, 3)
+    got = MDSA(train, train_pred)(tests, pred)
+    np.testing.assert_allclose(got, naive.mdsa(train, train_pred, tests, pred), rtol=1e-9)
+    for x, c, value in zip(tests, pred, got):
+        members = train[train_pred == c]
+        vi = np.linalg.inv(np.atleast_2d(np.cov(members, rowvar=False)))
+        assert value == pytest.approx(mahalanobis(x, members.mean(axis=0), vi), rel=1e-9)
+
+
+def test_mdsa_without_classes_is_one_distribution_over_all_traces():
+    rng = np.random.default_rng(1)
+    train, _ = clustered(rng, 300, 4, 2)
+    tests, _ = clustered(rng, 20, 4, 2)
+    got = MDSA(train)(tests)
+    vi = np.linalg.inv(np.cov(train, rowvar=False))
+    np.testing.assert_allclose(got, [mahalanobis(x, train.mean(axis=0), vi) for x in tests], rtol=1e-9)
+    with pytest.raises(ValueError, match="without classes"):
+        MDSA(train)(tests, np.zeros(len(tests), int))
+    with pytest.raises(ValueError, match="pass the predicted classes"):
+        MDSA(train, np.zeros(len(train), int))(tests)
+
+
+def test_mdsa_training_mean_scores_zero_and_distance_grows_along_a_line():
+    rng = np.random.default_rng(2)
+    train, pred = clustered(rng, 500, 5, 2)
+    m = MDSA(train, pred)
+    mu = train[pred == 1].mean(axis=0)
+    direction = rng.normal(size=5)
+    scores = m(np.stack([mu + t * direction for t in (0.0, 1.0, 2.0, 4.0)]), np.ones(4, int))
+    assert scores[0] == pytest.approx(0.0, abs=1e-9)
+    np.testing.assert_allclose(scores[1:] / scores[1], [1.0, 2.0, 4.0], rtol=1e-9)  # a norm scales linearly
+
+
+def test_mdsa_singular_covariance_uses_the_pseudo_inverse_with_a_warning():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(300, 4))
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)  # rows sum to one: rank 3
+    pred = probs.argmax(axis=1)
+    tests = np.exp(rng.normal(size=(30, 4)))
+    tests /= tests.sum(axis=1, keepdims=True)
+    tpred = tests.argmax(axis=1)
+    with pytest.warns(SadlWarning, match="singular; using its pseudo-inverse"):
+        m = MDSA(probs, pred)
+    assert set(m.ranks.tolist()) == {3}
+    got = m(tests, tpred)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, naive.mdsa(probs, pred, tests, tpred), rtol=1e-7)
+    for x, c, value in zip(tests, tpred, got):
+        members = probs[pred == c]
+        vi = np.linalg.pinv(np.cov(members, rowvar=False), rcond=1e-10, hermitian=True)
+        assert value == pytest.approx(mahalanobis(x, members.mean(axis=0), vi), rel=1e-7)
+
+
+def test_mdsa_class_with_one_trace_and_absent_class_score_nan_with_warning():
+    rng = np.random.default_rng(4)
+    train, pred = clustered(rng, 200, 3, 2)
+    train = np.vstack([train, rng.normal(size=(1, 3))])
+    pred = np.append(pred, 7)
+    with pytest.warns(SadlWarning, match="class 7 has 1 training trace"):
+        m = MDSA(train, pred)
+    assert m.classes == [0, 1]
+    with pytest.warns(SadlWarning, match=r"class\(es\) \[5, 7\]"):
+        got = m(train[:4], np.array([0, 7, 5, 1]))
+    assert np.isnan(got[[1, 2]]).all() and np.isfinite(got[[0, 3]]).all()
+
+
+def test_mdsa_variance_filter_drops_a_constant_neuron():
+    rng = np.random.default_rng(5)
+    train, pred = clustered(rng, 300, 4, 2)
+    train[:, 2] = 1.0
+    m = MDSA(train, pred)
+    assert m.kept.tolist() == [0, 1, 3]
+    tests, tpred = clustered(rng, 10, 4, 2)
+    np.testing.assert_allclose(m(tests, tpred), naive.mdsa(train, pred, tests, tpred), rtol=1e-9)
+
+
+def test_mdsa_round_trips_through_arrays_without_training_traces():
+    rng = np.random.default_rng(6)
+    train, pred = clustered(rng, 300, 6, 3)
+    tests, tpred = clustered(rng, 25, 6, 3)
+    m = MDSA(train, pred)
+    arrays = m.to_arrays()
+    assert all(a.size < train.size for a in arrays.values())
+    np.testing.assert_array_equal(MDSA.from_arrays(arrays)(tests, tpred), m(tests, tpred))
+    arrays["means"] = arrays["means"][:, :2]
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        MDSA.from_arrays(arrays)
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((np.zeros((0, 3)),), "empty"),
+        ((np.ones((5, 3)), np.zeros(4, int)), "one class per input"),
+        ((np.ones((5, 3)),), "variance below"),
+        ((np.ones((1, 3)), np.zeros(1, int)), "two or more"),
+    ],
+)
+def test_mdsa_bad_training_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MDSA(*args)
+
+
+def test_mdsa_bad_scoring_input_and_empty_batch():
+    rng = np.random.default_rng(7)
+    train, pred = clustered(rng, 100, 3, 2)
+    m = MDSA(train, pred)
+    with pytest.raises(ValueError, match="training traces have 3"):
+        m(np.ones((2, 4)), np.zeros(2, int))
+    assert m(np.zeros((0, 3)), np.zeros(0, int)).shape == (0,)

@@ -1,0 +1,116 @@
+"""``sadl select`` on a real model and pool: every strategy, its files, and the coverage
+strategy against a naive greedy reference over the pool's real scores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import naive
+from pytest_sadl.cli import main
+from pytest_sadl.engine import ProfileView
+from pytest_sadl.profile import ProfileOptions, load_or_build
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, conv_model_path: Path, digits: Any) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("select")
+    shutil.copy(conv_model_path, root / "m.keras")
+    np.savez(root / "train.npz", x=digits.x_train)
+    np.savez(root / "pool.npz", x=digits.x_test, y=digits.y_test)
+    np.save(root / "pool.npy", digits.x_test)
+    base = ["--model", "m.keras", "--train", "train.npz", "--sa-layers", "hidden", "--rootdir", str(root),
+            "--cache-dir", str(root / "cache")]
+    profile = load_or_build(str(root / "m.keras"), str(root / "train.npz"), ProfileOptions(sa_layers=("hidden",)), root / "cache")
+    import keras
+
+    model = keras.models.load_model(root / "m.keras")
+    traces = profile.trace_model(model).traces(digits.x_test)
+    scores = ProfileView.of(profile).score(traces.sa.astype(np.float64), traces.pred)
+    return {"root": root, "base": base, "scores": scores, "output": np.asarray(traces.output)}
+
+
+def _run(setup: dict[str, Any], *args: str) -> dict[str, Any]:
+    out = setup["root"] / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    assert main(["select", str(setup["root"] / "pool.npz"), *setup["base"], "--out", str(out), *args]) == 0
+    return json.loads((out / "selection.json").read_text())
+
+
+def test_surprise_and_deepgini_pick_the_highest_and_write_the_inputs(setup, digits, capsys):
+    doc = _run(setup, "--strategy", "surprise", "--by", "mdsa", "--budget", "7")
+    mdsa = setup["scores"]["mdsa"]
+    assert doc["indices"] == np.argsort(-mdsa, kind="stable")[:7].tolist()
+    with np.load(setup["root"] / "out" / "selected.npz") as npz:
+        np.testing.assert_array_equal(npz["x"], digits.x_test[doc["indices"]])
+        np.testing.assert_array_equal(npz["y"], digits.y_test[doc["indices"]])
+        assert npz["index"].tolist() == doc["indices"]
+    page = (setup["root"] / "out" / "index.html").read_text()
+    assert page.count("<img src=\"data:image/png;base64,") == 7
+    assert "selected 7 of" in capsys.readouterr().out
+    doc = _run(setup, "--strategy", "deepgini", "--budget", "5")
+    p = setup["output"]
+    assert doc["indices"] == np.argsort(-(1 - (p * p).sum(axis=1)), kind="stable")[:5].tolist()
+
+
+def test_coverage_strategy_starts_from_the_tests_buckets_and_matches_naive_greedy(setup):
+    scores = setup["scores"]
+    bounds = {"lsc": (0.0, float(np.nanmax(scores["lsa"])) * 1.2, 40), "dsc": (0.0, 2.0, 30),
+              "mdsc": (0.0, float(scores["mdsa"].max()) * 1.1, 25)}
+    tested = np.arange(0, len(scores["lsa"]), 3)  # the inputs the current tests fed
+    results = {
+        "schema": "pytest-sadl/results", "version": 1, "metrics": {},
+        "config": {m: {"lower": lo, "upper": up, "buckets": n} for m, (lo, up, n) in bounds.items()},
+        "inputs": {k: scores[k][tested].tolist() for k in ("lsa", "dsa", "mdsa")},
+    }
+    (setup["root"] / "results.json").write_text(json.dumps(results))
+    doc = _run(setup, "--strategy", "coverage", "--budget", "60", "--results", str(setup["root"] / "results.json"))
+    key = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
+
+    def buckets(i: int) -> set[tuple[str, int]]:
+        found = {(m, naive.bucket_of(scores[key[m]][i], *bounds[m])) for m in bounds}
+        return {b for b in found if b[1] is not None}
+
+    prior = set().union(*(buckets(int(i)) for i in tested))
+    expected = naive.greedy_bucket_cover([buckets(i) for i in range(len(scores["lsa"]))], 60, scores["lsa"], prior)
+    assert doc["indices"] == expected
+    assert sum(doc["new_buckets"]) == len(set().union(*(buckets(i) for i in expected)) - prior) > 0
+
+
+@pytest.mark.parametrize("upto", ["0.25", "1"])
+def test_ranges_strategy_samples_inside_the_range_from_an_npy_pool(setup, upto):
+    out = setup["root"] / "out-npy"
+    assert main(["select", str(setup["root"] / "pool.npy"), *setup["base"], "--out", str(out), "--strategy", "ranges",
+                 "--by", "dsa", "--upto", upto, "--budget", "15"]) == 0
+    doc = json.loads((out / "selection.json").read_text())
+    lower, top = doc["range"]
+    dsa = setup["scores"]["dsa"]
+    assert len(doc["indices"]) == min(15, doc["eligible"]) and all(lower <= dsa[i] <= top for i in doc["indices"])
+    assert doc["eligible"] == int(((dsa >= lower) & (dsa <= top)).sum())
+    with np.load(out / "selected.npz") as npz:
+        assert "y" not in npz.files
+
+
+def test_bad_arguments_are_one_line_errors(setup, capsys):
+    assert main(["select", str(setup["root"] / "pool.npz"), *setup["base"], "--budget", "0"]) == 2
+    assert main(["select", str(setup["root"] / "missing.npz"), *setup["base"]]) == 2
+    assert main(["select", str(setup["root"] / "pool.npz"), *setup["base"], "--strategy", "ranges", "--upto", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--budget=0" in err and "missing.npz" in err and "--upto=2.0" in err
+    assert "Traceback" not in err and err.count("\n") == 3
+
+
+def test_select_is_a_listed_subcommand_with_its_strategies(capsys):
+    with pytest.raises(SystemExit):
+        main(["select", "--help"])
+    out = capsys.readouterr().out
+    for word in ("surprise", "coverage", "ranges", "deepgini", "--budget", "--results", "--upto"):
+        assert word in out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "select" in capsys.readouterr().out
