@@ -1,6 +1,13 @@
-"""What pytest-sadl costs on a real suite: ``pytest example_project`` with and without it.
+"""What pytest-sadl costs: a real suite, and thousands of small recorded calls.
 
-Both runs are the same command in a fresh subprocess (TensorFlow import, model load and
+Case ``example`` (the default): ``pytest example_project`` with and without the plugin.
+Case ``calls``: a generated project on the example's model where ``--tests`` tests each
+call ``model(x)`` on 20 inputs ``--calls`` times; every call is timed inside the test
+(``time.perf_counter`` around ``model(x)``), so the script prints the per-call cost with
+and without recording side by side, and the wall time of the whole run, which adds the
+plugin's per-test bookkeeping. ``--case all`` runs both.
+
+In the example case, both runs are the same command in a fresh subprocess (TensorFlow import, model load and
 all 62 tests included), once with ``--sadl-coverage`` and once without. The training
 profile is warmed first (one untimed run with the plugin on builds and caches it), so the
 timed runs measure what a developer pays on every run after the first: recording the
@@ -10,7 +17,8 @@ is that of the medians.
 
 Usage::
 
-    python benchmarks/bench_plugin_overhead.py                # 5 rounds
+    python benchmarks/bench_plugin_overhead.py                # 5 rounds of the example
+    python benchmarks/bench_plugin_overhead.py --case calls --tests 2000 --calls 1 --rounds 1
     python benchmarks/bench_plugin_overhead.py --rounds 9 --target 1.3
     python benchmarks/bench_plugin_overhead.py -- --sadl-report=json:/tmp/r.json
 
@@ -44,12 +52,12 @@ def _command(plugin_on: bool, extra: list[str]) -> list[str]:
     return cmd
 
 
-def _run(cmd: list[str]) -> tuple[float, float]:
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall time and CPU time (user + system, all threads) of one run in seconds.
 
     Exits with the run's output if the run fails.
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONDONTWRITEBYTECODE="1", **(env or {}))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -63,21 +71,87 @@ def _run(cmd: list[str]) -> tuple[float, float]:
     return elapsed, cpu
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print the wall times and the ratio of the medians."""
-    argv = sys.argv[1:] if argv is None else argv
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1 :]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="timed pairs of runs (default %(default)s)")
-    parser.add_argument("--target", type=float, default=1.3, help="acceptable ratio (default %(default)s)")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the ratio exceeds --target")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+CALLS_TESTS = """
+import json
+import os
+import time
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+X = np.load(Path(__file__).parent / "inputs.npy")
+TIMES = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _write_times():
+    yield
+    with open(os.environ["BENCH_TIMES"], "w") as fh:
+        json.dump(TIMES, fh)
+
+
+@pytest.mark.sadl
+@pytest.mark.parametrize("i", range({tests}))
+def test_small_calls(sadl_model, i):
+    x = X[(i * 20) % 400:][:20]
+    for _ in range({calls}):
+        start = time.perf_counter()
+        sadl_model(x)
+        TIMES.append(time.perf_counter() - start)
+"""
+
+
+def _calls_project(directory: Path, tests: int, calls: int) -> Path:
+    """A project on the example's model and data whose tests each make ``calls`` small calls."""
+    import shutil
+
+    import numpy as np
+
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT / "models" / "digits_cnn.keras", directory / "model.keras")
+    shutil.copy(PROJECT / "data" / "train.npz", directory / "train.npz")
+    with np.load(PROJECT / "data" / "test.npz") as test:
+        np.save(directory / "inputs.npy", np.resize(test["x"], (420, *test["x"].shape[1:])))
+    (directory / "pytest.ini").write_text(
+        "[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\nsadl_layers = dense_hidden\n"
+    )
+    (directory / "test_calls.py").write_text(CALLS_TESTS.format(tests=tests, calls=calls))
+    return directory
+
+
+def run_calls(args: argparse.Namespace, extra: list[str]) -> int:
+    """Per-call cost of ``model(x)`` (20 inputs) with and without recording, and the run's wall time."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="sadl-bench-calls-") as tmp:
+        project = _calls_project(Path(tmp) / "project", args.tests, args.calls)
+        times_file = Path(tmp) / "times.json"
+        base = [sys.executable, "-m", "pytest", str(project), "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                f"--sadl-cache-dir={Path(tmp) / 'cache'}"]
+        commands = {False: base, True: [*base, "--sadl-coverage", *extra]}
+        n = args.tests * args.calls
+        print(f"case calls: {args.tests} tests x {args.calls} call(s) of model(x) on 20 inputs = {n} recorded calls")
+        _run(commands[True], env={"BENCH_TIMES": str(times_file)})  # builds the profile
+        per_call: dict[bool, list[float]] = {False: [], True: []}
+        wall: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(args.rounds):
+            for plugin_on in ((False, True) if i % 2 == 0 else (True, False)):
+                wall[plugin_on].append(_run(commands[plugin_on], env={"BENCH_TIMES": str(times_file)})[0])
+                per_call[plugin_on].append(statistics.median(json.loads(times_file.read_text())))
+        call_off, call_on = (statistics.median(per_call[k]) * 1e3 for k in (False, True))
+        wall_off, wall_on = (statistics.median(wall[k]) for k in (False, True))
+    print(f"median per call: off {call_off:.3f} ms, on {call_on:.3f} ms, recording adds "
+          f"{call_on - call_off:.3f} ms = {(call_on - call_off) / call_off:.2f}x the call it records")
+    print(f"median wall time: off {wall_off:.2f} s, on {wall_on:.2f} s; the plugin adds "
+          f"{(wall_on - wall_off) / n * 1e3:.2f} ms per recorded call all told "
+          "(recording, per-test bookkeeping, the metrics and the report at the end)")
+    return 0
+
+
+def run_example(args: argparse.Namespace, extra: list[str]) -> int:
+    """``pytest example_project`` with and without the plugin; wall and CPU time ratios."""
     off_cmd, on_cmd = _command(False, extra), _command(True, extra)
     print(f"plugin off: {' '.join(off_cmd[1:])}")
     print(f"plugin on:  {' '.join(on_cmd[1:])}")
@@ -108,6 +182,32 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "within" if ratio <= args.target else "ABOVE"
     print(f"ratio: {ratio:.3f}x ({verdict} the target of {args.target:.2f}x)")
     return 1 if args.check and ratio > args.target else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen case(s) and print the figures."""
+    argv = sys.argv[1:] if argv is None else argv
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=("example", "calls", "all"), default="example",
+                        help="what to measure (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=5, help="timed pairs of runs (default %(default)s)")
+    parser.add_argument("--target", type=float, default=1.3, help="acceptable ratio, example case (default %(default)s)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the ratio exceeds --target")
+    parser.add_argument("--tests", type=int, default=2000, help="tests of the calls case (default %(default)s)")
+    parser.add_argument("--calls", type=int, default=1, help="calls per test of the calls case (default %(default)s)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.tests < 1 or args.calls < 1:
+        parser.error("--rounds, --tests and --calls must be at least 1")
+    status = 0
+    if args.case in ("calls", "all"):
+        status |= run_calls(args, extra)
+    if args.case in ("example", "all"):
+        status |= run_example(args, extra)
+    return status
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["SadlWarning", "as_traces", "as_pred", "as_layers", "reduce_layer", "warn"]
+__all__ = ["SadlWarning", "as_traces", "as_train_traces", "as_pred", "as_layers", "reduce_layer", "row_chunks", "warn"]
 
 
 class SadlWarning(UserWarning):
@@ -61,6 +61,31 @@ def as_traces(name: str, a: object, *, dims: int | None = None, allow_empty: boo
         )
     _finite_or_raise(name, arr)
     return arr
+
+
+def row_chunks(n: int, row_bytes: int, chunk_bytes: int) -> range:
+    """Start rows of consecutive chunks of at most ``chunk_bytes`` (at least one row each)."""
+    return range(0, n, max(1, chunk_bytes // max(1, row_bytes)))
+
+
+def as_train_traces(name: str, a: object, *, chunk_bytes: int = 16 * 2**20) -> np.ndarray:
+    """Return training traces ``(n, d)`` as they are when they are float32 or float64
+    (a ``np.memmap`` stays a memmap: nothing is copied whole), else as a float64 copy.
+
+    Finiteness is checked chunk by chunk, so a memory-mapped file is read once and never
+    held in memory; the engine converts the rows it works on, a chunk at a time.
+    """
+    if isinstance(a, np.ndarray) and a.dtype in (np.float32, np.float64) and a.ndim == 2:
+        if a.shape[1] == 0:
+            raise ValueError(f"{name} has no neurons (shape {a.shape})")
+        if a.shape[0] == 0:
+            raise ValueError(f"{name} is empty (shape {a.shape}); at least one input is needed")
+        for start in row_chunks(len(a), a.shape[1] * a.itemsize, chunk_bytes):
+            block = np.asarray(a[start : start + max(1, chunk_bytes // (a.shape[1] * a.itemsize))])
+            if not np.isfinite(block).all():
+                _finite_or_raise(name, np.asarray(a, dtype=np.float64))  # names the first bad row
+        return a
+    return as_traces(name, a)
 
 
 def as_pred(name: str, pred: object, n: int) -> np.ndarray:

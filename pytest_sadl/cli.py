@@ -140,6 +140,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
         sa_layers=_layers(args.sa_layers),
         coverage_layers=_layers(args.coverage_layers),
         var_threshold=args.var_threshold,
+        lsa_near_singular=args.lsa_near_singular,
         batch_size=args.batch_size,
         dsa_precompute=not args.no_dsa_precompute,
     )
@@ -296,6 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)",
     )
     build.add_argument("--var-threshold", type=float, default=1e-5, metavar="V", help="LSA variance threshold (default %(default)g)")
+    build.add_argument(
+        "--lsa-near-singular",
+        choices=("drop", "keep"),
+        default="drop",
+        help="LSA on a nearly singular covariance: drop dependent neurons (default) or keep the full covariance where positive definite",
+    )
     build.add_argument("--batch-size", type=int, default=256, metavar="N", help="inputs per forward pass (default %(default)s)")
     build.add_argument("--rebuild", action="store_true", help="rebuild even when a matching profile is cached")
     build.add_argument(

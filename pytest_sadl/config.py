@@ -8,6 +8,7 @@ Python: parsing the options imports no TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ class Option:
     default: Any = None
     kind: str = "str"  # str | float | int | bool | list | append | path
     metavar: str | None = None
+    #: the largest value an option that sizes memory may take, and why (a clear error
+    #: before a run allocates gigabytes)
+    limit: float | None = None
+    limit_why: str = ""
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -43,17 +48,23 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-coverage-layers", "sadl_coverage_layers", "layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)", "linelist", None, "list", "L1,L2"),
     Option("--sadl-lsc-lower", "sadl_lsc_lower", "lower bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-lsc-upper", "sadl_lsc_upper", "upper bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-lsc-buckets", "sadl_lsc_buckets", "number of LSC buckets (default 1000)", None, 1000, "int", "N"),
+    Option("--sadl-lsc-buckets", "sadl_lsc_buckets", "number of LSC buckets (default 1000)", None, 1000, "int", "N",
+           limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
     Option("--sadl-dsc-lower", "sadl_dsc_lower", "lower bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-dsc-upper", "sadl_dsc_upper", "upper bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-dsc-buckets", "sadl_dsc_buckets", "number of DSC buckets (default 1000)", None, 1000, "int", "N"),
+    Option("--sadl-dsc-buckets", "sadl_dsc_buckets", "number of DSC buckets (default 1000)", None, 1000, "int", "N",
+           limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
     Option("--sadl-mdsc-lower", "sadl_mdsc_lower", "lower bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
     Option("--sadl-mdsc-upper", "sadl_mdsc_upper", "upper bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-mdsc-buckets", "sadl_mdsc_buckets", "number of MDSC buckets (default 1000)", None, 1000, "int", "N"),
+    Option("--sadl-mdsc-buckets", "sadl_mdsc_buckets", "number of MDSC buckets (default 1000)", None, 1000, "int", "N",
+           limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
     Option("--sadl-nc-threshold", "sadl_nc_threshold", "NC activation threshold on the min-max scaled output (default 0.5)", None, 0.5, "float", "T"),
-    Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K"),
+    Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K",
+           limit=10_000, limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000"),
     Option("--sadl-var-threshold", "sadl_var_threshold", "LSA drops neurons whose training variance is below this (default 1e-5)", None, 1e-5, "float", "V"),
-    Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N"),
+    Option("--sadl-lsa-near-singular", "sadl_lsa_near_singular", "LSA on a nearly singular covariance (softmax layers): drop dependent neurons (default) or keep the full covariance where it is positive definite, as SciPy and the paper's code do", None, "drop", "str", "drop|keep"),
+    Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
+           limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
     Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
     Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", None, None, "str", "SPEC"),
     Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
@@ -129,6 +140,7 @@ class SadlOptions:
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
+    lsa_near_singular: str = "drop"
     batch_size: int = 256
     reports: tuple[Report, ...] = (Report("term"),)
     fail_under: dict[str, float] = field(default_factory=dict)
@@ -176,20 +188,59 @@ def parse_report(spec: str, base: Path) -> Report:
     return Report(kind, target if target.is_absolute() else base / target)
 
 
+#: What each kind of option takes in a TOML file (the values pytest turns into strings).
+_TOML_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "bool": ((bool, str), "true or false"),
+    "float": ((int, float, str), "a number"),
+    "int": ((int, str), "an integer"),
+    "path": ((str,), "a path or 'package.module:function' (a string)"),
+    "str": ((str, list), "a string such as \"lsc:30,nc:50\" or a list of them"),
+    "list": ((str, list), "a list of names or a comma-separated string"),
+    "append": ((str, list), "a list of report types or a comma-separated string"),
+}
+
+
 class _Reader:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.inidir = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
         self.cwd = Path(config.invocation_params.dir)
+        self._toml: dict[str, Any] | None = None
+
+    def toml_values(self) -> dict[str, Any]:
+        """The ``[tool.pytest.ini_options]`` (or ``[tool.pytest]``) table with its TOML types:
+        pytest hands ``sadl_cache_dir = true`` over as the string ``"True"``."""
+        if self._toml is None:
+            self._toml = {}
+            path = Path(self.config.inipath) if self.config.inipath else None
+            if path is not None and path.suffix == ".toml":
+                try:
+                    import tomllib
+                except ImportError:  # pragma: no cover - Python 3.10: pytest's own dependency
+                    import tomli as tomllib
+                with contextlib.suppress(OSError, ValueError):
+                    tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
+                    self._toml = {**tool, **tool.get("ini_options", {})}
+        return self._toml
 
     def raw(self, opt: Option) -> tuple[Any, Path]:
         """(value, directory relative paths resolve against); (None, _) when unset."""
         value = self.config.getoption(opt.ini)
         if value is not None:
             return value, self.cwd
+        native = self.toml_values().get(opt.ini)
+        types, what = _TOML_TYPES[opt.kind]
+        if native is not None and not isinstance(native, types) or (isinstance(native, bool) and bool not in types):
+            raise pytest.UsageError(
+                f"{opt.ini} = {_toml_repr(native)} in {Path(self.config.inipath).name}: expected {what}"  # type: ignore[arg-type]
+            )
         ini = self.config.getini(opt.ini)
         if ini in (None, "", []):
             return None, self.inidir
+        if isinstance(ini, list) and opt.kind not in ("list", "append"):
+            if opt.kind != "str":
+                raise pytest.UsageError(f"{opt.ini} (ini)={ini!r}: expected one value, not a list")
+            ini = ",".join(str(item) for item in ini)  # sadl_fail_under = ["lsc:30", "nc:50"]
         return ini, self.inidir
 
     def label(self, opt: Option) -> str:
@@ -208,7 +259,27 @@ class _Reader:
             raise pytest.UsageError(f"{where}={value!r} is not {kind}") from None
         if cast is float and not math.isfinite(number):
             raise pytest.UsageError(f"{where}={value!r} must be finite")
+        if opt.limit is not None and number > opt.limit:
+            raise pytest.UsageError(f"{where}={value}: at most {opt.limit:,.0f} ({opt.limit_why})")
         return number
+
+
+def _toml_repr(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def _enabled(config: pytest.Config) -> bool:
+    """``--sadl-coverage`` or ``sadl_coverage = true``, unless ``--no-sadl-coverage``."""
+    if config.getoption("sadl_no_coverage"):
+        return False
+    try:
+        ini = bool(config.getini("sadl_coverage"))
+    except ValueError:  # pytest's own message does not name the option
+        raw = config.inicfg.get("sadl_coverage")
+        raise pytest.UsageError(
+            f"sadl_coverage (ini)={getattr(raw, 'value', raw)!r} is not a boolean; write true or false"
+        ) from None
+    return bool(config.getoption("sadl_coverage")) or ini
 
 
 def _path_or_spec(value: str, base: Path) -> str:
@@ -226,8 +297,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
     """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix."""
     r = _Reader(config)
     opts = {o.ini: o for o in OPTIONS}
-    enabled = bool(config.getoption("sadl_coverage") or config.getini("sadl_coverage"))
-    enabled = enabled and not config.getoption("sadl_no_coverage")
+    enabled = _enabled(config)
 
     def path(name: str) -> str | None:
         value, base = r.raw(opts[name])
@@ -263,6 +333,13 @@ def read_options(config: pytest.Config) -> SadlOptions:
 
     k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
     var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
+    near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
+    lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
+    if lsa_near_singular not in ("drop", "keep"):
+        raise pytest.UsageError(
+            f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
+            "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
+        )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
     nc_threshold = at_least("sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)")
     if nc_threshold >= 1:
@@ -288,7 +365,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
             raise pytest.UsageError(str(exc)) from None
     compare = path("sadl_compare")
     if compare is not None:
-        from pytest_sadl.report._load import load_results
+        from pytest_sadl.results import load_results
 
         try:  # a missing, broken or newer baseline is a usage error now, not at the end
             load_results(compare)
@@ -313,6 +390,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,
+        lsa_near_singular=lsa_near_singular,
         batch_size=batch_size,
         reports=reports,
         fail_under=fail_under,

@@ -351,7 +351,26 @@ def _pick(keys: list[str], names: tuple[str, ...]) -> str | None:
     return None
 
 
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _check_magic(path: Path, source: str, kind: str) -> None:
+    """NumPy takes any file that is neither a zip nor a ``.npy`` for a pickle and says so;
+    name what the file is not instead (the zip magic for ``.npz``, NumPy's for ``.npy``)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return  # np.load reports it
+    if head.startswith(_ZIP_MAGIC) or head.startswith(_NPY_MAGIC):
+        return
+    what = "a zip archive of arrays, as np.savez(path, x=x, y=y) writes" if kind == ".npz" else "a NumPy array file, as np.save writes"
+    raise SadlDataError(f"{source} is not a {kind} file ({what}); it starts with {head!r}")
+
+
 def _from_npz(path: Path, source: str) -> TrainingData:
+    _check_magic(path, source, ".npz")
     try:
         with np.load(path, allow_pickle=False) as f:
             keys = list(f.files)
@@ -381,6 +400,7 @@ def _from_npz(path: Path, source: str) -> TrainingData:
 
 
 def _from_npy(path: Path, source: str) -> TrainingData:
+    _check_magic(path, source, ".npy")
     try:
         x = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:

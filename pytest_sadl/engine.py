@@ -63,6 +63,7 @@ class ProfileView:
     row_keys: np.ndarray | None = None
     held_out: Callable[[], dict[str, np.ndarray]] | None = None
     mdsa: MDSA | None = None
+    near_singular: str = "drop"
 
     @classmethod
     def of(cls, profile: Any) -> "ProfileView":
@@ -75,6 +76,7 @@ class ProfileView:
             var_threshold=profile.options.var_threshold,
             row_keys=getattr(profile, "row_keys", None),
             mdsa=profile.mdsa(),
+            near_singular=profile.options.lsa_near_singular,
         )
         view.held_out = lambda: stored_held_out_sa(profile, lambda: view)
         return view
@@ -122,7 +124,7 @@ def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
     probe = held_out_sample(len(x), view.row_keys, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
+        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
         out = {"lsa": lsa_scores}
         if view.dsa is not None and pred is not None:
@@ -411,6 +413,7 @@ def compute(
         "nc_threshold": options.nc_threshold,
         "kmnc_k": options.kmnc_k,
         "var_threshold": options.var_threshold,
+        "lsa_near_singular": options.lsa_near_singular,
     }
     for metric in SURPRISE:
         sc = total.sc[metric]

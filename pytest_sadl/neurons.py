@@ -19,8 +19,12 @@ Semantics, per neuron with training range ``[low, high]``:
   values (the whole feature map for a conv layer, as DeepXplore's ``scale``), then averaged
   per channel; a neuron is covered when that value exceeds ``threshold``. An input whose
   layer output is constant scales to 0 (DeepXplore would divide by zero). When the layer
-  output was reduced before it reached here, pass its per-input minimum and maximum
-  (``extrema``) so the scaling stays that of the full map.
+  output was reduced before it reached here, its per-input minimum and maximum must come
+  with it so the scaling stays that of the full map: pass ``extrema=``, or pass the
+  :class:`~pytest_sadl.traces.Traces` themselves (traced with ``extrema=True``, as
+  ``TrainingProfile.trace_model()`` and the plugin do), which carry them. ``Traces`` traced
+  without extrema are refused: scaling over the channel means instead of the map gives
+  another, larger number than DeepXplore's definition.
 * KMNC: ``[low, high]`` is cut into ``k`` equal sections, section ``j`` being
   ``[low + j (high-low)/k, low + (j+1) (high-low)/k)`` and the last one closed so that the
   training maximum falls in it; values outside ``[low, high]`` cover no section.
@@ -210,7 +214,9 @@ class NeuronCoverage(_LayerCoverage):
         return super()._key() + (self.threshold,)
 
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
-        """As for every criterion; a conv output given unreduced is scaled over its whole map."""
+        """As for every criterion; a conv output given unreduced is scaled over its whole map,
+        and ``layers`` may be :class:`~pytest_sadl.traces.Traces` carrying their extrema."""
+        layers, extrema = _with_extrema(layers, extrema)
         if extrema is None and isinstance(layers, (list, tuple)):
             raw = [np.asarray(a) for a in layers]
             if any(a.ndim > 2 and a.shape[0] > 0 for a in raw):
@@ -231,6 +237,20 @@ class NeuronCoverage(_LayerCoverage):
         scaled = (values - lo[:, None]) / safe[:, None]
         scaled[span <= 0] = 0.0
         return (scaled > self.threshold).any(axis=0)[:, None]
+
+
+def _with_extrema(layers: object, extrema: Extrema | None) -> tuple[object, Extrema | None]:
+    """Layers and extrema from a ``Traces`` object (which carries both), else as given."""
+    if not (hasattr(layers, "coverage") and hasattr(layers, "coverage_extrema")):
+        return layers, extrema
+    carried = getattr(layers, "coverage_extrema")
+    if extrema is None and carried is None:
+        raise ValueError(
+            "NC needs the per-input minimum and maximum of each layer's whole output, and these "
+            "traces were made without them (their conv outputs are already channel means); trace "
+            "with TraceModel(..., extrema=True) (TrainingProfile.trace_model() does) or pass extrema="
+        )
+    return list(getattr(layers, "coverage")), extrema if extrema is not None else carried
 
 
 def _map_extrema(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -315,7 +335,11 @@ class StrongNeuronActivationCoverage(_RangeCoverage):
 
 
 def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None) -> float:
-    """Neuron coverage (DeepXplore) of a set of inputs, in [0, 1]."""
+    """Neuron coverage (DeepXplore) of a set of inputs, in [0, 1].
+
+    ``layers``: per-layer outputs (a conv output unreduced, or reduced with ``extrema``),
+    or :class:`~pytest_sadl.traces.Traces` that carry their extrema."""
+    layers, extrema = _with_extrema(layers, extrema)
     as_layers("layers", layers, allow_empty=False)  # validates before anything is computed
     raw = [layers] if isinstance(layers, np.ndarray) else list(layers)  # type: ignore[arg-type]
     cov = NeuronCoverage([np.shape(a)[-1] for a in raw], threshold)

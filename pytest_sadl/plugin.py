@@ -8,10 +8,13 @@ Without ``--sadl-coverage`` nothing is recorded and nothing imports TensorFlow; 
 ``sadl_model``/``sadl_train`` fixtures still load what the configuration names, so a
 project's tests run the same with the plugin on or off.
 
-With pytest-xdist, each worker records its tests and sends them (``workeroutput``) to
-the controller, which computes the metrics once over everything, in collection order:
-``-n 2`` gives the numbers of a serial run. Which training profile the metrics use is
-decided in one place, :meth:`SadlState.resolve_profile`.
+With pytest-xdist, each worker sends a test's recordings with the test's teardown
+report, as the test ends (:mod:`pytest_sadl.session`), and the controller computes the
+metrics once over everything, in collection order: ``-n 2`` gives the numbers of a
+serial run, and a crashed worker loses only the test it was running. Which training
+profile the metrics use is decided in one place, :meth:`SadlState.resolve_profile`.
+The end of the session (results, comparison, reports, exit status) is
+:mod:`pytest_sadl.session`'s.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from . import session as sadl_session
 from .config import SadlOptions, add_options, check_paths, read_options
 
 STATE = pytest.StashKey["SadlState"]()
@@ -56,6 +60,10 @@ class SadlState:
         self.data: dict[str, Any] | None = None
         self.comparison: Any = None
         self.comparison_failures: list[str] = []
+        self.warnings_after: list[str] = []  # warnings that arose after the results were made
+        self.arrivals = sadl_session.Arrivals()  # xdist controller: what the workers' reports carried
+        self.written: list[str] = []  # "sadl: json report written to PATH" lines
+        self.report_errors: list[str] = []  # one line per report that could not be written
         self.error: str | None = None
         self.error_detail: str | None = None
 
@@ -121,6 +129,7 @@ class SadlState:
                 sa_layers=self.options.sa_layers,
                 coverage_layers=self.options.coverage_layers,
                 var_threshold=self.options.var_threshold,
+                lsa_near_singular=self.options.lsa_near_singular,
                 batch_size=self.options.batch_size,
             )
             from .store import SadlCacheWarning
@@ -195,6 +204,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+class _XdistController:
+    """Registered on a pytest-xdist controller only: the workers' test reports carry their
+    recordings (see :mod:`pytest_sadl.session`)."""
+
+    def __init__(self, state: SadlState) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        sadl_session.arrived(self.state, report)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     options = read_options(config)
@@ -202,6 +222,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if options.enabled:
         check_paths(options)
         state.make_recorder()
+        if not state.is_worker and config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
+            config.pluginmanager.register(_XdistController(state), "sadl-xdist-controller")
     config.stash[STATE] = state
 
 
@@ -300,14 +322,25 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     outcome = yield
     state = _enabled(item.config)
-    rec = state.recorder.records.get(item.nodeid) if state is not None else None
-    if rec is None:
+    if state is None:
         return
     report = outcome.get_result()
-    if report.failed:
-        rec.outcome = "failed" if report.when == "call" else "error"
-    elif report.skipped and rec.outcome == "passed" and report.when != "teardown":
-        rec.outcome = "skipped"
+    rec = state.recorder.records.get(item.nodeid)
+    if rec is not None:
+        if report.failed:
+            rec.outcome = "failed" if report.when == "call" else "error"
+        elif report.skipped and rec.outcome == "passed" and report.when != "teardown":
+            rec.outcome = "skipped"
+    if not state.is_worker:
+        return
+    # pytest-xdist: the controller learns that a test may record as it starts, and gets its
+    # records as it ends (see session); a test skipped before recording sends none.
+    may_record = _marker(item) is not None or "sadl_record" in getattr(item, "fixturenames", ())
+    if call.when == "setup" and may_record:
+        report.sadl_marked = True
+    elif call.when == "teardown" and (may_record or rec is not None):
+        records = [state.recorder.records.pop(item.nodeid)] if rec is not None else []
+        report.sadl_record = sadl_session.pack(state.recorder, records)
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -387,25 +420,10 @@ def sadl_labels(request: pytest.FixtureRequest) -> Any:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """pytest-xdist controller: take what a worker recorded."""
+    """pytest-xdist controller: a worker ended; take what it sent at its end."""
     state = _enabled(node.config)
-    if state is None:
-        return
-    output = getattr(node, "workeroutput", None) or {}
-    if error or "sadl" not in output:
-        name = getattr(getattr(node, "gateway", None), "id", "a worker")
-        state.warnings.append(
-            f"pytest-sadl: worker {name} ended without sending its recordings ({error or 'no output'}); "
-            "the inputs of the tests it ran are missing, so these results are incomplete"
-        )
-        return
-    from .recorder import Recorder
-
-    state.recorder.merge(Recorder.records_from_bytes(output["sadl"]))
-    if output.get("sadl_profile"):
-        state.worker_profiles.append(output["sadl_profile"])
-    state.model_from_fixture |= bool(output.get("sadl_model_from_fixture"))
-    state.warnings.extend(w for w in output.get("sadl_warnings", []) if w not in state.warnings)
+    if state is not None:
+        sadl_session.node_down(state, node, error)
 
 
 def _worker_finish(state: SadlState) -> None:
@@ -415,12 +433,12 @@ def _worker_finish(state: SadlState) -> None:
     try:
         # Only the workers have a project fixture's model (or data): they build the profile
         # (once, under the cache's lock) and say where it is.
-        if state.recorder.records and state.model_seen is not None and not state.configured_profile_covers(state.model_seen):
+        if state.model_seen is not None and not state.configured_profile_covers(state.model_seen):
             profile = state.load_profile(state.model_seen, state.train_for_profile())
             if profile.path is not None:
                 out["sadl_profile"] = str(profile.path)
-    finally:
-        out["sadl"] = state.recorder.to_bytes()
+    finally:  # what no test report carried (inputs recorded outside a test)
+        out["sadl"] = sadl_session.pack(state.recorder, list(state.recorder.records.values()))
 
 
 def _measure(session: pytest.Session, exitstatus: int) -> bool:
@@ -437,62 +455,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _worker_finish(state)
         return
     try:
-        _finish(state)
+        sadl_session.finish(state)
     except pytest.UsageError as exc:
         state.error = str(exc)
     except Exception as exc:  # never take pytest (and the plugins after this hook) down
         state.error = f"pytest-sadl: could not compute the results: {type(exc).__name__}: {exc}"
         state.error_detail = traceback.format_exc()
-    failed = state.error or (state.results is not None and not state.results.passed) or state.comparison_failures
-    if failed and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _finish(state: SadlState) -> None:
-    from .engine import ProfileView, compute
-
-    records = list(state.recorder.records.values())
-    for rec in records:
-        rec.index = state.order.get(rec.nodeid, rec.index)
-    profile = state.resolve_profile()
-    info = {
-        "name": profile.model_name,
-        "source": "fixture" if state.model_from_fixture or state.model_seen not in (None, state._model) else state.options.model,
-        "fingerprint": profile.model_fingerprint,
-        "profile_fingerprint": profile.fingerprint,
-        "classifier": profile.classifier,
-        "n_classes": profile.n_classes,
-        "input_shape": list(profile.input_shape),
-        "n_train": profile.n_train,
-        "sa_layers": list(profile.sa_layers),
-        "coverage_layers": list(profile.coverage_layers),
-    }
-    messages = list(dict.fromkeys(state.warnings + state.recorder.messages))
-    state.results = compute(ProfileView.of(profile), records, state.options, info, messages)
-    data = state.data = state.results.to_dict()
-    if state.options.compare is not None:
-        from .report._load import load_results
-        from .report.compare import compare, compare_failures
-
-        state.comparison = compare(data, load_results(state.options.compare))
-        state.comparison_failures = compare_failures(state.comparison, state.options.compare_fail)
-    for report in state.options.reports:
-        if report.kind == "json":
-            from .results import write_json
-
-            write_json(data, report.path)  # type: ignore[arg-type]
-        elif report.kind == "html":
-            from .report.html import write_html
-
-            write_html(data, report.path, comparison=state.comparison)  # type: ignore[arg-type]
-        elif report.kind == "markdown":
-            from .report.markdown import write_markdown
-
-            write_markdown(data, report.path, comparison=state.comparison)  # type: ignore[arg-type]
-        elif report.kind == "badge":
-            from .report.badge import write_badge
-
-            write_badge(data, report.path)  # type: ignore[arg-type]
+    session.exitstatus = sadl_session.exit_status(state, session.exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -513,10 +482,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from .report.terminal import write_terminal
 
         write_terminal(state.data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=state.comparison)
-    for report in state.options.reports:
-        if report.path is not None:
-            target = report.path / "index.html" if report.kind == "html" else report.path
-            tr.write_line(f"sadl: {report.kind} report written to {target}")
+    elif state.results.missing:  # no table asked for, but an incomplete run is never silent
+        tr.write_line(state.results.warnings[0], yellow=True)
+    for line in state.written:
+        tr.write_line(line)
+    for line in state.report_errors:
+        tr.write_line(line, red=True, bold=True)
     for failure in state.results.failures:
         tr.write_line(f"FAIL {failure.message}", red=True, bold=True)
     for line in state.comparison_failures:

@@ -129,7 +129,7 @@ class ProfileOptions:
 
     ``sa_layers``/``coverage_layers``: layer names or indices, ``None`` for the defaults
     (the last hidden layer; every layer with neurons). ``var_threshold``: LSA's variance
-    filter. ``batch_size``: inputs per forward pass (does not change the numbers, so it is
+    filter. ``lsa_near_singular``: LSA's ``near_singular`` (``"drop"`` or ``"keep"``). ``batch_size``: inputs per forward pass (does not change the numbers, so it is
     not in the fingerprint). ``classifier``: ``None`` to detect
     (:func:`pytest_sadl.traces.is_classifier`). ``dsa_precompute``: compute every training
     trace's nearest other-class distance at build time and store it (``False``: the DSA
@@ -140,6 +140,7 @@ class ProfileOptions:
     sa_layers: tuple[str | int, ...] | None = None
     coverage_layers: tuple[str | int, ...] | None = None
     var_threshold: float = 1e-5
+    lsa_near_singular: str = "drop"
     batch_size: int = 256
     classifier: bool | None = None
     dsa_precompute: bool = True
@@ -156,6 +157,8 @@ class ProfileOptions:
         vt = self.var_threshold
         if isinstance(vt, bool) or not isinstance(vt, (int, float)) or not np.isfinite(vt) or vt < 0:
             raise SadlConfigError(f"var_threshold must be a finite number >= 0, got {vt!r}")
+        if self.lsa_near_singular not in ("drop", "keep"):
+            raise SadlConfigError(f"lsa_near_singular must be 'drop' or 'keep', got {self.lsa_near_singular!r}")
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -201,6 +204,7 @@ def profile_fingerprint(
     coverage_layers: Sequence[str],
     var_threshold: float,
     classifier: bool,
+    lsa_near_singular: str = "drop",
     keras_version: str | None = None,
 ) -> str:
     """sha256 hex of everything that changes the profile's numbers: the format version,
@@ -215,6 +219,7 @@ def profile_fingerprint(
         "sa_layers": list(sa_layers),
         "coverage_layers": list(coverage_layers),
         "var_threshold": float(var_threshold),
+        "lsa_near_singular": lsa_near_singular,
         "classifier": bool(classifier),
         "keras": keras_version,
     }
@@ -353,10 +358,11 @@ class TrainingProfile:
         return value
 
     def trace_model(self, model: Any) -> Any:
-        """A :class:`~pytest_sadl.traces.TraceModel` of ``model`` with this profile's layers."""
+        """A :class:`~pytest_sadl.traces.TraceModel` of ``model`` with this profile's layers,
+        whose traces carry each conv layer's per-input extrema (what NC's scaling needs)."""
         from pytest_sadl.traces import TraceModel
 
-        return TraceModel(model, self.sa_layers, self.coverage_layers, classifier=self.classifier)
+        return TraceModel(model, self.sa_layers, self.coverage_layers, classifier=self.classifier, extrema=True)
 
     def meta(self) -> dict[str, Any]:
         """The JSON-able description stored in the file (no arrays)."""
@@ -376,6 +382,7 @@ class TrainingProfile:
             "sa_sizes": self.sa_sizes,
             "coverage_sizes": self.coverage_sizes,
             "var_threshold": self.options.var_threshold,
+            "lsa_near_singular": self.options.lsa_near_singular,
             "dsa_precomputed": self.dsa_arrays is not None,
             "created": self.created,
             "versions": self.versions,
@@ -408,6 +415,7 @@ def _resolve(
         coverage_layers=tm.coverage_layers,
         var_threshold=options.var_threshold,
         classifier=tm.classifier,
+        lsa_near_singular=options.lsa_near_singular,
         keras_version=keras.__version__,
     )
     return model, tm, data, mfp, fp
@@ -507,7 +515,7 @@ def build_profile(
     del traces, rows  # the coverage traces are done with: free them before the engine's set-up
     pred = sa_pred if tm.classifier else None
     try:
-        lsa = LSA(sa_traces, pred, var_threshold=options.var_threshold)
+        lsa = LSA(sa_traces, pred, var_threshold=options.var_threshold, near_singular=options.lsa_near_singular)
     except ValueError as exc:
         raise SadlDataError(f"LSA cannot be set up on SA layers {tm.sa_layers}: {exc}") from exc
     dsa_arrays = None
@@ -757,6 +765,7 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         sa_layers=tuple(meta["sa_layers"]),
         coverage_layers=tuple(meta["coverage_layers"]),
         var_threshold=float(meta["var_threshold"]),
+        lsa_near_singular=str(meta.get("lsa_near_singular", "drop")),
         classifier=classifier,
         dsa_precompute=bool(meta.get("dsa_precomputed")),
     )

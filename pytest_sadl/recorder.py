@@ -291,11 +291,11 @@ class Recorder:
 
     # -- transport (pytest-xdist) ---------------------------------------------
 
-    def to_bytes(self) -> bytes:
-        """All records as one ``.npz`` (no pickles), for a worker's ``workeroutput``."""
+    def to_bytes(self, records: list[TestRecord] | None = None) -> bytes:
+        """``records`` (default: all) as one ``.npz`` (no pickles), for pytest-xdist transport."""
         arrays: dict[str, np.ndarray] = {}
         meta = []
-        for r, rec in enumerate(self.records.values()):
+        for r, rec in enumerate(self.records.values() if records is None else records):
             meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
             for j, (digests, values) in enumerate(rec.labels):
                 arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values

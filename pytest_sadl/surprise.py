@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 from scipy import linalg
 
-from ._checks import SadlWarning, as_pred, as_traces, warn
+from ._checks import SadlWarning, as_pred, as_traces, as_train_traces, warn
+from ._neighbours import ClassNeighbours
 from .mahalanobis import MDSA as MDSA  # re-exported: the third surprise measure lives in its own module
 
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
@@ -45,16 +46,23 @@ def _classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
 
 # --------------------------------------------------------------------------- LSA
 
+NEAR_SINGULAR = ("drop", "keep")
+
 
 @dataclass
 class _Kde:
     """One class's Gaussian KDE, whitened: the kernel is ``exp(-|z - z_i|^2 / 2)``."""
 
+    cols: np.ndarray  # the neurons this KDE is over
+    rows: np.ndarray  # the class's training rows (indices into the training traces)
     mean: np.ndarray  # (d,)
     whiten: np.ndarray  # (d, d): z = (x - mean) @ whiten, whiten = inv(L).T, cov = L L^T
-    train_aug: np.ndarray  # (n_c, d + 2): [z_i, -|z_i|^2 / 2, 1]
     log_norm: float  # -log n_c - log det(2 pi cov) / 2
-    n: int
+    aug: np.ndarray | None = None  # (n_c, d + 2) rows [z_i, -|z_i|^2 / 2, 1]; None: made per chunk
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
 
 
 class LSA:
@@ -63,19 +71,31 @@ class LSA:
     ``LSA(train_ats, train_pred)`` builds one Gaussian KDE per predicted class of the
     training traces (``train_pred=None``: one KDE over all traces, as for a regression
     model). Calling it scores new traces: ``lsa(ats, pred)`` returns ``-log f(x)`` per input,
-    equal to ``-scipy.stats.gaussian_kde(train_c[:, lsa.kept].T).logpdf(x[:, lsa.kept].T)``.
+    equal to ``-scipy.stats.gaussian_kde(train_c[:, cols].T).logpdf(x[:, cols].T)`` with
+    ``cols = lsa.kept_by_class[c]`` (``lsa.kept`` for every class in ``"drop"`` mode).
 
     Neurons whose training variance is below ``var_threshold`` in any class are dropped
     (the paper's filter; variance with ``ddof=0`` as the reference implementation computes it).
 
-    Fallbacks, each with a :class:`SadlWarning` and never a crash inside SciPy:
+    ``near_singular`` decides what a covariance that is singular or nearly so gets (softmax
+    outputs sum to one, so their covariance has a condition number near 1e13):
 
-    * a class with fewer than ``d + 1`` training traces (``d`` the neurons kept) cannot
-      have a non-singular covariance and gets no KDE; inputs predicted as that class (or
-      as a class absent from training) score ``NaN``;
-    * a singular covariance (neurons that are linear combinations of others, as softmax
-      outputs that sum to one) drops the dependent neurons, found by a pivoted QR of the
-      class's standardised traces, from every class, so all classes share one space.
+    * ``"drop"`` (default): a covariance whose squared Cholesky pivots span more than ten
+      orders of magnitude, or that is not positive definite, counts as singular; the
+      dependent neurons, found by a pivoted QR of the failing classes' pooled, centred
+      traces, are dropped from *every* class, so all classes share one space;
+    * ``"keep"``: a class keeps every neuron whenever its covariance is positive definite
+      in float64 (Cholesky succeeds), which is what ``scipy.stats.gaussian_kde`` and the
+      paper's reference code compute; only the classes where it is not fall back as
+      ``"drop"`` does (and ``kept_by_class`` says which neurons they use).
+
+    Other fallbacks, each with a :class:`SadlWarning` and never a crash inside SciPy: a
+    class with fewer than ``d + 1`` training traces gets no KDE and inputs predicted as it
+    (or as a class absent from training) score ``NaN``.
+
+    The training traces may be a ``np.memmap`` (``np.load(path, mmap_mode="r")``): set-up
+    and scoring then read them a chunk of at most ``chunk_bytes`` at a time and keep no
+    whole copy; in memory, each class's whitened traces are kept for faster scoring.
     """
 
     def __init__(
@@ -84,17 +104,23 @@ class LSA:
         train_pred: object | None = None,
         *,
         var_threshold: float = 1e-5,
+        near_singular: str = "drop",
         chunk_bytes: int = _CHUNK_BYTES,
     ) -> None:
         if not (isinstance(var_threshold, (int, float)) and var_threshold >= 0 and math.isfinite(var_threshold)):
             raise ValueError(f"var_threshold must be a finite number >= 0, got {var_threshold!r}")
-        x = as_traces("train_ats", train_ats)
+        if near_singular not in NEAR_SINGULAR:
+            raise ValueError(f"near_singular must be 'drop' or 'keep', got {near_singular!r}")
+        self.chunk_bytes = int(chunk_bytes)
+        x = as_train_traces("train_ats", train_ats, chunk_bytes=self.chunk_bytes)
         self.n_features_in: int = x.shape[1]
         self.var_threshold = float(var_threshold)
-        self.chunk_bytes = int(chunk_bytes)
+        self.near_singular = near_singular
         self.classifier = train_pred is not None
         pred = as_pred("train_pred", train_pred, len(x)) if self.classifier else np.zeros(len(x), np.int64)
-        self._train = (x, pred if self.classifier else None)
+        self._x = x
+        self._train_pred = pred if self.classifier else None
+        self._in_memory = not isinstance(x, np.memmap)
         classes, members = _classes_of(pred)
 
         usable = [i for i, m in enumerate(members) if len(m) >= 2]
@@ -103,9 +129,10 @@ class LSA:
                 warn(f"LSA: class {int(classes[i])} has {len(m)} training trace; it gets no KDE and its inputs score NaN")
         if not usable:
             raise ValueError("LSA needs at least one class with two or more training traces")
+        stats = {int(classes[i]): self._moments(members[i]) for i in usable}
         low_var = np.zeros(x.shape[1], dtype=bool)
         for i in usable:
-            low_var |= x[members[i]].var(axis=0) < self.var_threshold
+            low_var |= stats[int(classes[i])][2] < self.var_threshold
         kept = np.flatnonzero(~low_var)
         if kept.size == 0:
             raise ValueError(
@@ -126,65 +153,120 @@ class LSA:
                 f"LSA: no class has more than {kept.size} training traces, the minimum for a KDE over "
                 f"{kept.size} neurons; use more training data or a layer with fewer neurons"
             )
-        labels = [int(classes[i]) for i in usable]
-        groups = [x[members[i]] for i in usable]
-        while True:  # fit every class; on a singular covariance drop the dependent neurons, refit
-            kdes: dict[int, _Kde] = {}
-            failed: list[tuple[int, np.ndarray]] = []
-            for label, xc in zip(labels, groups):
-                kde = self._fit(xc[:, kept])
+        rows = {int(classes[i]): members[i] for i in usable}
+        kdes: dict[int, _Kde] = {}
+        pending = list(rows)
+        if near_singular == "keep":  # every class whose full covariance is positive definite
+            for label in rows:
+                kde = self._fit(rows[label], kept, stats[label], strict=False)
+                if kde is not None:
+                    kdes[label] = kde
+            pending = [label for label in rows if label not in kdes]
+        shared = kept
+        while pending:  # fit; on a singular covariance drop the dependent neurons, refit
+            failed = []
+            for label in pending:
+                kde = self._fit(rows[label], shared, stats[label], strict=True)
                 if kde is None:
-                    failed.append((label, xc[:, kept]))
+                    failed.append(label)
                 else:
                     kdes[label] = kde
-            drop: set[int] = set()
-            if failed:
-                # A dependency the failing classes share (softmax rows summing to one) shows in
-                # their pooled, class-centred traces: drop one neuron for all, not one per class.
-                pooled = np.vstack([xc - xc.mean(axis=0) for _, xc in failed])
-                rank, dependent = self._dependent(pooled, strict=False)
-                if not dependent:
-                    rank, dependent = self._dependent(failed[0][1])
-                drop = {int(kept[j]) for j in dependent}
-                warn(
-                    f"LSA: the training traces of class(es) {[label for label, _ in failed]} lie in a "
-                    f"{rank}-dimensional subspace of {kept.size} neurons (e.g. softmax outputs that sum to "
-                    f"one); dropping the linearly dependent neuron(s) {sorted(drop)} from every class"
-                )
-            if not drop:
+            if not failed:
                 break
-            kept = kept[~np.isin(kept, sorted(drop))]
-            if kept.size == 0:
+            # A dependency the failing classes share (softmax rows summing to one) shows in
+            # their pooled, class-centred traces: drop one neuron for all, not one per class.
+            traces = [self._gather(rows[label], shared) for label in failed]
+            pooled = np.vstack([xc - xc.mean(axis=0) for xc in traces])
+            rank, dependent = self._dependent(pooled, strict=False)
+            if not dependent:
+                rank, dependent = self._dependent(traces[0])
+            drop = sorted(int(shared[j]) for j in dependent)
+            where = "from every class" if near_singular == "drop" else "from these classes only"
+            warn(
+                f"LSA: the training traces of class(es) {failed} lie in a {rank}-dimensional subspace "
+                f"of {shared.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
+                f"dependent neuron(s) {drop} {where}"
+            )
+            shared = shared[~np.isin(shared, drop)]
+            if shared.size == 0:
                 raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
-        self.kept: np.ndarray = kept
+            if near_singular == "drop":
+                kdes.clear()
+                pending = list(rows)
+            else:
+                pending = failed
+        self.kept: np.ndarray = shared if near_singular == "drop" else kept
         self._kdes = kdes
 
     # -- set-up ---------------------------------------------------------------
 
-    @staticmethod
-    def _fit(xc: np.ndarray) -> _Kde | None:
-        """The class's KDE, bandwidth and normalisation exactly as ``scipy.stats.gaussian_kde``
-        (Scott's factor ``n ** (-1 / (d + 4))`` times the unbiased covariance); ``None`` when
-        the covariance is singular (or its squared Cholesky pivots span more than ``1/_RCOND``)."""
-        n, d = xc.shape
-        mean = xc.mean(axis=0)
-        centred = xc - mean
-        cov = (centred.T @ centred) / (n - 1) * (n ** (-1.0 / (d + 4))) ** 2
+    def _gather(self, rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+        """The rows (and columns) of the training traces as float64: one class at a time."""
+        xc = np.asarray(self._x[rows], dtype=np.float64)
+        return xc if cols is None else xc[:, cols]
+
+    def _step(self) -> int:
+        return max(1, self.chunk_bytes // (8 * self.n_features_in))
+
+    def _moments(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(mean, scatter matrix or ``None``, variance with ddof=0) of a class's traces.
+
+        In memory the covariance is later computed as SciPy does, from the class's traces;
+        for a memory-mapped set the centred scatter matrix is summed a chunk at a time
+        (two passes: mean, then scatter), so no class is ever held whole."""
+        if self._in_memory:
+            xc = self._gather(rows)
+            return xc.mean(axis=0), None, xc.var(axis=0)
+        step = self._step()
+        total = np.zeros(self.n_features_in)
+        for s in range(0, len(rows), step):
+            total += self._gather(rows[s : s + step]).sum(axis=0)
+        mean = total / len(rows)
+        scatter = np.zeros((self.n_features_in, self.n_features_in))
+        for s in range(0, len(rows), step):
+            centred = self._gather(rows[s : s + step]) - mean
+            scatter += centred.T @ centred
+        return mean, scatter, np.diag(scatter) / len(rows)
+
+    def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple, strict: bool) -> _Kde | None:
+        """The class's KDE over ``cols``, bandwidth and normalisation exactly as
+        ``scipy.stats.gaussian_kde`` (Scott's factor ``n ** (-1 / (d + 4))`` times the
+        unbiased covariance, Cholesky factor scaled by it); ``None`` when the covariance is
+        not positive definite or (``strict``) its squared Cholesky pivots span more than
+        ``1/_RCOND``."""
+        n, d = len(rows), cols.size
+        mean_all, scatter, _ = stats
+        mean = mean_all[cols]
+        if scatter is None:
+            xc = self._gather(rows, cols)
+            data_cov = np.atleast_2d(np.cov(xc.T, rowvar=True, bias=False, aweights=np.full(n, 1.0 / n)))
+        else:
+            data_cov = scatter[np.ix_(cols, cols)] / (n - 1)
         try:
-            chol = linalg.cholesky(cov, lower=True)
+            chol = linalg.cholesky(data_cov, lower=True) * n ** (-1.0 / (d + 4))
         except linalg.LinAlgError:
             return None
         pivots = np.diag(chol)
-        if (pivots.min() / pivots.max()) ** 2 < _RCOND:  # numerically singular: SciPy would
-            return None  # return densities dominated by rounding error along that direction
+        if not np.all(pivots > 0) or (strict and (pivots.min() / pivots.max()) ** 2 < _RCOND):
+            return None  # SciPy's densities would be dominated by rounding along that direction
         whiten = linalg.solve_triangular(chol, np.eye(d), lower=True).T
-        z = centred @ whiten
-        aug = np.empty((n, d + 2))
+        log_det = 2.0 * np.log(pivots * math.sqrt(2 * math.pi)).sum()
+        kde = _Kde(cols, rows, mean, whiten, -math.log(n) - 0.5 * log_det)
+        if self._in_memory:
+            kde.aug = self._augment(kde, self._gather(rows, cols))
+        return kde
+
+    @staticmethod
+    def _augment(kde: _Kde, xc: np.ndarray) -> np.ndarray:
+        """Rows ``[z_i, -|z_i|^2 / 2, 1]`` of whitened training traces (one matrix product
+        with a query row ``[z, 1, -|z|^2 / 2]`` gives ``-|z - z_i|^2 / 2``)."""
+        z = (xc - kde.mean) @ kde.whiten
+        d = z.shape[1]
+        aug = np.empty((len(z), d + 2))
         aug[:, :d] = z
-        aug[:, d] = -0.5 * _sq_norms(z)
+        aug[:, d] = -0.5 * np.einsum("ij,ij->i", z, z)
         aug[:, d + 1] = 1.0
-        log_det = 2.0 * np.log(np.diag(chol)).sum() + d * _LOG_2PI
-        return _Kde(mean, whiten, aug, -math.log(n) - 0.5 * log_det, n)
+        return aug
 
     @staticmethod
     def _dependent(xc: np.ndarray, strict: bool = True) -> tuple[int, list[int]]:
@@ -207,6 +289,11 @@ class LSA:
         """The predicted classes that have a KDE (``[0]`` when built without classes)."""
         return sorted(self._kdes)
 
+    @property
+    def kept_by_class(self) -> dict[int, np.ndarray]:
+        """The neurons each class's KDE is over (all equal to :attr:`kept` in ``"drop"`` mode)."""
+        return {label: kde.cols for label, kde in sorted(self._kdes.items())}
+
     def __call__(self, ats: object, pred: object | None = None) -> np.ndarray:
         """LSA of each input: ``-log`` of its class's KDE density, float64 ``(n,)``."""
         x = as_traces("ats", ats, dims=self.n_features_in, allow_empty=True)
@@ -228,137 +315,72 @@ class LSA:
             if kde is None:
                 missing.append(int(c))
                 continue
-            out[m] = -self._log_density(kde, x[m][:, self.kept])
+            out[m] = -self._log_density(kde, x[m][:, kde.cols])
         if missing:
             warn(f"LSA: no KDE for predicted class(es) {missing} (absent or too rare in the training traces); those inputs score NaN")
         return out
 
+    def _training_blocks(self, kde: _Kde, rows_per_block: int) -> Iterator[np.ndarray]:
+        """The class's augmented whitened training rows, a block at a time (made from the
+        training traces chunk by chunk when they are not kept in memory)."""
+        for c0 in range(0, kde.n, rows_per_block):
+            if kde.aug is not None:
+                yield kde.aug[c0 : c0 + rows_per_block]
+            else:
+                yield self._augment(kde, self._gather(kde.rows[c0 : c0 + rows_per_block], kde.cols))
+
     def _log_density(self, kde: _Kde, x: np.ndarray) -> np.ndarray:
+        """``log f(x)``: one matrix product per block of training rows, then an online
+        log-sum-exp (the running maximum is subtracted before ``exp``), so an input far
+        from every training trace neither underflows to ``-inf`` nor pays for denormals."""
         d = x.shape[1]
         z = (x - kde.mean) @ kde.whiten
         q = np.empty((len(z), d + 2))
         q[:, :d] = z
         q[:, d] = 1.0
         q[:, d + 1] = -0.5 * np.einsum("ij,ij->i", z, z)
-        out = np.empty(len(z))
-        rows, cols = _blocks(len(z), kde.n, self.chunk_bytes)
-        buf = np.empty((rows, cols))
-        for r0 in range(0, len(z), rows):
-            r1 = min(r0 + rows, len(z))
-            out[r0:r1] = self._log_sum_exp(q[r0:r1], kde, cols, buf)
-        return out + kde.log_norm
-
-    @staticmethod
-    def _log_sum_exp(q: np.ndarray, kde: _Kde, cols: int, buf: np.ndarray) -> np.ndarray:
-        """``log sum_i exp(-|z - z_i|^2 / 2)`` for each row ``[z, 1, -|z|^2/2]`` of ``q``: one
-        matrix product per column block, then an online log-sum-exp (the running maximum is
-        subtracted before ``exp``), so an input far from every training trace neither
-        underflows to ``-inf`` nor pays for denormals (``len(q)`` <= rows of ``buf``)."""
-        top = np.full(len(q), -np.inf)
-        acc = np.zeros(len(q))
-        for c0 in range(0, kde.n, cols):
-            c1 = min(c0 + cols, kde.n)
-            block = buf[: len(q), : c1 - c0]
-            np.matmul(q, kde.train_aug[c0:c1].T, out=block)
-            new_top = np.maximum(top, block.max(axis=1))
-            acc *= np.exp(top - new_top)
-            block -= new_top[:, None]
-            np.exp(block, out=block)
-            acc += block.sum(axis=1)
-            top = new_top
-        return np.log(acc) + top
+        m = len(z)
+        cols = max(1, min(kde.n, self.chunk_bytes // (8 * (d + 2))))
+        rows = max(1, min(m, self.chunk_bytes // (8 * cols)))
+        top = np.full(m, -np.inf)
+        acc = np.zeros(m)
+        for block in self._training_blocks(kde, cols):
+            for r0 in range(0, m, rows):
+                r1 = min(m, r0 + rows)
+                v = q[r0:r1] @ block.T
+                new_top = np.maximum(top[r0:r1], v.max(axis=1))
+                acc[r0:r1] *= np.exp(top[r0:r1] - new_top)
+                v -= new_top[:, None]
+                np.exp(v, out=v)
+                acc[r0:r1] += v.sum(axis=1)
+                top[r0:r1] = new_top
+        return np.log(acc) + top + kde.log_norm
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """What rebuilds this LSA: its training traces, classes and threshold (set-up is cheap)."""
-        x, pred = self._train
-        arrays = {"train_ats": x, "var_threshold": np.array(self.var_threshold)}
-        if pred is not None:
-            arrays["train_pred"] = pred
+        """What rebuilds this LSA: its training traces (as given, a memmap stays one),
+        classes, threshold and near-singular mode (set-up is cheap)."""
+        arrays = {
+            "train_ats": self._x,
+            "var_threshold": np.array(self.var_threshold),
+            "near_singular": np.array(self.near_singular),
+        }
+        if self._train_pred is not None:
+            arrays["train_pred"] = self._train_pred
         return arrays
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "LSA":
-        return cls(arrays["train_ats"], arrays.get("train_pred"), var_threshold=float(arrays["var_threshold"]))
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, chunk_bytes: int = _CHUNK_BYTES) -> "LSA":
+        mode = str(arrays["near_singular"]) if "near_singular" in arrays else "drop"
+        return cls(
+            arrays["train_ats"],
+            arrays.get("train_pred"),
+            var_threshold=float(arrays["var_threshold"]),
+            near_singular=mode,
+            chunk_bytes=chunk_bytes,
+        )
 
 
 # --------------------------------------------------------------------------- DSA
-
-
-def _sq_norms(a: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->i", a, a)
-
-
-def _blocks(n_rows: int, n_cols: int, chunk_bytes: int) -> tuple[int, int]:
-    """Rows and columns of a distance block of at most ``chunk_bytes``: tall enough for
-    an efficient matrix product, small enough to stay in cache for the passes after it."""
-    rows = max(1, min(n_rows, 512))
-    cols = max(1, min(n_cols, chunk_bytes // (8 * rows)))
-    return rows, cols
-
-
-class _Neighbours:
-    """Exact nearest-neighbour search among the rows of ``x`` by blocked matrix products.
-
-    A block of ``|x_i|^2 - 2 q.x_i`` (the row's ``|q|^2`` being constant) comes out of one
-    product with the augmented rows ``[-2 x_i, |x_i|^2]``; the running minimum is kept
-    across column blocks. Rows where another candidate lies within rounding of the minimum
-    are settled by exact distances, so the neighbour is the one a per-input
-    ``np.linalg.norm`` loop finds (the first, on an exact tie), and every distance returned
-    is computed exactly from the two vectors.
-    """
-
-    def __init__(self, x: np.ndarray, chunk_bytes: int) -> None:
-        self.x = x
-        self.chunk_bytes = chunk_bytes
-        self.aug = np.empty((len(x), x.shape[1] + 1))
-        np.multiply(x, -2.0, out=self.aug[:, :-1])
-        self.aug[:, -1] = _sq_norms(x)
-        self.max_sq = float(self.aug[:, -1].max()) if len(x) else 0.0
-
-    def query(self, q: np.ndarray, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Index (into ``x``) and distance of each row's nearest row of ``x`` within ``spans``."""
-        m = len(q)
-        idx = np.zeros(m, dtype=np.int64)
-        if m == 0:
-            return idx, np.empty(0)
-        width = sum(e - s for s, e in spans)
-        q_aug = np.empty((m, q.shape[1] + 1))
-        q_aug[:, :-1] = q
-        q_aug[:, -1] = 1.0
-        tol_all = 64 * np.finfo(np.float64).eps * (_sq_norms(q) + self.max_sq) + 1e-300
-        rows, cols = _blocks(m, width, self.chunk_bytes)
-        buf = np.empty((rows, cols))
-        tie = np.zeros(m, dtype=bool)
-        for r0 in range(0, m, rows):
-            r1 = min(m, r0 + rows)
-            ar = np.arange(r1 - r0)
-            tol = tol_all[r0:r1]
-            best = np.full(r1 - r0, np.inf)
-            best_i = np.zeros(r1 - r0, dtype=np.int64)
-            near = np.zeros(r1 - r0, dtype=bool)
-            for s, e in spans:
-                for c0 in range(s, e, cols):
-                    c1 = min(e, c0 + cols)
-                    block = buf[: r1 - r0, : c1 - c0]
-                    np.matmul(q_aug[r0:r1], self.aug[c0:c1].T, out=block)
-                    j = block.argmin(axis=1)
-                    v = block[ar, j]
-                    several = np.count_nonzero(block <= (v + tol)[:, None], axis=1) > 1
-                    better = v < best - tol
-                    close = ~better & (v <= best + tol)
-                    near = np.where(better, several, near | close)
-                    take = v < best
-                    best = np.where(take, v, best)
-                    best_i = np.where(take, j + c0, best_i)
-            idx[r0:r1] = best_i
-            tie[r0:r1] = near
-        if tie.any():
-            allowed = np.concatenate([np.arange(s, e) for s, e in spans])
-            for r in np.flatnonzero(tie):
-                exact = np.linalg.norm(self.x[allowed] - q[r], axis=1)
-                idx[r] = allowed[int(np.argmin(exact))]
-        dist = np.linalg.norm(q - self.x[idx], axis=1)
-        return idx, dist
 
 
 class DSA:
@@ -368,62 +390,96 @@ class DSA:
     class ``c`` and ``dist_a = |x - x_a|``; ``x_b`` is the nearest training trace of another
     class **to x_a** and ``dist_b = |x_a - x_b|``; ``DSA = dist_a / dist_b``.
 
-    ``dist_b`` depends only on the training trace ``x_a``, so it is computed once per
-    training trace that is ever a nearest neighbour and memoised; :meth:`precompute`
-    fills it for every training trace (what a cached training profile stores, through
-    :meth:`to_arrays` / :meth:`from_arrays`).
+    Nearest neighbours are exact (:mod:`pytest_sadl._neighbours`: a k-d tree up to 16
+    dimensions, blocked BLAS products with exact re-measurement above, or ``search="tree"``
+    / ``"blas"`` to choose); on a tie ``x_a`` is the first such trace in training order, as a per-input
+    loop finds it. Repeated training traces are searched once.
+
+    ``dist_b`` depends only on the training trace ``x_a``, so it is computed lazily, once,
+    for the training traces that are some input's ``x_a``, and kept: :attr:`known` counts
+    them, ``to_arrays(complete=False)`` hands them (``NaN`` where not yet known) to a
+    profile to store, and ``DSA(..., dist_b=saved)`` / :meth:`from_arrays` takes them back.
+    :meth:`precompute` (or ``to_arrays()``) fills every one.
+
+    The training traces may be a ``np.memmap``: they are read a chunk of at most
+    ``chunk_bytes`` at a time and never copied whole.
+
+    ``search="faiss"`` (optional extra ``pytest-sadl[faiss]``) finds ``x_a`` and ``x_b``
+    approximately through faiss HNSW graphs, for very large training sets; every call
+    warns with its recall against the exact search on a sample of the inputs.
 
     An input predicted as a class with no training traces scores ``NaN`` (with a
     :class:`SadlWarning`); ``dist_b = 0`` (a training trace duplicated in another class)
     gives ``inf``, or ``NaN`` when ``dist_a`` is 0 too.
     """
 
-    def __init__(self, train_ats: object, train_pred: object, *, chunk_bytes: int = _CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        train_ats: object,
+        train_pred: object,
+        *,
+        search: str = "auto",
+        dist_b: object | None = None,
+        chunk_bytes: int = _CHUNK_BYTES,
+    ) -> None:
         if train_pred is None:
             raise ValueError(
                 "DSA needs the predicted classes of the training traces (it measures distance to "
                 "class boundaries); for a regression model use LSA only"
             )
-        x = as_traces("train_ats", train_ats)
-        pred = as_pred("train_pred", train_pred, len(x))
-        order = np.argsort(pred, kind="stable")
-        self._init_sorted(x[order], pred[order], np.full(len(x), np.nan), chunk_bytes)
-
-    def _init_sorted(self, x: np.ndarray, pred: np.ndarray, other: np.ndarray, chunk_bytes: int) -> None:
-        self.n_features_in: int = x.shape[1]
         self.chunk_bytes = int(chunk_bytes)
-        self._x = np.ascontiguousarray(x, dtype=np.float64)
-        self._pred = pred
-        self._nn = _Neighbours(self._x, self.chunk_bytes)
-        classes, starts = np.unique(pred, return_index=True)
+        x = as_train_traces("train_ats", train_ats, chunk_bytes=self.chunk_bytes)
+        pred = as_pred("train_pred", train_pred, len(x))
+        classes = np.unique(pred)
         if len(classes) < 2:
             raise ValueError(
                 f"DSA needs training traces of at least two predicted classes, got only class(es) "
                 f"{classes.tolist()}; check the model's predictions on the training data"
             )
-        ends = list(starts[1:]) + [len(pred)]
-        self._span = {int(c): (int(s), int(e)) for c, s, e in zip(classes, starts, ends)}
-        self._other = other  # nearest other-class distance of each (sorted) training trace; NaN = not yet known
+        self.n_features_in: int = x.shape[1]
+        self._x = x
+        self._pred = pred
+        self._nn = ClassNeighbours(x, pred, method=search, chunk_bytes=self.chunk_bytes)
+        if dist_b is None:
+            self._other = np.full(len(x), np.nan)
+        else:
+            other = np.array(dist_b, dtype=np.float64)
+            if other.shape != (len(x),):
+                raise ValueError(f"dist_b must have one distance per training trace, shape ({len(x)},), got {other.shape}")
+            if np.any(other < 0):
+                raise ValueError("dist_b holds negative distances; it is not what DSA.to_arrays() wrote")
+            self._other = other
 
     @property
     def classes(self) -> list[int]:
-        return sorted(self._span)
+        return sorted(self._nn.span)
+
+    @property
+    def search(self) -> str:
+        """The exact search in use: ``"tree"`` or ``"blas"``."""
+        return self._nn.method
+
+    @property
+    def known(self) -> int:
+        """How many training traces have their ``dist_b`` computed (copies count once each)."""
+        return int(np.count_nonzero(~np.isnan(self._other[self._nn.rep])))
 
     def _fill_other(self, needed: np.ndarray) -> None:
-        needed = needed[np.isnan(self._other[needed])]
+        """Compute ``dist_b`` of the training rows ``needed`` (first copies) not known yet."""
+        needed = np.unique(needed[np.isnan(self._other[needed])])
         if needed.size == 0:
             return
-        needed = np.unique(needed)
         cls = self._pred[needed]
+        step = max(1, 4 * self.chunk_bytes // (8 * self.n_features_in))
         for c in np.unique(cls):
             rows = needed[cls == c]
-            s, e = self._span[int(c)]
-            _, dist = self._nn.query(self._x[rows], [(0, s), (e, len(self._x))])
-            self._other[rows] = dist
+            for s in range(0, len(rows), step):
+                part = rows[s : s + step]
+                self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), int(c))
 
     def precompute(self) -> "DSA":
-        """Compute ``dist_b`` for every training trace now (a cache then skips it)."""
-        self._fill_other(np.arange(len(self._x)))
+        """Compute ``dist_b`` for every training trace now (a cached profile then skips it)."""
+        self._fill_other(self._nn.rows)
         return self
 
     def __call__(self, ats: object, pred: object) -> np.ndarray:
@@ -438,35 +494,54 @@ class DSA:
         classes, members = _classes_of(p)
         missing = []
         for c, m in zip(classes, members):
-            span = self._span.get(int(c))
-            if span is None:
+            if int(c) not in self._nn.span:
                 missing.append(int(c))
                 continue
-            a, dist_a = self._nn.query(x[m], [span])
+            a, dist_a = self._nn.nearest_in(x[m], int(c))
             self._fill_other(a)
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[m] = dist_a / self._other[a]
         if missing:
             warn(f"DSA: no training traces of predicted class(es) {missing}; those inputs score NaN")
+        if self.search == "faiss":
+            self._report_recall(x, p, out)
         return out
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        """Arrays that rebuild this DSA with no distance computation (fills ``dist_b`` first)."""
-        self.precompute()
-        return {"train_ats": self._x, "train_pred": self._pred, "other_dist": self._other}
+    def _report_recall(self, x: np.ndarray, p: np.ndarray, approx: np.ndarray, sample: int = 200) -> None:
+        """Warn with the recall of the approximate search: on up to ``sample`` inputs, how
+        often its ``x_a`` is the exact nearest (by the exact scan) and how far DSA moves."""
+        rng = np.random.default_rng(0)
+        rows = rng.choice(len(x), size=min(sample, len(x)), replace=False)
+        rows = rows[np.isin(p[rows], self.classes)]
+        hits, worst = 0, 0.0
+        for c in np.unique(p[rows]):
+            r = rows[p[rows] == c]
+            a, dist_a = self._nn.nearest_in(x[r], int(c))
+            exact_a, exact_dist = self._nn.exact_in(x[r], int(c))
+            hits += int(np.count_nonzero(np.isclose(dist_a, exact_dist, rtol=1e-12, atol=0)))
+            b = self._nn.exact_out(np.asarray(self._x[exact_a], dtype=np.float64), int(c))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                exact = exact_dist / b
+                rel = np.abs(approx[r] - exact) / np.abs(exact)
+            worst = max(worst, float(np.nanmax(rel)) if rel.size else 0.0)
+        warn(
+            f"DSA: approximate search (faiss HNSW) found the exact nearest same-class trace for "
+            f"{hits} of {len(rows)} sampled inputs (recall {hits / max(1, len(rows)):.3f}); largest "
+            f"relative DSA error on the sample {worst:.2e}; use search='auto' for exact values"
+        )
+
+    def to_arrays(self, *, complete: bool = True) -> dict[str, np.ndarray]:
+        """Arrays that rebuild this DSA with no distance computation: the training traces
+        and classes as given and ``other_dist``, every training trace's ``dist_b``
+        (``complete=False``: only those computed so far, ``NaN`` for the rest)."""
+        if complete:
+            self.precompute()
+        return {"train_ats": self._x, "train_pred": self._pred, "other_dist": self._other[self._nn.rep]}
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], *, chunk_bytes: int = _CHUNK_BYTES) -> "DSA":
-        x = as_traces("train_ats", arrays["train_ats"])
-        pred = as_pred("train_pred", arrays["train_pred"], len(x))
-        other = np.asarray(arrays["other_dist"], dtype=np.float64)
-        if other.shape != (len(x),):
-            raise ValueError(f"other_dist must have shape ({len(x)},), got {other.shape}")
-        if np.any(np.diff(pred) < 0):
-            raise ValueError("train_pred of a saved DSA must be sorted by class (as to_arrays writes it)")
-        self = cls.__new__(cls)
-        self._init_sorted(x, pred, other.copy(), chunk_bytes)
-        return self
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> "DSA":
+        """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
+        return cls(arrays["train_ats"], arrays["train_pred"], search=search, dist_b=arrays["other_dist"], chunk_bytes=chunk_bytes)
 
 
 # --------------------------------------------------------------------------- SC

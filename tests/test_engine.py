@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -185,6 +187,38 @@ def test_records_round_trip_through_worker_bytes():
     np.testing.assert_array_equal(theirs.batches[0].output, mine.batches[0].output)
     assert len(theirs.labels) == 1 and all(np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0]))
     assert again[0].labels == [] and again[0].batches[0].digests is None
+
+
+def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(pytester: pytest.Pytester):
+    from pytest_sadl.config import read_options
+    from pytest_sadl.profile import ProfileOptions, profile_fingerprint
+
+    pytester.makeini("[pytest]\nsadl_coverage = true\nsadl_lsa_near_singular = keep\n")
+    assert read_options(pytester.parseconfig()).lsa_near_singular == "keep"
+    assert read_options(pytester.parseconfig("--sadl-lsa-near-singular=drop")).lsa_near_singular == "drop"
+    with pytest.raises(pytest.UsageError, match=r"--sadl-lsa-near-singular='ignore': use 'drop'.*or 'keep'"):
+        read_options(pytester.parseconfig("--sadl-lsa-near-singular=ignore"))
+    with pytest.raises(Exception, match="lsa_near_singular must be 'drop' or 'keep'"):
+        ProfileOptions(lsa_near_singular="nope")
+    args = dict(sa_layers=["d"], coverage_layers=["d"], var_threshold=1e-5, classifier=True)
+    assert profile_fingerprint("m", "t", **args) != profile_fingerprint("m", "t", **args, lsa_near_singular="keep")
+
+    # held-out bounds score with the profile's mode: on softmax outputs the two modes differ
+    rng = np.random.default_rng(5)
+    centres = rng.normal(scale=4.0, size=(3, 5))
+    pred = rng.integers(0, 3, 900)
+    logits = centres[pred] + rng.normal(size=(900, 5))
+    probs = (np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)).astype(np.float32)
+    ranges = fit_ranges([probs])
+    views = {}
+    for mode in ("drop", "keep"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lsa = LSA(probs, pred, var_threshold=0.0, near_singular=mode)
+        views[mode] = ProfileView(lsa, DSA(probs, pred), ranges, probs, pred, 0.0, near_singular=mode)
+    held = {mode: held_out_scores(view)[0] for mode, view in views.items()}
+    assert views["keep"].lsa.kept.size == 5 and views["drop"].lsa.kept.size < 5
+    assert not np.allclose(held["drop"], held["keep"])
 
 
 def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():

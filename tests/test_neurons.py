@@ -204,3 +204,23 @@ def test_bad_layers_are_clear_errors(data):
         nbc(tests, [np.zeros(3)])
     with pytest.raises(ValueError, match="at least 2-D"):
         fit_ranges([np.zeros(5)])
+
+
+def test_nc_takes_traces_that_carry_extrema_and_refuses_those_without(data):
+    from pytest_sadl.traces import Traces
+
+    _, tests, _ = data
+    reduced = [reduce_layer(a) for a in tests]
+    extrema = [(a.reshape(len(a), -1).min(1), a.reshape(len(a), -1).max(1)) for a in tests]
+    n = len(tests[0])
+    carrying = Traces(sa=reduced[0], coverage=reduced, pred=np.zeros(n, int), output=np.zeros((n, 2)), coverage_extrema=extrema)
+    assert nc(carrying, 0.3) == pytest.approx(naive.neuron_coverage(tests, 0.3))
+    cov = NeuronCoverage([a.shape[-1] for a in reduced], 0.3)
+    cov.update(carrying)
+    assert cov.value == pytest.approx(naive.neuron_coverage(tests, 0.3))
+    bare = Traces(sa=reduced[0], coverage=reduced, pred=np.zeros(n, int), output=np.zeros((n, 2)))
+    with pytest.raises(ValueError, match=r"made without them.*extrema=True.*trace_model"):
+        nc(bare, 0.3)
+    with pytest.raises(ValueError, match="made without them"):
+        cov.update(bare)
+    assert nc(bare, 0.3, extrema=extrema) == pytest.approx(naive.neuron_coverage(tests, 0.3))

@@ -299,6 +299,11 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),
         (["--sadl-report=pdf"], "*unknown report type 'pdf'*"),
         (["--sadl-dsc-buckets=many"], "*--sadl-dsc-buckets='many' is not an integer*"),
+        (["--sadl-kmnc-k=100000"], "*--sadl-kmnc-k=100000: at most 10,000 (KMNC keeps neurons x k flags*"),
+        (["--sadl-kmnc-k=" + "9" * 5000], "*--sadl-kmnc-k='999*' is not an integer*"),
+        (["--sadl-lsc-buckets=10000000"], "*--sadl-lsc-buckets=10000000: at most 1,000,000*"),
+        (["--sadl-batch-size=1000000"], "*--sadl-batch-size=1000000: at most 65,536*"),
+        (["--sadl-lsc-upper=1e400"], "*--sadl-lsc-upper='1e400' must be finite*"),
     ],
 )
 def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, message):
@@ -307,6 +312,43 @@ def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, mes
     res = pytester.runpytest_inprocess("--sadl-coverage", *args)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('sadl_coverage = "maybe"', "sadl_coverage (ini)='maybe' is not a boolean; write true or false"),
+        ("sadl_cache_dir = true", "sadl_cache_dir = true in pyproject.toml: expected a path or 'package.module:function' (a string)"),
+        ("sadl_compare = 3", "sadl_compare = 3 in pyproject.toml: expected a path*"),
+        ('sadl_model = ["a.keras", "b.keras"]', "sadl_model = ['a.keras', 'b.keras'] in pyproject.toml: expected a path*"),
+        ('sadl_fail_under = ["lsc:30", "foo:2"]', "sadl_fail_under (ini)='lsc:30,foo:2': unknown metric 'foo'*"),
+        ("sadl_kmnc_k = 20000", "sadl_kmnc_k (ini)=20000: at most 10,000*"),
+        ("sadl_kmnc_k = 1.5", "sadl_kmnc_k = 1.5 in pyproject.toml: expected an integer"),
+    ],
+)
+def test_bad_toml_configuration_names_the_option(pytester: pytest.Pytester, line, message):
+    pytester.makepyprojecttoml(f"[tool.pytest.ini_options]\n{line}\n")
+    pytester.makepyfile("def test_never_runs():\n    raise AssertionError\n")
+    res = pytester.runpytest_inprocess("--sadl-coverage")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: {message.rstrip('*')}" in res.stderr.str()
+
+
+def test_a_toml_list_of_thresholds_works(pytester: pytest.Pytester):
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nsadl_fail_under = ["lsc:30", "nc:10"]\nsadl_coverage = true\n')
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    res = pytester.runpytest_inprocess("--co")
+    assert res.ret == 0
+    res.stdout.fnmatch_lines(["sadl: *fail-under=lsc:30,nc:10"])
+
+
+def test_training_data_that_is_not_a_zip_is_named_so(project):
+    pytester = project(THRESHOLD_TESTS)
+    (pytester.path / "train.npz").write_text("x,y\n0.1,3\n")
+    res = run(pytester, "--sadl-coverage")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    err = res.stderr.str()
+    assert "train.npz' is not a .npz file (a zip archive of arrays" in err and "(pickled)" not in err
 
 
 def test_unknown_layer_is_a_usage_error_before_tests_run(project):
@@ -382,7 +424,18 @@ def test_project_fixtures_under_xdist(pytester: pytest.Pytester, conv_model_path
     assert data["model"]["source"] == ("fixture" if from_fixture == "model" else str(pytester.path / "model.keras"))
 
 
-CRASHING_TESTS = THRESHOLD_TESTS + """
+CRASHING_TESTS = """
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+@pytest.mark.sadl(group="before")
+@pytest.mark.parametrize("i", range(3))
+def test_before_the_crash(sadl_model, i):
+    sadl_model.predict(X[i * 10:(i + 1) * 10], verbose=0)
+
 
 @pytest.mark.sadl(group="crash")
 def test_worker_dies(sadl_model):
@@ -392,23 +445,108 @@ def test_worker_dies(sadl_model):
     os._exit(1)
 """
 
+OTHER_WORKER_TESTS = """
+import numpy as np
+import pytest
 
-def test_a_crashed_worker_is_reported_not_hidden(project):
+X = np.load("inputs.npy")
+
+
+@pytest.mark.sadl(group="other")
+def test_on_the_other_worker(sadl_model):
+    sadl_model.predict(X[30:37], verbose=0)
+
+
+@pytest.mark.sadl
+@pytest.mark.skip(reason="skipped before it records: not missing")
+def test_skipped():
+    pass
+"""
+
+
+def test_a_crashed_worker_loses_only_the_crashing_tests_inputs(project):
+    """A real ``-n 2`` run: the tests that ran on the worker before it died keep their inputs
+    (they went with their reports; xdist hands each worker two of the four first), the
+    reports name the test whose inputs are missing, and the terminal says so before the
+    tables. (Not ``--dist=loadfile``: xdist reruns a crashing test's file there.)"""
     pytester = project(CRASHING_TESTS)
-    res = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:out.json", "--sadl-report=term")
-    assert res.ret != 0
-    warnings = results(pytester)["outcome"]["warnings"]
-    assert any("ended without sending its recordings" in w and "incomplete" in w for w in warnings), warnings
+    pytester.makepyfile(test_other=OTHER_WORKER_TESTS)
+    res = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:out.json",
+              "--sadl-report=term", "--sadl-report=markdown:out.md", "--sadl-report=html:html")
+    assert res.ret == 1  # the crashed test failed
+    data = results(pytester)
+    inputs = {t["nodeid"].split("::")[1]: t["inputs"] for t in data["tests"]}
+    assert inputs == {"test_before_the_crash[0]": 10, "test_before_the_crash[1]": 10,
+                      "test_before_the_crash[2]": 10, "test_on_the_other_worker": 7}
+    assert data["metrics"]["lsc"]["count"] == 37
+    [missing] = data["outcome"]["missing"]
+    assert missing["nodeid"] == "test_project.py::test_worker_dies" and "crashed while running it" in missing["reason"]
+    assert "incomplete: test_project.py::test_worker_dies" in data["outcome"]["warnings"][0]
+    out = res.stdout.lines
+    warning = next(i for i, line in enumerate(out) if line.startswith("warning: pytest-sadl: the inputs of 1 test(s) are missing"))
+    table = next(i for i, line in enumerate(out) if line.startswith("metric  coverage"))
+    assert warning < table
+    assert "test\\_project.py::test\\_worker\\_dies: worker" in (pytester.path / "out.md").read_text().split("| Metric")[0]
+    html = (pytester.path / "html" / "index.html").read_text()
+    assert 'id="missing"' in html and "test_project.py::test_worker_dies" in html
 
 
-def test_a_failure_at_the_end_is_one_line_and_other_plugins_still_finish(project):
+def test_reports_are_independent_and_the_exit_status_says_one_failed(project):
     pytester = project(THRESHOLD_TESTS)
-    (pytester.path / "adir").mkdir()
-    res = run(pytester, "--sadl-coverage", "--sadl-report=json:adir", "--junitxml=junit.xml")
-    assert res.ret == 1
-    res.stdout.fnmatch_lines(["pytest-sadl: could not compute the results: *"])
-    assert "Traceback" not in res.stdout.str() + res.stderr.str()
+    res = run(pytester, "--sadl-coverage", "--sadl-report=html:/proc/sadl-x", "--sadl-report=json:ok.json",
+              "--sadl-report=markdown:ok.md", "--sadl-report=term", "--junitxml=junit.xml")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR  # every test passed: the code is the report's
+    res.assert_outcomes(passed=1)
+    assert results(pytester, "ok.json")["metrics"]["lsc"]["count"] == 60
+    assert "| LSC |" in (pytester.path / "ok.md").read_text()
+    out = res.stdout.str()
+    assert "metric  coverage" in out and "sadl: json report written to" in out
+    [line] = [line for line in res.stdout.lines if "could not write" in line]
+    assert line.startswith("pytest-sadl: could not write the html report to /proc/sadl-x: ")
+    assert "Traceback" not in out + res.stderr.str() and "could not compute" not in out
     assert (pytester.path / "junit.xml").exists()  # the hooks after ours still ran
+
+
+def _baseline(pytester: pytest.Pytester, **model: object) -> Path:
+    doc = json.loads((Path(__file__).parent / "data" / "results-baseline.json").read_text())
+    doc["model"].update(model)
+    path = pytester.path / "base.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_bad_baseline_is_a_usage_error_naming_file_and_field(project):
+    pytester = project(THRESHOLD_TESTS)
+    base = _baseline(pytester, fingerprint=12345)
+    res = run(pytester, "--sadl-coverage", f"--sadl-compare={base}", "--sadl-report=json:out.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"ERROR: --sadl-compare: {base}: model.fingerprint must be a string or null, got an integer 12345"])
+    deep = pytester.path / "deep.json"
+    deep.write_text('{"schema": "pytest-sadl/results", "version": 1, "metrics": {"lsc": ' + "[" * 200_000 + "]" * 200_000 + "}}")
+    res = run(pytester, "--sadl-coverage", f"--sadl-compare={deep}")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "nested more than 32 levels deep" in res.stderr.str()
+
+
+BASELINE_BREAKING_TESTS = THRESHOLD_TESTS + """
+
+def test_breaks_the_baseline():
+    with open("base.json", "w") as fh:
+        fh.write('{"schema": "pytest-sadl/results", "version": 1, "metrics": {"lsc": {"value": 1e308}}}')
+"""
+
+
+def test_a_baseline_broken_during_the_run_loses_no_report(project):
+    pytester = project(BASELINE_BREAKING_TESTS)
+    base = _baseline(pytester)
+    res = run(pytester, "--sadl-coverage", f"--sadl-compare={base}", "--sadl-compare-fail=lsc:-5",
+              "--sadl-report=json:out.json", "--sadl-report=term")
+    assert res.ret == 1  # the comparison gate cannot be checked: it fails
+    data = results(pytester)
+    assert data["metrics"]["lsc"]["count"] == 60
+    assert any("cannot compare with the baseline" in w and "metrics.lsc.value must be a fraction" in w
+               for w in data["outcome"]["warnings"])
+    assert "metric  coverage" in res.stdout.str()
+    res.stdout.fnmatch_lines(["FAIL --sadl-compare-fail cannot be checked: *"])
 
 
 def test_plugin_off_ignores_broken_sadl_settings(pytester: pytest.Pytester):
@@ -455,3 +593,60 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
     res.assert_outcomes(passed=1)
     res = pytester.runpytest_inprocess("--markers")
     res.stdout.fnmatch_lines(["@pytest.mark.sadl(group='name'): record every input*"])
+
+
+# ----------------------------------------------------------------------------- properties of the option parsers
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pytest_sadl.config import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
+from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
+from pytest_sadl.results import METRICS  # noqa: E402
+
+_spec_parts = st.one_of(
+    st.text(max_size=12),
+    st.tuples(st.sampled_from([*METRICS, "all", "LSC", "foo", ""]), st.sampled_from([":", "=", ""]),
+              st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-(10**30), 10**30).map(str),
+                        st.text(max_size=5))).map("".join),
+)
+_specs = st.lists(_spec_parts, max_size=5).map(",".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=_specs)
+def test_property_thresholds_are_percentages_or_a_usage_error(spec):
+    try:
+        parsed = parse_thresholds(spec)
+    except pytest.UsageError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("--sadl-fail-under=")
+        return
+    assert set(parsed) <= set(METRICS)
+    assert all(0 <= v <= 100 for v in parsed.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=_specs)
+def test_property_compare_limits_are_finite_drops_or_a_value_error(spec):
+    try:
+        parsed = parse_compare_fail(spec)
+    except ValueError as exc:
+        assert "\n" not in str(exc) and "--sadl-compare-fail" in str(exc)
+        return
+    assert parsed and set(parsed) <= set(METRICS)
+    assert all(v <= 0 and v == v and v != float("-inf") for v in parsed.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.one_of(st.sampled_from(REPORT_KINDS), st.text(max_size=8)), sep=st.sampled_from(["", ":"]),
+       path=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12))
+def test_property_report_specs_parse_to_a_known_kind_or_a_usage_error(kind, sep, path):
+    base = Path("/base")
+    try:
+        report = parse_report(f"{kind}{sep}{path}", base)
+    except pytest.UsageError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("--sadl-report=")
+        return
+    assert report.kind in REPORT_KINDS
+    assert (report.path is None) == report.kind.startswith("term")
+    assert report.path is None or report.path.is_absolute()

@@ -143,11 +143,11 @@ def test_compare_newer_schema_exits_2(tmp_path, capsys):
     (lambda d: d.update(version=0), "results schema version 0 is not a known version"),
     (lambda d: d.update(version=True), "\"version\" is True, expected an integer"),
     (lambda d: d.update(version="one"), "\"version\" is 'one', expected an integer"),
-    (lambda d: d.update(metrics=[]), "\"metrics\" must be an object"),
-    (lambda d: d["metrics"].update(lsc=0.3), "metrics.lsc must be an object"),
-    (lambda d: d["metrics"]["lsc"].update(value="30%"), "metrics.lsc.value must be a number"),
-    (lambda d: d.update(tests={}), "\"tests\" must be a list, got dict"),
-    (lambda d: d.update(groups=["test"]), "groups[0] must be an object"),
+    (lambda d: d.update(metrics=[]), "metrics must be an object, got a list []"),
+    (lambda d: d["metrics"].update(lsc=0.3), "metrics.lsc must be an object, got a number 0.3"),
+    (lambda d: d["metrics"]["lsc"].update(value="30%"), "metrics.lsc.value must be a number or null, got a string '30%'"),
+    (lambda d: d.update(tests={}), "tests must be a list, got an object {}"),
+    (lambda d: d.update(groups=["test"]), "groups[0] must be an object, got a string 'test'"),
 ])
 def test_bad_results_files_are_refused_clearly(tmp_path, mutate, message):
     doc = _doc()
@@ -167,7 +167,7 @@ def test_not_a_file_or_not_an_object(tmp_path):
     with pytest.raises(ResultsFileError, match="is a directory"):
         load_results(tmp_path)
     (tmp_path / "list.json").write_text("[1, 2]")
-    with pytest.raises(ResultsFileError, match="expected a JSON object, got list"):
+    with pytest.raises(ResultsFileError, match="expected a JSON object, got a list"):
         load_results(tmp_path / "list.json")
     (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ResultsFileError, match="not UTF-8 text"):

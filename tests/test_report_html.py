@@ -553,5 +553,5 @@ def test_a_mistakes_section_of_the_wrong_type_is_a_clear_error(classifier):
 
     bad = copy.deepcopy(classifier)
     bad["mistakes"] = [1, 2]
-    with pytest.raises(ResultsFileError, match='"mistakes" must be an object'):
+    with pytest.raises(ResultsFileError, match=r"mistakes must be an object or null, got a list \[1, 2\]"):
         validate_results(bad)

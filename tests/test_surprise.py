@@ -280,3 +280,214 @@ def test_surprise_coverage_of_no_scores_is_zero():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert surprise_coverage([], lower=0, upper=1) == 0.0
+
+
+# ----------------------------------------------------------------------------- near-singular LSA
+
+
+def softmax_traces(rng, n, d, classes, scale=4.0):
+    """float32 softmax outputs of clustered logits: rows sum to one up to float32 rounding,
+    so each class's covariance is nearly singular (condition ~1e8 to ~1e15)."""
+    centres = rng.normal(scale=scale, size=(classes, d))
+    pred = rng.integers(0, classes, n)
+    logits = centres[pred] + rng.normal(size=(n, d))
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32), pred
+
+
+def test_lsa_keep_equals_scipy_where_the_covariance_is_positive_definite():
+    rng = np.random.default_rng(3)
+    probs, tp = softmax_traces(rng, 4000, 6, 4)
+    tests, pred = probs[:200].astype(np.float64), tp[:200]
+    with pytest.warns(SadlWarning, match="dropping"):
+        drop = LSA(probs, tp, var_threshold=0.0)
+    keep = LSA(probs, tp, var_threshold=0.0, near_singular="keep")
+    assert drop.kept.size < 6 and keep.kept.size == 6
+    got = keep(tests, pred)
+    for c in range(4):
+        assert keep.kept_by_class[c].tolist() == list(range(6))  # SciPy accepts every class
+        train = probs[tp == c].astype(np.float64)
+        m = pred == c
+        ref = -scipy.stats.gaussian_kde(train.T).logpdf(tests[m].T)
+        # SciPy's own answer moves when the training rows are merely reordered (the
+        # covariance's condition number reaches 1e15 here): match it at least that well.
+        shuffled = -scipy.stats.gaussian_kde(train[rng.permutation(len(train))].T).logpdf(tests[m].T)
+        assert rel_err(got[m], ref) < max(1e-6, 10 * rel_err(shuffled, ref))
+        if np.linalg.cond(np.cov(train.T)) < 1e12:
+            assert rel_err(got[m], ref) < 1e-6
+    assert not np.allclose(got, drop(tests, pred), rtol=1e-3)  # the two modes really differ
+
+
+def test_lsa_keep_falls_back_only_for_classes_scipy_refuses():
+    rng = np.random.default_rng(4)
+    train, tp = clustered(rng, 900, 4, 3)
+    singular = tp == 2
+    train[singular, 3] = train[singular, 0]  # a copied neuron in class 2 only: singular
+    with pytest.raises(np.linalg.LinAlgError):
+        scipy.stats.gaussian_kde(train[singular].T)
+    with pytest.warns(SadlWarning, match=r"class\(es\) \[2\].*from these classes only"):
+        lsa = LSA(train, tp, near_singular="keep")
+    assert lsa.kept_by_class[0].tolist() == lsa.kept_by_class[1].tolist() == [0, 1, 2, 3]
+    assert lsa.kept_by_class[2].size == 3
+    tests, pred = clustered(rng, 60, 4, 3)
+    got = lsa(tests, pred)
+    for c in range(3):
+        cols = lsa.kept_by_class[c]
+        kde = scipy.stats.gaussian_kde(train[tp == c][:, cols].T)
+        assert rel_err(got[pred == c], -kde.logpdf(tests[pred == c][:, cols].T)) < 1e-6
+    with pytest.raises(ValueError, match="near_singular must be 'drop' or 'keep'"):
+        LSA(train, tp, near_singular="ignore")
+    with pytest.warns(SadlWarning, match="from these classes only"):
+        again = LSA.from_arrays(lsa.to_arrays())
+    assert again.near_singular == "keep"
+    np.testing.assert_array_equal(again(tests, pred), got)
+
+
+# ----------------------------------------------------------------------------- repeated traces, search methods
+
+
+@pytest.mark.parametrize("search", ["tree", "blas"])
+@pytest.mark.parametrize("d", [3, 24])
+def test_dsa_repeated_traces_equal_the_naive_loop(search, d):
+    rng = np.random.default_rng(30 + d)
+    base, bp = clustered(rng, 300, d, 3)
+    train = np.vstack([base] * 5 + [base[:50] + 0.5])  # every trace five times, some near-copies
+    tp = np.concatenate([bp] * 5 + [bp[:50]])
+    tests, pred = clustered(rng, 80, d, 3, spread=2.0)
+    tests[:10], pred[:10] = base[:10].astype(np.float32), bp[:10]  # inputs equal to (repeated) training traces: dist_a = 0
+    dsa = DSA(train.astype(np.float32), tp, search=search)
+    assert dsa.search == search
+    ref = naive.dsa(train.astype(np.float32).astype(np.float64), tp, tests, pred)
+    got = dsa(tests, pred)
+    np.testing.assert_array_equal(got[:10], 0.0)
+    assert rel_err(got, ref) < 1e-9
+    saved = dsa.to_arrays()["other_dist"]
+    assert np.array_equal(saved[:300], saved[300:600])  # copies share their dist_b
+
+
+@pytest.mark.parametrize("search", ["tree", "blas"])
+def test_dsa_exact_ties_between_distinct_traces_pick_the_first(search):
+    # x_a candidates at equal distance in every direction; their dist_b all differ.
+    ring = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+    train = np.vstack([ring, [[1.0, 9.0], [5.0, -5.0], [-4.0, 4.0]]])
+    tp = np.array([0, 0, 0, 0, 1, 1, 1])
+    x = np.zeros((3, 2))
+    got = DSA(train, tp, search=search)(x, [0, 0, 0])
+    assert got.tolist() == naive.dsa(train, tp, x, [0, 0, 0]).tolist()
+
+
+# ----------------------------------------------------------------------------- lazy dist_b
+
+
+def test_dsa_lazy_dist_b_equals_the_full_set_and_is_kept():
+    rng = np.random.default_rng(40)
+    train, tp = clustered(rng, 2000, 6, 4)
+    tests, pred = clustered(rng, 100, 6, 4, spread=1.5)
+    lazy = DSA(train, tp)
+    assert lazy.known == 0
+    got = lazy(tests, pred)
+    partial = lazy.to_arrays(complete=False)["other_dist"]
+    assert 0 < lazy.known <= 100 and np.count_nonzero(~np.isnan(partial)) == lazy.known
+    full = DSA(train, tp).precompute()
+    np.testing.assert_array_equal(got, full(tests, pred))
+    known = ~np.isnan(partial)
+    np.testing.assert_array_equal(partial[known], full.to_arrays()["other_dist"][known])
+    resumed = DSA.from_arrays({"train_ats": train, "train_pred": tp, "other_dist": partial})
+    assert resumed.known == lazy.known
+    np.testing.assert_array_equal(resumed(tests, pred), got)
+    assert resumed.known == lazy.known  # nothing recomputed for the same inputs
+    with pytest.raises(ValueError, match="one distance per training trace"):
+        DSA(train, tp, dist_b=np.zeros(5))
+
+
+# ----------------------------------------------------------------------------- memmaps
+
+
+def test_lsa_and_dsa_on_a_memmap_equal_in_memory_without_a_whole_copy(tmp_path):
+    import tracemalloc
+
+    rng = np.random.default_rng(50)
+    train, tp = clustered(rng, 10000, 64, 4)
+    train = train.astype(np.float32)
+    np.save(tmp_path / "train.npy", train)
+    mm = np.load(tmp_path / "train.npy", mmap_mode="r")
+    tests, pred = clustered(rng, 50, 64, 4, spread=1.5)
+    expected_lsa = LSA(train, tp)(tests, pred)
+    expected_dsa = DSA(train, tp)(tests, pred)
+    chunk = 2**17
+    for make in (lambda: LSA(mm, tp, chunk_bytes=chunk), lambda: DSA(mm, tp, chunk_bytes=chunk)):
+        tracemalloc.start()
+        engine = make()
+        got = engine(tests, pred)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        arrays = engine.to_arrays(complete=False) if isinstance(engine, DSA) else engine.to_arrays()
+        assert isinstance(arrays["train_ats"], np.memmap)
+        expected = expected_lsa if isinstance(engine, LSA) else expected_dsa
+        assert rel_err(got, expected) < 1e-9
+        assert peak < train.nbytes / 2, f"{type(engine).__name__} allocated {peak} bytes for a {train.nbytes}-byte memmap"
+
+
+def test_dsa_approximate_faiss_search_reports_its_recall():
+    faiss = pytest.importorskip("faiss")
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # OpenMP threads spin against each other on a shared CI machine
+    try:
+        _check_faiss_recall()
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def _check_faiss_recall():
+    rng = np.random.default_rng(60)
+    train, tp = clustered(rng, 2000, 20, 4)
+    tests, pred = clustered(rng, 300, 20, 4, spread=1.5)
+    exact = DSA(train, tp)(tests, pred)
+    approx = DSA(train.astype(np.float32), tp, search="faiss")
+    with pytest.warns(SadlWarning, match=r"faiss HNSW.*for (\d+) of 200 sampled inputs \(recall (0\.9\d\d|1\.000)\)") as caught:
+        got = approx(tests, pred)
+    assert "use search='auto' for exact values" in str(caught[0].message)
+    assert np.mean(np.isclose(got, exact, rtol=1e-5)) > 0.9
+    with pytest.raises(ValueError, match="search must be"):
+        DSA(train, tp, search="annoy")
+
+
+def test_memmapped_training_traces_with_nan_name_the_row(tmp_path):
+    train = np.random.default_rng(70).normal(size=(500, 3)).astype(np.float32)
+    train[321, 1] = np.nan
+    np.save(tmp_path / "bad.npy", train)
+    mm = np.load(tmp_path / "bad.npy", mmap_mode="r")
+    for make in (lambda: LSA(mm, np.arange(500) % 2, chunk_bytes=1024), lambda: DSA(mm, np.arange(500) % 2, chunk_bytes=1024)):
+        with pytest.raises(ValueError, match=r"train_ats contains NaN values in 1 row\(s\) \(first: row 321\)"):
+            make()
+
+
+def test_training_trace_checks_keep_float_arrays_and_refuse_the_rest_with_valueerror():
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    from pytest_sadl._checks import as_train_traces
+
+    arrays = hnp.arrays(
+        dtype=st.sampled_from([np.float32, np.float64, np.int32, np.float16]),
+        shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=5),
+    )
+
+    @settings(max_examples=60, deadline=None)
+    @given(arrays)
+    def check(a):
+        try:
+            out = as_train_traces("train_ats", a, chunk_bytes=16)
+        except ValueError as exc:
+            assert "train_ats" in str(exc)
+            return
+        assert out.ndim == 2 and out.shape == a.shape and len(out) and out.shape[1]
+        assert np.isfinite(out).all()
+        if a.dtype in (np.float32, np.float64):
+            assert out is a  # never copied
+        else:
+            assert out.dtype == np.float64
+
+    check()

@@ -13,6 +13,6 @@ reads it); none recomputes a metric.
 This package imports nothing heavy on import (Jinja2 is imported by ``html`` only).
 """
 
-from ._load import ResultsFileError, load_results, validate_results
+from ..results import ResultsFileError, load_results, validate_results
 
 __all__ = ["ResultsFileError", "load_results", "validate_results"]

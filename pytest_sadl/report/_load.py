@@ -1,26 +1,22 @@
-"""Reading and validating a results file (``docs/results-schema.md``), shared helpers.
+"""Helpers the reports share: formatting, hints; reading results files (the one file
+writer is :mod:`pytest_sadl.atomic`).
 
 Every report renders the plain ``dict`` that :func:`load_results` returns (or that the
-plugin builds in memory); none recomputes a metric. The validation is deliberately
-shallow: it checks what a reader must be able to rely on (the schema name, a version it
-knows, the ``metrics`` mapping) and the types of the sections it reads, so that a wrong
-file fails with one clear line instead of a ``KeyError`` deep in a template. Optional
+plugin builds in memory); none recomputes a metric. Reading and validating a results
+file against its JSON Schema lives with the format, in :mod:`pytest_sadl.results`
+(re-exported here): a file that passes has the types the renderers rely on. Optional
 sections (``groups``, ``tests``, ``inputs``, ``top_inputs``, ...) may be absent; the
 renderers show what there is.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
-from pathlib import Path
 from typing import Any, Mapping
 
 from ..results import LABELS as METRIC_LABELS  # the metrics' names, in one place: results.py
 from ..results import METRICS  # the order every report shows them
-from ..results import SA_LABELS, SCHEMA, SURPRISE
-from ..results import VERSION as SCHEMA_VERSION
+from ..results import SA_LABELS, SURPRISE
+from ..results import ResultsFileError, load_results, validate_results  # noqa: F401 (re-exported)
 
 METRIC_TITLES: dict[str, str] = {
     "lsc": "Likelihood-based surprise coverage",
@@ -31,96 +27,6 @@ METRIC_TITLES: dict[str, str] = {
     "nbc": "Neuron boundary coverage",
     "snac": "Strong neuron activation coverage",
 }
-
-
-class ResultsFileError(ValueError):
-    """A results file that cannot be read: not JSON, another schema, a newer version."""
-
-
-def _where(source: str | os.PathLike[str] | None) -> str:
-    return f"{source}: " if source else ""
-
-
-def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Check that ``data`` is a results document this version can render; return it.
-
-    Raises :class:`ResultsFileError` naming the problem (and ``source``, a path, when
-    given) for a document of another schema, of a newer major version, or whose
-    sections have the wrong type.
-    """
-    where = _where(source)
-    if not isinstance(data, dict):
-        raise ResultsFileError(
-            f"{where}not a pytest-sadl results file: expected a JSON object, got "
-            f"{type(data).__name__}; write one with `pytest --sadl-coverage --sadl-report=json`"
-        )
-    schema = data.get("schema")
-    if schema != SCHEMA:
-        raise ResultsFileError(
-            f"{where}not a pytest-sadl results file: \"schema\" is {schema!r}, expected "
-            f"{SCHEMA!r}; write one with `pytest --sadl-coverage --sadl-report=json`"
-        )
-    version = data.get("version")
-    if isinstance(version, bool) or not isinstance(version, (int, str)):
-        raise ResultsFileError(f"{where}\"version\" is {version!r}, expected an integer")
-    try:
-        major = int(str(version).split(".", 1)[0])
-    except ValueError:
-        raise ResultsFileError(f"{where}\"version\" is {version!r}, expected an integer") from None
-    if major > SCHEMA_VERSION:
-        raise ResultsFileError(
-            f"{where}results schema version {version} is newer than this pytest-sadl reads "
-            f"(version {SCHEMA_VERSION}); upgrade pytest-sadl (`pip install -U pytest-sadl`) "
-            "to render it"
-        )
-    if major < 1:
-        raise ResultsFileError(f"{where}results schema version {version!r} is not a known version")
-    metrics = data.get("metrics")
-    if not isinstance(metrics, dict):
-        raise ResultsFileError(f"{where}\"metrics\" must be an object of metric name to result")
-    for name, entry in metrics.items():
-        if not isinstance(entry, dict):
-            raise ResultsFileError(f"{where}metrics.{name} must be an object, got {entry!r}")
-        value = entry.get("value")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
-            raise ResultsFileError(
-                f"{where}metrics.{name}.value must be a number (a fraction in [0, 1]) or null, "
-                f"got {value!r}"
-            )
-    for key, kind in (("model", dict), ("config", dict), ("thresholds", dict), ("outcome", dict),
-                      ("inputs", dict), ("layers", list), ("groups", list), ("tests", list),
-                      ("top_inputs", list), ("mistakes", dict)):
-        if key in data and data[key] is not None and not isinstance(data[key], kind):
-            expected = "an object" if kind is dict else "a list"
-            raise ResultsFileError(
-                f"{where}\"{key}\" must be {expected}, got {type(data[key]).__name__}"
-            )
-    for key in ("groups", "tests", "layers", "top_inputs"):
-        for i, row in enumerate(data.get(key) or []):
-            if not isinstance(row, dict):
-                raise ResultsFileError(f"{where}{key}[{i}] must be an object, got {row!r}")
-    return data
-
-
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a results JSON file written by ``--sadl-report=json``."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ResultsFileError(f"{p}: no such results file") from None
-    except IsADirectoryError:
-        raise ResultsFileError(f"{p}: is a directory, expected a results JSON file") from None
-    except UnicodeDecodeError as exc:
-        raise ResultsFileError(f"{p}: not UTF-8 text ({exc.reason}); is it a results JSON file?") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsFileError(
-            f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-    return validate_results(data, source=p)
 
 
 def thresholds_of(results: Mapping[str, Any]) -> dict[str, float]:

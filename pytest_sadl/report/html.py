@@ -470,6 +470,7 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "passed": bool(passed),
         "failures": failures,
         "warnings": [str(w) for w in outcome.get("warnings") or []],
+        "missing": [m for m in outcome.get("missing") or [] if isinstance(m, dict)],
         "hints": adequacy_hints(results),
         "cards": _cards(results, comparison),
         "surprise": _surprise(results),

@@ -89,6 +89,14 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
     if bits:
         lines.append(" · ".join(bits))
         lines.append("")
+    missing = [m for m in outcome.get("missing") or [] if isinstance(m, dict)]
+    if missing:  # before the tables: the numbers below count without these tests' inputs
+        lines.append(f"> ⚠️ **Incomplete results:** the inputs of {len(missing)} test"
+                     f"{'' if len(missing) == 1 else 's'} never reached them:")
+        for m in missing:
+            reason = f": {escape_md(str(m['reason']))}" if m.get("reason") else ""
+            lines.append(f"> - {escape_md(str(m.get('nodeid')))}{reason}")
+        lines.append("")
 
     head = ["Metric", "Value", "Threshold", "Status"]
     if comparison is not None:

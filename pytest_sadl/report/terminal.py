@@ -29,7 +29,8 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 def render_terminal(results: dict[str, Any], *, verbose: bool = False, comparison: Any = None) -> list[str]:
-    """Lines of the summary: model and bounds, the metrics, Table VI by group, failures."""
+    """Lines of the summary: model, warnings, the metrics, Table VI by group (and, verbose,
+    the tests and layers)."""
     model, config, metrics = results["model"], results["config"], results["metrics"]
     n_inputs = len(results["inputs"]["test"])
     lines = [
@@ -42,6 +43,10 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
         lines.append("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl")
     else:
         lines.append(f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results['groups'])} group(s)")
+    warnings = results.get("outcome", {}).get("warnings", [])
+    if warnings:  # before the tables: an incomplete run must not read as a complete one
+        lines.append("")
+        lines += [f"warning: {w}" for w in warnings]
     lines.append("")
     thresholds = results.get("thresholds", {})
     deltas = {}
@@ -109,10 +114,6 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
             rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer[k]) for k in ("nc", "kmnc", "nbc", "snac")])
         lines += _table(rows, right={1, 2, 3, 4, 5})
 
-    warnings = results.get("outcome", {}).get("warnings", [])
-    if warnings:
-        lines.append("")
-        lines += [f"warning: {w}" for w in warnings]
     return lines
 
 

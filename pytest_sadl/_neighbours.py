@@ -1,0 +1,315 @@
+"""Exact nearest-neighbour search by class, the work behind DSA.
+
+:class:`ClassNeighbours` answers two questions over the rows of a training array ``x``
+(float32 or float64, a ``np.memmap`` included) whose rows carry a class:
+
+* :meth:`~ClassNeighbours.nearest_in` — for each query, the nearest row of a given class
+  (its index and exact distance): DSA's ``x_a`` and ``dist_a``;
+* :meth:`~ClassNeighbours.nearest_out` — for each query, the distance to the nearest row
+  of any *other* class: DSA's ``dist_b`` when the query is ``x_a``.
+
+Both are exact: the row returned is the one a per-query ``np.linalg.norm`` loop over the
+class's rows in their original order finds (the first, on an exact tie), and every
+distance is computed in float64 from the two vectors' difference. Repeated rows (the same
+vector in the same class, from an augmented or oversampled training set) are searched
+once: the first occurrence stands for all copies.
+
+Two exact methods, chosen by dimension and storage (``method="auto"``), measured in
+``benchmarks/bench_engine.py``:
+
+* ``"tree"`` — SciPy's ``cKDTree`` over float64 rows, one tree per class, for up to
+  ``TREE_MAX_DIM`` dimensions of an in-memory array: a tree query costs about ``log n``
+  distances where a scan costs ``n``. A query whose two nearest rows lie within ``1e-9``
+  relative of each other is settled among every row in that radius, exactly. The other
+  classes are searched nearest class first, each later one only within the best distance
+  found so far.
+* ``"blas"`` — blocked matrix products ``|x|^2 - 2 q.x`` in the training array's own
+  precision (float32 traces: float32 products, twice the speed of float64), streamed
+  over chunks of at most ``chunk_bytes``, so a memory-mapped array is never read whole
+  into memory and no ``n_queries x n_rows`` matrix exists. Every row whose product lies
+  within a proven rounding bound of the running minimum is re-measured exactly in
+  float64 (vectorised over all such pairs), so the precision of the products never
+  decides the answer.
+
+``method="faiss"`` (optional, ``pip install 'pytest-sadl[faiss]'``) searches approximately
+by faiss HNSW graphs, for training sets too large for an exact search in the time at
+hand; :class:`~pytest_sadl.surprise.DSA` measures its recall against the exact scan on a
+sample every time it is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+__all__ = ["ClassNeighbours", "TREE_MAX_DIM", "exact_distance"]
+
+#: Above this many dimensions a k-d tree prunes little and the blocked scan wins.
+TREE_MAX_DIM = 16
+_TIE = 1e-9  # relative gap under which two tree distances count as a possible tie
+_GROUPS = 8  # query groups (by the best distance so far) for bounded searches of further classes
+_ROW_BLOCK = 512  # queries per matrix product in the blocked scan
+_COL_BLOCK = 8192  # training rows per matrix product: a block of products stays in cache
+
+
+def exact_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise Euclidean distance in float64 from the difference of the two vectors."""
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+
+
+def _first_min(rows: np.ndarray, cand: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query row among candidate pairs ``(rows, cand)``: the smallest distance, the
+    smallest index on a tie. Returns (rows that had a candidate, their index, distance)."""
+    order = np.lexsort((cand, dist, rows))
+    rows, cand, dist = rows[order], cand[order], dist[order]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = rows[1:] != rows[:-1]
+    return rows[first], cand[first], dist[first]
+
+
+def duplicate_of(x: np.ndarray, pred: np.ndarray, chunk_bytes: int) -> np.ndarray:
+    """For each row, the index of the first row with the same class and the same vector.
+
+    Rows are hashed chunk by chunk (their bit patterns, ``-0.0`` made ``+0.0``); rows with
+    equal hashes are compared exactly, so a hash collision costs a missed merge, never a
+    wrong one."""
+    n, d = x.shape
+    word = np.uint32 if x.dtype == np.float32 else np.uint64
+    mult = np.random.default_rng(0x5AD1).integers(1, 2**63, size=d, dtype=np.uint64) | np.uint64(1)
+    h = np.empty(n, dtype=np.uint64)
+    step = max(1, chunk_bytes // (d * 8))
+    with np.errstate(over="ignore"):
+        for s in range(0, n, step):
+            block = np.asarray(x[s : s + step]) + x.dtype.type(0)  # -0.0 -> +0.0
+            h[s : s + step] = (block.view(word).astype(np.uint64) * mult).sum(axis=1)
+        h ^= pred.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    order = np.lexsort((np.arange(n), h))
+    hs = h[order]
+    same = np.zeros(n, dtype=bool)
+    pairs = np.flatnonzero(hs[1:] == hs[:-1]) + 1
+    for s in range(0, len(pairs), step):
+        p = pairs[s : s + step]
+        a, b = order[p], order[p - 1]
+        same[p] = (pred[a] == pred[b]) & (np.asarray(x[a]) == np.asarray(x[b])).all(axis=1)
+    segment = np.cumsum(~same) - 1
+    starts = order[~same]
+    rep = np.empty(n, dtype=np.int64)
+    rep[order] = starts[segment]
+    return rep
+
+
+class ClassNeighbours:
+    """Exact nearest rows of a class, or of the other classes, for batches of queries."""
+
+    def __init__(self, x: np.ndarray, pred: np.ndarray, *, method: str = "auto", chunk_bytes: int = 16 * 2**20) -> None:
+        if method not in ("auto", "tree", "blas", "faiss"):
+            raise ValueError(f"search must be 'auto', 'tree', 'blas' or 'faiss', got {method!r}")
+        self.x = x
+        self.chunk_bytes = int(chunk_bytes)
+        n, d = x.shape
+        self.rep = duplicate_of(x, pred, self.chunk_bytes)
+        unique = np.flatnonzero(self.rep == np.arange(n))
+        self.rows = unique[np.argsort(pred[unique], kind="stable")]  # unique rows by class, in order
+        classes, starts = np.unique(pred[self.rows], return_index=True)
+        ends = list(starts[1:]) + [len(self.rows)]
+        self.span = {int(c): (int(s), int(e)) for c, s, e in zip(classes, starts, ends)}
+        if method == "auto":
+            method = "tree" if d <= TREE_MAX_DIM and not isinstance(x, np.memmap) else "blas"
+        self.method = method
+        self._trees: dict[tuple[str, int], object] = {}  # k-d trees or faiss indexes, built lazily
+        if method in ("blas", "faiss"):
+            self._prepare_scan()  # faiss: the exact scan checks its recall on a sample
+
+    # -- public ---------------------------------------------------------------
+
+    def nearest_in(self, q: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Index into ``x`` and exact distance of each query's nearest row of class ``c``."""
+        s, e = self.span[c]
+        if self.method == "tree":
+            return self._tree_nearest(q, c)
+        if self.method == "faiss":
+            return self._faiss_nearest(q, ("in", c), self.rows[s:e])
+        return self._scan(q, [(s, e)])
+
+    def exact_in(self, q: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`nearest_in` by the exact blocked scan, whatever ``method`` is."""
+        s, e = self.span[c]
+        return self._scan(q, [(s, e)])
+
+    def exact_out(self, q: np.ndarray, c: int) -> np.ndarray:
+        """:meth:`nearest_out` by the exact blocked scan, whatever ``method`` is."""
+        s, e = self.span[c]
+        return self._scan(q, [(0, s), (e, len(self.rows))])[1]
+
+    def nearest_out(self, q: np.ndarray, c: int) -> np.ndarray:
+        """Exact distance of each query to its nearest row of a class other than ``c``."""
+        s, e = self.span[c]
+        if e - s == len(self.rows):
+            return np.full(len(q), np.inf)
+        if self.method == "tree":
+            return self._tree_nearest_out(q, c)
+        if self.method == "faiss":
+            return self._faiss_nearest(q, ("out", c), np.concatenate([self.rows[:s], self.rows[e:]]))[1]
+        return self._scan(q, [(0, s), (e, len(self.rows))])[1]
+
+    # -- k-d tree -------------------------------------------------------------
+
+    def _tree(self, c: int) -> Any:
+        """Class ``c``'s k-d tree over its (unique) rows, built on first use."""
+        from scipy.spatial import cKDTree
+
+        tree = self._trees.get(("in", c))
+        if tree is None:  # unbalanced: on clustered traces (softmax) balanced trees query far slower
+            s, e = self.span[c]
+            tree = self._trees[("in", c)] = cKDTree(
+                np.asarray(self.x[self.rows[s:e]], dtype=np.float64), balanced_tree=False, compact_nodes=False
+            )
+        return tree
+
+    def _tree_nearest(self, q: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Nearest row of class ``c`` by its k-d tree; near-ties settled for the first row in
+        training order among every row within the tie radius, by exact distances."""
+        s, e = self.span[c]
+        rows = self.rows[s:e]
+        tree = self._tree(c)
+        if len(rows) == 1:
+            j = np.zeros(len(q), dtype=np.int64)
+        else:
+            dist, nn = tree.query(q, k=2, workers=-1)
+            j = nn[:, 0].astype(np.int64)
+            tie = np.flatnonzero(dist[:, 1] <= dist[:, 0] * (1 + _TIE) + 1e-300)
+            if tie.size:  # settle among every row within the tie radius, exactly
+                found = tree.query_ball_point(q[tie], dist[tie, 0] * (1 + 2 * _TIE) + 1e-300, workers=-1)
+                counts = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
+                cand = np.concatenate([np.asarray(f, dtype=np.int64) for f in found])
+                owner = np.repeat(tie, counts)
+                cand = rows[cand]
+                got_rows, got_idx, _ = _first_min(owner, cand, exact_distance(q[owner], self.x[cand]))
+                j[got_rows] = _position(rows, got_idx)
+        idx = rows[j]
+        return idx, exact_distance(q, self.x[idx])
+
+    def _tree_nearest_out(self, q: np.ndarray, c: int) -> np.ndarray:
+        """Nearest row of the other classes by their own trees, nearest class (by mean) first;
+        each later class is searched only within the best distance found so far (queries
+        grouped by it), which prunes a far class almost at once. Measured 1.2-1.4x faster
+        than one tree over all other classes, and no such tree (9x the data) is built."""
+        others = [o for o in self.span if o != c]
+        means = {o: self._tree(o).data.mean(axis=0) for o in [c, *others]}
+        others.sort(key=lambda o: float(np.sum((means[o] - means[c]) ** 2)))
+        best = np.full(len(q), np.inf)
+        best_i = np.zeros(len(q), dtype=np.int64)
+        for o in others:
+            tree, (s, _) = self._tree(o), self.span[o]
+            first = np.isinf(best).all()
+            n_groups = 1 if first else min(_GROUPS, 1 + len(q) // 1024)
+            for g in np.array_split(np.argsort(best), n_groups):
+                bound = float(best[g].max()) * (1 + _TIE) + 1e-300
+                # one thread for the bounded searches: they are short, a thread pool per call is not
+                dist, nn = tree.query(q[g], k=1, workers=-1 if first else 1, distance_upper_bound=bound)
+                closer = dist < best[g]
+                best[g[closer]] = dist[closer]
+                best_i[g[closer]] = self.rows[s + nn[closer]]
+        return exact_distance(q, self.x[best_i])
+
+    # -- approximate: faiss ---------------------------------------------------
+
+    def _faiss_nearest(self, q: np.ndarray, key: tuple[str, int], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate nearest of ``rows`` by a faiss HNSW graph (float32), the distance of
+        the row it finds measured exactly. Not exact: :class:`DSA` reports its recall."""
+        index = self._trees.get(key)
+        if index is None:
+            try:
+                import faiss
+            except ImportError:
+                raise ValueError(
+                    "search='faiss' needs faiss-cpu: pip install 'pytest-sadl[faiss]' (or use an exact search)"
+                ) from None
+            index = faiss.IndexHNSWFlat(self.x.shape[1], 32)
+            index.hnsw.efConstruction = 80
+            index.hnsw.efSearch = 128
+            step = max(1, self.chunk_bytes // (4 * self.x.shape[1]))
+            for s in range(0, len(rows), step):
+                index.add(np.ascontiguousarray(self.x[rows[s : s + step]], dtype=np.float32))
+            self._trees[key] = index
+        _, found = index.search(np.ascontiguousarray(q, dtype=np.float32), 1)
+        idx = rows[found[:, 0]]
+        return idx, exact_distance(q, self.x[idx])
+
+    # -- blocked scan ---------------------------------------------------------
+
+    def _prepare_scan(self) -> None:
+        """The shift (mean row) that keeps products small, and the largest shifted norm."""
+        x = self.x
+        n, d = x.shape
+        step = max(1, self.chunk_bytes // (d * 8))
+        total = np.zeros(d)
+        for s in range(0, n, step):
+            total += np.asarray(x[s : s + step], dtype=np.float64).sum(axis=0)
+        self.shift = total / n
+        top = 0.0
+        for s in range(0, n, step):
+            block = np.asarray(x[s : s + step], dtype=np.float64) - self.shift
+            top = max(top, float(np.einsum("ij,ij->i", block, block).max()))
+        self.max_sq = top
+        self.dtype = np.float32 if x.dtype == np.float32 else np.float64
+
+    def _scan(self, q: np.ndarray, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Nearest row among ``self.rows[s:e]`` for the spans, by blocked products.
+
+        Rows of ``x`` are gathered a chunk at a time (large, for few reads of a memmap),
+        then scored against the queries in cache-sized blocks of one product each,
+        ``[q, 1] . [-2 x, |x|^2]``."""
+        m, d = q.shape
+        eps = float(np.finfo(self.dtype).eps)
+        qs = q - self.shift
+        q_sq = np.einsum("ij,ij->i", qs, qs)
+        # |fl(|x|^2 - 2 q.x) - (|x|^2 - 2 q.x)| <= (d + 2) eps (|x|^2 + 2 |q||x|): twice that
+        # bound (the candidate's error and the minimum's) decides who is measured exactly.
+        tol = 2 * (d + 2) * eps * (2 * self.max_sq + q_sq) + 1e-300
+        q_aug = np.empty((m, d + 1), dtype=self.dtype)
+        q_aug[:, :d] = qs
+        q_aug[:, d] = 1.0
+        approx = np.full(m, np.inf)
+        best = np.full(m, np.inf)
+        best_i = np.zeros(m, dtype=np.int64)
+        chunk = max(1, self.chunk_bytes // (d * 24))
+        for s, e in spans:
+            for c0 in range(s, e, chunk):
+                idx = self.rows[c0 : min(e, c0 + chunk)]
+                raw = np.asarray(self.x[idx], dtype=np.float64)
+                xs = raw - self.shift
+                x_aug = np.empty((len(idx), d + 1), dtype=self.dtype)
+                np.multiply(xs, -2.0, out=x_aug[:, :d], casting="unsafe")
+                x_aug[:, d] = np.einsum("ij,ij->i", xs, xs)
+                for b0 in range(0, len(idx), _COL_BLOCK):
+                    block = x_aug[b0 : b0 + _COL_BLOCK]
+                    for r0 in range(0, m, _ROW_BLOCK):
+                        r1 = min(m, r0 + _ROW_BLOCK)
+                        v = q_aug[r0:r1] @ block.T
+                        j = v.argmin(axis=1)
+                        low = v[np.arange(r1 - r0), j]
+                        low = np.minimum(approx[r0:r1], low)
+                        approx[r0:r1] = low
+                        thr = low + tol[r0:r1]
+                        active = np.flatnonzero(v[np.arange(r1 - r0), j] <= thr)
+                        if active.size == 0:
+                            continue
+                        r, jj = np.nonzero(v[active] <= thr[active, None])
+                        r = active[r] + r0
+                        jj += b0
+                        dist = exact_distance(q[r], raw[jj])
+                        r, k, dist = _first_min(r, idx[jj], dist)
+                        take = (dist < best[r]) | ((dist == best[r]) & (k < best_i[r]))
+                        best[r[take]] = dist[take]
+                        best_i[r[take]] = k[take]
+        return best_i, best
+
+
+def _position(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` in the (unsorted, distinct) array ``rows``."""
+    order = np.argsort(rows)
+    return order[np.searchsorted(rows, values, sorter=order)]
