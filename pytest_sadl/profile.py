@@ -596,7 +596,8 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
     for key, value in profile.ranges.to_arrays().items():
         if key != "names":  # strings go into the metadata: the store holds numbers only
             arrays[f"ranges.{key}"] = value
-    refs: dict[str, Any] = {}
+    refs: dict[str, Any] = {"strings": {}}
+    strings = refs["strings"]
     cands = _candidates(profile)
     need_order = False
     for group, d in (("lsa", profile.lsa_arrays), ("dsa", profile.dsa_arrays)):
@@ -606,6 +607,9 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
             value = np.asarray(value)
             name = f"{group}.{key}"
             shape_of = {"sa_traces": profile.sa_traces.shape, "sa_pred": profile.sa_pred.shape}
+            if value.dtype.kind == "U":  # an option such as LSA's near_singular: the store holds numbers only
+                strings[name] = value.tolist()
+                continue
             ref = next(
                 (c for c, make in cands.items() if value.ndim and _same(value, make, shape_of[c.split("[")[0]])),
                 None,
@@ -753,7 +757,17 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         if group in groups and sub:
             groups[group][sub] = value
     refs: dict[str, dict[str, Callable[[], np.ndarray]]] = {"lsa": {}, "dsa": {}}
+    strings = meta.get("refs", {}).get("strings", {})
+    if not isinstance(strings, dict):
+        raise Invalid("metadata 'refs.strings' is not an object")
+    for name, value in strings.items():
+        group, _, sub = name.partition(".")
+        if group not in groups or not isinstance(value, str) or len(value) > 100 or not sub:
+            raise Invalid(f"string entry {name!r} -> {value!r} is unknown")
+        groups[group][sub] = np.array(value)
     for name, ref in meta.get("refs", {}).items():
+        if name == "strings":
+            continue
         group, _, sub = name.partition(".")
         if not isinstance(ref, dict) or ref.get("ref") not in cands or group not in refs or ref.get("dtype") not in store.DTYPES:
             raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
