@@ -130,8 +130,13 @@ def _apply(op: tuple[Any, ...], path: Path) -> None:
     kind = op[0]
     if kind == "meta":  # a semantic edit, with or without a recomputed (crafted) digest
         _, key, value, redigest = op
-        doc = json.loads((path / "meta.json").read_text())
-        doc["meta"][key] = value
+        if not (path / "meta.json").is_file():
+            return  # an earlier operation made it a FIFO or removed it
+        try:
+            doc = json.loads((path / "meta.json").read_bytes())
+            doc["meta"][key] = value
+        except (OSError, ValueError, TypeError, KeyError):
+            return  # an earlier operation broke meta.json: nothing to edit
         if redigest:
             body = {k: doc[k] for k in ("format", "version", "meta", "arrays")}
             doc["digest"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
