@@ -92,6 +92,7 @@ __all__ = [
     "profile_path",
 ]
 
+_ENGINE_MAP_BYTES = 1 << 30
 Progress = Callable[[int, "int | None"], None]
 Status = Callable[[str], None]
 
@@ -747,10 +748,16 @@ def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -
 def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
     sa, pred, n = arrays["sa_traces"], arrays["sa_pred"], meta["n_train"]
     order = arrays.get("order")
-    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: sa, "sa_pred": lambda: pred}
+    # The engine gets plain-ndarray views of the maps (still paged in lazily) below 1 GiB,
+    # so it takes the same in-memory path as on a freshly built profile: the same numbers
+    # bit for bit (a serial run that builds equals an xdist run that loads); above, the
+    # maps themselves, which the engine scores in chunks.
+    arrays = {k: (np.asarray(v) if isinstance(v, np.memmap) and v.nbytes < _ENGINE_MAP_BYTES else v) for k, v in arrays.items()}
+    esa, epred = arrays["sa_traces"], arrays["sa_pred"]
+    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: esa, "sa_pred": lambda: epred}
     if order is not None:
-        cands["sa_traces[order]"] = lambda: sa[order]
-        cands["sa_pred[order]"] = lambda: pred[order]
+        cands["sa_traces[order]"] = lambda: esa[order]
+        cands["sa_pred[order]"] = lambda: epred[order]
     groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}}
     for key, value in arrays.items():
         group, _, sub = key.partition(".")
