@@ -7,12 +7,27 @@ inside NumPy or SciPy.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["SadlWarning", "as_traces", "as_train_traces", "as_pred", "as_layers", "reduce_layer", "row_chunks", "warn"]
+__all__ = [
+    "SadlWarning",
+    "as_traces",
+    "as_train_traces",
+    "as_pred",
+    "as_layers",
+    "check_var_threshold",
+    "class_moments",
+    "classes_of",
+    "low_variance_filter",
+    "reduce_layer",
+    "row_chunks",
+    "usable_classes",
+    "warn",
+]
 
 
 class SadlWarning(UserWarning):
@@ -86,6 +101,68 @@ def as_train_traces(name: str, a: object, *, chunk_bytes: int = 16 * 2**20) -> n
                 _finite_or_raise(name, np.asarray(a, dtype=np.float64))  # names the first bad row
         return a
     return as_traces(name, a)
+
+
+def check_var_threshold(var_threshold: object) -> float:
+    """``var_threshold`` as a float, or a clear error when it is not a finite number >= 0."""
+    if not (isinstance(var_threshold, (int, float)) and var_threshold >= 0 and math.isfinite(var_threshold)):
+        raise ValueError(f"var_threshold must be a finite number >= 0, got {var_threshold!r}")
+    return float(var_threshold)
+
+
+def classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Distinct classes and, for each, the indices of its rows (in input order)."""
+    order = np.argsort(pred, kind="stable")
+    classes, starts = np.unique(pred[order], return_index=True)
+    bounds = list(starts[1:]) + [len(pred)]
+    return classes, [order[s:e] for s, e in zip(starts, bounds)]
+
+
+def usable_classes(who: str, classes: np.ndarray, members: list[np.ndarray], what: str) -> list[int]:
+    """Indices of the classes with two or more training traces (the per-class criteria,
+    LSA and MDSA, need a variance); each other class gets a :class:`SadlWarning` saying
+    ``what`` it lacks, and none usable is an error."""
+    for i, m in enumerate(members):
+        if len(m) < 2:
+            warn(f"{who}: class {int(classes[i])} has {len(m)} training trace; {what} and its inputs score NaN")
+    usable = [i for i, m in enumerate(members) if len(m) >= 2]
+    if not usable:
+        raise ValueError(f"{who} needs at least one class with two or more training traces")
+    return usable
+
+
+def low_variance_filter(who: str, variances: Sequence[np.ndarray], var_threshold: float, hint: str) -> np.ndarray:
+    """The neurons kept by the paper's filter: those whose training variance (``ddof=0``) is
+    at least ``var_threshold`` in every usable class; none kept is an error ending in ``hint``."""
+    low_var = np.zeros(len(variances[0]), dtype=bool)
+    for var in variances:
+        low_var |= var < var_threshold
+    kept = np.flatnonzero(~low_var)
+    if kept.size == 0:
+        raise ValueError(
+            f"{who}: every one of the {low_var.size} neurons has a training variance below "
+            f"var_threshold={var_threshold:g} in some class; lower var_threshold or {hint}"
+        )
+    return kept
+
+
+def class_moments(x: np.ndarray, rows: np.ndarray, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, centred scatter matrix, variance with ``ddof=0``) of ``x[rows]``, in float64.
+
+    Two passes of at most ``chunk_bytes`` of float64 rows each (mean, then scatter), so a
+    memory-mapped training set is read a chunk at a time and no class is held whole.
+    """
+    d = x.shape[1]
+    step = max(1, chunk_bytes // (8 * d))
+    total = np.zeros(d)
+    for s in range(0, len(rows), step):
+        total += np.asarray(x[rows[s : s + step]], dtype=np.float64).sum(axis=0)
+    mean = total / len(rows)
+    scatter = np.zeros((d, d))
+    for s in range(0, len(rows), step):
+        centred = np.asarray(x[rows[s : s + step]], dtype=np.float64) - mean
+        scatter += centred.T @ centred
+    return mean, scatter, np.diag(scatter) / len(rows)
 
 
 def as_pred(name: str, pred: object, n: int) -> np.ndarray:

@@ -14,10 +14,11 @@ score, and it is the "third" surprise measure beside LSA and DSA; its surprise c
 
 Choices, each written down because the paper leaves them open:
 
-* the covariance is the unbiased sample covariance (``np.cov``, ``ddof=1``), the one
-  ``scipy.stats.gaussian_kde`` uses for LSA;
-* neurons whose training variance is below ``var_threshold`` in any class are dropped,
-  the same filter as LSA, so that both measure the same neurons;
+* the covariance is the unbiased sample covariance (``ddof=1``, as ``np.cov``), the one
+  ``scipy.stats.gaussian_kde`` uses for LSA, accumulated in float64 chunks;
+* neurons whose training variance (``ddof=0``) is below ``var_threshold`` in any class
+  with two or more training traces are dropped: the same filter as LSA (one helper,
+  :func:`pytest_sadl._checks.low_variance_filter`), so that both measure the same neurons;
 * **a singular covariance** (a class whose traces lie in a subspace: fewer traces than
   neurons, or neurons that are linear combinations of others, as softmax outputs that sum
   to one) is inverted by the Moore-Penrose pseudo-inverse: eigenvalues at most
@@ -33,11 +34,19 @@ Neither TensorFlow nor pytest is imported here.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ._checks import as_pred, as_traces, warn
+from ._checks import (
+    as_pred,
+    as_train_traces,
+    as_traces,
+    check_var_threshold,
+    class_moments,
+    classes_of,
+    low_variance_filter,
+    usable_classes,
+    warn,
+)
 
 __all__ = ["MDSA"]
 
@@ -50,6 +59,10 @@ class MDSA:
     ``MDSA(train_ats, train_pred)`` fits one mean and one (pseudo-)inverse covariance per
     predicted class (``train_pred=None``: one over all traces, for a regression model);
     ``mdsa(ats, pred)`` returns the distance of each trace to its class's mean, float64 ``(n,)``.
+
+    The training traces may be a ``np.memmap`` (``np.load(path, mmap_mode="r")``): the
+    per-class means and covariances are accumulated in float64 a chunk of at most
+    ``chunk_bytes`` at a time (mean, then centred scatter), so no whole copy is made.
     """
 
     def __init__(
@@ -59,50 +72,38 @@ class MDSA:
         *,
         var_threshold: float = 1e-5,
         rcond: float = RCOND,
+        chunk_bytes: int = 16 * 2**20,
     ) -> None:
-        if not (isinstance(var_threshold, (int, float)) and var_threshold >= 0 and math.isfinite(var_threshold)):
-            raise ValueError(f"var_threshold must be a finite number >= 0, got {var_threshold!r}")
+        var_threshold = check_var_threshold(var_threshold)
         if not (isinstance(rcond, (int, float)) and 0 <= rcond < 1):
             raise ValueError(f"rcond must be a number in [0, 1), got {rcond!r}")
-        x = as_traces("train_ats", train_ats)
+        x = as_train_traces("train_ats", train_ats, chunk_bytes=chunk_bytes)
         self.n_features_in: int = x.shape[1]
-        self.var_threshold = float(var_threshold)
+        self.var_threshold = var_threshold
         self.rcond = float(rcond)
         self.classifier = train_pred is not None
         pred = as_pred("train_pred", train_pred, len(x)) if self.classifier else np.zeros(len(x), np.int64)
-        labels = np.unique(pred)
-        members = {int(c): np.flatnonzero(pred == c) for c in labels}
-        usable = [c for c, m in members.items() if len(m) >= 2]
-        for c, m in members.items():
-            if len(m) < 2:
-                warn(f"MDSA: class {c} has {len(m)} training trace; it has no covariance and its inputs score NaN")
-        if not usable:
-            raise ValueError("MDSA needs at least one class with two or more training traces")
-        low_var = np.zeros(x.shape[1], dtype=bool)
-        for c in usable:
-            low_var |= x[members[c]].var(axis=0) < self.var_threshold
-        kept = np.flatnonzero(~low_var)
-        if kept.size == 0:
-            raise ValueError(
-                f"MDSA: every one of the {x.shape[1]} neurons has a training variance below "
-                f"var_threshold={self.var_threshold:g} in some class; lower var_threshold or measure another layer"
-            )
+        classes, members = classes_of(pred)
+        usable = usable_classes("MDSA", classes, members, "it has no covariance")
+        # One chunked pass per class (float64 sums), so a memory-mapped set is never copied whole.
+        stats = [class_moments(x, members[i], int(chunk_bytes)) for i in usable]
+        kept = low_variance_filter("MDSA", [var for _, _, var in stats], self.var_threshold, "measure another layer")
         self.kept: np.ndarray = kept
         d = kept.size
-        self.classes_: np.ndarray = np.array(usable, dtype=np.int64)
+        self.classes_: np.ndarray = classes[usable].astype(np.int64)
         self.means: np.ndarray = np.empty((len(usable), d))
         # factor[c] (d, d): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
         # the columns past the class's rank are zero.
         self.factors: np.ndarray = np.zeros((len(usable), d, d))
         self.ranks: np.ndarray = np.zeros(len(usable), dtype=np.int64)
         singular = []
-        for i, c in enumerate(usable):
-            xc = x[members[c]][:, kept]
-            self.means[i] = xc.mean(axis=0)
-            rank = self._fit_factor(np.atleast_2d(np.cov(xc, rowvar=False)), self.factors[i])
+        for i, (mean, scatter, _) in enumerate(stats):
+            n_c = len(members[usable[i]])
+            self.means[i] = mean[kept]
+            rank = self._fit_factor(scatter[np.ix_(kept, kept)] / (n_c - 1), self.factors[i])
             self.ranks[i] = rank
             if rank < d:
-                singular.append(f"{c} (rank {rank}, {len(xc)} traces)")
+                singular.append(f"{int(self.classes_[i])} (rank {rank}, {n_c} traces)")
         if singular:
             warn(
                 f"MDSA: the training covariance of class(es) {', '.join(singular)} over {d} neurons is singular; "

@@ -23,7 +23,18 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 from scipy import linalg
 
-from ._checks import SadlWarning, as_pred, as_traces, as_train_traces, warn
+from ._checks import (
+    SadlWarning,
+    as_pred,
+    as_traces,
+    as_train_traces,
+    check_var_threshold,
+    class_moments,
+    classes_of,
+    low_variance_filter,
+    usable_classes,
+    warn,
+)
 from ._neighbours import ClassNeighbours
 from .mahalanobis import MDSA as MDSA  # re-exported: the third surprise measure lives in its own module
 
@@ -34,14 +45,6 @@ _LOG_2PI = math.log(2.0 * math.pi)
 # A covariance whose squared Cholesky pivots span more than ten orders of magnitude is
 # treated as singular (the softmax case: one direction has variance ~1e-17).
 _RCOND = 1e-10
-
-
-def _classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Distinct classes and, for each, the indices of its rows (in input order)."""
-    order = np.argsort(pred, kind="stable")
-    classes, starts = np.unique(pred[order], return_index=True)
-    bounds = list(starts[1:]) + [len(pred)]
-    return classes, [order[s:e] for s, e in zip(starts, bounds)]
 
 
 # --------------------------------------------------------------------------- LSA
@@ -107,8 +110,7 @@ class LSA:
         near_singular: str = "drop",
         chunk_bytes: int = _CHUNK_BYTES,
     ) -> None:
-        if not (isinstance(var_threshold, (int, float)) and var_threshold >= 0 and math.isfinite(var_threshold)):
-            raise ValueError(f"var_threshold must be a finite number >= 0, got {var_threshold!r}")
+        var_threshold = check_var_threshold(var_threshold)
         if near_singular not in NEAR_SINGULAR:
             raise ValueError(f"near_singular must be 'drop' or 'keep', got {near_singular!r}")
         self.chunk_bytes = int(chunk_bytes)
@@ -121,25 +123,16 @@ class LSA:
         self._x = x
         self._train_pred = pred if self.classifier else None
         self._in_memory = not isinstance(x, np.memmap)
-        classes, members = _classes_of(pred)
+        classes, members = classes_of(pred)
 
-        usable = [i for i, m in enumerate(members) if len(m) >= 2]
-        for i, m in enumerate(members):
-            if len(m) < 2:
-                warn(f"LSA: class {int(classes[i])} has {len(m)} training trace; it gets no KDE and its inputs score NaN")
-        if not usable:
-            raise ValueError("LSA needs at least one class with two or more training traces")
+        usable = usable_classes("LSA", classes, members, "it gets no KDE")
         stats = {int(classes[i]): self._moments(members[i]) for i in usable}
-        low_var = np.zeros(x.shape[1], dtype=bool)
-        for i in usable:
-            low_var |= stats[int(classes[i])][2] < self.var_threshold
-        kept = np.flatnonzero(~low_var)
-        if kept.size == 0:
-            raise ValueError(
-                f"LSA: every one of the {x.shape[1]} neurons has a training variance below "
-                f"var_threshold={self.var_threshold:g} in some class; lower var_threshold or "
-                "measure another layer (a layer whose outputs barely vary carries no density information)"
-            )
+        kept = low_variance_filter(
+            "LSA",
+            [stats[int(classes[i])][2] for i in usable],
+            self.var_threshold,
+            "measure another layer (a layer whose outputs barely vary carries no density information)",
+        )
         too_small = [i for i in usable if len(members[i]) < kept.size + 1]
         for i in too_small:
             warn(
@@ -205,9 +198,6 @@ class LSA:
         xc = np.asarray(self._x[rows], dtype=np.float64)
         return xc if cols is None else xc[:, cols]
 
-    def _step(self) -> int:
-        return max(1, self.chunk_bytes // (8 * self.n_features_in))
-
     def _moments(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """(mean, scatter matrix or ``None``, variance with ddof=0) of a class's traces.
 
@@ -217,16 +207,7 @@ class LSA:
         if self._in_memory:
             xc = self._gather(rows)
             return xc.mean(axis=0), None, xc.var(axis=0)
-        step = self._step()
-        total = np.zeros(self.n_features_in)
-        for s in range(0, len(rows), step):
-            total += self._gather(rows[s : s + step]).sum(axis=0)
-        mean = total / len(rows)
-        scatter = np.zeros((self.n_features_in, self.n_features_in))
-        for s in range(0, len(rows), step):
-            centred = self._gather(rows[s : s + step]) - mean
-            scatter += centred.T @ centred
-        return mean, scatter, np.diag(scatter) / len(rows)
+        return class_moments(self._x, rows, self.chunk_bytes)
 
     def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple, strict: bool) -> _Kde | None:
         """The class's KDE over ``cols``, bandwidth and normalisation exactly as
@@ -308,7 +289,7 @@ class LSA:
         out = np.full(len(x), np.nan)
         if len(x) == 0:
             return out
-        classes, members = _classes_of(p)
+        classes, members = classes_of(p)
         missing: list[int] = []
         for c, m in zip(classes, members):
             kde = self._kdes.get(int(c))
@@ -491,7 +472,7 @@ class DSA:
         out = np.full(len(x), np.nan)
         if len(x) == 0:
             return out
-        classes, members = _classes_of(p)
+        classes, members = classes_of(p)
         missing = []
         for c, m in zip(classes, members):
             if int(c) not in self._nn.span:

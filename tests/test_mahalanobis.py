@@ -135,3 +135,27 @@ def test_mdsa_bad_scoring_input_and_empty_batch():
     with pytest.raises(ValueError, match="training traces have 3"):
         m(np.ones((2, 4)), np.zeros(2, int))
     assert m(np.zeros((0, 3)), np.zeros(0, int)).shape == (0,)
+
+
+def test_mdsa_on_a_memmap_equals_in_memory_without_a_whole_copy(tmp_path):
+    """The per-class means and covariances are accumulated a chunk at a time: an
+    out-of-core training set (``np.load(..., mmap_mode="r")``) gives the same MDSA and is
+    never copied whole (a float64 copy alone would be twice the float32 file)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(51)
+    train, tp = clustered(rng, 10000, 64, 4)
+    train = train.astype(np.float32)
+    np.save(tmp_path / "train.npy", train)
+    mm = np.load(tmp_path / "train.npy", mmap_mode="r")
+    tests, pred = clustered(rng, 50, 64, 4)
+    chunk = 2**17
+    expected = MDSA(train, tp, chunk_bytes=chunk)(tests, pred)
+    np.testing.assert_allclose(expected, naive.mdsa(train.astype(np.float64), tp, tests, pred), rtol=1e-7)
+    tracemalloc.start()
+    engine = MDSA(mm, tp, chunk_bytes=chunk)
+    got = engine(tests, pred)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    np.testing.assert_array_equal(got, expected)
+    assert peak < train.nbytes / 2, f"MDSA allocated {peak} bytes for a {train.nbytes}-byte memmap"
