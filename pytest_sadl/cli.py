@@ -92,15 +92,9 @@ class ProgressBar:
 
 def _layers(values: list[str] | None) -> tuple[str | int, ...] | None:
     """``--sa-layers a b,c 3`` -> ("a", "b", "c", 3); ``None`` when not given."""
-    if not values:
-        return None
-    out: list[str | int] = []
-    for value in values:
-        for item in value.split(","):
-            item = item.strip()
-            if item:
-                out.append(int(item) if item.lstrip("-").isdigit() else item)
-    return tuple(out) or None
+    from pytest_sadl.config import parse_layers
+
+    return parse_layers(values)
 
 
 def _cache_dir(args: argparse.Namespace) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,11 +107,24 @@ def _split_list(values: list[str]) -> list[str]:
     return out
 
 
+_INDEX = re.compile(r"-?[0-9]+")
+
+
 def _layer(token: str) -> str | int:
-    try:
-        return int(token)
-    except ValueError:
-        return token
+    """A layer index (ASCII digits with an optional minus: ``3``, ``-1``) or a layer name.
+
+    ``int()`` would also take ``+1``, ``1_0`` and non-ASCII digits; those are names here."""
+    return int(token) if _INDEX.fullmatch(token) else token
+
+
+def parse_layers(values: list[str] | str | None) -> tuple[str | int, ...] | None:
+    """``["a", "b,c", "3"]`` to ``("a", "b", "c", 3)``; ``None`` when nothing is given.
+
+    The one layer-list parser, for the ini/command-line options and for ``sadl profile``."""
+    if not values:
+        return None
+    items = _split_list(values if isinstance(values, list) else [values])
+    return tuple(_layer(t) for t in items) or None
 
 
 @dataclass(frozen=True)
@@ -152,26 +166,64 @@ class SadlOptions:
     base_dir: Path = Path(".")
 
 
-def parse_thresholds(spec: str, option: str = "--sadl-fail-under") -> dict[str, float]:
-    """``"lsc:30,dsc:40"`` to ``{"lsc": 30.0, "dsc": 40.0}`` (percent)."""
+_SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")
+
+
+def parse_metric_numbers(spec: str, option: str, *, drops: bool = False) -> dict[str, float]:
+    """The one ``METRIC:NUMBER,...`` parser; ``option`` names the option in every message.
+
+    ``drops=False`` (``--sadl-fail-under``): ``"lsc:30,dsc:40"`` to ``{"lsc": 30.0, "dsc": 40.0}``,
+    percentages in [0, 100]. ``drops=True`` (``--sadl-compare-fail``, ``sadl compare --fail``):
+    the largest drop allowed in percentage points, written as a number <= 0; ``all:-1`` sets
+    every metric, and at least one limit is needed. ``:`` or ``=`` separates; a later item
+    overrides an earlier one. Raises a one-line ValueError naming the item and the fix.
+    """
+    unit, example = ("a number of percentage points", "-2") if drops else ("a percentage", "30")
+    if drops and not spec.strip():
+        raise ValueError(
+            f"{option} is empty; give limits like lsc:-2,dsc:-1 "
+            "(fail when LSC drops by more than 2 points or DSC by more than 1)"
+        )
     out: dict[str, float] = {}
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
+    for item in (i.strip() for i in spec.split(",")):
+        if not item:
             continue
-        name, sep, number = part.partition(":")
-        name = name.strip().lower()
-        if not sep:
-            raise pytest.UsageError(f"{option}={spec!r}: {part!r} needs the form METRIC:PERCENT, e.g. lsc:30")
-        if name not in METRICS:
-            raise pytest.UsageError(f"{option}={spec!r}: unknown metric {name!r}; use one of {', '.join(METRICS)}")
+        match = _SPEC_ITEM.match(item)
+        if not match:
+            form = "METRIC:POINTS" if drops else "METRIC:PERCENT"
+            raise ValueError(f"{option}: {item!r} is not {form}; write e.g. lsc:{example}")
+        name, number = match.group(1).lower(), match.group(2)
+        if name not in METRICS and not (drops and name == "all"):
+            raise ValueError(
+                f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
+                + (" (or all)" if drops else "")
+            )
         try:
             value = float(number)
         except ValueError:
-            raise pytest.UsageError(f"{option}={spec!r}: {number.strip()!r} is not a number (a percentage, e.g. {name}:30)") from None
-        if not math.isfinite(value) or not 0 <= value <= 100:
-            raise pytest.UsageError(f"{option}={spec!r}: {name} threshold {value:g} must be a percentage in [0, 100]")
-        out[name] = value
+            raise ValueError(f"{option}: {number!r} for {name} is not {unit}; write e.g. {name}:{example}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{option}: {number!r} for {name} is not a finite number")
+        if drops and value > 0:
+            raise ValueError(
+                f"{option}: {name}:{number} is positive; a limit is the largest drop "
+                f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
+                f"{name.upper()} drops by more than {number.lstrip('+')} points"
+            )
+        if not drops and not 0 <= value <= 100:
+            raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
+        out.update(dict.fromkeys(METRICS, value) if name == "all" else {name: value})
+    if drops and not out:
+        raise ValueError(f"{option} has no limits; write e.g. lsc:-2,dsc:-1")
     return out
+
+
+def parse_thresholds(spec: str, option: str = "--sadl-fail-under") -> dict[str, float]:
+    """``"lsc:30,dsc:40"`` to ``{"lsc": 30.0, "dsc": 40.0}`` (percent), a bad one a usage error."""
+    try:
+        return parse_metric_numbers(spec, option)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def parse_report(spec: str, base: Path) -> Report:
@@ -309,11 +361,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         return SadlOptions(enabled=False, model=path("sadl_model"), train=path("sadl_train"), base_dir=r.inidir)
 
     def layers(name: str) -> tuple[str | int, ...] | None:
-        value, _ = r.raw(opts[name])
-        if value is None:
-            return None
-        items = _split_list(value if isinstance(value, list) else [value])
-        return tuple(_layer(t) for t in items) or None
+        return parse_layers(r.raw(opts[name])[0])
 
     def bounds(prefix: str) -> Bounds:
         lo_opt, up_opt, n_opt = (opts[f"sadl_{prefix}_{k}"] for k in ("lower", "upper", "buckets"))
@@ -359,10 +407,8 @@ def read_options(config: pytest.Config) -> SadlOptions:
     compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
     compare_fail: dict[str, float] = {}
     if compare_fail_value:
-        from pytest_sadl.report.compare import parse_compare_fail
-
         try:
-            compare_fail = parse_compare_fail(str(compare_fail_value))
+            compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
     compare = path("sadl_compare")

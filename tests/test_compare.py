@@ -146,3 +146,15 @@ def test_parse_compare_fail_errors(spec, message):
     with pytest.raises(ValueError) as info:
         parse_compare_fail(spec)
     assert message in str(info.value)
+
+
+def test_compare_fail_and_fail_under_share_one_parser_naming_the_option():
+    from pytest_sadl.config import parse_metric_numbers
+
+    with pytest.raises(ValueError, match=r"^--fail: unknown metric 'lsx'"):
+        parse_compare_fail("lsx:-2", option="--fail")
+    with pytest.raises(ValueError, match=r"^--fail: 'lsc:two'|^--fail: 'two' for lsc"):
+        parse_compare_fail("lsc:two", option="--fail")
+    assert parse_metric_numbers("lsc:30,dsc=40", "--sadl-fail-under") == {"lsc": 30.0, "dsc": 40.0}
+    with pytest.raises(ValueError, match=r"^--sadl-fail-under: unknown metric 'all'"):
+        parse_metric_numbers("all:30", "--sadl-fail-under")  # 'all' is for drops only

@@ -295,8 +295,8 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
     "args, message",
     [
         (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
-        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; use one of lsc, dsc, mdsc, nc, kmnc, nbc, snac*"),
-        (["--sadl-fail-under=lsc"], "*needs the form METRIC:PERCENT*"),
+        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac*"),
+        (["--sadl-fail-under=lsc"], "*'lsc' is not METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
         (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),
         (["--sadl-report=pdf"], "*unknown report type 'pdf'*"),
@@ -323,7 +323,7 @@ def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, mes
         ("sadl_cache_dir = true", "sadl_cache_dir = true in pyproject.toml: expected a path or 'package.module:function' (a string)"),
         ("sadl_compare = 3", "sadl_compare = 3 in pyproject.toml: expected a path*"),
         ('sadl_model = ["a.keras", "b.keras"]', "sadl_model = ['a.keras', 'b.keras'] in pyproject.toml: expected a path*"),
-        ('sadl_fail_under = ["lsc:30", "foo:2"]', "sadl_fail_under (ini)='lsc:30,foo:2': unknown metric 'foo'*"),
+        ('sadl_fail_under = ["lsc:30", "foo:2"]', "sadl_fail_under (ini): unknown metric 'foo'*"),
         ("sadl_kmnc_k = 20000", "sadl_kmnc_k (ini)=20000: at most 10,000*"),
         ("sadl_kmnc_k = 1.5", "sadl_kmnc_k = 1.5 in pyproject.toml: expected an integer"),
     ],
@@ -558,7 +558,7 @@ def test_plugin_off_ignores_broken_sadl_settings(pytester: pytest.Pytester):
     assert pytester.runpytest_inprocess("--help").ret == 0
     res = pytester.runpytest_inprocess("--sadl-coverage")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["ERROR: sadl_fail_under (ini)='lsc30': 'lsc30' needs the form METRIC:PERCENT*"])
+    res.stderr.fnmatch_lines(["ERROR: sadl_fail_under (ini): 'lsc30' is not METRIC:PERCENT*"])
 
 
 def test_no_sadl_coverage_switches_an_ini_default_off(pytester: pytest.Pytester):
@@ -621,7 +621,7 @@ def test_property_thresholds_are_percentages_or_a_usage_error(spec):
     try:
         parsed = parse_thresholds(spec)
     except pytest.UsageError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith("--sadl-fail-under=")
+        assert "\n" not in str(exc) and str(exc).startswith("--sadl-fail-under")
         return
     assert set(parsed) <= set(METRICS)
     assert all(0 <= v <= 100 for v in parsed.values())
@@ -652,3 +652,13 @@ def test_property_report_specs_parse_to_a_known_kind_or_a_usage_error(kind, sep,
     assert report.kind in REPORT_KINDS
     assert (report.path is None) == report.kind.startswith("term")
     assert report.path is None or report.path.is_absolute()
+
+
+def test_one_layer_list_parser_for_options_and_the_sadl_command():
+    from pytest_sadl.cli import _layers
+    from pytest_sadl.config import parse_layers
+
+    assert parse_layers(["a", " b,c ", "3", "-1"]) == ("a", "b", "c", 3, -1)
+    assert parse_layers("+1, 1_0, ²") == ("+1", "1_0", "²")  # int() would take the first two; not indices
+    assert parse_layers(None) is None and parse_layers([" , "]) is None
+    assert _layers(["dense_1,0", "+1"]) == ("dense_1", 0, "+1")

@@ -8,7 +8,6 @@ so a message never says "-2.00 points" for a run that failed a ``-2`` limit.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -175,61 +174,21 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparis
     )
 
 
-_SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")
-
-
-def parse_compare_fail(spec: str) -> dict[str, float]:
-    """Parse ``--sadl-compare-fail``: ``"lsc:-2,dsc:-1"`` → ``{"lsc": -2.0, "dsc": -1.0}``.
+def parse_compare_fail(spec: str, option: str = "--sadl-compare-fail") -> dict[str, float]:
+    """Parse ``--sadl-compare-fail`` (or ``sadl compare --fail``: pass ``option="--fail"``):
+    ``"lsc:-2,dsc:-1"`` → ``{"lsc": -2.0, "dsc": -1.0}``.
 
     Each limit is the largest drop allowed, in percentage points, written as a negative
     number (or 0: any drop fails): the run fails when the metric falls by *more* than
     that. ``all:-1`` sets every metric; a later item overrides an earlier one. Raises
-    ValueError naming the unknown metric or the bad number.
+    ValueError naming ``option`` and the unknown metric or the bad number; the parser is
+    :func:`pytest_sadl.config.parse_metric_numbers`, the one ``--sadl-fail-under`` uses.
     """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(
-            "--sadl-compare-fail is empty; give limits like lsc:-2,dsc:-1 "
-            "(fail when LSC drops by more than 2 points or DSC by more than 1)"
-        )
-    limits: dict[str, float] = {}
-    for item in spec.split(","):
-        if not item.strip():
-            continue
-        match = _SPEC_ITEM.match(item)
-        if not match:
-            raise ValueError(
-                f"--sadl-compare-fail: {item.strip()!r} is not METRIC:POINTS; "
-                "write e.g. lsc:-2 (fail when LSC drops by more than 2 points)"
-            )
-        name, number = match.group(1).lower(), match.group(2)
-        if name != "all" and name not in METRICS:
-            raise ValueError(
-                f"--sadl-compare-fail: unknown metric {match.group(1)!r}; "
-                f"known metrics are {', '.join(METRICS)} (or all)"
-            )
-        try:
-            limit = float(number)
-        except ValueError:
-            raise ValueError(
-                f"--sadl-compare-fail: {number!r} for {name} is not a number of percentage "
-                f"points; write e.g. {name}:-2"
-            ) from None
-        if limit != limit or limit in (float("inf"), float("-inf")):
-            raise ValueError(f"--sadl-compare-fail: {number!r} for {name} is not a finite number")
-        if limit > 0:
-            raise ValueError(
-                f"--sadl-compare-fail: {name}:{number} is positive; a limit is the largest drop "
-                f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
-                f"{name.upper()} drops by more than {number.lstrip('+')} points"
-            )
-        if name == "all":
-            for m in METRICS:
-                limits[m] = limit
-        else:
-            limits[name] = limit
-    if not limits:
-        raise ValueError("--sadl-compare-fail has no limits; write e.g. lsc:-2,dsc:-1")
-    return limits
+    from ..config import parse_metric_numbers  # config imports pytest: only when parsing
+
+    if not isinstance(spec, str):
+        raise ValueError(f"{option} must be text like lsc:-2,dsc:-1, got {type(spec).__name__}")
+    return parse_metric_numbers(spec, option, drops=True)
 
 
 def compare_failures(comparison: Comparison, limits: Mapping[str, float]) -> list[str]:
