@@ -38,6 +38,7 @@ LABELS = {"lsc": "LSC", "dsc": "DSC", "mdsc": "MDSC", "nc": "NC", "kmnc": "KMNC"
 SURPRISE = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
 SA_LABELS = {"lsa": "LSA", "dsa": "DSA", "mdsa": "MDSA"}
 KINDS = {m: ("surprise" if m in SURPRISE else "neuron") for m in METRICS}
+NEURON = tuple(m for m in METRICS if KINDS[m] == "neuron")  # the neuron coverages, in report order
 
 #: Limits on what a results file may hold (a real file is far inside them).
 MAX_DEPTH = 32  # nesting of objects and arrays; a results file nests 5 deep

@@ -8,7 +8,8 @@ Four strategies, each given per-input scores of the pool (no TensorFlow, no pyte
   still-uncovered SC buckets (summed over LSC, DSC and MDSC, over the same fixed bounds
   the tests are measured with), starting from the buckets the current tests already cover
   (from their results JSON). Ties go to the earlier pool index; once no input adds a
-  bucket, the remaining picks take the most surprising inputs left (by the first score).
+  bucket, the remaining picks take the most surprising inputs left by LSA (by DSA, then
+  MDSA, when the pool has no LSA scores).
 * ``ranges`` — the paper's Table VII (RQ4): a uniform random sample (seeded) from the
   inputs whose score lies in ``[lower, lower + upto * (U - lower)]``, ``U`` the upper
   bound of that score's SC and ``lower`` its lower bound (0 in the paper); ``upto`` is 1/4,
@@ -28,12 +29,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from .mistakes import confidence_scores
+from .results import SURPRISE  # SC metric -> the SA it buckets
 from .surprise import bucket_edges, bucket_index
 
 __all__ = ["STRATEGIES", "Selection", "select", "covered_from_results", "greedy_coverage"]
 
 STRATEGIES = ("surprise", "coverage", "ranges", "deepgini")
-SCORE_OF = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}  # SC metric -> the SA it buckets
 
 Bounds = tuple[float, float, int]  # (lower, upper, buckets)
 
@@ -88,7 +89,8 @@ def greedy_coverage(
 ) -> tuple[np.ndarray, list[int]]:
     """Greedy maximum coverage of SC buckets; ``pool_scores`` and ``bounds`` keyed by SC metric
     (``"lsc"``...). ``covered``: each metric's already covered buckets (bool ``(buckets,)``).
-    Returns the picks and the buckets each newly covered. An input lands in at most one bucket
+    Returns the picks and the buckets each newly covered; once no input adds a bucket, the
+    rest are the most surprising left by LSA (by the first other metric without LSA). An input lands in at most one bucket
     per metric, so a pick's gain is the number of metrics whose bucket it opens."""
     metrics = [m for m in bounds if m in pool_scores]
     if not metrics:
@@ -110,7 +112,10 @@ def greedy_coverage(
                 raise ValueError(f"covered[{m!r}] has shape {prior.shape}, expected ({buckets},) for its bounds")
             done[:buckets] = prior
         state.append(done)
-    fallback = _descending(np.asarray(pool_scores[metrics[0]], dtype=np.float64))
+    # Once no input adds a bucket: the most surprising left by LSA (the paper's measure and the
+    # README's rule), by the first of DSA, MDSA only when the pool has no LSA scores.
+    ranker = next((m for m in SURPRISE if m in metrics), metrics[0])
+    fallback = _descending(np.asarray(pool_scores[ranker], dtype=np.float64))
     taken = np.zeros(n, dtype=bool)
     picks: list[int] = []
     gains: list[int] = []
@@ -139,7 +144,7 @@ def covered_from_results(results: Mapping[str, Any]) -> tuple[dict[str, Bounds],
     inputs = results.get("inputs") or {}
     bounds: dict[str, Bounds] = {}
     covered: dict[str, np.ndarray] = {}
-    for metric, key in SCORE_OF.items():
+    for metric, key in SURPRISE.items():
         cfg = config.get(metric) or {}
         if cfg.get("lower") is None or cfg.get("upper") is None or key not in inputs:
             continue
@@ -186,7 +191,7 @@ def select(
     if strategy == "coverage":
         if not bounds:
             raise ValueError("the coverage strategy needs SC bounds (a results JSON of the current tests, or the profile's defaults)")
-        per_metric = {m: present[SCORE_OF[m]] for m in bounds if SCORE_OF.get(m) in present}
+        per_metric = {m: present[SURPRISE[m]] for m in bounds if SURPRISE.get(m) in present}
         picks, gains = greedy_coverage(per_metric, bounds, budget, covered)
         n = len(next(iter(per_metric.values())))
         notes = []
@@ -202,7 +207,7 @@ def select(
     # ranges
     if not (0 < upto <= 1):
         raise ValueError(f"upto must be in (0, 1] (a fraction of the SC upper bound U), got {upto!r}")
-    metric = {v: k for k, v in SCORE_OF.items()}[by]
+    metric = {v: k for k, v in SURPRISE.items()}[by]
     if not bounds or metric not in bounds:
         raise ValueError(f"the ranges strategy needs the SC bounds of {metric.upper()} (U is its upper bound)")
     lower, upper, _ = bounds[metric]

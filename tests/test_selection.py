@@ -105,3 +105,15 @@ def test_bad_strategy_and_budget():
         select("best", 2, scores={"lsa": np.ones(3)})
     with pytest.raises(ValueError, match="budget"):
         select("surprise", 0, scores={"lsa": np.ones(3)})
+
+
+def test_coverage_fallback_ranks_by_lsa_whatever_the_order_of_the_metrics():
+    """Once every bucket is covered the rest are the most surprising by LSA (as the README
+    says), not by whichever metric happens to come first in the bounds."""
+    lsa = np.array([0.5, 0.5, 9.0, 1.0, 5.0])  # inputs 0 and 1 open the only buckets
+    dsa = np.array([0.5, 0.5, 1.0, 9.0, 5.0])  # by DSA the fallback would take 3 first
+    bounds = {"dsc": (0.0, 1.0, 1), "lsc": (0.0, 1.0, 1)}
+    picks, gains = greedy_coverage({"dsc": dsa, "lsc": lsa}, bounds, 4)
+    assert list(picks) == [0, 2, 4, 3] and gains == [2, 0, 0, 0]
+    picks, _ = greedy_coverage({"dsc": dsa}, {"dsc": (0.0, 1.0, 1)}, 3)  # no LSA: by DSA
+    assert list(picks) == [0, 3, 4]

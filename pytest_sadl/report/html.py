@@ -37,7 +37,7 @@ from ._load import (
     tests_summary,
     thresholds_of,
 )
-from ..results import KINDS, SA_LABELS, SURPRISE
+from ..results import KINDS, NEURON, SA_LABELS, SURPRISE
 from .compare import Comparison
 
 __all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
@@ -376,9 +376,9 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
 def _layers(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     layers = [dict(lay) for lay in results.get("layers") or [] if isinstance(lay, dict)]
 
-    def key(lay: dict[str, Any]) -> tuple[float, float, float, float]:
-        return tuple(_num(lay.get(m)) if _num(lay.get(m)) is not None else 2.0  # type: ignore[return-value]
-                     for m in ("nc", "kmnc", "nbc", "snac"))
+    def key(lay: dict[str, Any]) -> tuple[float, ...]:
+        return tuple(_num(lay.get(m)) if _num(lay.get(m)) is not None else 2.0  # type: ignore[misc]
+                     for m in NEURON)
 
     layers.sort(key=key)
     return layers
@@ -485,6 +485,7 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "top": _top_inputs(results),
         "comparison": comparison,
         "metric_labels": METRIC_LABELS,
+        "neuron_metrics": NEURON,
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..results import LABELS, SA_LABELS, SURPRISE
+from ..results import LABELS, NEURON, SA_LABELS, SURPRISE
 from ..results import METRICS as ORDER
 from ._load import mistakes_rows, tests_summary
 
@@ -109,9 +109,9 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
             )
         lines += _table(rows, right=set(range(3, len(rows[0]))))
         lines += ["", "layers (least covered first by KMNC):"]
-        rows = [["layer", "neurons", "NC", "KMNC", "NBC", "SNAC"]]
+        rows = [["layer", "neurons"] + [LABELS[k] for k in NEURON]]
         for layer in sorted(results["layers"], key=lambda l: l["kmnc"]):
-            rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer[k]) for k in ("nc", "kmnc", "nbc", "snac")])
+            rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer[k]) for k in NEURON])
         lines += _table(rows, right={1, 2, 3, 4, 5})
 
     return lines
