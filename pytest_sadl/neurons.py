@@ -28,8 +28,11 @@ Semantics, per neuron with training range ``[low, high]``:
 * KMNC: ``[low, high]`` is cut into ``k`` equal sections, section ``j`` being
   ``[low + j (high-low)/k, low + (j+1) (high-low)/k)`` and the last one closed so that the
   training maximum falls in it; values outside ``[low, high]`` cover no section.
-  A neuron with ``low == high`` (constant over the training set) has no sections and is
-  left out of KMNC's total; NBC and SNAC count it as usual.
+  A neuron with ``low == high`` (constant over the training set, e.g. a dead ReLU) has no
+  sections and is left out of KMNC's total: KMNC = covered / (k * neurons with low < high),
+  where DeepGauge divides by ``k * |N|``. Its k sections would all have width zero, so no
+  test could cover them apart, and counting them would cap KMNC below 100% by the share of
+  dead neurons, a property of the model and not of the tests. NBC and SNAC count it as usual.
 * NBC: the upper corner is ``value > high``, the lower ``value < low``;
   ``NBC = (|upper| + |lower|) / (2 |N|)``.
 * SNAC: ``|upper| / |N|``.

@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from ._checks import SadlWarning
+
 THUMB_MAX = 32  # thumbnails of image-like inputs are at most this many pixels a side
 
 
-class SadlRecordingWarning(UserWarning):
+class SadlRecordingWarning(SadlWarning):
     """An input reached the model but could not be recorded."""
 
 

@@ -71,6 +71,7 @@ from typing import Any, BinaryIO, TypeVar
 import numpy as np
 
 from pytest_sadl.atomic import atomic_directory, atomic_open, atomic_write_text, durable_write
+from pytest_sadl._checks import SadlWarning
 from pytest_sadl.cache import ensure_cache_dir
 
 __all__ = [
@@ -109,7 +110,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 T = TypeVar("T")
 
 
-class SadlCacheWarning(UserWarning):
+class SadlCacheWarning(SadlWarning):
     """The profile cache could not be used or written; the run goes on without it."""
 
 

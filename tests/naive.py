@@ -35,7 +35,11 @@ def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: f
     keep = [
         j
         for j in range(train.shape[1])
-        if all(np.var(train[train_pred == c, j]) >= var_threshold for c in np.unique(train_pred))
+        if all(
+            np.var(train[train_pred == c, j]) >= var_threshold
+            for c in np.unique(train_pred)
+            if np.sum(train_pred == c) >= 2
+        )
     ]
     out = []
     for x, c in zip(tests, pred):
@@ -105,7 +109,8 @@ def ranges(train_layers):
 
 def kmnc(layers, lows, highs, k: int) -> float:
     """DeepGauge: covered sections / (k |N|); the last section includes the maximum.
-    Neurons with low == high have no sections and are left out of |N|."""
+    Neurons with low == high have no sections and are left out of |N| (the project's documented
+    choice, unlike DeepGauge's k |N|: their zero-width sections could never be covered apart)."""
     covered = neurons = 0
     for layer, low, high in zip(layers, lows, highs):
         v = _neuron_values(layer)
@@ -144,13 +149,19 @@ def snac(layers, lows, highs) -> float:
 
 def mdsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
     """MDSA (Kim, Ju, Feldt, Yoo 2020): sqrt((x - mu_c)^T inv(Sigma_c) (x - mu_c)), a loop over
-    inputs; the variance filter of LSA; ``np.linalg.pinv`` for a singular covariance."""
+    inputs; the variance filter of LSA (ddof=0, over the classes with two or more training
+    traces: a one-trace class has no covariance and no variance to filter by);
+    ``np.linalg.pinv`` for a singular covariance."""
     train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
     pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
     keep = [
         j
         for j in range(train.shape[1])
-        if all(np.var(train[train_pred == c, j]) >= var_threshold for c in np.unique(train_pred))
+        if all(
+            np.var(train[train_pred == c, j]) >= var_threshold
+            for c in np.unique(train_pred)
+            if np.sum(train_pred == c) >= 2
+        )
     ]
     out = []
     for x, c in zip(tests, pred):

@@ -159,3 +159,16 @@ def test_mdsa_on_a_memmap_equals_in_memory_without_a_whole_copy(tmp_path):
     tracemalloc.stop()
     np.testing.assert_array_equal(got, expected)
     assert peak < train.nbytes / 2, f"MDSA allocated {peak} bytes for a {train.nbytes}-byte memmap"
+
+
+def test_mdsa_variance_filter_ignores_a_one_trace_class_as_the_reference_does():
+    """A one-trace class has variance 0 in every neuron; counting it would drop them all.
+    The filter, in the engine and in the naive reference, uses classes with >= 2 traces."""
+    rng = np.random.default_rng(6)
+    train, pred = clustered(rng, 300, 4, 2)
+    train = np.vstack([train, rng.normal(size=(1, 4))])
+    pred = np.append(pred, 7)
+    tests, tpred = clustered(rng, 20, 4, 2)
+    with pytest.warns(SadlWarning, match="class 7 has 1 training trace"):
+        got = MDSA(train, pred)(tests, tpred)
+    np.testing.assert_allclose(got, naive.mdsa(train, pred, tests, tpred), rtol=1e-9)

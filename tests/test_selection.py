@@ -117,3 +117,12 @@ def test_coverage_fallback_ranks_by_lsa_whatever_the_order_of_the_metrics():
     assert list(picks) == [0, 2, 4, 3] and gains == [2, 0, 0, 0]
     picks, _ = greedy_coverage({"dsc": dsa}, {"dsc": (0.0, 1.0, 1)}, 3)  # no LSA: by DSA
     assert list(picks) == [0, 3, 4]
+
+
+def test_every_project_warning_is_a_sadl_warning():
+    """One base, as pytest-cov has: `-W error::...SadlWarning` covers the store and the recorder."""
+    from pytest_sadl._checks import SadlWarning
+    from pytest_sadl.recorder import SadlRecordingWarning
+    from pytest_sadl.store import SadlCacheWarning
+
+    assert issubclass(SadlCacheWarning, SadlWarning) and issubclass(SadlRecordingWarning, SadlWarning)
