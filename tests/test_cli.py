@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.cli import ProgressBar, _layers, build_parser, main
+from pytest_sadl.cli import ProgressBar, build_parser, main
+from pytest_sadl.cliargs import parse_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,7 +171,7 @@ def test_progress_bar() -> None:
 
 
 def test_layer_arguments() -> None:
-    assert _layers(None) is None
-    assert _layers(["a", "b,c", "3", "-1"]) == ("a", "b", "c", 3, -1)
+    assert parse_layers(None) is None
+    assert parse_layers(["a", "b,c", "3", "-1"]) == ("a", "b", "c", 3, -1)
     args = build_parser().parse_args(["profile", "build", "--model", "m", "--train", "t", "--sa-layers", "x", "y"])
     assert args.sa_layers == ["x", "y"] and args.batch_size == 256 and not args.quiet
