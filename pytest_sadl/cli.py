@@ -197,7 +197,7 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     """``sadl profile list``: the stored profiles with fingerprints, sizes and ages."""
     from pytest_sadl.profile import list_profiles
 
-    cache_dir = cache_dir_for(args, project_options(args))
+    cache_dir = cache_dir_for(args, None if args.cache_dir else project_options(args))
     infos = list_profiles(cache_dir)
     if args.json:
         rows = [

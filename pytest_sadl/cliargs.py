@@ -75,6 +75,14 @@ _FLAGS = {
 }
 
 
+def _our_flags(message: str) -> str:
+    """A message of the plugin's option parser, naming this command's flags (``--batch-size``
+    rather than ``--sadl-batch-size``)."""
+    for dest, flag in _FLAGS.items():
+        message = message.replace(flag + "=", "--" + dest.replace("_", "-") + "=")
+    return message
+
+
 def project_options(args: argparse.Namespace) -> Any:
     """The :class:`~pytest_sadl.config.SadlOptions` a ``pytest --sadl-coverage`` run in the
     project would use, with the subcommand's flags in place of the ini's values. Also
@@ -85,7 +93,7 @@ def project_options(args: argparse.Namespace) -> Any:
     from .config import read_options
     from .data import SadlConfigError
 
-    argv = ["--sadl-coverage", "--noconftest", "-p", "no:terminal"]
+    argv = ["--sadl-coverage", "--noconftest", "-o", "addopts="]  # the project's addopts may need its conftest
     if getattr(args, "rootdir", None):
         argv.append(f"--rootdir={args.rootdir}")
     for dest, flag in _FLAGS.items():
@@ -100,7 +108,7 @@ def project_options(args: argparse.Namespace) -> Any:
     try:
         config = _prepareconfig(argv)
     except pytest.UsageError as exc:
-        raise SadlConfigError(str(exc)) from None
+        raise SadlConfigError(_our_flags(str(exc))) from None
     try:
         options = read_options(config)
         try:
@@ -110,7 +118,7 @@ def project_options(args: argparse.Namespace) -> Any:
         args.project_rootdir = Path(config.rootpath)
         args.pytest_cache_dir = pytest_cache or None
     except pytest.UsageError as exc:
-        raise SadlConfigError(str(exc)) from None
+        raise SadlConfigError(_our_flags(str(exc))) from None
     finally:
         config._ensure_unconfigure()
     return options
