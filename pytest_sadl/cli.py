@@ -26,7 +26,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from pytest_sadl.cliargs import add_location, add_profile_options, cache_dir_for, project_options
 from pytest_sadl.report.cli import register as register_report
