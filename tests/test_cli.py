@@ -194,4 +194,4 @@ def test_layer_arguments() -> None:
     assert parse_layers(None) is None
     assert parse_layers(["a", "b,c", "3", "-1"]) == ("a", "b", "c", 3, -1)
     args = build_parser().parse_args(["profile", "build", "--model", "m", "--train", "t", "--sa-layers", "x", "y"])
-    assert args.sa_layers == ["x", "y"] and args.batch_size == 256 and not args.quiet
+    assert args.sa_layers == ["x", "y"] and args.batch_size is None and not args.quiet  # None: the ini (else 256) decides
