@@ -6,7 +6,7 @@ Subcommands::
                        [--var-threshold V] [--batch-size N] [--cache-dir D] [--rootdir R]
                        [--rebuild] [--no-dsa-precompute] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
-    sadl report ...    (from pytest_sadl.report.cli, when installed)
+    sadl report ...    (pytest_sadl.report.cli)
     sadl compare ...
     sadl select POOL --model M --train T [--strategy surprise|coverage|ranges|deepgini] ...
                        (pytest_sadl.selectcli: inputs to label or test next)
@@ -26,7 +26,11 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
+
+from pytest_sadl.cliargs import add_location, add_profile_options, cache_dir_for, project_options
+from pytest_sadl.report.cli import register as register_report
+from pytest_sadl.selectcli import register as register_select
 
 __all__ = ["main", "build_parser", "ProgressBar"]
 
@@ -90,21 +94,6 @@ class ProgressBar:
             self._drawn = False
 
 
-def _layers(values: list[str] | None) -> tuple[str | int, ...] | None:
-    """``--sa-layers a b,c 3`` -> ("a", "b", "c", 3); ``None`` when not given."""
-    from pytest_sadl.config import parse_layers
-
-    return parse_layers(values)
-
-
-def _cache_dir(args: argparse.Namespace) -> Path:
-    from pytest_sadl.cache import default_cache_dir, expand_path
-
-    if args.cache_dir:
-        return expand_path(args.cache_dir, os.getcwd())
-    return default_cache_dir(args.rootdir)
-
-
 def _human_size(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -130,17 +119,18 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     from pytest_sadl.profile import ProfileOptions, load_or_build
 
     bar = ProgressBar(sys.stderr, quiet=args.quiet)
+    sadl = project_options(args)  # the ini's values, the flags overriding them: the plugin's fingerprint
     options = ProfileOptions(
-        sa_layers=_layers(args.sa_layers),
-        coverage_layers=_layers(args.coverage_layers),
-        var_threshold=args.var_threshold,
-        lsa_near_singular=args.lsa_near_singular,
-        batch_size=args.batch_size,
+        sa_layers=sadl.sa_layers,
+        coverage_layers=sadl.coverage_layers,
+        var_threshold=sadl.var_threshold,
+        lsa_near_singular=sadl.lsa_near_singular,
+        batch_size=sadl.batch_size,
         dsa_precompute=not args.no_dsa_precompute,
-        output=args.output,
+        output=sadl.output,
     )
-    cache_dir = _cache_dir(args)
-    base_dir = Path(args.rootdir) if args.rootdir else None
+    cache_dir = cache_dir_for(args, sadl)
+    base_dir = Path(args.rootdir) if args.rootdir else None  # flags are relative to the current directory
     start = time.monotonic()
     if not args.quiet:
         bar.status("importing TensorFlow")
@@ -207,7 +197,7 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     """``sadl profile list``: the stored profiles with fingerprints, sizes and ages."""
     from pytest_sadl.profile import list_profiles
 
-    cache_dir = _cache_dir(args)
+    cache_dir = cache_dir_for(args, None if args.cache_dir else project_options(args))
     infos = list_profiles(cache_dir)
     if args.json:
         rows = [
@@ -251,21 +241,6 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_location(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="profile cache directory (default: .pytest_cache/d/sadl under the rootdir, "
-        "the same place pytest --sadl-coverage uses)",
-    )
-    p.add_argument(
-        "--rootdir",
-        metavar="DIR",
-        help="project root: relative --model/--train paths and the default cache directory "
-        "are taken from here (default: found upwards from the current directory, as pytest does)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``sadl`` argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
@@ -304,27 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="training inputs: a .npz (key 'x') or .npy file, or 'package.module:function' "
         "returning an array, (x, y) or a tf.data.Dataset",
     )
-    build.add_argument(
-        "--sa-layers",
-        nargs="+",
-        metavar="LAYER",
-        help="layers for LSA/DSA, by name or index (default: the last hidden layer)",
-    )
-    build.add_argument(
-        "--coverage-layers",
-        nargs="+",
-        metavar="LAYER",
-        help="layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)",
-    )
-    build.add_argument("--output", metavar="NAME", help="which output of a model with several gives the class (name or index; default the first)")
-    build.add_argument("--var-threshold", type=float, default=1e-5, metavar="V", help="LSA variance threshold (default %(default)g)")
-    build.add_argument(
-        "--lsa-near-singular",
-        choices=("drop", "keep"),
-        default="drop",
-        help="LSA on a nearly singular covariance: drop dependent neurons (default) or keep the full covariance where positive definite",
-    )
-    build.add_argument("--batch-size", type=int, default=256, metavar="N", help="inputs per forward pass (default %(default)s)")
+    add_profile_options(build)
     build.add_argument("--rebuild", action="store_true", help="rebuild even when a matching profile is cached")
     build.add_argument(
         "--no-dsa-precompute",
@@ -333,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(faster build; DSA then computes what it needs in every test session)",
     )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
-    _add_location(build)
+    add_location(build)
     build.set_defaults(func=cmd_profile_build)
 
     lay = psub.add_parser(
@@ -355,17 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="List the training profiles in the cache directory, newest first.",
     )
     lst.add_argument("--json", action="store_true", help="print the list as JSON")
-    _add_location(lst)
+    add_location(lst)
     lst.set_defaults(func=cmd_profile_list)
 
-    try:
-        from pytest_sadl.report.cli import register
-    except ImportError:
-        register = None
-    if register is not None:
-        register(sub)
-    from pytest_sadl.selectcli import register as register_select
-
+    register_report(sub)
     register_select(sub)
     return parser
 

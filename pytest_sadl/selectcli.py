@@ -4,7 +4,9 @@
 
     sadl select POOL.npz --model M --train T --budget 100 --strategy coverage
                 [--results sadl-report.json] [--by lsa] [--upto 0.5] [--seed 0]
-                [--out DIR] [--sa-layers L ...] [--cache-dir D] [--rootdir R]
+                [--out DIR] [--sa-layers L ...] [--coverage-layers L ...] [--output NAME]
+                [--var-threshold V] [--lsa-near-singular drop|keep] [--batch-size N]
+                [--cache-dir D] [--rootdir R]
 
 Traces the pool through the model (TensorFlow is imported here, as in ``profile build``),
 scores it with the cached training profile's LSA, DSA and MDSA, and applies one of the
@@ -18,15 +20,14 @@ gallery. :func:`select_from_pool` is the same as a Python function.
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .cliargs import add_location, add_profile_options, cache_dir_for, project_options
 from .selection import STRATEGIES, Selection, covered_from_results, select
 
 __all__ = ["register", "select_from_pool", "write_selection"]
@@ -35,12 +36,13 @@ __all__ = ["register", "select_from_pool", "write_selection"]
 def select_from_pool(
     profile: Any,
     model: Any,
-    x: np.ndarray,
+    x: Any,
     strategy: str,
     budget: int,
     *,
     by: str = "lsa",
     results: dict[str, Any] | None = None,
+    options: Any = None,
     upto: float = 1.0,
     seed: int = 0,
     batch_size: int = 256,
@@ -48,10 +50,12 @@ def select_from_pool(
     """Score the pool ``x`` with ``profile`` (a :class:`~pytest_sadl.profile.TrainingProfile`
     of ``model``) and choose ``budget`` inputs; returns the selection and the pool's scores.
 
+    ``x``: one array, or a dict of arrays by input name for a model with several inputs.
     ``results``: a results document of the current tests; its SC bounds and covered buckets
     are what the ``coverage`` strategy starts from (and the ``ranges`` strategy's ``U``).
-    Without it the bounds are the profile's defaults (as a run without configured bounds
-    uses) and nothing counts as covered yet.
+    Without it the bounds are those of ``options`` (a :class:`~pytest_sadl.config.SadlOptions`,
+    the project's ``sadl_{lsc,dsc,mdsc}_*``) where set, else the profile's defaults, as a run
+    uses; nothing counts as covered yet.
     """
     from .engine import ProfileView, default_sc_bounds
 
@@ -61,7 +65,7 @@ def select_from_pool(
     if results is not None:
         bounds, covered = covered_from_results(results)
     else:
-        bounds, covered = default_sc_bounds(view), {}
+        bounds, covered = default_sc_bounds(view, options), {}
     chosen = select(
         strategy, budget, scores=scores, by=by, output=np.asarray(traces.output) if profile.classifier else None,
         bounds=bounds, covered=covered, upto=upto, seed=seed,
@@ -73,56 +77,72 @@ def select_from_pool(
     return chosen, scores
 
 
-def _gallery(chosen: Selection, x: np.ndarray, scores: dict[str, np.ndarray], y: np.ndarray | None) -> str | None:
-    """A self-contained HTML page of the chosen inputs' thumbnails; ``None`` for non-images."""
-    from .recorder import thumbnails
-    from .report.html import _png
+def _score_label(name: str) -> str:
+    return "DeepGini" if name == "deepgini" else name.upper()
 
-    thumbs = thumbnails(x[chosen.indices]) if len(chosen.indices) else None
+
+def _gallery(chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None) -> str | None:
+    """A self-contained HTML page of the chosen inputs' thumbnails; ``None`` for non-images
+    (and for a model with several inputs)."""
+    from .recorder import thumbnails
+    from .report.html import render_template
+    from .report.images import png_data_url
+
+    if not isinstance(x, np.ndarray) or not len(chosen.indices):
+        return None
+    thumbs = thumbnails(x[chosen.indices])
     if thumbs is None:
         return None
     cells = []
     for rank, (i, thumb) in enumerate(zip(chosen.indices.tolist(), thumbs), 1):
         h, w, c = thumb.shape
-        src = _png(w, h, c, thumb.reshape(-1).tolist()) or ""
-        label = "" if y is None else f" · label {html.escape(str(y[i].tolist()))}"
-        values = " · ".join(f"{k.upper() if k != 'deepgini' else 'DeepGini'} {v[i]:.3g}" for k, v in scores.items())
-        cells.append(
-            f'<figure><img src="{src}" alt="pool input {i}" width="72" height="72">'
-            f"<figcaption>#{rank} · input {i}{label}<br>{html.escape(values)}</figcaption></figure>"
-        )
+        cells.append({
+            "rank": rank,
+            "index": i,
+            "src": png_data_url(w, h, c, thumb.reshape(-1).tolist()) or "",
+            "label": None if y is None else str(y[i].tolist()),
+            "values": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
+        })
     title = f"sadl select: {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">"
-        f"<title>{html.escape(title)}</title><style>"
-        "body{font:14px system-ui,sans-serif;margin:16px}"
-        ".g{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:10px}"
-        "figure{margin:0;border:1px solid #ccc;border-radius:8px;padding:8px;font-size:12px}"
-        "img{display:block;margin:0 auto 6px;image-rendering:pixelated;background:#000}"
-        f"</style></head><body><h1>{html.escape(title)}</h1>"
-        f"<p>{html.escape(' '.join(chosen.notes))}</p><div class=\"g\">" + "".join(cells) + "</div></body></html>\n"
-    )
+    return render_template("select.html.j2", title=title, notes=" ".join(chosen.notes), cells=cells)
 
 
-def write_selection(
-    out: str | os.PathLike[str], chosen: Selection, x: np.ndarray, scores: dict[str, np.ndarray], y: np.ndarray | None
-) -> list[Path]:
-    """Write ``selection.json``, ``selected.npz`` and (images) ``index.html`` into ``out``."""
-    from .atomic import atomic_open, atomic_write_text  # the project's one durable writer
+def check_out_dir(out: str | os.PathLike[str]) -> Path:
+    """``out`` as a directory ``sadl select`` can write into (made if missing); a
+    :class:`~pytest_sadl.data.SadlConfigError` naming the problem otherwise. Checked before
+    the model is loaded, so a typo costs no tracing."""
+    from .data import SadlConfigError
 
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{folder} is a file; --out needs a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+        raise SadlConfigError(f"--out {folder}: is a file; give a directory for the selection")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SadlConfigError(f"--out {folder}: cannot create the directory ({exc.strerror or exc}); give a writable one") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SadlConfigError(f"--out {folder}: the directory is not writable; give a writable one")
+    return folder
+
+
+def write_selection(
+    out: str | os.PathLike[str], chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None
+) -> list[Path]:
+    """Write ``selection.json``, ``selected.npz`` and (images) ``index.html`` into ``out``.
+
+    ``selected.npz`` holds the chosen inputs as ``x`` (or, for a model with several inputs,
+    one array per input name, as a pool is given), their ``y`` when known and pool ``index``."""
+    from .atomic import atomic_open, atomic_write_text  # the project's one durable writer
+
+    folder = check_out_dir(out)
     idx = chosen.indices
     doc = {
         **chosen.to_dict(),
         "scores": {k: [None if not np.isfinite(v[i]) else float(v[i]) for i in idx] for k, v in scores.items()},
     }
     written = [atomic_write_text(folder / "selection.json", json.dumps(doc, indent=1) + "\n")]
-    arrays = {"x": x[idx], "index": idx}
+    arrays = {k: np.asarray(v)[idx] for k, v in x.items()} if isinstance(x, dict) else {"x": x[idx]}
+    arrays["index"] = idx
     if y is not None:
         arrays["y"] = y[idx]
     with atomic_open(folder / "selected.npz") as fh:
@@ -134,10 +154,30 @@ def write_selection(
     return written
 
 
+def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -> None:
+    """The profile must be the one the results were measured with: same layers and
+    variance threshold; a one-line error naming both otherwise."""
+    from .data import SadlConfigError
+
+    config = results.get("config") or {}
+    for key, have in (("sa_layers", list(profile.sa_layers)), ("coverage_layers", list(profile.coverage_layers))):
+        want = config.get(key)
+        if want is not None and [str(v) for v in want] != [str(v) for v in have]:
+            raise SadlConfigError(
+                f"--results was measured with {key} {want} but the profile has {have}; "
+                "give the same layers (or the results of this configuration)"
+            )
+    want_v = config.get("var_threshold")
+    if want_v is not None and not np.isclose(float(want_v), float(options.var_threshold), rtol=1e-12, atol=0):
+        raise SadlConfigError(
+            f"--results was measured with var_threshold {want_v:g} but the profile uses {options.var_threshold:g}; "
+            "give --var-threshold to match"
+        )
+
+
 def cmd_select(args: argparse.Namespace) -> int:
     """``sadl select``: the handler."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .cli import _cache_dir, _layers
     from .data import SadlConfigError, load_training_data
     from .modelio import load_model
     from .profile import ProfileOptions, load_or_build
@@ -154,22 +194,37 @@ def cmd_select(args: argparse.Namespace) -> int:
             results = load_results(args.results)
         except ValueError as exc:
             raise SadlConfigError(f"--results: {exc}") from None
-    base_dir = Path(args.rootdir) if args.rootdir else None
+        config = results.get("config") or {}
+        for dest, key in (("sa_layers", "sa_layers"), ("coverage_layers", "coverage_layers"), ("var_threshold", "var_threshold")):
+            if getattr(args, dest) is None and config.get(key) is not None:  # the results' configuration, not the ini's
+                value = config[key]
+                setattr(args, dest, [",".join(str(v) for v in value)] if isinstance(value, list) else value)
+    check_out_dir(args.out)  # before the model is loaded and the pool traced
+    sadl = project_options(args)
+    base_dir = Path(args.rootdir) if args.rootdir else None  # flags are relative to the current directory
     pool = load_training_data(args.pool, base_dir=base_dir, what="the pool")
     if pool.x is None:
-        raise SadlConfigError(f"{args.pool}: the pool must be a .npz (key 'x', optional 'y') or .npy file")
-    x = np.asarray(pool.x)
-    y = None if pool.y is None else np.asarray(pool.y)
+        raise SadlConfigError(f"{args.pool}: the pool must be a .npz (key 'x' or one array per input name, optional 'y') or .npy file")
     model = load_model(args.model, base_dir=base_dir)
-    options = ProfileOptions(sa_layers=_layers(args.sa_layers), coverage_layers=_layers(args.coverage_layers),
-                             var_threshold=args.var_threshold)
-    profile = load_or_build(model, args.train, options, _cache_dir(args), base_dir=base_dir)
+    options = ProfileOptions(sa_layers=sadl.sa_layers, coverage_layers=sadl.coverage_layers, output=sadl.output,
+                             var_threshold=sadl.var_threshold, lsa_near_singular=sadl.lsa_near_singular,
+                             batch_size=sadl.batch_size)
+    profile = load_or_build(model, args.train, options, cache_dir_for(args, sadl), base_dir=base_dir)
+    if results is not None:
+        _check_results_config(results, profile, sadl)
+    tm = profile.trace_model(model)
+    pool = pool.bind(list(tm.input_names))  # one array, or one per input name as the profile binds
+    x = pool.x
+    y = None if pool.y is None or isinstance(pool.y, dict) else np.asarray(pool.y)
     try:
         chosen, scores = select_from_pool(profile, model, x, args.strategy, args.budget, by=args.by, results=results,
-                                          upto=args.upto, seed=args.seed)
+                                          options=sadl, upto=args.upto, seed=args.seed, batch_size=sadl.batch_size)
     except ValueError as exc:
         raise SadlConfigError(str(exc)) from None
-    written = write_selection(args.out, chosen, x, scores, y)
+    try:
+        written = write_selection(args.out, chosen, x, scores, y)
+    except OSError as exc:
+        raise SadlConfigError(f"--out {args.out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory") from None
     head = f"selected {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
     if chosen.strategy in ("surprise", "ranges"):
         head += f" ({chosen.by.upper() if chosen.by else ''}"
@@ -187,36 +242,28 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``select`` to the ``sadl`` subcommands."""
-    from .cli import _add_location
-
     p = sub.add_parser(
         "select",
         help="choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
         description="Score a pool of inputs with the training profile's LSA, DSA and MDSA and choose a budget of them: "
         "'surprise' takes the most surprising; 'coverage' greedily covers the most surprise-coverage buckets the "
         "current tests leave uncovered (give --results); 'ranges' samples at random from [0, upto * U] of one SA as the "
-        "paper's Table VII does; 'deepgini' is the confidence baseline.",
+        "paper's Table VII does; 'deepgini' is the confidence baseline. The profile's options and the SC bounds come "
+        "from the project's pytest configuration (sadl_layers, sadl_lsc_upper, ...) unless given here; with --results, "
+        "the layers and thresholds are the results' own.",
         epilog="example: sadl select data/pool.npz --model models/digits.keras --train data/train.npz "
         "--strategy coverage --results sadl-report.json --budget 100",
     )
-    p.add_argument("pool", help="the pool: a .npz (inputs 'x', optional labels 'y') or .npy file")
+    p.add_argument("pool", help="the pool: a .npz (inputs 'x' or one array per model input name, optional labels 'y') or .npy file")
     p.add_argument("--model", required=True, metavar="M", help="the model: a .keras file or 'package.module:function'")
     p.add_argument("--train", required=True, metavar="T", help="training inputs (as for 'sadl profile build')")
     p.add_argument("--budget", type=int, default=100, metavar="N", help="inputs to choose (default %(default)s)")
     p.add_argument("--strategy", choices=STRATEGIES, default="surprise", help="how to choose (default %(default)s)")
     p.add_argument("--by", choices=("lsa", "dsa", "mdsa"), default="lsa", help="the SA of 'surprise' and 'ranges' (default %(default)s)")
-    p.add_argument("--results", metavar="JSON", help="results JSON of the current tests: SC bounds and covered buckets")
+    p.add_argument("--results", metavar="JSON", help="results JSON of the current tests: SC bounds, covered buckets, layers")
     p.add_argument("--upto", type=float, default=1.0, metavar="F", help="'ranges': sample from [lower, lower + F (U - lower)] (default 1)")
     p.add_argument("--seed", type=int, default=0, help="'ranges': random seed (default 0)")
     p.add_argument("--out", default="sadl-select", metavar="DIR", help="output directory (default %(default)s)")
-    p.add_argument("--sa-layers", nargs="+", metavar="LAYER", help="layers for LSA/DSA/MDSA (default: the last hidden layer)")
-    p.add_argument("--coverage-layers", nargs="+", metavar="LAYER", help="coverage layers of the profile (default: every layer with neurons)")
-    p.add_argument("--var-threshold", type=float, default=1e-5, metavar="V", help="LSA/MDSA variance threshold (default %(default)g)")
-    _add_location(p)
+    add_profile_options(p)
+    add_location(p)
     p.set_defaults(func=cmd_select)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from .cli import main
-
-    sys.exit(main(["select", *sys.argv[1:]]))

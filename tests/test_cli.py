@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.cli import ProgressBar, _layers, build_parser, main
+from pytest_sadl.cli import ProgressBar, build_parser, main
+from pytest_sadl.cliargs import parse_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,8 +114,28 @@ def test_errors_are_one_line_exit_2(project: Path, capsys: pytest.CaptureFixture
     assert main([*base, "--train", "data/flat.npz"]) == 2
     assert "expects (8, 8, 1)" in capsys.readouterr().err
     assert main([*base, "--train", "data/train.npz", "--batch-size", "0"]) == 2
-    assert "batch_size must be" in capsys.readouterr().err
+    assert "--batch-size=0: the batch size must be >= 1" in capsys.readouterr().err
     assert not (project / ".pytest_cache").exists()
+
+
+@pytest.mark.tf
+def test_build_reads_the_projects_ini_so_the_plugin_finds_the_profile(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pyproject sets sadl_layers and sadl_var_threshold: `sadl profile build` without flags
+    stores the profile under the fingerprint the plugin's options give (found, not rebuilt)."""
+    from pytest_sadl.profile import ProfileOptions, load_or_build
+
+    (project / "pyproject.toml").write_text(
+        "[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_var_threshold = \"1e-4\"\n")
+    assert main(["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("built profile ") and "SA layers conv2;" in out
+    cache = project / ".pytest_cache" / "d" / "sadl"
+    again = load_or_build(str(project / "models" / "m.keras"), str(project / "data" / "train.npz"),
+                          ProfileOptions(sa_layers=("conv2",), var_threshold=1e-4), cache)
+    assert not again.built and again.fingerprint[:16] in out
+    assert main(["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz",
+                 "--sa-layers", "hidden", "-q"]) == 0  # a flag overrides the ini: another profile
+    assert "built profile" in capsys.readouterr().out and len([p for p in cache.glob("profile-*") if p.is_dir()]) == 2
 
 
 def test_list_in_process_needs_no_tensorflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,7 +191,7 @@ def test_progress_bar() -> None:
 
 
 def test_layer_arguments() -> None:
-    assert _layers(None) is None
-    assert _layers(["a", "b,c", "3", "-1"]) == ("a", "b", "c", 3, -1)
+    assert parse_layers(None) is None
+    assert parse_layers(["a", "b,c", "3", "-1"]) == ("a", "b", "c", 3, -1)
     args = build_parser().parse_args(["profile", "build", "--model", "m", "--train", "t", "--sa-layers", "x", "y"])
-    assert args.sa_layers == ["x", "y"] and args.batch_size == 256 and not args.quiet
+    assert args.sa_layers == ["x", "y"] and args.batch_size is None and not args.quiet  # None: the ini (else 256) decides

@@ -4,6 +4,7 @@ strategy against a naive greedy reference over the pool's real scores."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,67 @@ def test_select_is_a_listed_subcommand_with_its_strategies(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "select" in capsys.readouterr().out
+
+
+def test_layers_and_cache_come_from_the_projects_ini(setup, tmp_path, capsys):
+    """No --sa-layers or --cache-dir: the project's pyproject gives them (conv2, not the
+    default last hidden layer)."""
+    from pytest_sadl.profile import list_profiles
+
+    for name in ("m.keras", "train.npz", "pool.npz"):
+        shutil.copy(setup["root"] / name, tmp_path / name)
+    cache = tmp_path / "my-cache"
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_cache_dir = \"my-cache\"\n")
+    out = tmp_path / "out"
+    assert main(["select", str(tmp_path / "pool.npz"), "--model", "m.keras", "--train", "train.npz",
+                 "--rootdir", str(tmp_path), "--out", str(out), "--budget", "4"]) == 0, capsys.readouterr().err
+    (info,) = list_profiles(cache)
+    assert info.meta["sa_layers"] == ["conv2"]
+    assert len(json.loads((out / "selection.json").read_text())["indices"]) == 4
+
+
+def test_out_errors_come_before_the_model_is_loaded(setup, tmp_path, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    args = ["select", str(setup["root"] / "pool.npz"), "--model", "nope.keras", "--train", "train.npz",
+            "--rootdir", str(setup["root"])]
+    assert main([*args, "--out", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sadl: error: --out ") and "is a file" in err and "nope" not in err and err.count("\n") == 1
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere: a file in the way of the path instead
+        assert main([*args, "--out", str(a_file / "sub")]) == 2
+    else:
+        assert main([*args, "--out", str(locked / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sadl: error: --out ") and "nope" not in err and err.count("\n") == 1
+
+
+def test_results_measured_with_other_layers_is_a_one_line_error(setup, capsys):
+    results = {"schema": "pytest-sadl/results", "version": 1, "metrics": {}, "inputs": {},
+               "config": {"sa_layers": ["conv1"]}}
+    path = setup["root"] / "other-layers.json"
+    path.write_text(json.dumps(results))
+    assert main(["select", str(setup["root"] / "pool.npz"), *setup["base"], "--out", str(setup["root"] / "o2"),
+                 "--results", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--results was measured with sa_layers ['conv1']" in err and "'hidden'" in err and err.count("\n") == 1
+
+
+def test_a_pool_for_a_two_input_model_is_bound_by_input_name(tmp_path, kind_model_path, capsys):
+    import _models
+
+    x_train, _, x_pool = _models.kind_data("two_input")
+    np.savez(tmp_path / "train.npz", **x_train)
+    np.savez(tmp_path / "pool.npz", **x_pool)
+    out = tmp_path / "out"
+    assert main(["select", str(tmp_path / "pool.npz"), "--model", str(kind_model_path("two_input")),
+                 "--train", str(tmp_path / "train.npz"), "--cache-dir", str(tmp_path / "cache"),
+                 "--rootdir", str(tmp_path), "--out", str(out), "--budget", "5"]) == 0, capsys.readouterr().err
+    doc = json.loads((out / "selection.json").read_text())
+    with np.load(out / "selected.npz") as npz:
+        assert sorted(npz.files) == ["aux", "image", "index"]
+        np.testing.assert_array_equal(npz["image"], x_pool["image"][doc["indices"]])
+        np.testing.assert_array_equal(npz["aux"], x_pool["aux"][doc["indices"]])

@@ -16,8 +16,6 @@ import base64
 import hashlib
 import math
 import re
-import struct
-import zlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -39,6 +37,7 @@ from ._load import (
 )
 from ..results import KINDS, NEURON, SA_LABELS, SURPRISE
 from .compare import Comparison
+from .images import png_data_url
 
 __all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
 
@@ -65,6 +64,12 @@ def _env() -> jinja2.Environment:
     env.filters["sig"] = _sig
     env.filters["testid"] = _testid
     return env
+
+
+def render_template(name: str, **context: Any) -> str:
+    """Render one of the report's templates (autoescaped) with ``context``: for pages other
+    modules write, such as ``sadl select``'s gallery."""
+    return _env().get_template(name).render(**context)
 
 
 def _testid(value: Any) -> Markup:
@@ -105,33 +110,11 @@ def _num(x: Any) -> float | None:
 # --------------------------------------------------------------------------- images
 
 
-def _png(width: int, height: int, channels: int, pixels: Sequence[int]) -> str | None:
-    """A PNG ``data:`` URL of uint8 pixels (row-major, 1/3/4 channels); None if malformed."""
-    color = {1: 0, 2: 4, 3: 2, 4: 6}.get(channels)
-    if color is None or width <= 0 or height <= 0 or len(pixels) != width * height * channels:
-        return None
-    try:
-        row = width * channels
-        raw = b"".join(b"\x00" + bytes(pixels[r * row:(r + 1) * row]) for r in range(height))
-    except (ValueError, TypeError):  # a value outside 0..255 or not an int
-        return None
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-    png = (b"\x89PNG\r\n\x1a\n"
-           + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw, 9))
-           + chunk(b"IEND", b""))
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
 def _thumbnail(image: Any) -> str | None:
     if not isinstance(image, dict):
         return None
     try:
-        return _png(int(image["width"]), int(image["height"]), int(image.get("channels", 1)),
+        return png_data_url(int(image["width"]), int(image["height"]), int(image.get("channels", 1)),
                     list(image["pixels"]))
     except (KeyError, TypeError, ValueError):
         return None
