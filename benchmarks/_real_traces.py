@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pytest_sadl.atomic import atomic_open
+
 CACHE = Path(os.environ.get("SADL_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
 LAYERS = ("softmax", "hidden")
 
@@ -38,7 +40,8 @@ def _model() -> tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]
         mlp = MLPClassifier(hidden_layer_sizes=(64,), max_iter=40, random_state=0).fit(x, y)
     CACHE.mkdir(parents=True, exist_ok=True)
     w, b = [a.astype(np.float32) for a in mlp.coefs_], [a.astype(np.float32) for a in mlp.intercepts_]
-    np.savez(path, w0=w[0], w1=w[1], b0=b[0], b1=b[1])
+    with atomic_open(path) as fh:  # an interrupted run leaves no half-written cache
+        np.savez(fh, w0=w[0], w1=w[1], b0=b[0], b1=b[1])
     return x, y, w, b
 
 

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -103,10 +104,10 @@ def _layers(values: list[str] | None) -> tuple[str | int, ...] | None:
 
 
 def _cache_dir(args: argparse.Namespace) -> Path:
-    from pytest_sadl.profile import default_cache_dir
+    from pytest_sadl.cache import default_cache_dir, expand_path
 
     if args.cache_dir:
-        return Path(args.cache_dir)
+        return expand_path(args.cache_dir, os.getcwd())
     return default_cache_dir(args.rootdir)
 
 
@@ -154,19 +155,26 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     imported = time.monotonic() - start
     if not args.quiet:
         bar.status(f"loading model {args.model} and training data {args.train}")
-    profile = load_or_build(
-        args.model,
-        args.train,
-        options,
-        cache_dir,
-        progress=bar,
-        status=bar.status,
-        rebuild=args.rebuild,
-        base_dir=base_dir,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profile = load_or_build(
+            args.model,
+            args.train,
+            options,
+            cache_dir,
+            progress=bar,
+            status=bar.status,
+            rebuild=args.rebuild,
+            base_dir=base_dir,
+        )
+    for w in caught:  # one line each (the profile's own warnings say what happened)
+        if w.category.__module__.startswith("pytest_sadl"):
+            print(f"sadl: warning: {w.message}", file=sys.stderr, flush=True)
     elapsed = time.monotonic() - start
     verb = "built" if profile.built else "found cached"
-    size = profile.path.stat().st_size if profile.path and profile.path.exists() else 0
+    if profile.path is None:
+        verb += " (not cached)"
+    size = sum(f.stat().st_size for f in profile.path.iterdir()) if profile.path and profile.path.is_dir() else 0
     print(
         f"{verb} profile {profile.fingerprint[:16]} ({profile.n_train} inputs, "
         f"SA layers {', '.join(profile.sa_layers)}; coverage layers "

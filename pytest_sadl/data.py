@@ -19,8 +19,15 @@ Public API
     several inputs; a list until :meth:`TrainingData.bind` names it), ``.y`` (labels or ``None``; the
     profile never uses them: classes are the model's predictions, as in the paper),
     ``.dataset``, ``.source``, ``len()`` (``None`` from :attr:`TrainingData.n` for a
-    dataset), ``.batches(batch_size)``, ``.fingerprint()``, ``.check_shape(shape)``,
-    ``.bind(input_names)`` (the data for a model with those inputs).
+    dataset), ``.batches(batch_size)``, ``.fingerprint()`` (order-independent),
+    ``.row_digests()``, ``.check_shape(shape)``, ``.bind(input_names)`` (the data for a
+    model with those inputs).
+``digest_batches(batches) -> (fingerprint, row digests)``
+    The same fingerprint for a stream of batches (one pass of a dataset).
+``row_format(x)``, ``batch_row_digests(x)``, ``take_rows(x, rows)``
+    The row format, per-row digests and selected rows of one input array, a dict of
+    arrays by input name or a list of arrays (several inputs: one row is the inputs'
+    rows together).
 ``check_batch(x, expected_shape, *, what, offset=0)``
     Raises :class:`SadlDataError` for an empty batch, a wrong shape, a non-numeric
     dtype, NaN or inf, naming the input index and what was expected.
@@ -35,7 +42,6 @@ Errors (all subclass :class:`ValueError`, so callers can turn them into a usage 
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 from collections.abc import Iterator, Mapping
@@ -51,6 +57,10 @@ __all__ = [
     "SadlLayerError",
     "SadlDataError",
     "TrainingData",
+    "digest_batches",
+    "row_format",
+    "batch_row_digests",
+    "take_rows",
     "load_training_data",
     "import_object",
     "is_callable_spec",
@@ -230,6 +240,7 @@ class TrainingData:
     dataset: Any = None
     file: Path | None = None
     _fingerprint: str | None = field(default=None, repr=False)
+    _row_digests: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n(self) -> int | None:
@@ -325,49 +336,107 @@ class TrainingData:
         yield from _dataset_batches(self.dataset, batch_size)
 
     def fingerprint(self) -> str:
-        """sha256 hex of the inputs: the file's bytes for a file, else the array's
-        shape, dtype and bytes (streamed for a dataset). Labels are not included:
-        the profile does not use them."""
+        """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.fingerprint`): the
+        row format and the sorted digests of the rows, so that the same inputs in any
+        order (a shuffled dataset, a re-ordered array) give the same fingerprint. Labels
+        are not included: the profile does not use them. A dataset is streamed once."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            if self.file is not None:
-                h.update(b"file\0")
-                with open(self.file, "rb") as fh:
-                    while chunk := fh.read(_HASH_CHUNK):
-                        h.update(chunk)
-            elif isinstance(self.x, np.ndarray):
-                _hash_array(h, self.x)
-            elif isinstance(self.x, dict):
-                h.update(b"inputs\0")
-                for name in self.x:
-                    h.update(f"{name}\0".encode())
-                    _hash_array(h, np.asarray(self.x[name]))
-            elif self.x is not None:
-                h.update(b"input-list\0")
-                for part in self.x:
-                    _hash_array(h, np.asarray(part))
+            from pytest_sadl.fingerprint import multiset_fingerprint
+
+            if self.x is not None:
+                dtype, shape = row_format(self.x)
+                self._fingerprint = multiset_fingerprint(self.row_digests(), dtype=dtype, row_shape=shape)
             else:
-                h.update(b"dataset\0")
-                count = 0
-                for batch in _dataset_batches(self.dataset, None):
-                    parts = batch if isinstance(batch, dict) else {"": batch}
-                    for name, part in parts.items():
-                        if count == 0:  # one header, so that the batching does not matter
-                            h.update(f"{name}\0{part.dtype.str}\0{tuple(part.shape[1:])}\0".encode())
-                        _hash_array(h, part, header=False)
-                    count += int(_first(parts).shape[0])
-                h.update(f"\0{count}".encode())
-            self._fingerprint = h.hexdigest()
+                self._fingerprint = digest_batches(_dataset_batches(self.dataset, None))[0]
         return self._fingerprint
 
+    def row_digests(self) -> np.ndarray:
+        """``(n, 16)`` uint8 digests of the rows of ``x`` in their order (computed once;
+        for a dataset, whose order may change from pass to pass, use
+        :func:`digest_batches` on the pass itself). With several inputs, a row is the
+        inputs' rows together (:func:`batch_row_digests`)."""
+        if self.x is None:
+            raise TypeError("row digests of a tf.data.Dataset depend on the pass; use digest_batches()")
+        if self._row_digests is None:
+            n = self.n or 0
+            first = _first(self.x)
+            row_bytes = sum(
+                int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in _arrays(self.x)
+            ) if first is not None else 1
+            step = max(1, _HASH_CHUNK // max(1, row_bytes))
+            parts = [batch_row_digests(_slice_rows(self.x, i, i + step)) for i in range(0, n, step)]
+            self._row_digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
+        return self._row_digests
 
-def _hash_array(h: Any, x: np.ndarray, *, header: bool = True) -> None:
-    if header:
-        h.update(f"array\0{x.dtype.str}\0{tuple(x.shape)}\0".encode())
-    flat = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
-    step = max(1, _HASH_CHUNK // max(1, x.itemsize))
-    for start in range(0, flat.shape[0], step):
-        h.update(memoryview(np.ascontiguousarray(flat[start : start + step])).cast("B"))
+
+def _arrays(x: Any) -> list[np.ndarray]:
+    """The input arrays of one array, a dict of arrays (in its order) or a list of arrays."""
+    if isinstance(x, dict):
+        return [np.asarray(v) for v in x.values()]
+    if isinstance(x, list):
+        return [np.asarray(v) for v in x]
+    return [np.asarray(x)]
+
+
+def _slice_rows(x: Any, start: int, stop: int) -> Any:
+    if isinstance(x, dict):
+        return {k: np.asarray(v[start:stop]) for k, v in x.items()}
+    if isinstance(x, list):
+        return [np.asarray(v[start:stop]) for v in x]
+    return np.asarray(x[start:stop])
+
+
+def take_rows(x: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` (indices) of one array, of every array of a dict, or of a list."""
+    if isinstance(x, dict):
+        return {k: np.asarray(v[rows]) for k, v in x.items()}
+    if isinstance(x, list):
+        return [np.asarray(v[rows]) for v in x]
+    return np.asarray(x[rows])
+
+
+def row_format(x: Any) -> tuple[str, tuple[int, ...]]:
+    """``(dtype, row shape)`` that the fingerprint records with the row digests; for
+    several inputs the names, dtypes and shapes of every input go into the dtype text."""
+    if isinstance(x, (dict, list)):
+        named = x.items() if isinstance(x, dict) else enumerate(x)
+        text = ";".join(
+            f"{name}:{np.asarray(a).dtype.str}:{tuple(int(d) for d in np.shape(a)[1:])}" for name, a in named
+        )
+        return f"inputs[{text}]", ()
+    a = np.asarray(x)
+    return a.dtype.str, tuple(int(d) for d in a.shape[1:])
+
+
+def batch_row_digests(x: Any) -> np.ndarray:
+    """``(n, 16)`` uint8 row digests of one batch: of the array's rows, or, for several
+    inputs (a dict by name or a list), the digest of each row's inputs' digests in order."""
+    from pytest_sadl.fingerprint import row_digests
+
+    if not isinstance(x, (dict, list)):
+        return row_digests(np.asarray(x))
+    per_input = [row_digests(a) for a in _arrays(x)]
+    if not per_input:
+        return np.zeros((0, 16), np.uint8)
+    return row_digests(np.concatenate(per_input, axis=1))
+
+
+def digest_batches(batches: Iterator[Any]) -> tuple[str, np.ndarray]:
+    """(multiset fingerprint, row digests in the order seen) of a stream of batches
+    (arrays, or dicts of arrays by input name)."""
+    from pytest_sadl.fingerprint import multiset_fingerprint
+
+    parts: list[np.ndarray] = []
+    header: tuple[str, tuple[int, ...]] | None = None
+    for batch in batches:
+        if not isinstance(batch, (dict, list)):
+            batch = np.asarray(batch)
+        if header is None:
+            header = row_format(batch)
+        parts.append(batch_row_digests(batch))
+    dtype, shape = header or ("", ())
+    digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
+    return multiset_fingerprint(digests, dtype=dtype, row_shape=shape), digests
 
 
 def _first(x: Any) -> Any:

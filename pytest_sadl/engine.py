@@ -5,8 +5,9 @@ their collection order, so a run split over pytest-xdist workers gives the same 
 (and the same "newly covered by this test" counts) as a serial run.
 
 Default bounds of LSC and DSC (when not configured) come from the training profile only,
-never from the inputs measured, so that runs compare: up to 1,000 training traces (a
-seeded sample) are held out, scored against the rest, and with ``m`` and ``M`` the
+never from the inputs measured, so that runs compare: up to 1,000 training traces (those
+with the smallest row keys, a sample that depends on the inputs' content, not their
+order) are held out, scored against the rest, and with ``m`` and ``M`` the
 smallest and largest of their SA values, ``lower = min(0, m)`` and
 ``upper = lower + 2 (M - lower)``. Held-out training data fills about the lower half of
 the buckets; the upper half is room for inputs more surprising than any of it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -44,7 +45,14 @@ BOUNDS_RULE = "default: min(0, m) to min(0, m) + 2 (M - min(0, m)), m/M the min/
 
 @dataclass
 class ProfileView:
-    """What the engine needs of a training profile (see :mod:`pytest_sadl.profile`)."""
+    """What the engine needs of a training profile (see :mod:`pytest_sadl.profile`).
+
+    ``row_keys``: one integer per training trace that depends on the input's content
+    only (:func:`pytest_sadl.fingerprint.row_keys`); the held-out sample is the traces
+    with the smallest keys, so the same inputs in any order give the same bounds.
+    ``held_out``: returns the held-out scores stored with the profile (computing and
+    storing them the first time), instead of :func:`held_out_scores` in every session.
+    """
 
     lsa: LSA
     dsa: DSA | None
@@ -52,21 +60,26 @@ class ProfileView:
     sa_traces: np.ndarray
     sa_pred: np.ndarray | None
     var_threshold: float
+    row_keys: np.ndarray | None = None
+    held_out: Callable[[], dict[str, np.ndarray]] | None = None
     mdsa: MDSA | None = None
     near_singular: str = "drop"
 
     @classmethod
     def of(cls, profile: Any) -> "ProfileView":
-        return cls(
+        view = cls(
             lsa=profile.lsa(),
             dsa=profile.dsa(),
             ranges=profile.ranges,
             sa_traces=profile.sa_traces,
             sa_pred=profile.sa_pred if profile.classifier else None,
             var_threshold=profile.options.var_threshold,
+            row_keys=getattr(profile, "row_keys", None),
             mdsa=profile.mdsa(),
             near_singular=profile.options.lsa_near_singular,
         )
+        view.held_out = lambda: stored_held_out_sa(profile, lambda: view)
+        return view
 
     def scorers(self) -> dict[str, Any]:
         """The surprise measures this profile has, by results key (``"lsa"``, ``"dsa"``, ``"mdsa"``)."""
@@ -83,6 +96,19 @@ class ProfileView:
         return out
 
 
+def held_out_sample(n: int, row_keys: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
+    """Boolean mask of the ``max(1, min(HELD_OUT, n // 10))`` held-out training traces:
+    those with the smallest ``row_keys`` (content-defined, order-free), or a seeded
+    random sample when there are no keys."""
+    k = max(1, min(HELD_OUT, n // 10))
+    probe = np.zeros(n, dtype=bool)
+    if row_keys is not None:
+        probe[np.argsort(np.asarray(row_keys), kind="stable")[:k]] = True
+    else:
+        probe[np.random.default_rng(seed).choice(n, size=k, replace=False)] = True
+    return probe
+
+
 def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
     """LSA and DSA of up to ``HELD_OUT`` training traces scored against the others.
 
@@ -94,12 +120,8 @@ def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.nd
 def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
     """Each surprise measure of up to ``HELD_OUT`` training traces scored against the others
     (the default SC bounds' data), by results key."""
-    n = len(view.sa_traces)
-    k = max(1, min(HELD_OUT, n // 10))
-    rng = np.random.default_rng(seed)
-    probe = np.zeros(n, dtype=bool)
-    probe[rng.choice(n, size=k, replace=False)] = True
     x, pred = view.sa_traces, view.sa_pred
+    probe = held_out_sample(len(x), view.row_keys, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
@@ -113,10 +135,29 @@ def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+def stored_held_out_sa(profile: Any, view: Callable[[], ProfileView]) -> dict[str, np.ndarray]:
+    """:func:`held_out_sa` kept in the profile (``profile.cached_array``): computed once
+    per profile (on ``view()``, made only then), loaded by every later session."""
+    computed: list[dict[str, np.ndarray]] = []
+
+    def scores() -> dict[str, np.ndarray]:
+        if not computed:
+            computed.append(held_out_sa(view()))
+        return computed[0]
+
+    keys = ["lsa", "dsa", "mdsa"] if profile.classifier else ["lsa", "mdsa"]
+    return {key: profile.cached_array(f"heldout-{key}-{HELD_OUT}", lambda key=key: scores()[key]) for key in keys}
+
+
+def _held_out(view: ProfileView) -> dict[str, np.ndarray]:
+    """The held-out scores: stored with the profile when the view has one, else computed."""
+    return view.held_out() if view.held_out is not None else held_out_sa(view)
+
+
 def default_sc_bounds(view: ProfileView, options: "SadlOptions | None" = None) -> dict[str, tuple[float, float, int]]:
     """Each surprise coverage's (lower, upper, buckets): configured where ``options`` sets
     them, else from the held-out training traces (:func:`default_bounds`), as a run uses."""
-    held = held_out_sa(view)
+    held = _held_out(view)
     out = {}
     for metric, key in SURPRISE.items():
         if key not in held:
@@ -232,7 +273,7 @@ def compute(
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                held = held_out_sa(view)
+                held = _held_out(view)
         except ValueError as exc:  # the training set minus the held-out traces is too small
             messages.append(f"default SC bounds: held-out scoring failed ({exc}); using (0, 1]: configure the bounds")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +102,18 @@ class SadlState:
         return self._train
 
     def cache_dir(self) -> Path:
-        if self.options.cache_dir is not None:
-            return self.options.cache_dir
-        cache = getattr(self.config, "cache", None)  # None with -p no:cacheprovider
-        if cache is not None:
-            return Path(cache.mkdir("sadl"))
-        from .profile import default_cache_dir
+        """``--sadl-cache-dir`` (``~`` expanded), else ``<pytest cache_dir>/d/sadl``: the
+        folder ``config.cache.mkdir("sadl")`` would make, not made here (the store makes
+        it, and an unwritable one is a warning, not an INTERNALERROR)."""
+        from .cache import default_cache_dir, expand_path
 
-        return default_cache_dir(self.config.rootpath)
+        if self.options.cache_dir is not None:
+            return expand_path(self.options.cache_dir, self.config.rootpath)
+        try:
+            pytest_cache = self.config.getini("cache_dir")  # unknown with -p no:cacheprovider
+        except ValueError:
+            pytest_cache = None
+        return default_cache_dir(self.config.rootpath, pytest_cache or None)
 
     # -- the training profile -------------------------------------------------
 
@@ -129,10 +134,22 @@ class SadlState:
                 lsa_near_singular=self.options.lsa_near_singular,
                 batch_size=self.options.batch_size,
             )
+            from .store import SadlCacheWarning
+
             try:
-                self._profiles[key] = load_or_build(model, train, options, self.cache_dir(), status=status)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", SadlCacheWarning)
+                    self._profiles[key] = load_or_build(model, train, options, self.cache_dir(), status=status)
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
+            finally:
+                for w in caught:  # one line each, now and in the summary; others pass on
+                    if issubclass(w.category, SadlCacheWarning):
+                        self.warnings.append(str(w.message))
+                        if tr is not None and not self.is_worker:
+                            tr.write_line(f"sadl: warning: {w.message}", yellow=True)
+                    else:
+                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return self._profiles[key]
 
     def train_for_profile(self) -> Any:

@@ -1,11 +1,21 @@
-"""The training profile: what the criteria need from the training set, cached on disk.
+"""The training profile: what the criteria need from the training set, built once.
 
 One forward pass of the training set through the model (:class:`~pytest_sadl.traces.TraceModel`)
 gives the SA traces of the chosen layers with their predicted classes and the per-neuron
 ``[low, high]`` of the coverage layers; the DSA set-up (every training trace's distance to
-its nearest other-class trace, the expensive part) is computed once too. All of it is
-stored in one versioned ``.npz`` file named by a fingerprint, loaded with
-``allow_pickle=False`` (a cache file can never run code).
+its nearest other-class trace, the expensive part) is computed once too. The profile is
+stored by :mod:`pytest_sadl.store` (a folder of memory-mapped ``.npy`` files with digests,
+named by the fingerprint, in the folder :mod:`pytest_sadl.cache` finds).
+
+Order independence: the same multiset of training inputs gives the same profile. The
+data fingerprint is order-free (:mod:`pytest_sadl.fingerprint`), the traces are stored in
+the canonical order of the inputs' row digests (so LSA and DSA are set up from the same
+arrays in the same order), and ``row_keys`` (the digests' first 8 bytes) choose the
+held-out sample of the default SC bounds. A ``tf.data.Dataset`` is read twice (the
+fingerprint, then the traces): when the second pass holds other inputs than the first (a
+random augmentation), a :class:`SadlCacheWarning` says so; a source whose inputs differ
+from the previous run's with the same model and the same count (an augmenting fixture)
+is told the same, from a small history kept in the cache folder.
 
 Public API
 ----------
@@ -15,34 +25,28 @@ classifier=None, dsa_precompute=True)``
 ``load_or_build(model, train, options=None, cache_dir=None, *, progress=None, status=None,
 rebuild=False, base_dir=None) -> TrainingProfile``
     The cached profile when its fingerprint matches, else built (and stored when
-    ``cache_dir`` is given). ``model``: a ``keras.Model`` or anything
+    ``cache_dir`` is given and writable; else kept in memory with a one-line
+    :class:`SadlCacheWarning`). ``model``: a ``keras.Model`` or anything
     :func:`pytest_sadl.modelio.load_model` takes; ``train``: anything
     :func:`pytest_sadl.data.load_training_data` takes.
 ``TrainingProfile``
     ``.lsa()`` / ``.dsa()`` (engine objects, built once per profile from the cached arrays;
     ``dsa()`` is ``None`` for a regression model), ``.ranges`` (:class:`NeuronRanges` of the
     coverage layers), ``.trace_model(model)``, ``.cached_array(name, compute)`` (a derived
-    array stored beside the profile, e.g. training-set scores for default bounds), ``.fingerprint``, ``.model_fingerprint``,
-    ``.data_fingerprint``, ``.sa_traces``, ``.sa_pred``, ``.sa_layers``, ``.coverage_layers``,
-    ``.classifier``, ``.n_classes``, ``.n_train``, ``.path``, ``.built``...
+    array stored in the profile, e.g. held-out scores for default bounds), ``.fingerprint``,
+    ``.model_fingerprint``, ``.data_fingerprint``, ``.sa_traces``, ``.sa_pred``,
+    ``.row_keys``, ``.sa_layers``, ``.coverage_layers``, ``.classifier``, ``.n_classes``,
+    ``.n_train``, ``.path``, ``.built``...
 ``model_fingerprint(model) -> str``, ``profile_fingerprint(...) -> str``
     sha256 hex digests (see :func:`profile_fingerprint` for what goes in).
+``save_profile(profile, path)``, ``load_profile(path, fingerprint=None)``
+    The store's format 2 for a profile; ``load_profile`` raises :class:`Invalid` when the
+    folder must not be trusted.
 ``default_cache_dir(rootdir=None) -> Path``, ``find_rootdir(start=None) -> Path``
-    ``<rootdir>/.pytest_cache/d/sadl``: the directory pytest's ``config.cache.mkdir("sadl")``
-    gives (honouring ``cache_dir`` in ``[tool.pytest.ini_options]``/``pytest.ini``).
+    From :mod:`pytest_sadl.cache`.
 ``list_profiles(cache_dir) -> list[ProfileInfo]``
     The profiles stored there, newest first, each with its fingerprint, size, age and
     whether it is readable.
-
-Storage
--------
-``<cache_dir>/profile-<fingerprint>.npz``; written to a temporary file in the same
-directory, fsync-ed, then renamed over the target (atomic on POSIX), under an exclusive
-``fcntl`` lock on ``profile-<fingerprint>.lock`` so that concurrent builders (pytest-xdist
-workers, parallel CI jobs) build once and the others load the result. A file that is
-truncated, corrupt, of another format version, or whose content does not match its
-fingerprint is never trusted: a :class:`SadlCacheWarning` says so and the profile is
-rebuilt over it.
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -63,7 +67,18 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.data import SadlConfigError, SadlDataError, TrainingData, load_training_data
+from pytest_sadl import store
+from pytest_sadl.cache import default_cache_dir, find_rootdir
+from pytest_sadl.data import (
+    SadlConfigError,
+    SadlDataError,
+    TrainingData,
+    batch_row_digests,
+    load_training_data,
+    row_format,
+    take_rows,
+)
+from pytest_sadl.store import FORMAT, FORMAT_VERSION, Invalid, SadlCacheWarning
 
 __all__ = [
     "FORMAT",
@@ -72,9 +87,11 @@ __all__ = [
     "TrainingProfile",
     "ProfileInfo",
     "SadlCacheWarning",
+    "Invalid",
     "load_or_build",
     "build_profile",
     "load_profile",
+    "save_profile",
     "model_fingerprint",
     "profile_fingerprint",
     "default_cache_dir",
@@ -83,21 +100,9 @@ __all__ = [
     "profile_path",
 ]
 
-FORMAT = "pytest-sadl/profile"
-FORMAT_VERSION = 1
-_PREFIX = "profile-"
-_SUFFIX = ".npz"
-
+_ENGINE_MAP_BYTES = 1 << 30
 Progress = Callable[[int, "int | None"], None]
 Status = Callable[[str], None]
-
-
-class SadlCacheWarning(UserWarning):
-    """A cached profile could not be used (corrupt, truncated, another version); it is rebuilt."""
-
-
-class _Invalid(Exception):
-    """A cache file that must not be trusted; the message says why."""
 
 
 class _Arrays(Mapping[str, np.ndarray]):
@@ -239,82 +244,12 @@ def profile_fingerprint(
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-# ----------------------------------------------------------------------------- cache dir
-
-
-_INI_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
-
-
-def _ini_cache_dir(path: Path) -> tuple[bool, str | None]:
-    """(is this a pytest config file, its ``cache_dir`` option)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return False, None
-    if path.name == "pyproject.toml":
-        try:
-            import tomllib
-        except ImportError:  # pragma: no cover - Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
-        try:
-            ini = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
-        except Exception:
-            return False, None
-        if ini is None:
-            return False, None
-        value = ini.get("cache_dir")
-        return True, None if value is None else str(value)
-    import configparser
-
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read_string(text)
-    except configparser.Error:
-        return path.name in ("pytest.ini", ".pytest.ini"), None
-    section = "pytest" if path.name in ("pytest.ini", ".pytest.ini", "tox.ini") else "tool:pytest"
-    if not parser.has_section(section):
-        return path.name in ("pytest.ini", ".pytest.ini"), None
-    return True, parser.get(section, "cache_dir", fallback=None)
-
-
-def find_rootdir(start: str | os.PathLike[str] | None = None) -> Path:
-    """pytest's rootdir for ``start`` (default: the current directory), simplified: the
-    first directory upwards holding a pytest configuration (``pytest.ini``,
-    ``.pytest.ini``, ``pyproject.toml`` with ``[tool.pytest.ini_options]``, ``tox.ini``
-    or ``setup.cfg`` with a pytest section), else ``start`` itself."""
-    here = Path(start if start is not None else os.getcwd()).resolve()
-    for directory in (here, *here.parents):
-        for name in _INI_FILES:
-            candidate = directory / name
-            if candidate.is_file() and _ini_cache_dir(candidate)[0]:
-                return directory
-    return here
-
-
-def default_cache_dir(rootdir: str | os.PathLike[str] | None = None) -> Path:
-    """``<rootdir>/.pytest_cache/d/sadl`` (or ``<cache_dir>/d/sadl`` when the rootdir's
-    pytest configuration sets ``cache_dir``): what ``config.cache.mkdir("sadl")`` gives.
-
-    The plugin passes ``config.rootpath`` (or uses ``config.cache.mkdir("sadl")``
-    directly); the CLI passes nothing, and the rootdir is found from the current
-    directory with :func:`find_rootdir`. The directory is not created here.
-    """
-    root = Path(rootdir).resolve() if rootdir is not None else find_rootdir()
-    cache = None
-    for name in _INI_FILES:
-        candidate = root / name
-        if candidate.is_file():
-            is_config, value = _ini_cache_dir(candidate)
-            if is_config:
-                cache = value
-                break
-    base = root / ".pytest_cache" if cache is None else (root / os.path.expandvars(cache))
-    return base / "d" / "sadl"
+# ----------------------------------------------------------------------------- where
 
 
 def profile_path(cache_dir: str | os.PathLike[str], fingerprint: str) -> Path:
-    """Where the profile of ``fingerprint`` is stored under ``cache_dir``."""
-    return Path(cache_dir) / f"{_PREFIX}{fingerprint}{_SUFFIX}"
+    """Where the profile of ``fingerprint`` is stored under ``cache_dir`` (a folder)."""
+    return Path(cache_dir) / f"{store.PREFIX}{fingerprint}"
 
 
 # ----------------------------------------------------------------------------- profile
@@ -346,6 +281,7 @@ class TrainingProfile:
     sa_traces: np.ndarray
     sa_pred: np.ndarray
     ranges: Any  # pytest_sadl.neurons.NeuronRanges
+    row_keys: np.ndarray  # (n_train,) uint64: the inputs' row digests, in the traces' order
     lsa_arrays: Mapping[str, np.ndarray]
     dsa_arrays: Mapping[str, np.ndarray] | None
     created: str
@@ -356,6 +292,7 @@ class TrainingProfile:
     _lsa: Any = field(default=None, repr=False, compare=False)
     _dsa: Any = field(default=None, repr=False, compare=False)
     _mdsa: Any = field(default=None, repr=False, compare=False)
+    _extras: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_classes(self) -> int | None:
@@ -401,32 +338,41 @@ class TrainingProfile:
         return self._mdsa
 
     def cached_array(self, name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
-        """A derived array kept next to the profile file: loaded when it is there, else
-        ``compute()``-d and stored atomically (``profile-<fingerprint>.<name>.npy``).
+        """A derived array kept in the profile's folder: loaded when it is there (and
+        matches its digest), else ``compute()``-d and stored atomically.
 
         For values that depend only on the profile and ``name`` (put any parameter in the
-        name, e.g. ``"heldout-lsa-seed0"``), such as default bounds computed from the
-        training traces. Without a cache file (``path is None``) it just computes. An
-        unreadable file is recomputed with a :class:`SadlCacheWarning`.
+        name, e.g. ``"heldout-lsa-1000"``), such as default bounds computed from the
+        training traces. Without a cache folder (``path is None``) it just computes. An
+        unreadable file is recomputed with a :class:`SadlCacheWarning`, an unwritable
+        folder keeps the value in memory (with one such warning).
         """
         if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
             raise SadlConfigError(f"cached_array name {name!r} must be letters, digits, '-', '_' and '.'")
-        if self.path is None:
-            return np.asarray(compute())
-        side = self.path.with_name(f"{self.path.stem}.{name}.npy")
-        if side.exists():
+        if name in self._extras:
+            return self._extras[name]
+        if self.path is not None:
             try:
-                return np.load(side, allow_pickle=False)
-            except Exception as exc:
+                hit = store.read_extra(self.path, name)
+            except Invalid as exc:
+                hit = None
                 warnings.warn(
-                    f"pytest-sadl: cached array {side} cannot be read ({type(exc).__name__}: {exc}); recomputing it",
+                    f"pytest-sadl: cached array {name!r} of {self.path} cannot be used ({exc}); recomputing it",
                     SadlCacheWarning,
                     stacklevel=2,
                 )
+            if hit is not None:
+                self._extras[name] = hit
+                return hit
         value = np.asarray(compute())
         if value.dtype.kind not in "biuf":
             raise SadlConfigError(f"cached_array {name!r}: compute() returned dtype {value.dtype}, not numbers")
-        _atomic_write(side, lambda fh: np.save(fh, value, allow_pickle=False), suffix=".npy")
+        if self.path is not None:
+            try:
+                store.write_extra(self.path, name, value)
+            except OSError as exc:
+                store.uncached_warning(self.path, exc)
+        self._extras[name] = value
         return value
 
     def trace_model(self, model: Any) -> Any:
@@ -496,6 +442,61 @@ def _resolve(
     return model, tm, data, mfp, fp
 
 
+def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
+    """``data`` for the tracing pass, and the list that pass fills with the batches' row
+    digests of a dataset, in the order it yields them.
+
+    An array is traced in the canonical order of its rows (the forward pass's float
+    rounding can depend on which inputs share a batch, so the same batches are what makes
+    a profile of the same inputs in another order bitwise equal). A dataset is traced in
+    the order it yields and sorted afterwards: the same fingerprint, row keys and
+    held-out sample, numbers equal to the forward pass's rounding (~1e-6 relative)."""
+    from pytest_sadl.fingerprint import canonical_order
+
+    seen: list[np.ndarray] = []
+    if data.x is not None:  # traced in canonical order: the same batches whatever the order given
+        x, order = data.x, canonical_order(data.row_digests())
+        canonical = replace(data)
+        canonical.batches = lambda batch_size: (  # type: ignore[method-assign]
+            take_rows(x, order[i : i + batch_size])
+            for i in range(0, len(order), batch_size)
+        )
+        return canonical, seen
+
+    inner = data.batches
+    header: list[tuple[str, tuple[int, ...]]] = []
+
+    def batches(batch_size: int) -> Iterator[Any]:
+        for batch in inner(batch_size):
+            if not isinstance(batch, (dict, list)):
+                batch = np.asarray(batch)
+            if not header:
+                header.append(row_format(batch))
+            seen.append(batch_row_digests(batch))
+            yield batch
+
+    traced = replace(data)
+    traced.batches = batches  # type: ignore[method-assign]
+    traced.header = header  # type: ignore[attr-defined]
+    return traced, seen
+
+
+def _check_second_pass(data: TrainingData, traced: TrainingData, rows: np.ndarray) -> None:
+    """Warn when a dataset's tracing pass held other inputs than its fingerprint pass
+    (the fingerprints of the two passes are compared: order does not matter)."""
+    from pytest_sadl.fingerprint import multiset_fingerprint
+
+    dtype, shape = traced.header[0] if traced.header else ("", ())  # type: ignore[attr-defined]
+    if multiset_fingerprint(rows, dtype=dtype, row_shape=shape) != data.fingerprint():
+        warnings.warn(
+            f"pytest-sadl: the training data {data.source} gave other inputs on its second pass than on "
+            "its first (random augmentation or sampling in sadl_train?): the profile and so LSC/DSC "
+            "change from run to run, and each run caches another profile; make sadl_train deterministic",
+            SadlCacheWarning,
+            stacklevel=4,
+        )
+
+
 def build_profile(
     tm: Any,
     data: TrainingData,
@@ -510,19 +511,30 @@ def build_profile(
 
     Lower-level than :func:`load_or_build` (no cache); ``fingerprint``/``model_fp`` are
     recorded as given."""
+    from pytest_sadl.fingerprint import canonical_order, row_keys
     from pytest_sadl.neurons import fit_ranges
     from pytest_sadl.surprise import DSA, LSA
 
     say = status or (lambda _msg: None)
     total = data.n
     say(f"tracing {'all' if total is None else total} training inputs through {tm.model.name!r}")
-    traces = tm.traces(data, batch_size=options.batch_size, progress=progress)
+    traced, digests = _digesting(data)
+    traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
     n = len(traces)
     say(f"fitting neuron ranges and {'LSA and DSA' if tm.classifier else 'LSA (DSA needs a classifier)'}")
     ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
-    sa_traces, sa_pred = traces.sa, traces.pred
-    del traces  # the coverage traces are done with: free them before the engine's set-up
+    # canonical order: the same inputs in any order give the same arrays in the same order
+    if data.x is not None:  # traced in canonical order already
+        rows = data.row_digests()
+        order = canonical_order(rows)
+        sa_traces, sa_pred, keys = traces.sa, traces.pred, row_keys(rows[order])
+    else:
+        rows = np.concatenate(digests)
+        _check_second_pass(data, traced, rows)
+        order = canonical_order(rows)
+        sa_traces, sa_pred, keys = traces.sa[order], traces.pred[order], row_keys(rows[order])
+    del traces, rows  # the coverage traces are done with: free them before the engine's set-up
     pred = sa_pred if tm.classifier else None
     try:
         lsa = LSA(sa_traces, pred, var_threshold=options.var_threshold, near_singular=options.lsa_near_singular)
@@ -559,6 +571,7 @@ def build_profile(
         sa_traces=sa_traces,
         sa_pred=sa_pred,
         ranges=ranges,
+        row_keys=keys,
         lsa_arrays=lsa.to_arrays(),
         dsa_arrays=dsa_arrays,
         created=_now(),
@@ -597,14 +610,17 @@ def _same(a: np.ndarray, make: Callable[[], np.ndarray], shape: tuple[int, ...])
 
 
 def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Flat ``{key: array}`` for ``np.savez`` and the references of deduplicated arrays."""
+    """Flat ``{key: array}`` for the store and the references of deduplicated arrays."""
     arrays: dict[str, np.ndarray] = {
         "sa_traces": np.ascontiguousarray(profile.sa_traces),
         "sa_pred": np.ascontiguousarray(profile.sa_pred),
+        "row_keys": np.ascontiguousarray(profile.row_keys, dtype=np.uint64),
     }
     for key, value in profile.ranges.to_arrays().items():
-        arrays[f"ranges.{key}"] = value
-    refs: dict[str, Any] = {}
+        if key != "names":  # strings go into the metadata: the store holds numbers only
+            arrays[f"ranges.{key}"] = value
+    refs: dict[str, Any] = {"strings": {}}
+    strings = refs["strings"]
     cands = _candidates(profile)
     need_order = False
     for group, d in (("lsa", profile.lsa_arrays), ("dsa", profile.dsa_arrays)):
@@ -614,6 +630,9 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
             value = np.asarray(value)
             name = f"{group}.{key}"
             shape_of = {"sa_traces": profile.sa_traces.shape, "sa_pred": profile.sa_pred.shape}
+            if value.dtype.kind == "U":  # an option such as LSA's near_singular: the store holds numbers only
+                strings[name] = value.tolist()
+                continue
             ref = next(
                 (c for c, make in cands.items() if value.ndim and _same(value, make, shape_of[c.split("[")[0]])),
                 None,
@@ -628,130 +647,163 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
     return arrays, refs
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _atomic_write(path: Path, write: Callable[[Any], None], *, suffix: str = _SUFFIX) -> None:
-    """Write ``path`` atomically: ``write(fh)`` into a temporary file of the same
-    directory, fsync, rename over ``path``; the temporary file is removed on any error
-    (an interrupt included). A killed process leaves at most an ignored ``.tmp-*`` file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=suffix, dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a shared CI cache needs the usual mode
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
-def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` as an uncompressed ``.npz`` at ``path`` atomically."""
-    _atomic_write(path, lambda fh: np.savez(fh, **arrays))
-
-
 def save_profile(profile: TrainingProfile, path: str | os.PathLike[str]) -> Path:
-    """Store ``profile`` at ``path`` atomically; returns the path."""
-    path = Path(path)
+    """Store ``profile`` as the folder ``path`` (format 2, atomically); returns the path.
+    Raises ``OSError`` when it cannot be written."""
     arrays, refs = _to_file_arrays(profile)
     meta = profile.meta()
     meta["refs"] = refs
-    meta["keys"] = sorted(arrays)
-    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    _atomic_savez(path, arrays)
-    return path
+    meta["range_names"] = list(profile.ranges.names)
+    return store.write_entry(path, meta, arrays)
 
 
-def _read_meta(npz: Any) -> dict[str, Any]:
-    if "meta" not in npz.files:
-        raise _Invalid("it has no 'meta' entry")
-    raw = npz["meta"]
-    if raw.dtype.kind != "U" or raw.ndim != 0:
-        raise _Invalid("its 'meta' entry is not a JSON string")
-    meta = json.loads(str(raw))
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise _Invalid("it is not a pytest-sadl profile")
-    return meta
+def _is_int(value: Any, low: int = 0) -> bool:
+    return type(value) is int and low <= value < 1 << 40
+
+
+def _check_meta(meta: dict[str, Any]) -> None:
+    """The metadata fields a profile is rebuilt from, with their types and ranges."""
+
+    def bad(key: str, what: str) -> Invalid:
+        return Invalid(f"metadata {key!r} is {meta.get(key)!r}, expected {what}")
+
+    for key in ("fingerprint", "model_fingerprint", "data_fingerprint", "model_name", "created"):
+        if not isinstance(meta.get(key), str):
+            raise bad(key, "a string")
+    for key in ("n_train", "n_outputs"):
+        if not _is_int(meta.get(key), 1):
+            raise bad(key, "an integer >= 1")
+    for key in ("sa_sizes", "coverage_sizes"):
+        value = meta.get(key)
+        if not isinstance(value, list) or not value or not all(_is_int(v, 1) for v in value):
+            raise bad(key, "a list of integers >= 1")
+    for key, size_key in (("sa_layers", "sa_sizes"), ("coverage_layers", "coverage_sizes"), ("range_names", "coverage_sizes")):
+        value = meta.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) != len(meta[size_key]):
+            raise bad(key, f"a list of {len(meta[size_key])} names")
+    if not isinstance(meta.get("classifier"), bool):
+        raise bad("classifier", "true or false")
+    vt = meta.get("var_threshold")
+    if isinstance(vt, bool) or not isinstance(vt, (int, float)) or not np.isfinite(vt) or vt < 0:
+        raise bad("var_threshold", "a finite number >= 0")
+    shape = meta.get("input_shape")
+    if not isinstance(shape, list) or not all(v is None or _is_int(v) for v in shape):
+        raise bad("input_shape", "a list of sizes")
+    if not isinstance(meta.get("refs", {}), dict) or not isinstance(meta.get("versions", {}), dict):
+        raise Invalid("metadata 'refs' or 'versions' is not an object")
+
+
+def _check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
+    """What the arrays' headers must say, checked before any data is read."""
+    n, d = meta["n_train"], sum(meta["sa_sizes"])
+    n_cov, n_layers = sum(meta["coverage_sizes"]), len(meta["coverage_sizes"])
+    shapes, kinds = entry.shapes(), {k: v.dtype.kind for k, v in entry.arrays.items()}
+    pred_shape = shapes.get("sa_pred", ())
+    want = {
+        "sa_traces": ((n, d), "f"),
+        # a classifier's predicted classes; a regression model's outputs (n,) or (n, k)
+        "sa_pred": ((n,), "iu") if meta["classifier"] else ((n, *pred_shape[1:2]), "iuf"),
+        "row_keys": ((n,), "u"),
+        "ranges.low": ((n_cov,), "f"),
+        "ranges.high": ((n_cov,), "f"),
+        "ranges.sizes": ((n_layers,), "iu"),
+    }
+    if "order" in shapes:
+        want["order"] = ((n,), "iu")
+    for key, (shape, kind) in want.items():
+        if key not in shapes:
+            raise Invalid(f"array {key!r} is missing")
+        if shapes[key] != shape or kinds[key] not in kind:
+            raise Invalid(f"{key} is {entry.arrays[key].dtype} {shapes[key]}, expected shape {shape}")
+    for key, shape in shapes.items():
+        group = key.partition(".")[0]
+        if key not in want and (group not in ("lsa", "dsa") or (shape and shape[0] > n)):
+            raise Invalid(f"array {key!r} {shape} does not belong in a profile of {n} inputs")
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    """``np.isfinite(a).all()`` a few MiB at a time (a memory map is not copied whole)."""
+    flat = a.reshape(-1)
+    step = 1 << 20
+    return all(bool(np.isfinite(flat[i : i + step]).all()) for i in range(0, flat.shape[0], step))
 
 
 def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -> TrainingProfile:
-    """Load and validate the profile at ``path``; raise ``_Invalid`` (internal) when it
-    must not be trusted (unreadable, truncated, wrong version or fingerprint, inconsistent)."""
+    """Open, check and verify the profile folder ``path``; raise :class:`Invalid` (one
+    line saying why) when it must not be trusted: see :mod:`pytest_sadl.store` for the
+    order of the checks. The traces stay memory-mapped."""
     from pytest_sadl.neurons import NeuronRanges
 
     path = Path(path)
+    entry = store.open_entry(path)
+    meta = entry.meta
+    _check_meta(meta)
+    if fingerprint is not None and meta["fingerprint"] != fingerprint:
+        raise Invalid("its fingerprint does not match its name")
+    _check_shapes(meta, entry)
+    entry.verify()
+    a = entry.arrays
+    if not _all_finite(a["sa_traces"]):
+        raise Invalid("sa_traces holds NaN or inf")
+    low, high = np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+        raise Invalid("the neuron ranges hold NaN, inf or low > high")
+    if list(np.asarray(a["ranges.sizes"])) != meta["coverage_sizes"]:
+        raise Invalid(f"the neuron ranges have sizes {list(a['ranges.sizes'])}, expected {meta['coverage_sizes']}")
+    pred = a["sa_pred"]
+    n_classes = 2 if meta["n_outputs"] == 1 else meta["n_outputs"]
+    if meta["classifier"] and len(pred) and (int(pred.min()) < 0 or int(pred.max()) >= n_classes):
+        raise Invalid(f"sa_pred holds classes outside [0, {n_classes})")
+    order = a.get("order")
+    if order is not None and len(order) and (int(order.min()) < 0 or int(order.max()) >= meta["n_train"]):
+        raise Invalid("order is malformed")
+    if "lsa.var_threshold" in a and float(a["lsa.var_threshold"]) != float(meta["var_threshold"]):
+        raise Invalid("the LSA's var_threshold differs from the metadata's")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            meta = _read_meta(npz)
-            if meta.get("version") != FORMAT_VERSION:
-                raise _Invalid(f"it has format version {meta.get('version')!r}, this pytest-sadl reads {FORMAT_VERSION}")
-            if fingerprint is not None and meta.get("fingerprint") != fingerprint:
-                raise _Invalid("its fingerprint does not match its name")
-            missing = [k for k in meta.get("keys", []) if k not in npz.files]
-            if missing:
-                raise _Invalid(f"entries {missing} are missing")
-            arrays = {k: npz[k] for k in npz.files if k != "meta"}
-    except _Invalid:
-        raise
-    except Exception as exc:  # BadZipFile, EOFError, OSError, ValueError (pickles), JSON...
-        raise _Invalid(f"{type(exc).__name__}: {exc}") from exc
-    try:
-        return _from_file_arrays(path, meta, arrays, NeuronRanges)
-    except _Invalid:
+        return _from_entry(path, meta, a, NeuronRanges)
+    except Invalid:
         raise
     except Exception as exc:
-        raise _Invalid(f"its content is inconsistent ({type(exc).__name__}: {exc})") from exc
+        raise Invalid(f"its content is inconsistent ({type(exc).__name__}: {exc})") from exc
 
 
-def _from_file_arrays(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
-    for key, value in arrays.items():
-        if value.dtype.kind not in "biufU":
-            raise _Invalid(f"entry {key!r} has dtype {value.dtype}")
-    sa, pred = arrays["sa_traces"], arrays["sa_pred"]
-    n = int(meta["n_train"])
-    if sa.ndim != 2 or sa.shape != (n, int(sum(meta["sa_sizes"]))):
-        raise _Invalid(f"sa_traces has shape {sa.shape}, expected ({n}, {sum(meta['sa_sizes'])})")
-    if pred.shape[0] != n:
-        raise _Invalid(f"sa_pred has {pred.shape[0]} rows, expected {n}")
-    if not np.isfinite(sa).all():
-        raise _Invalid("sa_traces holds NaN or inf")
+def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
+    sa, pred, n = arrays["sa_traces"], arrays["sa_pred"], meta["n_train"]
     order = arrays.get("order")
-    if order is not None and (order.shape != (n,) or order.dtype.kind not in "iu" or order.min() < 0 or order.max() >= n):
-        raise _Invalid("order is malformed")
-    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: sa, "sa_pred": lambda: pred}
+    # The engine gets plain-ndarray views of the maps (still paged in lazily) below 1 GiB,
+    # so it takes the same in-memory path as on a freshly built profile: the same numbers
+    # bit for bit (a serial run that builds equals an xdist run that loads); above, the
+    # maps themselves, which the engine scores in chunks.
+    arrays = {k: (np.asarray(v) if isinstance(v, np.memmap) and v.nbytes < _ENGINE_MAP_BYTES else v) for k, v in arrays.items()}
+    esa, epred = arrays["sa_traces"], arrays["sa_pred"]
+    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: esa, "sa_pred": lambda: epred}
     if order is not None:
-        cands["sa_traces[order]"] = lambda: sa[order]
-        cands["sa_pred[order]"] = lambda: pred[order]
+        cands["sa_traces[order]"] = lambda: esa[order]
+        cands["sa_pred[order]"] = lambda: epred[order]
     groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}}
     for key, value in arrays.items():
         group, _, sub = key.partition(".")
         if group in groups and sub:
             groups[group][sub] = value
     refs: dict[str, dict[str, Callable[[], np.ndarray]]] = {"lsa": {}, "dsa": {}}
-    for name, ref in meta.get("refs", {}).items():
+    strings = meta.get("refs", {}).get("strings", {})
+    if not isinstance(strings, dict):
+        raise Invalid("metadata 'refs.strings' is not an object")
+    for name, value in strings.items():
         group, _, sub = name.partition(".")
-        if ref.get("ref") not in cands or group not in refs:
-            raise _Invalid(f"reference {name!r} -> {ref!r} is unknown")
+        if group not in groups or not isinstance(value, str) or len(value) > 100 or not sub:
+            raise Invalid(f"string entry {name!r} -> {value!r} is unknown")
+        groups[group][sub] = np.array(value)
+    for name, ref in meta.get("refs", {}).items():
+        if name == "strings":
+            continue
+        group, _, sub = name.partition(".")
+        if not isinstance(ref, dict) or ref.get("ref") not in cands or group not in refs or ref.get("dtype") not in store.DTYPES:
+            raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
         make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
         refs[group][sub] = lambda make=make, dtype=dtype: make().astype(dtype, copy=False)
-    ranges = ranges_cls.from_arrays(groups["ranges"])
-    if list(ranges.sizes) != list(meta["coverage_sizes"]):
-        raise _Invalid(f"neuron ranges have sizes {list(ranges.sizes)}, expected {meta['coverage_sizes']}")
-    classifier = bool(meta["classifier"])
+    ranges = ranges_cls.from_arrays({**groups["ranges"], "names": np.asarray(meta["range_names"], dtype=np.str_)})
+    classifier = meta["classifier"]
     options = ProfileOptions(
         sa_layers=tuple(meta["sa_layers"]),
         coverage_layers=tuple(meta["coverage_layers"]),
@@ -764,65 +816,86 @@ def _from_file_arrays(path: Path, meta: dict[str, Any], arrays: dict[str, np.nda
     lsa_arrays = _Arrays(groups["lsa"], refs["lsa"])
     dsa_arrays = _Arrays(groups["dsa"], refs["dsa"]) if (groups["dsa"] or refs["dsa"]) else None
     if dsa_arrays is not None and "other_dist" in groups["dsa"] and groups["dsa"]["other_dist"].shape != (n,):
-        raise _Invalid("dsa.other_dist has the wrong shape")
+        raise Invalid("dsa.other_dist has the wrong shape")
     return TrainingProfile(
-        fingerprint=str(meta["fingerprint"]),
+        fingerprint=meta["fingerprint"],
         options=options,
-        model_fingerprint=str(meta["model_fingerprint"]),
-        data_fingerprint=str(meta["data_fingerprint"]),
-        model_name=str(meta["model_name"]),
+        model_fingerprint=meta["model_fingerprint"],
+        data_fingerprint=meta["data_fingerprint"],
+        model_name=meta["model_name"],
         classifier=classifier,
         n_train=n,
-        n_outputs=int(meta["n_outputs"]),
+        n_outputs=meta["n_outputs"],
         input_shape=tuple(meta["input_shape"]),
         sa_layers=list(meta["sa_layers"]),
         coverage_layers=list(meta["coverage_layers"]),
-        sa_sizes=[int(s) for s in meta["sa_sizes"]],
-        coverage_sizes=[int(s) for s in meta["coverage_sizes"]],
+        sa_sizes=list(meta["sa_sizes"]),
+        coverage_sizes=list(meta["coverage_sizes"]),
         sa_traces=sa,
         sa_pred=pred,
         ranges=ranges,
+        row_keys=arrays["row_keys"],
         lsa_arrays=lsa_arrays,  # type: ignore[arg-type]
         dsa_arrays=dsa_arrays,  # type: ignore[arg-type]
-        created=str(meta["created"]),
-        versions=dict(meta.get("versions", {})),
+        created=meta["created"],
+        versions={str(k): str(v) for k, v in meta.get("versions", {}).items()},
         data_source=str(meta.get("data_source", "")),
         path=path,
         built=False,
     )
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    """An exclusive advisory lock (``fcntl.flock``; no lock where fcntl does not exist)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: atomic rename still protects readers
-        yield
-        return
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _try_load(path: Path, fingerprint: str, *, warn: bool) -> TrainingProfile | None:
-    if not path.exists():
+def _try_load(path: Path, fingerprint: str, warn: bool) -> TrainingProfile | None:
+    if not os.path.lexists(path):
         return None
     try:
         return load_profile(path, fingerprint)
-    except _Invalid as exc:
+    except Invalid as exc:
         if warn:
             warnings.warn(
-                f"pytest-sadl: the cached training profile {path} cannot be used ({exc}); "
-                "rebuilding it",
+                f"pytest-sadl: the cached training profile {path} cannot be used ({exc}); rebuilding it",
                 SadlCacheWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         return None
+
+
+def _drop_stale(cache_dir: Path) -> None:
+    """Remove the profiles of format 1 in ``cache_dir`` (no version reads them), saying so,
+    and what killed writers left an hour ago or more."""
+    store.sweep(cache_dir)
+    old = store.stale_files(cache_dir)
+    if not old:
+        return
+    warnings.warn(
+        f"pytest-sadl: {len(old)} training profile(s) of format 1 in {cache_dir} are stale "
+        f"(this version reads format {FORMAT_VERSION}); removing them and building the profile anew",
+        SadlCacheWarning,
+        stacklevel=4,
+    )
+    for file in old:
+        try:
+            file.unlink()
+        except IsADirectoryError:
+            shutil.rmtree(file, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _note_data(cache_dir: Path, profile: TrainingProfile) -> None:
+    """Warn when the same model's training data from the same source changed since the
+    last profile while keeping its size: the sign of a randomly augmenting ``sadl_train``."""
+    key = hashlib.sha256(f"{profile.model_fingerprint}\0{profile.data_source}".encode()).hexdigest()[:32]
+    before = store.note_data(cache_dir, key, profile.data_fingerprint, profile.n_train)
+    if before is not None and before["data"] != profile.data_fingerprint and before["n"] == profile.n_train:
+        warnings.warn(
+            f"pytest-sadl: the training data {profile.data_source} holds other inputs than in the last run "
+            f"with the same model (again {profile.n_train} inputs): if sadl_train augments or samples at "
+            "random, LSC/DSC change from run to run and each run caches another profile; make it "
+            "deterministic (ignore this if you changed the data on purpose)",
+            SadlCacheWarning,
+            stacklevel=4,
+        )
 
 
 def load_or_build(
@@ -840,10 +913,11 @@ def load_or_build(
 
     ``cache_dir=None`` builds without caching. ``progress(done, total)`` is called per
     batch of the forward pass; ``status(message)`` at each phase. ``rebuild=True``
-    ignores a cached file. Relative paths in ``model``/``train`` resolve against
+    ignores a cached profile. Relative paths in ``model``/``train`` resolve against
     ``base_dir`` (the rootdir). Raises :class:`~pytest_sadl.data.SadlConfigError`
-    subclasses for bad models, layers, options and data; a corrupt cache file only
-    warns (:class:`SadlCacheWarning`) and is rebuilt.
+    subclasses for bad models, layers, options and data; a cached profile that must not
+    be trusted only warns (:class:`SadlCacheWarning`) and is rebuilt; a cache that
+    cannot be written warns and the profile is kept in memory.
     """
     options = options or ProfileOptions()
     model, tm, data, mfp, fp = _resolve(model, train, options, base_dir)
@@ -853,33 +927,35 @@ def load_or_build(
 
     if cache_dir is None:
         return build()
+    cache_dir = Path(cache_dir)
     path = profile_path(cache_dir, fp)
 
-    def usable(p: TrainingProfile | None) -> bool:
-        return p is not None and (not options.dsa_precompute or not p.classifier or p.dsa_arrays is not None)
+    def ready(p: TrainingProfile) -> bool:
+        return not options.dsa_precompute or not p.classifier or p.dsa_arrays is not None
 
-    if not rebuild:
-        hit = _try_load(path, fp, warn=True)
-        if usable(hit):
-            return hit  # type: ignore[return-value]
-    with _locked(path.with_suffix(".lock")):
-        if not rebuild:  # another process may have built it while we waited
-            hit = _try_load(path, fp, warn=False)
-            if usable(hit):
-                return hit  # type: ignore[return-value]
-            if hit is not None:  # same numbers, DSA distances missing: complete the file
-                if status:
-                    status(f"DSA: nearest other-class distance of {hit.n_train} training traces")
-                hit.dsa_arrays = hit.dsa().to_arrays()
-                hit.options = replace(hit.options, dsa_precompute=True)
-                save_profile(hit, path)
-                return hit
+    def make(partial: TrainingProfile | None) -> TrainingProfile:
+        if partial is not None:  # same numbers, DSA distances missing: complete the profile
+            if status:
+                status(f"DSA: nearest other-class distance of {partial.n_train} training traces")
+            partial.dsa_arrays = partial.dsa().to_arrays()
+            partial.options = replace(partial.options, dsa_precompute=True)
+            return partial
+        _drop_stale(cache_dir)
         profile = build()
         if status:
             status(f"writing {path}")
-        save_profile(profile, path)
-        profile.path = path
         return profile
+
+    def save(p: TrainingProfile, target: Path) -> None:
+        save_profile(p, target)
+        p.path = target
+
+    profile, _stored = store.cached_build(
+        path, load=lambda p, warn: _try_load(p, fp, warn), ready=ready, make=make, save=save, rebuild=rebuild
+    )
+    if profile.built:
+        _note_data(cache_dir, profile)
+    return profile
 
 
 # ----------------------------------------------------------------------------- listing
@@ -887,7 +963,7 @@ def load_or_build(
 
 @dataclass
 class ProfileInfo:
-    """One stored profile, as :func:`list_profiles` reads it (the arrays are not loaded)."""
+    """One stored profile, as :func:`list_profiles` reads it (the arrays are not read)."""
 
     path: Path
     fingerprint: str
@@ -902,25 +978,38 @@ class ProfileInfo:
         return max(0.0, time.time() - self.mtime)
 
 
+def _size(path: Path) -> int:
+    """Bytes of a file, or of the regular files directly in a folder."""
+    if not path.is_dir():
+        return path.lstat().st_size
+    return sum(p.lstat().st_size for p in path.iterdir() if p.is_file())
+
+
 def list_profiles(cache_dir: str | os.PathLike[str]) -> list[ProfileInfo]:
-    """The profile files in ``cache_dir``, newest first; unreadable ones have ``ok=False``."""
-    directory = Path(cache_dir)
-    if not directory.is_dir():
-        return []
+    """The profiles in ``cache_dir``, newest first; unreadable or stale ones have
+    ``ok=False`` and a ``problem``. Headers and metadata are checked, the arrays'
+    digests are not (that is a load's work); nothing can hang on a FIFO."""
     out = []
-    for path in directory.glob(f"{_PREFIX}*{_SUFFIX}"):
-        fp = path.name[len(_PREFIX) : -len(_SUFFIX)]
-        st = path.stat()
-        info = ProfileInfo(path=path, fingerprint=fp, size=st.st_size, mtime=st.st_mtime, ok=True)
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                info.meta = _read_meta(npz)
-            if info.meta.get("fingerprint") != fp:
-                info.ok, info.problem = False, "fingerprint does not match the file name"
-            elif info.meta.get("version") != FORMAT_VERSION:
-                info.ok, info.problem = False, f"format version {info.meta.get('version')!r}"
-        except Exception as exc:
-            info.ok, info.problem = False, f"unreadable ({type(exc).__name__}: {exc})"
+    for path in store.entries(cache_dir):
+        fp = path.name[len(store.PREFIX) :]
+        st = path.lstat()
+        info = ProfileInfo(path=path, fingerprint=fp, size=0, mtime=st.st_mtime, ok=True)
+        with contextlib.suppress(OSError):
+            info.size = _size(path)
+        if path.suffix == ".npz":
+            info.fingerprint = fp[: -len(".npz")]
+            info.ok, info.problem = False, "format 1 (stale: rebuilt on the next run, then removed)"
+        else:
+            try:
+                entry = store.open_entry(path)
+                info.meta = entry.meta
+                _check_meta(entry.meta)
+                if entry.meta["fingerprint"] != fp:
+                    info.ok, info.problem = False, "fingerprint does not match the folder name"
+                else:
+                    _check_shapes(entry.meta, entry)
+            except Invalid as exc:
+                info.ok, info.problem = False, f"unusable ({exc})"
         out.append(info)
     out.sort(key=lambda i: i.mtime, reverse=True)
     return out

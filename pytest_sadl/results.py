@@ -143,10 +143,10 @@ def _clean(obj: Any) -> Any:
 
 
 def write_json(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write ``data`` as JSON atomically (a temporary file renamed over the target)."""
-    from .report._load import write_text_atomic
+    """Write ``data`` as JSON atomically and durably (:mod:`pytest_sadl.atomic`)."""
+    from .atomic import atomic_write_text
 
-    return write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+    return atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
 # ----------------------------------------------------------------------------- the schema

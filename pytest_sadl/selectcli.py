@@ -110,8 +110,7 @@ def write_selection(
     out: str | os.PathLike[str], chosen: Selection, x: np.ndarray, scores: dict[str, np.ndarray], y: np.ndarray | None
 ) -> list[Path]:
     """Write ``selection.json``, ``selected.npz`` and (images) ``index.html`` into ``out``."""
-    from .profile import _atomic_write  # the project's durable writer (temp file, fsync, rename)
-    from .report._load import write_text_atomic
+    from .atomic import atomic_open, atomic_write_text  # the project's one durable writer
 
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
@@ -122,15 +121,16 @@ def write_selection(
         **chosen.to_dict(),
         "scores": {k: [None if not np.isfinite(v[i]) else float(v[i]) for i in idx] for k, v in scores.items()},
     }
-    written = [write_text_atomic(folder / "selection.json", json.dumps(doc, indent=1) + "\n")]
+    written = [atomic_write_text(folder / "selection.json", json.dumps(doc, indent=1) + "\n")]
     arrays = {"x": x[idx], "index": idx}
     if y is not None:
         arrays["y"] = y[idx]
-    _atomic_write(folder / "selected.npz", lambda fh: np.savez(fh, **arrays), suffix=".npz")
+    with atomic_open(folder / "selected.npz") as fh:
+        np.savez(fh, **arrays)
     written.append(folder / "selected.npz")
     page = _gallery(chosen, x, scores, y)
     if page is not None:
-        written.append(write_text_atomic(folder / "index.html", page))
+        written.append(atomic_write_text(folder / "index.html", page))
     return written
 
 

@@ -28,6 +28,12 @@ def run(args: list[str], cwd: Path, *, module: bool = False) -> subprocess.Compl
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _ours(stderr: str) -> list[str]:
+    """stderr without TensorFlow's C++ start-up log (absl prints it whatever the log level)."""
+    tf_log = ("WARNING: All log messages before absl", "I0000 ", "W0000 ", "To enable the following instructions")
+    return [line for line in stderr.splitlines() if not line.startswith(tf_log)]
+
+
 @pytest.fixture()
 def project(tmp_path: Path, conv_model_path: Path, digits: Any) -> Path:
     """A user's project: pyproject with a pytest section, a model and training data."""
@@ -66,15 +72,17 @@ def test_build_then_list_end_to_end(project: Path) -> None:
     assert first.stdout.startswith("built profile ")
     assert "Traceback" not in first.stderr and "\r" not in first.stderr  # no bar when not a TTY
     cache = project / ".pytest_cache" / "d" / "sadl"
-    files = list(cache.glob("profile-*.npz"))
+    files = [p for p in cache.glob("profile-*") if p.is_dir()]
     assert len(files) == 1
-    fp = files[0].name[len("profile-") : -len(".npz")]
+    fp = files[0].name[len("profile-") :]
+    # the CLI made .pytest_cache: it is git-ignored as pytest's own would be
+    assert (project / ".pytest_cache" / ".gitignore").read_text().splitlines()[-1] == "*"
     assert fp[:16] in first.stdout
 
     # from a subdirectory: the same rootdir, so the same cache, and a hit
     again = run(["profile", "build", "--model", "../models/m.keras", "--train", "../data/train.npz", "--quiet"], project / "sub")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("found cached profile " + fp[:16]) and again.stderr == ""
+    assert again.stdout.startswith("found cached profile " + fp[:16]) and _ours(again.stderr) == []
     assert re.search(r"in \d+\.\ds \(TensorFlow import \d+\.\ds, loading \d+\.\ds\)", again.stdout)
 
     listed = run(["profile", "list"], project / "sub")
@@ -83,12 +91,12 @@ def test_build_then_list_end_to_end(project: Path) -> None:
     js = json.loads(run(["profile", "list", "--json"], project).stdout)
     (row,) = js["profiles"]
     assert row["fingerprint"] == fp and row["ok"] and row["n_train"] > 1000 and row["sa_layers"] == ["hidden"]
-    assert row["size"] == files[0].stat().st_size and row["age_seconds"] >= 0
+    assert row["size"] == sum(f.stat().st_size for f in files[0].iterdir()) and row["age_seconds"] >= 0
 
     other = project / "elsewhere"
     built = run(["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--coverage-layers", "conv1,hidden", "--cache-dir", str(other), "-q"], project)
     assert built.returncode == 0, built.stderr
-    assert len(list(other.glob("profile-*.npz"))) == 1 and len(list(cache.glob("profile-*.npz"))) == 1
+    assert len([p for p in other.glob("profile-*") if p.is_dir()]) == 1 and len([p for p in cache.glob("profile-*") if p.is_dir()]) == 1
 
 
 @pytest.mark.tf
@@ -116,6 +124,27 @@ def test_list_in_process_needs_no_tensorflow(tmp_path: Path, capsys: pytest.Capt
     assert main(["profile", "list", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "abc" in out and "(unusable)" in out and "rebuilt" in out
+    os.mkfifo(tmp_path / "profile-fifo")  # a FIFO named like a profile: listed, never waited on
+    (tmp_path / "profile-dir").mkdir()
+    os.mkfifo(tmp_path / "profile-dir" / "meta.json")
+    assert main(["profile", "list", "--cache-dir", str(tmp_path), "--json"]) == 0
+    rows = {r["fingerprint"]: r for r in json.loads(capsys.readouterr().out)["profiles"]}
+    assert not rows["fifo"]["ok"] and "not a folder" in rows["fifo"]["problem"]
+    assert not rows["dir"]["ok"] and "not a regular file" in rows["dir"]["problem"]
+
+
+@pytest.mark.tf
+def test_build_into_an_unwritable_cache_succeeds_uncached(project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / "blocked").write_text("a file where the cache folder would go")
+    base = ["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz", "-q"]
+    assert main([*base, "--cache-dir", str(project / "blocked" / "cache")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("built (not cached) profile ")
+    (line,) = captured.err.splitlines()
+    assert line.startswith("sadl: warning: pytest-sadl: could not cache the training profile in ") and "NotADirectoryError" in line
+    monkeypatch.setenv("HOME", str(project / "home"))
+    assert main([*base, "--cache-dir", "~/sadl-cache"]) == 0  # ~ is the user's home, not a folder named "~"
+    assert [p.name[:8] for p in (project / "home" / "sadl-cache").iterdir() if p.is_dir()] == ["profile-"]
 
 
 def test_progress_bar() -> None:

@@ -192,7 +192,15 @@ def test_dataset_source(x: np.ndarray) -> None:
     single = load_training_data(tf.data.Dataset.from_tensor_slices(x))
     assert [len(b) for b in single.batches(16)] == [16, 16, 5]
     assert d.fingerprint() == single.fingerprint()  # same inputs, however batched
-    assert load_training_data(tf.data.Dataset.from_tensor_slices(x[::-1])).fingerprint() != d.fingerprint()
+    # a multiset: the same inputs in another order (a shuffled dataset, an array) give the same
+    # fingerprint; one changed value or one duplicate more does not
+    assert load_training_data(tf.data.Dataset.from_tensor_slices(x[::-1])).fingerprint() == d.fingerprint()
+    shuffled = tf.data.Dataset.from_tensor_slices(x).shuffle(37, seed=None, reshuffle_each_iteration=True).batch(7)
+    assert load_training_data(shuffled).fingerprint() == d.fingerprint() == load_training_data(x).fingerprint()
+    changed = x.copy()
+    changed[3].flat[0] += 1e-3
+    assert load_training_data(tf.data.Dataset.from_tensor_slices(changed)).fingerprint() != d.fingerprint()
+    assert load_training_data(np.concatenate([x, x[:1]])).fingerprint() != d.fingerprint()
 
 
 def test_several_inputs_by_name_or_in_order(x: np.ndarray) -> None:
@@ -218,3 +226,8 @@ def test_several_inputs_by_name_or_in_order(x: np.ndarray) -> None:
         load_training_data([x, aux, aux]).bind(["image", "aux"])
     with pytest.raises(SadlDataError, match="different numbers of rows"):
         load_training_data({"image": x, "aux": aux[:5]}).bind(["image", "aux"])
+    # several inputs: a row is the inputs' rows together, so reordering the rows of every
+    # input alike keeps the fingerprint, and moving one input's rows alone does not
+    order = np.random.default_rng(0).permutation(len(x))
+    assert load_training_data({"image": x[order], "aux": aux[order]}).bind(["image", "aux"]).fingerprint() == fp
+    assert load_training_data({"image": x, "aux": aux[order]}).bind(["image", "aux"]).fingerprint() != fp

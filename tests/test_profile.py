@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 from pytest_sadl.data import SadlDataError, SadlLayerError, SadlModelError
 from pytest_sadl.profile import (
     FORMAT_VERSION,
+    Invalid,
     ProfileOptions,
     SadlCacheWarning,
     default_cache_dir,
@@ -66,10 +68,13 @@ def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, t
     from pytest_sadl.traces import TraceModel
 
     prof = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100), tmp_path)
-    assert prof.built and prof.path == profile_path(tmp_path, prof.fingerprint) and prof.path.is_file()
+    assert prof.built and prof.path == profile_path(tmp_path, prof.fingerprint) and prof.path.is_dir()
+    from pytest_sadl.fingerprint import canonical_order, row_digests
+
     t = TraceModel(conv_model).traces(digits.x_train)
-    np.testing.assert_allclose(prof.sa_traces, t.sa, atol=1e-5)
-    np.testing.assert_array_equal(prof.sa_pred, t.pred)
+    order = canonical_order(row_digests(digits.x_train))  # the profile keeps the inputs' canonical order
+    np.testing.assert_allclose(prof.sa_traces, t.sa[order], atol=1e-5)
+    np.testing.assert_array_equal(prof.sa_pred, t.pred[order])
     ref_ranges = fit_ranges(t.coverage)
     for lo, hi, rlo, rhi in zip(prof.ranges.low, prof.ranges.high, ref_ranges.low, ref_ranges.high):
         np.testing.assert_allclose(lo, rlo, atol=1e-5)
@@ -99,7 +104,8 @@ def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) 
     prof = load_or_build(regression_model, digits.x_train, None, tmp_path, status=said.append)
     assert not prof.classifier and prof.dsa() is None and prof.dsa_arrays is None and prof.n_classes is None
     assert "fitting neuron ranges and LSA (DSA needs a classifier)" in said and not any("LSA and DSA" in m for m in said)
-    hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
+    with _no_cache_warning():
+        hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
     assert not hit.built
     scores = hit.lsa()(prof.sa_traces[:20])
     assert scores.shape == (20,) and np.isfinite(scores).all()
@@ -108,15 +114,19 @@ def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) 
 
 
 @pytest.mark.tf
-def test_file_holds_no_pickles_and_dedupes_traces(conv_model: Any, digits: Any, tmp_path: Path) -> None:
+def test_folder_holds_numbers_only_and_dedupes_traces(conv_model: Any, digits: Any, tmp_path: Path) -> None:
     prof = load_or_build(conv_model, digits.x_train, None, tmp_path)
-    with np.load(prof.path, allow_pickle=False) as npz:
-        meta = json.loads(str(npz["meta"]))
-        assert meta["version"] == FORMAT_VERSION and meta["fingerprint"] == prof.fingerprint
-        assert all(npz[k].dtype != object for k in npz.files)
-        # the engine's copies of the training traces are stored as references, once
-        assert "lsa.train_ats" in meta["refs"] and "dsa.train_ats" in meta["refs"]
-        assert "lsa.train_ats" not in npz.files
+    doc = json.loads((prof.path / "meta.json").read_text())
+    meta = doc["meta"]
+    assert doc["version"] == FORMAT_VERSION and meta["fingerprint"] == prof.fingerprint
+    for name, rec in doc["arrays"].items():
+        a = np.load(prof.path / f"{name}.npy", allow_pickle=False, mmap_mode="r")
+        assert a.dtype.kind in "biuf" and a.dtype.str == rec["dtype"] and list(a.shape) == rec["shape"]
+    # the engine's copies of the training traces are stored as references, once
+    assert "lsa.train_ats" in meta["refs"] and "dsa.train_ats" in meta["refs"]
+    assert "lsa.train_ats" not in doc["arrays"]
+    hit = load_profile(prof.path, prof.fingerprint)
+    assert isinstance(hit.sa_traces, np.memmap), "a warm run maps the traces, it does not read them whole"
 
 
 @pytest.mark.tf
@@ -187,55 +197,196 @@ def test_profile_fingerprint_changes_with_weight_input_or_option(dense_model_pat
 # ----------------------------------------------------------------------------- robustness
 
 
-@pytest.mark.tf
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "wrong-fingerprint", "pickled", "old-version"])
-def test_bad_cache_file_is_rebuilt_with_a_warning(damage: str, dense_model: Any, digits: Any, tmp_path: Path) -> None:
-    good = load_or_build(dense_model, digits.x_train, None, tmp_path)
-    path = good.path
-    raw = path.read_bytes()
+def _arrays_of(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A stored profile's metadata and arrays, read into memory."""
+    from pytest_sadl import store
+
+    entry = store.open_entry(path)
+    return dict(entry.meta), {k: np.array(v) for k, v in entry.arrays.items()}
+
+
+def _craft(path: Path, meta: dict[str, Any] | None = None, **arrays: np.ndarray) -> None:
+    """Rewrite the profile at ``path`` with changed metadata or arrays and *valid* digests:
+    what a crafted profile looks like (the digest then proves nothing, the checks must)."""
+    from pytest_sadl import store
+
+    old_meta, old_arrays = _arrays_of(path)
+    store.write_entry(path, {**old_meta, **(meta or {})}, {**old_arrays, **arrays})
+
+
+def _set_array_raw(path: Path, name: str, value: np.ndarray) -> None:
+    """Replace one .npy in place with a valid .npy of ``value``, leaving the digests alone."""
+    with open(path / f"{name}.npy", "wb") as fh:
+        np.save(fh, value)
+
+
+def _damage(damage: str, path: Path, other: Path) -> None:
+    meta_file = path / "meta.json"
+    traces = path / "sa_traces.npy"
     if damage == "garbage":
-        path.write_bytes(b"\x00" * 1000)
+        meta_file.write_bytes(b"\x00" * 1000)
     elif damage == "truncated":  # what a non-atomic, interrupted write would leave
-        path.write_bytes(raw[: len(raw) // 2])
+        raw = traces.read_bytes()
+        traces.write_bytes(raw[: len(raw) // 2])
     elif damage == "empty":
-        path.write_bytes(b"")
+        meta_file.write_bytes(b"")
+    elif damage == "missing-array":
+        traces.unlink()
     elif damage == "wrong-fingerprint":
-        other = load_or_build(dense_model, digits.x_train, ProfileOptions(var_threshold=1e-3), tmp_path)
-        path.write_bytes(other.path.read_bytes())
+        shutil.rmtree(path)
+        shutil.copytree(other, path)
+    elif damage == "tampered-numbers":  # a valid .npy with changed numbers, digests untouched
+        a = np.load(traces)
+        a[0, 0] += 1.0
+        _set_array_raw(path, "sa_traces", a)
+    elif damage == "tampered-metadata":  # a plausible value, digest untouched
+        doc = json.loads(meta_file.read_text())
+        doc["meta"]["var_threshold"] = 0.5
+        meta_file.write_text(json.dumps(doc))
     elif damage == "pickled":
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        arrays["sa_pred"] = np.array([{"run": "code"}], dtype=object)
-        np.savez(path, **arrays)
+        with open(path / "sa_pred.npy", "wb") as fh:
+            np.save(fh, np.array([{"run": "code"}], dtype=object), allow_pickle=True)
+    elif damage == "dtype-O-in-metadata":
+        doc = json.loads(meta_file.read_text())
+        doc["arrays"]["sa_pred"]["dtype"] = "|O"
+        meta_file.write_text(json.dumps(doc))
     elif damage == "old-version":
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        meta = json.loads(str(arrays["meta"]))
-        meta["version"] = FORMAT_VERSION + 1
-        arrays["meta"] = np.array(json.dumps(meta))
-        np.savez(path, **arrays)
-    if damage != "pickled":  # listing reads the metadata only; loading finds the rest
-        assert not next(i for i in list_profiles(tmp_path) if i.path == path).ok
-    with pytest.warns(SadlCacheWarning, match="cannot be used.*rebuilding"):
+        doc = json.loads(meta_file.read_text())
+        doc["version"] = FORMAT_VERSION + 1
+        meta_file.write_text(json.dumps(doc))
+    elif damage == "impossible-shape":  # a header claiming 10^12 rows in a file of a few KiB
+        a = np.load(traces)
+        with open(traces, "r+b") as fh:
+            header = fh.read(128).decode("latin1")
+            fh.seek(0)
+            fh.write(header.replace(f"({a.shape[0]}, ", f"({10**12}, ").encode("latin1")[:128])
+    elif damage == "sparse-bomb":  # consistent metadata, a 4 GiB sparse file: never read
+        _, arrays = _arrays_of(path)
+        n = (4 << 30) // (4 * arrays["sa_traces"].shape[1])
+        from pytest_sadl import store
+
+        meta, _ = _arrays_of(path)
+        doc = json.loads(meta_file.read_text())
+        with open(traces, "r+b") as fh:
+            header = np.lib.format.header_data_from_array_1_0(arrays["sa_traces"])
+            header["shape"] = (n, arrays["sa_traces"].shape[1])
+            fh.seek(0)
+            fh.truncate()
+            np.lib.format.write_array_header_1_0(fh, header)
+            fh.truncate(fh.tell() + n * arrays["sa_traces"].shape[1] * 4)
+        doc["arrays"]["sa_traces"]["shape"] = [n, arrays["sa_traces"].shape[1]]
+        doc["meta"]["n_train"] = n
+        doc["digest"] = store._meta_digest(doc)
+        meta_file.write_text(json.dumps(doc))
+    elif damage == "fifo-meta":
+        meta_file.unlink()
+        os.mkfifo(meta_file)
+    elif damage == "fifo-array":
+        traces.unlink()
+        os.mkfifo(traces)
+    elif damage == "fifo-profile":
+        shutil.rmtree(path)
+        os.mkfifo(path)
+    elif damage == "crafted-nan-ranges":
+        _, arrays = _arrays_of(path)
+        low = arrays["ranges.low"].copy()
+        low[3] = np.nan
+        _craft(path, **{"ranges.low": low})
+    elif damage == "crafted-nan-traces":
+        _, arrays = _arrays_of(path)
+        sa = arrays["sa_traces"].copy()
+        sa[7, 1] = np.inf
+        _craft(path, sa_traces=sa)
+    elif damage == "crafted-nan-var-threshold":  # JSON NaN, digest recomputed as a crafter would
+        doc = json.loads(meta_file.read_text())
+        doc["meta"]["var_threshold"] = float("nan")
+        body = {k: doc[k] for k in ("format", "version", "meta", "arrays")}
+        import hashlib
+
+        doc["digest"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        meta_file.write_text(json.dumps(doc))
+    elif damage == "crafted-short-traces":
+        _, arrays = _arrays_of(path)
+        _craft(path, sa_traces=arrays["sa_traces"][:-1])
+    elif damage == "crafted-class-out-of-range":
+        _, arrays = _arrays_of(path)
+        pred = arrays["sa_pred"].copy()
+        pred[0] = 99
+        _craft(path, sa_pred=pred)
+    else:  # pragma: no cover
+        raise AssertionError(damage)
+
+
+DAMAGES = [
+    "garbage", "truncated", "empty", "missing-array", "wrong-fingerprint", "tampered-numbers",
+    "tampered-metadata", "pickled", "dtype-O-in-metadata", "old-version", "impossible-shape",
+    "sparse-bomb", "fifo-meta", "fifo-array", "fifo-profile", "crafted-nan-ranges",
+    "crafted-nan-traces", "crafted-nan-var-threshold", "crafted-short-traces",
+    "crafted-class-out-of-range",
+]
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory, dense_model: Any, digits: Any) -> tuple[Any, Any]:
+    """A good profile and one of other options, built once (tests damage copies)."""
+    cache = tmp_path_factory.mktemp("stored")
+    return (
+        load_or_build(dense_model, digits.x_train, None, cache),
+        load_or_build(dense_model, digits.x_train, ProfileOptions(var_threshold=1e-3), cache),
+    )
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_bad_cache_entry_is_rebuilt_with_a_one_line_warning(
+    damage: str, stored: tuple[Any, Any], dense_model: Any, digits: Any, tmp_path: Path
+) -> None:
+    good, other = stored
+    path = tmp_path / good.path.name
+    shutil.copytree(good.path, path)
+    _damage(damage, path, other.path)
+    start = time.monotonic()
+    infos = list_profiles(tmp_path)  # never hangs on a FIFO, never reads the arrays
+    listed = next(i for i in infos if i.path == path)
+    if damage not in ("truncated", "tampered-numbers", "crafted-nan-ranges", "crafted-nan-traces", "crafted-class-out-of-range", "pickled"):
+        assert not listed.ok and listed.problem  # the rest is found by a load (digests, values)
+    with pytest.warns(SadlCacheWarning) as caught:
         again = load_or_build(dense_model, digits.x_train, None, tmp_path)
+    messages = [str(w.message) for w in caught]
+    assert any("cannot be used" in m and "rebuilding" in m for m in messages), messages
+    assert all("\n" not in m for m in messages)
+    assert time.monotonic() - start < 60
     assert again.built and again.fingerprint == good.fingerprint
     with _no_cache_warning():
         hit = load_or_build(dense_model, digits.x_train, None, tmp_path)
     assert not hit.built
     np.testing.assert_array_equal(hit.sa_traces, good.sa_traces)
+    for lo, glo in zip(hit.ranges.low, good.ranges.low):
+        np.testing.assert_array_equal(lo, glo)
 
 
 @pytest.mark.tf
-def test_inconsistent_arrays_are_not_trusted(dense_model: Any, digits: Any, tmp_path: Path) -> None:
+def test_inconsistent_arrays_name_the_problem(dense_model: Any, digits: Any, tmp_path: Path) -> None:
     good = load_or_build(dense_model, digits.x_train, None, tmp_path)
-    with np.load(good.path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    arrays["sa_traces"] = arrays["sa_traces"][:-1]
-    np.savez(good.path, **arrays)
-    from pytest_sadl.profile import _Invalid
-
-    with pytest.raises(_Invalid, match="sa_traces has shape"):
+    _damage("crafted-short-traces", good.path, good.path)
+    with pytest.raises(Invalid, match=r"sa_traces is float32 \(\d+, \d+\), expected shape"):
         load_profile(good.path, good.fingerprint)
+    good = load_or_build(dense_model, digits.x_train, None, tmp_path / "b")
+    _damage("tampered-numbers", good.path, good.path)
+    with pytest.raises(Invalid, match="sa_traces.npy does not match its digest"):
+        load_profile(good.path, good.fingerprint)
+
+
+@pytest.mark.tf
+def test_format_1_profiles_are_stale_and_removed_with_a_warning(dense_model: Any, digits: Any, tmp_path: Path) -> None:
+    old = tmp_path / "profile-0123abcd.npz"
+    np.savez(old, meta=np.array(json.dumps({"format": "pytest-sadl/profile", "version": 1})), sa_traces=np.zeros((3, 2)))
+    info = list_profiles(tmp_path)
+    assert len(info) == 1 and not info[0].ok and "format 1" in info[0].problem
+    with pytest.warns(SadlCacheWarning, match="format 1.*stale"):
+        prof = load_or_build(dense_model, digits.x_train, None, tmp_path)
+    assert prof.built and not old.exists()
+    assert [i.ok for i in list_profiles(tmp_path)] == [True]
 
 
 def _child(code: str, *args: str) -> subprocess.Popen[str]:
@@ -246,35 +397,39 @@ def _child(code: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_atomic_write_failure_leaves_old_file_and_no_temp(tmp_path: Path) -> None:
-    from pytest_sadl.profile import _atomic_savez
+def test_interrupted_writes_leave_the_old_content_and_no_temp(tmp_path: Path) -> None:
+    from pytest_sadl.atomic import atomic_directory, atomic_open, atomic_write_text, durable_write
 
-    target = tmp_path / "x.npz"
-    _atomic_savez(target, {"a": np.arange(3)})
-
-    class Boom:
-        def __array__(self, *a: Any, **k: Any) -> np.ndarray:
-            raise KeyboardInterrupt  # an interrupt in the middle of writing
-
+    target = tmp_path / "x.json"
+    atomic_write_text(target, "old")
     with pytest.raises(KeyboardInterrupt):
-        _atomic_savez(target, {"a": np.arange(5), "b": Boom()})  # type: ignore[dict-item]
-    with np.load(target) as npz:
-        np.testing.assert_array_equal(npz["a"], np.arange(3))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npz"]
+        with atomic_open(target) as fh:
+            fh.write(b"half of the new")
+            raise KeyboardInterrupt  # an interrupt in the middle of writing
+    assert target.read_text() == "old" and oct(target.stat().st_mode & 0o777) != "0o600"
+    folder = tmp_path / "entry"
+    with atomic_directory(folder) as tmp:
+        durable_write(tmp / "a", lambda fh: fh.write(b"1"))
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_directory(folder) as tmp:
+            durable_write(tmp / "a", lambda fh: fh.write(b"2"))
+            raise KeyboardInterrupt
+    assert (folder / "a").read_bytes() == b"1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry", "x.json"]
 
 
 @pytest.mark.tf
 def test_killed_writer_leaves_the_profile_intact(dense_model: Any, digits: Any, tmp_path: Path) -> None:
     good = load_or_build(dense_model, digits.x_train, None, tmp_path)
-    before = good.path.read_bytes()
+    before = {p.name: p.read_bytes() for p in good.path.iterdir()}
     child = _child(
         """
         import sys
         from pathlib import Path
         import numpy as np
-        from pytest_sadl.profile import _atomic_savez
+        from pytest_sadl import store
         print("ready", flush=True)
-        _atomic_savez(Path(sys.argv[1]), {"big": np.ones((768, 1024, 1024), np.uint8)})
+        store.write_entry(Path(sys.argv[1]), {}, {"big": np.ones((768, 1024, 1024), np.uint8)})
         """,
         str(good.path),
     )
@@ -288,11 +443,18 @@ def test_killed_writer_leaves_the_profile_intact(dense_model: Any, digits: Any, 
     child.send_signal(signal.SIGKILL)
     child.wait()
     assert child.returncode == -signal.SIGKILL, "the writer finished before it was killed"
-    assert good.path.read_bytes() == before
+    assert {p.name: p.read_bytes() for p in good.path.iterdir()} == before
     with _no_cache_warning():
         hit = load_or_build(dense_model, digits.x_train, None, tmp_path)
     assert not hit.built
-    assert [i.path for i in list_profiles(tmp_path)] == [good.path]  # the orphan temp file is ignored
+    assert [i.path for i in list_profiles(tmp_path)] == [good.path]  # the orphan temp folder is ignored
+    (orphan,) = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    load_or_build(dense_model, digits.x_train, None, tmp_path, rebuild=True)
+    assert orphan.exists()  # it might be a live writer's: kept for an hour
+    for p in (orphan, *orphan.iterdir()):
+        os.utime(p, (time.time() - 7200, time.time() - 7200))
+    load_or_build(dense_model, digits.x_train, None, tmp_path, rebuild=True)
+    assert not orphan.exists()
 
 
 @pytest.mark.tf
@@ -314,7 +476,7 @@ def test_two_processes_building_at_once(dense_model_path: Path, train_npz: Path,
     assert outs[0][1] == outs[1][1]
     infos = list_profiles(cache)
     assert len(infos) == 1 and infos[0].ok and infos[0].fingerprint == outs[0][1]
-    assert not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in cache.iterdir() if p.name.startswith((".tmp-", ".old-"))]
     assert load_profile(infos[0].path, outs[0][1]).n_train > 0
 
 
@@ -381,7 +543,7 @@ def test_list_profiles_on_missing_dir(tmp_path: Path) -> None:
 def test_save_profile_roundtrip(functional_model: Any, digits: Any, tmp_path: Path) -> None:
     prof = load_or_build(functional_model, digits.x_train, None, None)
     assert prof.path is None and prof.built
-    path = save_profile(prof, tmp_path / "p.npz")
+    path = save_profile(prof, tmp_path / "p")
     back = load_profile(path, prof.fingerprint)
     np.testing.assert_array_equal(back.sa_traces, prof.sa_traces)
     assert back.meta() == {**prof.meta(), "created": back.created}
@@ -390,7 +552,7 @@ def test_save_profile_roundtrip(functional_model: Any, digits: Any, tmp_path: Pa
 
 
 @pytest.mark.tf
-def test_cached_array_beside_the_profile(dense_model: Any, digits: Any, tmp_path: Path) -> None:
+def test_cached_array_in_the_profile(dense_model: Any, digits: Any, tmp_path: Path) -> None:
     prof = load_or_build(dense_model, digits.x_train, None, tmp_path)
     calls = []
 
@@ -402,11 +564,240 @@ def test_cached_array_beside_the_profile(dense_model: Any, digits: Any, tmp_path
     hit = load_or_build(dense_model, digits.x_train, None, tmp_path)
     np.testing.assert_array_equal(hit.cached_array("bounds-v1", compute), np.arange(5.0))
     assert len(calls) == 1
-    side = prof.path.with_name(prof.path.stem + ".bounds-v1.npy")
-    side.write_bytes(b"junk")
-    with pytest.warns(SadlCacheWarning, match="recomputing"):
-        hit.cached_array("bounds-v1", compute)
-    assert len(calls) == 2 and np.load(side).shape == (5,)
+    (side,) = prof.path.glob("extra.bounds-v1.*.npy")
+    with open(side, "wb") as fh:  # valid .npy, other numbers: its digest (in its name) differs
+        np.save(fh, np.arange(5.0) + 1)
+    again = load_or_build(dense_model, digits.x_train, None, tmp_path)
+    with pytest.warns(SadlCacheWarning, match="does not match its digest.*recomputing"):
+        np.testing.assert_array_equal(again.cached_array("bounds-v1", compute), np.arange(5.0))
+    assert len(calls) == 2 and len(list(prof.path.glob("extra.bounds-v1.*.npy"))) == 1
     with pytest.raises(ValueError, match="must be letters"):
         hit.cached_array("../evil", compute)
     assert [i.path for i in list_profiles(tmp_path)] == [prof.path]
+
+
+# ----------------------------------------------------------------------------- cache folder
+
+
+def test_cache_folder_expands_home_and_is_git_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_sadl.cache import ensure_cache_dir, expand_path
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SADL_TEST_SUB", "sub")
+    target = expand_path("~/caches/$SADL_TEST_SUB/sadl", tmp_path / "project")
+    assert target == tmp_path / "home" / "caches" / "sub" / "sadl"
+    (tmp_path / "home").mkdir()
+    ensure_cache_dir(target)
+    assert target.is_dir()
+    top = tmp_path / "home" / "caches"  # the topmost folder this made: ignored as pytest does
+    assert (top / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert (top / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    assert not (tmp_path / "home" / ".gitignore").exists()  # never above what it made
+
+
+# ----------------------------------------------------------------------------- order independence
+
+
+@pytest.mark.tf
+def test_shuffled_inputs_give_the_same_profile_bounds_and_numbers(conv_model: Any, digits: Any, tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    from pytest_sadl.engine import ProfileView, default_bounds
+
+    x = digits.x_train
+    perm = np.random.default_rng(7).permutation(len(x))
+    a = load_or_build(conv_model, x, None, tmp_path)
+    with _no_cache_warning():
+        hit = load_or_build(conv_model, x[perm], None, tmp_path)  # the same inputs: the same profile
+    assert not hit.built and hit.fingerprint == a.fingerprint
+    b = load_or_build(conv_model, x[perm], None, None)  # built anew from the other order
+    shuffled = tf.data.Dataset.from_tensor_slices(x).shuffle(len(x), reshuffle_each_iteration=True).batch(64)
+    with _no_cache_warning():
+        c = load_or_build(conv_model, shuffled, None, None)
+    t = a.trace_model(conv_model).traces(digits.x_test[:50])
+    # an array in another order: bitwise the same profile, held-out sample, bounds and scores
+    assert b.fingerprint == a.fingerprint and b.data_fingerprint == a.data_fingerprint
+    np.testing.assert_array_equal(b.sa_traces, a.sa_traces)
+    np.testing.assert_array_equal(b.row_keys, a.row_keys)
+    np.testing.assert_array_equal(b.lsa()(t.sa, t.pred), a.lsa()(t.sa, t.pred))
+    np.testing.assert_array_equal(b.dsa()(t.sa, t.pred), a.dsa()(t.sa, t.pred))
+    va, vb = ProfileView.of(a).held_out(), ProfileView.of(b).held_out()
+    assert sorted(va) == sorted(vb) == ["dsa", "lsa", "mdsa"]
+    for key in va:
+        np.testing.assert_array_equal(vb[key], va[key])
+        assert default_bounds(vb[key]) == default_bounds(va[key])
+    # a shuffled dataset: the same fingerprint (so the cached profile), row keys and held-out
+    # sample; a fresh build's traces equal to the forward pass's float rounding
+    assert c.fingerprint == a.fingerprint
+    np.testing.assert_array_equal(c.row_keys, a.row_keys)
+    np.testing.assert_allclose(c.sa_traces, a.sa_traces, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(c.dsa()(t.sa, t.pred), a.dsa()(t.sa, t.pred), rtol=1e-4)
+
+
+@pytest.mark.tf
+def test_held_out_scores_are_stored_with_the_profile(dense_model: Any, digits: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_sadl import engine
+
+    prof = load_or_build(dense_model, digits.x_train, None, tmp_path)
+    first = engine.ProfileView.of(prof).held_out()
+    assert len(list(prof.path.glob("extra.heldout-*.npy"))) == len(first) == 3  # LSA, DSA, MDSA
+    with _no_cache_warning():
+        hit = load_or_build(dense_model, digits.x_train, None, tmp_path)
+
+    def never(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("the held-out scores were recomputed")
+
+    monkeypatch.setattr(engine, "held_out_sa", never)
+    again = engine.ProfileView.of(hit).held_out()
+    for key in first:
+        np.testing.assert_array_equal(again[key], first[key])
+
+
+@pytest.mark.tf
+def test_a_randomly_augmenting_dataset_is_told(dense_model: Any, digits: Any) -> None:
+    import tensorflow as tf
+
+    x = digits.x_train[:400]
+    rng = np.random.default_rng()  # advances from pass to pass, as an augmentation does
+
+    def augmented() -> Any:
+        for i in range(0, len(x), 50):
+            yield x[i : i + 50] + rng.uniform(0.0, 0.01, x[i : i + 50].shape).astype(np.float32)
+
+    spec = tf.TensorSpec(shape=(None, *x.shape[1:]), dtype=tf.float32)
+    noisy = tf.data.Dataset.from_generator(augmented, output_signature=spec)
+    with pytest.warns(SadlCacheWarning, match="other inputs on its second pass.*augmentation"):
+        load_or_build(dense_model, noisy, None, None)
+    with _no_cache_warning():  # a deterministic dataset is not
+        load_or_build(dense_model, tf.data.Dataset.from_tensor_slices(x).batch(50), None, None)
+
+
+@pytest.mark.tf
+def test_a_source_changing_from_run_to_run_is_told(dense_model: Any, digits: Any, tmp_path: Path) -> None:
+    x = digits.x_train[:400]
+    rng = np.random.default_rng(0)
+    with _no_cache_warning():
+        load_or_build(dense_model, x, None, tmp_path)
+        load_or_build(dense_model, x, None, tmp_path)  # the same data again: a hit, nothing to say
+        load_or_build(dense_model, x[:300], None, tmp_path)  # other data of another size: a change
+    with pytest.warns(SadlCacheWarning, match="other inputs than in the last run with the same model"):
+        load_or_build(dense_model, x[:300] + rng.uniform(0, 0.01, x[:300].shape).astype(np.float32), None, tmp_path)
+
+
+# ----------------------------------------------------------------------------- unwritable cache
+
+
+@pytest.mark.tf
+def test_an_unwritable_cache_builds_in_memory_with_one_warning(dense_model: Any, digits: Any, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # mkdir below it fails for root too
+    with pytest.warns(SadlCacheWarning) as caught:
+        prof = load_or_build(dense_model, digits.x_train, None, blocker / "cache")
+    (message,) = [str(w.message) for w in caught]
+    assert "could not cache the training profile" in message and "NotADirectoryError" in message
+    assert "\n" not in message
+    assert prof.built and prof.path is None and prof.n_train == len(digits.x_train)
+    np.testing.assert_array_equal(prof.cached_array("x", lambda: np.arange(3)), np.arange(3))
+
+
+def _as_nobody(fn: Any) -> dict[str, Any]:
+    """Run ``fn()`` (returning JSON-able data) in a forked child as an unprivileged user:
+    root ignores file permissions, so a test that runs as root would prove nothing."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            out = {"ok": True, "value": fn()}
+        except BaseException as exc:  # report, never run the parent's code on
+            out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 1 << 16):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    out = json.loads(b"".join(chunks))
+    assert out["ok"], out.get("error")
+    return out["value"]
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "setuid"), reason="POSIX only")
+def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> None:
+    import tempfile
+
+    from pytest_sadl import store
+    from pytest_sadl.profile import _try_load
+
+    prof = load_or_build(dense_model, digits.x_train, None, None)
+    base = Path(tempfile.mkdtemp(prefix="sadl-ro-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        empty = base / "empty"  # read-only and empty: nothing can be cached
+        empty.mkdir(mode=0o555)
+        full = base / "full"  # read-only holding a good profile: it loads, derived arrays stay in memory
+        save_profile(prof, profile_path(full, prof.fingerprint))
+        os.chmod(full, 0o555)
+
+        def child() -> dict[str, Any]:
+            assert os.geteuid() != 0
+            results: dict[str, Any] = {}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                value, stored = store.cached_build(
+                    profile_path(empty, prof.fingerprint),
+                    load=lambda p, warn: _try_load(p, prof.fingerprint, warn),
+                    ready=lambda p: True,
+                    make=lambda partial: prof,
+                    save=save_profile,
+                )
+                results["empty"] = [stored, value is prof, [str(w.message) for w in caught]]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                hit = load_profile(profile_path(full, prof.fingerprint), prof.fingerprint)
+                same = bool(np.array_equal(hit.sa_traces, prof.sa_traces))
+                extra = hit.cached_array("heldout-x", lambda: np.arange(4.0)).tolist()
+                results["full"] = [same, extra, [str(w.message) for w in caught]]
+            return results
+
+        got = _as_nobody(child)
+    finally:
+        for d in (base / "empty", base / "full"):
+            if d.exists():
+                os.chmod(d, 0o755)
+        shutil.rmtree(base, ignore_errors=True)
+    stored, same_value, messages = got["empty"]
+    assert not stored and same_value
+    assert len(messages) == 1 and "could not cache the training profile" in messages[0] and "PermissionError" in messages[0]
+    same, extra, messages = got["full"]
+    assert same and extra == [0.0, 1.0, 2.0, 3.0]
+    assert len(messages) == 1 and "PermissionError" in messages[0]
+
+
+@pytest.mark.tf
+def test_an_unwritable_cache_does_not_change_a_pytest_run(pytester: pytest.Pytester, dense_model_path: Path, digits: Any) -> None:
+    shutil.copy(dense_model_path, pytester.path / "model.keras")
+    np.savez(pytester.path / "train.npz", x=digits.x_train)
+    np.save(pytester.path / "inputs.npy", digits.x_test[:30])
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\n")
+    pytester.makepyfile(
+        "import numpy as np\nimport pytest\n\n\n@pytest.mark.sadl\ndef test_predict(sadl_model):\n"
+        "    sadl_model.predict(np.load('inputs.npy'), verbose=0)\n"
+    )
+    args = ("-p", "no:cacheprovider", "-p", "no:randomly", "--sadl-coverage", "--sadl-fail-under=nc:1")
+    (pytester.path / "blocked").write_text("a file where the cache folder would go")
+    bad = pytester.runpytest_inprocess(*args, "--sadl-cache-dir=blocked/sadl", "--sadl-report=json:bad.json")
+    good = pytester.runpytest_inprocess(*args, "--sadl-cache-dir=cache", "--sadl-report=json:good.json")
+    assert bad.ret == good.ret == 0, bad.stdout.str()
+    assert "INTERNALERROR" not in bad.stdout.str() + bad.stderr.str()
+    bad.stdout.fnmatch_lines(["sadl: warning: pytest-sadl: could not cache the training profile in *blocked* (NotADirectoryError*); it is built in memory for this run"])
+    a, b = (json.loads((pytester.path / f"{n}.json").read_text()) for n in ("bad", "good"))
+    assert a["metrics"] == b["metrics"]
+    assert any("could not cache" in w for w in a["outcome"]["warnings"])

@@ -1,4 +1,5 @@
-"""Helpers the reports share: formatting, hints, the file writer; reading results files.
+"""Helpers the reports share: formatting, hints; reading results files (the one file
+writer is :mod:`pytest_sadl.atomic`).
 
 Every report renders the plain ``dict`` that :func:`load_results` returns (or that the
 plugin builds in memory); none recomputes a metric. Reading and validating a results
@@ -10,9 +11,6 @@ renderers show what there is.
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
 from typing import Any, Mapping
 
 from ..results import LABELS as METRIC_LABELS  # the metrics' names, in one place: results.py
@@ -29,38 +27,6 @@ METRIC_TITLES: dict[str, str] = {
     "nbc": "Neuron boundary coverage",
     "snac": "Strong neuron activation coverage",
 }
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file, then a rename.
-
-    A reader (a browser, a CI upload step) never sees a half-written file. Parent
-    directories are created.
-    """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        os.chmod(p, 0o644 & ~_umask())
-    except OSError:  # pragma: no cover - exotic file systems
-        pass
-    return p
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def thresholds_of(results: Mapping[str, Any]) -> dict[str, float]:

@@ -17,7 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._load import METRIC_LABELS, METRICS, metric_entry, write_text_atomic
+from ..atomic import atomic_write_text
+from ._load import METRIC_LABELS, METRICS, metric_entry
 
 __all__ = ["render_badge", "render_badges", "write_badge"]
 
@@ -64,4 +65,4 @@ def write_badge(results: Mapping[str, Any], path: str | os.PathLike[str],
                 metric: str | None = None) -> Path:
     """Write the badge JSON to ``path`` atomically: one metric's endpoint, or all of them."""
     doc: Any = render_badges(results) if metric is None else render_badge(results, metric)
-    return write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    return atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")

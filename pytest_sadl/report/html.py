@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 from markupsafe import Markup, escape
 
+from ..atomic import atomic_write_text
 from ._load import (
     METRIC_LABELS,
     METRIC_TITLES,
@@ -35,7 +36,6 @@ from ._load import (
     metric_entry,
     tests_summary,
     thresholds_of,
-    write_text_atomic,
 )
 from ..results import KINDS, SA_LABELS, SURPRISE
 from .compare import Comparison
@@ -515,4 +515,4 @@ def write_html(results: Mapping[str, Any], directory: str | Path, *,
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{directory} is a file; the HTML report needs a directory "
                          "(it writes index.html in it)")
-    return write_text_atomic(directory / "index.html", render_html(results, comparison=comparison))
+    return atomic_write_text(directory / "index.html", render_html(results, comparison=comparison))

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..atomic import atomic_write_text
 from ._load import (
     METRIC_LABELS,
     METRICS,
@@ -20,7 +21,6 @@ from ._load import (
     mistakes_rows,
     tests_summary,
     thresholds_of,
-    write_text_atomic,
 )
 from ..results import SURPRISE
 from .compare import Comparison
@@ -214,4 +214,4 @@ def write_markdown(results: Mapping[str, Any], path: str | os.PathLike[str], *,
         with p.open("a", encoding="utf-8") as fh:
             fh.write(text)
         return p
-    return write_text_atomic(p, text)
+    return atomic_write_text(p, text)

@@ -1,0 +1,133 @@
+"""Where the profile cache lives, and making that folder as pytest makes its own.
+
+Public API
+----------
+``find_rootdir(start=None) -> Path``
+    pytest's rootdir for ``start`` (default: the current directory), simplified.
+``default_cache_dir(rootdir=None, cache_dir=None) -> Path``
+    ``<rootdir>/.pytest_cache/d/sadl`` (or ``<cache_dir>/d/sadl`` when the pytest
+    configuration, or the ``cache_dir`` argument, sets pytest's ``cache_dir``): what
+    ``config.cache.mkdir("sadl")`` gives, without creating it.
+``expand_path(value, base) -> Path``
+    A user-given folder: ``~`` and ``$VARS`` expanded, relative to ``base``.
+``ensure_cache_dir(path) -> Path``
+    Create the folder (and its parents); the topmost folder this call creates gets a
+    ``.gitignore`` of ``*`` (and a ``CACHEDIR.TAG``), as pytest writes into the
+    ``.pytest_cache`` it creates, so a cache never ends up committed. Raises
+    ``OSError`` when it cannot (a read-only checkout): callers warn and keep going.
+
+Only the standard library; nothing here imports pytest or NumPy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from pytest_sadl.atomic import atomic_write_text
+
+__all__ = ["find_rootdir", "default_cache_dir", "expand_path", "ensure_cache_dir"]
+
+_INI_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+GITIGNORE = "# Created by pytest-sadl automatically.\n*\n"
+CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by pytest-sadl.\n"
+    "# For information about cache directory tags, see:\n"
+    "#\thttps://bford.info/cachedir/spec.html\n"
+)
+
+
+def _ini_cache_dir(path: Path) -> tuple[bool, str | None]:
+    """(is this a pytest config file, its ``cache_dir`` option)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False, None
+    if path.name == "pyproject.toml":
+        try:
+            import tomllib
+        except ImportError:  # pragma: no cover - Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        try:
+            ini = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
+        except Exception:
+            return False, None
+        if not isinstance(ini, dict):
+            return False, None
+        value = ini.get("cache_dir")
+        return True, None if value is None else str(value)
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return path.name in ("pytest.ini", ".pytest.ini"), None
+    section = "pytest" if path.name in ("pytest.ini", ".pytest.ini", "tox.ini") else "tool:pytest"
+    if not parser.has_section(section):
+        return path.name in ("pytest.ini", ".pytest.ini"), None
+    return True, parser.get(section, "cache_dir", fallback=None)
+
+
+def find_rootdir(start: str | os.PathLike[str] | None = None) -> Path:
+    """pytest's rootdir for ``start`` (default: the current directory), simplified: the
+    first directory upwards holding a pytest configuration (``pytest.ini``,
+    ``.pytest.ini``, ``pyproject.toml`` with ``[tool.pytest.ini_options]``, ``tox.ini``
+    or ``setup.cfg`` with a pytest section), else ``start`` itself."""
+    here = Path(start if start is not None else os.getcwd()).resolve()
+    for directory in (here, *here.parents):
+        for name in _INI_FILES:
+            candidate = directory / name
+            if candidate.is_file() and _ini_cache_dir(candidate)[0]:
+                return directory
+    return here
+
+
+def expand_path(value: str | os.PathLike[str], base: str | os.PathLike[str]) -> Path:
+    """``value`` with ``~`` and environment variables expanded, relative to ``base``
+    (as pytest resolves its own ``cache_dir``)."""
+    return Path(base) / os.path.expanduser(os.path.expandvars(os.fspath(value)))
+
+
+def default_cache_dir(
+    rootdir: str | os.PathLike[str] | None = None, cache_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """``<rootdir>/.pytest_cache/d/sadl`` (or ``<cache_dir>/d/sadl`` when pytest's
+    ``cache_dir`` is given, or set in the rootdir's pytest configuration): what
+    ``config.cache.mkdir("sadl")`` gives. The folder is not created here.
+
+    The plugin passes ``config.rootpath`` and pytest's ``cache_dir`` ini value; the CLI
+    passes nothing, and the rootdir is found from the current directory with
+    :func:`find_rootdir`.
+    """
+    root = Path(rootdir).resolve() if rootdir is not None else find_rootdir()
+    if cache_dir is None:
+        for name in _INI_FILES:
+            candidate = root / name
+            if candidate.is_file():
+                is_config, value = _ini_cache_dir(candidate)
+                if is_config:
+                    cache_dir = value
+                    break
+    base = root / ".pytest_cache" if cache_dir is None else expand_path(cache_dir, root)
+    return base / "d" / "sadl"
+
+
+def ensure_cache_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` and any missing parents; the topmost folder created here gets a
+    ``.gitignore`` of ``*`` and a ``CACHEDIR.TAG`` (what pytest writes into a
+    ``.pytest_cache`` it creates: were pytest-sadl the first to make ``.pytest_cache``,
+    pytest would not write them later). Raises ``OSError`` when it cannot."""
+    target = Path(path)
+    missing = target
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    created = not target.exists()
+    target.mkdir(parents=True, exist_ok=True)
+    if created and missing.is_dir():
+        with contextlib.suppress(OSError):  # the cache works without them
+            atomic_write_text(missing / ".gitignore", GITIGNORE)
+            atomic_write_text(missing / "CACHEDIR.TAG", CACHEDIR_TAG)
+    return target
