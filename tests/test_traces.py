@@ -189,6 +189,56 @@ def test_call_tensors_keeps_gradients(conv_model: Any, digits: Any) -> None:
     np.testing.assert_array_equal(tt.pred, a.pred[:20])
 
 
+def test_call_tensors_matches_the_eager_pass_and_compiles_a_few_times(conv_model: Any, digits: Any) -> None:
+    """Many ``model(x)`` calls of different batch sizes: each output and trace equals
+    the model's own eager pass with the layers tapped, and the compiled pass is traced
+    a bounded number of times (no retrace per call, no retracing-warning flood)."""
+    from pytest_sadl.capture.forward import tapped
+
+    tm = TraceModel(conv_model, sa_layers=["hidden"])
+    taps = [conv_model.get_layer(p) for p in tm.coverage_layers]
+    sizes = [1, 2, 3, 5, 7, 8, 13, 20, 20, 31, 32, 33, 50, 64, 3, 20, 1] * 3
+    for n in sizes:
+        x = digits.x_test[:n]
+        out, t = tm.call_tensors(x)
+        seen: dict[int, Any] = {}
+        with tapped(taps, lambda i, o: seen.__setitem__(i, np.asarray(o))):
+            plain = np.asarray(conv_model(x, training=False))
+        assert np.asarray(out).shape == plain.shape == (n, 10) and len(t) == n
+        np.testing.assert_allclose(np.asarray(out), plain, atol=1e-6)
+        for i, cov in enumerate(t.coverage):
+            ref = seen[i].mean(axis=tuple(range(1, seen[i].ndim - 1))) if seen[i].ndim > 2 else seen[i]
+            np.testing.assert_allclose(cov, ref, atol=1e-6)
+        np.testing.assert_allclose(t.sa, seen[tm.coverage_layers.index("hidden")], atol=1e-6)
+    # TensorFlow: one trace, then one with the batch size relaxed; JAX: one per power of two to 64
+    assert 1 <= tm.compiled_passes <= (2 if keras.backend.backend() == "tensorflow" else 7)
+
+
+@tf_backend
+def test_call_tensors_runs_eagerly_a_model_that_cannot_be_traced(digits: Any) -> None:
+    """A layer whose Python only runs eagerly (the symbolic probe passes, a
+    ``tf.function`` does not): ``model(x)`` is still recorded, by the eager call."""
+    import tensorflow as tf
+    from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+
+    class EagerOnly(layers.Layer):
+        def call(self, x: Any) -> Any:
+            if not in_symbolic_scope() and not tf.executing_eagerly():
+                raise RuntimeError("this layer runs eagerly only")
+            return x
+
+    model = keras.Sequential(
+        [keras.Input(shape=(8, 8, 1)), layers.Flatten(), EagerOnly(), layers.Dense(4, activation="relu", name="h"),
+         layers.Dense(10, activation="softmax")]
+    )
+    tm = TraceModel(model, sa_layers=["h"])
+    for n in (5, 9):
+        x = digits.x_test[:n]
+        out, t = tm.call_tensors(x)
+        np.testing.assert_allclose(np.asarray(out), np.asarray(model(x, training=False)), atol=1e-6)
+        assert t.sa.shape == (n, 4)
+
+
 @tf_backend
 def test_xla_and_plain_passes_agree(conv_model: Any, digits: Any) -> None:
     x = digits.x_test[:70]

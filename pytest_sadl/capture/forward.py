@@ -124,6 +124,9 @@ class Forward:
         self.jit: bool | None = None
         """``True`` once a compiled (XLA) pass ran, ``False`` after XLA failed or for
         a backend without compilation, ``None`` before either."""
+        self._graph_calls: bool | None = None
+        """TensorFlow, :meth:`eager`: ``True`` once the graph ran a ``model(x)`` call,
+        ``False`` after the model could not be traced (eager calls from then on)."""
 
     # -- the compiled functions -------------------------------------------------
 
@@ -198,20 +201,70 @@ class Forward:
         return self._post(x)
 
     def eager(self, x: Any) -> tuple[Any, list[np.ndarray]]:
-        """``model(x)`` as a test calls it: the output as the backend's tensors (on
-        TensorFlow an eager call, so a ``GradientTape`` around it sees the pass; on JAX
-        the compiled pass) and the captured values as NumPy."""
+        """``model(x)`` as a test calls it: the output as the backend's tensors and the
+        captured values as NumPy, for a small batch called many times.
+
+        TensorFlow: the plain-graph ``tf.function`` (no XLA), traced once per input
+        signature and then reused (``reduce_retracing`` relaxes the batch size after the
+        second size, so a handful of traces over any number of calls); a
+        ``GradientTape`` around the call sees it, as it sees an eager ``model(x)``. A
+        model whose Python cannot be traced runs the eager call instead, for good.
+        JAX: the ``jax.jit`` pass with the rows padded to the next power of two (a few
+        compiled shapes, not one per batch size) and the outputs cut back.
+        """
+        from keras import tree
+
         if self.backend == "tensorflow":
-            output, flat = self._post(x)
+            failed = False
+            if self._graph_calls is not False:
+                try:
+                    output, flat = self._tf(False)(x)
+                    self._graph_calls = True
+                    return output, [to_numpy(v) for v in flat]
+                except Exception:  # untraceable Python, or a bad input: the eager call says which
+                    failed = True
+            output, flat = self._post(x)  # a bad input raises here, as a plain model(x) would
+            if failed and not self._graph_calls:
+                self._graph_calls = False  # the graph failed where eager works: untraceable
             return output, [to_numpy(v) for v in flat]
         if self.backend == "jax":
+            leaves = tree.flatten(x)
+            n = int(leaves[0].shape[0]) if leaves and len(leaves[0].shape) else 0
+            size = 1 << max(0, (n - 1).bit_length())
+            if n and size != n:
+                x = tree.map_structure(lambda a: _pad_rows(a, size - n), x)
             model = self.model
             output, flat = self._jax()(
                 [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x
             )
+            if n and size != n:
+                output = tree.map_structure(lambda a: a[:n], output)
+                return output, [to_numpy(v)[:n] for v in flat]
             return output, [to_numpy(v) for v in flat]
         output, flat = self._post(x)
         return output, [to_numpy(v) for v in flat]
+
+    def compilations(self) -> int:
+        """How many times the pass has been traced or compiled so far, over every
+        compiled function (TensorFlow graph and XLA, ``jax.jit``): stays bounded when
+        calls of many batch sizes reuse a few compiled shapes."""
+        total = 0
+        for fn in self._fns.values():
+            if hasattr(fn, "experimental_get_tracing_count"):
+                total += int(fn.experimental_get_tracing_count())
+            elif hasattr(fn, "_cache_size"):
+                total += int(fn._cache_size())
+        return total
+
+
+def _pad_rows(a: Any, rows: int) -> Any:
+    """``a`` with ``rows`` rows of zeros appended, as the same kind of array (NumPy stays
+    NumPy: a jitted function caches per argument kind as well as shape)."""
+    if isinstance(a, np.ndarray):
+        return np.concatenate([a, np.zeros((rows,) + a.shape[1:], a.dtype)])
+    import jax.numpy as jnp
+
+    return jnp.concatenate([a, jnp.zeros((rows,) + tuple(a.shape[1:]), a.dtype)])
 
 
 @dataclass

@@ -24,7 +24,9 @@ Public API
     ``.call_and_trace(x, batch_size=None, **predict_kwargs) -> (output, Traces)`` for
     recording ``predict``: the model's whole output as ``predict`` returns it and the
     traces of the *same* forward pass; ``.call_tensors(x) -> (output tensors, Traces)``
-    for ``model(x)``; ``.unrecordable(x)`` says why a ``model(x)`` call cannot be
+    for ``model(x)`` (a compiled pass reused across calls; gradients flow on
+    TensorFlow); ``.compiled_passes`` counts its traces and compilations;
+    ``.unrecordable(x)`` says why a ``model(x)`` call cannot be
     recorded (``None`` when it can). Also ``.prepare(data)``, ``.predictions(output)``,
     ``.input_names``, ``.input_shapes``, ``.input_shape`` (the first input's),
     ``.output_name``, ``.output_names``, ``.sa_sizes``, ``.coverage_sizes``, ``.jit``.
@@ -407,6 +409,12 @@ class TraceModel:
         """Whether the pass is compiled (XLA / ``jax.jit``): ``None`` until a pass tried it."""
         return False if self.jit_mode is False and backend() == "tensorflow" else self._forward.jit
 
+    @property
+    def compiled_passes(self) -> int:
+        """How many times the pass has been traced or compiled so far (a handful over
+        any number of calls of varying batch sizes: shapes are relaxed or padded)."""
+        return self._forward.compilations()
+
     # -- the pass ---------------------------------------------------------------------
 
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
@@ -577,9 +585,13 @@ class TraceModel:
         return None
 
     def call_tensors(self, x: Any, *, training: bool = False) -> tuple[Any, Traces]:
-        """``model(x)`` with traces: the output as the backend's tensors (on TensorFlow
-        an eager call, so a ``GradientTape`` around it sees the pass) and the traces of
-        that same pass. ``x`` is one batch in any structure ``model(x)`` takes."""
+        """``model(x)`` with traces: the output as the backend's tensors and the traces
+        of that same pass. ``x`` is one batch in any structure ``model(x)`` takes.
+
+        The pass is compiled once and reused (a ``tf.function`` on TensorFlow, which a
+        ``GradientTape`` around the call differentiates as it would an eager
+        ``model(x)``; ``jax.jit`` on JAX), so a test's many small calls cost about what
+        a compiled ``model(x)`` costs: see :meth:`Forward.eager`."""
         output, flat = self._forward.eager(self._canonical_call_input(x))
         return output, self._split(flat)
 
