@@ -655,10 +655,11 @@ def test_property_report_specs_parse_to_a_known_kind_or_a_usage_error(kind, sep,
 
 
 def test_one_layer_list_parser_for_options_and_the_sadl_command():
-    from pytest_sadl.cli import _layers
+    from pytest_sadl.cliargs import parse_layers as command_layers
     from pytest_sadl.config import parse_layers
 
     assert parse_layers(["a", " b,c ", "3", "-1"]) == ("a", "b", "c", 3, -1)
     assert parse_layers("+1, 1_0, ²") == ("+1", "1_0", "²")  # int() would take the first two; not indices
     assert parse_layers(None) is None and parse_layers([" , "]) is None
-    assert _layers(["dense_1,0", "+1"]) == ("dense_1", 0, "+1")
+    # the sadl commands parse --sa-layers/--coverage-layers with the same rules
+    assert command_layers(["dense_1,0", "+1", "²"]) == ("dense_1", 0, "+1", "²")
