@@ -181,6 +181,21 @@ def as_pred(name: str, pred: object, n: int) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def scoring_inputs(who: str, ats: object, pred: object | None, *, dims: int, classifier: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(traces, classes)`` of the inputs a per-class measure (``who``: "LSA", "MDSA")
+    scores: ``pred`` is required when it was built per class and refused when it was not
+    (every input is then class 0)."""
+    x = as_traces("ats", ats, dims=dims, allow_empty=True)
+    name = who.lower()
+    if classifier:
+        if pred is None:
+            raise ValueError(f"this {who} was built per class: pass the predicted classes, {name}(ats, pred)")
+        return x, as_pred("pred", pred, len(x))
+    if pred is not None:
+        raise ValueError(f"this {who} was built without classes (train_pred=None): call {name}(ats) without pred")
+    return x, np.zeros(len(x), np.int64)
+
+
 def reduce_layer(a: np.ndarray) -> np.ndarray:
     """One value per neuron: the spatial mean over every axis but the first (inputs) and last (channels).
 

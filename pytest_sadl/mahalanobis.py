@@ -39,11 +39,11 @@ import numpy as np
 from ._checks import (
     as_pred,
     as_train_traces,
-    as_traces,
     check_var_threshold,
     class_moments,
     classes_of,
     low_variance_filter,
+    scoring_inputs,
     usable_classes,
     warn,
 )
@@ -127,15 +127,7 @@ class MDSA:
 
     def __call__(self, ats: object, pred: object | None = None) -> np.ndarray:
         """MDSA of each input: its Mahalanobis distance to its class's training mean."""
-        x = as_traces("ats", ats, dims=self.n_features_in, allow_empty=True)
-        if self.classifier:
-            if pred is None:
-                raise ValueError("this MDSA was built per class: pass the predicted classes, mdsa(ats, pred)")
-            p = as_pred("pred", pred, len(x))
-        else:
-            if pred is not None:
-                raise ValueError("this MDSA was built without classes (train_pred=None): call mdsa(ats) without pred")
-            p = np.zeros(len(x), np.int64)
+        x, p = scoring_inputs("MDSA", ats, pred, dims=self.n_features_in, classifier=self.classifier)
         out = np.full(len(x), np.nan)
         missing = []
         for c in np.unique(p):

@@ -32,6 +32,7 @@ from ._checks import (
     class_moments,
     classes_of,
     low_variance_filter,
+    scoring_inputs,
     usable_classes,
     warn,
 )
@@ -277,15 +278,7 @@ class LSA:
 
     def __call__(self, ats: object, pred: object | None = None) -> np.ndarray:
         """LSA of each input: ``-log`` of its class's KDE density, float64 ``(n,)``."""
-        x = as_traces("ats", ats, dims=self.n_features_in, allow_empty=True)
-        if self.classifier:
-            if pred is None:
-                raise ValueError("this LSA was built per class: pass the predicted classes, lsa(ats, pred)")
-            p = as_pred("pred", pred, len(x))
-        else:
-            if pred is not None:
-                raise ValueError("this LSA was built without classes (train_pred=None): call lsa(ats) without pred")
-            p = np.zeros(len(x), np.int64)
+        x, p = scoring_inputs("LSA", ats, pred, dims=self.n_features_in, classifier=self.classifier)
         out = np.full(len(x), np.nan)
         if len(x) == 0:
             return out
