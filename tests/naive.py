@@ -28,11 +28,10 @@ def kde_log_density(train: np.ndarray, x: np.ndarray) -> float:
     return top + math.log(sum(math.exp(t - top) for t in terms)) - math.log(n)
 
 
-def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
-    """Equation 2 per class, after the variance filter (a neuron dropped if low in any class)."""
-    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
-    pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
-    keep = [
+def kept_neurons(train: np.ndarray, train_pred: np.ndarray, var_threshold: float) -> list[int]:
+    """The variance filter of LSA and MDSA: a neuron is dropped if its variance (ddof=0) is
+    below the threshold in any class with two or more training traces."""
+    return [
         j
         for j in range(train.shape[1])
         if all(
@@ -41,6 +40,13 @@ def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: f
             if np.sum(train_pred == c) >= 2
         )
     ]
+
+
+def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
+    """Equation 2 per class, after the variance filter (a neuron dropped if low in any class)."""
+    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
+    pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
+    keep = kept_neurons(train, train_pred, var_threshold)
     out = []
     for x, c in zip(tests, pred):
         out.append(-kde_log_density(train[train_pred == c][:, keep], x[keep]))
@@ -154,15 +160,7 @@ def mdsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: 
     ``np.linalg.pinv`` for a singular covariance."""
     train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
     pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
-    keep = [
-        j
-        for j in range(train.shape[1])
-        if all(
-            np.var(train[train_pred == c, j]) >= var_threshold
-            for c in np.unique(train_pred)
-            if np.sum(train_pred == c) >= 2
-        )
-    ]
+    keep = kept_neurons(train, train_pred, var_threshold)
     out = []
     for x, c in zip(tests, pred):
         members = train[train_pred == c][:, keep]
