@@ -734,7 +734,7 @@ def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> 
     import tempfile
 
     from pytest_sadl import store
-    from pytest_sadl.profile import _try_load
+    from pytest_sadl.profile.lookup import _try_load
 
     prof = load_or_build(dense_model, digits.x_train, None, None)
     base = Path(tempfile.mkdtemp(prefix="sadl-ro-", dir="/tmp"))
