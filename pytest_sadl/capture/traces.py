@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.capture.forward import Forward, backend, is_symbolic, probe, to_numpy
+from pytest_sadl.capture.forward import Forward, backend, in_graph_context, is_symbolic, probe, to_numpy
 from pytest_sadl.capture.layers import (
     check_model,
     describe_layers,
@@ -577,11 +577,8 @@ class TraceModel:
         """Why ``model(x)`` cannot be recorded (``None``: it can)."""
         if is_symbolic(x):
             return "model(x) was called on symbolic tensors (inside tf.function or jax.jit/grad)"
-        if backend() == "tensorflow":
-            import tensorflow as tf
-
-            if not tf.executing_eagerly():
-                return "model(x) was called inside a tf.function (symbolic tensors)"
+        if in_graph_context():
+            return "model(x) was called inside a tf.function (symbolic tensors)"
         return None
 
     def call_tensors(self, x: Any, *, training: bool = False) -> tuple[Any, Traces]:
