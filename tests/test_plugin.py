@@ -386,13 +386,13 @@ def test_regression_model_has_no_dsa(project, regression_model_path):
     res.stdout.fnmatch_lines(["*DSC*not applicable*", "FAIL DSC is not applicable to this model*"])
 
 
-MODEL_FIXTURE = f"""
+MODEL_FIXTURE = """
 import keras
 import pytest
 
 @pytest.fixture(scope="session")
 def sadl_model():
-    return keras.models.load_model({{path!r}})
+    return keras.models.load_model({path!r})
 """
 
 TRAIN_FIXTURE = """
