@@ -54,6 +54,19 @@ __all__ = [
 Progress = Callable[[int, "int | None"], None]
 Status = Callable[[str], None]
 
+#: The derived array of a stored profile that keeps DSA's lazily computed ``dist_b``.
+DSA_DISTANCES = "dsa-dist_b"
+
+
+def _check_distances(value: np.ndarray, n: int) -> None:
+    """Kept ``dist_b``: one float64 per training trace, each ``NaN`` (not computed) or a
+    finite distance >= 0; anything else raises :class:`Invalid`."""
+    if value.shape != (n,) or value.dtype != np.float64:
+        raise Invalid(f"it is {value.dtype} {value.shape}, expected float64 ({n},)")
+    known = value[~np.isnan(value)]
+    if known.size and not (np.isfinite(known).all() and (known >= 0).all()):
+        raise Invalid("it holds negative or infinite distances")
+
 
 # ----------------------------------------------------------------------------- options
 
@@ -67,9 +80,11 @@ class ProfileOptions:
     filter. ``lsa_near_singular``: LSA's ``near_singular`` (``"drop"`` or ``"keep"``). ``batch_size``: inputs per forward pass (does not change the numbers, so it is
     not in the fingerprint). ``classifier``: ``None`` to detect
     (:func:`pytest_sadl.traces.is_classifier`). ``dsa_precompute``: compute every training
-    trace's nearest other-class distance at build time and store it (``False``: the DSA
-    computes it lazily, for the training traces that test inputs land next to, in every
-    session; not in the fingerprint, a later build with ``True`` completes the file).
+    trace's nearest other-class distance (DSA's ``dist_b``) at build time and store it.
+    ``False`` (the default): DSA computes ``dist_b`` only for the training traces that some
+    scored input's nearest same-class trace is, and :meth:`TrainingProfile.keep_dsa_distances`
+    adds them to the stored profile, so each session computes only what no earlier one did.
+    Not in the fingerprint: a later build with ``True`` completes the stored profile.
     ``output``: which output of a multi-output model gives the class (name or index;
     ``None``: the first).
     """
@@ -80,7 +95,7 @@ class ProfileOptions:
     lsa_near_singular: str = "drop"
     batch_size: int = 256
     classifier: bool | None = None
-    dsa_precompute: bool = True
+    dsa_precompute: bool = False
     output: str | int | None = None
 
     def __post_init__(self) -> None:
@@ -179,7 +194,8 @@ class TrainingProfile:
     """What the criteria need from the training set; see the module docstring.
 
     ``lsa_arrays``/``dsa_arrays`` are the engine's ``to_arrays()`` dicts (``dsa_arrays`` is
-    ``None`` for a regression model, or when built with ``dsa_precompute=False``).
+    ``None`` for a regression model, or when built with ``dsa_precompute=False``: then the
+    ``dist_b`` computed so far are a derived array of the stored profile, see :meth:`dsa`).
     ``options`` holds the *resolved* layer names. ``path`` is the cache file (``None`` when
     not cached); ``built`` says whether this call built it (``False``: loaded from cache).
     """
@@ -211,6 +227,7 @@ class TrainingProfile:
     _lsa: Any = field(default=None, repr=False, compare=False)
     _dsa: Any = field(default=None, repr=False, compare=False)
     _mdsa: Any = field(default=None, repr=False, compare=False)
+    _dsa_known: int = field(default=0, repr=False, compare=False)
     _extras: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -232,7 +249,9 @@ class TrainingProfile:
 
     def dsa(self) -> Any:
         """The :class:`pytest_sadl.surprise.DSA` (``None`` for a regression model), from the
-        cached nearest-other-class distances when the profile holds them."""
+        nearest-other-class distances (``dist_b``) the profile holds: every one when it
+        was built with ``dsa_precompute=True``, else those earlier sessions computed and
+        kept (:meth:`keep_dsa_distances`); the rest are computed when an input needs them."""
         if not self.classifier:
             return None
         if self._dsa is None:
@@ -241,8 +260,52 @@ class TrainingProfile:
             if self.dsa_arrays is not None:
                 self._dsa = DSA.from_arrays(self.dsa_arrays)
             else:
-                self._dsa = DSA(self.sa_traces, self.sa_pred)
+                self._dsa = DSA(self.sa_traces, self.sa_pred, dist_b=self._kept_distances())
+            self._dsa_known = self._dsa.known
         return self._dsa
+
+    def _kept_distances(self, warn: bool = True) -> np.ndarray | None:
+        """The ``dist_b`` earlier sessions kept in the stored profile (``NaN``: not yet
+        computed), or ``None``. One that fails its checks is ignored (with a warning when
+        ``warn``)."""
+        if self.path is None:
+            return None
+        try:
+            value = store.read_extra(self.path, DSA_DISTANCES)
+            if value is not None:
+                _check_distances(value, self.n_train)
+        except Invalid as exc:
+            if not warn:
+                return None
+            warnings.warn(
+                f"pytest-sadl: the DSA distances kept in {self.path} cannot be used ({exc}); computing them anew",
+                SadlCacheWarning,
+                stacklevel=3,
+            )
+            return None
+        return value
+
+    def keep_dsa_distances(self) -> int:
+        """Add the ``dist_b`` this process computed to the stored profile, so later
+        sessions skip them; returns how many training traces the profile now knows
+        (0 when there is nothing to add: a regression model, every ``dist_b`` stored at
+        build, no new one, no cache folder).
+
+        Concurrent sessions merge: under the profile's lock the stored array is read again
+        and its entries fill this one's gaps (both are the same exact distances). Raises
+        ``OSError`` when the folder cannot be written (a read-only cache: the distances are
+        then computed again next time, nothing else changes)."""
+        dsa = self._dsa
+        if dsa is None or self.dsa_arrays is not None or self.path is None or dsa.known <= self._dsa_known:
+            return 0
+        mine = dsa.to_arrays(complete=False)["other_dist"]
+        with store.locked(self.path.with_name(self.path.name + ".lock")):
+            theirs = self._kept_distances(warn=False)  # a damaged file was reported on load
+            if theirs is not None:
+                mine = np.where(np.isnan(mine), theirs, mine)
+            store.write_extra(self.path, DSA_DISTANCES, mine)
+        self._dsa_known = dsa.known
+        return int(np.count_nonzero(~np.isnan(mine)))
 
     def mdsa(self) -> Any:
         """The :class:`pytest_sadl.surprise.MDSA` of the training traces (built on first call;
