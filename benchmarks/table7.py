@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, sa, r, mean, std in rows:
         print(f"| {name} | {sa} | {r} | {100 * mean:.2f}% | {100 * std:.2f} |")
     print()
-    print(f"SC bounds used: " + ", ".join(f"{m.upper()} ({lo:.4g}, {up:.4g}]" for m, (lo, up, _) in bounds.items()))
+    print("SC bounds used: " + ", ".join(f"{m.upper()} ({lo:.4g}, {up:.4g}]" for m, (lo, up, _) in bounds.items()))
     print(f"took {time.monotonic() - start:.0f}s")
     return 0
 

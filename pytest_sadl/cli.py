@@ -4,7 +4,7 @@ Subcommands::
 
     sadl profile build --model M --train T [--sa-layers L ...] [--coverage-layers L ...]
                        [--var-threshold V] [--batch-size N] [--cache-dir D] [--rootdir R]
-                       [--rebuild] [--no-dsa-precompute] [--quiet]
+                       [--rebuild] [--[no-]dsa-precompute] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
     sadl report ...    (pytest_sadl.report.cli)
     sadl compare ...
@@ -126,7 +126,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
         var_threshold=sadl.var_threshold,
         lsa_near_singular=sadl.lsa_near_singular,
         batch_size=sadl.batch_size,
-        dsa_precompute=not args.no_dsa_precompute,
+        dsa_precompute=sadl.dsa_precompute if args.dsa_precompute is None else args.dsa_precompute,
         output=sadl.output,
     )
     cache_dir = cache_dir_for(args, sadl)
@@ -282,10 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_options(build)
     build.add_argument("--rebuild", action="store_true", help="rebuild even when a matching profile is cached")
     build.add_argument(
-        "--no-dsa-precompute",
-        action="store_true",
-        help="do not precompute every training trace's nearest other-class distance "
-        "(faster build; DSA then computes what it needs in every test session)",
+        "--dsa-precompute",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compute every training trace's nearest other-class distance (DSA's dist_b) now "
+        "(default: sadl_dsa_precompute of the ini, else no: each session computes the ones its "
+        "inputs need and keeps them in the profile)",
     )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
     add_location(build)

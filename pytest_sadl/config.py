@@ -65,6 +65,7 @@ OPTIONS: tuple[Option, ...] = (
            limit=10_000, limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000"),
     Option("--sadl-var-threshold", "sadl_var_threshold", "LSA drops neurons whose training variance is below this (default 1e-5)", None, 1e-5, "float", "V"),
     Option("--sadl-lsa-near-singular", "sadl_lsa_near_singular", "LSA on a nearly singular covariance (softmax layers): drop dependent neurons (default) or keep the full covariance where it is positive definite, as SciPy and the paper's code do", None, "drop", "str", "drop|keep"),
+    Option("--sadl-dsa-precompute", "sadl_dsa_precompute", "compute every training trace's nearest other-class distance (DSA's dist_b) when the profile is built; default: only those the tests' inputs need, kept in the profile for the next run", "bool", False, "bool"),
     Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
            limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
     Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
@@ -157,6 +158,7 @@ class SadlOptions:
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
     lsa_near_singular: str = "drop"
+    dsa_precompute: bool = False
     batch_size: int = 256
     reports: tuple[Report, ...] = (Report("term"),)
     fail_under: dict[str, float] = field(default_factory=dict)
@@ -322,18 +324,21 @@ def _toml_repr(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
+def _switch(config: pytest.Config, name: str) -> bool:
+    """A boolean option: its flag, or ``name = true`` in the ini."""
+    try:
+        ini = bool(config.getini(name))
+    except ValueError:  # pytest's own message does not name the option
+        raw = config.inicfg.get(name)
+        raise pytest.UsageError(f"{name} (ini)={getattr(raw, 'value', raw)!r} is not a boolean; write true or false") from None
+    return bool(config.getoption(name)) or ini
+
+
 def _enabled(config: pytest.Config) -> bool:
     """``--sadl-coverage`` or ``sadl_coverage = true``, unless ``--no-sadl-coverage``."""
     if config.getoption("sadl_no_coverage"):
         return False
-    try:
-        ini = bool(config.getini("sadl_coverage"))
-    except ValueError:  # pytest's own message does not name the option
-        raw = config.inicfg.get("sadl_coverage")
-        raise pytest.UsageError(
-            f"sadl_coverage (ini)={getattr(raw, 'value', raw)!r} is not a boolean; write true or false"
-        ) from None
-    return bool(config.getoption("sadl_coverage")) or ini
+    return _switch(config, "sadl_coverage")
 
 
 def _path_or_spec(value: str, base: Path) -> str:
@@ -440,6 +445,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         kmnc_k=k,
         var_threshold=var_threshold,
         lsa_near_singular=lsa_near_singular,
+        dsa_precompute=_switch(config, "sadl_dsa_precompute"),
         batch_size=batch_size,
         reports=reports,
         fail_under=fail_under,

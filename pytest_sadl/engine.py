@@ -326,7 +326,6 @@ def compute(
         warnings.simplefilter("always")
         scores = view.score(sa, pred)
     messages.extend(dict.fromkeys(str(w.message) for w in caught))
-    lsa_scores, dsa_scores = scores["lsa"], scores.get("dsa")
 
     # Per test, in collection order: what each newly covered.
     tests_out = []

@@ -132,6 +132,7 @@ class SadlState:
                 output=self.options.output,
                 var_threshold=self.options.var_threshold,
                 lsa_near_singular=self.options.lsa_near_singular,
+                dsa_precompute=self.options.dsa_precompute,
                 batch_size=self.options.batch_size,
             )
             from .store import SadlCacheWarning

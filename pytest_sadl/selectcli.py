@@ -20,6 +20,7 @@ gallery. :func:`select_from_pool` is the same as a Python function.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -62,6 +63,8 @@ def select_from_pool(
     traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
     view = ProfileView.of(profile)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
+    with contextlib.suppress(OSError):  # a read-only cache: computed again next time
+        profile.keep_dsa_distances()
     if results is not None:
         bounds, covered = covered_from_results(results)
     else:

@@ -23,6 +23,7 @@ of the others or of the terminal table; the exit status then says so
 from __future__ import annotations
 
 import base64
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -251,6 +252,7 @@ def finish(state: SadlState) -> None:
     profile = state.resolve_profile()
     messages = list(dict.fromkeys(([first] if first else []) + state.warnings + state.recorder.messages))
     state.results = compute(ProfileView.of(profile), records, state.options, model_info(state, profile), messages)
+    keep_dsa_distances(profile)
     state.results.missing = missing
     state.data = state.results.to_dict()
     if state.options.compare is not None:
@@ -258,6 +260,14 @@ def finish(state: SadlState) -> None:
         if state.warnings_after:
             state.data["outcome"]["warnings"].extend(state.warnings_after)
     write_reports(state)
+
+
+def keep_dsa_distances(profile: Any) -> None:
+    """Store the DSA distances this session computed in the profile, for the next one.
+    A cache that cannot be written (read-only in CI) changes nothing but the next run's
+    time, so it is not an error."""
+    with contextlib.suppress(OSError):
+        profile.keep_dsa_distances()
 
 
 def exit_status(state: SadlState, current: int) -> int:

@@ -138,6 +138,27 @@ def test_build_reads_the_projects_ini_so_the_plugin_finds_the_profile(project: P
     assert "built profile" in capsys.readouterr().out and len([p for p in cache.glob("profile-*") if p.is_dir()]) == 2
 
 
+@pytest.mark.tf
+def test_build_computes_every_dsa_distance_when_the_flag_or_the_ini_asks(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz", "-q"]
+    cache = project / ".pytest_cache" / "d" / "sadl"
+
+    def precomputed(layer: str) -> bool:
+        metas = [json.loads((p / "meta.json").read_text())["meta"] for p in cache.glob("profile-*") if p.is_dir()]
+        (meta,) = [m for m in metas if m["sa_layers"] == [layer]]
+        return meta["dsa_precomputed"]
+
+    assert main([*base, "--sa-layers", "hidden"]) == 0
+    assert precomputed("hidden") is False  # the default: dist_b only when inputs need them
+    assert main([*base, "--sa-layers", "hidden", "--dsa-precompute"]) == 0
+    assert precomputed("hidden") is True  # the same profile, completed
+    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_dsa_precompute = true\n")
+    assert main(base) == 0
+    assert precomputed("conv2") is True
+    assert main([*base, "--no-dsa-precompute"]) == 0
+    assert "found cached profile" in capsys.readouterr().out and precomputed("conv2") is True
+
+
 def test_list_in_process_needs_no_tensorflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "list", "--cache-dir", str(tmp_path / "none")]) == 0
     assert "no training profiles in" in capsys.readouterr().out

@@ -253,6 +253,28 @@ def test_xdist_equals_serial(project):
         assert a[key] == b[key], key
 
 
+def test_dsa_distances_are_kept_between_runs_and_equal_a_full_precompute(project):
+    """The default profile computes DSA's dist_b only for the training traces the recorded
+    inputs land next to and keeps them; the next run reuses them, and the numbers equal a
+    profile built with every dist_b (--sadl-dsa-precompute, which completes the file)."""
+    pytester = project(extra="sadl_cache_dir = .sadl-cache")
+    run(pytester, "--sadl-coverage", "--sadl-report=json:first.json")
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    (kept_file,) = folder.glob("extra.dsa-dist_b.*.npy")
+    kept = np.load(kept_file)
+    known = int((~np.isnan(kept)).sum())
+    assert 0 < known < len(kept), "only the x_a of recorded inputs (and of nothing else)"
+    assert not json.loads((folder / "meta.json").read_text())["meta"]["dsa_precomputed"]
+    run(pytester, "--sadl-coverage", "--sadl-report=json:second.json")
+    assert list(folder.glob("extra.dsa-dist_b.*.npy")) == [kept_file], "nothing new to keep: not rewritten"
+    run(pytester, "--sadl-coverage", "--sadl-dsa-precompute", "--sadl-report=json:full.json")
+    assert json.loads((folder / "meta.json").read_text())["meta"]["dsa_precomputed"]
+    first, second, full = (results(pytester, f"{name}.json") for name in ("first", "second", "full"))
+    assert len(first["inputs"]["dsa"]) > 0 and all(v is not None for v in first["inputs"]["dsa"])
+    for key in ("metrics", "inputs", "tests"):
+        assert first[key] == second[key] == full[key], key
+
+
 def test_strict_config_and_markers_pass_with_every_ini_option(project):
     extra = "\n".join(
         [
@@ -262,7 +284,7 @@ def test_strict_config_and_markers_pass_with_every_ini_option(project):
             "sadl_dsc_lower = 0", "sadl_dsc_upper = 3", "sadl_dsc_buckets = 100",
             "sadl_nc_threshold = 0.25", "sadl_kmnc_k = 10", "sadl_var_threshold = 1e-6",
             "sadl_batch_size = 64", "sadl_report = json:ini.json", "sadl_fail_under = nc:1",
-            "sadl_cache_dir = .sadl-cache",
+            "sadl_cache_dir = .sadl-cache", "sadl_dsa_precompute = false",
         ]
     )
     pytester = project(THRESHOLD_TESTS, extra=extra)
@@ -386,13 +408,13 @@ def test_regression_model_has_no_dsa(project, regression_model_path):
     res.stdout.fnmatch_lines(["*DSC*not applicable*", "FAIL DSC is not applicable to this model*"])
 
 
-MODEL_FIXTURE = f"""
+MODEL_FIXTURE = """
 import keras
 import pytest
 
 @pytest.fixture(scope="session")
 def sadl_model():
-    return keras.models.load_model({{path!r}})
+    return keras.models.load_model({path!r})
 """
 
 TRAIN_FIXTURE = """

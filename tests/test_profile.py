@@ -67,7 +67,7 @@ def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, t
     from pytest_sadl.surprise import DSA, LSA
     from pytest_sadl.traces import TraceModel
 
-    prof = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100), tmp_path)
+    prof = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100, dsa_precompute=True), tmp_path)
     assert prof.built and prof.path == profile_path(tmp_path, prof.fingerprint) and prof.path.is_dir()
     from pytest_sadl.fingerprint import canonical_order, row_digests
 
@@ -87,7 +87,7 @@ def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, t
     ref_lsa = LSA(t.sa, t.pred)(test.sa, test.pred)
     ref_dsa = DSA(t.sa, t.pred)(test.sa, test.pred)
     with _no_cache_warning():
-        hit = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100), tmp_path)
+        hit = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100, dsa_precompute=True), tmp_path)
     assert not hit.built and hit.fingerprint == prof.fingerprint
     assert hit.dsa_arrays is not None and np.isfinite(hit.dsa_arrays["other_dist"]).all()
     for p in (prof, hit):
@@ -115,7 +115,7 @@ def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) 
 
 @pytest.mark.tf
 def test_folder_holds_numbers_only_and_dedupes_traces(conv_model: Any, digits: Any, tmp_path: Path) -> None:
-    prof = load_or_build(conv_model, digits.x_train, None, tmp_path)
+    prof = load_or_build(conv_model, digits.x_train, ProfileOptions(dsa_precompute=True), tmp_path)
     doc = json.loads((prof.path / "meta.json").read_text())
     meta = doc["meta"]
     assert doc["version"] == FORMAT_VERSION and meta["fingerprint"] == prof.fingerprint
@@ -131,16 +131,105 @@ def test_folder_holds_numbers_only_and_dedupes_traces(conv_model: Any, digits: A
 
 @pytest.mark.tf
 def test_lazy_dsa_then_completed(conv_model: Any, digits: Any, tmp_path: Path) -> None:
-    lazy = load_or_build(conv_model, digits.x_train, ProfileOptions(dsa_precompute=False), tmp_path)
-    assert lazy.dsa_arrays is None
-    full = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
-    assert full.fingerprint == lazy.fingerprint and not full.built and full.dsa_arrays is not None
+    lazy = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    assert lazy.dsa_arrays is None and lazy.dsa().known == 0, "the default build computes no dist_b"
     q = digits.x_test[:40]
     t = lazy.trace_model(conv_model).traces(q)
-    np.testing.assert_allclose(lazy.dsa()(t.sa, t.pred), full.dsa()(t.sa, t.pred), rtol=1e-6)
-    again = load_or_build(conv_model, digits.x_train, ProfileOptions(dsa_precompute=False), tmp_path)
+    lazy_values = lazy.dsa()(t.sa, t.pred)
+    assert lazy.keep_dsa_distances() > 0
+    full = load_or_build(conv_model, digits.x_train, ProfileOptions(dsa_precompute=True), tmp_path)
+    assert full.fingerprint == lazy.fingerprint and not full.built and full.dsa_arrays is not None
+    np.testing.assert_array_equal(lazy_values, full.dsa()(t.sa, t.pred))
+    # the completed file keeps the distances computed lazily, bit for bit
+    kept = lazy.dsa().to_arrays(complete=False)["other_dist"]
+    done = ~np.isnan(kept)
+    np.testing.assert_array_equal(np.asarray(full.dsa_arrays["other_dist"])[done], kept[done])
+    again = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     assert not again.built and again.dsa_arrays is not None
     assert len(list_profiles(tmp_path)) == 1
+
+
+@pytest.mark.tf
+def test_lazy_dist_b_is_kept_for_the_next_session(conv_model: Any, digits: Any, tmp_path: Path) -> None:
+    """Each session computes dist_b only for the training traces its inputs land next to,
+    and keeps them: the next session (another process, modelled by a fresh load) starts
+    with them known, computes only the new ones, and the values equal a full precompute's."""
+    from pytest_sadl.surprise import DSA
+
+    first = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    tm = first.trace_model(conv_model)
+    a, b = tm.traces(digits.x_test[:30]), tm.traces(digits.x_test[30:90])
+    got_a = first.dsa()(a.sa, a.pred)
+    known_a = first.dsa().known
+    assert 0 < known_a <= 30
+    assert first.keep_dsa_distances() == known_a
+    assert first.keep_dsa_distances() == 0, "nothing new: nothing written"
+    with _no_cache_warning():
+        second = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    assert not second.built and second.dsa().known == known_a
+    got_b = second.dsa()(b.sa, b.pred)
+    assert second.dsa().known > known_a
+    second.keep_dsa_distances()
+    reference = DSA(second.sa_traces, second.sa_pred).precompute()
+    np.testing.assert_array_equal(got_a, reference(a.sa, a.pred))
+    np.testing.assert_array_equal(got_b, reference(b.sa, b.pred))
+    third = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    assert third.dsa().known == second.dsa().known
+    np.testing.assert_array_equal(third.dsa()(a.sa, a.pred), got_a)
+
+
+@pytest.mark.tf
+def test_kept_dist_b_merge_across_concurrent_sessions(conv_model: Any, digits: Any, tmp_path: Path) -> None:
+    """Two sessions opened the same profile and scored different inputs: whichever
+    writes last, the stored distances are the union of both."""
+    base = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    tm = base.trace_model(conv_model)
+    one = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    two = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    a, b = tm.traces(digits.x_test[:25]), tm.traces(digits.x_test[25:50])
+    one.dsa()(a.sa, a.pred)
+    two.dsa()(b.sa, b.pred)
+    one.keep_dsa_distances()
+    total = two.keep_dsa_distances()
+    mine, theirs = (p.dsa().to_arrays(complete=False)["other_dist"] for p in (one, two))
+    union = np.where(np.isnan(theirs), mine, theirs)
+    assert np.isnan(mine).sum() > np.isnan(union).sum() < np.isnan(theirs).sum(), "each session added its own"
+    assert total == int((~np.isnan(union)).sum())
+    fresh = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    np.testing.assert_array_equal(fresh.dsa().to_arrays(complete=False)["other_dist"], union)
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("damage", ["negative", "shape", "bytes"])
+def test_damaged_kept_dist_b_is_recomputed(conv_model: Any, digits: Any, tmp_path: Path, damage: str) -> None:
+    from pytest_sadl import store
+    from pytest_sadl.profile.build import DSA_DISTANCES
+
+    prof = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    t = prof.trace_model(conv_model).traces(digits.x_test[:20])
+    want = prof.dsa()(t.sa, t.pred)
+    prof.keep_dsa_distances()
+    (file,) = prof.path.glob(f"extra.{DSA_DISTANCES}.*.npy")
+    kept = np.load(file)
+    if damage == "negative":
+        kept[np.flatnonzero(~np.isnan(kept))[0]] = -1.0
+        file.unlink()
+        store.write_extra(prof.path, DSA_DISTANCES, kept)
+    elif damage == "shape":
+        file.unlink()
+        store.write_extra(prof.path, DSA_DISTANCES, kept[:-1])
+    else:
+        raw = bytearray(file.read_bytes())
+        raw[-3] ^= 0xFF
+        file.write_bytes(bytes(raw))
+    again = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    with pytest.warns(SadlCacheWarning, match="DSA distances kept in .* cannot be used"):
+        dsa = again.dsa()
+    assert dsa.known == 0
+    np.testing.assert_array_equal(dsa(t.sa, t.pred), want)
+    assert again.keep_dsa_distances() > 0  # and the good ones replace the damaged file
+    with _no_cache_warning():
+        assert load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path).dsa().known == dsa.known
 
 
 # ----------------------------------------------------------------------------- fingerprint
@@ -734,7 +823,7 @@ def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> 
     import tempfile
 
     from pytest_sadl import store
-    from pytest_sadl.profile import _try_load
+    from pytest_sadl.profile.lookup import _try_load
 
     prof = load_or_build(dense_model, digits.x_train, None, None)
     base = Path(tempfile.mkdtemp(prefix="sadl-ro-", dir="/tmp"))
@@ -765,6 +854,14 @@ def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> 
                 same = bool(np.array_equal(hit.sa_traces, prof.sa_traces))
                 extra = hit.cached_array("heldout-x", lambda: np.arange(4.0)).tolist()
                 results["full"] = [same, extra, [str(w.message) for w in caught]]
+            # DSA scores; keeping its distances raises (the plugin ignores that) and changes nothing
+            scores = hit.dsa()(np.asarray(hit.sa_traces[:20]), hit.sa_pred[:20])
+            try:
+                hit.keep_dsa_distances()
+                results["keep"] = [bool(np.isfinite(scores).all()), "no error"]
+            except OSError as exc:
+                results["keep"] = [bool(np.isfinite(scores).all()), type(exc).__name__]
+            results["files"] = sorted(p.name for p in hit.path.iterdir())
             return results
 
         got = _as_nobody(child)
@@ -779,6 +876,8 @@ def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> 
     same, extra, messages = got["full"]
     assert same and extra == [0.0, 1.0, 2.0, 3.0]
     assert len(messages) == 1 and "PermissionError" in messages[0]
+    assert got["keep"] == [True, "PermissionError"]
+    assert not any(name.startswith("extra.") for name in got["files"])
 
 
 @pytest.mark.tf

@@ -126,6 +126,15 @@ def is_symbolic(value: Any) -> bool:
     return False
 
 
+def in_graph_context() -> bool:
+    """Whether TensorFlow is building a graph here (a ``model(x)`` inside a ``tf.function``)."""
+    if backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return not tf.executing_eagerly()
+
+
 class Forward:
     """One model's forward pass with captured outputs, compiled for the backend."""
 

@@ -46,7 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.capture.forward import Forward, backend, has_accelerator, is_symbolic, probe, to_numpy
+from pytest_sadl.capture.forward import (
+    Forward,
+    backend,
+    has_accelerator,
+    in_graph_context,
+    is_symbolic,
+    probe,
+    to_numpy,
+)
 from pytest_sadl.capture.layers import (
     check_model,
     describe_layers,
@@ -583,11 +591,8 @@ class TraceModel:
         """Why ``model(x)`` cannot be recorded (``None``: it can)."""
         if is_symbolic(x):
             return "model(x) was called on symbolic tensors (inside tf.function or jax.jit/grad)"
-        if backend() == "tensorflow":
-            import tensorflow as tf
-
-            if not tf.executing_eagerly():
-                return "model(x) was called inside a tf.function (symbolic tensors)"
+        if in_graph_context():
+            return "model(x) was called inside a tf.function (symbolic tensors)"
         return None
 
     def call_tensors(self, x: Any, *, training: bool = False) -> tuple[Any, Traces]:

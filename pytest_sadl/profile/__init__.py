@@ -1,0 +1,77 @@
+"""The training profile: what the criteria need from the training set, built once, cached.
+
+Three modules, one job each:
+
+* :mod:`~pytest_sadl.profile.build` — :class:`ProfileOptions`, :class:`TrainingProfile`, the
+  fingerprints and :func:`build_profile` (one forward pass of the training set, then the
+  engine's set-up; the canonical order that makes a profile independent of data order);
+* :mod:`~pytest_sadl.profile.files` — a profile as one entry of :mod:`pytest_sadl.store`
+  (:func:`save_profile`, :func:`load_profile` and every check a read makes);
+* :mod:`~pytest_sadl.profile.lookup` — the cache: :func:`load_or_build`,
+  :func:`list_profiles`, :func:`profile_path`.
+
+Public API
+----------
+``ProfileOptions(sa_layers=None, coverage_layers=None, var_threshold=1e-5, batch_size=256,
+classifier=None, dsa_precompute=True)``
+    What to build. ``None`` layers mean the defaults of :mod:`pytest_sadl.traces`.
+``load_or_build(model, train, options=None, cache_dir=None, *, progress=None, status=None,
+rebuild=False, base_dir=None) -> TrainingProfile``
+    The cached profile when its fingerprint matches, else built (and stored when
+    ``cache_dir`` is given and writable; else kept in memory with a one-line
+    :class:`SadlCacheWarning`). ``model``: a ``keras.Model`` or anything
+    :func:`pytest_sadl.modelio.load_model` takes; ``train``: anything
+    :func:`pytest_sadl.data.load_training_data` takes.
+``TrainingProfile``
+    ``.lsa()`` / ``.dsa()`` (engine objects, built once per profile from the cached arrays;
+    ``dsa()`` is ``None`` for a regression model), ``.ranges`` (:class:`NeuronRanges` of the
+    coverage layers), ``.trace_model(model)``, ``.cached_array(name, compute)`` (a derived
+    array stored in the profile, e.g. held-out scores for default bounds), ``.fingerprint``,
+    ``.model_fingerprint``, ``.data_fingerprint``, ``.sa_traces``, ``.sa_pred``,
+    ``.row_keys``, ``.sa_layers``, ``.coverage_layers``, ``.classifier``, ``.n_classes``,
+    ``.n_train``, ``.path``, ``.built``...
+``model_fingerprint(model) -> str``, ``profile_fingerprint(...) -> str``
+    sha256 hex digests (see :func:`profile_fingerprint` for what goes in).
+``save_profile(profile, path)``, ``load_profile(path, fingerprint=None)``
+    The store's format 2 for a profile; ``load_profile`` raises :class:`Invalid` when the
+    folder must not be trusted.
+``default_cache_dir(rootdir=None) -> Path``, ``find_rootdir(start=None) -> Path``
+    From :mod:`pytest_sadl.cache`.
+``list_profiles(cache_dir) -> list[ProfileInfo]``
+    The profiles stored there, newest first, each with its fingerprint, size, age and
+    whether it is readable.
+"""
+
+from __future__ import annotations
+
+from pytest_sadl.cache import default_cache_dir, find_rootdir
+from pytest_sadl.profile.build import (
+    ProfileOptions,
+    TrainingProfile,
+    build_profile,
+    model_fingerprint,
+    profile_fingerprint,
+)
+from pytest_sadl.profile.files import load_profile, save_profile
+from pytest_sadl.profile.lookup import ProfileInfo, list_profiles, load_or_build, profile_path
+from pytest_sadl.store import FORMAT, FORMAT_VERSION, Invalid, SadlCacheWarning
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "ProfileOptions",
+    "TrainingProfile",
+    "ProfileInfo",
+    "SadlCacheWarning",
+    "Invalid",
+    "load_or_build",
+    "build_profile",
+    "load_profile",
+    "save_profile",
+    "model_fingerprint",
+    "profile_fingerprint",
+    "default_cache_dir",
+    "find_rootdir",
+    "list_profiles",
+    "profile_path",
+]

@@ -1,0 +1,566 @@
+"""Building the training profile: what the criteria need from the training set, once.
+
+One forward pass of the training set through the model (:class:`~pytest_sadl.traces.TraceModel`)
+gives the SA traces of the chosen layers with their predicted classes and the per-neuron
+``[low, high]`` of the coverage layers; LSA and DSA are set up on those traces.
+
+Order independence: the same multiset of training inputs gives the same profile. The
+data fingerprint is order-free (:mod:`pytest_sadl.fingerprint`), the traces are stored in
+the canonical order of the inputs' row digests (so LSA and DSA are set up from the same
+arrays in the same order), and ``row_keys`` (the digests' first 8 bytes) choose the
+held-out sample of the default SC bounds. A ``tf.data.Dataset`` is read twice (the
+fingerprint, then the traces): when the second pass holds other inputs than the first (a
+random augmentation), a :class:`SadlCacheWarning` says so.
+
+How a profile is written to and read from the store is :mod:`pytest_sadl.profile.files`;
+finding it in the cache, or building and storing it, is :mod:`pytest_sadl.profile.lookup`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_sadl import store
+from pytest_sadl.data import (
+    SadlConfigError,
+    SadlDataError,
+    TrainingData,
+    batch_row_digests,
+    load_training_data,
+    row_format,
+    take_rows,
+)
+from pytest_sadl.store import FORMAT, FORMAT_VERSION, Invalid, SadlCacheWarning
+
+__all__ = [
+    "ProfileOptions",
+    "TrainingProfile",
+    "build_profile",
+    "prepare",
+    "model_fingerprint",
+    "profile_fingerprint",
+]
+
+Progress = Callable[[int, "int | None"], None]
+Status = Callable[[str], None]
+
+#: The derived array of a stored profile that keeps DSA's lazily computed ``dist_b``.
+DSA_DISTANCES = "dsa-dist_b"
+
+
+def _check_distances(value: np.ndarray, n: int) -> None:
+    """Kept ``dist_b``: one float64 per training trace, each ``NaN`` (not computed) or a
+    finite distance >= 0; anything else raises :class:`Invalid`."""
+    if value.shape != (n,) or value.dtype != np.float64:
+        raise Invalid(f"it is {value.dtype} {value.shape}, expected float64 ({n},)")
+    known = value[~np.isnan(value)]
+    if known.size and not (np.isfinite(known).all() and (known >= 0).all()):
+        raise Invalid("it holds negative or infinite distances")
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """What goes into a profile.
+
+    ``sa_layers``/``coverage_layers``: layer names or indices, ``None`` for the defaults
+    (the last hidden layer; every layer with neurons). ``var_threshold``: LSA's variance
+    filter. ``lsa_near_singular``: LSA's ``near_singular`` (``"drop"`` or ``"keep"``). ``batch_size``: inputs per forward pass (does not change the numbers, so it is
+    not in the fingerprint). ``classifier``: ``None`` to detect
+    (:func:`pytest_sadl.traces.is_classifier`). ``dsa_precompute``: compute every training
+    trace's nearest other-class distance (DSA's ``dist_b``) at build time and store it.
+    ``False`` (the default): DSA computes ``dist_b`` only for the training traces that some
+    scored input's nearest same-class trace is, and :meth:`TrainingProfile.keep_dsa_distances`
+    adds them to the stored profile, so each session computes only what no earlier one did.
+    Not in the fingerprint: a later build with ``True`` completes the stored profile.
+    ``output``: which output of a multi-output model gives the class (name or index;
+    ``None``: the first).
+    """
+
+    sa_layers: tuple[str | int, ...] | None = None
+    coverage_layers: tuple[str | int, ...] | None = None
+    var_threshold: float = 1e-5
+    lsa_near_singular: str = "drop"
+    batch_size: int = 256
+    classifier: bool | None = None
+    dsa_precompute: bool = False
+    output: str | int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("sa_layers", "coverage_layers"):
+            value = getattr(self, name)
+            if isinstance(value, (str, int)):
+                value = (value,)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value) or None)
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise SadlConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        vt = self.var_threshold
+        if isinstance(vt, bool) or not isinstance(vt, (int, float)) or not np.isfinite(vt) or vt < 0:
+            raise SadlConfigError(f"var_threshold must be a finite number >= 0, got {vt!r}")
+        if self.lsa_near_singular not in ("drop", "keep"):
+            raise SadlConfigError(f"lsa_near_singular must be 'drop' or 'keep', got {self.lsa_near_singular!r}")
+
+
+# ----------------------------------------------------------------------------- fingerprints
+
+
+def _sha() -> Any:
+    return hashlib.sha256()
+
+
+def model_fingerprint(model: Any) -> str:
+    """sha256 hex of the model's architecture (``get_config()`` as sorted JSON) and every
+    weight (path, shape, dtype and bytes, trainable and not). Changing one weight or one
+    layer option changes it; loading the same ``.keras`` file twice does not."""
+    h = _sha()
+    h.update(f"{type(model).__module__}.{type(model).__qualname__}\0".encode())
+    try:
+        config = model.get_config()
+    except Exception:  # a subclassed model without get_config: the weights still count
+        config = {"layers": [(layer.name, type(layer).__qualname__) for layer in getattr(model, "layers", [])]}
+    h.update(json.dumps(config, sort_keys=True, default=str).encode())
+    for w in model.weights:
+        value = np.asarray(w.numpy() if hasattr(w, "numpy") else w)
+        h.update(f"\0{getattr(w, 'path', getattr(w, 'name', ''))}\0{value.dtype.str}\0{value.shape}\0".encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    return h.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    import pytest_sadl
+
+    out = {"pytest_sadl": pytest_sadl.__version__, "numpy": np.__version__}
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        out["keras"] = keras.__version__
+    return out
+
+
+def profile_fingerprint(
+    model_fp: str,
+    data_fp: str,
+    *,
+    sa_layers: Sequence[str],
+    coverage_layers: Sequence[str],
+    var_threshold: float,
+    classifier: bool,
+    lsa_near_singular: str = "drop",
+    keras_version: str | None = None,
+    output: str | None = None,
+) -> str:
+    """sha256 hex of everything that changes the profile's numbers: the format version,
+    the model fingerprint, the training data fingerprint, the resolved layer names, the
+    variance threshold, the classifier flag and the Keras version. The batch size and
+    ``dsa_precompute`` are left out: they do not change the numbers, nor does the Keras
+    backend (TensorFlow and JAX give the same traces). ``output`` (the measured output of
+    a model with several) goes in only when given, so one-output models keep their
+    fingerprints."""
+    payload = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "model": model_fp,
+        "data": data_fp,
+        "sa_layers": list(sa_layers),
+        "coverage_layers": list(coverage_layers),
+        "var_threshold": float(var_threshold),
+        "lsa_near_singular": lsa_near_singular,
+        "classifier": bool(classifier),
+        "keras": keras_version,
+    }
+    if output is not None:
+        payload["output"] = output
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+
+# ----------------------------------------------------------------------------- profile
+
+
+@dataclass
+class TrainingProfile:
+    """What the criteria need from the training set; see the module docstring.
+
+    ``lsa_arrays``/``dsa_arrays`` are the engine's ``to_arrays()`` dicts (``dsa_arrays`` is
+    ``None`` for a regression model, or when built with ``dsa_precompute=False``: then the
+    ``dist_b`` computed so far are a derived array of the stored profile, see :meth:`dsa`).
+    ``options`` holds the *resolved* layer names. ``path`` is the cache file (``None`` when
+    not cached); ``built`` says whether this call built it (``False``: loaded from cache).
+    """
+
+    fingerprint: str
+    options: ProfileOptions
+    model_fingerprint: str
+    data_fingerprint: str
+    model_name: str
+    classifier: bool
+    n_train: int
+    n_outputs: int
+    input_shape: tuple[int | None, ...]
+    sa_layers: list[str]
+    coverage_layers: list[str]
+    sa_sizes: list[int]
+    coverage_sizes: list[int]
+    sa_traces: np.ndarray
+    sa_pred: np.ndarray
+    ranges: Any  # pytest_sadl.neurons.NeuronRanges
+    row_keys: np.ndarray  # (n_train,) uint64: the inputs' row digests, in the traces' order
+    lsa_arrays: Mapping[str, np.ndarray]
+    dsa_arrays: Mapping[str, np.ndarray] | None
+    created: str
+    versions: dict[str, str] = field(default_factory=dict)
+    data_source: str = ""
+    path: Path | None = None
+    built: bool = False
+    _lsa: Any = field(default=None, repr=False, compare=False)
+    _dsa: Any = field(default=None, repr=False, compare=False)
+    _mdsa: Any = field(default=None, repr=False, compare=False)
+    _dsa_known: int = field(default=0, repr=False, compare=False)
+    _extras: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def n_classes(self) -> int | None:
+        """Number of output classes of a classifier (2 for one sigmoid unit), else ``None``."""
+        if not self.classifier:
+            return None
+        return 2 if self.n_outputs == 1 else self.n_outputs
+
+    def lsa(self) -> Any:
+        """The :class:`pytest_sadl.surprise.LSA` of the training traces (built on first call).
+
+        Per predicted class for a classifier, one KDE for a regression model."""
+        if self._lsa is None:
+            from pytest_sadl.surprise import LSA
+
+            self._lsa = LSA.from_arrays(self.lsa_arrays)
+        return self._lsa
+
+    def dsa(self) -> Any:
+        """The :class:`pytest_sadl.surprise.DSA` (``None`` for a regression model), from the
+        nearest-other-class distances (``dist_b``) the profile holds: every one when it
+        was built with ``dsa_precompute=True``, else those earlier sessions computed and
+        kept (:meth:`keep_dsa_distances`); the rest are computed when an input needs them."""
+        if not self.classifier:
+            return None
+        if self._dsa is None:
+            from pytest_sadl.surprise import DSA
+
+            if self.dsa_arrays is not None:
+                self._dsa = DSA.from_arrays(self.dsa_arrays)
+            else:
+                self._dsa = DSA(self.sa_traces, self.sa_pred, dist_b=self._kept_distances())
+            self._dsa_known = self._dsa.known
+        return self._dsa
+
+    def _kept_distances(self, warn: bool = True) -> np.ndarray | None:
+        """The ``dist_b`` earlier sessions kept in the stored profile (``NaN``: not yet
+        computed), or ``None``. One that fails its checks is ignored (with a warning when
+        ``warn``)."""
+        if self.path is None:
+            return None
+        try:
+            value = store.read_extra(self.path, DSA_DISTANCES)
+            if value is not None:
+                _check_distances(value, self.n_train)
+        except Invalid as exc:
+            if not warn:
+                return None
+            warnings.warn(
+                f"pytest-sadl: the DSA distances kept in {self.path} cannot be used ({exc}); computing them anew",
+                SadlCacheWarning,
+                stacklevel=3,
+            )
+            return None
+        return value
+
+    def keep_dsa_distances(self) -> int:
+        """Add the ``dist_b`` this process computed to the stored profile, so later
+        sessions skip them; returns how many training traces the profile now knows
+        (0 when there is nothing to add: a regression model, every ``dist_b`` stored at
+        build, no new one, no cache folder).
+
+        Concurrent sessions merge: under the profile's lock the stored array is read again
+        and its entries fill this one's gaps (both are the same exact distances). Raises
+        ``OSError`` when the folder cannot be written (a read-only cache: the distances are
+        then computed again next time, nothing else changes)."""
+        dsa = self._dsa
+        if dsa is None or self.dsa_arrays is not None or self.path is None or dsa.known <= self._dsa_known:
+            return 0
+        mine = dsa.to_arrays(complete=False)["other_dist"]
+        with store.locked(self.path.with_name(self.path.name + ".lock")):
+            theirs = self._kept_distances(warn=False)  # a damaged file was reported on load
+            if theirs is not None:
+                mine = np.where(np.isnan(mine), theirs, mine)
+            store.write_extra(self.path, DSA_DISTANCES, mine)
+        self._dsa_known = dsa.known
+        return int(np.count_nonzero(~np.isnan(mine)))
+
+    def mdsa(self) -> Any:
+        """The :class:`pytest_sadl.surprise.MDSA` of the training traces (built on first call;
+        per predicted class for a classifier). Fitting it is one mean and one covariance per
+        class, milliseconds, so it is made from the stored traces rather than stored."""
+        if self._mdsa is None:
+            from pytest_sadl.surprise import MDSA
+
+            self._mdsa = MDSA(
+                self.sa_traces, self.sa_pred if self.classifier else None, var_threshold=self.options.var_threshold
+            )
+        return self._mdsa
+
+    def cached_array(self, name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """A derived array kept in the profile's folder: loaded when it is there (and
+        matches its digest), else ``compute()``-d and stored atomically.
+
+        For values that depend only on the profile and ``name`` (put any parameter in the
+        name, e.g. ``"heldout-lsa-1000"``), such as default bounds computed from the
+        training traces. Without a cache folder (``path is None``) it just computes. An
+        unreadable file is recomputed with a :class:`SadlCacheWarning`, an unwritable
+        folder keeps the value in memory (with one such warning).
+        """
+        if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+            raise SadlConfigError(f"cached_array name {name!r} must be letters, digits, '-', '_' and '.'")
+        if name in self._extras:
+            return self._extras[name]
+        if self.path is not None:
+            try:
+                hit = store.read_extra(self.path, name)
+            except Invalid as exc:
+                hit = None
+                warnings.warn(
+                    f"pytest-sadl: cached array {name!r} of {self.path} cannot be used ({exc}); recomputing it",
+                    SadlCacheWarning,
+                    stacklevel=2,
+                )
+            if hit is not None:
+                self._extras[name] = hit
+                return hit
+        value = np.asarray(compute())
+        if value.dtype.kind not in "biuf":
+            raise SadlConfigError(f"cached_array {name!r}: compute() returned dtype {value.dtype}, not numbers")
+        if self.path is not None:
+            try:
+                store.write_extra(self.path, name, value)
+            except OSError as exc:
+                store.uncached_warning(self.path, exc)
+        self._extras[name] = value
+        return value
+
+    def trace_model(self, model: Any) -> Any:
+        """A :class:`~pytest_sadl.traces.TraceModel` of ``model`` with this profile's layers,
+        whose traces carry each conv layer's per-input extrema (what NC's scaling needs)."""
+        from pytest_sadl.traces import TraceModel
+
+        return TraceModel(
+            model, self.sa_layers, self.coverage_layers, classifier=self.classifier, output=self.options.output, extrema=True
+        )
+
+    def meta(self) -> dict[str, Any]:
+        """The JSON-able description stored in the file (no arrays)."""
+        return {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "model_fingerprint": self.model_fingerprint,
+            "data_fingerprint": self.data_fingerprint,
+            "model_name": self.model_name,
+            "classifier": self.classifier,
+            "n_train": self.n_train,
+            "n_outputs": self.n_outputs,
+            "input_shape": list(self.input_shape),
+            "sa_layers": self.sa_layers,
+            "coverage_layers": self.coverage_layers,
+            "sa_sizes": self.sa_sizes,
+            "coverage_sizes": self.coverage_sizes,
+            "var_threshold": self.options.var_threshold,
+            "lsa_near_singular": self.options.lsa_near_singular,
+            "dsa_precomputed": self.dsa_arrays is not None,
+            "created": self.created,
+            "versions": self.versions,
+            "data_source": self.data_source,
+            "output": self.options.output,
+        }
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def prepare(
+    model: Any, train: Any, options: ProfileOptions, base_dir: Any
+) -> tuple[Any, Any, TrainingData, str, str]:
+    """(model, TraceModel, data, model fingerprint, profile fingerprint)."""
+    from pytest_sadl.modelio import load_model
+    from pytest_sadl.traces import TraceModel
+
+    model = load_model(model, base_dir=base_dir)
+    tm = TraceModel(model, options.sa_layers, options.coverage_layers, classifier=options.classifier, output=options.output)
+    data = tm.prepare(load_training_data(train, base_dir=base_dir))
+    import keras
+
+    mfp = model_fingerprint(model)
+    fp = profile_fingerprint(
+        mfp,
+        data.fingerprint(),
+        sa_layers=tm.sa_layers,
+        coverage_layers=tm.coverage_layers,
+        var_threshold=options.var_threshold,
+        classifier=tm.classifier,
+        lsa_near_singular=options.lsa_near_singular,
+        keras_version=keras.__version__,
+        output=tm.output_name if len(tm.output_names) > 1 else None,
+    )
+    return model, tm, data, mfp, fp
+
+
+def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
+    """``data`` for the tracing pass, and the list that pass fills with the batches' row
+    digests of a dataset, in the order it yields them.
+
+    An array is traced in the canonical order of its rows (the forward pass's float
+    rounding can depend on which inputs share a batch, so the same batches are what makes
+    a profile of the same inputs in another order bitwise equal). A dataset is traced in
+    the order it yields and sorted afterwards: the same fingerprint, row keys and
+    held-out sample, numbers equal to the forward pass's rounding (~1e-6 relative)."""
+    from pytest_sadl.fingerprint import canonical_order
+
+    seen: list[np.ndarray] = []
+    if data.x is not None:  # traced in canonical order: the same batches whatever the order given
+        x, order = data.x, canonical_order(data.row_digests())
+        canonical = replace(data)
+        canonical.batches = lambda batch_size: (  # type: ignore[method-assign]
+            take_rows(x, order[i : i + batch_size])
+            for i in range(0, len(order), batch_size)
+        )
+        return canonical, seen
+
+    inner = data.batches
+    header: list[tuple[str, tuple[int, ...]]] = []
+
+    def batches(batch_size: int) -> Iterator[Any]:
+        for batch in inner(batch_size):
+            if not isinstance(batch, (dict, list)):
+                batch = np.asarray(batch)
+            if not header:
+                header.append(row_format(batch))
+            seen.append(batch_row_digests(batch))
+            yield batch
+
+    traced = replace(data)
+    traced.batches = batches  # type: ignore[method-assign]
+    traced.header = header  # type: ignore[attr-defined]
+    return traced, seen
+
+
+def _check_second_pass(data: TrainingData, traced: TrainingData, rows: np.ndarray) -> None:
+    """Warn when a dataset's tracing pass held other inputs than its fingerprint pass
+    (the fingerprints of the two passes are compared: order does not matter)."""
+    from pytest_sadl.fingerprint import multiset_fingerprint
+
+    dtype, shape = traced.header[0] if traced.header else ("", ())  # type: ignore[attr-defined]
+    if multiset_fingerprint(rows, dtype=dtype, row_shape=shape) != data.fingerprint():
+        warnings.warn(
+            f"pytest-sadl: the training data {data.source} gave other inputs on its second pass than on "
+            "its first (random augmentation or sampling in sadl_train?): the profile and so LSC/DSC "
+            "change from run to run, and each run caches another profile; make sadl_train deterministic",
+            SadlCacheWarning,
+            stacklevel=4,
+        )
+
+
+def build_profile(
+    tm: Any,
+    data: TrainingData,
+    options: ProfileOptions,
+    *,
+    fingerprint: str,
+    model_fp: str,
+    progress: Progress | None = None,
+    status: Status | None = None,
+) -> TrainingProfile:
+    """Trace the training data through ``tm`` (a :class:`TraceModel`) and set the criteria up.
+
+    Lower-level than :func:`load_or_build` (no cache); ``fingerprint``/``model_fp`` are
+    recorded as given."""
+    from pytest_sadl.fingerprint import canonical_order, row_keys
+    from pytest_sadl.neurons import fit_ranges
+    from pytest_sadl.surprise import DSA, LSA
+
+    say = status or (lambda _msg: None)
+    total = data.n
+    say(f"tracing {'all' if total is None else total} training inputs through {tm.model.name!r}")
+    traced, digests = _digesting(data)
+    traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
+    n = len(traces)
+    say(f"fitting neuron ranges and {'LSA and DSA' if tm.classifier else 'LSA (DSA needs a classifier)'}")
+    ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
+    n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
+    # canonical order: the same inputs in any order give the same arrays in the same order
+    if data.x is not None:  # traced in canonical order already
+        rows = data.row_digests()
+        order = canonical_order(rows)
+        sa_traces, sa_pred, keys = traces.sa, traces.pred, row_keys(rows[order])
+    else:
+        rows = np.concatenate(digests)
+        _check_second_pass(data, traced, rows)
+        order = canonical_order(rows)
+        sa_traces, sa_pred, keys = traces.sa[order], traces.pred[order], row_keys(rows[order])
+    del traces, rows  # the coverage traces are done with: free them before the engine's set-up
+    pred = sa_pred if tm.classifier else None
+    try:
+        lsa = LSA(sa_traces, pred, var_threshold=options.var_threshold, near_singular=options.lsa_near_singular)
+    except ValueError as exc:
+        raise SadlDataError(f"LSA cannot be set up on SA layers {tm.sa_layers}: {exc}") from exc
+    dsa_arrays = None
+    dsa = None
+    if tm.classifier:
+        try:
+            dsa = DSA(sa_traces, sa_pred)
+        except ValueError as exc:
+            raise SadlDataError(f"DSA cannot be set up on SA layers {tm.sa_layers}: {exc}") from exc
+        if options.dsa_precompute:
+            say(f"DSA: nearest other-class distance of {n} training traces")
+            dsa_arrays = dsa.to_arrays()
+    resolved = replace(
+        options, sa_layers=tuple(tm.sa_layers), coverage_layers=tuple(tm.coverage_layers), classifier=tm.classifier,
+        output=tm.output_name,
+    )
+    profile = TrainingProfile(
+        fingerprint=fingerprint,
+        options=resolved,
+        model_fingerprint=model_fp,
+        data_fingerprint=data.fingerprint(),
+        model_name=str(tm.model.name),
+        classifier=tm.classifier,
+        n_train=n,
+        n_outputs=n_outputs,
+        input_shape=tuple(tm.input_shape),
+        sa_layers=list(tm.sa_layers),
+        coverage_layers=list(tm.coverage_layers),
+        sa_sizes=list(tm.sa_sizes),
+        coverage_sizes=list(tm.coverage_sizes),
+        sa_traces=sa_traces,
+        sa_pred=sa_pred,
+        ranges=ranges,
+        row_keys=keys,
+        lsa_arrays=lsa.to_arrays(),
+        dsa_arrays=dsa_arrays,
+        created=_now(),
+        versions=_versions(),
+        data_source=data.source,
+        built=True,
+    )
+    profile._lsa = lsa
+    profile._dsa = dsa
+    return profile

@@ -1,0 +1,313 @@
+"""A training profile on the store: what is written, and what a read must check.
+
+:func:`save_profile` turns a :class:`~pytest_sadl.profile.build.TrainingProfile` into the
+flat arrays and metadata of one :mod:`pytest_sadl.store` entry (format 2: a folder of
+``.npy`` files and a ``meta.json`` with their sha256s). An engine array that repeats the
+training traces (in their order, or sorted by class) is stored once, as a reference.
+:func:`load_profile` checks the metadata's fields, the arrays' headers (before any data is
+read), the digests and the values (finite traces, ordered ranges, classes in range), then
+rebuilds the profile with its traces memory-mapped; anything wrong raises
+:class:`~pytest_sadl.store.Invalid` with one line saying what.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_sadl import store
+from pytest_sadl.profile.build import ProfileOptions, TrainingProfile
+from pytest_sadl.store import Invalid
+
+__all__ = ["save_profile", "load_profile", "check_meta", "check_shapes"]
+
+_ENGINE_MAP_BYTES = 1 << 30
+
+
+class _Arrays(Mapping[str, np.ndarray]):
+    """An engine's ``to_arrays()`` dict read from a file: entries stored once in the file
+    (the training traces) are rebuilt from it only when the engine asks for them, so a
+    cache hit does not pay for float64 copies it may never use."""
+
+    def __init__(self, stored: dict[str, np.ndarray], refs: dict[str, Callable[[], np.ndarray]]) -> None:
+        self._stored = stored
+        self._refs = refs
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key in self._stored:
+            return self._stored[key]
+        if key in self._refs:
+            return self._refs[key]()
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._stored
+        yield from (k for k in self._refs if k not in self._stored)
+
+    def __len__(self) -> int:
+        return len(set(self._stored) | set(self._refs))
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+def _candidates(profile: TrainingProfile) -> dict[str, Callable[[], np.ndarray]]:
+    """Arrays an engine array may duplicate (made on demand), so that it is stored once."""
+    out: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: profile.sa_traces, "sa_pred": lambda: profile.sa_pred}
+    if profile.classifier:
+        order = np.argsort(profile.sa_pred, kind="stable")
+        out["sa_traces[order]"] = lambda: profile.sa_traces[order]
+        out["sa_pred[order]"] = lambda: profile.sa_pred[order]
+    return out
+
+
+def _same(a: np.ndarray, make: Callable[[], np.ndarray], shape: tuple[int, ...]) -> bool:
+    """Whether ``a`` holds exactly the values of ``make()`` (compared in row chunks,
+    so no full-size cast is made)."""
+    if a.shape != shape or a.dtype.kind not in "biuf":
+        return False
+    b = make()
+    if b.dtype.kind not in "biuf" or not (a.dtype == b.dtype or np.can_cast(b.dtype, a.dtype, casting="safe")):
+        return False
+    step = max(1, (1 << 22) // max(1, int(np.prod(a.shape[1:], dtype=np.int64))))
+    return all(np.array_equal(a[i : i + step], b[i : i + step].astype(a.dtype)) for i in range(0, len(a), step))
+
+
+def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Flat ``{key: array}`` for the store and the references of deduplicated arrays."""
+    arrays: dict[str, np.ndarray] = {
+        "sa_traces": np.ascontiguousarray(profile.sa_traces),
+        "sa_pred": np.ascontiguousarray(profile.sa_pred),
+        "row_keys": np.ascontiguousarray(profile.row_keys, dtype=np.uint64),
+    }
+    for key, value in profile.ranges.to_arrays().items():
+        if key != "names":  # strings go into the metadata: the store holds numbers only
+            arrays[f"ranges.{key}"] = value
+    refs: dict[str, Any] = {"strings": {}}
+    strings = refs["strings"]
+    cands = _candidates(profile)
+    need_order = False
+    for group, d in (("lsa", profile.lsa_arrays), ("dsa", profile.dsa_arrays)):
+        if d is None:
+            continue
+        for key, value in d.items():
+            value = np.asarray(value)
+            name = f"{group}.{key}"
+            shape_of = {"sa_traces": profile.sa_traces.shape, "sa_pred": profile.sa_pred.shape}
+            if value.dtype.kind == "U":  # an option such as LSA's near_singular: the store holds numbers only
+                strings[name] = value.tolist()
+                continue
+            ref = next(
+                (c for c, make in cands.items() if value.ndim and _same(value, make, shape_of[c.split("[")[0]])),
+                None,
+            )
+            if ref is not None:
+                refs[name] = {"ref": ref, "dtype": value.dtype.str}
+                need_order |= ref.endswith("[order]")
+            else:
+                arrays[name] = value
+    if need_order:
+        arrays["order"] = np.argsort(profile.sa_pred, kind="stable")
+    return arrays, refs
+
+
+def save_profile(profile: TrainingProfile, path: str | os.PathLike[str]) -> Path:
+    """Store ``profile`` as the folder ``path`` (format 2, atomically); returns the path.
+    Raises ``OSError`` when it cannot be written."""
+    arrays, refs = _to_file_arrays(profile)
+    meta = profile.meta()
+    meta["refs"] = refs
+    meta["range_names"] = list(profile.ranges.names)
+    return store.write_entry(path, meta, arrays)
+
+
+def _is_int(value: Any, low: int = 0) -> bool:
+    return type(value) is int and low <= value < 1 << 40
+
+
+def check_meta(meta: dict[str, Any]) -> None:
+    """The metadata fields a profile is rebuilt from, with their types and ranges."""
+
+    def bad(key: str, what: str) -> Invalid:
+        return Invalid(f"metadata {key!r} is {meta.get(key)!r}, expected {what}")
+
+    for key in ("fingerprint", "model_fingerprint", "data_fingerprint", "model_name", "created"):
+        if not isinstance(meta.get(key), str):
+            raise bad(key, "a string")
+    for key in ("n_train", "n_outputs"):
+        if not _is_int(meta.get(key), 1):
+            raise bad(key, "an integer >= 1")
+    for key in ("sa_sizes", "coverage_sizes"):
+        value = meta.get(key)
+        if not isinstance(value, list) or not value or not all(_is_int(v, 1) for v in value):
+            raise bad(key, "a list of integers >= 1")
+    for key, size_key in (("sa_layers", "sa_sizes"), ("coverage_layers", "coverage_sizes"), ("range_names", "coverage_sizes")):
+        value = meta.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) != len(meta[size_key]):
+            raise bad(key, f"a list of {len(meta[size_key])} names")
+    if not isinstance(meta.get("classifier"), bool):
+        raise bad("classifier", "true or false")
+    vt = meta.get("var_threshold")
+    if isinstance(vt, bool) or not isinstance(vt, (int, float)) or not np.isfinite(vt) or vt < 0:
+        raise bad("var_threshold", "a finite number >= 0")
+    shape = meta.get("input_shape")
+    if not isinstance(shape, list) or not all(v is None or _is_int(v) for v in shape):
+        raise bad("input_shape", "a list of sizes")
+    if not isinstance(meta.get("refs", {}), dict) or not isinstance(meta.get("versions", {}), dict):
+        raise Invalid("metadata 'refs' or 'versions' is not an object")
+
+
+def check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
+    """What the arrays' headers must say, checked before any data is read."""
+    n, d = meta["n_train"], sum(meta["sa_sizes"])
+    n_cov, n_layers = sum(meta["coverage_sizes"]), len(meta["coverage_sizes"])
+    shapes, kinds = entry.shapes(), {k: v.dtype.kind for k, v in entry.arrays.items()}
+    pred_shape = shapes.get("sa_pred", ())
+    want = {
+        "sa_traces": ((n, d), "f"),
+        # a classifier's predicted classes; a regression model's outputs (n,) or (n, k)
+        "sa_pred": ((n,), "iu") if meta["classifier"] else ((n, *pred_shape[1:2]), "iuf"),
+        "row_keys": ((n,), "u"),
+        "ranges.low": ((n_cov,), "f"),
+        "ranges.high": ((n_cov,), "f"),
+        "ranges.sizes": ((n_layers,), "iu"),
+    }
+    if "order" in shapes:
+        want["order"] = ((n,), "iu")
+    for key, (shape, kind) in want.items():
+        if key not in shapes:
+            raise Invalid(f"array {key!r} is missing")
+        if shapes[key] != shape or kinds[key] not in kind:
+            raise Invalid(f"{key} is {entry.arrays[key].dtype} {shapes[key]}, expected shape {shape}")
+    for key, shape in shapes.items():
+        group = key.partition(".")[0]
+        if key not in want and (group not in ("lsa", "dsa") or (shape and shape[0] > n)):
+            raise Invalid(f"array {key!r} {shape} does not belong in a profile of {n} inputs")
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    """``np.isfinite(a).all()`` a few MiB at a time (a memory map is not copied whole)."""
+    flat = a.reshape(-1)
+    step = 1 << 20
+    return all(bool(np.isfinite(flat[i : i + step]).all()) for i in range(0, flat.shape[0], step))
+
+
+def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -> TrainingProfile:
+    """Open, check and verify the profile folder ``path``; raise :class:`Invalid` (one
+    line saying why) when it must not be trusted: see :mod:`pytest_sadl.store` for the
+    order of the checks. The traces stay memory-mapped."""
+    from pytest_sadl.neurons import NeuronRanges
+
+    path = Path(path)
+    entry = store.open_entry(path)
+    meta = entry.meta
+    check_meta(meta)
+    if fingerprint is not None and meta["fingerprint"] != fingerprint:
+        raise Invalid("its fingerprint does not match its name")
+    check_shapes(meta, entry)
+    entry.verify()
+    a = entry.arrays
+    if not _all_finite(a["sa_traces"]):
+        raise Invalid("sa_traces holds NaN or inf")
+    low, high = np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+        raise Invalid("the neuron ranges hold NaN, inf or low > high")
+    if list(np.asarray(a["ranges.sizes"])) != meta["coverage_sizes"]:
+        raise Invalid(f"the neuron ranges have sizes {list(a['ranges.sizes'])}, expected {meta['coverage_sizes']}")
+    pred = a["sa_pred"]
+    n_classes = 2 if meta["n_outputs"] == 1 else meta["n_outputs"]
+    if meta["classifier"] and len(pred) and (int(pred.min()) < 0 or int(pred.max()) >= n_classes):
+        raise Invalid(f"sa_pred holds classes outside [0, {n_classes})")
+    order = a.get("order")
+    if order is not None and len(order) and (int(order.min()) < 0 or int(order.max()) >= meta["n_train"]):
+        raise Invalid("order is malformed")
+    if "lsa.var_threshold" in a and float(a["lsa.var_threshold"]) != float(meta["var_threshold"]):
+        raise Invalid("the LSA's var_threshold differs from the metadata's")
+    try:
+        return _from_entry(path, meta, a, NeuronRanges)
+    except Invalid:
+        raise
+    except Exception as exc:
+        raise Invalid(f"its content is inconsistent ({type(exc).__name__}: {exc})") from exc
+
+
+def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
+    sa, pred, n = arrays["sa_traces"], arrays["sa_pred"], meta["n_train"]
+    order = arrays.get("order")
+    # The engine gets plain-ndarray views of the maps (still paged in lazily) below 1 GiB,
+    # so it takes the same in-memory path as on a freshly built profile: the same numbers
+    # bit for bit (a serial run that builds equals an xdist run that loads); above, the
+    # maps themselves, which the engine scores in chunks.
+    arrays = {k: (np.asarray(v) if isinstance(v, np.memmap) and v.nbytes < _ENGINE_MAP_BYTES else v) for k, v in arrays.items()}
+    esa, epred = arrays["sa_traces"], arrays["sa_pred"]
+    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: esa, "sa_pred": lambda: epred}
+    if order is not None:
+        cands["sa_traces[order]"] = lambda: esa[order]
+        cands["sa_pred[order]"] = lambda: epred[order]
+    groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}}
+    for key, value in arrays.items():
+        group, _, sub = key.partition(".")
+        if group in groups and sub:
+            groups[group][sub] = value
+    refs: dict[str, dict[str, Callable[[], np.ndarray]]] = {"lsa": {}, "dsa": {}}
+    strings = meta.get("refs", {}).get("strings", {})
+    if not isinstance(strings, dict):
+        raise Invalid("metadata 'refs.strings' is not an object")
+    for name, value in strings.items():
+        group, _, sub = name.partition(".")
+        if group not in groups or not isinstance(value, str) or len(value) > 100 or not sub:
+            raise Invalid(f"string entry {name!r} -> {value!r} is unknown")
+        groups[group][sub] = np.array(value)
+    for name, ref in meta.get("refs", {}).items():
+        if name == "strings":
+            continue
+        group, _, sub = name.partition(".")
+        if not isinstance(ref, dict) or ref.get("ref") not in cands or group not in refs or ref.get("dtype") not in store.DTYPES:
+            raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
+        make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
+        refs[group][sub] = lambda make=make, dtype=dtype: make().astype(dtype, copy=False)
+    ranges = ranges_cls.from_arrays({**groups["ranges"], "names": np.asarray(meta["range_names"], dtype=np.str_)})
+    classifier = meta["classifier"]
+    options = ProfileOptions(
+        sa_layers=tuple(meta["sa_layers"]),
+        coverage_layers=tuple(meta["coverage_layers"]),
+        var_threshold=float(meta["var_threshold"]),
+        lsa_near_singular=str(meta.get("lsa_near_singular", "drop")),
+        classifier=classifier,
+        dsa_precompute=bool(meta.get("dsa_precomputed")),
+        output=meta.get("output"),
+    )
+    lsa_arrays = _Arrays(groups["lsa"], refs["lsa"])
+    dsa_arrays = _Arrays(groups["dsa"], refs["dsa"]) if (groups["dsa"] or refs["dsa"]) else None
+    if dsa_arrays is not None and "other_dist" in groups["dsa"] and groups["dsa"]["other_dist"].shape != (n,):
+        raise Invalid("dsa.other_dist has the wrong shape")
+    return TrainingProfile(
+        fingerprint=meta["fingerprint"],
+        options=options,
+        model_fingerprint=meta["model_fingerprint"],
+        data_fingerprint=meta["data_fingerprint"],
+        model_name=meta["model_name"],
+        classifier=classifier,
+        n_train=n,
+        n_outputs=meta["n_outputs"],
+        input_shape=tuple(meta["input_shape"]),
+        sa_layers=list(meta["sa_layers"]),
+        coverage_layers=list(meta["coverage_layers"]),
+        sa_sizes=list(meta["sa_sizes"]),
+        coverage_sizes=list(meta["coverage_sizes"]),
+        sa_traces=sa,
+        sa_pred=pred,
+        ranges=ranges,
+        row_keys=arrays["row_keys"],
+        lsa_arrays=lsa_arrays,  # type: ignore[arg-type]
+        dsa_arrays=dsa_arrays,  # type: ignore[arg-type]
+        created=meta["created"],
+        versions={str(k): str(v) for k, v in meta.get("versions", {}).items()},
+        data_source=str(meta.get("data_source", "")),
+        path=path,
+        built=False,
+    )

@@ -1,0 +1,207 @@
+"""Finding a training profile in the cache folder, or building and storing it.
+
+:func:`load_or_build` resolves the model and the data, computes the profile's
+fingerprint, and loads the stored profile of that fingerprint when it can be trusted;
+otherwise it builds one (:mod:`pytest_sadl.profile.build`) under the store's lock and
+stores it (:mod:`pytest_sadl.profile.files`), or keeps it in memory with one warning when
+the folder cannot be written. Stale entries (format 1, leftovers of killed writers) are
+swept, and a small history of each source's data fingerprint tells a randomly augmenting
+``sadl_train`` apart. :func:`list_profiles` describes what the folder holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_sadl import store
+from pytest_sadl.profile.build import Progress, ProfileOptions, Status, TrainingProfile, build_profile, prepare
+from pytest_sadl.profile.files import check_meta, check_shapes, load_profile, save_profile
+from pytest_sadl.store import FORMAT_VERSION, Invalid, SadlCacheWarning
+
+__all__ = ["load_or_build", "list_profiles", "ProfileInfo", "profile_path"]
+
+
+# ----------------------------------------------------------------------------- where
+
+
+def profile_path(cache_dir: str | os.PathLike[str], fingerprint: str) -> Path:
+    """Where the profile of ``fingerprint`` is stored under ``cache_dir`` (a folder)."""
+    return Path(cache_dir) / f"{store.PREFIX}{fingerprint}"
+
+
+def _try_load(path: Path, fingerprint: str, warn: bool) -> TrainingProfile | None:
+    if not os.path.lexists(path):
+        return None
+    try:
+        return load_profile(path, fingerprint)
+    except Invalid as exc:
+        if warn:
+            warnings.warn(
+                f"pytest-sadl: the cached training profile {path} cannot be used ({exc}); rebuilding it",
+                SadlCacheWarning,
+                stacklevel=4,
+            )
+        return None
+
+
+def _drop_stale(cache_dir: Path) -> None:
+    """Remove the profiles of format 1 in ``cache_dir`` (no version reads them), saying so,
+    and what killed writers left an hour ago or more."""
+    store.sweep(cache_dir)
+    old = store.stale_files(cache_dir)
+    if not old:
+        return
+    warnings.warn(
+        f"pytest-sadl: {len(old)} training profile(s) of format 1 in {cache_dir} are stale "
+        f"(this version reads format {FORMAT_VERSION}); removing them and building the profile anew",
+        SadlCacheWarning,
+        stacklevel=4,
+    )
+    for file in old:
+        try:
+            file.unlink()
+        except IsADirectoryError:
+            shutil.rmtree(file, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _note_data(cache_dir: Path, profile: TrainingProfile) -> None:
+    """Warn when the same model's training data from the same source changed since the
+    last profile while keeping its size: the sign of a randomly augmenting ``sadl_train``."""
+    key = hashlib.sha256(f"{profile.model_fingerprint}\0{profile.data_source}".encode()).hexdigest()[:32]
+    before = store.note_data(cache_dir, key, profile.data_fingerprint, profile.n_train)
+    if before is not None and before["data"] != profile.data_fingerprint and before["n"] == profile.n_train:
+        warnings.warn(
+            f"pytest-sadl: the training data {profile.data_source} holds other inputs than in the last run "
+            f"with the same model (again {profile.n_train} inputs): if sadl_train augments or samples at "
+            "random, LSC/DSC change from run to run and each run caches another profile; make it "
+            "deterministic (ignore this if you changed the data on purpose)",
+            SadlCacheWarning,
+            stacklevel=4,
+        )
+
+
+def load_or_build(
+    model: Any,
+    train: Any,
+    options: ProfileOptions | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    progress: Progress | None = None,
+    status: Status | None = None,
+    rebuild: bool = False,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> TrainingProfile:
+    """The training profile of ``model`` on ``train``: loaded when cached, else built.
+
+    ``cache_dir=None`` builds without caching. ``progress(done, total)`` is called per
+    batch of the forward pass; ``status(message)`` at each phase. ``rebuild=True``
+    ignores a cached profile. Relative paths in ``model``/``train`` resolve against
+    ``base_dir`` (the rootdir). Raises :class:`~pytest_sadl.data.SadlConfigError`
+    subclasses for bad models, layers, options and data; a cached profile that must not
+    be trusted only warns (:class:`SadlCacheWarning`) and is rebuilt; a cache that
+    cannot be written warns and the profile is kept in memory.
+    """
+    options = options or ProfileOptions()
+    model, tm, data, mfp, fp = prepare(model, train, options, base_dir)
+
+    def build() -> TrainingProfile:
+        return build_profile(tm, data, options, fingerprint=fp, model_fp=mfp, progress=progress, status=status)
+
+    if cache_dir is None:
+        return build()
+    cache_dir = Path(cache_dir)
+    path = profile_path(cache_dir, fp)
+
+    def ready(p: TrainingProfile) -> bool:
+        return not options.dsa_precompute or not p.classifier or p.dsa_arrays is not None
+
+    def make(partial: TrainingProfile | None) -> TrainingProfile:
+        if partial is not None:  # same numbers, DSA distances missing: complete the profile
+            if status:
+                status(f"DSA: nearest other-class distance of {partial.n_train} training traces")
+            partial.dsa_arrays = partial.dsa().to_arrays()
+            partial.options = replace(partial.options, dsa_precompute=True)
+            return partial
+        _drop_stale(cache_dir)
+        profile = build()
+        if status:
+            status(f"writing {path}")
+        return profile
+
+    def save(p: TrainingProfile, target: Path) -> None:
+        save_profile(p, target)
+        p.path = target
+
+    profile, _stored = store.cached_build(
+        path, load=lambda p, warn: _try_load(p, fp, warn), ready=ready, make=make, save=save, rebuild=rebuild
+    )
+    if profile.built:
+        _note_data(cache_dir, profile)
+    return profile
+
+
+# ----------------------------------------------------------------------------- listing
+
+
+@dataclass
+class ProfileInfo:
+    """One stored profile, as :func:`list_profiles` reads it (the arrays are not read)."""
+
+    path: Path
+    fingerprint: str
+    size: int
+    mtime: float
+    ok: bool
+    problem: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def age_seconds(self) -> float:
+        return max(0.0, time.time() - self.mtime)
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of the regular files directly in a folder."""
+    if not path.is_dir():
+        return path.lstat().st_size
+    return sum(p.lstat().st_size for p in path.iterdir() if p.is_file())
+
+
+def list_profiles(cache_dir: str | os.PathLike[str]) -> list[ProfileInfo]:
+    """The profiles in ``cache_dir``, newest first; unreadable or stale ones have
+    ``ok=False`` and a ``problem``. Headers and metadata are checked, the arrays'
+    digests are not (that is a load's work); nothing can hang on a FIFO."""
+    out = []
+    for path in store.entries(cache_dir):
+        fp = path.name[len(store.PREFIX) :]
+        st = path.lstat()
+        info = ProfileInfo(path=path, fingerprint=fp, size=0, mtime=st.st_mtime, ok=True)
+        with contextlib.suppress(OSError):
+            info.size = _size(path)
+        if path.suffix == ".npz":
+            info.fingerprint = fp[: -len(".npz")]
+            info.ok, info.problem = False, "format 1 (stale: rebuilt on the next run, then removed)"
+        else:
+            try:
+                entry = store.open_entry(path)
+                info.meta = entry.meta
+                check_meta(entry.meta)
+                if entry.meta["fingerprint"] != fp:
+                    info.ok, info.problem = False, "fingerprint does not match the folder name"
+                else:
+                    check_shapes(entry.meta, entry)
+            except Invalid as exc:
+                info.ok, info.problem = False, f"unusable ({exc})"
+        out.append(info)
+    out.sort(key=lambda i: i.mtime, reverse=True)
+    return out

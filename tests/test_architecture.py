@@ -1,0 +1,110 @@
+"""The house rules of docs/ARCHITECTURE.md that a reader of the source can check.
+
+* No import circles between the package's modules, counting the imports made inside
+  functions (a lazy import that closes a circle is still a circle); imports made only for
+  type checkers (``if TYPE_CHECKING:``) do not run and do not count.
+* A backend (TensorFlow, JAX) is imported only where traces are made: ``capture/forward.py``,
+  and ``data.py`` for a ``tf.data.Dataset`` it was given.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_sadl"
+BACKENDS = ("tensorflow", "jax")
+BACKEND_MODULES = {"pytest_sadl.capture.forward", "pytest_sadl.data"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:``."""
+    out: list[ast.AST] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], set[str]]:
+    """(the package's modules ``name`` imports, the top-level packages it imports)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    inside, outside = set(), set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            outside.add(module.partition(".")[0])
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                inside.add(sub if sub in modules else module)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                outside.add(alias.name.partition(".")[0])
+                inside.add(alias.name)
+    inside = {m for m in inside if m in modules and m != name}
+    if path.name == "__init__.py":  # a package re-exporting its own modules is not a circle
+        inside = {m for m in inside if not m.startswith(name + ".")}
+    return inside, outside
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    found: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                found.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return found
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules)[0] for name, path in modules.items()}
+    assert "pytest_sadl.profile.lookup" in graph  # the walk sees subpackages
+    assert {"pytest_sadl.profile.build", "pytest_sadl.profile.files"} <= graph["pytest_sadl.profile.lookup"]
+    assert _cycles(graph) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backends_are_imported_only_where_traces_are_made(backend: str) -> None:
+    modules = _modules()
+    users = {name for name, path in modules.items() if backend in _imports(name, path, modules)[1]}
+    assert users <= BACKEND_MODULES, f"{backend} imported in {sorted(users - BACKEND_MODULES)}"
+    assert "pytest_sadl.capture.forward" in users
