@@ -12,7 +12,7 @@ by shifts of up to two pixels and pixel noise (``_real_traces``; both cached in
   with an accelerator) and warmed up first as ``predict`` is (tracing time printed apart);
 * ``build``: the default profile, :func:`load_or_build` on an empty cache (graph tracing +
   fingerprints + traces + neuron ranges + LSA and DSA set-up + atomic write), DSA's
-  ``dist_b`` computed lazily by the sessions (``dsa_precompute=False``);
+  ``dist_b`` computed lazily by the sessions and kept (the default, ``dsa_precompute=False``);
 * ``build+dist_b``: the same with every training trace's nearest other-class distance
   computed and stored (``dsa_precompute=True``);
 * ``hit``: :func:`load_or_build` on the default build's warm cache (order-free fingerprint
@@ -90,14 +90,15 @@ elif what == "traces":
     run = lambda: tm.traces(x, batch_size=bs)
 elif what in ("build", "build+dist_b"):
     TraceModel(model).traces(x[: bs + 7], batch_size=bs)  # warm TF up as the others do
-    opts = ProfileOptions(batch_size=bs, dsa_precompute=(what == "build+dist_b"))
+    # "build": the default options (dist_b computed lazily by the sessions, and kept)
+    opts = ProfileOptions(batch_size=bs, dsa_precompute=True) if what == "build+dist_b" else ProfileOptions(batch_size=bs)
     phases = []
     def say(msg):
         phases.append((round(time.perf_counter() - t0, 3), " ".join(w for w in msg.split(":")[0].split()[:2] if "/" not in w)))
     run = lambda: load_or_build(model, x, opts, cache, rebuild=True, status=say)
     res["phases"] = phases
 elif what == "hit":
-    opts = ProfileOptions(batch_size=bs, dsa_precompute=False)
+    opts = ProfileOptions(batch_size=bs)
     TraceModel(model).traces(x[: bs + 7], batch_size=bs)
     from pytest_sadl.engine import ProfileView, default_bounds, stored_held_out_sa
     first = load_or_build(model, x, opts, cache)  # the first session computes and stores the bounds
