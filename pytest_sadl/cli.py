@@ -120,14 +120,8 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
 
     bar = ProgressBar(sys.stderr, quiet=args.quiet)
     sadl = project_options(args)  # the ini's values, the flags overriding them: the plugin's fingerprint
-    options = ProfileOptions(
-        sa_layers=sadl.sa_layers,
-        coverage_layers=sadl.coverage_layers,
-        var_threshold=sadl.var_threshold,
-        lsa_near_singular=sadl.lsa_near_singular,
-        batch_size=sadl.batch_size,
-        dsa_precompute=sadl.dsa_precompute if args.dsa_precompute is None else args.dsa_precompute,
-        output=sadl.output,
+    options = ProfileOptions.from_sadl(
+        sadl, dsa_precompute=sadl.dsa_precompute if args.dsa_precompute is None else args.dsa_precompute
     )
     cache_dir = cache_dir_for(args, sadl)
     base_dir = Path(args.rootdir) if args.rootdir else None  # flags are relative to the current directory

@@ -76,6 +76,13 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+#: boolean options with a ``--no-`` twin that wins over the ini: (its destination, help)
+_NEGATED = {
+    "sadl_coverage": ("sadl_no_coverage", "switch measuring off, even when sadl_coverage = true in the ini file"),
+    "sadl_dsa_precompute": ("sadl_no_dsa_precompute", "do not compute every dist_b at build, even when sadl_dsa_precompute = true in the ini file"),
+}
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("sadl", "surprise adequacy and neuron coverage (pytest-sadl)")
     for opt in OPTIONS:
@@ -87,10 +94,10 @@ def add_options(parser: pytest.Parser) -> None:
         else:
             kwargs.update(action="store", default=None, metavar=opt.metavar)
         group.addoption(opt.flag, **kwargs)
-        if opt.ini == "sadl_coverage":
+        if opt.ini in _NEGATED:
             group.addoption(
-                "--no-sadl-coverage", dest="sadl_no_coverage", action="store_true", default=False,
-                help="switch measuring off, even when sadl_coverage = true in the ini file",
+                "--no-" + opt.flag[2:], dest=_NEGATED[opt.ini][0], action="store_true", default=False,
+                help=_NEGATED[opt.ini][1],
             )
         ini_default = opt.default if opt.ini_type in ("bool",) else None
         if opt.ini_type == "linelist":
@@ -325,7 +332,9 @@ def _toml_repr(value: Any) -> str:
 
 
 def _switch(config: pytest.Config, name: str) -> bool:
-    """A boolean option: its flag, or ``name = true`` in the ini."""
+    """A boolean option: its flag, or ``name = true`` in the ini, unless its ``--no-`` flag."""
+    if name in _NEGATED and config.getoption(_NEGATED[name][0]):
+        return False
     try:
         ini = bool(config.getini(name))
     except ValueError:  # pytest's own message does not name the option
@@ -336,8 +345,6 @@ def _switch(config: pytest.Config, name: str) -> bool:
 
 def _enabled(config: pytest.Config) -> bool:
     """``--sadl-coverage`` or ``sadl_coverage = true``, unless ``--no-sadl-coverage``."""
-    if config.getoption("sadl_no_coverage"):
-        return False
     return _switch(config, "sadl_coverage")
 
 

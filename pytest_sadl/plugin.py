@@ -126,15 +126,7 @@ class SadlState:
 
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
             status = None if tr is None or self.is_worker else (lambda msg: tr.write_line(f"sadl: {msg}"))
-            options = ProfileOptions(
-                sa_layers=self.options.sa_layers,
-                coverage_layers=self.options.coverage_layers,
-                output=self.options.output,
-                var_threshold=self.options.var_threshold,
-                lsa_near_singular=self.options.lsa_near_singular,
-                dsa_precompute=self.options.dsa_precompute,
-                batch_size=self.options.batch_size,
-            )
+            options = ProfileOptions.from_sadl(self.options)
             from .store import SadlCacheWarning
 
             try:

@@ -209,9 +209,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     if pool.x is None:
         raise SadlConfigError(f"{args.pool}: the pool must be a .npz (key 'x' or one array per input name, optional 'y') or .npy file")
     model = load_model(args.model, base_dir=base_dir)
-    options = ProfileOptions(sa_layers=sadl.sa_layers, coverage_layers=sadl.coverage_layers, output=sadl.output,
-                             var_threshold=sadl.var_threshold, lsa_near_singular=sadl.lsa_near_singular,
-                             batch_size=sadl.batch_size)
+    options = ProfileOptions.from_sadl(sadl)
     profile = load_or_build(model, args.train, options, cache_dir_for(args, sadl), base_dir=base_dir)
     if results is not None:
         _check_results_config(results, profile, sadl)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -242,6 +243,7 @@ def compare_with_baseline(state: SadlState) -> None:
 
 def finish(state: SadlState) -> None:
     """Controller or serial run: the results, the comparison, the reports."""
+    from ._checks import SadlWarning
     from .engine import ProfileView, compute
 
     records = list(state.recorder.records.values())
@@ -251,7 +253,15 @@ def finish(state: SadlState) -> None:
     first = missing_warning(missing, state.arrivals.workers_down)
     profile = state.resolve_profile()
     messages = list(dict.fromkeys(([first] if first else []) + state.warnings + state.recorder.messages))
-    state.results = compute(ProfileView.of(profile), records, state.options, model_info(state, profile), messages)
+    with warnings.catch_warnings(record=True) as caught:  # e.g. kept DSA distances that cannot be used
+        warnings.simplefilter("always")
+        view = ProfileView.of(profile)
+    for w in caught:  # the engine's own warnings become lines of the report; others pass on
+        if issubclass(w.category, SadlWarning):
+            messages.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    state.results = compute(view, records, state.options, model_info(state, profile), messages)
     keep_dsa_distances(profile)
     state.results.missing = missing
     state.data = state.results.to_dict()

@@ -232,6 +232,7 @@ class Entry:
     meta: dict[str, Any]
     arrays: dict[str, np.ndarray]
     records: dict[str, dict[str, Any]]
+    digest: str = ""  # the sha256 of the metadata: which write of the entry this is
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(v.shape) for k, v in self.arrays.items()}
@@ -315,33 +316,67 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
                     arrays[name] = np.memmap(fh, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
                 except (OSError, ValueError) as exc:
                     raise Invalid(f"{file.name} cannot be memory-mapped ({exc})") from None
-    return Entry(path=path, meta=meta, arrays=arrays, records=records)
+    return Entry(path=path, meta=meta, arrays=arrays, records=records, digest=str(doc["digest"]))
+
+
+def entry_digest(path: str | os.PathLike[str]) -> str | None:
+    """The metadata digest of the entry ``path`` as it is on disk now (``None``: there is
+    no readable entry), to tell whether it is still the entry that was loaded."""
+    try:
+        with _open_regular(Path(path) / META) as fh:
+            doc = _load_json(fh, META, MAX_META_BYTES)
+    except Invalid:
+        return None
+    digest = doc.get("digest") if isinstance(doc, dict) else None
+    return digest if isinstance(digest, str) else None
 
 
 # ----------------------------------------------------------------------------- extras
+
+
+#: The largest derived array read back (they are loaded into memory whole).
+MAX_EXTRA_BYTES = 1 << 28
 
 
 def _extra_files(path: Path, name: str) -> list[Path]:
     return sorted(path.glob(f"extra.{name}.*.npy"))
 
 
+def extra_names(path: str | os.PathLike[str]) -> list[str]:
+    """The names of the derived arrays stored in the entry ``path``."""
+    names = {f.name[len("extra.") :].rsplit(".", 2)[0] for f in Path(path).glob("extra.*.*.npy")}
+    return sorted(n for n in names if n and n[0] != "." and set(n) <= _NAME_CHARS and len(n) <= 100)
+
+
 def read_extra(path: str | os.PathLike[str], name: str) -> np.ndarray | None:
     """The derived array ``name`` stored in the entry ``path`` (loaded into memory and
     checked against the digest in its file name), or ``None`` when there is none.
-    Raises :class:`Invalid` for one that fails its checks."""
+    Raises :class:`Invalid` for one that fails its checks. A version replaced by a
+    writer while this reads is not an error: the newer one is read."""
     _check_name(name)
-    for file in _extra_files(Path(path), name):
-        digest = file.name[len(f"extra.{name}.") : -len(".npy")]
-        with _open_regular(file) as fh:
-            shape, dtype, offset = _read_header(fh, file.name)
-            nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
-            if os.fstat(fh.fileno()).st_size != offset + nbytes or nbytes > 1 << 28:
-                raise Invalid(f"{file.name} has the wrong size")
-            value = np.frombuffer(fh.read(nbytes), dtype=dtype).reshape(shape)
-        if _sha_of(value) != digest:
-            raise Invalid(f"the content of {file.name} does not match its digest")
-        return value
+    for _attempt in range(3):
+        files = _extra_files(Path(path), name)
+        if not files:
+            return None
+        file = files[0]
+        try:
+            return _read_extra_file(file, file.name[len(f"extra.{name}.") : -len(".npy")])
+        except Invalid:
+            if file.exists():
+                raise
     return None
+
+
+def _read_extra_file(file: Path, digest: str) -> np.ndarray:
+    with _open_regular(file) as fh:
+        shape, dtype, offset = _read_header(fh, file.name)
+        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+        if os.fstat(fh.fileno()).st_size != offset + nbytes or nbytes > MAX_EXTRA_BYTES:
+            raise Invalid(f"{file.name} has the wrong size")
+        value = np.frombuffer(fh.read(nbytes), dtype=dtype).reshape(shape)
+    if _sha_of(value) != digest:
+        raise Invalid(f"the content of {file.name} does not match its digest")
+    return value
 
 
 def write_extra(path: str | os.PathLike[str], name: str, value: np.ndarray) -> None:
@@ -364,9 +399,10 @@ def write_extra(path: str | os.PathLike[str], name: str, value: np.ndarray) -> N
 
 
 @contextlib.contextmanager
-def locked(lock_path: Path) -> Iterator[None]:
+def locked(lock_path: Path, *, wait: bool = True) -> Iterator[None]:
     """An exclusive advisory lock (``fcntl.flock``; none where fcntl does not exist).
-    Raises ``OSError`` when the lock file cannot be created (a read-only cache)."""
+    Raises ``OSError`` when the lock file cannot be created (a read-only cache), and
+    ``BlockingIOError`` (an ``OSError``) when ``wait=False`` and another process holds it."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: the atomic rename still protects readers
@@ -376,7 +412,7 @@ def locked(lock_path: Path) -> Iterator[None]:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{lock_path} is not a regular file")
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
         finally:

@@ -53,17 +53,25 @@ def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: f
     return np.array(out)
 
 
+def x_a_rows(train: np.ndarray, train_pred, tests: np.ndarray, pred) -> np.ndarray:
+    """Each input's x_a: the row of its nearest training trace of its predicted class
+    (the first on a tie, as np.argmin)."""
+    train_pred = np.asarray(train_pred)
+    out = []
+    for x, c in zip(tests, pred):
+        rows = np.flatnonzero(train_pred == c)
+        out.append(rows[np.argmin(np.linalg.norm(train[rows] - x, axis=1))])
+    return np.array(out, dtype=np.int64)
+
+
 def dsa(train: np.ndarray, train_pred, tests: np.ndarray, pred) -> np.ndarray:
     """Equations 3-5, a loop over inputs as in the paper's reference code."""
     train_pred = np.asarray(train_pred)
     out = []
-    for x, c in zip(tests, pred):
-        same = train[train_pred == c]
-        other = train[train_pred != c]
-        d_same = np.linalg.norm(same - x, axis=1)
-        x_a = same[np.argmin(d_same)]
-        dist_a = d_same.min()
-        dist_b = np.linalg.norm(other - x_a, axis=1).min()
+    for x, c, a in zip(tests, pred, x_a_rows(train, train_pred, tests, pred)):
+        x_a = train[a]
+        dist_a = np.linalg.norm(x_a - x)
+        dist_b = np.linalg.norm(train[train_pred != c] - x_a, axis=1).min()
         out.append(dist_a / dist_b)
     return np.array(out)
 

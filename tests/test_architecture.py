@@ -1,7 +1,8 @@
 """The house rules of docs/ARCHITECTURE.md that a reader of the source can check.
 
 * No import circles between the package's modules, counting the imports made inside
-  functions (a lazy import that closes a circle is still a circle); imports made only for
+  functions (a lazy import that closes a circle is still a circle) and the packages an
+  import runs first (``import a.b.c`` runs ``a/b/__init__.py``); imports made only for
   type checkers (``if TYPE_CHECKING:``) do not run and do not count.
 * A backend (TensorFlow, JAX) is imported only where traces are made: ``capture/forward.py``,
   and ``data.py`` for a ``tf.data.Dataset`` it was given.
@@ -62,9 +63,16 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str],
             for alias in node.names:
                 outside.add(alias.name.partition(".")[0])
                 inside.add(alias.name)
-    inside = {m for m in inside if m in modules and m != name}
-    if path.name == "__init__.py":  # a package re-exporting its own modules is not a circle
-        inside = {m for m in inside if not m.startswith(name + ".")}
+    # Importing a.b.c runs the packages a and a.b first: an edge to each package the
+    # importer is not itself inside (a package's own modules import it while it loads).
+    parents = set()
+    for module in inside:
+        parts = module.split(".")
+        for k in range(2, len(parts)):
+            parent = ".".join(parts[:k])
+            if parent in modules and not name.startswith(parent + "."):
+                parents.add(parent)
+    inside = {m for m in inside | parents if m in modules and m != name}
     return inside, outside
 
 
@@ -92,6 +100,27 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_circle_through_a_package_init_is_found(tmp_path: Path) -> None:
+    """x imports pkg.sub, which runs pkg/__init__.py, which imports y, which imports x."""
+    files = {
+        "x.py": "from pytest_sadl.pkg.sub import f\n",
+        "y.py": "import pytest_sadl.x\n",
+        "pkg/__init__.py": "from pytest_sadl.pkg.sub import f\nfrom pytest_sadl import y\n",
+        "pkg/sub.py": "def f(): pass\n",
+    }
+    modules = {}
+    for rel, text in files.items():
+        path = tmp_path / "pytest_sadl" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        name = "pytest_sadl." + rel[:-3].replace("/", ".").removesuffix(".__init__")
+        modules[name] = path
+    graph = {name: _imports(name, path, modules)[0] for name, path in modules.items()}
+    assert graph["pytest_sadl.x"] == {"pytest_sadl.pkg", "pytest_sadl.pkg.sub"}
+    assert graph["pytest_sadl.pkg.sub"] == set(), "a package's own module does not depend on its __init__"
+    assert ["pytest_sadl.pkg", "pytest_sadl.y", "pytest_sadl.x", "pytest_sadl.pkg"] in _cycles(graph)
 
 
 def test_no_import_circles() -> None:

@@ -267,12 +267,46 @@ def test_dsa_distances_are_kept_between_runs_and_equal_a_full_precompute(project
     assert not json.loads((folder / "meta.json").read_text())["meta"]["dsa_precomputed"]
     run(pytester, "--sadl-coverage", "--sadl-report=json:second.json")
     assert list(folder.glob("extra.dsa-dist_b.*.npy")) == [kept_file], "nothing new to keep: not rewritten"
-    run(pytester, "--sadl-coverage", "--sadl-dsa-precompute", "--sadl-report=json:full.json")
+    # every dist_b at build, in a cache of its own: it never saw the kept distances
+    run(pytester, "--sadl-coverage", "--sadl-dsa-precompute", "--sadl-cache-dir=full-cache", "--sadl-report=json:full.json")
+    (full_folder,) = [p for p in (pytester.path / "full-cache").glob("profile-*") if p.is_dir()]
+    assert json.loads((full_folder / "meta.json").read_text())["meta"]["dsa_precomputed"]
+    other_dist = np.load(full_folder / "dsa.other_dist.npy")
+    np.testing.assert_array_equal(kept[~np.isnan(kept)], other_dist[~np.isnan(kept)])
+    # and the flag completes the lazy profile in place
+    run(pytester, "--sadl-coverage", "--sadl-dsa-precompute", "--sadl-report=json:completed.json")
     assert json.loads((folder / "meta.json").read_text())["meta"]["dsa_precomputed"]
-    first, second, full = (results(pytester, f"{name}.json") for name in ("first", "second", "full"))
+    names = ("first", "second", "full", "completed")
+    first, second, full, completed = (results(pytester, f"{name}.json") for name in names)
     assert len(first["inputs"]["dsa"]) > 0 and all(v is not None for v in first["inputs"]["dsa"])
     for key in ("metrics", "inputs", "tests"):
-        assert first[key] == second[key] == full[key], key
+        assert first[key] == second[key] == full[key] == completed[key], key
+
+
+def test_damaged_kept_dsa_distances_are_one_line_even_under_filterwarnings_error(project):
+    pytester = project(extra="sadl_cache_dir = .sadl-cache\nfilterwarnings = error::pytest_sadl._checks.SadlWarning")
+    assert run(pytester, "--sadl-coverage", "--sadl-report=json:first.json").ret == 1  # one test fails on purpose
+    (kept_file,) = pytester.path.glob(".sadl-cache/profile-*/extra.dsa-dist_b.*.npy")
+    raw = bytearray(kept_file.read_bytes())
+    raw[-1] ^= 0xFF
+    kept_file.write_bytes(bytes(raw))
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:second.json")
+    assert res.ret == 1, res.stdout.str()
+    second = results(pytester, "second.json")
+    (line,) = [w for w in second["outcome"]["warnings"] if "DSA distances kept in" in w]
+    assert "does not match its digest" in line and "computing them anew" in line
+    assert second["metrics"] == results(pytester, "first.json")["metrics"]
+
+
+def test_dsa_precompute_from_the_flag_the_ini_and_its_no_flag(pytester: pytest.Pytester):
+    from pytest_sadl.config import read_options
+
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_dsa_precompute = true\n")
+    assert read_options(pytester.parseconfig("--sadl-coverage")).dsa_precompute is True
+    assert read_options(pytester.parseconfig("--sadl-coverage", "--no-sadl-dsa-precompute")).dsa_precompute is False
+    pytester.makefile(".ini", pytest="[pytest]\n")
+    assert read_options(pytester.parseconfig("--sadl-coverage")).dsa_precompute is False
+    assert read_options(pytester.parseconfig("--sadl-coverage", "--sadl-dsa-precompute")).dsa_precompute is True
 
 
 def test_strict_config_and_markers_pass_with_every_ini_option(project):

@@ -36,9 +36,10 @@ from pytest_sadl.profile import (
 )
 
 try:
-    from tests import _models
+    from tests import _models, naive
 except ImportError:  # pragma: no cover
     import _models  # type: ignore[no-redef]
+    import naive  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,19 +132,25 @@ def test_folder_holds_numbers_only_and_dedupes_traces(conv_model: Any, digits: A
 
 @pytest.mark.tf
 def test_lazy_dsa_then_completed(conv_model: Any, digits: Any, tmp_path: Path) -> None:
+    from pytest_sadl.surprise import DSA
+
     lazy = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     assert lazy.dsa_arrays is None and lazy.dsa().known == 0, "the default build computes no dist_b"
     q = digits.x_test[:40]
     t = lazy.trace_model(conv_model).traces(q)
     lazy_values = lazy.dsa()(t.sa, t.pred)
     assert lazy.keep_dsa_distances() > 0
+    lazy.cached_array("heldout-x", lambda: np.arange(3.0))
     full = load_or_build(conv_model, digits.x_train, ProfileOptions(dsa_precompute=True), tmp_path)
     assert full.fingerprint == lazy.fingerprint and not full.built and full.dsa_arrays is not None
-    np.testing.assert_array_equal(lazy_values, full.dsa()(t.sa, t.pred))
-    # the completed file keeps the distances computed lazily, bit for bit
-    kept = lazy.dsa().to_arrays(complete=False)["other_dist"]
-    done = ~np.isnan(kept)
-    np.testing.assert_array_equal(np.asarray(full.dsa_arrays["other_dist"])[done], kept[done])
+    # against a precompute that never saw the kept distances (completing starts from them)
+    reference = DSA(np.asarray(lazy.sa_traces), lazy.sa_pred).precompute()
+    np.testing.assert_array_equal(np.asarray(full.dsa_arrays["other_dist"]), reference.to_arrays()["other_dist"])
+    np.testing.assert_array_equal(lazy_values, reference(t.sa, t.pred))
+    np.testing.assert_array_equal(full.dsa()(t.sa, t.pred), lazy_values)
+    # the rewrite keeps the other derived arrays, drops the now redundant kept distances
+    names = sorted(p.name.split(".")[1] for p in full.path.glob("extra.*"))
+    assert names == ["heldout-x"]
     again = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     assert not again.built and again.dsa_arrays is not None
     assert len(list_profiles(tmp_path)) == 1
@@ -161,7 +168,11 @@ def test_lazy_dist_b_is_kept_for_the_next_session(conv_model: Any, digits: Any, 
     a, b = tm.traces(digits.x_test[:30]), tm.traces(digits.x_test[30:90])
     got_a = first.dsa()(a.sa, a.pred)
     known_a = first.dsa().known
-    assert 0 < known_a <= 30
+    # exactly the x_a of the inputs, found by the paper's loop, and nothing else
+    x_a = naive.x_a_rows(np.asarray(first.sa_traces, dtype=np.float64), first.sa_pred, a.sa, a.pred)
+    kept_rows = np.flatnonzero(~np.isnan(first.dsa().to_arrays(complete=False)["other_dist"]))
+    np.testing.assert_array_equal(kept_rows, np.unique(x_a))
+    assert known_a == len(np.unique(x_a))
     assert first.keep_dsa_distances() == known_a
     assert first.keep_dsa_distances() == 0, "nothing new: nothing written"
     with _no_cache_warning():
@@ -197,6 +208,54 @@ def test_kept_dist_b_merge_across_concurrent_sessions(conv_model: Any, digits: A
     assert total == int((~np.isnan(union)).sum())
     fresh = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     np.testing.assert_array_equal(fresh.dsa().to_arrays(complete=False)["other_dist"], union)
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("change", ["deleted", "rebuilt"])
+def test_kept_dist_b_go_only_into_the_profile_they_were_computed_for(
+    conv_model: Any, digits: Any, tmp_path: Path, change: str
+) -> None:
+    """A folder deleted or rebuilt since this session loaded it gets nothing: no folder
+    is recreated holding only distances, no other profile gets distances not its own."""
+    prof = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    t = prof.trace_model(conv_model).traces(digits.x_test[:20])
+    prof.dsa()(t.sa, t.pred)
+    if change == "deleted":
+        shutil.rmtree(prof.path)
+    else:
+        load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path, rebuild=True)
+    assert prof.keep_dsa_distances() == 0
+    if change == "deleted":
+        assert not prof.path.exists()
+    else:
+        assert not list(prof.path.glob("extra.dsa-dist_b.*"))
+
+
+@pytest.mark.tf
+def test_keeping_dist_b_does_not_wait_for_a_busy_profile(conv_model: Any, digits: Any, tmp_path: Path) -> None:
+    """While another process holds the profile's lock (building or completing it), the end
+    of a session skips keeping instead of waiting for minutes."""
+    from pytest_sadl import store
+
+    prof = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
+    t = prof.trace_model(conv_model).traces(digits.x_test[:20])
+    prof.dsa()(t.sa, t.pred)
+    lock = prof.path.with_name(prof.path.name + ".lock")
+    ready, release = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child holds the lock until told
+        with store.locked(lock):
+            os.write(ready[1], b"x")
+            os.read(release[0], 1)
+        os._exit(0)
+    try:
+        os.read(ready[0], 1)
+        with pytest.raises(BlockingIOError):
+            prof.keep_dsa_distances()
+    finally:
+        os.write(release[1], b"x")
+        os.waitpid(pid, 0)
+    assert prof.keep_dsa_distances() > 0
 
 
 @pytest.mark.tf

@@ -12,9 +12,10 @@ Three modules, one job each:
 
 Public API
 ----------
-``ProfileOptions(sa_layers=None, coverage_layers=None, var_threshold=1e-5, batch_size=256,
-classifier=None, dsa_precompute=True)``
+``ProfileOptions(sa_layers=None, coverage_layers=None, var_threshold=1e-5,
+lsa_near_singular="drop", batch_size=256, classifier=None, dsa_precompute=False, output=None)``
     What to build. ``None`` layers mean the defaults of :mod:`pytest_sadl.traces`.
+    ``ProfileOptions.from_sadl(sadl_options, **overrides)``: those of a run's configuration.
 ``load_or_build(model, train, options=None, cache_dir=None, *, progress=None, status=None,
 rebuild=False, base_dir=None) -> TrainingProfile``
     The cached profile when its fingerprint matches, else built (and stored when
@@ -24,7 +25,9 @@ rebuild=False, base_dir=None) -> TrainingProfile``
     :func:`pytest_sadl.data.load_training_data` takes.
 ``TrainingProfile``
     ``.lsa()`` / ``.dsa()`` (engine objects, built once per profile from the cached arrays;
-    ``dsa()`` is ``None`` for a regression model), ``.ranges`` (:class:`NeuronRanges` of the
+    ``dsa()`` is ``None`` for a regression model, and starts from the ``dist_b`` kept so
+    far), ``.keep_dsa_distances()`` (adds the ``dist_b`` this process computed to the stored
+    profile), ``.mdsa()``, ``.ranges`` (:class:`NeuronRanges` of the
     coverage layers), ``.trace_model(model)``, ``.cached_array(name, compute)`` (a derived
     array stored in the profile, e.g. held-out scores for default bounds), ``.fingerprint``,
     ``.model_fingerprint``, ``.data_fingerprint``, ``.sa_traces``, ``.sa_pred``,

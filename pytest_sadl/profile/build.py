@@ -56,6 +56,16 @@ Status = Callable[[str], None]
 
 #: The derived array of a stored profile that keeps DSA's lazily computed ``dist_b``.
 DSA_DISTANCES = "dsa-dist_b"
+#: Below this size a memory-mapped array is handed to the engine as a plain ndarray view
+#: (still paged in lazily): the engine then takes the same in-memory path as on a freshly
+#: built profile (a k-d tree for low dimensions; the same numbers bit for bit, so a serial
+#: run that builds equals an xdist run that loads); above, the map itself, scored in chunks.
+ENGINE_MAP_BYTES = 1 << 30
+
+
+def engine_view(a: np.ndarray) -> np.ndarray:
+    """``a`` as the engine should get it: see :data:`ENGINE_MAP_BYTES`."""
+    return np.asarray(a) if isinstance(a, np.memmap) and a.nbytes < ENGINE_MAP_BYTES else a
 
 
 def _check_distances(value: np.ndarray, n: int) -> None:
@@ -97,6 +107,21 @@ class ProfileOptions:
     classifier: bool | None = None
     dsa_precompute: bool = False
     output: str | int | None = None
+
+    @classmethod
+    def from_sadl(cls, options: Any, **overrides: Any) -> "ProfileOptions":
+        """The profile options of a run's :class:`~pytest_sadl.config.SadlOptions` (the
+        plugin's and the ``sadl`` commands' one way to make them), ``overrides`` applied."""
+        values = {
+            "sa_layers": options.sa_layers,
+            "coverage_layers": options.coverage_layers,
+            "output": options.output,
+            "var_threshold": options.var_threshold,
+            "lsa_near_singular": options.lsa_near_singular,
+            "dsa_precompute": options.dsa_precompute,
+            "batch_size": options.batch_size,
+        }
+        return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
         for name in ("sa_layers", "coverage_layers"):
@@ -224,6 +249,7 @@ class TrainingProfile:
     data_source: str = ""
     path: Path | None = None
     built: bool = False
+    stored_digest: str | None = None  # the metadata digest of the entry at ``path`` when loaded or saved
     _lsa: Any = field(default=None, repr=False, compare=False)
     _dsa: Any = field(default=None, repr=False, compare=False)
     _mdsa: Any = field(default=None, repr=False, compare=False)
@@ -260,7 +286,8 @@ class TrainingProfile:
             if self.dsa_arrays is not None:
                 self._dsa = DSA.from_arrays(self.dsa_arrays)
             else:
-                self._dsa = DSA(self.sa_traces, self.sa_pred, dist_b=self._kept_distances())
+                x, pred = engine_view(self.sa_traces), engine_view(self.sa_pred)
+                self._dsa = DSA(x, pred, dist_b=self._kept_distances())
             self._dsa_known = self._dsa.known
         return self._dsa
 
@@ -287,19 +314,25 @@ class TrainingProfile:
 
     def keep_dsa_distances(self) -> int:
         """Add the ``dist_b`` this process computed to the stored profile, so later
-        sessions skip them; returns how many training traces the profile now knows
-        (0 when there is nothing to add: a regression model, every ``dist_b`` stored at
-        build, no new one, no cache folder).
+        sessions skip them; returns how many training traces the stored array now knows
+        (0 when nothing was written: a regression model, every ``dist_b`` stored at build,
+        nothing new, no cache folder, or the folder no longer holds the profile this one
+        was loaded from — deleted, rebuilt or completed meanwhile).
 
         Concurrent sessions merge: under the profile's lock the stored array is read again
         and its entries fill this one's gaps (both are the same exact distances). Raises
         ``OSError`` when the folder cannot be written (a read-only cache: the distances are
-        then computed again next time, nothing else changes)."""
+        then computed again next time, nothing else changes) or when another process holds
+        the lock (building or completing this profile: keeping is skipped, not waited for)."""
         dsa = self._dsa
         if dsa is None or self.dsa_arrays is not None or self.path is None or dsa.known <= self._dsa_known:
             return 0
+        if self.n_train * 8 > store.MAX_EXTRA_BYTES:  # could not be read back
+            return 0
         mine = dsa.to_arrays(complete=False)["other_dist"]
-        with store.locked(self.path.with_name(self.path.name + ".lock")):
+        with store.locked(self.path.with_name(self.path.name + ".lock"), wait=False):
+            if self.stored_digest is None or store.entry_digest(self.path) != self.stored_digest:
+                return 0
             theirs = self._kept_distances(warn=False)  # a damaged file was reported on load
             if theirs is not None:
                 mine = np.where(np.isnan(mine), theirs, mine)
@@ -315,7 +348,9 @@ class TrainingProfile:
             from pytest_sadl.surprise import MDSA
 
             self._mdsa = MDSA(
-                self.sa_traces, self.sa_pred if self.classifier else None, var_threshold=self.options.var_threshold
+                engine_view(self.sa_traces),
+                engine_view(self.sa_pred) if self.classifier else None,
+                var_threshold=self.options.var_threshold,
             )
         return self._mdsa
 

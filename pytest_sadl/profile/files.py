@@ -20,13 +20,10 @@ from typing import Any
 import numpy as np
 
 from pytest_sadl import store
-from pytest_sadl.profile.build import ProfileOptions, TrainingProfile
+from pytest_sadl.profile.build import ProfileOptions, TrainingProfile, engine_view
 from pytest_sadl.store import Invalid
 
 __all__ = ["save_profile", "load_profile", "check_meta", "check_shapes"]
-
-_ENGINE_MAP_BYTES = 1 << 30
-
 
 class _Arrays(Mapping[str, np.ndarray]):
     """An engine's ``to_arrays()`` dict read from a file: entries stored once in the file
@@ -228,21 +225,19 @@ def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -
     if "lsa.var_threshold" in a and float(a["lsa.var_threshold"]) != float(meta["var_threshold"]):
         raise Invalid("the LSA's var_threshold differs from the metadata's")
     try:
-        return _from_entry(path, meta, a, NeuronRanges)
+        profile = _from_entry(path, meta, a, NeuronRanges)
     except Invalid:
         raise
     except Exception as exc:
         raise Invalid(f"its content is inconsistent ({type(exc).__name__}: {exc})") from exc
+    profile.stored_digest = entry.digest
+    return profile
 
 
 def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
     sa, pred, n = arrays["sa_traces"], arrays["sa_pred"], meta["n_train"]
     order = arrays.get("order")
-    # The engine gets plain-ndarray views of the maps (still paged in lazily) below 1 GiB,
-    # so it takes the same in-memory path as on a freshly built profile: the same numbers
-    # bit for bit (a serial run that builds equals an xdist run that loads); above, the
-    # maps themselves, which the engine scores in chunks.
-    arrays = {k: (np.asarray(v) if isinstance(v, np.memmap) and v.nbytes < _ENGINE_MAP_BYTES else v) for k, v in arrays.items()}
+    arrays = {k: engine_view(v) for k, v in arrays.items()}  # what the engine gets: see engine_view
     esa, epred = arrays["sa_traces"], arrays["sa_pred"]
     cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: esa, "sa_pred": lambda: epred}
     if order is not None:

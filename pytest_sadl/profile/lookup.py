@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sadl import store
-from pytest_sadl.profile.build import Progress, ProfileOptions, Status, TrainingProfile, build_profile, prepare
+from pytest_sadl.profile.build import (
+    DSA_DISTANCES,
+    Progress,
+    ProfileOptions,
+    Status,
+    TrainingProfile,
+    build_profile,
+    prepare,
+)
 from pytest_sadl.profile.files import check_meta, check_shapes, load_profile, save_profile
 from pytest_sadl.store import FORMAT_VERSION, Invalid, SadlCacheWarning
 
@@ -90,6 +98,21 @@ def _note_data(cache_dir: Path, profile: TrainingProfile) -> None:
         )
 
 
+def _derived_arrays(path: Path) -> dict[str, Any]:
+    """The derived arrays of the entry ``path`` that still hold once it is rewritten with
+    the same numbers (all but the kept DSA distances, which the new entry holds whole);
+    unreadable ones are left behind, to be computed again."""
+    out = {}
+    for name in store.extra_names(path):
+        if name == DSA_DISTANCES:
+            continue
+        with contextlib.suppress(Invalid, OSError):
+            value = store.read_extra(path, name)
+            if value is not None:
+                out[name] = value
+    return out
+
+
 def load_or_build(
     model: Any,
     train: Any,
@@ -125,12 +148,15 @@ def load_or_build(
     def ready(p: TrainingProfile) -> bool:
         return not options.dsa_precompute or not p.classifier or p.dsa_arrays is not None
 
+    carried: dict[str, Any] = {}
+
     def make(partial: TrainingProfile | None) -> TrainingProfile:
         if partial is not None:  # same numbers, DSA distances missing: complete the profile
             if status:
                 status(f"DSA: nearest other-class distance of {partial.n_train} training traces")
-            partial.dsa_arrays = partial.dsa().to_arrays()
+            partial.dsa_arrays = partial.dsa().to_arrays()  # starts from the distances kept so far
             partial.options = replace(partial.options, dsa_precompute=True)
+            carried.update(_derived_arrays(path))  # the held-out scores survive the rewrite
             return partial
         _drop_stale(cache_dir)
         profile = build()
@@ -141,6 +167,9 @@ def load_or_build(
     def save(p: TrainingProfile, target: Path) -> None:
         save_profile(p, target)
         p.path = target
+        p.stored_digest = store.entry_digest(target)
+        for name, value in carried.items():
+            store.write_extra(target, name, value)
 
     profile, _stored = store.cached_build(
         path, load=lambda p, warn: _try_load(p, fp, warn), ready=ready, make=make, save=save, rebuild=rebuild
