@@ -225,6 +225,7 @@ class LSA:
         n, d = len(rows), cols.size
         mean_all, scatter, _ = stats
         mean = mean_all[cols]
+        xc = None
         if scatter is None:
             xc = self._gather(rows, cols)
             data_cov = np.atleast_2d(np.cov(xc.T, rowvar=True, bias=False, aweights=np.full(n, 1.0 / n)))
@@ -241,7 +242,7 @@ class LSA:
         log_det = 2.0 * np.log(pivots * math.sqrt(2 * math.pi)).sum()
         kde = _Kde(cols, rows, mean, whiten, -math.log(n) - 0.5 * log_det)
         if self._in_memory:
-            kde.aug = self._augment(kde, self._gather(rows, cols))
+            kde.aug = self._augment(kde, self._gather(rows, cols) if xc is None else xc)  # gathered once
         return kde
 
     @staticmethod
