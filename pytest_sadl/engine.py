@@ -182,6 +182,34 @@ def default_bounds(scores: np.ndarray) -> tuple[float, float]:
     return lower, upper
 
 
+#: A default upper bound set by held-out traces this many times farther above the lower
+#: bound than the 99th percentile of the rest is dominated by outliers: said in a note.
+OUTLIER_SPREAD = 10.0
+
+
+def outlier_bound_note(metric: str, scores: np.ndarray) -> str | None:
+    """A note when the default upper bound of ``metric`` (``"lsc"``...) comes from a few
+    held-out training traces far above the rest, so that nearly every input would fall
+    into the lowest buckets and the coverage barely move; ``None`` otherwise.
+
+    The rule :func:`default_bounds` documents takes the largest held-out SA; one atypical
+    training input (an LSA of 65,600 where 99% are below 1,000) then sets the bound. The
+    note names the option to pin and a bound from the 99th percentile by the same rule."""
+    finite = scores[np.isfinite(scores)]
+    if finite.size < 20:
+        return None
+    lower, upper = default_bounds(finite)
+    q = float(np.quantile(finite, 0.99))
+    if q <= lower or (upper - lower) <= OUTLIER_SPREAD * 2.0 * (q - lower):
+        return None
+    suggested = lower + 2.0 * (q - lower)
+    return (
+        f"default {LABELS[metric]} upper bound {upper:,.4g} comes from a few held-out training traces far above "
+        f"the rest (99% are at most {q:,.4g}): most inputs will fall into its lowest buckets and {LABELS[metric]} "
+        f"will barely move; pin the bounds, e.g. sadl_{metric}_upper = {suggested:.4g} (and sadl_{metric}_lower = {lower:.4g})"
+    )
+
+
 def _joined_extrema(batches: list[Any], i: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Per-input min and max of coverage layer ``i``'s whole output, when every batch has them."""
     parts = [getattr(b, "extrema", None) for b in batches]
@@ -293,6 +321,9 @@ def compute(
     for metric, key in SURPRISE.items():
         if key in scorers:
             specs[metric], rules[metric] = bounds(sc_options[metric], held.get(key))
+            note = outlier_bound_note(metric, held[key]) if key in held and sc_options[metric].upper is None else None
+            if note:
+                messages.append(note)
         else:
             specs[metric] = None
     total = _Criteria(specs, view.ranges, options)

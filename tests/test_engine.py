@@ -128,6 +128,36 @@ def test_default_bounds_come_from_the_profile_not_the_inputs():
     assert calm["lsc"]["rule"].startswith("default")
 
 
+def test_an_outlier_that_sets_the_default_upper_bound_is_noted():
+    from pytest_sadl.engine import outlier_bound_note
+
+    rng = np.random.default_rng(3)
+    typical = rng.gamma(4.0, 50.0, size=999)  # LSA-like: 99% well below ~600
+    q = np.quantile(np.append(typical, 65_600.0), 0.99)
+    note = outlier_bound_note("lsc", np.append(typical, 65_600.0))
+    assert note is not None and "LSC upper bound 1.312e+05" in note and "sadl_lsc_upper = " in note
+    suggested = float(note.split("sadl_lsc_upper = ")[1].split()[0])
+    assert suggested == pytest.approx(2 * q, rel=1e-3)  # the documented rule on the 99th percentile
+    assert outlier_bound_note("lsc", typical) is None  # no outlier: no note
+    assert outlier_bound_note("dsc", np.append(typical, 2 * typical.max())) is None  # a mild tail is no outlier
+    assert outlier_bound_note("lsc", np.array([1.0, 1e6])) is None  # too few scores to tell
+
+
+def test_compute_notes_an_outlier_bound_only_when_the_bound_is_not_pinned():
+    rng = np.random.default_rng(1)
+    view, centres = make_view(rng)
+    base, held_dsa = held_out_scores(view)
+    typical = np.resize(base, 999)  # a held-out sample of the default size, 1,000
+    lower = min(0.0, float(typical.min()))
+    spiked = np.append(typical, lower + 1e3 * (typical.max() - lower))  # one trace far above the rest
+    view.held_out = lambda: {"lsa": spiked, "dsa": held_dsa}
+    records = make_records(rng, centres, SPEC[:2])
+    free = compute(view, records, options(lsc=Bounds(None, None, 100)), {})
+    assert any("default LSC upper bound" in w for w in free.warnings)
+    pinned = compute(view, records, options(lsc=Bounds(None, 500.0, 100)), {})
+    assert not any("default LSC upper bound" in w for w in pinned.warnings)
+
+
 def test_regression_profile_has_no_dsa():
     rng = np.random.default_rng(2)
     view, centres = make_view(rng, classifier=False)
