@@ -208,9 +208,14 @@ def reduce_layer(a: np.ndarray) -> np.ndarray:
 
 
 def as_layers(
-    name: str, layers: object, *, sizes: Sequence[int] | None = None, allow_empty: bool = True
+    name: str, layers: object, *, sizes: Sequence[int] | None = None, allow_empty: bool = True, keep_float: bool = False
 ) -> list[np.ndarray]:
-    """Validate a list of per-layer outputs; return them reduced to ``(n, neurons)`` float64."""
+    """Validate a list of per-layer outputs; return them reduced to ``(n, neurons)`` float64.
+
+    ``keep_float``: a 2-D floating-point layer is returned in its own dtype rather than
+    copied to float64, for callers whose result does not depend on it (a minimum or a
+    maximum is the same value in either precision); layers that need the spatial mean
+    are still reduced in float64."""
     if isinstance(layers, np.ndarray):
         layers = [layers]
     if not isinstance(layers, (list, tuple)) or len(layers) == 0:
@@ -223,7 +228,9 @@ def as_layers(
     out: list[np.ndarray] = []
     n = None
     for i, layer in enumerate(layers):
-        arr = np.asarray(layer, dtype=np.float64)
+        arr = np.asarray(layer)
+        keep = keep_float and arr.ndim == 2 and arr.dtype.kind == "f"
+        arr = arr if keep else np.asarray(arr, dtype=np.float64)
         if arr.ndim < 2:
             raise ValueError(f"{name}[{i}] must be at least 2-D (n_inputs, neurons), got shape {arr.shape}")
         if n is None:

@@ -290,17 +290,28 @@ class ClassNeighbours:
                     for r0 in range(0, m, _ROW_BLOCK):
                         r1 = min(m, r0 + _ROW_BLOCK)
                         v = q_aug[r0:r1] @ block.T
+                        at = np.arange(r1 - r0)
                         j = v.argmin(axis=1)
-                        low = v[np.arange(r1 - r0), j]
-                        low = np.minimum(approx[r0:r1], low)
+                        vj = v[at, j]
+                        low = np.minimum(approx[r0:r1], vj)
                         approx[r0:r1] = low
                         thr = low + tol[r0:r1]
-                        active = np.flatnonzero(v[np.arange(r1 - r0), j] <= thr)
+                        active = np.flatnonzero(vj <= thr)
                         if active.size == 0:
                             continue
-                        r, jj = np.nonzero(v[active] <= thr[active, None])
-                        r = active[r] + r0
-                        jj += b0
+                        # candidates: every product within thr. A row's minimum is one; the
+                        # others (near ties, rare) exist only where the second smallest
+                        # product is within thr too: two reading passes over v, where
+                        # comparing all of it and listing the hits cost four.
+                        v[at, j] = np.inf
+                        second = (v if active.size == len(at) else v[active]).min(axis=1)
+                        ties = active[second <= thr[active]]
+                        r, jj = active, j[active]
+                        if ties.size:
+                            tr, tj = np.nonzero(v[ties] <= thr[ties, None])
+                            r, jj = np.concatenate([r, ties[tr]]), np.concatenate([jj, tj])
+                        r = r + r0
+                        jj = jj + b0
                         dist = exact_distance(q[r], raw[jj])
                         r, k, dist = _first_min(r, idx[jj], dist)
                         take = (dist < best[r]) | ((dist == best[r]) & (k < best_i[r]))

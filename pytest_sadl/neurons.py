@@ -100,11 +100,15 @@ class NeuronRanges:
 
 def fit_ranges(train_layers: object, names: Sequence[str] = ()) -> NeuronRanges:
     """Per-neuron minimum and maximum of each layer over the training inputs."""
-    layers = as_layers("train_layers", train_layers, allow_empty=False)
+    # float32 traces stay float32 (no float64 copy of every layer): their minimum and
+    # maximum are float32 values, exactly representable in the float64 ranges
+    layers = as_layers("train_layers", train_layers, allow_empty=False, keep_float=True)
     if names and len(names) != len(layers):
         raise ValueError(f"names has {len(names)} entries for {len(layers)} layers")
     return NeuronRanges(
-        tuple(a.min(axis=0) for a in layers), tuple(a.max(axis=0) for a in layers), tuple(str(n) for n in names)
+        tuple(a.min(axis=0).astype(np.float64) for a in layers),
+        tuple(a.max(axis=0).astype(np.float64) for a in layers),
+        tuple(str(n) for n in names),
     )
 
 

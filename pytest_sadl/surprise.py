@@ -22,6 +22,7 @@ from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 from scipy import linalg
+from threadpoolctl import threadpool_limits
 
 from ._checks import (
     SadlWarning,
@@ -126,71 +127,76 @@ class LSA:
         self._in_memory = not isinstance(x, np.memmap)
         classes, members = classes_of(pred)
 
-        usable = usable_classes("LSA", classes, members, "it gets no KDE")
-        stats = {int(classes[i]): self._moments(members[i]) for i in usable}
-        kept = low_variance_filter(
-            "LSA",
-            [stats[int(classes[i])][2] for i in usable],
-            self.var_threshold,
-            "measure another layer (a layer whose outputs barely vary carries no density information)",
-        )
-        too_small = [i for i in usable if len(members[i]) < kept.size + 1]
-        for i in too_small:
-            warn(
-                f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
-                f"{kept.size + 1} a KDE over {kept.size} neurons needs; its inputs score NaN "
-                "(more training data, or a narrower layer, fixes this)"
+        # The set-up's BLAS and LAPACK calls (covariances, Cholesky factors, whitening) run
+        # on one thread: small matrices gain nothing from more, and OpenBLAS' waiting
+        # threads made them 5-10x slower on a busy 2-core machine (a Cholesky factor of
+        # 128 x 128 took 0.12 s); one thread also gives the same numbers whatever the cores.
+        with threadpool_limits(limits=1, user_api="blas"):
+            usable = usable_classes("LSA", classes, members, "it gets no KDE")
+            stats = {int(classes[i]): self._moments(members[i]) for i in usable}
+            kept = low_variance_filter(
+                "LSA",
+                [stats[int(classes[i])][2] for i in usable],
+                self.var_threshold,
+                "measure another layer (a layer whose outputs barely vary carries no density information)",
             )
-        usable = [i for i in usable if i not in too_small]
-        if not usable:
-            raise ValueError(
-                f"LSA: no class has more than {kept.size} training traces, the minimum for a KDE over "
-                f"{kept.size} neurons; use more training data or a layer with fewer neurons"
-            )
-        rows = {int(classes[i]): members[i] for i in usable}
-        kdes: dict[int, _Kde] = {}
-        pending = list(rows)
-        if near_singular == "keep":  # every class whose full covariance is positive definite
-            for label in rows:
-                kde = self._fit(rows[label], kept, stats[label], strict=False)
-                if kde is not None:
-                    kdes[label] = kde
-            pending = [label for label in rows if label not in kdes]
-        shared = kept
-        while pending:  # fit; on a singular covariance drop the dependent neurons, refit
-            failed = []
-            for label in pending:
-                kde = self._fit(rows[label], shared, stats[label], strict=True)
-                if kde is None:
-                    failed.append(label)
+            too_small = [i for i in usable if len(members[i]) < kept.size + 1]
+            for i in too_small:
+                warn(
+                    f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
+                    f"{kept.size + 1} a KDE over {kept.size} neurons needs; its inputs score NaN "
+                    "(more training data, or a narrower layer, fixes this)"
+                )
+            usable = [i for i in usable if i not in too_small]
+            if not usable:
+                raise ValueError(
+                    f"LSA: no class has more than {kept.size} training traces, the minimum for a KDE over "
+                    f"{kept.size} neurons; use more training data or a layer with fewer neurons"
+                )
+            rows = {int(classes[i]): members[i] for i in usable}
+            kdes: dict[int, _Kde] = {}
+            pending = list(rows)
+            if near_singular == "keep":  # every class whose full covariance is positive definite
+                for label in rows:
+                    kde = self._fit(rows[label], kept, stats[label], strict=False)
+                    if kde is not None:
+                        kdes[label] = kde
+                pending = [label for label in rows if label not in kdes]
+            shared = kept
+            while pending:  # fit; on a singular covariance drop the dependent neurons, refit
+                failed = []
+                for label in pending:
+                    kde = self._fit(rows[label], shared, stats[label], strict=True)
+                    if kde is None:
+                        failed.append(label)
+                    else:
+                        kdes[label] = kde
+                if not failed:
+                    break
+                # A dependency the failing classes share (softmax rows summing to one) shows in
+                # their pooled, class-centred traces: drop one neuron for all, not one per class.
+                traces = [self._gather(rows[label], shared) for label in failed]
+                pooled = np.vstack([xc - xc.mean(axis=0) for xc in traces])
+                rank, dependent = self._dependent(pooled, strict=False)
+                if not dependent:
+                    rank, dependent = self._dependent(traces[0])
+                drop = sorted(int(shared[j]) for j in dependent)
+                where = "from every class" if near_singular == "drop" else "from these classes only"
+                warn(
+                    f"LSA: the training traces of class(es) {failed} lie in a {rank}-dimensional subspace "
+                    f"of {shared.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
+                    f"dependent neuron(s) {drop} {where}"
+                )
+                shared = shared[~np.isin(shared, drop)]
+                if shared.size == 0:
+                    raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
+                if near_singular == "drop":
+                    kdes.clear()
+                    pending = list(rows)
                 else:
-                    kdes[label] = kde
-            if not failed:
-                break
-            # A dependency the failing classes share (softmax rows summing to one) shows in
-            # their pooled, class-centred traces: drop one neuron for all, not one per class.
-            traces = [self._gather(rows[label], shared) for label in failed]
-            pooled = np.vstack([xc - xc.mean(axis=0) for xc in traces])
-            rank, dependent = self._dependent(pooled, strict=False)
-            if not dependent:
-                rank, dependent = self._dependent(traces[0])
-            drop = sorted(int(shared[j]) for j in dependent)
-            where = "from every class" if near_singular == "drop" else "from these classes only"
-            warn(
-                f"LSA: the training traces of class(es) {failed} lie in a {rank}-dimensional subspace "
-                f"of {shared.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
-                f"dependent neuron(s) {drop} {where}"
-            )
-            shared = shared[~np.isin(shared, drop)]
-            if shared.size == 0:
-                raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
-            if near_singular == "drop":
-                kdes.clear()
-                pending = list(rows)
-            else:
-                pending = failed
-        self.kept: np.ndarray = shared if near_singular == "drop" else kept
-        self._kdes = kdes
+                    pending = failed
+            self.kept: np.ndarray = shared if near_singular == "drop" else kept
+            self._kdes = kdes
 
     # -- set-up ---------------------------------------------------------------
 
@@ -219,6 +225,7 @@ class LSA:
         n, d = len(rows), cols.size
         mean_all, scatter, _ = stats
         mean = mean_all[cols]
+        xc = None
         if scatter is None:
             xc = self._gather(rows, cols)
             data_cov = np.atleast_2d(np.cov(xc.T, rowvar=True, bias=False, aweights=np.full(n, 1.0 / n)))
@@ -235,7 +242,7 @@ class LSA:
         log_det = 2.0 * np.log(pivots * math.sqrt(2 * math.pi)).sum()
         kde = _Kde(cols, rows, mean, whiten, -math.log(n) - 0.5 * log_det)
         if self._in_memory:
-            kde.aug = self._augment(kde, self._gather(rows, cols))
+            kde.aug = self._augment(kde, self._gather(rows, cols) if xc is None else xc)  # gathered once
         return kde
 
     @staticmethod

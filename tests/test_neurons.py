@@ -58,6 +58,19 @@ def test_fit_ranges_matches_min_and_max(data):
     assert all(np.array_equal(a, b) for a, b in zip(again.high, ranges.high))
 
 
+def test_fit_ranges_of_float32_layers_equal_their_float64_copies():
+    # fit_ranges reads float32 layers as they are (no float64 copy); a conv layer still gets
+    # its spatial mean in float64: the ranges are the float64 copies' ranges, bit for bit
+    rng = np.random.default_rng(7)
+    layers = [rng.normal(size=(500, 12)).astype(np.float32), rng.normal(size=(500, 4, 4, 3)).astype(np.float32)]
+    got = fit_ranges(layers)
+    want = fit_ranges([a.astype(np.float64) for a in layers])
+    for a, b in zip(got.low + got.high, want.low + want.high):
+        assert a.dtype == np.float64 and np.array_equal(a, b)
+    with pytest.raises(ValueError, match="NaN"):
+        fit_ranges([np.array([[0.0], [np.nan]], dtype=np.float32)])
+
+
 @pytest.mark.parametrize("threshold", [0.0, 0.25, 0.5, 0.75])
 def test_nc_matches_deepxplore(data, threshold):
     _, tests, _ = data

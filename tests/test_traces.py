@@ -16,6 +16,7 @@ pytestmark = pytest.mark.tf
 keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
+from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
 from pytest_sadl.modelio import load_model  # noqa: E402
 
 tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
@@ -249,7 +250,9 @@ def test_xla_and_plain_passes_agree(conv_model: Any, digits: Any) -> None:
     np.testing.assert_allclose(a.output, b.output, atol=1e-5)
     for u, v in zip(a.coverage, b.coverage):
         np.testing.assert_allclose(u, v, atol=1e-5)
-    assert TraceModel(conv_model)._use_jit(100) is False and TraceModel(conv_model)._use_jit(5000) is True
+    # "auto": XLA for large passes only, and only with an accelerator (as Keras' predict)
+    assert TraceModel(conv_model)._use_jit(100) is False
+    assert TraceModel(conv_model)._use_jit(5000) is has_accelerator()
 
 
 @tf_backend

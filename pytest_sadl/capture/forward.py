@@ -12,8 +12,9 @@ compiled function holds the extra outputs and no wrapper remains.
 Backends (``keras.backend.backend()``):
 
 * TensorFlow: ``tf.function``, compiled by XLA (``jit_compile=True``) when asked (large
-  passes: the multi-output graph runs 2-4x slower than ``predict`` on CPU without it),
-  with a fallback to the plain graph when XLA cannot compile the model; the eager call
+  passes with an accelerator; on a CPU-only machine the tapped plain graph costs what
+  ``predict`` costs and XLA more), with a fallback to the plain graph when XLA cannot
+  compile the model; the eager call
   keeps gradients for ``model(x)`` under a ``tf.GradientTape``.
 * JAX: ``jax.jit`` of a stateless call (the variables are arguments, read in a
   ``keras.StatelessScope``), as Keras' own ``predict`` does on JAX.
@@ -36,13 +37,14 @@ Public API
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["tapped", "Forward", "probe", "Seen", "backend", "to_numpy", "is_symbolic"]
+__all__ = ["tapped", "Forward", "probe", "Seen", "backend", "has_accelerator", "to_numpy", "is_symbolic"]
 
 Sink = Callable[[int, Any], None]
 
@@ -52,6 +54,18 @@ def backend() -> str:
     import keras
 
     return str(keras.backend.backend())
+
+
+@functools.lru_cache(maxsize=1)
+def has_accelerator() -> bool:
+    """Whether TensorFlow sees a device other than the CPU (a GPU or TPU). Keras'
+    ``jit_compile="auto"`` turns XLA off without one, and so does
+    :class:`~pytest_sadl.capture.traces.TraceModel` (other backends: ``False``)."""
+    if backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
 
 
 @contextlib.contextmanager

@@ -46,7 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.capture.forward import Forward, backend, in_graph_context, is_symbolic, probe, to_numpy
+from pytest_sadl.capture.forward import (
+    Forward,
+    backend,
+    has_accelerator,
+    in_graph_context,
+    is_symbolic,
+    probe,
+    to_numpy,
+)
 from pytest_sadl.capture.layers import (
     check_model,
     describe_layers,
@@ -212,8 +220,10 @@ class TraceModel:
     """A Keras model whose chosen layers are captured in its own forward pass.
 
     ``classifier`` overrides :func:`is_classifier`'s rule. ``jit``: ``"auto"`` compiles
-    the pass with XLA on TensorFlow for passes of at least 2048 inputs (a training set),
-    ``True`` always, ``False`` never; on JAX the pass is always ``jax.jit``-compiled.
+    the pass with XLA on TensorFlow for passes of at least 2048 inputs (a training set)
+    when TensorFlow sees an accelerator, and runs the plain graph on a CPU-only machine
+    (what Keras' own ``predict`` does there); ``True`` always, ``False`` never; on JAX
+    the pass is always ``jax.jit``-compiled.
     The wrapped model is not modified (a layer's ``call`` is tapped only while the pass
     is traced).
     """
@@ -438,13 +448,17 @@ class TraceModel:
         return output, flat
 
     def _use_jit(self, total: int | None) -> bool:
-        """XLA for large passes only: compiling costs about a second per batch shape,
-        which pays on a training set and not on a test's few inputs."""
+        """XLA for large passes on an accelerator only: compiling costs about half a
+        second per batch shape, which pays on a training set and not on a test's few
+        inputs; and on a CPU-only machine XLA's kernels lose to TensorFlow's own (oneDNN)
+        ones on convolutions (8.3 s of CPU against 6.0 s for 60,000 MNIST inputs through
+        a small ConvNet, ``benchmarks/bench_profile.py``), which is why Keras' ``predict``
+        turns XLA off there too."""
         if self.jit_mode is False or self._forward.jit is False:
             return False
         if self.jit_mode is True:
             return True
-        return total is None or total >= _JIT_MIN_INPUTS
+        return (total is None or total >= _JIT_MIN_INPUTS) and has_accelerator()
 
     def _run(self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0) -> tuple[Any, list[np.ndarray]]:
         """One batch (inputs by name) through the pass, as NumPy.

@@ -429,7 +429,10 @@ class TrainingProfile:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    """The build's UTC time to the microsecond: it is in the stored metadata's digest, so
+    a profile rebuilt from the same inputs (the same arrays) within one second is still
+    told apart from the one a session loaded (``keep_dsa_distances``)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def prepare(
