@@ -17,12 +17,15 @@ inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at
 from __future__ import annotations
 
 import math
+import threading
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 from scipy import linalg
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from ._checks import (
     SadlWarning,
@@ -50,6 +53,24 @@ _RCOND = 1e-10
 
 
 # --------------------------------------------------------------------------- LSA
+
+_BLAS_LOCK = threading.RLock()
+_CONTROLLER: list[ThreadpoolController] = []
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """BLAS limited to one thread for the block. The limit is process-wide, so set-ups in
+    several threads take turns (one saving the limit another set would leave the process
+    on one thread); the controller, which scans the loaded libraries and may warn about
+    them, is made once, its warnings silenced."""
+    with _BLAS_LOCK:
+        if not _CONTROLLER:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _CONTROLLER.append(ThreadpoolController())
+        with _CONTROLLER[0].limit(limits=1, user_api="blas"):
+            yield
 
 NEAR_SINGULAR = ("drop", "keep")
 
@@ -127,11 +148,13 @@ class LSA:
         self._in_memory = not isinstance(x, np.memmap)
         classes, members = classes_of(pred)
 
-        # The set-up's BLAS and LAPACK calls (covariances, Cholesky factors, whitening) run
-        # on one thread: small matrices gain nothing from more, and OpenBLAS' waiting
-        # threads made them 5-10x slower on a busy 2-core machine (a Cholesky factor of
-        # 128 x 128 took 0.12 s); one thread also gives the same numbers whatever the cores.
-        with threadpool_limits(limits=1, user_api="blas"):
+        # The whole set-up (per-class moments, covariances, Cholesky factors, whitening) runs
+        # on one BLAS thread: its d x d factorisations gain nothing from more, and OpenBLAS'
+        # waiting threads made them 5-10x slower on a busy 2-core machine (a 128 x 128
+        # Cholesky factor took 0.12 s, a class covariance 0.15 s; 60,000 x 128 traces set up
+        # in 3.4 s, now 0.24 s); one thread also gives the same numbers whatever the cores.
+        # The n-row products in it are memory-bound here; scoring keeps every thread.
+        with _one_blas_thread():
             usable = usable_classes("LSA", classes, members, "it gets no KDE")
             stats = {int(classes[i]): self._moments(members[i]) for i in usable}
             kept = low_variance_filter(

@@ -376,6 +376,30 @@ def test_dsa_exact_ties_between_distinct_traces_pick_the_first(search):
     assert got.tolist() == naive.dsa(train, tp, x, [0, 0, 0]).tolist()
 
 
+@pytest.mark.parametrize("search", ["tree", "blas"])
+def test_dsa_on_a_grid_full_of_ties_across_many_blocks_equals_the_loop(search):
+    """Integer traces: exact ties for x_a everywhere, within and across the blocked scan's
+    chunks (64-row chunks here: most rows of a later chunk are not candidates while some
+    tie with the running minimum), and repeated rows. Values and the first-in-training-
+    order rule must equal the per-input loop's."""
+    rng = np.random.default_rng(44)
+    d = 20
+    train = rng.integers(0, 3, size=(3000, d)).astype(np.float32)
+    train[2500:] = train[:500]  # repeated rows too
+    tp = rng.integers(0, 3, size=3000)
+    tp[2500:] = tp[:500]
+    tests = rng.integers(0, 3, size=(300, d)).astype(np.float64)
+    pred = rng.integers(0, 3, size=300)
+    dsa = DSA(train, tp, search=search, chunk_bytes=64 * d * 24)
+    got = dsa(tests, pred)
+    ref = naive.dsa(train.astype(np.float64), tp, tests, pred)
+    np.testing.assert_array_equal(got, ref)
+    # and the x_a themselves: the first nearest in training order
+    a = naive.x_a_rows(train.astype(np.float64), tp, tests, pred)
+    kept = ~np.isnan(dsa.to_arrays(complete=False)["other_dist"])
+    assert set(np.flatnonzero(kept)) >= set(a.tolist())
+
+
 # ----------------------------------------------------------------------------- lazy dist_b
 
 

@@ -256,6 +256,21 @@ def test_xla_and_plain_passes_agree(conv_model: Any, digits: Any) -> None:
 
 
 @tf_backend
+@pytest.mark.parametrize("accelerator", [True, False])
+def test_auto_jit_compiles_large_passes_only_with_an_accelerator(
+    conv_model: Any, monkeypatch: pytest.MonkeyPatch, accelerator: bool
+) -> None:
+    """No GPU here: the device check is replaced, the rule around it is what is tested."""
+    from pytest_sadl.capture import traces as capture_traces
+
+    monkeypatch.setattr(capture_traces, "has_accelerator", lambda: accelerator)
+    tm = TraceModel(conv_model)
+    assert tm._use_jit(5000) is accelerator and tm._use_jit(100) is False
+    assert TraceModel(conv_model, jit=True)._use_jit(100) is True
+    assert TraceModel(conv_model, jit=False)._use_jit(5000) is False
+
+
+@tf_backend
 def test_model_xla_cannot_compile_falls_back(digits: Any) -> None:
     import tensorflow as tf
 

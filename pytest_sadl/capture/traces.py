@@ -416,7 +416,8 @@ class TraceModel:
 
     @property
     def jit(self) -> bool | None:
-        """Whether the pass is compiled (XLA / ``jax.jit``): ``None`` until a pass tried it."""
+        """Whether the pass is compiled (XLA / ``jax.jit``): ``None`` until a compiled pass
+        was tried (with ``jit="auto"`` on a CPU-only machine, never: the plain graph runs)."""
         return False if self.jit_mode is False and backend() == "tensorflow" else self._forward.jit
 
     @property
