@@ -157,6 +157,11 @@ class ClassNeighbours:
 
     # -- k-d tree -------------------------------------------------------------
 
+    def build_trees(self) -> None:
+        """Build every class's k-d tree now (searches from several threads then only read)."""
+        for c in self.span:
+            self._tree(c)
+
     def _tree(self, c: int) -> Any:
         """Class ``c``'s k-d tree over its (unique) rows, built on first use."""
         from scipy.spatial import cKDTree

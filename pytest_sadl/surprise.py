@@ -17,8 +17,10 @@ inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at
 from __future__ import annotations
 
 import math
+import os
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
@@ -475,11 +477,22 @@ class DSA:
             return
         cls = self._pred[needed]
         step = max(1, 4 * self.chunk_bytes // (8 * self.n_features_in))
-        for c in np.unique(cls):
-            rows = needed[cls == c]
-            for s in range(0, len(rows), step):
-                part = rows[s : s + step]
-                self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), int(c))
+        jobs = [(int(c), part) for c in np.unique(cls) for part in _parts(needed[cls == c], step)]
+
+        def run(job: tuple[int, np.ndarray]) -> None:
+            c, part = job
+            self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c)
+
+        threads = min(len(jobs), os.cpu_count() or 1)
+        if self.search != "tree" or threads < 2 or len(needed) < 4096:
+            for job in jobs:
+                run(job)
+            return
+        # k-d tree searches release the GIL: the classes' searches run side by side (the
+        # trees are built first, so no thread builds one), each writing its own rows
+        self._nn.build_trees()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(run, jobs))
 
     def precompute(self) -> "DSA":
         """Compute ``dist_b`` for every training trace now (a cached profile then skips it)."""
@@ -546,6 +559,10 @@ class DSA:
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> "DSA":
         """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
         return cls(arrays["train_ats"], arrays["train_pred"], search=search, dist_b=arrays["other_dist"], chunk_bytes=chunk_bytes)
+
+
+def _parts(rows: np.ndarray, step: int) -> list[np.ndarray]:
+    return [rows[s : s + step] for s in range(0, len(rows), step)]
 
 
 # --------------------------------------------------------------------------- SC

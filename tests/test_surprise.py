@@ -400,6 +400,19 @@ def test_dsa_on_a_grid_full_of_ties_across_many_blocks_equals_the_loop(search):
     assert set(np.flatnonzero(kept)) >= set(a.tolist())
 
 
+def test_dsa_precompute_with_the_classes_in_threads_equals_the_definition():
+    """Enough rows for the k-d tree searches of the classes to run in threads: every
+    dist_b equals the blocked scan's (no threads) and, on a sample, the definition."""
+    rng = np.random.default_rng(45)
+    train, tp = clustered(rng, 6000, 5, 4)
+    threaded = DSA(train, tp).precompute()
+    assert threaded.search == "tree"
+    got = threaded.to_arrays()["other_dist"]
+    np.testing.assert_array_equal(got, DSA(train, tp, search="blas").precompute().to_arrays()["other_dist"])
+    for i in rng.choice(len(train), 40, replace=False):
+        assert got[i] == pytest.approx(np.linalg.norm(train[tp != tp[i]] - train[i], axis=1).min(), rel=1e-12)
+
+
 # ----------------------------------------------------------------------------- lazy dist_b
 
 
