@@ -483,7 +483,7 @@ class DSA:
             c, part = job
             self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c)
 
-        threads = min(len(jobs), os.cpu_count() or 1)
+        threads = min(len(jobs), _cores())
         if self.search != "tree" or threads < 2 or len(needed) < 4096:
             for job in jobs:
                 run(job)
@@ -559,6 +559,14 @@ class DSA:
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> "DSA":
         """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
         return cls(arrays["train_ats"], arrays["train_pred"], search=search, dist_b=arrays["other_dist"], chunk_bytes=chunk_bytes)
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
 
 
 def _parts(rows: np.ndarray, step: int) -> list[np.ndarray]:
