@@ -3,9 +3,11 @@
 Subcommands::
 
     sadl profile build --model M --train T [--sa-layers L ...] [--coverage-layers L ...]
-                       [--var-threshold V] [--batch-size N] [--cache-dir D] [--rootdir R]
+                       [--output NAME] [--var-threshold V] [--lsa-near-singular drop|keep]
+                       [--batch-size N] [--cache-dir D] [--rootdir R]
                        [--rebuild] [--[no-]dsa-precompute] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
+    sadl profile layers --model M [--output NAME] [--json] [--rootdir R]
     sadl report ...    (pytest_sadl.report.cli)
     sadl compare ...
     sadl select POOL --model M --train T [--strategy surprise|coverage|ranges|deepgini] ...

@@ -16,6 +16,7 @@ the buckets; the upper half is room for inputs more surprising than any of it.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -185,28 +186,37 @@ def default_bounds(scores: np.ndarray) -> tuple[float, float]:
 #: A default upper bound set by held-out traces this many times farther above the lower
 #: bound than the 99th percentile of the rest is dominated by outliers: said in a note.
 OUTLIER_SPREAD = 10.0
+#: Fewer held-out scores than this cannot tell a few outliers from the tail.
+OUTLIER_MIN_SCORES = 100
 
 
-def outlier_bound_note(metric: str, scores: np.ndarray) -> str | None:
+def outlier_bound_note(metric: str, scores: np.ndarray, lower: float | None = None) -> str | None:
     """A note when the default upper bound of ``metric`` (``"lsc"``...) comes from a few
     held-out training traces far above the rest, so that nearly every input would fall
     into the lowest buckets and the coverage barely move; ``None`` otherwise.
 
     The rule :func:`default_bounds` documents takes the largest held-out SA; one atypical
     training input (an LSA of 65,600 where 99% are below 1,000) then sets the bound. The
-    note names the option to pin and a bound from the 99th percentile by the same rule."""
+    note names the option to pin and a bound by the same rule from the 99th percentile.
+    ``lower``: the lower bound in use when it is configured (the note then suggests only
+    the upper one). It needs :data:`OUTLIER_MIN_SCORES` held-out scores (a training set of
+    about ten times as many inputs): below that the 99th percentile is the maximum's."""
     finite = scores[np.isfinite(scores)]
-    if finite.size < 20:
+    if finite.size < OUTLIER_MIN_SCORES:
         return None
-    lower, upper = default_bounds(finite)
+    default_lower, upper = default_bounds(finite)
+    low = default_lower if lower is None else float(lower)
     q = float(np.quantile(finite, 0.99))
-    if q <= lower or (upper - lower) <= OUTLIER_SPREAD * 2.0 * (q - lower):
+    if q <= low or (upper - low) <= OUTLIER_SPREAD * 2.0 * (q - low):
         return None
-    suggested = lower + 2.0 * (q - lower)
+    suggested = low + 2.0 * (q - low)
+    hint = f"sadl_{metric}_upper = {suggested:.4g}"
+    if lower is None:  # rounded down, so that no held-out score falls below it
+        hint += f" (and sadl_{metric}_lower = {math.floor(low * 100) / 100:g})"
     return (
         f"default {LABELS[metric]} upper bound {upper:,.4g} comes from a few held-out training traces far above "
         f"the rest (99% are at most {q:,.4g}): most inputs will fall into its lowest buckets and {LABELS[metric]} "
-        f"will barely move; pin the bounds, e.g. sadl_{metric}_upper = {suggested:.4g} (and sadl_{metric}_lower = {lower:.4g})"
+        f"will barely move; pin the bounds, e.g. {hint}"
     )
 
 
@@ -321,7 +331,8 @@ def compute(
     for metric, key in SURPRISE.items():
         if key in scorers:
             specs[metric], rules[metric] = bounds(sc_options[metric], held.get(key))
-            note = outlier_bound_note(metric, held[key]) if key in held and sc_options[metric].upper is None else None
+            cfg = sc_options[metric]
+            note = outlier_bound_note(metric, held[key], cfg.lower) if key in held and cfg.upper is None else None
             if note:
                 messages.append(note)
         else:

@@ -17,7 +17,6 @@ inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at
 from __future__ import annotations
 
 import math
-import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +41,7 @@ from ._checks import (
     usable_classes,
     warn,
 )
-from ._neighbours import ClassNeighbours
+from ._neighbours import ClassNeighbours, cores
 from .mahalanobis import MDSA as MDSA  # re-exported: the third surprise measure lives in its own module
 
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
@@ -462,7 +461,7 @@ class DSA:
 
     @property
     def search(self) -> str:
-        """The exact search in use: ``"tree"`` or ``"blas"``."""
+        """The search in use: ``"tree"`` or ``"blas"`` (exact), ``"faiss"`` (approximate)."""
         return self._nn.method
 
     @property
@@ -479,20 +478,27 @@ class DSA:
         step = max(1, 4 * self.chunk_bytes // (8 * self.n_features_in))
         jobs = [(int(c), part) for c in np.unique(cls) for part in _parts(needed[cls == c], step)]
 
+        threads = min(len(jobs), cores())
+        if self.search != "tree" or threads < 2 or len(needed) < 4096:
+            for c, part in jobs:
+                self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c)
+            return
+        # k-d tree searches release the GIL: the classes' searches run side by side, one
+        # search thread each (the trees are built first, so no thread builds one), each
+        # writing its own rows; an interrupt cancels the searches not started yet
+        self._nn.build_trees()
+
         def run(job: tuple[int, np.ndarray]) -> None:
             c, part = job
-            self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c)
+            self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c, workers=1)
 
-        threads = min(len(jobs), _cores())
-        if self.search != "tree" or threads < 2 or len(needed) < 4096:
-            for job in jobs:
-                run(job)
-            return
-        # k-d tree searches release the GIL: the classes' searches run side by side (the
-        # trees are built first, so no thread builds one), each writing its own rows
-        self._nn.build_trees()
-        with ThreadPoolExecutor(threads) as pool:
+        pool = ThreadPoolExecutor(threads)
+        try:
             list(pool.map(run, jobs))
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def precompute(self) -> "DSA":
         """Compute ``dist_b`` for every training trace now (a cached profile then skips it)."""
@@ -510,12 +516,16 @@ class DSA:
             return out
         classes, members = classes_of(p)
         missing = []
+        found = []
         for c, m in zip(classes, members):
             if int(c) not in self._nn.span:
                 missing.append(int(c))
                 continue
             a, dist_a = self._nn.nearest_in(x[m], int(c))
-            self._fill_other(a)
+            found.append((m, a, dist_a))
+        if found:  # every class's missing dist_b in one go: the classes' searches run side by side
+            self._fill_other(np.concatenate([a for _, a, _ in found]))
+        for m, a, dist_a in found:
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[m] = dist_a / self._other[a]
         if missing:
@@ -559,14 +569,6 @@ class DSA:
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> "DSA":
         """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
         return cls(arrays["train_ats"], arrays["train_pred"], search=search, dist_b=arrays["other_dist"], chunk_bytes=chunk_bytes)
-
-
-def _cores() -> int:
-    """The cores this process may run on (its affinity, not the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
 
 
 def _parts(rows: np.ndarray, step: int) -> list[np.ndarray]:

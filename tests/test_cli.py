@@ -155,8 +155,8 @@ def test_build_computes_every_dsa_distance_when_the_flag_or_the_ini_asks(project
     (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_dsa_precompute = true\n")
     assert main(base) == 0
     assert precomputed("conv2") is True
-    assert main([*base, "--no-dsa-precompute"]) == 0
-    assert "found cached profile" in capsys.readouterr().out and precomputed("conv2") is True
+    assert main([*base, "--no-dsa-precompute", "--rebuild"]) == 0  # the flag wins over the ini
+    assert precomputed("conv2") is False
 
 
 def test_list_in_process_needs_no_tensorflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

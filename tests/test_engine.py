@@ -140,7 +140,15 @@ def test_an_outlier_that_sets_the_default_upper_bound_is_noted():
     assert suggested == pytest.approx(2 * q, rel=1e-3)  # the documented rule on the 99th percentile
     assert outlier_bound_note("lsc", typical) is None  # no outlier: no note
     assert outlier_bound_note("dsc", np.append(typical, 2 * typical.max())) is None  # a mild tail is no outlier
-    assert outlier_bound_note("lsc", np.array([1.0, 1e6])) is None  # too few scores to tell
+    assert outlier_bound_note("lsc", np.append(typical[:98], 65_600.0)) is None  # 99 scores: too few to tell
+    assert outlier_bound_note("lsc", np.append(typical[:99], 65_600.0)) is not None
+    # the lower bound pinned: only the upper one is suggested, from the pinned lower bound
+    pinned = outlier_bound_note("lsc", np.append(typical, 65_600.0), lower=-500.0)
+    assert pinned is not None and "sadl_lsc_lower" not in pinned
+    assert float(pinned.split("sadl_lsc_upper = ")[1].split()[0]) == pytest.approx(-500 + 2 * (q + 500), rel=1e-3)
+    # the suggested lower bound is rounded down: no held-out score falls below it
+    low = outlier_bound_note("lsc", np.append(typical - 55.4649, 65_600.0))
+    assert float(low.split("sadl_lsc_lower = ")[1].rstrip(")")) <= (typical - 55.4649).min()
 
 
 def test_compute_notes_an_outlier_bound_only_when_the_bound_is_not_pinned():

@@ -397,16 +397,31 @@ def test_dsa_on_a_grid_full_of_ties_across_many_blocks_equals_the_loop(search):
     # and the x_a themselves: the first nearest in training order
     a = naive.x_a_rows(train.astype(np.float64), tp, tests, pred)
     kept = ~np.isnan(dsa.to_arrays(complete=False)["other_dist"])
-    assert set(np.flatnonzero(kept)) >= set(a.tolist())
+    # computed: exactly the x_a and their copies (same vector, same class), nothing else
+    key = [row.tobytes() + bytes([c]) for row, c in zip(train, tp)]
+    wanted = {key[i] for i in a}
+    np.testing.assert_array_equal(kept, [k in wanted for k in key])
 
 
-def test_dsa_precompute_with_the_classes_in_threads_equals_the_definition():
-    """Enough rows for the k-d tree searches of the classes to run in threads: every
-    dist_b equals the blocked scan's (no threads) and, on a sample, the definition."""
+def test_dsa_precompute_with_the_classes_in_threads_equals_the_definition(monkeypatch):
+    """Enough rows for the k-d tree searches of the classes to run in threads (four, even
+    on a one-core runner): every dist_b equals the blocked scan's (no threads) and, on a
+    sample, the definition."""
+    import pytest_sadl.surprise as surprise
+
+    pools = []
+
+    class Pool(surprise.ThreadPoolExecutor):
+        def __init__(self, n):
+            pools.append(n)
+            super().__init__(n)
+
+    monkeypatch.setattr(surprise, "cores", lambda: 4)
+    monkeypatch.setattr(surprise, "ThreadPoolExecutor", Pool)
     rng = np.random.default_rng(45)
     train, tp = clustered(rng, 6000, 5, 4)
     threaded = DSA(train, tp).precompute()
-    assert threaded.search == "tree"
+    assert threaded.search == "tree" and pools == [4]
     got = threaded.to_arrays()["other_dist"]
     np.testing.assert_array_equal(got, DSA(train, tp, search="blas").precompute().to_arrays()["other_dist"])
     for i in rng.choice(len(train), 40, replace=False):
