@@ -49,7 +49,7 @@ before its size is known to be what the metadata says):
 Public API
 ----------
 ``write_entry(path, meta, arrays)``, ``open_entry(path) -> Entry``, ``Invalid``,
-``locked(lock_path)``, ``cached_build(...)`` (the lock-build-load cycle),
+``lock_path(entry)``, ``locked(file)``, ``cached_build(...)`` (the lock-build-load cycle),
 ``read_extra(path, name)``/``write_extra(path, name, array)``, ``stale_files(dir)``,
 ``sweep(dir)`` (what killed writers left),
 ``entries(dir)``, ``note_data(dir, key, fingerprint, n)``, ``SadlCacheWarning``.
@@ -118,8 +118,12 @@ class Invalid(Exception):
     """A cache entry that must not be trusted; the message says why (one line)."""
 
 
+def _name_ok(name: object) -> bool:
+    return isinstance(name, str) and bool(name) and name[0] != "." and set(name) <= _NAME_CHARS and len(name) <= 100
+
+
 def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not name or name[0] == "." or not set(name) <= _NAME_CHARS or len(name) > 100:
+    if not _name_ok(name):
         raise Invalid(f"array name {name!r} is not allowed")
     return name
 
@@ -345,7 +349,7 @@ def _extra_files(path: Path, name: str) -> list[Path]:
 def extra_names(path: str | os.PathLike[str]) -> list[str]:
     """The names of the derived arrays stored in the entry ``path``."""
     names = {f.name[len("extra.") :].rsplit(".", 2)[0] for f in Path(path).glob("extra.*.*.npy")}
-    return sorted(n for n in names if n and n[0] != "." and set(n) <= _NAME_CHARS and len(n) <= 100)
+    return sorted(n for n in names if _name_ok(n))
 
 
 def read_extra(path: str | os.PathLike[str], name: str) -> np.ndarray | None:
@@ -398,8 +402,14 @@ def write_extra(path: str | os.PathLike[str], name: str, value: np.ndarray) -> N
 # ----------------------------------------------------------------------------- the cycle
 
 
+def lock_path(entry: Path) -> Path:
+    """The lock file of the entry ``entry``: builders, completers and writers of its
+    derived arrays serialise on it."""
+    return entry.with_name(entry.name + ".lock")
+
+
 @contextlib.contextmanager
-def locked(lock_path: Path, *, wait: bool = True) -> Iterator[None]:
+def locked(file: Path, *, wait: bool = True) -> Iterator[None]:
     """An exclusive advisory lock (``fcntl.flock``; none where fcntl does not exist).
     Raises ``OSError`` when the lock file cannot be created (a read-only cache), and
     ``BlockingIOError`` (an ``OSError``) when ``wait=False`` and another process holds it."""
@@ -408,10 +418,10 @@ def locked(lock_path: Path, *, wait: bool = True) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: the atomic rename still protects readers
         yield
         return
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{lock_path} is not a regular file")
+            raise OSError(f"{file} is not a regular file")
         fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
@@ -462,7 +472,7 @@ def cached_build(
     with contextlib.ExitStack() as stack:
         try:
             ensure_cache_dir(directory)
-            stack.enter_context(locked(path.with_name(path.name + ".lock")))
+            stack.enter_context(locked(lock_path(path)))
         except OSError as exc:
             uncached_warning(directory, exc)
             return make(hit), False

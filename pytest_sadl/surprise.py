@@ -478,23 +478,22 @@ class DSA:
         step = max(1, 4 * self.chunk_bytes // (8 * self.n_features_in))
         jobs = [(int(c), part) for c in np.unique(cls) for part in _parts(needed[cls == c], step)]
 
+        def run(job: tuple[int, np.ndarray], workers: int = 0) -> None:
+            c, part = job
+            self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c, workers=workers)
+
         threads = min(len(jobs), cores())
         if self.search != "tree" or threads < 2 or len(needed) < 4096:
-            for c, part in jobs:
-                self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c)
+            for job in jobs:
+                run(job)
             return
         # k-d tree searches release the GIL: the classes' searches run side by side, one
         # search thread each (the trees are built first, so no thread builds one), each
         # writing its own rows; an interrupt cancels the searches not started yet
         self._nn.build_trees()
-
-        def run(job: tuple[int, np.ndarray]) -> None:
-            c, part = job
-            self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c, workers=1)
-
         pool = ThreadPoolExecutor(threads)
         try:
-            list(pool.map(run, jobs))
+            list(pool.map(lambda job: run(job, workers=1), jobs))
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise

@@ -330,7 +330,7 @@ class TrainingProfile:
         if self.n_train * 8 > store.MAX_EXTRA_BYTES:  # could not be read back
             return 0
         mine = dsa.to_arrays(complete=False)["other_dist"]
-        with store.locked(self.path.with_name(self.path.name + ".lock"), wait=False):
+        with store.locked(store.lock_path(self.path), wait=False):
             if self.stored_digest is None or store.entry_digest(self.path) != self.stored_digest:
                 return 0
             theirs = self._kept_distances(warn=False)  # a damaged file was reported on load
