@@ -69,10 +69,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
            limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
     Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
-    Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", None, None, "str", "SPEC"),
+    Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", "linelist", None, "str", "SPEC"),
     Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
     Option("--sadl-compare", "sadl_compare", "a baseline results JSON to compare this run's metrics with", kind="path", metavar="BASELINE.json"),
-    Option("--sadl-compare-fail", "sadl_compare_fail", "fail when a metric drops by more than this many points from the baseline, e.g. lsc:-2", None, None, "str", "SPEC"),
+    Option("--sadl-compare-fail", "sadl_compare_fail", "fail when a metric drops by more than this many points from the baseline, e.g. lsc:-2", "linelist", None, "str", "SPEC"),
 )
 
 
@@ -297,7 +297,14 @@ class _Reader:
             raise pytest.UsageError(
                 f"{opt.ini} = {_toml_repr(native)} in {Path(self.config.inipath).name}: expected {what}"  # type: ignore[arg-type]
             )
-        ini = self.config.getini(opt.ini)
+        try:
+            ini = self.config.getini(opt.ini)
+        except pytest.UsageError:
+            # pytest 9's native [tool.pytest] table checks TOML types itself: a string where
+            # the option is declared a line list; the value passed the check above
+            if native is None:
+                raise
+            ini = [native] if isinstance(native, str) else native
         if ini in (None, "", []):
             return None, self.inidir
         if isinstance(ini, list) and opt.kind not in ("list", "append"):
@@ -337,9 +344,10 @@ def _switch(config: pytest.Config, name: str) -> bool:
         return False
     try:
         ini = bool(config.getini(name))
-    except ValueError:  # pytest's own message does not name the option
-        raw = config.inicfg.get(name)
-        raise pytest.UsageError(f"{name} (ini)={getattr(raw, 'value', raw)!r} is not a boolean; write true or false") from None
+    except (ValueError, pytest.UsageError) as exc:
+        # pytest < 9.2 raises ValueError, 9.2+ a UsageError, both "invalid truth value 'maybe'":
+        # neither names the option, so say which one and how to write it
+        raise pytest.UsageError(f"{name} (ini) is not a boolean: {exc}; write true or false") from None
     return bool(config.getoption(name)) or ini
 
 

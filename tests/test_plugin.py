@@ -375,7 +375,8 @@ def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, mes
 @pytest.mark.parametrize(
     "line, message",
     [
-        ('sadl_coverage = "maybe"', "sadl_coverage (ini)='maybe' is not a boolean; write true or false"),
+        # the same message on every pytest (< 9.2 hands the plugin a ValueError, 9.2+ a UsageError)
+        ('sadl_coverage = "maybe"', "sadl_coverage (ini) is not a boolean: invalid truth value 'maybe'; write true or false"),
         ("sadl_cache_dir = true", "sadl_cache_dir = true in pyproject.toml: expected a path or 'package.module:function' (a string)"),
         ("sadl_compare = 3", "sadl_compare = 3 in pyproject.toml: expected a path*"),
         ('sadl_model = ["a.keras", "b.keras"]', "sadl_model = ['a.keras', 'b.keras'] in pyproject.toml: expected a path*"),
@@ -390,6 +391,41 @@ def test_bad_toml_configuration_names_the_option(pytester: pytest.Pytester, line
     res = pytester.runpytest_inprocess("--sadl-coverage")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert f"ERROR: {message.rstrip('*')}" in res.stderr.str()
+
+
+def test_a_bad_boolean_in_an_ini_file_names_the_option(pytester: pytest.Pytester):
+    """pytest.ini hands the plugin text, not a TOML type: the value reaches pytest's own
+    truth-value parser, whose error (a ValueError before pytest 9.2, a UsageError since)
+    must still come out naming the option."""
+    pytester.makeini("[pytest]\nsadl_coverage = maybe\n")
+    pytester.makepyfile("def test_never_runs():\n    raise AssertionError\n")
+    res = pytester.runpytest_inprocess()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    err = res.stderr.str()
+    assert "ERROR: sadl_coverage (ini) is not a boolean: invalid truth value 'maybe'; write true or false" in err
+    assert err.count("ERROR:") == 1
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("pytest.ini", "[pytest]\nsadl_coverage = true\nsadl_fail_under =\n    lsc:30\n    nc:10\nsadl_kmnc_k = 20\n"),
+        ("pyproject.toml", '[tool.pytest]\nsadl_coverage = true\nsadl_fail_under = "lsc:30,nc:10"\nsadl_kmnc_k = 20\n'),
+        ("pyproject.toml", '[tool.pytest]\nsadl_coverage = true\nsadl_fail_under = ["lsc:30", "nc:10"]\nsadl_kmnc_k = 20\n'),
+    ],
+    ids=["ini-lines", "native-toml-string", "native-toml-list"],
+)
+def test_list_options_read_alike_in_every_config_format(pytester: pytest.Pytester, name, text):
+    """A multi-line ini value and pytest 9's native [tool.pytest] table (which checks TOML
+    types itself) give the thresholds a TOML list gives, with no deprecation warning."""
+    if name == "pyproject.toml" and int(pytest.__version__.split(".")[0]) < 9:
+        pytest.skip("the native [tool.pytest] table is pytest 9's")
+    (pytester.path / name).write_text(text)
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    res = pytester.runpytest_inprocess("--co", "-W", "error::pytest.PytestDeprecationWarning")
+    assert res.ret == 0, res.stdout.str() + res.stderr.str()
+    res.stdout.fnmatch_lines(["sadl: *fail-under=lsc:30,nc:10"])
+    assert "warning" not in res.stdout.str().lower()
 
 
 def test_a_toml_list_of_thresholds_works(pytester: pytest.Pytester):
