@@ -110,3 +110,14 @@ def kind_model_path(models_dir: Path) -> Any:
     ``tests/_models.py``: subclassed, nested, two_input, mnist, cifar, dave2, chauffeur),
     trained once per session."""
     return lambda kind: _models.ensure_saved_kind(models_dir, kind)
+
+
+@pytest.fixture(autouse=True)
+def _no_random_order_in_pytester_runs(request: pytest.FixtureRequest) -> None:
+    """The suite runs in file order (``-p no:randomly`` in the project's addopts); the
+    projects that tests run through ``pytester`` do too, unless a test asks for
+    pytest-randomly with ``-p randomly`` (which unblocks it). Pytester clears
+    ``PYTEST_ADDOPTS`` when it is created, so this sets it afterwards."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", "-p no:randomly")

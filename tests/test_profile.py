@@ -326,9 +326,16 @@ def test_profile_fingerprint_changes_with_weight_input_or_option(dense_model_pat
 
     changed_input = x.copy()
     changed_input[5, 4, 4, 0] += 0.01
-    fps = [
-        load_or_build(model, changed_input, None, tmp_path).fingerprint,
-        load_or_build(model, x, ProfileOptions(var_threshold=1e-4), tmp_path).fingerprint,
+    # the same model and size with other inputs, then back: the data history warns each time
+    with pytest.warns(SadlCacheWarning) as changed:
+        fps = [
+            load_or_build(model, changed_input, None, tmp_path).fingerprint,
+            load_or_build(model, x, ProfileOptions(var_threshold=1e-4), tmp_path).fingerprint,
+        ]
+    assert [str(w.message).split(" (again")[0] for w in changed] == [
+        "pytest-sadl: the training data holds other inputs than in the last run with the same model"
+    ] * 2
+    fps += [
         load_or_build(model, x, ProfileOptions(sa_layers=("hidden1",)), tmp_path).fingerprint,
         load_or_build(model, x, ProfileOptions(coverage_layers=("hidden1",)), tmp_path).fingerprint,
         load_or_build(model, x, ProfileOptions(classifier=False), tmp_path).fingerprint,

@@ -151,6 +151,10 @@ def _render_all(doc: dict[str, Any]) -> None:
 def test_every_field_with_a_wrong_type_is_refused_or_renders():
     """What the loader accepts, every report renders: no TypeError deep in a template."""
     original = _doc()
+    # _leaves visits a list through its last item: the inputs shown with their thumbnails
+    # (2,900 of the document's 6,200 values) are cut to the last two, which keeps every
+    # field and halves the cost of the ~1,100 documents validated and rendered below
+    original["top_inputs"] = original["top_inputs"][-2:]
     refused = rendered = 0
     for path in list(_leaves(original))[1:]:
         for wrong in ("x", {"a": 1}, -5, None):

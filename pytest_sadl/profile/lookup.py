@@ -89,7 +89,7 @@ def _note_data(cache_dir: Path, profile: TrainingProfile) -> None:
     before = store.note_data(cache_dir, key, profile.data_fingerprint, profile.n_train)
     if before is not None and before["data"] != profile.data_fingerprint and before["n"] == profile.n_train:
         warnings.warn(
-            f"pytest-sadl: the training data {profile.data_source} holds other inputs than in the last run "
+            f"pytest-sadl: the {profile.data_source or 'training data'} holds other inputs than in the last run "
             f"with the same model (again {profile.n_train} inputs): if sadl_train augments or samples at "
             "random, LSC/DSC change from run to run and each run caches another profile; make it "
             "deterministic (ignore this if you changed the data on purpose)",
