@@ -3,6 +3,7 @@
 # the package with its test extra (TensorFlow CPU, JAX CPU, pytest-xdist, Playwright's
 # Python driver) and Debian's chromium for the browser tests of the HTML report.
 # Idempotent: a second run installs nothing new.
+# Usage: bash scripts/bootstrap.sh [--latest]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -17,4 +18,18 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 
-"$PYTHON" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# The versions come from the lock (constraints/pyX.Y.txt, refreshed by scripts/lock.sh), so
+# a new upstream release cannot change what CI runs without a change in this repository.
+# --latest installs the newest releases the package allows instead: the drift check.
+version=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+lock="constraints/py$version.txt"
+pip=("$PYTHON" -m pip install --quiet --disable-pip-version-check)
+if [ "${1:-}" = "--latest" ]; then
+    echo "bootstrap: installing the newest releases the package allows (not the lock)" >&2
+    "${pip[@]}" --upgrade --upgrade-strategy eager -e '.[test]'
+elif [ -f "$lock" ]; then
+    "${pip[@]}" -c "$lock" -e '.[test]'
+else
+    echo "bootstrap: no lock for Python $version ($lock); installing the newest releases the package allows" >&2
+    "${pip[@]}" -e '.[test]'
+fi

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Refresh the lock that CI installs from (constraints/pyX.Y.txt): resolve the package's
+# test and bench extras afresh in a new virtual environment and freeze what got installed.
+# Run it on purpose, after `bash scripts/bootstrap.sh --latest && bash scripts/test.sh`
+# passed on the newest releases, and commit the changed file with the test run's result.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+version=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+lock="constraints/py$version.txt"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$PYTHON" -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check '.[test,bench]'
+{
+    echo "# The versions CI installs (pip install -c $lock -e '.[test]'), resolved on"
+    echo "# $(date -u +%Y-%m-%d) for Python $version on $(uname -m) Linux by scripts/lock.sh."
+    echo "# Do not edit by hand: run 'bash scripts/lock.sh' to refresh it (see README, Development)."
+    "$work/venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check | grep -iv '^pytest-sadl\b' | LC_ALL=C sort -f
+} > "$work/lock.txt"
+mkdir -p constraints
+mv "$work/lock.txt" "$lock"
+echo "lock: wrote $lock ($(grep -vc '^#' "$lock") packages)" >&2
