@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-KERAS_BACKEND=tensorflow "$PYTHON" -m pytest -n 2 "$@"
-KERAS_BACKEND=jax "$PYTHON" -m pytest -n 2 tests/test_traces.py tests/test_capture.py tests/test_subjects.py "$@"
+# --durations: each pass's slowest tests in the log, to see where CI's time goes
+KERAS_BACKEND=tensorflow "$PYTHON" -m pytest -n 2 --durations=15 "$@"
+KERAS_BACKEND=jax "$PYTHON" -m pytest -n 2 --durations=10 tests/test_traces.py tests/test_capture.py tests/test_subjects.py "$@"

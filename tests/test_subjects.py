@@ -21,7 +21,6 @@ pytestmark = pytest.mark.tf
 
 keras = pytest.importorskip("keras")
 
-from pytest_sadl._checks import SadlWarning  # noqa: E402
 from tests import _models  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,12 +155,13 @@ def test_subclassed_model_from_a_fixture(pytester: pytest.Pytester, kind_model_p
     assert data["model"]["source"] == "fixture"
 
 
+# The small two-input model predicts some class for only a few training inputs (which
+# class and how few differs between the backends' trainings): too few for that class's
+# KDE, the profile build (in this process) says so; not what this test is about.
+@pytest.mark.filterwarnings("ignore:LSA. class [0-9]+ has [0-9]+ training traces, fewer than:pytest_sadl._checks.SadlWarning")
 def test_two_inputs_from_a_keras_file_and_npz_keyed_by_input_name(pytester: pytest.Pytester, kind_model_path: Any) -> None:
     pytester = _project(pytester, "two_input", kind_model_path("two_input"))
-    # the profile build runs in this process: its warning about class 6's 3 training
-    # examples (too few for a KDE over 7 neurons) reaches this test
-    with pytest.warns(SadlWarning, match="LSA: class 6 has 3 training traces"):
-        data = _measure(pytester)
+    data = _measure(pytester)
     _assert_every_metric(data, True, 60)
     value = _measure(pytester, "--sadl-output=value", "--sadl-report=json:value.json")
     assert value["metrics"]["lsc"]["count"] == 60

@@ -158,10 +158,20 @@ def model_fingerprint(model: Any) -> str:
         config = {"layers": [(layer.name, type(layer).__qualname__) for layer in getattr(model, "layers", [])]}
     h.update(json.dumps(config, sort_keys=True, default=str).encode())
     for w in model.weights:
-        value = np.asarray(w.numpy() if hasattr(w, "numpy") else w)
+        value = _weight_array(w)
         h.update(f"\0{getattr(w, 'path', getattr(w, 'name', ''))}\0{value.dtype.str}\0{value.shape}\0".encode())
         h.update(np.ascontiguousarray(value).tobytes())
     return h.hexdigest()
+
+
+def _weight_array(w: Any) -> np.ndarray:
+    """A weight's values as NumPy, without a backend import: a JAX array directly (Keras'
+    JAX ``Variable.numpy()`` goes through an ``__array__`` without NumPy 2's ``copy``
+    keyword, a DeprecationWarning per weight), otherwise the variable's ``numpy()``."""
+    value = getattr(w, "value", None)
+    if value is not None and type(value).__module__.startswith(("jax", "jaxlib")):
+        return np.asarray(value)
+    return np.asarray(w.numpy() if hasattr(w, "numpy") else w)
 
 
 def _versions() -> dict[str, str]:
