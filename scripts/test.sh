@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# The small test models are trained once, in the first pass, and loaded by the second.
+models=$(mktemp -d)
+trap 'rm -rf "$models"' EXIT
+export SADL_TEST_MODELS="${SADL_TEST_MODELS:-$models}"
 # --durations: each pass's slowest tests in the log, to see where CI's time goes
 KERAS_BACKEND=tensorflow "$PYTHON" -m pytest -n 2 --durations=15 "$@"
 KERAS_BACKEND=jax "$PYTHON" -m pytest -n 2 --durations=10 tests/test_traces.py tests/test_capture.py tests/test_subjects.py "$@"

@@ -47,7 +47,15 @@ def digits() -> _models.Digits:
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the trained test models, shared by all xdist workers of the session
-    (each model is trained when a test first asks for it)."""
+    (each model is trained when a test first asks for it). ``SADL_TEST_MODELS`` names a
+    directory shared by several sessions instead: ``scripts/test.sh`` trains the models in
+    the TensorFlow pass and the JAX pass loads the same ``.keras`` files (a saved model is
+    backend-neutral; training them again on JAX cost a minute of CPU)."""
+    shared = os.environ.get("SADL_TEST_MODELS")
+    if shared:
+        directory = Path(shared)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # popen-gwN's parent is common to the session's workers
