@@ -12,6 +12,11 @@ A legacy ``.h5`` (HDF5) file is loaded when Keras can load it with safe mode on 
 of built-in layers, or of registered custom layers); one holding a ``Lambda`` layer is
 refused, as in a ``.keras`` file.
 
+A model file is loaded as ``keras.saving.load_model(path)`` loads it, compiled when it
+holds a compile configuration (``evaluate``/``fit`` work on the ``sadl_model`` fixture);
+when only that configuration cannot be restored (an unregistered custom loss) the model
+is loaded uncompiled with one :class:`SadlModelWarning`.
+
 Errors are :class:`~pytest_sadl.data.SadlModelError` (a ``ValueError``) naming the file
 and the fix: a missing file, a directory (a TensorFlow SavedModel), an ``.h5`` file Keras
 cannot load safely, a file that is not a ``.keras`` archive, a model whose custom classes are not
@@ -23,13 +28,19 @@ able to run code.
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
 
+from pytest_sadl._checks import SadlWarning
 from pytest_sadl.data import SadlModelError, call_spec, is_callable_spec, resolve_path
 
-__all__ = ["load_model", "SadlModelError"]
+__all__ = ["load_model", "SadlModelError", "SadlModelWarning"]
+
+
+class SadlModelWarning(SadlWarning):
+    """The model loaded, but not all of it: its compile configuration could not be restored."""
 
 
 def _is_keras_model(obj: Any) -> bool:
@@ -82,10 +93,8 @@ def load_model(
             f"{label}: {str(path)!r} is not a .keras archive (not a zip file; truncated or "
             "another format); re-save the model with model.save('model.keras')"
         )
-    import keras
-
     try:
-        return keras.saving.load_model(path, compile=False, safe_mode=True)
+        return _load_compiled(path, label)
     except ValueError as exc:
         msg = str(exc)
         if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
@@ -110,6 +119,32 @@ def load_model(
         ) from exc
 
 
+def _load_compiled(path: Path, label: str) -> Any:
+    """The model as ``keras.saving.load_model(path)`` gives it: compiled when the file holds a
+    compile configuration, so ``evaluate`` and ``fit`` work in the tests as without the
+    plugin. When only the compile configuration cannot be restored (a custom loss or
+    metric that is not registered), the model is loaded uncompiled with one warning."""
+    import keras
+
+    try:
+        return keras.saving.load_model(path, safe_mode=True)
+    except Exception as compiled_exc:
+        try:
+            model = keras.saving.load_model(path, compile=False, safe_mode=True)
+        except Exception:
+            raise compiled_exc from None  # the model itself cannot be loaded: say why
+        reason = str(compiled_exc).splitlines()[0] if str(compiled_exc) else type(compiled_exc).__name__
+        warnings.warn(
+            f"pytest-sadl: {label}: its compile configuration (loss, metrics) cannot be "
+            f"restored ({reason[:200]}); the model is loaded uncompiled, so evaluate() and fit() "
+            "need model.compile(...) first. Register the custom loss or metric with "
+            "@keras.saving.register_keras_serializable() and import it in conftest.py",
+            SadlModelWarning,
+            stacklevel=2,
+        )
+        return model
+
+
 def _load_h5(path: Path, label: str) -> Any:
     """A legacy HDF5 model, loaded with safe mode on (Keras refuses ``Lambda`` layers)."""
     with open(path, "rb") as fh:
@@ -118,15 +153,13 @@ def _load_h5(path: Path, label: str) -> Any:
                 f"{label}: {str(path)!r} is not an HDF5 file (truncated or another format); "
                 "re-save the model with model.save('model.keras')"
             )
-    import keras
-
     convert = (
         "Convert it once where the model's code is at hand: "
         "keras.saving.load_model('model.h5', safe_mode=False).save('model.keras'), "
         "after replacing any Lambda layer with a registered custom layer"
     )
     try:
-        return keras.saving.load_model(path, compile=False, safe_mode=True)
+        return _load_compiled(path, label)
     except Exception as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():

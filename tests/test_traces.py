@@ -17,7 +17,7 @@ keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
 from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
-from pytest_sadl.modelio import load_model  # noqa: E402
+from pytest_sadl.modelio import SadlModelWarning, load_model  # noqa: E402
 
 tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
 from pytest_sadl.traces import (  # noqa: E402
@@ -387,6 +387,31 @@ def test_safe_mode_stays_on(tmp_path: Path) -> None:
     model.save(path)
     with pytest.raises(SadlModelError, match="safe mode"):
         load_model(path)
+
+
+def test_a_model_file_loads_compiled_as_keras_loads_it(dense_model_path: Path, digits: Any) -> None:
+    """evaluate() works on the loaded model and gives what keras.saving.load_model gives."""
+    ours, theirs = load_model(dense_model_path), keras.saving.load_model(dense_model_path)
+    x, y = digits.x_test[:64], digits.y_test[:64]
+    assert ours.compiled
+    np.testing.assert_allclose(ours.evaluate(x, y, verbose=0), theirs.evaluate(x, y, verbose=0), rtol=1e-6)
+
+
+def test_an_unrestorable_compile_configuration_loads_uncompiled_with_one_warning(tmp_path: Path) -> None:
+    def unregistered_loss(y_true, y_pred):
+        return keras.ops.mean((y_true - y_pred) ** 2)
+
+    model = keras.Sequential([keras.Input((3,)), layers.Dense(2)])
+    model.compile("adam", unregistered_loss)
+    model.fit(np.ones((4, 3)), np.ones((4, 2)), verbose=0)
+    path = tmp_path / "custom_loss.keras"
+    model.save(path)
+    with pytest.raises(TypeError, match="unregistered_loss"):
+        keras.saving.load_model(path)  # what a plain load does
+    with pytest.warns(SadlModelWarning, match="compile configuration .* cannot be restored.*register_keras_serializable") as caught:
+        loaded = load_model(path)
+    assert len(caught) == 1 and not loaded.compiled
+    np.testing.assert_array_equal(loaded.get_weights()[0], model.get_weights()[0])
 
 
 def test_load_model_from_callable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
