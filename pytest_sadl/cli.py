@@ -246,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
         "list the cached profiles, and render or compare saved results.",
         epilog="Run 'sadl COMMAND --help' for the options of a command.",
     )
+    from pytest_sadl import __version__
+
+    parser.add_argument("--version", action="version", version=f"sadl (pytest-sadl) {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     prof = sub.add_parser(

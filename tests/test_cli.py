@@ -59,6 +59,15 @@ def test_help_reads_well(tmp_path: Path) -> None:
     assert "Traceback" not in top.stderr + build.stderr
 
 
+def test_version_needs_no_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_sadl import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"sadl (pytest-sadl) {__version__}\n"
+
+
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([])
