@@ -398,11 +398,7 @@ def sadl_record(request: pytest.FixtureRequest) -> Any:
         if state is None:
             return
         rec, model = _entry(state, request)
-        previous, state.recorder.current = state.recorder.current, rec
-        try:
-            state.recorder.record_inputs(model, x, batch_size=state.options.batch_size)
-        finally:
-            state.recorder.current = previous
+        state.recorder.record_inputs(model, x, batch_size=state.options.batch_size, record=rec)
 
     return record
 
@@ -420,11 +416,7 @@ def sadl_labels(request: pytest.FixtureRequest) -> Any:
         if state is None:
             return
         rec, _ = _entry(state, request)
-        previous, state.recorder.current = state.recorder.current, rec
-        try:
-            state.recorder.add_labels(x, y)
-        finally:
-            state.recorder.current = previous
+        state.recorder.add_labels(x, y, record=rec)
 
     return labels
 

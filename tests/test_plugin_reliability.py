@@ -1,0 +1,96 @@
+"""The recording side of "right numbers however pytest runs the tests" (issue 15), in real
+pytest runs: threads, recorded calls that behave as the plain ones, reruns
+(pytest-rerunfailures), an order that does not depend on execution order (pytest-randomly,
+pytest-xdist), and a model whose weights change during the session.
+
+The project, the model and the runners are ``tests/test_plugin.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from tests.test_plugin import _warm_imports, project, results, run  # noqa: F401  (fixtures and helpers)
+
+pytestmark = pytest.mark.tf
+
+# -------------------------------------------------------------------------- threads
+
+THREAD_TESTS = '''
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+X = np.load("inputs.npy")
+THREADS, CALLS = 8, 32
+
+
+def call(model, t, k):
+    """Call k of thread t: a slice of 1 to 3 rows, by predict, predict_on_batch or model(x)."""
+    j = t * CALLS + k
+    x = X[j % 57 : j % 57 + 1 + j % 3]
+    kind = j % 3
+    if kind == 0:
+        return np.asarray(model.predict(x, verbose=0))
+    if kind == 1:
+        return np.asarray(model.predict_on_batch(x))
+    return np.asarray(model(tf.constant(x), training=False))
+
+
+@pytest.mark.sadl(group="threads")
+def test_threads(sadl_model):
+    outputs = {}
+    errors = []
+
+    def work(t):
+        try:
+            for k in range(CALLS):
+                outputs[t, k] = call(sadl_model, t, k)
+        except BaseException as exc:  # reported by the test, not lost in a thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert len(outputs) == THREADS * CALLS
+
+
+@pytest.mark.sadl(group="threads")
+def test_serial(sadl_model):
+    for t in range(THREADS):
+        for k in range(CALLS):
+            call(sadl_model, t, k)
+'''
+
+
+def test_calls_from_many_threads_are_all_recorded_as_a_serial_loop(project):
+    """8 threads x 32 calls (predict, predict_on_batch, model(x)) in one marked test: every
+    input is recorded for that test, and its numbers equal the same calls in one loop."""
+    pytester = project(THREAD_TESTS)
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "-W", "error::pytest_sadl.recorder.SadlRecordingWarning")
+    res.assert_outcomes(passed=2)
+    data = results(pytester)
+    tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
+    expected = sum(1 + j % 3 for j in range(8 * 32))
+    assert tests["test_serial"]["inputs"] == expected
+    assert tests["test_threads"]["inputs"] == expected
+    owner = np.array(data["inputs"]["test"])
+    names = [t["nodeid"].split("::")[1] for t in data["tests"]]
+    threaded, serial = (owner == names.index("test_threads")), (owner == names.index("test_serial"))
+    for key in ("lsa", "dsa", "mdsa", "pred"):
+        values = np.array(data["inputs"][key], dtype=np.float64)
+        np.testing.assert_allclose(np.sort(values[threaded]), np.sort(values[serial]), rtol=1e-5, atol=1e-5)
+    for key in ("lsa_mean", "lsa_max", "dsa_mean", "dsa_max"):
+        assert tests["test_threads"][key] == pytest.approx(tests["test_serial"][key], rel=1e-5)
+    # the second test feeds the same inputs: nothing new beyond float noise in the traces
+    assert tests["test_serial"]["new"]["nc"] == tests["test_serial"]["new"]["snac"] == 0
+    assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w]
