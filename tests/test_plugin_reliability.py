@@ -94,3 +94,59 @@ def test_calls_from_many_threads_are_all_recorded_as_a_serial_loop(project):
     # the second test feeds the same inputs: nothing new beyond float noise in the traces
     assert tests["test_serial"]["new"]["nc"] == tests["test_serial"]["new"]["snac"] == 0
     assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w]
+
+
+# -------------------------------------------------------------------------- as the plain call
+
+PLAIN_TESTS = '''
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+X = np.load("inputs.npy")
+EMPTY = np.zeros((0, 8, 8, 1), np.float32)
+WIDE = np.zeros((2, 8, 7, 1), np.float32)  # a width the model rejects
+
+
+def outcome(fn):
+    """What a call gives: ("value", shape, values) or ("raises", exception type)."""
+    try:
+        out = np.asarray(fn())
+    except Exception as exc:
+        return ("raises", type(exc))
+    return ("value", out.shape, out.round(5).tolist())
+
+
+@pytest.mark.sadl
+def test_recorded_calls_behave_as_the_plain_ones(sadl_model):
+    plain = keras.models.load_model("model.keras")  # the same model, never wrapped
+    assert getattr(type(sadl_model), "_sadl_recording", False) and not getattr(type(plain), "_sadl_recording", False)
+    cases = {
+        "model(empty)": lambda m: m(EMPTY),
+        "model(tf empty)": lambda m: m(tf.constant(EMPTY)),
+        "predict_on_batch(empty)": lambda m: m.predict_on_batch(EMPTY),
+        "predict(empty)": lambda m: m.predict(EMPTY, verbose=0),
+        "model(wide)": lambda m: m(WIDE),
+        "predict_on_batch(wide)": lambda m: m.predict_on_batch(WIDE),
+        "predict(wide)": lambda m: m.predict(WIDE, verbose=0),
+    }
+    seen = {name: (outcome(lambda: case(sadl_model)), outcome(lambda: case(plain))) for name, case in cases.items()}
+    for name, (recorded, unwrapped) in seen.items():
+        assert recorded == unwrapped, name
+    assert seen["model(empty)"][0][:2] == ("value", (0, 10))
+    assert seen["predict_on_batch(empty)"][0][:2] == ("value", (0, 10))
+    assert seen["model(wide)"][0][0] == "raises"
+    sadl_model.predict(X[:3], verbose=0)  # recorded as ever
+'''
+
+
+def test_a_recorded_call_gives_what_the_plain_call_gives(project, dense_model_path):
+    """Empty batches return what Keras returns and record nothing; inputs Keras rejects raise
+    Keras' own exception (not SadlDataError); a recorded call otherwise records."""
+    pytester = project(PLAIN_TESTS, model=dense_model_path, layers="hidden2")
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json")
+    res.assert_outcomes(passed=1)
+    data = results(pytester)
+    assert [t["inputs"] for t in data["tests"]] == [3]
+    assert not [w for w in data["outcome"]["warnings"] if "could not be recorded" in w or "unrecorded" in w]
