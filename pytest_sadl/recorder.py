@@ -81,6 +81,9 @@ class TestRecord:
     group: str
     outcome: str = "passed"
     batches: list[Batch] = field(default_factory=list)
+    # which run of the test this is (pytest-rerunfailures runs a failed test again): only
+    # the last counts, so a later attempt's record replaces an earlier one's
+    attempt: int = 1
     # sadl_labels(x, y): (digests of x's rows, y) pairs, matched to recorded inputs by digest
     labels: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
@@ -181,11 +184,12 @@ class Recorder:
                     )
             return tm
 
-    def record_for(self, nodeid: str, index: int, group: str) -> TestRecord:
+    def record_for(self, nodeid: str, index: int, group: str, attempt: int = 1) -> TestRecord:
+        """The record of ``nodeid``'s run number ``attempt``; an earlier attempt's is dropped."""
         with self._lock:
             rec = self.records.get(nodeid)
-            if rec is None:
-                rec = self.records[nodeid] = TestRecord(nodeid, index, group)
+            if rec is None or rec.attempt < attempt:
+                rec = self.records[nodeid] = TestRecord(nodeid, index, group, attempt=attempt)
             return rec
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -380,7 +384,7 @@ class Recorder:
         arrays: dict[str, np.ndarray] = {}
         meta = []
         for r, rec in enumerate(self.records.values() if records is None else records):
-            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
+            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "attempt": rec.attempt, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
             for j, (digests, values) in enumerate(rec.labels):
                 arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
             for b, batch in enumerate(rec.batches):
@@ -408,7 +412,7 @@ class Recorder:
             meta = json.loads(npz["meta"].tobytes().decode())
             out = []
             for r, m in enumerate(meta):
-                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"])
+                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"], attempt=int(m.get("attempt", 1)))
                 rec.labels = [(npz[f"labeldig_{r}_{j}"], npz[f"labelval_{r}_{j}"]) for j in range(m.get("labels", 0))]
                 for b in range(m["batches"]):
                     key = f"{r}_{b}"
@@ -428,13 +432,16 @@ class Recorder:
         return out
 
     def merge(self, records: list[TestRecord]) -> None:
-        for rec in records:
-            mine = self.records.get(rec.nodeid)
-            if mine is None:
-                self.records[rec.nodeid] = rec
-            else:
-                mine.batches.extend(rec.batches)
-                mine.labels.extend(rec.labels)
+        """Add records from elsewhere (a worker): a later attempt of a test replaces an
+        earlier one's record, an earlier one is ignored, the same attempt's add up."""
+        with self._lock:
+            for rec in records:
+                mine = self.records.get(rec.nodeid)
+                if mine is None or rec.attempt > mine.attempt:
+                    self.records[rec.nodeid] = rec
+                elif rec.attempt == mine.attempt:
+                    mine.batches.extend(rec.batches)
+                    mine.labels.extend(rec.labels)
 
 
 def _parts(x: Any) -> list[Any]:

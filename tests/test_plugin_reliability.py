@@ -150,3 +150,63 @@ def test_a_recorded_call_gives_what_the_plain_call_gives(project, dense_model_pa
     data = results(pytester)
     assert [t["inputs"] for t in data["tests"]] == [3]
     assert not [w for w in data["outcome"]["warnings"] if "could not be recorded" in w or "unrecorded" in w]
+
+
+# -------------------------------------------------------------------------- reruns
+
+RERUN_TESTS = '''
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+def attempts(name):
+    """How many times this test has started, in this run (a file per run mode)."""
+    path = Path(f"attempts-{name}-{'xdist' if os.environ.get('PYTEST_XDIST_WORKER') else 'serial'}")
+    n = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(n))
+    return n
+
+
+@pytest.mark.sadl(group="flaky")
+def test_flaky(sadl_model):
+    sadl_model.predict(X[:50], verbose=0)
+    assert attempts("flaky") > 1, "fails on its first run only"
+
+
+@pytest.mark.sadl(group="flaky")
+def test_always_fails(sadl_model):
+    attempts("always")
+    sadl_model.predict(X[50:55], verbose=0)
+    assert False
+
+
+@pytest.mark.sadl(group="steady")
+def test_steady(sadl_model):
+    sadl_model.predict(X[55:60], verbose=0)
+'''
+
+
+def test_under_rerunfailures_only_the_last_attempt_counts_serially_and_under_xdist(project):
+    """pytest-rerunfailures (the real plugin) runs a failed test again: the record is the
+    last attempt's, its inputs once (50, not 100) and its outcome (a flaky test "passed"),
+    and -n 2 gives the serial run's numbers."""
+    pytester = project(RERUN_TESTS)
+    args = ("-p", "rerunfailures", "--reruns=1", "--sadl-coverage")
+    serial = run(pytester, *args, "--sadl-report=json:serial.json")
+    dist = run(pytester, *args, "-n", "2", "--sadl-report=json:dist.json")
+    for res in (serial, dist):
+        outcomes = res.parseoutcomes()
+        assert (outcomes.get("passed"), outcomes.get("failed"), outcomes.get("rerun")) == (2, 1, 2), outcomes
+    a, b = results(pytester, "serial.json"), results(pytester, "dist.json")
+    for data in (a, b):
+        tests = {t["nodeid"].split("::")[1]: (t["inputs"], t["outcome"]) for t in data["tests"]}
+        assert tests == {"test_flaky": (50, "passed"), "test_always_fails": (5, "failed"), "test_steady": (5, "passed")}
+        assert len(data["inputs"]["test"]) == 60
+    for key in ("metrics", "groups", "tests", "inputs"):
+        assert a[key] == b[key], key
+    assert (pytester.path / "attempts-flaky-serial").read_text() == (pytester.path / "attempts-flaky-xdist").read_text() == "2"
