@@ -32,6 +32,7 @@ from .config import SadlOptions, add_options, check_paths, read_options
 
 STATE = pytest.StashKey["SadlState"]()
 _RECORD = pytest.StashKey[Any]()
+_ATTEMPT = pytest.StashKey[int]()  # how many times this item's setup has begun (reruns)
 MARKER_HELP = (
     "sadl(group='name'): record every input this test feeds the model (predict, predict_on_batch, "
     "__call__) for surprise adequacy and neuron coverage, attributed to the group"
@@ -307,8 +308,23 @@ def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
         if model is not state._model:
             _check_fixture_model(state, model)
         index = state.order.get(item.nodeid, len(state.order))
-        entry = item.stash[_RECORD] = (state.recorder.record_for(item.nodeid, index, _group(_marker(item))), model)
+        attempt = item.stash.get(_ATTEMPT, 1)
+        entry = item.stash[_RECORD] = (state.recorder.record_for(item.nodeid, index, _group(_marker(item)), attempt), model)
     return entry
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test run again (pytest-rerunfailures) starts a new record: only the last attempt's
+    inputs and outcome count, serially and under pytest-xdist alike (the controller keeps
+    the record of the highest attempt, see ``Recorder.merge``)."""
+    state = _enabled(item.config)
+    if state is None:
+        return
+    attempt = item.stash.get(_ATTEMPT, 0) + 1
+    item.stash[_ATTEMPT] = attempt
+    if attempt > 1 and _RECORD in item.stash:
+        del item.stash[_RECORD]  # made again, as attempt `attempt`, on first need
 
 
 @pytest.fixture(autouse=True)
@@ -398,11 +414,7 @@ def sadl_record(request: pytest.FixtureRequest) -> Any:
         if state is None:
             return
         rec, model = _entry(state, request)
-        previous, state.recorder.current = state.recorder.current, rec
-        try:
-            state.recorder.record_inputs(model, x, batch_size=state.options.batch_size)
-        finally:
-            state.recorder.current = previous
+        state.recorder.record_inputs(model, x, batch_size=state.options.batch_size, record=rec)
 
     return record
 
@@ -420,11 +432,7 @@ def sadl_labels(request: pytest.FixtureRequest) -> Any:
         if state is None:
             return
         rec, _ = _entry(state, request)
-        previous, state.recorder.current = state.recorder.current, rec
-        try:
-            state.recorder.add_labels(x, y)
-        finally:
-            state.recorder.current = previous
+        state.recorder.add_labels(x, y, record=rec)
 
     return labels
 

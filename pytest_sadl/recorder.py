@@ -10,6 +10,20 @@ and calls on symbolic tensors (inside ``tf.function``, ``jax.jit``) are passed t
 unrecorded. A model with several inputs is recorded from a dict keyed by input name or a
 list in ``model.inputs`` order, row by row across all its inputs.
 
+A recorded call behaves as the plain call: an empty batch runs the model's own method
+(nothing to record), and an input the trace model refuses runs the plain call too, so
+the test sees the model's own output or the model's own exception (a
+:class:`SadlRecordingWarning` when the model took what the plugin could not record).
+
+Threads: calls from threads a test starts count for that test. "The running test" is
+process-wide (pytest runs one test at a time per process): :attr:`Recorder.current`
+is set for the test's call phase and read once at the start of each call, so a call
+is attributed to the test during which it began. What is per thread is only whether
+the thread is inside a pass already (the trace model calls the model; Keras' own
+``predict`` calls ``self(x)``): those nested calls are not a test's. One lock
+serialises the recorded model's calls and the recorder's shared state, so no append is
+lost and the layers a pass taps are never tapped by two threads at once.
+
 No backend is imported here: the trace model (:mod:`pytest_sadl.capture`) runs the pass.
 
 Only plain data leaves this module: :class:`TestRecord` with NumPy arrays, serialisable
@@ -22,8 +36,9 @@ import contextlib
 import hashlib
 import io
 import json
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +81,9 @@ class TestRecord:
     group: str
     outcome: str = "passed"
     batches: list[Batch] = field(default_factory=list)
+    # which run of the test this is (pytest-rerunfailures runs a failed test again): only
+    # the last counts, so a later attempt's record replaces an earlier one's
+    attempt: int = 1
     # sadl_labels(x, y): (digests of x's rows, y) pairs, matched to recorded inputs by digest
     labels: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
@@ -130,62 +148,81 @@ def thumbnails(x: Any) -> np.ndarray | None:
 
 
 class Recorder:
-    """Collects :class:`TestRecord` objects for a session."""
+    """Collects :class:`TestRecord` objects for a session (safe to call from many threads)."""
 
     def __init__(self, trace_model_factory: Any) -> None:
         self._factory = trace_model_factory  # model -> TraceModel
         self._trace_models: dict[int, Any] = {}
         self.records: dict[str, TestRecord] = {}
+        #: the running test's record (process-wide: pytest runs one test at a time here)
         self.current: TestRecord | None = None
         self._warned: set[str] = set()
         self.messages: list[str] = []  # warnings worth a line in the reports
         self._models: set[int] = set()
+        # The recorder's shared state and every call of the recorded model: reentrant, as
+        # a pass calls the model (and Keras' predict calls self(x)) in the same thread.
+        self._lock = threading.RLock()
+        self._local = threading.local()  # .depth: this thread is inside a pass
 
     # -- set-up ---------------------------------------------------------------
 
     def trace_model(self, model: Any) -> Any:
         """The trace model of ``model`` (one at a time: a new model object replaces the last)."""
-        key = id(model)
-        tm = self._trace_models.get(key)
-        if tm is None or tm.model is not model:
-            tm = self._factory(model)
-            self._trace_models = {key: tm}
-            self._models.add(key)
-            if len(self._models) == 2:
-                self._warn_once(
-                    "models",
-                    "pytest-sadl: marked tests used more than one model object (a sadl_model fixture "
-                    "that is not session-scoped?); all inputs are measured against one training "
-                    "profile, so give every marked test the same model",
-                )
-        return tm
+        with self._lock:
+            key = id(model)
+            tm = self._trace_models.get(key)
+            if tm is None or tm.model is not model:
+                tm = self._factory(model)
+                self._trace_models = {key: tm}
+                self._models.add(key)
+                if len(self._models) == 2:
+                    self._warn_once(
+                        "models",
+                        "pytest-sadl: marked tests used more than one model object (a sadl_model fixture "
+                        "that is not session-scoped?); all inputs are measured against one training "
+                        "profile, so give every marked test the same model",
+                    )
+            return tm
 
-    def record_for(self, nodeid: str, index: int, group: str) -> TestRecord:
-        rec = self.records.get(nodeid)
-        if rec is None:
-            rec = self.records[nodeid] = TestRecord(nodeid, index, group)
-        return rec
+    def record_for(self, nodeid: str, index: int, group: str, attempt: int = 1) -> TestRecord:
+        """The record of ``nodeid``'s run number ``attempt``; an earlier attempt's is dropped."""
+        with self._lock:
+            rec = self.records.get(nodeid)
+            if rec is None or rec.attempt < attempt:
+                rec = self.records[nodeid] = TestRecord(nodeid, index, group, attempt=attempt)
+            return rec
 
     def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
+        with self._lock:
+            if key in self._warned:
+                return
             self._warned.add(key)
             self.messages.append(message)
-            warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+        warnings.warn(message, SadlRecordingWarning, stacklevel=4)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Run the model's own methods unrecorded (Keras' predict calls ``self(x)`` inside)."""
-        current, self.current = self.current, None
+        """Run the model's own methods unrecorded in this thread (Keras' predict calls
+        ``self(x)`` inside; the trace model calls the model). Other threads still record."""
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
         try:
             yield
         finally:
-            self.current = current
+            self._local.depth = depth
+
+    def target(self) -> TestRecord | None:
+        """The record a call made now, from this thread, belongs to: the running test's,
+        unless this thread is inside a pass (a nested call is not a test's)."""
+        return None if getattr(self._local, "depth", 0) else self.current
 
     # -- recording ------------------------------------------------------------
 
-    def add(self, traces: Any, x: Any) -> None:
-        """Keep ``traces`` (a :class:`~pytest_sadl.traces.Traces`) for the current test."""
-        if self.current is None:
+    def add(self, traces: Any, x: Any, record: TestRecord | None = None) -> None:
+        """Keep ``traces`` (a :class:`~pytest_sadl.traces.Traces`) for ``record`` (default:
+        the running test's)."""
+        rec = record if record is not None else self.current
+        if rec is None:
             return
         sa = np.asarray(traces.sa, dtype=np.float32)
         coverage = [np.asarray(c, dtype=np.float32) for c in traces.coverage]
@@ -202,7 +239,7 @@ class Recorder:
         if not finite.all():
             self._warn_once(
                 "nonfinite",
-                f"pytest-sadl: {int((~finite).sum())} input(s) of {self.current.nodeid} gave NaN/inf "
+                f"pytest-sadl: {int((~finite).sum())} input(s) of {rec.nodeid} gave NaN/inf "
                 "activations; they are not counted",
             )
             keep = np.flatnonzero(finite)
@@ -213,13 +250,15 @@ class Recorder:
             if extrema is not None:
                 extrema = [None if e is None else (e[0][keep], e[1][keep]) for e in extrema]
         if len(sa):
-            self.current.batches.append(
-                Batch(sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema, output=output, digests=digests)
-            )
+            batch = Batch(sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema, output=output, digests=digests)
+            with self._lock:
+                rec.batches.append(batch)
 
-    def add_labels(self, x: Any, y: Any) -> None:
-        """``sadl_labels(x, y)``: the true labels ``y`` of the inputs ``x``, for the current test."""
-        if self.current is None:
+    def add_labels(self, x: Any, y: Any, record: TestRecord | None = None) -> None:
+        """``sadl_labels(x, y)``: the true labels ``y`` of the inputs ``x``, for ``record``
+        (default: the running test's)."""
+        rec = record if record is not None else self.current
+        if rec is None:
             raise RuntimeError("sadl_labels(x, y) is for tests marked @pytest.mark.sadl, while they run")
         digests = input_digests(x)
         if digests is None:
@@ -230,12 +269,43 @@ class Recorder:
                 f"sadl_labels(x, y): y must hold one numeric label per input of x ({digests.shape[0]}), "
                 f"got shape {labels.shape} of dtype {labels.dtype}; pass class ids, not one-hot rows, for a classifier"
             )
-        self.current.labels.append((digests, labels.reshape(labels.shape[0], -1).astype(np.float64)))
+        with self._lock:
+            rec.labels.append((digests, labels.reshape(labels.shape[0], -1).astype(np.float64)))
 
-    def record_inputs(self, model: Any, x: Any, batch_size: int = 256) -> None:
-        """``sadl_record(x)``: trace ``x`` now and keep it for the current test."""
+    def record_inputs(self, model: Any, x: Any, batch_size: int = 256, record: TestRecord | None = None) -> None:
+        """``sadl_record(x)``: trace ``x`` now and keep it for ``record`` (default: the running test's)."""
+        rec = record if record is not None else self.current
         tm = self.trace_model(model)
-        self.add(tm.traces(x, batch_size=batch_size, what="sadl_record(x)"), x)
+        with self._lock, self.paused():
+            traces = tm.traces(x, batch_size=batch_size, what="sadl_record(x)")
+        self.add(traces, x, rec)
+
+    def _attempt(self, rec: TestRecord | None, x: Any, plain: Callable[[], Any], recorded: Callable[[], tuple[Any, Any]]) -> Any:
+        """One call of the recorded model: ``recorded()`` (the output and its traces, kept
+        for ``rec``), or ``plain()`` where there is nothing to record or the plugin cannot
+        record it, so the caller sees what the plain call gives: an empty batch's output,
+        the model's own exception for an input it rejects."""
+        with self._lock:
+            if rec is None or _rows(x) == 0:
+                with self.paused():
+                    return plain()
+            failure: Exception | None = None
+            try:
+                with self.paused():
+                    out, traces = recorded()
+            except Exception as exc:  # bad input, or one the trace model cannot take
+                failure = exc
+            else:
+                self.add(traces, x, rec)
+                return out
+            with self.paused():  # outside the except block: the model's own error, unchained
+                out = plain()
+            why = " ".join(f"{type(failure).__name__}: {failure}".split())[:300]
+            self._warn_once(
+                f"failed:{type(failure).__name__}",
+                f"pytest-sadl: an input the model accepts could not be recorded ({why}); it ran unrecorded (use sadl_record(x))",
+            )
+            return out
 
     @contextlib.contextmanager
     def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
@@ -246,30 +316,28 @@ class Recorder:
 
         def unrecorded(why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
             recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
-            with recorder.paused():
+            with recorder._lock, recorder.paused():
                 return method(model, *args, **kwargs)
 
         def predict(x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any) -> Any:
-            if kw or steps is not None or not _is_inputs(x) or not _finite(x):
+            rec = recorder.target()
+            plain = lambda: original_cls.predict(model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)  # noqa: E731
+            if rec is not None and (kw or steps is not None or not _is_inputs(x) or not _finite(x)):
                 why = "model.predict() was called with steps, a generator, non-finite values or other arguments"
                 return unrecorded(why, original_cls.predict, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
-            with recorder.paused():  # the trace model calls the model: not a test's call
-                out, traces = tm.call_and_trace(x, batch_size=batch_size or 32)
-            recorder.add(traces, x)
-            return out
+            return recorder._attempt(rec, x, plain, lambda: tm.call_and_trace(x, batch_size=batch_size or 32))
 
         def predict_on_batch(x: Any) -> Any:
-            if not _is_inputs(x) or not _finite(x):
+            rec = recorder.target()
+            if rec is not None and (not _is_inputs(x) or not _finite(x)):
                 return unrecorded("model.predict_on_batch() got a non-array or non-finite input", original_cls.predict_on_batch, x)
-            with recorder.paused():
-                out, traces = tm.call_and_trace(x)
-            recorder.add(traces, x)
-            return out
+            return recorder._attempt(rec, x, lambda: original_cls.predict_on_batch(model, x), lambda: tm.call_and_trace(x))
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if self is not model or recorder.current is None:
+            rec = recorder.target() if self is model else None
+            if rec is None:
                 return original_cls.__call__(self, *args, **kwargs)
-            return recorder._call(tm, original_cls, self, args, kwargs)
+            return recorder._call(rec, tm, original_cls, self, args, kwargs)
 
         # The same name, qualname and module as the model's class, so that Keras serialises
         # (model.save) and prints it as before; only __call__ differs.
@@ -285,28 +353,29 @@ class Recorder:
         try:
             yield
         finally:
-            object.__setattr__(model, "__class__", original_cls)
-            for name in ("predict", "predict_on_batch"):
-                with contextlib.suppress(AttributeError):
-                    object.__delattr__(model, name)
-            self.current = None
+            with self._lock:  # a call another thread is still making finishes first
+                object.__setattr__(model, "__class__", original_cls)
+                for name in ("predict", "predict_on_batch"):
+                    with contextlib.suppress(AttributeError):
+                        object.__delattr__(model, name)
+                self.current = None
 
-    def _call(self, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
+    def _call(self, rec: TestRecord, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
         x = args[0] if args else kwargs.get("inputs")
         training = kwargs.get("training", args[1] if len(args) > 1 else None)
         extra = set(kwargs) - {"training", "inputs"}
+        plain = lambda: original_cls.__call__(model, *args, **kwargs)  # noqa: E731
         if training:  # a training step, not a test input
-            return original_cls.__call__(model, *args, **kwargs)
+            with self._lock, self.paused():
+                return plain()
         why = None if x is None else tm.unrecordable(x)
         if why is None and (len(args) > 2 or extra or x is None or not _is_inputs(x) or not _finite(x)):
             why = "model(x) was called with a mask, non-finite values or other arguments"
         if why is not None:
             self._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
-            return original_cls.__call__(model, *args, **kwargs)
-        with self.paused():
-            output, traces = tm.call_tensors(x)
-        self.add(traces, x)
-        return output
+            with self._lock, self.paused():
+                return plain()
+        return self._attempt(rec, x, plain, lambda: tm.call_tensors(x))
 
     # -- transport (pytest-xdist) ---------------------------------------------
 
@@ -315,7 +384,7 @@ class Recorder:
         arrays: dict[str, np.ndarray] = {}
         meta = []
         for r, rec in enumerate(self.records.values() if records is None else records):
-            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
+            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "attempt": rec.attempt, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
             for j, (digests, values) in enumerate(rec.labels):
                 arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
             for b, batch in enumerate(rec.batches):
@@ -343,7 +412,7 @@ class Recorder:
             meta = json.loads(npz["meta"].tobytes().decode())
             out = []
             for r, m in enumerate(meta):
-                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"])
+                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"], attempt=int(m.get("attempt", 1)))
                 rec.labels = [(npz[f"labeldig_{r}_{j}"], npz[f"labelval_{r}_{j}"]) for j in range(m.get("labels", 0))]
                 for b in range(m["batches"]):
                     key = f"{r}_{b}"
@@ -363,13 +432,16 @@ class Recorder:
         return out
 
     def merge(self, records: list[TestRecord]) -> None:
-        for rec in records:
-            mine = self.records.get(rec.nodeid)
-            if mine is None:
-                self.records[rec.nodeid] = rec
-            else:
-                mine.batches.extend(rec.batches)
-                mine.labels.extend(rec.labels)
+        """Add records from elsewhere (a worker): a later attempt of a test replaces an
+        earlier one's record, an earlier one is ignored, the same attempt's add up."""
+        with self._lock:
+            for rec in records:
+                mine = self.records.get(rec.nodeid)
+                if mine is None or rec.attempt > mine.attempt:
+                    self.records[rec.nodeid] = rec
+                elif rec.attempt == mine.attempt:
+                    mine.batches.extend(rec.batches)
+                    mine.labels.extend(rec.labels)
 
 
 def _parts(x: Any) -> list[Any]:
@@ -379,6 +451,19 @@ def _parts(x: Any) -> list[Any]:
     if isinstance(x, (list, tuple)):
         return list(x)
     return [x]
+
+
+def _rows(x: Any) -> int | None:
+    """The number of inputs (rows) of a batch, ``None`` when unknown."""
+    for part in _parts(x):
+        shape = getattr(part, "shape", None)
+        if shape is None:
+            continue
+        try:
+            return int(shape[0]) if len(shape) else None
+        except (TypeError, ValueError):  # an unknown (symbolic) batch size
+            return None
+    return None
 
 
 def _finite(x: Any) -> bool:
