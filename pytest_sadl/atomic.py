@@ -13,6 +13,19 @@ Any error (an interrupt included) removes the temporary file; a killed process l
 most an ignored hidden ``.tmp-*`` file. Files get the usual ``0o666 & ~umask`` mode
 (``mkstemp`` alone would make them ``0600``, unreadable to the rest of a shared CI cache).
 
+Special files are streams, not files to replace. A path that exists and is (or whose
+symbolic links lead to) a FIFO or a character device (``/dev/null``, ``/dev/tty``, a
+named pipe, ``/dev/stdout`` on a pipe or terminal) is opened for writing and written to
+directly: renaming over it would replace the device or pipe by a regular file (as root,
+``/dev/null`` itself). A path that goes through a process's file descriptor
+(``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``) is written to directly too, in
+append mode when it ends at a regular file (``pytest > out.txt`` with
+``markdown:/dev/stdout``): the descriptor's file gets the text, and the symbolic link
+``/dev/stdout`` is never replaced. Such a write is not atomic (a stream cannot be) and
+a FIFO blocks until a reader opens it, as the shell's ``>`` does. A block device or a
+socket is refused (``OSError``). Any other symbolic link keeps the rule above: the link
+itself is replaced by the new file, and the file it pointed to is never written.
+
 Public API
 ----------
 ``atomic_write_bytes(path, data) -> Path`` / ``atomic_write_text(path, text) -> Path``
@@ -34,8 +47,11 @@ This module imports only the standard library.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,11 +78,63 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+#: a path naming one of a process's open file descriptors (Linux, macOS)
+_DESCRIPTOR = re.compile(r"/(?:proc/(?:self|thread-self|[0-9]+)|dev)/fd/[0-9]+")
+
+
+def _through_descriptor(path: str) -> bool:
+    """Whether ``path`` or a symbolic link it leads to names a file descriptor
+    (``/dev/stdout`` -> ``/proc/self/fd/1``)."""
+    p = os.path.abspath(path)
+    for _hop in range(40):
+        if _DESCRIPTOR.fullmatch(p):
+            return True
+        try:
+            link = os.readlink(p)
+        except OSError:  # not a link (or gone)
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), link))
+    return False
+
+
+def _stream_flags(target: Path) -> int | None:
+    """The ``os.open`` flags to write to ``target`` directly, or ``None`` to replace it
+    atomically (see the module docstring). Raises ``OSError`` for a block device or a
+    socket."""
+    try:
+        st = os.stat(target)  # follows links: what a write would reach
+    except OSError:  # missing (or a dangling link): a new file
+        return None
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return os.O_WRONLY
+    if stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        what = "a block device" if stat.S_ISBLK(st.st_mode) else "a socket"
+        raise OSError(errno.EINVAL, f"it is {what}; give a regular file, a FIFO or a character device", str(target))
+    if stat.S_ISREG(st.st_mode) and _through_descriptor(str(target)):
+        return os.O_WRONLY | os.O_APPEND
+    return None
+
+
+@contextlib.contextmanager
+def _stream(target: Path, flags: int) -> Iterator[BinaryIO]:
+    """Write to the existing special file ``target`` directly (no rename, no fsync)."""
+    fd = os.open(target, flags | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "wb") as fh:
+        yield fh
+        fh.flush()
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """A binary file handle whose content replaces ``path`` atomically and durably when
-    the block ends without an error (see the module docstring)."""
+    the block ends without an error (see the module docstring); for a FIFO, a
+    character device or a file descriptor's path, the handle writes to it directly."""
     target = Path(path)
+    flags = _stream_flags(target)
+    if flags is not None:
+        with _stream(target, flags) as fh:
+            yield fh
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=target.parent)
     try:

@@ -251,6 +251,30 @@ def parse_report(spec: str, base: Path) -> Report:
     return Report(kind, target if target.is_absolute() else base / target)
 
 
+def check_report_paths(reports: tuple[Report, ...], where: str = "--sadl-report") -> tuple[Report, ...]:
+    """The reports, each file written once: two kinds to one path (after resolving ``..``
+    and symbolic links: ``json:same.out`` and ``markdown:./same.out``) are a usage error
+    naming both, since one would silently overwrite the other; the same kind twice to one
+    path is one report. An HTML report is its folder's ``index.html``."""
+    seen: dict[str, Report] = {}
+    out = []
+    for report in reports:
+        if report.path is None:
+            out.append(report)
+            continue
+        key = os.path.realpath(report.path / "index.html" if report.kind == "html" else report.path)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = report
+            out.append(report)
+        elif first.kind != report.kind:
+            raise pytest.UsageError(
+                f"{where}: {first.kind}:{first.path} and {report.kind}:{report.path} write the same file "
+                f"({key}); give each report its own path"
+            )
+    return tuple(out)
+
+
 #: What each kind of option takes in a TOML file (the values pytest turns into strings).
 _TOML_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "bool": ((bool, str), "true or false"),
@@ -421,6 +445,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
     report_values, report_base = r.raw(opts["sadl_report"])
     specs = _split_list(report_values) if report_values else ["term"]
     reports = tuple(dict.fromkeys(parse_report(s, report_base) for s in specs))
+    reports = check_report_paths(reports, r.label(opts["sadl_report"]))
 
     fail_value, _ = r.raw(opts["sadl_fail_under"])
     fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}

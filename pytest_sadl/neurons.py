@@ -300,8 +300,13 @@ class KMultisectionCoverage(_RangeCoverage):
         low, high, k = self.ranges.low[i], self.ranges.high[i], self.k
         width = high - low
         safe = np.where(width > 0, width, 1.0)
-        idx = np.floor((values - low) / safe * k).astype(np.int64)
-        np.clip(idx, 0, k - 1, out=idx)
+        # Clipped before the cast: a huge (1e30), infinite or NaN value must not reach
+        # int64 (NumPy warns "invalid value encountered in cast", an error under
+        # -W error); such values are outside the range and get -1 below anyway.
+        with np.errstate(over="ignore", invalid="ignore"):
+            pos = (values - low) / safe * k
+        pos = np.clip(np.nan_to_num(pos, nan=0.0), 0, k - 1)
+        idx = np.floor(pos).astype(np.int64)
         # Settle values within rounding of an edge exactly by the edges' definition.
         lower_edge = low + width * idx / k
         upper_edge = low + width * (idx + 1) / k
