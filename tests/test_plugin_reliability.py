@@ -166,7 +166,7 @@ X = np.load("inputs.npy")
 
 def attempts(name):
     """How many times this test has started, in this run (a file per run mode)."""
-    path = Path(f"attempts-{name}-{'xdist' if os.environ.get('PYTEST_XDIST_WORKER') else 'serial'}")
+    path = Path(f"attempts-{name}-{os.environ['SADL_RERUN_MODE']}")
     n = int(path.read_text()) + 1 if path.exists() else 1
     path.write_text(str(n))
     return n
@@ -197,8 +197,13 @@ def test_under_rerunfailures_only_the_last_attempt_counts_serially_and_under_xdi
     and -n 2 gives the serial run's numbers."""
     pytester = project(RERUN_TESTS)
     args = ("-p", "rerunfailures", "--reruns=1", "--sadl-coverage")
-    serial = run(pytester, *args, "--sadl-report=json:serial.json")
-    dist = run(pytester, *args, "-n", "2", "--sadl-report=json:dist.json")
+    # the mode names each run's attempt counters (PYTEST_XDIST_WORKER cannot: this suite
+    # itself may run under xdist, and the serial run is in its process)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SADL_RERUN_MODE", "serial")
+        serial = run(pytester, *args, "--sadl-report=json:serial.json")
+        mp.setenv("SADL_RERUN_MODE", "xdist")
+        dist = run(pytester, *args, "-n", "2", "--sadl-report=json:dist.json")
     for res in (serial, dist):
         outcomes = res.parseoutcomes()
         assert (outcomes.get("passed"), outcomes.get("failed"), outcomes.get("rerun")) == (2, 1, 2), outcomes
