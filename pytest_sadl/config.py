@@ -68,6 +68,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-dsa-precompute", "sadl_dsa_precompute", "compute every training trace's nearest other-class distance (DSA's dist_b) when the profile is built; default: only those the tests' inputs need, kept in the profile for the next run", "bool", False, "bool"),
     Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
            limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
+    Option("--sadl-groups", "sadl_groups", "the order of the groups in the cumulative table (Table VI), comma-separated; groups not named follow, by their first test id (default: every group by its first test id)", "linelist", None, "list", "G1,G2"),
     Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
     Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", "linelist", None, "str", "SPEC"),
     Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
@@ -168,6 +169,7 @@ class SadlOptions:
     dsa_precompute: bool = False
     batch_size: int = 256
     reports: tuple[Report, ...] = (Report("term"),)
+    groups: tuple[str, ...] = ()  # the order of the groups (sadl_groups); the rest follow
     fail_under: dict[str, float] = field(default_factory=dict)
     cache_dir: Path | None = None
     compare: Path | None = None
@@ -447,6 +449,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
     reports = tuple(dict.fromkeys(parse_report(s, report_base) for s in specs))
     reports = check_report_paths(reports, r.label(opts["sadl_report"]))
 
+    groups_value, _ = r.raw(opts["sadl_groups"])
+    groups = tuple(dict.fromkeys(_split_list(groups_value if isinstance(groups_value, list) else [groups_value]))) if groups_value else ()
+
     fail_value, _ = r.raw(opts["sadl_fail_under"])
     fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
     compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
@@ -488,6 +493,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         dsa_precompute=_switch(config, "sadl_dsa_precompute"),
         batch_size=batch_size,
         reports=reports,
+        groups=groups,
         fail_under=fail_under,
         cache_dir=cache_dir,
         compare=Path(compare) if compare else None,

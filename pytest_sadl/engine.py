@@ -1,8 +1,11 @@
 """From a training profile and the recorded traces to :class:`~pytest_sadl.results.Results`.
 
-Pure NumPy on top of the criteria; no TensorFlow and no pytest. The order of tests is
-their collection order, so a run split over pytest-xdist workers gives the same numbers
-(and the same "newly covered by this test" counts) as a serial run.
+Pure NumPy on top of the criteria; no TensorFlow and no pytest. The order is defined by
+the tests' ids, never by the order they ran in (:func:`ordered`): tests by node id (as
+strings), groups in the order ``sadl_groups`` lists them, the others after them by their
+first test's node id. So a run split over pytest-xdist workers, one shuffled by
+pytest-randomly and a serial run give the same numbers, the same cumulative table by
+group (Table VI) and the same "newly covered by this test" counts.
 
 Default bounds of LSC and DSC (when not configured) come from the training profile only,
 never from the inputs measured, so that runs compare: up to 1,000 training traces (those
@@ -288,6 +291,16 @@ def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n
     return failures
 
 
+def ordered(records: Sequence[TestRecord], groups: Sequence[str] = ()) -> tuple[list[TestRecord], list[str]]:
+    """The records by node id, and the group names in their defined order: those of
+    ``groups`` (``sadl_groups``) that have records, in that order, then the others by the
+    node id of their first test."""
+    by_id = sorted(records, key=lambda r: r.nodeid)
+    present = list(dict.fromkeys(rec.group for rec in by_id))
+    first = [g for g in dict.fromkeys(groups) if g in present]
+    return by_id, first + [g for g in present if g not in first]
+
+
 def compute(
     view: ProfileView,
     records: Sequence[TestRecord],
@@ -296,8 +309,8 @@ def compute(
     warnings_seen: Sequence[str] = (),
 ) -> Results:
     """The results of a session: overall, per group (alone and cumulatively, Table VI),
-    per test (in collection order), per input, per layer."""
-    records = sorted(records, key=lambda r: (r.index, r.nodeid))
+    per test, per input, per layer; tests and groups in the order :func:`ordered` defines."""
+    records, group_names = ordered(records, options.groups)
     classifier = view.dsa is not None
     messages: list[str] = list(warnings_seen)
     scorers = view.scorers()
@@ -369,7 +382,7 @@ def compute(
         scores = view.score(sa, pred)
     messages.extend(dict.fromkeys(str(w.message) for w in caught))
 
-    # Per test, in collection order: what each newly covered.
+    # Per test, by node id: what each newly covered.
     tests_out = []
     for t, rec in enumerate(records):
         rows = np.flatnonzero(owner == t)
@@ -382,8 +395,10 @@ def compute(
         row["new"] = {k: int(v) for k, v in new.items()}
         tests_out.append(row)
 
-    # Per group: alone, and cumulatively in order of first appearance (Table VI).
-    group_names = list(dict.fromkeys(rec.group for rec in records))
+    # Per group: alone, and cumulatively in the defined order (Table VI).
+    unused = [g for g in dict.fromkeys(options.groups) if g not in group_names]
+    if unused:
+        messages.append(f"sadl_groups names {', '.join(map(repr, unused))}, which no recorded test is in")
     cumulative = total.fresh()
     groups_out = []
     for name in group_names:

@@ -166,8 +166,9 @@ def test_recording_groups_failures_and_values(project, digits):
     }
     assert tests["test_failing_still_counts"]["outcome"] == "failed"
     assert tests["test_explicit_record"]["group"] == "default"
-    assert [g["name"] for g in data["groups"]] == ["held-out", "attack", "default"]
-    assert [g["inputs"] for g in data["groups"]] == [17, 8, 2]
+    # groups by the node id of their first test (not by the order they ran in)
+    assert [g["name"] for g in data["groups"]] == ["attack", "default", "held-out"]
+    assert [g["inputs"] for g in data["groups"]] == [8, 2, 17]
     # Each input's SA equals the engine's on traces computed here by hand, layer by layer.
     import keras
 
@@ -177,9 +178,9 @@ def test_recording_groups_failures_and_values(project, digits):
     hidden = keras.Model(model.inputs, model.get_layer("hidden").output)
     train_ats = hidden.predict(digits.x_train, verbose=0)
     train_pred = model.predict(digits.x_train, verbose=0).argmax(1)
-    # the tests, in collection order: predict, call, predict_on_batch, record, failing, save
+    # the tests by node id: call, explicit record, failing, save, predict, predict_on_batch
     x_in = np.concatenate(
-        [digits.x_test[0:10], digits.x_test[10:15], digits.x_test[15:18], digits.x_test[18:20], digits.x_test[20:25], digits.x_test[:2]]
+        [digits.x_test[10:15], digits.x_test[18:20], digits.x_test[20:25], digits.x_test[:2], digits.x_test[0:10], digits.x_test[15:18]]
     )
     ats = hidden.predict(x_in, verbose=0)
     pred = model.predict(x_in, verbose=0).argmax(1)
@@ -202,13 +203,14 @@ def test_recording_groups_failures_and_values(project, digits):
     assert "27 inputs recorded: 6 of 6 marked tests fed the model, in 3 group(s)" in out
     # labels: test_predict's ten inputs, matched by value, also where the save test feeds
     # two of them again; and the figures in every report
-    labels = digits.y_test[:10].tolist() + [None] * 15 + digits.y_test[:2].tolist()
+    # (by node id: call 5, record 2, failing 5, save 2, predict 10, predict_on_batch 3)
+    labels = [None] * 12 + digits.y_test[:2].tolist() + digits.y_test[:10].tolist() + [None] * 3
     assert data["inputs"]["label"] == labels
     labelled = [i for i, v in enumerate(labels) if v is not None]
     assert data["mistakes"]["overall"]["labelled"] == 12
     assert data["mistakes"]["overall"]["errors"] == int((pred[labelled] != np.array([labels[i] for i in labelled])).sum())
     assert "does surprise predict this model's mistakes?" in out
-    assert re.search(r"\+ attack\s+2\s+8", out)
+    assert re.search(r"^attack\s+2\s+8\s", out, re.M) and re.search(r"^\+ held-out\s+3\s+17\s", out, re.M)
 
 
 THRESHOLD_TESTS = '''

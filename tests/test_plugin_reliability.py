@@ -91,8 +91,10 @@ def test_calls_from_many_threads_are_all_recorded_as_a_serial_loop(project):
         np.testing.assert_allclose(np.sort(values[threaded]), np.sort(values[serial]), rtol=1e-5, atol=1e-5)
     for key in ("lsa_mean", "lsa_max", "dsa_mean", "dsa_max"):
         assert tests["test_threads"][key] == pytest.approx(tests["test_serial"][key], rel=1e-5)
-    # the second test feeds the same inputs: nothing new beyond float noise in the traces
-    assert tests["test_serial"]["new"]["nc"] == tests["test_serial"]["new"]["snac"] == 0
+    # the second test by node id (test_threads) feeds the same inputs: nothing new beyond
+    # float noise in the traces
+    assert names == ["test_serial", "test_threads"]
+    assert tests["test_threads"]["new"]["nc"] == tests["test_threads"]["new"]["snac"] == 0
     assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w]
 
 
@@ -215,3 +217,100 @@ def test_under_rerunfailures_only_the_last_attempt_counts_serially_and_under_xdi
     for key in ("metrics", "groups", "tests", "inputs"):
         assert a[key] == b[key], key
     assert (pytester.path / "attempts-flaky-serial").read_text() == (pytester.path / "attempts-flaky-xdist").read_text() == "2"
+
+
+# -------------------------------------------------------------------------- order
+
+ORDER_TESTS = '''
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+def noisy(rows, seed):
+    return np.clip(X[rows] + np.random.default_rng(seed).normal(scale=0.4, size=X[rows].shape), 0, 1).astype(np.float32)
+
+
+@pytest.mark.sadl(group="noise")
+def test_b_noise(sadl_model):
+    sadl_model.predict(noisy(slice(0, 20), 0), verbose=0)
+
+
+@pytest.mark.sadl(group="clean")
+def test_a_clean(sadl_model):
+    sadl_model.predict(X[:20], verbose=0)
+
+
+@pytest.mark.sadl(group="noise")
+def test_c_noise(sadl_model):
+    sadl_model.predict(noisy(slice(20, 40), 1), verbose=0)
+
+
+@pytest.mark.sadl(group="clean")
+def test_d_clean(sadl_model):
+    sadl_model.predict(X[20:40], verbose=0)
+
+
+@pytest.mark.sadl(group="blur")
+def test_0_blur(sadl_model):
+    sadl_model.predict((X[40:60] + np.roll(X[40:60], 1, axis=1)) / 2, verbose=0)
+
+
+@pytest.mark.sadl(group="clean")
+def test_e_clean(sadl_model):
+    sadl_model.predict(X[40:60], verbose=0)
+'''
+
+
+def _table_vi(res: pytest.RunResult) -> list[str]:
+    lines = res.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "cumulative coverage by group" in line)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip() or lines[i].startswith("sadl:")), len(lines))
+    return lines[start:end]
+
+
+def test_the_report_does_not_depend_on_execution_order(project):
+    """Serial, shuffled by pytest-randomly (two seeds) and split over -n 2: the same results
+    (but the time they were made) and the same Table VI, tests by node id and groups by
+    their first test's id; sadl_groups / --sadl-groups put the groups they name first."""
+    pytester = project(ORDER_TESTS)
+    base = ("-v", "--sadl-coverage", "--sadl-report=term")
+    runs = {
+        "serial": run(pytester, *base, "--sadl-report=json:serial.json"),
+        "dist": run(pytester, *base, "-n", "2", "--sadl-report=json:dist.json"),
+    }
+    for seed in (1, 2):  # pytest-randomly on: not through run(), which switches it off
+        runs[f"seed{seed}"] = pytester.runpytest_inprocess(
+            "-p", "no:cacheprovider", "-p", "randomly", f"--randomly-seed={seed}", *base, f"--sadl-report=json:seed{seed}.json"
+        )
+    executed = {}
+    for name, res in runs.items():
+        res.assert_outcomes(passed=6)
+        executed[name] = [m.group(1) for line in res.stdout.lines if "PASSED" in line
+                          for m in [re.search(r"::(test_\w+)", line)] if m]
+    # the two seeds ran the tests in orders of their own (xdist's order may be any)
+    assert len({tuple(executed[name]) for name in ("serial", "seed1", "seed2")}) == 3, executed
+    seen = {}
+    for name in runs:
+        data = results(pytester, f"{name}.json")
+        data.pop("created")
+        seen[name] = data
+    for name in ("dist", "seed1", "seed2"):
+        assert seen[name] == seen["serial"], name
+        assert _table_vi(runs[name]) == _table_vi(runs["serial"]), name
+    data = seen["serial"]
+    assert [t["nodeid"].split("::")[1] for t in data["tests"]] == [
+        "test_0_blur", "test_a_clean", "test_b_noise", "test_c_noise", "test_d_clean", "test_e_clean"
+    ]
+    assert [g["name"] for g in data["groups"]] == ["blur", "clean", "noise"]
+    # the ini list (and the flag over it) orders the groups it names; the rest follow
+    listed = project(ORDER_TESTS, extra="sadl_groups = noise")
+    ini = run(listed, *base, "--sadl-report=json:ini.json")
+    flag = run(listed, *base, "--sadl-groups=clean,nosuch", "--sadl-report=json:flag.json")
+    assert [g["name"] for g in results(listed, "ini.json")["groups"]] == ["noise", "blur", "clean"]
+    flagged = results(listed, "flag.json")
+    assert [g["name"] for g in flagged["groups"]] == ["clean", "blur", "noise"]
+    assert "sadl_groups names 'nosuch', which no recorded test is in" in flagged["outcome"]["warnings"]
+    assert results(listed, "ini.json")["groups"][-1]["cumulative"] == data["groups"][-1]["cumulative"]
+    assert _table_vi(ini) != _table_vi(runs["serial"]) != _table_vi(flag)
