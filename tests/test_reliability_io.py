@@ -8,8 +8,12 @@ afterwards), real second processes holding a lock (stopped with SIGSTOP, killed)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -163,3 +167,74 @@ def _restore_dev(null_ok: bool, stdout_ok: bool, null_before: os.stat_result, st
     if not stdout_ok:  # pragma: no cover
         os.unlink("/dev/stdout")
         os.symlink(stdout_link, "/dev/stdout")
+
+
+# ----------------------------------------------------------------------------- locks
+
+HOLDER = """
+import os, sys, time
+from pathlib import Path
+from pytest_sadl.store import locked
+
+with locked(Path(sys.argv[1])):
+    child = os.fork() if sys.argv[2] == "fork" else None
+    if child == 0:  # inherits the locked descriptor and outlives its parent
+        time.sleep(300)
+        os._exit(0)
+    print(child or 0, flush=True)
+    time.sleep(300)
+"""
+
+
+def _hold_lock(lock: Path, mode: str) -> tuple[subprocess.Popen, int]:
+    """A real second process holding ``lock`` (with ``mode="fork"``, a child shares it);
+    returns the process and the child's pid (0: none)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock), mode], stdout=subprocess.PIPE, text=True, env=env)
+    child = int(proc.stdout.readline())  # printed once the lock is held
+    return proc, child
+
+
+def _end(proc: subprocess.Popen, child: int) -> None:
+    for pid in (proc.pid, child):
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGCONT)
+    proc.wait(30)
+
+
+@pytest.mark.tf
+def test_a_stopped_lock_holder_is_named_and_a_gone_one_taken_over(project):
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = cache")
+    assert run(pytester, "--sadl-coverage").ret == 0  # to learn the profile's name
+    (entry,) = (pytester.path / "cache").glob("profile-*[!k]")
+    shutil.rmtree(entry)
+    lock = entry.with_name(entry.name + ".lock")
+
+    holder, _ = _hold_lock(lock, "plain")
+    try:
+        os.kill(holder.pid, signal.SIGSTOP)  # a hung job on a shared cache
+        res = run(pytester, "--sadl-coverage", "--sadl-lock-timeout=4", "--sadl-report=json:out.json", "--sadl-report=term")
+    finally:
+        _end(holder, 0)
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    (waiting,) = [line for line in res.stdout.lines if "waiting for the lock" in line]
+    assert f"held by process {holder.pid} on host {socket.gethostname()} since " in waiting
+    assert f"kill {holder.pid}" in waiting and "--sadl-lock-timeout" in waiting
+    (warning,) = [w for w in results(pytester)["outcome"]["warnings"] if "lock" in w]
+    assert "waited 4 s" in warning and "built in memory for this run, not saved" in warning, warning
+    assert results(pytester)["metrics"]["lsc"]["count"] == 60 and not entry.exists()
+
+    holder, child = _hold_lock(lock, "fork")
+    try:
+        os.kill(holder.pid, signal.SIGKILL)  # the holder dies; its child keeps the lock held
+        holder.wait(30)
+        res = run(pytester, "--sadl-coverage", "--sadl-lock-timeout=60")
+    finally:
+        _end(holder, child)
+    assert res.ret == 0, res.stdout.str()
+    (taken,) = [line for line in res.stdout.lines if "taking it over" in line]
+    assert f"held by process {holder.pid} on host" in taken and "which is gone" in taken
+    assert entry.is_dir()  # built and saved under the new lock, at once
