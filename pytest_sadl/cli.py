@@ -5,7 +5,7 @@ Subcommands::
     sadl profile build --model M --train T [--sa-layers L ...] [--coverage-layers L ...]
                        [--output NAME] [--var-threshold V] [--lsa-near-singular drop|keep]
                        [--batch-size N] [--cache-dir D] [--rootdir R]
-                       [--rebuild] [--[no-]dsa-precompute] [--quiet]
+                       [--rebuild] [--[no-]dsa-precompute] [--lock-timeout S] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
     sadl profile layers --model M [--output NAME] [--json] [--rootdir R]
     sadl report ...    (pytest_sadl.report.cli)
@@ -146,6 +146,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
             status=bar.status,
             rebuild=args.rebuild,
             base_dir=base_dir,
+            lock_timeout=sadl.lock_timeout,
         )
     for w in caught:  # one line each (the profile's own warnings say what happened)
         if w.category.__module__.startswith("pytest_sadl"):
@@ -287,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="compute every training trace's nearest other-class distance (DSA's dist_b) now "
         "(default: sadl_dsa_precompute of the ini, else no: each session computes the ones its "
         "inputs need and keeps them in the profile)",
+    )
+    build.add_argument(
+        "--lock-timeout",
+        type=float,
+        metavar="S",
+        help="seconds to wait for another process building the same profile (its lock) before building "
+        "it in memory, unsaved (default: sadl_lock_timeout of the ini, else 300)",
     )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
     add_location(build)

@@ -61,6 +61,7 @@ _FLAGS = {
     "lsa_near_singular": "--sadl-lsa-near-singular",
     "batch_size": "--sadl-batch-size",
     "cache_dir": "--sadl-cache-dir",
+    "lock_timeout": "--sadl-lock-timeout",
 }
 
 

@@ -72,6 +72,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
     Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", "linelist", None, "str", "SPEC"),
     Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
+    Option("--sadl-lock-timeout", "sadl_lock_timeout", "seconds to wait for another process building the same training profile (its lock) before building it in memory, unsaved (default 300)", None, 300.0, "float", "S"),
     Option("--sadl-compare", "sadl_compare", "a baseline results JSON to compare this run's metrics with", kind="path", metavar="BASELINE.json"),
     Option("--sadl-compare-fail", "sadl_compare_fail", "fail when a metric drops by more than this many points from the baseline, e.g. lsc:-2", "linelist", None, "str", "SPEC"),
 )
@@ -172,6 +173,7 @@ class SadlOptions:
     groups: tuple[str, ...] = ()  # the order of the groups (sadl_groups); the rest follow
     fail_under: dict[str, float] = field(default_factory=dict)
     cache_dir: Path | None = None
+    lock_timeout: float = 300.0
     compare: Path | None = None
     compare_fail: dict[str, float] = field(default_factory=dict)
     base_dir: Path = Path(".")
@@ -437,6 +439,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
             "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
         )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
+    lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
     nc_threshold = at_least("sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)")
     if nc_threshold >= 1:
         raise pytest.UsageError(
@@ -496,6 +499,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         groups=groups,
         fail_under=fail_under,
         cache_dir=cache_dir,
+        lock_timeout=lock_timeout,
         compare=Path(compare) if compare else None,
         compare_fail=compare_fail,
         base_dir=r.inidir,

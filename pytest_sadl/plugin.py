@@ -133,7 +133,9 @@ class SadlState:
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", SadlCacheWarning)
-                    self._profiles[key] = load_or_build(model, train, options, self.cache_dir(), status=status)
+                    self._profiles[key] = load_or_build(
+                        model, train, options, self.cache_dir(), status=status, lock_timeout=self.options.lock_timeout
+                    )
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
             finally:

@@ -210,7 +210,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise SadlConfigError(f"{args.pool}: the pool must be a .npz (key 'x' or one array per input name, optional 'y') or .npy file")
     model = load_model(args.model, base_dir=base_dir)
     options = ProfileOptions.from_sadl(sadl)
-    profile = load_or_build(model, args.train, options, cache_dir_for(args, sadl), base_dir=base_dir)
+    profile = load_or_build(model, args.train, options, cache_dir_for(args, sadl), base_dir=base_dir, lock_timeout=sadl.lock_timeout)
     if results is not None:
         _check_results_config(results, profile, sadl)
     tm = profile.trace_model(model)

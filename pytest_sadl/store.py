@@ -62,6 +62,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -86,6 +87,8 @@ __all__ = [
     "read_extra",
     "write_extra",
     "locked",
+    "LockTimeout",
+    "DEFAULT_LOCK_TIMEOUT",
     "cached_build",
     "stale_files",
     "sweep",
@@ -408,9 +411,99 @@ def lock_path(entry: Path) -> Path:
     return entry.with_name(entry.name + ".lock")
 
 
+#: How long a lock is waited for before one line names its holder (seconds; at most half
+#: the wait limit), and how often it is tried meanwhile.
+NOTICE_AFTER = 5.0
+_POLL = 0.1
+#: The default wait limit for another process's lock (``--sadl-lock-timeout``), seconds.
+DEFAULT_LOCK_TIMEOUT = 300.0
+
+
+class LockTimeout(TimeoutError):
+    """Another process held the lock for longer than the wait limit (an ``OSError``: the
+    cycle then builds in memory, as for any cache that cannot be written)."""
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/<pid>/stat``), to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == b"Z":  # a zombie holds nothing: its files are closed
+        return "zombie"
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _holder_text() -> str:
+    return json.dumps({"pid": os.getpid(), "host": _host(), "since": time.time(),
+                       "start": _start_ticks(os.getpid())})
+
+
+def read_holder(fd: int) -> dict[str, Any] | None:
+    """Who holds the lock whose file is open as ``fd`` (what it wrote on taking it)."""
+    try:
+        raw = os.pread(fd, 4096, 0)
+        doc = json.loads(raw.decode("utf-8")) if raw else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or type(doc.get("pid")) is not int or not isinstance(doc.get("host"), str):
+        return None
+    return doc
+
+
+def holder_gone(holder: dict[str, Any]) -> bool:
+    """Whether the process that wrote ``holder`` is known to be gone: it ran on this host
+    and no process of its pid (started when it did) is alive. A holder on another host
+    is never judged gone."""
+    if holder.get("host") != _host() or holder["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        pass
+    start = _start_ticks(holder["pid"])
+    return start == "zombie" or (start is not None and holder.get("start") not in (None, start))
+
+
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    """``process 123 on host ci-7 since 10:20:01 (42 s ago)``."""
+    if holder is None:
+        return "another process (it did not say which)"
+    since = holder.get("since")
+    when = ""
+    if isinstance(since, (int, float)):
+        when = f" since {time.strftime('%H:%M:%S', time.localtime(since))} ({max(0, time.time() - since):.0f} s ago)"
+    return f"process {holder['pid']} on host {holder['host']}{when}"
+
+
 @contextlib.contextmanager
-def locked(file: Path, *, wait: bool = True) -> Iterator[None]:
+def locked(
+    file: Path,
+    *,
+    wait: bool = True,
+    timeout: float | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> Iterator[None]:
     """An exclusive advisory lock (``fcntl.flock``; none where fcntl does not exist).
+
+    The holder writes its pid, host, start time and the time it took the lock into the
+    lock file. A waiter polls; after :data:`NOTICE_AFTER` seconds (at most half of
+    ``timeout``) it calls ``notice`` once with one line naming the holder and what to do.
+    A holder that is gone (its pid is not alive on this host, yet the lock is still held,
+    e.g. by a child that inherited the descriptor) is taken over: the lock file is
+    replaced by a new one, and ``notice`` says so. After ``timeout`` seconds it raises
+    :class:`LockTimeout` naming the holder (``None``: wait for as long as it takes).
+
     Raises ``OSError`` when the lock file cannot be created (a read-only cache), and
     ``BlockingIOError`` (an ``OSError``) when ``wait=False`` and another process holds it."""
     try:
@@ -418,21 +511,72 @@ def locked(file: Path, *, wait: bool = True) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: the atomic rename still protects readers
         yield
         return
-    fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{file} is not a regular file")
-        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    start = time.monotonic()
+    told = False
+    patience = NOTICE_AFTER if timeout is None else min(NOTICE_AFTER, timeout / 2)
+    while True:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666)
         try:
-            yield
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{file} is not a regular file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    raise
+                holder = read_holder(fd)
+                waited = time.monotonic() - start
+                if holder is not None and holder_gone(holder):
+                    with contextlib.suppress(OSError):
+                        if os.stat(file).st_ino == st.st_ino:  # still the file the holder locked
+                            os.unlink(file)
+                    if notice:
+                        notice(f"the lock {file} was held by {describe_holder(holder)}, which is gone; taking it over")
+                    continue
+                if timeout is not None and waited >= timeout:
+                    raise LockTimeout(
+                        f"waited {waited:.0f} s for the lock {file}, held by {describe_holder(holder)}"
+                    ) from None
+                if not told and waited >= patience and notice:
+                    told = True
+                    limit = "as long as it takes" if timeout is None else f"up to {timeout:g} s in all"
+                    pid = f"kill {holder['pid']}" if holder else "end it"
+                    notice(
+                        f"waiting for the lock {file}, held by {describe_holder(holder)} (building this profile?); "
+                        f"waiting {limit} (--sadl-lock-timeout); if that process is stuck, {pid} or delete the lock file"
+                    )
+                time.sleep(_POLL)
+                continue
+            try:
+                if os.stat(file).st_ino != st.st_ino:  # taken over (replaced) while we waited: again
+                    continue
+            except FileNotFoundError:
+                continue
+            try:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, _holder_text().encode(), 0)
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            return
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            os.close(fd)
 
 
 def uncached_warning(directory: Path, exc: BaseException) -> None:
     """The one line said when the cache cannot be written: the run goes on in memory."""
+    if isinstance(exc, LockTimeout):
+        warnings.warn(
+            f"pytest-sadl: {exc}; the profile is built in memory for this run, not saved "
+            "(raise --sadl-lock-timeout to wait longer)",
+            SadlCacheWarning,
+            stacklevel=3,
+        )
+        return
     reason = f"{type(exc).__name__}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
     warnings.warn(
         f"pytest-sadl: could not cache the training profile in {directory} ({reason}); "
@@ -450,6 +594,8 @@ def cached_build(
     make: Callable[[T | None], T],
     save: Callable[[T, Path], None],
     rebuild: bool = False,
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    notice: Callable[[str], None] | None = None,
 ) -> tuple[T, bool]:
     """The lock-build-load cycle of the cache entry ``path``; returns ``(value, stored)``.
 
@@ -463,7 +609,10 @@ def cached_build(
     writes, the others then load its result. When the cache folder, the lock or the
     entry cannot be written (``OSError``: a read-only checkout, a full disk), a
     :class:`SadlCacheWarning` says so in one line and the value is built in memory
-    (``stored`` is ``False``).
+    (``stored`` is ``False``). Waiting for another process's lock is bounded: ``notice``
+    gets one line naming the holder after a few seconds, a gone holder's lock is taken
+    over, and after ``lock_timeout`` seconds the value is built in memory with a warning
+    (see :func:`locked`).
     """
     hit = None if rebuild else load(path, True)
     if hit is not None and ready(hit):
@@ -472,7 +621,7 @@ def cached_build(
     with contextlib.ExitStack() as stack:
         try:
             ensure_cache_dir(directory)
-            stack.enter_context(locked(lock_path(path)))
+            stack.enter_context(locked(lock_path(path), timeout=lock_timeout, notice=notice))
         except OSError as exc:
             uncached_warning(directory, exc)
             return make(hit), False

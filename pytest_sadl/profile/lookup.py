@@ -123,6 +123,7 @@ def load_or_build(
     status: Status | None = None,
     rebuild: bool = False,
     base_dir: str | os.PathLike[str] | None = None,
+    lock_timeout: float | None = store.DEFAULT_LOCK_TIMEOUT,
 ) -> TrainingProfile:
     """The training profile of ``model`` on ``train``: loaded when cached, else built.
 
@@ -132,7 +133,10 @@ def load_or_build(
     ``base_dir`` (the rootdir). Raises :class:`~pytest_sadl.data.SadlConfigError`
     subclasses for bad models, layers, options and data; a cached profile that must not
     be trusted only warns (:class:`SadlCacheWarning`) and is rebuilt; a cache that
-    cannot be written warns and the profile is kept in memory.
+    cannot be written warns and the profile is kept in memory. Waiting for another
+    process's build lock says so through ``status`` after a few seconds (naming the
+    holder), takes over the lock of a holder that is gone, and after ``lock_timeout``
+    seconds builds the profile in memory with a :class:`SadlCacheWarning`, unsaved.
     """
     options = options or ProfileOptions()
     model, tm, data, mfp, fp = prepare(model, train, options, base_dir)
@@ -172,7 +176,8 @@ def load_or_build(
             store.write_extra(target, name, value)
 
     profile, _stored = store.cached_build(
-        path, load=lambda p, warn: _try_load(p, fp, warn), ready=ready, make=make, save=save, rebuild=rebuild
+        path, load=lambda p, warn: _try_load(p, fp, warn), ready=ready, make=make, save=save, rebuild=rebuild,
+        lock_timeout=lock_timeout, notice=status,
     )
     if profile.built:
         _note_data(cache_dir, profile)
