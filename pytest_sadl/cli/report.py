@@ -22,8 +22,8 @@ import json
 import sys
 from typing import Any, Callable
 
+from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.errors import ResultsFileError
-from pytest_sadl.report._load import METRICS
 from pytest_sadl.report.compare import (
     Comparison,
     compare,

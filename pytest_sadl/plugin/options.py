@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.results import METRICS
+from pytest_sadl.criteria.registry import METRICS
 
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
 DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badge.json"}

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_sadl.atomic import atomic_write_text
-from pytest_sadl.report._load import METRIC_LABELS, METRICS, metric_entry
+from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.report._load import metric_entry
 
 __all__ = ["render_badge", "render_badges", "write_badge"]
 
