@@ -21,7 +21,7 @@ import pytest
 from pytest_sadl.criteria.registry import METRICS
 
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
-DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badge.json"}
+DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badges"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
            limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
     Option("--sadl-groups", "sadl_groups", "the order of the groups in the cumulative table (Table VI), comma-separated; groups not named follow, by their first test id (default: every group by its first test id)", "linelist", None, "list", "G1,G2"),
-    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
+    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:DIR] (one shields.io file per metric); repeatable (default term)", "linelist", None, "append", "TYPE"),
     Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", "linelist", None, "str", "SPEC"),
     Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
     Option("--sadl-lock-timeout", "sadl_lock_timeout", "seconds to wait for another process building the same training profile (its lock) before building it in memory, unsaved (default 300)", None, 300.0, "float", "S"),
