@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report.badge import BADGE_FILE, render_badge, render_badges, write_badge, write_badges
+from pytest_sadl.report.badge import (
+    BADGE_FILE,
+    render_badge,
+    render_badges,
+    write_badge,
+    write_badges,
+)
 from pytest_sadl.report.compare import compare
 from pytest_sadl.report.markdown import escape_md, render_markdown, write_markdown
 from pytest_sadl.resultsfile import load_results
