@@ -665,6 +665,21 @@ def test_plugin_off_ignores_broken_sadl_settings(pytester: pytest.Pytester):
     res.stderr.fnmatch_lines(["ERROR: sadl_fail_under (ini): 'lsc30' is not METRIC:PERCENT*"])
 
 
+def test_a_marked_test_without_any_model_is_a_usage_error_not_a_test_error(pytester: pytest.Pytester):
+    """No sadl_model in the ini and no project fixture: the run ends at the first marked test
+    as a usage error (exit 4) in one line saying where to configure the model, instead of an
+    error per test with a traceback (and "1 passed" for the unmarked ones, exit 1)."""
+    pytester.makefile(".ini", pytest="[pytest]\n")
+    pytester.makepyfile("import pytest\n\ndef test_plain():\n    pass\n\n"
+                        "@pytest.mark.sadl\ndef test_marked():\n    pass\n")
+    res = pytester.runpytest_inprocess("--sadl-coverage", "-p", "no:randomly")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()
+    text = res.stdout.str() + res.stderr.str()
+    lines = [line for line in text.splitlines() if "no model configured" in line]
+    assert len(lines) == 1 and "sadl_model" in lines[0] and "conftest.py" in lines[0], lines
+    assert "Traceback" not in text and "UsageError" not in text
+
+
 def test_no_sadl_coverage_switches_an_ini_default_off(pytester: pytest.Pytester):
     pytester.makefile(".ini", pytest="[pytest]\nsadl_coverage = true\nsadl_model = missing.keras\n")
     pytester.makepyfile("def test_ok():\n    pass\n")
