@@ -400,6 +400,11 @@ class DSA:
     / ``"blas"`` to choose); on a tie ``x_a`` is the first such trace in training order, as a per-input
     loop finds it. Repeated training traces are searched once.
 
+    ``dist_b`` is found by one search over every training trace with the query's own class
+    masked out (all classes' queries together), so its cost does not grow with the number
+    of classes; a k-d tree DSA with up to ``TREE_MAX_CLASSES`` (32) classes searches the
+    other classes' trees instead, which is faster there.
+
     ``dist_b`` depends only on the training trace ``x_a``, so it is computed lazily, once,
     for the training traces that are some input's ``x_a``, and kept: :attr:`known` counts
     them, ``to_arrays(complete=False)`` hands them (``NaN`` where not yet known) to a
@@ -476,6 +481,20 @@ class DSA:
             return
         cls = self._pred[needed]
         step = max(1, 4 * self.chunk_bytes // (8 * self.n_features_in))
+        if self.search != "tree" or not self._nn.trees_out:
+            # one masked scan over every training trace per part, queries of all classes at
+            # once: the cost does not grow with the number of classes (faiss: its own
+            # per-class graphs)
+            if self.search == "faiss":
+                for c in np.unique(cls):
+                    for part in _parts(needed[cls == c], step):
+                        self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), int(c))
+                return
+            order = needed[np.argsort(cls, kind="stable")]
+            for part in _parts(order, step):
+                q = np.asarray(self._x[part], dtype=np.float64)
+                self._other[part] = self._nn.nearest_out_each(q, self._pred[part])
+            return
         jobs = [(int(c), part) for c in np.unique(cls) for part in _parts(needed[cls == c], step)]
 
         def run(job: tuple[int, np.ndarray], workers: int = 0) -> None:
@@ -483,7 +502,7 @@ class DSA:
             self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c, workers=workers)
 
         threads = min(len(jobs), cores())
-        if self.search != "tree" or threads < 2 or len(needed) < 4096:
+        if threads < 2 or len(needed) < 4096:
             for job in jobs:
                 run(job)
             return

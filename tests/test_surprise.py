@@ -428,6 +428,60 @@ def test_dsa_precompute_with_the_classes_in_threads_equals_the_definition(monkey
         assert got[i] == pytest.approx(np.linalg.norm(train[tp != tp[i]] - train[i], axis=1).min(), rel=1e-12)
 
 
+def _other_class_distances(train, tp):
+    """dist_b of every training trace by the definition (equation 4): a loop over rows."""
+    x = train.astype(np.float64)
+    return np.array([np.linalg.norm(x[tp != tp[i]] - x[i], axis=1).min() for i in range(len(x))])
+
+
+@pytest.mark.parametrize("layout", ["many classes", "softmax near ties"])
+def test_dsa_dist_b_by_one_masked_scan_equals_the_definition_and_the_per_class_trees(layout, monkeypatch):
+    """dist_b by one scan over every training trace with the query's class masked out
+    (chunks of 96 rows here: each class's rows cross chunk and block edges), on 60
+    classes with repeated rows, and on near-one-hot float32 softmax rows full of near and
+    exact ties: equal to the per-row loop of equation 4 and to the per-class k-d tree
+    search it replaces, for the k-d tree's DSA (many classes: the scan) and the blocked one."""
+    import pytest_sadl._neighbours as neighbours
+
+    rng = np.random.default_rng(47)
+    if layout == "many classes":
+        train, tp = clustered(rng, 1500, 6, 60, spread=0.8, scale=1.5)
+        train = train.astype(np.float32)
+    else:
+        train, tp = softmax_traces(rng, 1500, 10, 10, scale=9.0)
+        train[:40] = np.eye(10, dtype=np.float32)[tp[:40] % 10]  # exact one-hot rows: exact ties
+        tp[:40] = tp[:40] % 10
+    train[-300:], tp[-300:] = train[:300], tp[:300]  # repeated rows
+    ref = _other_class_distances(train, tp)
+    trees = None
+    if layout == "softmax near ties":
+        trees = DSA(train, tp).precompute().to_arrays()["other_dist"]  # 10 classes: per-class trees
+    monkeypatch.setattr(neighbours, "TREE_MAX_CLASSES", 0)
+    for search in ("tree", "blas"):
+        dsa = DSA(train, tp, search=search, chunk_bytes=96 * 10 * 8)
+        got = dsa.precompute().to_arrays()["other_dist"]
+        assert search == "blas" or not dsa._nn.trees_out
+        assert rel_err(got, ref) < 1e-12
+        if trees is not None:
+            assert rel_err(got, trees) < 1e-12
+    # and DSA itself, lazily, against the per-input loop
+    tests = train[rng.choice(len(train), 120)].astype(np.float64) + rng.normal(scale=1e-3, size=(120, train.shape[1]))
+    pred = tp[rng.choice(len(train), 120)]
+    expected = naive.dsa(train.astype(np.float64), tp, tests, pred)
+    assert rel_err(DSA(train, tp, search="blas")(tests, pred), expected) < 1e-9
+
+
+def test_dsa_dist_b_of_a_class_alone_in_a_block_is_the_next_class():
+    """One class's rows fill whole scan blocks (masked to +inf everywhere there): a query
+    masked out of an entire block must take no candidate from it."""
+    rng = np.random.default_rng(48)
+    big = rng.normal(size=(900, 3)).astype(np.float32)
+    small = (rng.normal(size=(5, 3)) + 6).astype(np.float32)
+    train, tp = np.vstack([big, small]), np.array([0] * 900 + [1] * 5)
+    got = DSA(train, tp, search="blas", chunk_bytes=64 * 3 * 8).precompute().to_arrays()["other_dist"]
+    np.testing.assert_allclose(got, _other_class_distances(train, tp), rtol=1e-12)
+
+
 # ----------------------------------------------------------------------------- lazy dist_b
 
 
