@@ -8,8 +8,10 @@ inside NumPy or SciPy.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -19,9 +21,15 @@ __all__ = [
     "as_train_traces",
     "as_pred",
     "as_layers",
+    "available_bytes",
+    "check_fits",
     "check_var_threshold",
     "class_moments",
+    "class_list",
+    "class_scatter",
     "classes_of",
+    "examples",
+    "one_blas_thread",
     "low_variance_filter",
     "reduce_layer",
     "row_chunks",
@@ -118,13 +126,30 @@ def classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return classes, [order[s:e] for s, e in zip(starts, bounds)]
 
 
+def examples(labels: Sequence[object], limit: int = 5) -> str:
+    """The first ``limit`` of ``labels``, comma-separated, ``...`` when there are more."""
+    shown = ", ".join(str(c) for c in list(labels)[:limit])
+    return shown + (", ..." if len(labels) > limit else "")
+
+
+def class_list(labels: Sequence[int], limit: int = 5) -> str:
+    """``[7, 9]``; past ``limit`` classes the first few and the count, ``[0, 1, 2, 3, 4, ...] (1,000 classes)``."""
+    if len(labels) <= limit:
+        return "[" + ", ".join(str(c) for c in labels) + "]"
+    return f"[{examples(labels, limit)}] ({len(labels):,d} classes)"
+
+
 def usable_classes(who: str, classes: np.ndarray, members: list[np.ndarray], what: str) -> list[int]:
     """Indices of the classes with two or more training traces (the per-class criteria,
-    LSA and MDSA, need a variance); each other class gets a :class:`SadlWarning` saying
-    ``what`` it lacks, and none usable is an error."""
-    for i, m in enumerate(members):
-        if len(m) < 2:
-            warn(f"{who}: class {int(classes[i])} has {len(m)} training trace; {what} and its inputs score NaN")
+    LSA and MDSA, need a variance); the other classes get one :class:`SadlWarning` (a
+    count and the first few, however many there are) saying ``what`` they lack, and none
+    usable is an error. ``what`` reads after "it": "it has no covariance"."""
+    lone = [int(classes[i]) for i, m in enumerate(members) if len(m) < 2]
+    if len(lone) == 1:
+        warn(f"{who}: class {lone[0]} has 1 training trace; {what} and its inputs score NaN")
+    elif lone:
+        they = what.replace("it has", "they have").replace("it gets", "they get")
+        warn(f"{who}: {len(lone):,d} classes have 1 training trace each (e.g. {examples(lone)}); {they} and their inputs score NaN")
     usable = [i for i, m in enumerate(members) if len(m) >= 2]
     if not usable:
         raise ValueError(f"{who} needs at least one class with two or more training traces")
@@ -146,11 +171,15 @@ def low_variance_filter(who: str, variances: Sequence[np.ndarray], var_threshold
     return kept
 
 
-def class_moments(x: np.ndarray, rows: np.ndarray, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def class_moments(
+    x: np.ndarray, rows: np.ndarray, chunk_bytes: int, *, scatter: bool = True
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """(mean, centred scatter matrix, variance with ``ddof=0``) of ``x[rows]``, in float64.
 
     Two passes of at most ``chunk_bytes`` of float64 rows each (mean, then scatter), so a
     memory-mapped training set is read a chunk at a time and no class is held whole.
+    ``scatter=False``: no ``d x d`` matrix (``None`` in its place), the variance from the
+    centred squares; :func:`class_scatter` makes the matrix later, one class at a time.
     """
     d = x.shape[1]
     step = max(1, chunk_bytes // (8 * d))
@@ -158,11 +187,92 @@ def class_moments(x: np.ndarray, rows: np.ndarray, chunk_bytes: int) -> tuple[np
     for s in range(0, len(rows), step):
         total += np.asarray(x[rows[s : s + step]], dtype=np.float64).sum(axis=0)
     mean = total / len(rows)
-    scatter = np.zeros((d, d))
+    if not scatter:
+        squares = np.zeros(d)
+        for s in range(0, len(rows), step):
+            centred = np.asarray(x[rows[s : s + step]], dtype=np.float64) - mean
+            squares += np.einsum("ij,ij->j", centred, centred)
+        return mean, None, squares / len(rows)
+    matrix = np.zeros((d, d))
     for s in range(0, len(rows), step):
         centred = np.asarray(x[rows[s : s + step]], dtype=np.float64) - mean
-        scatter += centred.T @ centred
-    return mean, scatter, np.diag(scatter) / len(rows)
+        matrix += centred.T @ centred
+    return mean, matrix, np.diag(matrix) / len(rows)
+
+
+def class_scatter(x: np.ndarray, rows: np.ndarray, mean: np.ndarray, cols: np.ndarray, chunk_bytes: int) -> np.ndarray:
+    """The centred scatter matrix of ``x[rows][:, cols]`` about ``mean`` (over every
+    column), float64, a chunk of rows at a time: one class's ``len(cols)`` squared matrix."""
+    step = max(1, chunk_bytes // (8 * x.shape[1]))
+    out = np.zeros((cols.size, cols.size))
+    for s in range(0, len(rows), step):
+        centred = np.asarray(x[rows[s : s + step]], dtype=np.float64)[:, cols] - mean[cols]
+        out += centred.T @ centred
+    return out
+
+
+_MEMINFO = "/proc/meminfo"
+
+
+def available_bytes() -> int | None:
+    """The memory the system can give this process now (``MemAvailable``), or ``None``
+    where it does not say (not Linux)."""
+    try:
+        with open(_MEMINFO) as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_fits(who: str, what: str, *, classes: int, neurons: int, max_bytes: int | None = None) -> None:
+    """Refuse in one line, before the work starts, a set-up that keeps one float64
+    ``neurons x neurons`` matrix per class (and makes four more for the class being
+    fitted) when they need more than ``max_bytes`` (default: the memory available now),
+    saying what would fit instead: fewer classes at this width, or this many classes at
+    a smaller width."""
+    budget = available_bytes() if max_bytes is None else int(max_bytes)
+    matrix = neurons * neurons * 8
+    need = (classes + 4) * matrix
+    if budget is None or need <= budget:
+        return
+    fit_k = max(0, budget // matrix - 4)
+    fit_d = math.isqrt(max(0, budget // (8 * (classes + 4))))
+    where = "available" if max_bytes is None else "allowed (max_bytes)"
+    raise ValueError(
+        f"{who}: {what} need {gib(need)}, more than the {gib(budget)} {where}; at most {fit_k:,d} classes fit at "
+        f"{neurons:,d} neurons, or all {classes:,d} at up to {fit_d:,d} neurons: project the traces to fewer "
+        "dimensions first or measure a narrower layer"
+    )
+
+
+_BLAS_LOCK = threading.RLock()
+_CONTROLLER: list = []
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS limited to one thread for the block. The limit is process-wide, so set-ups in
+    several threads take turns (one saving the limit another set would leave the process
+    on one thread); the controller, which scans the loaded libraries and may warn about
+    them, is made once, its warnings silenced. The per-class set-ups of LSA and MDSA run
+    in it: their small products and factorisations gain nothing from more threads, and
+    waiting BLAS threads made them 5-25x slower on a busy 2-core machine."""
+    from threadpoolctl import ThreadpoolController
+
+    with _BLAS_LOCK:
+        if not _CONTROLLER:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _CONTROLLER.append(ThreadpoolController())
+        with _CONTROLLER[0].limit(limits=1, user_api="blas"):
+            yield
 
 
 def as_pred(name: str, pred: object, n: int) -> np.ndarray:

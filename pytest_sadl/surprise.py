@@ -17,16 +17,13 @@ inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at
 from __future__ import annotations
 
 import math
-import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 from scipy import linalg
-from threadpoolctl import ThreadpoolController
 
 from ._checks import (
     SadlWarning,
@@ -36,7 +33,13 @@ from ._checks import (
     check_var_threshold,
     class_moments,
     classes_of,
+    check_fits,
+    class_list,
+    class_scatter,
+    examples,
+    gib,
     low_variance_filter,
+    one_blas_thread,
     scoring_inputs,
     usable_classes,
     warn,
@@ -47,6 +50,11 @@ from .mahalanobis import MDSA as MDSA  # re-exported: the third surprise measure
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 
 _CHUNK_BYTES = 16 * 2**20
+# Per-class matrices (memmapped LSA/MDSA scatter, in-memory LSA whitened traces) are kept
+# from one pass to the next only while all classes' take at most this; else each class's
+# are made when it is fitted or scored, so memory is bounded by one class's at a time.
+_KEEP_MATRICES = 256 * 2**20
+_KEEP_WHITENED = 2**30
 _LOG_2PI = math.log(2.0 * math.pi)
 # A covariance whose squared Cholesky pivots span more than ten orders of magnitude is
 # treated as singular (the softmax case: one direction has variance ~1e-17).
@@ -55,23 +63,7 @@ _RCOND = 1e-10
 
 # --------------------------------------------------------------------------- LSA
 
-_BLAS_LOCK = threading.RLock()
-_CONTROLLER: list[ThreadpoolController] = []
-
-
-@contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """BLAS limited to one thread for the block. The limit is process-wide, so set-ups in
-    several threads take turns (one saving the limit another set would leave the process
-    on one thread); the controller, which scans the loaded libraries and may warn about
-    them, is made once, its warnings silenced."""
-    with _BLAS_LOCK:
-        if not _CONTROLLER:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                _CONTROLLER.append(ThreadpoolController())
-        with _CONTROLLER[0].limit(limits=1, user_api="blas"):
-            yield
+_one_blas_thread = one_blas_thread  # the name the set-up used before it moved to _checks
 
 NEAR_SINGULAR = ("drop", "keep")
 
@@ -133,6 +125,7 @@ class LSA:
         var_threshold: float = 1e-5,
         near_singular: str = "drop",
         chunk_bytes: int = _CHUNK_BYTES,
+        max_bytes: int | None = None,
     ) -> None:
         var_threshold = check_var_threshold(var_threshold)
         if near_singular not in NEAR_SINGULAR:
@@ -148,6 +141,10 @@ class LSA:
         self._train_pred = pred if self.classifier else None
         self._in_memory = not isinstance(x, np.memmap)
         classes, members = classes_of(pred)
+        d_all = x.shape[1]
+        # a memory-mapped set keeps every class's d x d scatter matrix from the moments'
+        # pass only while they are small; else each class's is summed again when it is fitted
+        self._keep_scatter = len(classes) * d_all * d_all * 8 <= _KEEP_MATRICES
 
         # The whole set-up (per-class moments, covariances, Cholesky factors, whitening) runs
         # on one BLAS thread: its d x d factorisations gain nothing from more, and OpenBLAS'
@@ -165,18 +162,29 @@ class LSA:
                 "measure another layer (a layer whose outputs barely vary carries no density information)",
             )
             too_small = [i for i in usable if len(members[i]) < kept.size + 1]
-            for i in too_small:
+            fix = "more training data, or a narrower layer, fixes this"
+            if len(too_small) == 1:
+                i = too_small[0]
                 warn(
                     f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
-                    f"{kept.size + 1} a KDE over {kept.size} neurons needs; its inputs score NaN "
-                    "(more training data, or a narrower layer, fixes this)"
+                    f"{kept.size + 1} a KDE over {kept.size} neurons needs; its inputs score NaN ({fix})"
                 )
-            usable = [i for i in usable if i not in too_small]
+            elif too_small:
+                labels = [int(classes[i]) for i in too_small]
+                counts = [len(members[i]) for i in too_small]
+                warn(
+                    f"LSA: {len(too_small):,d} classes have fewer training traces than the {kept.size + 1} a KDE over "
+                    f"{kept.size} neurons needs (e.g. {examples(labels)}, with {examples(counts)} traces); their "
+                    f"inputs score NaN ({fix})"
+                )
+            small = set(too_small)
+            usable = [i for i in usable if i not in small]
             if not usable:
                 raise ValueError(
                     f"LSA: no class has more than {kept.size} training traces, the minimum for a KDE over "
                     f"{kept.size} neurons; use more training data or a layer with fewer neurons"
                 )
+            self._check_memory(kept.size, [len(members[i]) for i in usable], max_bytes)
             rows = {int(classes[i]): members[i] for i in usable}
             kdes: dict[int, _Kde] = {}
             pending = list(rows)
@@ -234,11 +242,24 @@ class LSA:
 
         In memory the covariance is later computed as SciPy does, from the class's traces;
         for a memory-mapped set the centred scatter matrix is summed a chunk at a time
-        (two passes: mean, then scatter), so no class is ever held whole."""
+        (two passes: mean, then scatter), so no class is ever held whole; with many wide
+        classes it is not kept (``None``) but summed again for the class being fitted."""
         if self._in_memory:
             xc = self._gather(rows)
             return xc.mean(axis=0), None, xc.var(axis=0)
-        return class_moments(self._x, rows, self.chunk_bytes)
+        return class_moments(self._x, rows, self.chunk_bytes, scatter=self._keep_scatter)
+
+    def _check_memory(self, d: int, sizes: list[int], max_bytes: int | None) -> None:
+        """Refuse, before any class is fitted, KDEs whose matrices would not fit: one
+        ``d x d`` whitening matrix per class (float64), and in memory each class's whitened
+        traces, kept only while all of them take at most ``_KEEP_WHITENED`` (else they are
+        made a block at a time when scoring, as for a memory-mapped set)."""
+        k = len(sizes)
+        self._keep_aug = self._in_memory and sum(sizes) * (d + 2) * 8 <= _KEEP_WHITENED
+        check_fits(
+            "LSA", f"{k:,d} KDEs over {d:,d} neurons (a {d:,d} x {d:,d} float64 whitening matrix each)",
+            classes=k, neurons=d, max_bytes=max_bytes,
+        )
 
     def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple, strict: bool) -> _Kde | None:
         """The class's KDE over ``cols``, bandwidth and normalisation exactly as
@@ -250,11 +271,13 @@ class LSA:
         mean_all, scatter, _ = stats
         mean = mean_all[cols]
         xc = None
-        if scatter is None:
+        if scatter is not None:
+            data_cov = scatter[np.ix_(cols, cols)] / (n - 1)
+        elif self._in_memory:
             xc = self._gather(rows, cols)
             data_cov = np.atleast_2d(np.cov(xc.T, rowvar=True, bias=False, aweights=np.full(n, 1.0 / n)))
-        else:
-            data_cov = scatter[np.ix_(cols, cols)] / (n - 1)
+        else:  # many wide classes of a memmap: this class's scatter only, summed now
+            data_cov = class_scatter(self._x, rows, mean_all, cols, self.chunk_bytes) / (n - 1)
         try:
             chol = linalg.cholesky(data_cov, lower=True) * n ** (-1.0 / (d + 4))
         except linalg.LinAlgError:
@@ -265,7 +288,7 @@ class LSA:
         whiten = linalg.solve_triangular(chol, np.eye(d), lower=True).T
         log_det = 2.0 * np.log(pivots * math.sqrt(2 * math.pi)).sum()
         kde = _Kde(cols, rows, mean, whiten, -math.log(n) - 0.5 * log_det)
-        if self._in_memory:
+        if self._keep_aug:
             kde.aug = self._augment(kde, self._gather(rows, cols) if xc is None else xc)  # gathered once
         return kde
 
@@ -322,7 +345,7 @@ class LSA:
                 continue
             out[m] = -self._log_density(kde, x[m][:, kde.cols])
         if missing:
-            warn(f"LSA: no KDE for predicted class(es) {missing} (absent or too rare in the training traces); those inputs score NaN")
+            warn(f"LSA: no KDE for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN")
         return out
 
     def _training_blocks(self, kde: _Kde, rows_per_block: int) -> Iterator[np.ndarray]:
@@ -547,7 +570,7 @@ class DSA:
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[m] = dist_a / self._other[a]
         if missing:
-            warn(f"DSA: no training traces of predicted class(es) {missing}; those inputs score NaN")
+            warn(f"DSA: no training traces of predicted class(es) {class_list(missing)}; those inputs score NaN")
         if self.search == "faiss":
             self._report_recall(x, p, out)
         return out

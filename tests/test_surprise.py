@@ -596,3 +596,40 @@ def test_training_trace_checks_keep_float_arrays_and_refuse_the_rest_with_valuee
             assert out.dtype == np.float64
 
     check()
+
+
+# ----------------------------------------------------------------------------- many wide classes
+
+
+def test_lsa_many_classes_one_scatter_at_a_time_and_one_summarised_warning(tmp_path, monkeypatch):
+    """A memmap with more classes' scatter matrices than LSA keeps (the limit 0 here) sums
+    each class's when it fits the class: the values of the in-memory LSA (SciPy's) and of
+    the definition; classes too small for a KDE are one warning with a count and the first
+    few, however many there are."""
+    import pytest_sadl.surprise as surprise
+
+    rng = np.random.default_rng(92)
+    train, tp = clustered(rng, 1500, 4, 6, spread=0.8)
+    small = rng.normal(size=(21, 4)) + 9
+    train = np.vstack([train, small]).astype(np.float32)
+    tp = np.concatenate([tp, np.repeat(np.arange(6, 13), 3)])  # 7 classes of 3 traces: fewer than 5
+    np.save(tmp_path / "t.npy", train)
+    mm = np.load(tmp_path / "t.npy", mmap_mode="r")
+    tests, pred = clustered(rng, 50, 4, 6, spread=1.2)
+    with pytest.warns(SadlWarning) as caught:
+        expected = LSA(train, tp)(tests, pred)
+    lines = [str(w.message) for w in caught if "KDE over" in str(w.message)]
+    assert lines == [
+        "LSA: 7 classes have fewer training traces than the 5 a KDE over 4 neurons needs (e.g. 6, 7, 8, 9, 10, ..., "
+        "with 3, 3, 3, 3, 3, ... traces); their inputs score NaN (more training data, or a narrower layer, fixes this)"
+    ]
+    monkeypatch.setattr(surprise, "_KEEP_MATRICES", 0)
+    monkeypatch.setattr(surprise, "_KEEP_WHITENED", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SadlWarning)
+        streamed = LSA(mm, tp, chunk_bytes=50 * 4 * 8)
+        in_memory = LSA(train, tp)  # whitened traces not kept: made per block when scoring
+    assert not streamed._keep_scatter and not in_memory._keep_aug
+    assert rel_err(streamed(tests, pred), expected) < 1e-10
+    assert rel_err(in_memory(tests, pred), expected) < 1e-10
+    assert rel_err(expected, naive.lsa(train.astype(np.float64)[tp < 6], tp[tp < 6], tests, pred)) < 1e-9
