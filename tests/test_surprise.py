@@ -534,7 +534,7 @@ def test_lsa_and_dsa_on_a_memmap_equal_in_memory_without_a_whole_copy(tmp_path):
         assert peak < train.nbytes / 2, f"{type(engine).__name__} allocated {peak} bytes for a {train.nbytes}-byte memmap"
 
 
-def test_dsa_approximate_faiss_search_reports_its_recall():
+def test_dsa_approximate_faiss_search_is_deprecated_and_still_reports_its_recall():
     faiss = pytest.importorskip("faiss")
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # OpenMP threads spin against each other on a shared CI machine
@@ -549,7 +549,8 @@ def _check_faiss_recall():
     train, tp = clustered(rng, 2000, 20, 4)
     tests, pred = clustered(rng, 300, 20, 4, spread=1.5)
     exact = DSA(train, tp)(tests, pred)
-    approx = DSA(train.astype(np.float32), tp, search="faiss")
+    with pytest.warns(DeprecationWarning, match=r"search='faiss'\) is deprecated .* use search='auto'"):
+        approx = DSA(train.astype(np.float32), tp, search="faiss")
     with pytest.warns(SadlWarning, match=r"faiss HNSW.*for (\d+) of 200 sampled inputs \(recall (0\.9\d\d|1\.000)\)") as caught:
         got = approx(tests, pred)
     assert "use search='auto' for exact values" in str(caught[0].message)
