@@ -38,9 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_sadl.mahalanobis import MDSA
-from pytest_sadl.neurons import KMultisectionCoverage, NeuronBoundaryCoverage, StrongNeuronActivationCoverage, fit_ranges
-from pytest_sadl.surprise import DSA, LSA, SadlWarning
+from pytest_sadl.criteria.mahalanobis import MDSA
+from pytest_sadl.criteria.neurons import KMultisectionCoverage, NeuronBoundaryCoverage, StrongNeuronActivationCoverage, fit_ranges
+from pytest_sadl.criteria.surprise import DSA, LSA
+from pytest_sadl.errors import SadlWarning
 
 CACHE = Path(os.environ.get("SADL_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
 

@@ -182,7 +182,7 @@ def test_mdsa_many_classes_one_scatter_at_a_time_equals_the_definition(tmp_path,
     """With more classes' scatter matrices than it keeps (the limit set to 0 here), MDSA of a
     memmap sums each class's again when it factors it: the same values as in memory and
     the per-input definition; too-small classes give one summarised warning, not one each."""
-    import pytest_sadl.mahalanobis as mahalanobis
+    import pytest_sadl.criteria.mahalanobis as mahalanobis
 
     rng = np.random.default_rng(90)
     train, tp = clustered(rng, 1200, 5, 12)
@@ -192,7 +192,8 @@ def test_mdsa_many_classes_one_scatter_at_a_time_equals_the_definition(tmp_path,
     np.save(tmp_path / "t.npy", train)
     mm = np.load(tmp_path / "t.npy", mmap_mode="r")
     tests, pred = clustered(rng, 60, 5, 12)
-    expected = MDSA(train, tp)(tests, pred)
+    with pytest.warns(SadlWarning, match="8 classes have 1 training trace each"):
+        expected = MDSA(train, tp)(tests, pred)
     monkeypatch.setattr(mahalanobis, "_KEEP_MATRICES", 0)
     with pytest.warns(SadlWarning) as caught:
         streamed = MDSA(mm, tp, chunk_bytes=40 * 5 * 8)
@@ -209,7 +210,7 @@ def test_mdsa_and_lsa_refuse_in_one_line_what_does_not_fit_and_say_what_would():
     rng = np.random.default_rng(91)
     train, tp = clustered(rng, 4000, 40, 10)
     need = (10 + 4) * 40 * 40 * 8
-    for make in (MDSA, __import__("pytest_sadl.surprise", fromlist=["LSA"]).LSA):
+    for make in (MDSA, __import__("pytest_sadl.criteria.surprise", fromlist=["LSA"]).LSA):
         with pytest.raises(ValueError) as caught:
             make(train, tp, max_bytes=need // 2)
         message = str(caught.value)

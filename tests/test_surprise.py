@@ -456,7 +456,7 @@ def test_dsa_dist_b_by_one_masked_scan_equals_the_definition_and_the_per_class_t
     classes with repeated rows, and on near-one-hot float32 softmax rows full of near and
     exact ties: equal to the per-row loop of equation 4 and to the per-class k-d tree
     search it replaces, for the k-d tree's DSA (many classes: the scan) and the blocked one."""
-    import pytest_sadl._neighbours as neighbours
+    import pytest_sadl.criteria.neighbours as neighbours
 
     rng = np.random.default_rng(47)
     if layout == "many classes":
@@ -622,7 +622,7 @@ def test_lsa_many_classes_one_scatter_at_a_time_and_one_summarised_warning(tmp_p
     each class's when it fits the class: the values of the in-memory LSA (SciPy's) and of
     the definition; classes too small for a KDE are one warning with a count and the first
     few, however many there are."""
-    import pytest_sadl.surprise as surprise
+    import pytest_sadl.criteria.surprise as surprise
 
     rng = np.random.default_rng(92)
     train, tp = clustered(rng, 1500, 4, 6, spread=0.8)

@@ -65,7 +65,6 @@ _RCOND = 1e-10
 
 # --------------------------------------------------------------------------- LSA
 
-_one_blas_thread = one_blas_thread  # the name the set-up used before it moved to _checks
 
 NEAR_SINGULAR = ("drop", "keep")
 
@@ -154,7 +153,7 @@ class LSA:
         # Cholesky factor took 0.12 s, a class covariance 0.15 s; 60,000 x 128 traces set up
         # in 3.4 s, now 0.24 s); one thread also gives the same numbers whatever the cores.
         # The n-row products in it are memory-bound here; scoring keeps every thread.
-        with _one_blas_thread():
+        with one_blas_thread():
             usable = usable_classes("LSA", classes, members, "it gets no KDE")
             stats = {int(classes[i]): self._moments(members[i]) for i in usable}
             kept = low_variance_filter(
