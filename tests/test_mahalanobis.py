@@ -218,3 +218,19 @@ def test_mdsa_and_lsa_refuse_in_one_line_what_does_not_fit_and_say_what_would():
         assert "at most 3 classes fit at 40 neurons, or all 10 at up to 28 neurons" in message
         make(train[:, :28], tp, max_bytes=need // 2)  # what it says fits, fits
         make(train, tp, max_bytes=need)
+
+
+def test_mdsa_classes_with_fewer_traces_than_neurons_equal_the_pseudo_inverse_in_narrow_factors():
+    """Classes of 8 traces over 20 neurons (rank 7 each) are factored from their traces'
+    thin SVD, in factors 7 columns wide instead of 20: the values of pinv(cov), the
+    definition, and the same after a round trip through arrays."""
+    rng = np.random.default_rng(93)
+    tp = np.repeat(np.arange(30), 8)
+    train = rng.normal(size=(30, 20))[tp] + rng.normal(size=(240, 20))
+    tests, pred = rng.normal(size=(60, 20)), rng.integers(0, 30, 60)
+    with pytest.warns(SadlWarning, match=r"class\(es\) 30 classes, e\.g\. 0 \(rank 7, 8 traces\)"):
+        m = MDSA(train, tp)
+    assert m.factors.shape == (30, 20, 7) and set(m.ranks.tolist()) == {7}
+    got = m(tests, pred)
+    np.testing.assert_allclose(got, naive.mdsa(train, tp, tests, pred), rtol=1e-9)
+    np.testing.assert_array_equal(MDSA.from_arrays(m.to_arrays())(tests, pred), got)

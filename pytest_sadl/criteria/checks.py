@@ -240,18 +240,20 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def check_fits(who: str, what: str, *, classes: int, neurons: int, max_bytes: int | None = None) -> None:
+def check_fits(
+    who: str, what: str, *, classes: int, neurons: int, columns: int | None = None, max_bytes: int | None = None
+) -> None:
     """Refuse in one line, before the work starts, a set-up that keeps one float64
-    ``neurons x neurons`` matrix per class (and makes four more for the class being
-    fitted) when they need more than ``max_bytes`` (default: the memory available now),
-    saying what would fit instead: fewer classes at this width, or this many classes at
-    a smaller width."""
+    ``neurons x columns`` matrix per class (``columns``: ``neurons``) and makes four
+    ``neurons x neurons`` ones for the class being fitted, when they need more than
+    ``max_bytes`` (default: the memory available now), saying what would fit instead:
+    fewer classes at this width, or this many classes at a smaller width."""
     budget = available_bytes() if max_bytes is None else int(max_bytes)
-    matrix = neurons * neurons * 8
-    need = (classes + 4) * matrix
+    matrix = neurons * (neurons if columns is None else max(1, columns)) * 8
+    need = classes * matrix + 4 * neurons * neurons * 8
     if budget is None or need <= budget:
         return
-    fit_k = max(0, budget // matrix - 4)
+    fit_k = max(0, (budget - 4 * neurons * neurons * 8) // matrix)
     fit_d = math.isqrt(max(0, budget // (8 * (classes + 4))))
     where = "available" if max_bytes is None else "allowed (max_bytes)"
     raise ValueError(

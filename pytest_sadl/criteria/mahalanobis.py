@@ -110,26 +110,32 @@ class MDSA:
         kept = low_variance_filter("MDSA", [var for _, _, var in stats], self.var_threshold, "measure another layer")
         self.kept: np.ndarray = kept
         d = kept.size
+        # a class of n_c traces has rank at most n_c - 1: no factor needs more columns
+        width = min(d, max(len(members[i]) for i in usable) - 1)
         check_fits(
-            "MDSA", f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {d:,d} float64 each)",
-            classes=len(usable), neurons=d, max_bytes=max_bytes,
+            "MDSA", f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)",
+            classes=len(usable), neurons=d, columns=width, max_bytes=max_bytes,
         )
         self.classes_: np.ndarray = classes[usable].astype(np.int64)
         self.means: np.ndarray = np.empty((len(usable), d))
-        # factor[c] (d, d): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
+        # factor[c] (d, width): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
         # the columns past the class's rank are zero.
-        self.factors: np.ndarray = np.zeros((len(usable), d, d))
+        self.factors: np.ndarray = np.zeros((len(usable), d, width))
         self.ranks: np.ndarray = np.zeros(len(usable), dtype=np.int64)
         singular = []
         for i, (mean, scatter, _) in enumerate(stats):
             rows = members[usable[i]]
             n_c = len(rows)
             self.means[i] = mean[kept]
-            if scatter is not None:
-                cov = scatter[np.ix_(kept, kept)] / (n_c - 1)
+            if n_c <= d:  # fewer traces than neurons: from their thin SVD, n_c^2 d instead of d^3
+                centred = np.asarray(x[rows], dtype=np.float64)[:, kept] - mean[kept]
+                rank = self._fit_rows(centred, self.factors[i])
             else:
-                cov = class_scatter(x, rows, mean, kept, chunk_bytes) / (n_c - 1)
-            rank = self._fit_factor(cov, self.factors[i])
+                if scatter is not None:
+                    cov = scatter[np.ix_(kept, kept)] / (n_c - 1)
+                else:
+                    cov = class_scatter(x, rows, mean, kept, chunk_bytes) / (n_c - 1)
+                rank = self._fit_factor(cov, self.factors[i])
             self.ranks[i] = rank
             if rank < d:
                 singular.append(f"{int(self.classes_[i])} (rank {rank}, {n_c} traces)")
@@ -140,6 +146,17 @@ class MDSA:
                 "using its pseudo-inverse: distances are measured within the subspace those traces span "
                 "(more training data or a narrower layer avoids this)"
             )
+
+    def _fit_rows(self, centred: np.ndarray, out: np.ndarray) -> int:
+        """:meth:`_fit_factor` of ``cov = centred^T centred / (n - 1)`` from the thin SVD of the
+        ``n x d`` centred traces (``n <= d``): the same eigenpairs, ``lambda = s^2 / (n - 1)``."""
+        _, sv, vt = np.linalg.svd(centred, full_matrices=False)
+        values = sv**2 / (len(centred) - 1)
+        top = values.max()
+        keep = values > self.rcond * top if top > 0 else np.zeros_like(values, dtype=bool)
+        rank = int(keep.sum())
+        out[:, :rank] = vt[keep].T / np.sqrt(values[keep])
+        return rank
 
     def _fit_factor(self, cov: np.ndarray, out: np.ndarray) -> int:
         """Write ``V_r / sqrt(lambda_r)`` (eigenpairs above ``rcond * lambda_max``) into ``out``; return r."""
@@ -201,6 +218,8 @@ class MDSA:
         self.var_threshold = float(arrays["var_threshold"])
         self.rcond = float(arrays["rcond"])
         k, d = len(self.classes_), self.kept.size
-        if self.means.shape != (k, d) or self.factors.shape != (k, d, d) or self.ranks.shape != (k,):
+        shape = self.factors.shape
+        if self.means.shape != (k, d) or len(shape) != 3 or shape[:2] != (k, d) or shape[2] > d or self.ranks.shape != (k,) \
+                or (k and self.ranks.max() > shape[2]):
             raise ValueError("MDSA arrays have inconsistent shapes; rebuild the profile")
         return self
