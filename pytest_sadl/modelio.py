@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sadl._checks import SadlWarning
+from pytest_sadl.capture.backend import import_backend
 from pytest_sadl.data import SadlModelError, call_spec, is_callable_spec, resolve_path
 
 __all__ = ["load_model", "SadlModelError", "SadlModelWarning"]
@@ -56,6 +57,7 @@ def load_model(
     """Return the Keras model ``source`` names (see the module docstring)."""
     if _is_keras_model(source):
         return source
+    import_backend()  # Keras missing or broken: one line saying what to install
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
         model = call_spec(source, what=what, error=SadlModelError)
         if not _is_keras_model(model):

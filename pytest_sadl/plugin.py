@@ -197,6 +197,23 @@ class SadlState:
         return self.recorder
 
 
+@contextlib.contextmanager
+def _backend_errors() -> Any:
+    """Keras, TensorFlow or JAX missing or broken, wherever the plugin first needs them:
+    a usage error in one line saying what to install (``capture.backend.backend_error``)."""
+    try:
+        yield
+    except pytest.UsageError:
+        raise
+    except Exception as exc:
+        from .capture.backend import backend_error
+
+        err = backend_error(exc)
+        if err is None:
+            raise
+        raise pytest.UsageError(f"pytest-sadl: {err}") from None
+
+
 # ----------------------------------------------------------------------------- hooks
 
 
@@ -260,11 +277,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = _enabled(session.config)
     if state is None or state.is_worker or session.config.option.collectonly or state.options.model is None:
         return  # a model from a project fixture is checked when first used
-    model = state.model()
-    if state.options.train is None:
-        state.recorder.trace_model(model)  # resolves (and checks) the layers
-        return
-    state.load_profile(model, state.train())
+    with _backend_errors():
+        model = state.model()
+        if state.options.train is None:
+            state.recorder.trace_model(model)  # resolves (and checks) the layers
+            return
+        state.load_profile(model, state.train())
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -289,9 +307,10 @@ def _check_fixture_model(state: SadlState, model: Any) -> None:
     configured one does at the session's start: the layers resolve, and the profile is
     built (or loaded) now when the training data is known."""
     try:
-        state.recorder.trace_model(model)
-        if state.train_seen is not None:
-            state.load_profile(model, state.train_seen)
+        with _backend_errors():
+            state.recorder.trace_model(model)
+            if state.train_seen is not None:
+                state.load_profile(model, state.train_seen)
     except pytest.UsageError as exc:
         state.fatal = True
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
@@ -484,7 +503,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _worker_finish(state)
         return
     try:
-        sadl_session.finish(state)
+        with _backend_errors():
+            sadl_session.finish(state)
     except pytest.UsageError as exc:
         state.error = str(exc)
     except Exception as exc:  # never take pytest (and the plugins after this hook) down
