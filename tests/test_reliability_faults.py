@@ -110,3 +110,52 @@ def test_only_a_backend_import_is_translated(monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     err = backend_error(ModuleNotFoundError("No module named 'jax'", name="jax"))
     assert err is not None and 'pip install "pytest-sadl[jax]"' in str(err) and "\n" not in str(err)
+
+
+LOADER = '''
+import os
+import sys
+
+
+def model():
+    if os.environ["SADL_LOADER"] == "exit":
+        sys.exit(3)
+    raise KeyboardInterrupt  # Ctrl-C while a slow loader runs
+'''
+
+
+def _pytest(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.mark.tf
+def test_a_loader_calling_sys_exit_is_a_usage_error_and_an_interrupt_ends_as_one(project):
+    pytester = project(THRESHOLD_TESTS)
+    ini = pytester.path / "pytest.ini"
+    ini.write_text(ini.read_text().replace("sadl_model = model.keras", "sadl_model = loaders:model"))
+    (pytester.path / "loaders.py").write_text(LOADER)
+    env = _env(pytester.path)
+    res = _pytest(pytester.path, "--sadl-coverage", "-p", "no:xdist", env={**env, "SADL_LOADER": "exit"})
+    out = res.stdout + res.stderr
+    assert res.returncode == 4, out
+    assert "INTERNALERROR" not in out and "Traceback" not in out, out
+    assert [line for line in out.splitlines() if "pytest-sadl" in line] == [
+        "ERROR: pytest-sadl: loaders:model called sys.exit(3) while loading the model (--sadl-model); a loader "
+        "must return the model or raise an exception that says what is wrong"
+    ], out
+    res = _pytest(pytester.path, "--sadl-coverage", "-p", "no:xdist", env={**env, "SADL_LOADER": "interrupt"})
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out  # pytest's exit status for an interrupted run
+    assert "INTERNALERROR" not in out and "Traceback" not in out, out
+    sadl = subprocess.run(
+        [sys.executable, "-m", "pytest_sadl", "profile", "build", "--model", "loaders:model", "--train", "train.npz", "-q"],
+        cwd=pytester.path, env={**env, "SADL_LOADER": "exit"}, capture_output=True, text=True, timeout=300,
+    )
+    assert sadl.returncode == 2 and "Traceback" not in sadl.stderr, sadl.stderr
+    assert [line for line in sadl.stderr.splitlines() if line.startswith("sadl")] == [
+        "sadl: error: loaders:model called sys.exit(3) while loading the model (model); a loader must return "
+        "the model or raise an exception that says what is wrong"
+    ], sadl.stderr
