@@ -505,6 +505,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     try:
         with _backend_errors():
             sadl_session.finish(state)
+    except KeyboardInterrupt:  # Ctrl-C at the end: as pytest ends an interrupt, no traceback
+        state.error = sadl_session.interrupted_message(state)
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+        return
     except pytest.UsageError as exc:
         state.error = str(exc)
     except Exception as exc:  # never take pytest (and the plugins after this hook) down

@@ -159,3 +159,52 @@ def test_a_loader_calling_sys_exit_is_a_usage_error_and_an_interrupt_ends_as_one
         "sadl: error: loaders:model called sys.exit(3) while loading the model (model); a loader must return "
         "the model or raise an exception that says what is wrong"
     ], sadl.stderr
+
+
+def _wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:  # pragma: no cover - gone
+        return ""
+
+
+@pytest.mark.tf
+def test_ctrl_c_while_the_reports_are_written_ends_as_an_interrupt_with_nothing_half_written(project):
+    pytester = project(THRESHOLD_TESTS)
+    fifo = pytester.path / "report.fifo"
+    os.mkfifo(fifo)
+    out = pytester.path / "out.txt"
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--sadl-coverage",
+             "--sadl-report=json:a.json", f"--sadl-report=markdown:{fifo}", "--sadl-report=html:b.html", "--sadl-report=term"],
+            cwd=pytester.path, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        # the run is blocked opening the FIFO for writing (no reader yet): its last report but one
+        while _wchan(proc.pid) != "wait_for_partner":
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the interrupt was lost: let it go on
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            raise
+    finally:
+        if proc.poll() is None:  # pragma: no cover
+            proc.kill()
+            proc.wait()
+    text = out.read_text()
+    assert proc.returncode == 2, text  # pytest's exit status for an interrupted run (was -2)
+    assert "Traceback" not in text and "INTERNALERROR" not in text, text
+    assert (
+        f"pytest-sadl: interrupted (Ctrl-C) while writing the reports; written: {pytester.path / 'a.json'}; "
+        f"not written: markdown:{fifo}, html:{pytester.path / 'b.html'}"
+    ) in text, text
+    import json
+
+    assert json.loads((pytester.path / "a.json").read_text())["metrics"]["lsc"]["count"] == 60  # whole
+    assert not (pytester.path / "b.html").exists()  # absent
+    assert [p.name for p in pytester.path.iterdir() if p.name.startswith(".tmp-")] == []  # no temporary file left
