@@ -85,6 +85,8 @@ class SadlState:
                 self._model = load_model(self.options.model, what="--sadl-model")
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
+            if self.recorder is not None:  # the weights of the file the profile is made from
+                self.recorder.bind(self._model)
         return self._model
 
     def train(self) -> Any:
@@ -193,7 +195,12 @@ class SadlState:
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
 
-        self.recorder = Recorder(factory)
+        def digest(model: Any) -> str:
+            from .capture.weights import model_digest
+
+            return model_digest(model)
+
+        self.recorder = Recorder(factory, digest)
         return self.recorder
 
 
@@ -309,6 +316,7 @@ def _check_fixture_model(state: SadlState, model: Any) -> None:
     try:
         with _backend_errors():
             state.recorder.trace_model(model)
+            state.recorder.bind(model)  # before its profile is made from it
             if state.train_seen is not None:
                 state.load_profile(model, state.train_seen)
     except pytest.UsageError as exc:
@@ -376,6 +384,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
         return
     report = outcome.get_result()
     rec = state.recorder.records.get(item.nodeid)
+    entry = item.stash.get(_RECORD, None)
+    if call.when == "call" and entry is not None and entry[0] is rec:
+        state.recorder.check_model(entry[1], rec)  # the model changed (fit, set_weights)?
     if rec is not None:
         if report.failed:
             rec.outcome = "failed" if report.when == "call" else "error"

@@ -94,6 +94,9 @@ class Results:
     missing: list[dict[str, str]] = field(default_factory=list)
     # "does surprise predict this model's mistakes" (pytest_sadl.mistakes), when tests gave labels
     mistakes: dict[str, Any] | None = None
+    #: tests whose inputs were measured on a changed model (fit, set_weights during the
+    #: session), left out of every metric: ``{"nodeid", "group", "outcome", "inputs"}``
+    stale: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -125,6 +128,7 @@ class Results:
                     "failures": [asdict(f) for f in self.failures],
                     "warnings": list(self.warnings),
                     "missing": list(self.missing),
+                    "stale": list(self.stale),
                 },
             }
         )
@@ -371,6 +375,17 @@ JSON_SCHEMA: dict[str, Any] = {
                         "type": "object",
                         "required": ["nodeid"],
                         "properties": {"nodeid": _TEXT, "reason": _TEXT},
+                    },
+                },
+                "stale": {
+                    "description": "tests that ended on a model changed since the profile's was bound "
+                    "(fit, set_weights, load_weights, a new layer during the session): their inputs "
+                    "count in no metric, group or test row",
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["nodeid", "inputs"],
+                        "properties": {"nodeid": _TEXT, "group": _TEXT, "outcome": _TEXT, "inputs": _COUNT},
                     },
                 },
             },

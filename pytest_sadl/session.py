@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .recorder import Recorder, TestRecord
 
 TRANSPORT = "pytest-sadl/records"
-TRANSPORT_VERSION = 1
+TRANSPORT_VERSION = 2  # 2: a record says whether it is stale (the model changed before it)
 #: The exit status of a run whose tests and thresholds passed (or failed) but one of whose
 #: reports could not be written: pytest's usage error, as for any other path the command
 #: line gives that cannot be used. Interrupted, internal-error and no-tests runs keep theirs.

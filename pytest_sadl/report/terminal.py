@@ -47,6 +47,9 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
     if warnings:  # before the tables: an incomplete run must not read as a complete one
         lines.append("")
         lines += [f"warning: {w}" for w in warnings]
+    stale = [m for m in results.get("outcome", {}).get("stale") or [] if isinstance(m, dict)]
+    for m in stale:  # measured on a changed model: listed, counted in no table below
+        lines.append(f"  left out (model changed): {m.get('nodeid')}, {m.get('inputs')} inputs")
     lines.append("")
     thresholds = results.get("thresholds", {})
     deltas = {}
