@@ -207,8 +207,22 @@ class Recorder:
             return
         with self._lock:
             if self._bound is None or self._bound[0] != id(model):
-                with self.paused():
-                    self._bound = (id(model), self._digest(model))
+                digest = self._model_digest(model)
+                if digest is not None:
+                    self._bound = (id(model), digest)
+
+    def _model_digest(self, model: Any) -> str | None:
+        """The digest, or ``None`` (and checking off, with one warning) when the model's
+        weights cannot be read: never a failed test or an INTERNALERROR for it."""
+        try:
+            with self.paused():
+                return self._digest(model)  # type: ignore[misc]
+        except Exception as exc:
+            self._digest = None
+            self._bound = None
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            self._warn_once("digest", f"pytest-sadl: the model's weights cannot be read ({why}); changes to the model during the session are not detected")
+            return None
 
     def check_model(self, model: Any, record: TestRecord) -> None:
         """At the end of a marked test: mark ``record`` stale when the model changed since
@@ -219,9 +233,9 @@ class Recorder:
             if self._bound is None or self._bound[0] != id(model) or self._digest is None:
                 return
             if self.changed_in is None:
-                with self.paused():
-                    if self._digest(model) == self._bound[1]:
-                        return
+                digest = self._model_digest(model)
+                if digest is None or digest == self._bound[1]:
+                    return
                 self.changed_in = record.nodeid
                 self._warn_once(
                     "changed",

@@ -144,3 +144,55 @@ def test_the_digest_sees_fit_set_weights_load_weights_and_a_new_layer_not_predic
     before = model_digest(seq)
     seq.add(keras.layers.Dense(2))
     assert model_digest(seq) != before
+
+    bn = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization()])
+    before = model_digest(bn)
+    x = np.arange(8, dtype="float32").reshape(2, 4)
+    bn(x, training=False)
+    assert model_digest(bn) == before
+    bn(x, training=True)  # moves the moving mean and variance: another model now
+    assert model_digest(bn) != before
+
+
+@pytest.mark.filterwarnings("ignore::pytest_sadl.recorder.SadlRecordingWarning")
+def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_an_unreadable_model():
+    from pytest_sadl.recorder import Batch, Recorder
+
+    weights = {"w": 1}
+    calls = []
+
+    def digest(model):
+        calls.append(1)
+        if model.get("broken"):
+            raise RuntimeError("no weights here")
+        return str(model["w"])
+
+    def record(rec, name):
+        r = rec.record_for(name, 0, "g")
+        r.batches.append(Batch(np.zeros((2, 3), np.float32), [], np.zeros(2, np.int64)))
+        return r
+
+    rec = Recorder(lambda m: None, digest)
+    rec.bind(weights)
+    first = record(rec, "t1")
+    rec.check_model(weights, first)
+    weights["w"] = 2  # changed during t2
+    second, third = record(rec, "t2"), record(rec, "t3")
+    rec.check_model(weights, second)
+    weights["w"] = 1  # changed back: t3 still ran after a change
+    n = len(calls)
+    rec.check_model(weights, third)
+    assert (first.stale, second.stale, third.stale) == (False, True, True)
+    assert len(calls) == n, "no digest after the first change"
+    assert rec.changed_in == "t2" and len(rec.messages) == 1 and "first seen at the end of t2" in rec.messages[0]
+    empty = rec.record_for("t4", 0, "g")
+    rec.check_model(weights, empty)
+    assert not empty.stale  # nothing recorded: nothing to leave out
+    (back,) = Recorder.records_from_bytes(rec.to_bytes([second]))
+    assert back.stale  # travels through the xdist transport
+
+    broken = Recorder(lambda m: None, digest)
+    broken.bind({"broken": True})
+    r = record(broken, "t1")
+    broken.check_model({"broken": True}, r)
+    assert not r.stale and "changes to the model during the session are not detected" in broken.messages[0]
