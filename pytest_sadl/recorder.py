@@ -221,7 +221,11 @@ class Recorder:
             self._digest = None
             self._bound = None
             why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
-            self._warn_once("digest", f"pytest-sadl: the model's weights cannot be read ({why}); changes to the model during the session are not detected")
+            self._warn_once(
+                "digest",
+                f"pytest-sadl: the model's weights cannot be read ({why}); changes to the model during the session are not detected",
+                in_hook=True,
+            )
             return None
 
     def check_model(self, model: Any, record: TestRecord) -> None:
@@ -243,6 +247,7 @@ class Recorder:
                     f"set_weights, load_weights, a new layer), first seen at the end of {record.nodeid}; "
                     "the inputs of that test and of every later one were measured on another model "
                     "than the profile's, so they are left out of every metric and listed apart",
+                    in_hook=True,
                 )
             record.stale = True
 
@@ -254,13 +259,20 @@ class Recorder:
                 rec = self.records[nodeid] = TestRecord(nodeid, index, group, attempt=attempt)
             return rec
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self, key: str, message: str, *, in_hook: bool = False) -> None:
+        """One warning per ``key``: kept for the reports and emitted. ``in_hook``: emitted
+        from a pytest hook, not a test, where ``-W error`` would make it an INTERNALERROR;
+        there the reports carry it and the run goes on."""
         with self._lock:
             if key in self._warned:
                 return
             self._warned.add(key)
             self.messages.append(message)
-        warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+        try:
+            warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+        except Warning:
+            if not in_hook:
+                raise
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

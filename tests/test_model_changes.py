@@ -90,7 +90,7 @@ def test_inputs_after_a_fit_are_left_out_and_listed_apart_serially_and_under_xdi
 
     monkeypatch.setenv("SADL_MODE", "fit")
     # serially, and with the fitting file on one worker and the other file on the other
-    for args in ((), ("-n", "2", "--dist", "loadfile")):
+    for args in (("-p", "no:benchmark", "-W", "error::pytest_sadl.recorder.SadlRecordingWarning"), ("-n", "2", "--dist", "loadfile")):
         res = run(pytester, *REPORTS, *args)
         out = res.stdout.str()
         assert res.ret == 0, out
