@@ -4,8 +4,8 @@ pytest-sadl's TensorFlow, Keras and JAX are optional extras (``pytest-sadl[tenso
 ``pytest-sadl[jax]``). When one is missing or broken (a partial install, a wheel for
 another CPU, a low ``ulimit -v`` under which the native library cannot be mapped), the
 import fails deep inside the backend with an ``ImportError``, ``ModuleNotFoundError``,
-``OSError``, ``MemoryError`` or even an ``AttributeError`` of a "partially initialized
-module". :func:`backend_error` turns any of those into one :class:`SadlBackendError`
+``OSError``, ``MemoryError``, ``SystemError`` or an ``AttributeError`` of a "partially
+initialized module", whatever the backend's module code raised. :func:`backend_error` turns any of those into one :class:`SadlBackendError`
 naming the module, the cause and the ``pip install`` that fixes it; the plugin raises it
 as a ``pytest.UsageError`` (exit 4) and ``sadl`` prints it (exit 2), never a traceback.
 
@@ -61,14 +61,11 @@ def _failing_import(exc: BaseException) -> str | None:
             if top in BACKEND_MODULES:
                 backend = top
         tb = tb.tb_next
-    if backend is None:
-        return None
-    if isinstance(exc, (ImportError, OSError, MemoryError)):
-        return backend
-    # a failed native import can leave a half-made module behind whose next use fails so
-    if isinstance(exc, AttributeError) and "partially initialized module" in str(exc):
-        return backend
-    return None
+    # Whatever a backend's module code raised while it was imported is a broken import:
+    # under a low ulimit -v TensorFlow and JAX fail with ImportError, MemoryError,
+    # SystemError ("error return without exception set") or an AttributeError of the
+    # half-made module an earlier failure left behind, depending on where memory ran out.
+    return backend
 
 
 def backend_error(exc: BaseException) -> SadlBackendError | None:
@@ -79,13 +76,13 @@ def backend_error(exc: BaseException) -> SadlBackendError | None:
     module = _failing_import(exc)
     if module is None:
         return None
-    cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+    cause = " ".join((f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__).split())
     if len(cause) > 300:
         cause = cause[:297] + "..."
     hint = install_hint(module)
     limit = ""
-    if isinstance(exc, (OSError, MemoryError)) or "map segment" in cause or "cannot allocate" in cause.lower():
-        limit = "; if it is installed, the process may be short of memory (ulimit -v)"
+    if not isinstance(exc, ModuleNotFoundError):
+        limit = "; if it is installed, the install is broken or the process is short of memory (ulimit -v)"
     return SadlBackendError(
         f"cannot import {module} ({cause}): pytest-sadl measures Keras 3 models and needs Keras "
         f"with a backend; install it with {hint}{limit}"
