@@ -90,7 +90,7 @@ def test_inputs_after_a_fit_are_left_out_and_listed_apart_serially_and_under_xdi
 
     monkeypatch.setenv("SADL_MODE", "fit")
     # serially, and with the fitting file on one worker and the other file on the other
-    for args in (("-p", "no:benchmark", "-W", "error::pytest_sadl.recorder.SadlRecordingWarning"), ("-n", "2", "--dist", "loadfile")):
+    for args in (("-p", "no:benchmark", "-W", "error::pytest_sadl.errors.SadlRecordingWarning"), ("-n", "2", "--dist", "loadfile")):
         res = run(pytester, *REPORTS, *args)
         out = res.stdout.str()
         assert res.ret == 0, out
@@ -154,9 +154,9 @@ def test_the_digest_sees_fit_set_weights_load_weights_and_a_new_layer_not_predic
     assert model_digest(bn) != before
 
 
-@pytest.mark.filterwarnings("ignore::pytest_sadl.recorder.SadlRecordingWarning")
+@pytest.mark.filterwarnings("ignore::pytest_sadl.errors.SadlRecordingWarning")
 def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_an_unreadable_model():
-    from pytest_sadl.recorder import Batch, Recorder
+    from pytest_sadl.plugin.recorder import Batch, Recorder
 
     weights = {"w": 1}
     calls = []

@@ -18,17 +18,13 @@ import os
 import types
 from typing import Any
 
-from pytest_sadl.data import SadlConfigError
+from pytest_sadl.errors import SadlBackendError
 
 __all__ = ["SadlBackendError", "backend_error", "import_backend", "install_hint"]
 
 #: Top-level modules whose failing import is "the backend is not (properly) installed".
 BACKEND_MODULES = frozenset({"keras", "tensorflow", "tf_keras", "tensorboard", "jax", "jaxlib", "ml_dtypes", "h5py", "optree"})
 _JAX = frozenset({"jax", "jaxlib"})
-
-
-class SadlBackendError(SadlConfigError):
-    """Keras or its backend cannot be imported; the message says what to install."""
 
 
 def install_hint(module: str | None = None) -> str:
