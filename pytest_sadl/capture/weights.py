@@ -9,9 +9,10 @@ the layers change.
 
 The digest reads each weight (``model.weights``: trainable and non-trainable, so the
 batch-norm statistics ``fit`` moves count; no optimizer, metric or seed-generator state,
-which predicting does not change either) through Keras (``Variable.numpy()``, any backend) and runs
-zlib's CRC-32 over its bytes, chained from weight to weight with the weights' paths,
-shapes and dtypes and the layers' names. CRC-32 rather than a cryptographic hash: it is
+which predicting does not change either) as ``np.asarray(weight.value)`` (TensorFlow or
+JAX alike: the same weights give the same digest) and runs zlib's CRC-32 over its bytes,
+chained from weight to weight with the weights' paths, shapes and dtypes and the layers'
+names. CRC-32 rather than a cryptographic hash: it is
 not a defence against someone forging weights, only a check that they did not change,
 and every change of a byte changes it (a burst up to 32 bits always, any other change but
 with a chance of 2**-32); ``benchmarks/bench_model_digest.py`` measures it against
@@ -38,7 +39,9 @@ def model_digest(model: Any) -> str:
 
     crc = zlib.crc32(repr(_layer_names(model)).encode())
     for weight in model.weights:
-        value = np.ascontiguousarray(weight.numpy())  # not convert_to_numpy: NumPy 2 warns on a tf.Variable
+        # np.asarray of the backend value: convert_to_numpy (TensorFlow) and Variable.numpy() (JAX)
+        # make NumPy 2 warn about the copy keyword
+        value = np.ascontiguousarray(np.asarray(weight.value))
         head = f"{getattr(weight, 'path', getattr(weight, 'name', ''))}|{value.shape}|{value.dtype}".encode()
         crc = zlib.crc32(head, crc)
         crc = zlib.crc32(value.reshape(-1).view(np.uint8), crc)
