@@ -370,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     except SadlConfigError as exc:
         print(f"sadl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:  # Keras, TensorFlow or JAX missing or broken: what to install
+        from pytest_sadl.capture.backend import backend_error
+
+        err = backend_error(exc)
+        if err is None:
+            raise
+        print(f"sadl: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("sadl: interrupted", file=sys.stderr)
         return 130
