@@ -293,6 +293,7 @@ class TraceModel:
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
         self._forward = Forward(model, self._call, self._body)
+        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
 
     # -- structure ------------------------------------------------------------------
@@ -431,8 +432,6 @@ class TraceModel:
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
         """Runs inside the compiled function: the model's output and the flat captures
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
-        from keras import tree
-
         from pytest_sadl.capture.forward import tapped
 
         captured: list[Any] = [None] * len(self._taps)
@@ -442,11 +441,18 @@ class TraceModel:
 
         with tapped(self._taps, sink):
             output = self._call(x)
+        return output, self.flat_captures(output, captured)
+
+    def flat_captures(self, output: Any, captured: list[Any]) -> list[Any]:
+        """Inside a pass: the model's ``output`` and the taps' outputs ``captured`` (in
+        ``self.taps`` order) as the flat list :meth:`split` takes, reduced per neuron."""
+        from keras import tree
+
         flat = [tree.flatten(output)[self._output_index]]
         flat += [_reduce(c) for c in captured]
         for path in self._extrema_paths:
             flat += list(_extrema(captured[self._tap_index[path]]))
-        return output, flat
+        return flat
 
     def _use_jit(self, total: int | None) -> bool:
         """XLA for large passes on an accelerator only: compiling costs about half a
@@ -487,7 +493,8 @@ class TraceModel:
     def prepare(self, data: TrainingData) -> TrainingData:
         """``data`` bound to this model's inputs (by name) with their shapes checked."""
         bound = data.bind(self.input_names)
-        bound.check_shape(self.input_shapes if len(self.input_names) > 1 else self.input_shape)
+        expected = self.input_shapes if len(self.input_names) > 1 else self.input_shape
+        bound.check_shape(expected)
         return bound
 
     def _as_batch(self, x: Any, what: str, offset: int) -> dict[str, np.ndarray]:
@@ -508,6 +515,15 @@ class TraceModel:
         if output.shape[-1] == 1:
             return (output[:, 0] > 0.5).astype(np.int64)
         return np.argmax(output, axis=1).astype(np.int64)
+
+    @property
+    def taps(self) -> list[Any]:
+        """The layers whose outputs a pass captures (SA and coverage layers, each once)."""
+        return list(self._taps)
+
+    def split(self, flat: list[np.ndarray]) -> Traces:
+        """:class:`Traces` from a pass's flat captures (:meth:`flat_captures`) as NumPy."""
+        return self._split(flat)
 
     def _split(self, flat: list[np.ndarray]) -> Traces:
         out = np.asarray(flat[0])

@@ -1,0 +1,228 @@
+"""Recording the tests teams write: ``predict`` on a ``tf.data.Dataset``, a generator or a
+``keras.utils.PyDataset``, ``evaluate`` and ``test_on_batch`` (issue 21).
+
+Each call runs inside ``Recorder.recording`` on a real trained model and is compared with
+the same call on the unwrapped model: the same values, shape and dtype, the same number
+of batches taken from a generator; the recorded traces are those of the inputs the call
+saw (against ``TraceModel.traces``), and a ``y`` the data carries becomes the inputs'
+labels. Runs on the TensorFlow and the JAX backend (``scripts/test.sh``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pytest_sadl.capture import TraceModel
+from pytest_sadl.recorder import Recorder, SadlRecordingWarning, TestRecord, input_digests
+from tests import _models
+
+pytestmark = pytest.mark.tf
+
+
+def _recorder() -> Recorder:
+    # what the plugin's factory makes (pytest_sadl.plugin: no XLA, extrema for NC)
+    return Recorder(lambda model: TraceModel(model, jit=False, extrema=True))
+
+
+def _recorded(model: Any, call: Any, recorder: Recorder | None = None, nodeid: str = "t.py::test") -> tuple[Any, TestRecord]:
+    recorder = recorder or _recorder()
+    rec = recorder.record_for(nodeid, 0, "g")
+    with recorder.recording(rec, model):
+        out = call()
+    return out, rec
+
+
+def _labels_of(rec: TestRecord, x: Any) -> np.ndarray:
+    """The labels ``rec`` holds for the rows of ``x``, in order (by digest, as the engine)."""
+    table = {int(d): v for digests, values in rec.labels for d, v in zip(digests.tolist(), values)}
+    return np.array([table[int(d)] for d in input_digests(x).tolist()])
+
+
+def _traces_of(rec: TestRecord) -> np.ndarray:
+    return np.concatenate([b.sa for b in rec.batches])
+
+
+def _same(a: Any, b: Any) -> None:
+    """The same structure, shapes, dtypes and values (the graphs differ by the taps' extra
+    outputs only; allow float round-off)."""
+    assert type(a) is type(b)
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            _same(u, v)
+    elif isinstance(a, np.ndarray):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    else:
+        assert a == pytest.approx(b, rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def dense(dense_model_path: Path) -> Any:
+    """A private copy of the compiled dense classifier (sparse labels, accuracy metric)."""
+    return _models.load_model(dense_model_path)
+
+
+@pytest.mark.parametrize("form", ["x", "(x,)", "(x, y)", "(x, y, w)"])
+def test_predict_on_a_dataset_records_every_batch_and_returns_what_keras_returns(dense: Any, digits: Any, form: str) -> None:
+    x, y = digits.x_test[:150], digits.y_test[:150]
+    w = np.linspace(0.5, 1.5, len(x)).astype(np.float32)
+    slices = {"x": x, "(x,)": (x,), "(x, y)": (x, y), "(x, y, w)": (x, y, w)}[form]
+    ds = tf.data.Dataset.from_tensor_slices(slices).batch(64)  # 64 + 64 + 22: a partial last batch
+    plain = dense.predict(ds, verbose=0)
+    out, rec = _recorded(dense, lambda: dense.predict(ds, verbose=0))
+    _same(out, plain)
+    assert rec.n_inputs == 150 and [len(b) for b in rec.batches] == [64, 64, 22]
+    tm = TraceModel(dense, jit=False)
+    np.testing.assert_allclose(_traces_of(rec), tm.traces(x).sa, rtol=1e-5, atol=1e-6)
+    if "y" in form:
+        np.testing.assert_array_equal(_labels_of(rec, x)[:, 0], y)
+    else:
+        assert rec.labels == []
+
+
+def test_predict_with_steps_takes_what_keras_takes_from_a_generator(dense: Any, digits: Any) -> None:
+    x = digits.x_test
+
+    def batches(taken: list[int]) -> Any:
+        for i in range(0, 200, 20):
+            taken.append(i)
+            yield (x[i : i + 20],)
+
+    taken_plain: list[int] = []
+    gen = batches(taken_plain)
+    plain = dense.predict(gen, steps=3, verbose=0)
+    consumed_plain = list(taken_plain)
+    left_plain = next(gen)[0]
+    taken: list[int] = []
+    gen = batches(taken)
+    out, rec = _recorded(dense, lambda: dense.predict(gen, steps=3, verbose=0))
+    _same(out, plain)
+    assert taken == consumed_plain  # not one batch more than Keras itself takes
+    np.testing.assert_array_equal(next(gen)[0], left_plain)
+    assert rec.n_inputs == 60 == len(out)  # only the batches Keras used are recorded
+    np.testing.assert_allclose(_traces_of(rec), TraceModel(dense, jit=False).traces(x[:60]).sa, rtol=1e-5, atol=1e-6)
+
+
+def test_predict_and_evaluate_on_a_pydataset_keep_its_labels(dense: Any, digits: Any) -> None:
+    x, y = digits.x_test[:100], digits.y_test[:100]
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> Any:
+            return x[i * 25 : (i + 1) * 25], y[i * 25 : (i + 1) * 25]
+
+    plain, plain_eval = dense.predict(Batches(), verbose=0), dense.evaluate(Batches(), verbose=0)
+    recorder = _recorder()
+    out, rec = _recorded(dense, lambda: (dense.predict(Batches(), verbose=0), dense.evaluate(Batches(), verbose=0)), recorder)
+    _same(out, (plain, plain_eval))
+    assert rec.n_inputs == 200  # both calls' inputs
+    np.testing.assert_array_equal(_labels_of(rec, x)[:, 0], y)
+
+
+def test_evaluate_and_test_on_batch_return_keras_numbers_with_y_as_labels(dense: Any, digits: Any) -> None:
+    x, y = digits.x_test, digits.y_test
+    ds = tf.data.Dataset.from_tensor_slices((x[:100], y[:100])).batch(32)
+    calls = (
+        lambda: dense.evaluate(x, y, verbose=0),
+        lambda: dense.evaluate(x, y, batch_size=50, verbose=0, return_dict=True),
+        lambda: dense.evaluate(ds, verbose=0, return_dict=True),
+        lambda: dense.evaluate(ds, steps=2, verbose=0),
+        lambda: dense.test_on_batch(x[:40], y[:40]),
+        lambda: dense.test_on_batch(x[:40], y[:40], return_dict=True),
+    )
+    plain = [c() for c in calls]
+    out, rec = _recorded(dense, lambda: [c() for c in calls])
+    _same(out, plain)
+    assert isinstance(out[1], dict) and set(out[1]) == {"loss", "accuracy"}
+    assert rec.n_inputs == len(x) * 2 + 100 + 64 + 40 * 2
+    np.testing.assert_array_equal(_labels_of(rec, x)[:, 0], y)
+
+
+def test_one_hot_and_regression_targets_become_labels(dense_model_path: Path, regression: Any, digits: Any) -> None:
+    x, y = digits.x_test[:64], digits.y_test[:64]
+    model = _models.load_model(dense_model_path)
+    model.compile(loss="categorical_crossentropy", metrics=["accuracy"])
+    onehot = np.eye(10, dtype=np.float32)[y]
+    plain = model.evaluate(x, onehot, verbose=0)
+    out, rec = _recorded(model, lambda: model.evaluate(x, onehot, verbose=0))
+    _same(out, plain)
+    np.testing.assert_array_equal(_labels_of(rec, x)[:, 0], y)  # class ids, not one-hot rows
+
+    target = y.astype(np.float32)
+    plain = regression.evaluate(x, target, verbose=0)
+    out, rec = _recorded(regression, lambda: regression.evaluate(x, target, verbose=0))
+    _same(out, plain)
+    np.testing.assert_allclose(_labels_of(rec, x)[:, 0], target)
+
+
+@pytest.fixture(scope="module")
+def regression(regression_model_path: Path) -> Any:
+    return _models.load_model(regression_model_path)
+
+
+def test_several_inputs_and_outputs_from_dict_elements(kind_model_path: Any) -> None:
+    model = _models.load_model(kind_model_path("two_input"))
+    _, _, x = _models.kind_data("two_input")
+    y = {"digit": np.arange(len(x["image"])) % 10, "value": np.linspace(0, 9, len(x["image"])).astype(np.float32)}
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(50)
+    plain, plain_eval = model.predict(ds, verbose=0), model.evaluate(ds, verbose=0, return_dict=True)
+    out, rec = _recorded(model, lambda: (model.predict(ds, verbose=0), model.evaluate(ds, verbose=0, return_dict=True)))
+    _same(out, (plain, plain_eval))
+    assert rec.n_inputs == 2 * len(x["image"])
+    # the measured output is the first ("digit"): its targets are the labels
+    np.testing.assert_array_equal(_labels_of(rec, x)[:, 0], y["digit"])
+
+
+def test_what_still_runs_unrecorded_is_named_once_per_test(dense_model_path: Path, digits: Any) -> None:
+    model = _models.load_model(dense_model_path)
+    model.compile(loss="sparse_categorical_crossentropy", metrics=["accuracy"], steps_per_execution=2)
+    x, y = digits.x_test[:64], digits.y_test[:64]
+    plain = model.evaluate(x, y, verbose=0)
+    recorder = _recorder()
+    with pytest.warns(SadlRecordingWarning) as caught:
+        for test in ("t.py::test_a", "t.py::test_b"):
+            out, rec = _recorded(model, lambda: [model.evaluate(x, y, verbose=0) for _ in range(2)], recorder, test)
+            _same(out, [plain, plain])
+            assert rec.n_inputs == 0
+    named = [str(w.message) for w in caught if "unrecorded" in str(w.message)]
+    assert len(named) == 2, named  # once per test, not once per session nor per call
+    assert "t.py::test_a" in named[0] and "t.py::test_b" in named[1]
+    assert "steps_per_execution" in named[0]
+    assert recorder.messages == named
+
+
+def test_a_model_error_on_a_generator_is_the_models_and_consumes_no_more(dense_model_path: Path) -> None:
+    taken: list[int] = []
+
+    def bad() -> Any:
+        for i in range(3):
+            taken.append(i)
+            yield (np.zeros((4, 5), np.float32),)  # not the model's (8, 8, 1)
+
+    # private copies: a failed predict leaves a JAX model's variables purged (Keras 3.15)
+    model = _models.load_model(dense_model_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SadlRecordingWarning)
+        with pytest.raises(ValueError) as recorded_error:
+            _recorded(model, lambda: model.predict(bad(), verbose=0))
+    recorded_taken, taken[:] = list(taken), []
+    model = _models.load_model(dense_model_path)
+    with pytest.raises(ValueError) as plain_error:
+        model.predict(bad(), verbose=0)
+    assert taken == recorded_taken and taken  # one pass: the generator is not run again
+    assert str(recorded_error.value).splitlines()[0] == str(plain_error.value).splitlines()[0]
+
