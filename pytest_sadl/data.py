@@ -28,6 +28,8 @@ Public API
     The row format, per-row digests and selected rows of one input array, a dict of
     arrays by input name or a list of arrays (several inputs: one row is the inputs'
     rows together).
+``adjust_rank(x, expected_shape)``
+    A column array ``(n,)`` for an ``Input((1,))`` as ``(n, 1)``, as Keras takes it.
 ``check_batch(x, expected_shape, *, what, offset=0)``
     Raises :class:`SadlDataError` for an empty batch, a wrong shape, a non-numeric
     dtype, NaN or inf, naming the input index and what was expected.
@@ -68,6 +70,7 @@ __all__ = [
     "resolve_path",
     "check_batch",
     "shape_matches",
+    "adjust_rank",
 ]
 
 
@@ -177,6 +180,19 @@ def _fmt_shape(shape: tuple[int | None, ...]) -> str:
     return "(" + ", ".join("any" if s is None else str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
+def adjust_rank(x: np.ndarray, expected: tuple[int | None, ...]) -> np.ndarray:
+    """``x`` (one input, batch axis first) with the rank the model expects, by the rule
+    Keras' functional models apply to their inputs: a column array ``(n,)`` for an
+    ``Input((1,))`` (generally: one axis short of a shape ending in 1) gains the last
+    axis; one axis of size 1 too many loses it. Anything else is returned as it is."""
+    rank = x.ndim - 1
+    if rank == len(expected) - 1 and expected and expected[-1] == 1:
+        return x.reshape(x.shape + (1,))
+    if rank == len(expected) + 1 and x.shape[-1] == 1:
+        return x.reshape(x.shape[:-1])
+    return x
+
+
 def _check_shape(actual: tuple[int, ...], expected: tuple[int | None, ...], what: str) -> None:
     if shape_matches(actual, expected):
         return
@@ -254,6 +270,19 @@ class TrainingData:
         if self.x is None:
             raise TypeError("the length of a tf.data.Dataset source is unknown until iterated")
         return self.n or 0
+
+    def adjusted(self, expected_shape: tuple[int | None, ...] | dict[str, tuple[int | None, ...]]) -> TrainingData:
+        """These inputs with each array's rank adjusted to the model's (:func:`adjust_rank`:
+        column arrays ``(n,)`` for ``Input((1,))`` inputs, as Keras takes them)."""
+        x = self.x
+        if isinstance(x, np.ndarray) and not isinstance(expected_shape, dict):
+            new = adjust_rank(x, expected_shape)
+            return self if new is x else replace(self, x=new, _fingerprint=None, _row_digests=None)
+        if isinstance(x, dict) and isinstance(expected_shape, dict):
+            out = {k: adjust_rank(v, expected_shape[k]) if k in expected_shape else v for k, v in x.items()}
+            if any(out[k] is not x[k] for k in x):
+                return replace(self, x=out, _fingerprint=None, _row_digests=None)
+        return self
 
     def check_shape(self, expected_shape: tuple[int | None, ...] | dict[str, tuple[int | None, ...]]) -> None:
         """Check the whole arrays' shapes (cheap; NaN is checked batch by batch).
@@ -674,10 +703,6 @@ def load_training_data(
     arrays = {"": data.x} if isinstance(data.x, np.ndarray) else (data.x if isinstance(data.x, dict) else {})
     for name, x in arrays.items():
         label = f"{data.source} (input {name!r})" if name else data.source
-        if x.ndim < 2 and not name:
-            raise SadlDataError(
-                f"{label} has shape {tuple(x.shape)}; expected (n, *input_shape) with one row per input"
-            )
         if x.ndim < 1:
             raise SadlDataError(f"{label} is a scalar; expected (n, *input_shape) with one row per input")
         if x.shape[0] == 0:

@@ -226,3 +226,55 @@ def test_a_model_error_on_a_generator_is_the_models_and_consumes_no_more(dense_m
     assert taken == recorded_taken and taken  # one pass: the generator is not run again
     assert str(recorded_error.value).splitlines()[0] == str(plain_error.value).splitlines()[0]
 
+
+@pytest.fixture(scope="module")
+def tabular() -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
+    """A tabular regressor with two ``Input((1,))`` columns, fed column arrays ``(n,)``
+    (which Keras takes), trained for a moment on a synthetic target."""
+    keras.utils.set_random_seed(0)
+    age, income = keras.Input((1,), name="age"), keras.Input((1,), name="income")
+    h = keras.layers.Dense(8, activation="relu", name="hidden")(keras.layers.Concatenate()([age, income]))
+    model = keras.Model({"age": age, "income": income}, keras.layers.Dense(1, name="price")(h))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    rng = np.random.default_rng(0)
+    cols = {"age": rng.uniform(0, 1, 300).astype(np.float32), "income": rng.uniform(0, 1, 300).astype(np.float32)}
+    y = (cols["age"] + 2 * cols["income"]).astype(np.float32)
+    model.fit(cols, y, epochs=2, verbose=0)
+    return model, cols, y
+
+
+def test_column_arrays_for_input_1_are_profiled_and_recorded_as_keras_takes_them(tabular: Any, tmp_path: Path) -> None:
+    from pytest_sadl.profile import ProfileOptions, load_or_build
+
+    model, cols, y = tabular
+    prof = load_or_build(model, (cols, y), ProfileOptions(), tmp_path)
+    assert prof.n_train == 300 and not prof.classifier
+    tm = TraceModel(model, jit=False)
+    as_columns = tm.traces(cols)  # (n,) arrays: was "has inputs of shape () but the model expects (1,)"
+    as_matrix = tm.traces({k: v[:, None] for k, v in cols.items()})
+    np.testing.assert_array_equal(as_columns.sa, as_matrix.sa)
+    part = {k: v[:50] for k, v in cols.items()}
+    calls = (lambda: model.predict(part, verbose=0), lambda: model.evaluate(part, y[:50], verbose=0),
+             lambda: model.predict(tf.data.Dataset.from_tensor_slices((part, y[:50])).batch(20), verbose=0))
+    plain = [c() for c in calls]
+    out, rec = _recorded(model, lambda: [c() for c in calls])
+    _same(out, plain)
+    assert rec.n_inputs == 150
+    np.testing.assert_allclose(_traces_of(rec)[:50], as_matrix.sa[:50], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_labels_of(rec, part)[:, 0], y[:50])  # evaluate's and the dataset's targets
+
+
+def test_a_column_array_for_an_image_model_is_one_line(dense: Any) -> None:
+    from pytest_sadl.data import SadlDataError
+
+    with pytest.raises(SadlDataError, match=r"^training data has inputs of shape \(\) but the model expects \(8, 8, 1\)$"):
+        TraceModel(dense, jit=False).traces(np.zeros(5, np.float32), what="training data")
+
+
+def test_a_subclassed_model_takes_only_what_its_call_takes(kind_model_path: Any, digits: Any) -> None:
+    from pytest_sadl.data import SadlDataError
+
+    _models._subclassed_class()
+    model = _models.load_model(kind_model_path("subclassed"))
+    with pytest.raises(SadlDataError, match=r"\(8, 8\).*expects \(8, 8, 1\).*x\[\.\.\., None\]"):
+        TraceModel(model, jit=False).traces(digits.x_test[:10, :, :, 0])

@@ -68,6 +68,7 @@ from pytest_sadl.data import (
     SadlLayerError,
     SadlModelError,
     TrainingData,
+    adjust_rank,
     check_batch,
     load_training_data,
 )
@@ -250,6 +251,10 @@ class TraceModel:
         self.input_shape: tuple[int | None, ...] = inputs[0].shape
         self.input_dtype: str = inputs[0].dtype
         self._nodes = walk(model)
+        # Keras' functional models (and Sequential) take an input one axis short of a shape
+        # ending in 1, or with one axis of 1 too many (Functional._adjust_input_rank); a
+        # subclassed model takes what its call() takes
+        self._adjusts_rank = _is_graph_model(model)
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:
@@ -494,6 +499,8 @@ class TraceModel:
         """``data`` bound to this model's inputs (by name) with their shapes checked."""
         bound = data.bind(self.input_names)
         expected = self.input_shapes if len(self.input_names) > 1 else self.input_shape
+        if self._adjusts_rank:  # column arrays (n,) for Input((1,)), as Keras' functional models take them
+            bound = bound.adjusted(expected)
         bound.check_shape(expected)
         return bound
 
@@ -503,6 +510,8 @@ class TraceModel:
         out = {}
         for name in self.input_names:
             a = np.asarray(arrays[name])
+            if self._adjusts_rank:
+                a = adjust_rank(a, self.input_shapes[name])
             label = what if len(self.input_names) == 1 else f"{what} (input {name!r})"
             check_batch(a, self.input_shapes[name], what=label, offset=offset)
             out[name] = a if a.dtype == self._dtypes[name] else a.astype(self._dtypes[name])
