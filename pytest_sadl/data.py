@@ -10,7 +10,11 @@ Public API
     Accepts a ``.npz``/``.npy`` path (str or :class:`pathlib.Path`, relative paths
     resolved against ``base_dir``), a ``"package.module:function"`` string naming a
     callable that returns any of the other forms, an array, an ``(x, y)`` tuple, a
-    mapping with an ``"x"`` key, a ``tf.data.Dataset`` or a :class:`TrainingData`.
+    mapping with an ``"x"`` key, a ``tf.data.Dataset`` (batched or not; elements ``x``,
+    ``(x, y)``, ``(x, y, w)``), a ``keras.utils.PyDataset`` or another re-iterable
+    object with a length (streamed, like a dataset), a generator or iterator of batches
+    (read once into arrays, to its end or its ``len()``) or a :class:`TrainingData`.
+    The ``y`` of a stream's elements is kept as ``.y`` after a full pass.
     For a model with several inputs: an ``.npz`` with one array per input keyed by the
     input names, a dict of arrays keyed by input names, or a list of arrays in
     ``model.inputs`` order (a *tuple* stays ``(x, y)``).
@@ -161,6 +165,26 @@ def _is_dataset(obj: Any) -> bool:
     """True for a ``tf.data.Dataset`` without importing TensorFlow when it is not loaded."""
     tf = _loaded_tf()
     return tf is not None and isinstance(obj, tf.data.Dataset)
+
+
+def _is_pydataset(obj: Any) -> bool:
+    """True for a ``keras.utils.PyDataset`` (Keras is loaded when one exists)."""
+    import sys
+
+    keras = sys.modules.get("keras")
+    kind = getattr(getattr(keras, "utils", None), "PyDataset", None)
+    return kind is not None and isinstance(obj, kind)
+
+
+def _is_stream(obj: Any) -> bool:
+    """A source of batches the profile streams: a ``tf.data.Dataset``, a ``PyDataset``,
+    or a re-iterable object with a length (each ``iter()`` a new pass: a Sequence)."""
+    if _is_dataset(obj) or _is_pydataset(obj):
+        return True
+    return (
+        hasattr(obj, "__iter__") and hasattr(obj, "__len__") and not hasattr(obj, "__next__")
+        and not isinstance(obj, (str, bytes, list, tuple, dict, Mapping, np.ndarray)) and not hasattr(obj, "shape")
+    )
 
 
 def _loaded_tf() -> Any:
@@ -362,7 +386,14 @@ class TrainingData:
             return
         if x is not None:
             raise SadlDataError(f"{self.source}: a list of arrays needs binding to the model's inputs first")
-        yield from _dataset_batches(self.dataset, batch_size)
+        # the targets of a whole pass are kept as .y (in that pass's order), as an array's are
+        labels: list[Any] = []
+        yield from _dataset_batches(self.dataset, batch_size, labels)
+        if labels and all(v is not None for v in labels):
+            try:
+                self.y = np.concatenate([np.asarray(v).reshape(len(v), -1) if np.ndim(v) > 1 else np.asarray(v) for v in labels])
+            except ValueError:  # targets of varying shapes: not labels
+                self.y = None
 
     def fingerprint(self) -> str:
         """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.fingerprint`): the
@@ -495,24 +526,64 @@ def _dataset_element_x(element: Any) -> Any:
     return element
 
 
-def _dataset_batches(dataset: Any, batch_size: int | None) -> Iterator[np.ndarray]:
+def _dataset_element_y(element: Any) -> Any:
+    """The targets of one element: ``y`` of ``(x, y)``/``(x, y, w)`` or ``element["y"]``, else ``None``."""
+    if isinstance(element, (tuple, list)):
+        return element[1] if len(element) > 1 else None
+    if isinstance(element, Mapping) and "x" in element:
+        return element.get("y")
+    return None
+
+
+def _stream_elements(stream: Any) -> Iterator[Any]:
+    """The batches of a ``PyDataset`` (by index) or of one pass of a re-iterable object."""
+    if _is_pydataset(stream):
+        count = stream.num_batches
+        if count is None:
+            raise SadlDataError(
+                "the training PyDataset has no length (num_batches is None); give it a __len__, "
+                "the profile reads the training data to its end"
+            )
+        for i in range(count):
+            yield stream[i]
+        if hasattr(stream, "on_epoch_end"):
+            stream.on_epoch_end()
+        return
+    yield from stream
+
+
+def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | None = None) -> Iterator[np.ndarray]:
     """Iterate a dataset as NumPy batches; single inputs are grouped into batches.
 
     A dataset is taken to yield single inputs when its element's rank is one less than
     the batches seen so far would need; we cannot know the model here, so the rule is:
     an element of rank ``r`` is a batch when its leading dimension is unknown (``None``)
-    in the ``element_spec``, i.e. the dataset was ``.batch()``-ed.
+    in the ``element_spec``, i.e. the dataset was ``.batch()``-ed. A ``PyDataset`` or
+    another re-iterable source yields batches. ``labels``, when given, gets each
+    yielded batch's targets (``None`` where an element has none).
     """
-    spec = _first(_dataset_element_x(dataset.element_spec))
-    shape = getattr(spec, "shape", None)
-    batched = shape is not None and len(shape) > 0 and shape[0] is None
-
     def arrays(element: Any) -> Any:
         x = _dataset_element_x(element)
         return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
 
+    def target(element: Any) -> Any:
+        y = _dataset_element_y(element)
+        return None if y is None or isinstance(y, (dict, list, tuple)) else np.asarray(y)
+
+    if not _is_dataset(dataset):
+        for element in _stream_elements(dataset):
+            if labels is not None:
+                labels.append(target(element))
+            yield arrays(element)
+        return
+    spec = _first(_dataset_element_x(dataset.element_spec))
+    shape = getattr(spec, "shape", None)
+    batched = shape is not None and len(shape) > 0 and shape[0] is None
+
     if batched:
         for element in dataset.as_numpy_iterator():
+            if labels is not None:
+                labels.append(target(element))
             yield arrays(element)
         return
     size = batch_size or 256
@@ -523,12 +594,22 @@ def _dataset_batches(dataset: Any, batch_size: int | None) -> Iterator[np.ndarra
             return {k: np.stack([b[k] for b in buf]) for k in buf[0]}
         return np.stack(buf)
 
+    ys: list[Any] = []
+
+    def stack_y() -> None:
+        if labels is not None:
+            labels.append(None if any(v is None for v in ys) else np.stack(ys))
+            ys.clear()
+
     for element in dataset.as_numpy_iterator():
         buf.append(arrays(element))
+        ys.append(target(element))
         if len(buf) == size:
+            stack_y()
             yield stack()
             buf = []
     if buf:
+        stack_y()
         yield stack()
 
 
@@ -613,8 +694,10 @@ def _from_npy(path: Path, source: str) -> TrainingData:
 def _from_value(value: Any, source: str) -> TrainingData:
     if isinstance(value, TrainingData):
         return value
-    if _is_dataset(value):
+    if _is_stream(value):  # a tf.data.Dataset, a PyDataset, a re-iterable with a length: streamed
         return TrainingData(source=source, dataset=value)
+    if hasattr(value, "__next__"):  # a generator or iterator: read once, to its end
+        return _from_iterator(value, source)
     if isinstance(value, Mapping):
         if "x" in value:
             return _from_value((value["x"], value.get("y")), source)
@@ -641,6 +724,30 @@ def _from_value(value: Any, source: str) -> TrainingData:
         return replace(_from_value(value, source), y=None if y is None else np.asarray(y))
     x = _as_array(value, source)
     return TrainingData(source=source, x=x, y=None if y is None else np.asarray(y))
+
+
+def _from_iterator(it: Any, source: str) -> TrainingData:
+    """A generator's batches (``x``, ``(x,)``, ``(x, y)``, ``(x, y, w)``, dicts for several
+    inputs) read once into arrays: it cannot be read again for the profile's second pass.
+    ``len()`` or ``__length_hint__``, when the iterator has one, is how many batches it has."""
+    import itertools
+    import operator
+
+    known = operator.length_hint(it, -1)
+    batches = list(itertools.islice(it, known) if known >= 0 else it)
+    if not batches:
+        raise SadlDataError(f"{source} is an empty generator (0 batches); give at least one input")
+    xs = [_dataset_element_x(b) for b in batches]
+    ys = [_dataset_element_y(b) for b in batches]
+    try:
+        if isinstance(xs[0], Mapping):
+            x: Any = {k: np.concatenate([np.asarray(b[k]) for b in xs]) for k in xs[0]}
+        else:
+            x = np.concatenate([_as_array(b, source) for b in xs])
+        y = None if any(v is None or isinstance(v, (dict, list, tuple)) for v in ys) else np.concatenate([np.asarray(v) for v in ys])
+    except ValueError as exc:
+        raise SadlDataError(f"{source}: the generator's batches cannot be joined ({exc}); yield batches of one shape") from None
+    return TrainingData(source=source, x=x, y=y)
 
 
 def _as_array(value: Any, source: str) -> np.ndarray:
