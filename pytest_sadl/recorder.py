@@ -38,6 +38,7 @@ to bytes (``.npz``, no pickles) for pytest-xdist workers to send to the controll
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -332,7 +333,7 @@ class Recorder:
                     return unrecorded(rec, "model.predict() got non-finite values", original_cls.predict, x, batch_size=batch_size, verbose=verbose)
                 return recorder._attempt(rec, x, plain, lambda: tm.call_and_trace(x, batch_size=batch_size or 32))
             # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced
-            return recorder._loop(rec, tm, "predict", x, plain)
+            return recorder._loop(rec, tm, "predict", x, plain, original_cls)
 
         def predict_on_batch(x: Any) -> Any:
             rec = recorder.target()
@@ -348,14 +349,14 @@ class Recorder:
                 callbacks=callbacks, return_dict=return_dict, **kw)
             if kw or not getattr(model, "compiled", False):  # fit()'s validation pass; or Keras' own error
                 rec = None
-            return recorder._loop(rec, tm, "test", x, plain)
+            return recorder._loop(rec, tm, "test", x, plain, original_cls)
 
         def test_on_batch(x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False) -> Any:
             rec = recorder.target()
             plain = lambda: original_cls.test_on_batch(model, x, y, sample_weight=sample_weight, return_dict=return_dict)  # noqa: E731
             if not getattr(model, "compiled", False):
                 rec = None
-            return recorder._loop(rec, tm, "test", x, plain)
+            return recorder._loop(rec, tm, "test", x, plain, original_cls)
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             rec = recorder.target() if self is model else None
@@ -364,11 +365,14 @@ class Recorder:
             return recorder._call(rec, tm, original_cls, self, args, kwargs)
 
         # The same name, qualname and module as the model's class, so that Keras serialises
-        # (model.save) and prints it as before; only __call__ differs.
+        # (model.save) and prints it as before; only __call__ differs, and the steps and
+        # step functions Keras' loops use, which are a traced loop's in the thread running
+        # it (capture.loops) and the model's own everywhere else.
         recorded_cls = type(
             original_cls.__name__,
             (original_cls,),
-            {"__call__": call, "__module__": original_cls.__module__, "__qualname__": original_cls.__qualname__, "_sadl_recording": True},
+            {"__call__": call, "__module__": original_cls.__module__, "__qualname__": original_cls.__qualname__,
+             "_sadl_recording": True, **self._loop_dispatch(original_cls)},
         )
         self.current = record
         wrapped = {"predict": predict, "predict_on_batch": predict_on_batch, "evaluate": evaluate, "test_on_batch": test_on_batch}
@@ -384,6 +388,53 @@ class Recorder:
                     with contextlib.suppress(AttributeError):
                         object.__delattr__(model, name)
                 self.current = None
+
+    def _loop_dispatch(self, original_cls: type) -> dict[str, Any]:
+        """Class attributes of the recorded class: ``predict_step``/``test_step`` and
+        ``predict_function``/``test_function`` that are this thread's traced loop's
+        (:class:`pytest_sadl.capture.loops.Loop`) while it runs, else the model's own."""
+        recorder = self
+        out: dict[str, Any] = {}
+        for kind in ("predict", "test"):
+            step_name, fn_name = f"{kind}_step", f"{kind}_function"
+
+            def step(model: Any, *args: Any, _kind: str = kind, _name: str = step_name) -> Any:
+                loop = recorder._active_loop(model, _kind)
+                if loop is not None:
+                    return loop.step(*args)
+                return getattr(original_cls, _name)(model, *args)
+
+            def get(model: Any, _kind: str = kind, _name: str = fn_name) -> Any:
+                loop = recorder._active_loop(model, _kind)
+                if loop is not None and loop.fn is not None:
+                    return loop.fn
+                return model.__dict__.get(_name)
+
+            def put(model: Any, value: Any, _kind: str = kind, _name: str = fn_name) -> None:
+                loop = recorder._active_loop(model, _kind)
+                if loop is not None and loop.building:
+                    loop.built = value  # Keras' make_<kind>_function building ours
+                else:
+                    model.__dict__[_name] = value
+
+            if hasattr(original_cls, step_name):
+                out[step_name] = step
+                out[fn_name] = property(get, put)
+        return out
+
+    def _active_loop(self, model: Any, kind: str) -> Any:
+        loop = getattr(self._local, "loop", None)
+        return loop if loop is not None and loop.model is model and loop.kind == kind else None
+
+    @contextlib.contextmanager
+    def _activating(self, loop: Any) -> Iterator[None]:
+        """``loop`` is this thread's traced loop while the block runs."""
+        previous = getattr(self._local, "loop", None)
+        self._local.loop = loop
+        try:
+            yield
+        finally:
+            self._local.loop = previous
 
     def _call(self, rec: TestRecord, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
         x = args[0] if args else kwargs.get("inputs")
@@ -402,35 +453,39 @@ class Recorder:
                 return plain()
         return self._attempt(rec, x, plain, lambda: tm.call_tensors(x))
 
-    def _loop(self, rec: TestRecord | None, tm: Any, kind: str, x: Any, plain: Callable[[], Any]) -> Any:
+    def _loop(self, rec: TestRecord | None, tm: Any, kind: str, x: Any, plain: Callable[[], Any], original_cls: type) -> Any:
         """``predict``/``evaluate``/``test_on_batch`` run by Keras' own loop with each step
         traced (:mod:`pytest_sadl.capture.loops`): the steps' traces kept for ``rec``, the
-        targets of the steps as the inputs' labels, Keras' own result returned."""
+        targets of the steps as the inputs' labels, Keras' own result returned.
+
+        Not under the recorder's lock while Keras waits for data (only while a step is
+        traced with the layers tapped): a generator that calls the model from tf.data's
+        thread must not wait for the loop that waits for it."""
         from pytest_sadl.capture.loops import run_traced, unsupported
 
-        with self._lock:
-            why = None if rec is None else unsupported(tm.model, kind)
-            if rec is None or why is not None:
-                if why is not None:
-                    self._warn_unrecorded(rec, why)  # type: ignore[arg-type]
-                with self.paused():
-                    return plain()
-            failure: Exception | None = None
-            try:
-                with self.paused():
-                    out, batches = run_traced(tm, kind, plain)
-            except Exception as exc:
-                if _one_shot(x):  # a generator is consumed: running it again would see other data
-                    raise
-                failure = exc
-            else:
-                self._keep(rec, tm, batches)
-                return out
-            with self.paused():  # outside the except block: the model's own error, unchained
-                out = plain()
-            self._warn_unrecorded(rec, "an input the model accepts could not be recorded ("
-                                  + " ".join(f"{type(failure).__name__}: {failure}".split())[:300] + ")")
+        why = None if rec is None else unsupported(tm.model, kind)
+        if rec is None or why is not None:
+            if why is not None:
+                self._warn_unrecorded(rec, why)  # type: ignore[arg-type]
+            with self.paused():
+                return plain()
+        failure: Exception | None = None
+        plain_step = functools.partial(getattr(original_cls, f"{kind}_step"), tm.model)
+        try:
+            with self.paused():
+                out, batches = run_traced(tm, kind, plain, plain_step=plain_step, activate=self._activating, lock=self._lock)
+        except Exception as exc:
+            if _one_shot(x):  # a generator is consumed: running it again would see other data
+                raise
+            failure = exc
+        else:
+            self._keep(rec, tm, batches)
             return out
+        with self.paused():  # outside the except block: the model's own error, unchained
+            out = plain()
+        self._warn_unrecorded(rec, "an input the model accepts could not be recorded ("
+                              + " ".join(f"{type(failure).__name__}: {failure}".split())[:300] + ")")
+        return out
 
     def _keep(self, rec: TestRecord, tm: Any, batches: list[Any]) -> None:
         """The traces of a traced loop's steps, and their targets as labels."""

@@ -16,8 +16,9 @@ Keras internals this relies on (Keras 3, TensorFlow and JAX backends): the train
 ``predict_step``/``test_step`` methods, ``make_predict_function``/``make_test_function``
 building ``predict_function``/``test_function`` from them, and a JAX step returning
 ``(outputs, state)``. The augmented functions are built once per trace model and
-compile configuration and kept: the model's own cached functions are put back after
-every call, so a plain ``predict`` is never affected.
+compile configuration and kept; the model's own cached functions are never replaced:
+the caller makes the augmented step and function the model's in the running thread
+only (``activate``), so a plain ``predict`` in another thread is never affected.
 
 Public API
 ----------
@@ -27,19 +28,21 @@ Public API
 ``unsupported(model, kind) -> str | None``
     Why Keras' ``kind`` loop (``"predict"``, ``"test"``) cannot be recorded for this
     model (``None``: it can).
-``run_traced(trace_model, kind, run) -> (result, [LoopBatch])``
+``run_traced(trace_model, kind, run, *, plain_step, activate, lock=None) -> (result, [LoopBatch])``
     ``run()`` calls the Keras method; its result is returned as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_sadl.capture.forward import backend, tapped, to_numpy
 
-__all__ = ["LoopBatch", "unsupported", "run_traced"]
+__all__ = ["Loop", "LoopBatch", "unsupported", "run_traced"]
 
 KINDS = ("predict", "test")
 
@@ -81,7 +84,7 @@ def _key(model: Any, kind: str) -> tuple[Any, ...]:
     )
 
 
-def _augmented(tm: Any, step: Callable[..., Any]) -> Callable[..., Any]:
+def _augmented(tm: Any, step: Callable[..., Any], lock: Any = None) -> Callable[..., Any]:
     """``step`` (a bound ``predict_step``/``test_step``) with the taps: it returns
     ``(result, extras)`` (JAX: ``((outputs, extras), state)``)."""
     from keras.src.trainers.data_adapters import data_adapter_utils
@@ -92,14 +95,17 @@ def _augmented(tm: Any, step: Callable[..., Any]) -> Callable[..., Any]:
         x, y, _ = data_adapter_utils.unpack_x_y_sample_weight(args[-1])
         captured: list[Any] = [None] * len(taps)
         outputs: list[Any] = []
+        me = threading.get_ident()
 
         def sink(i: int, out: Any) -> None:
+            if threading.get_ident() != me:  # another thread's call through a tapped layer
+                return
             if i < len(taps):
                 captured[i] = out
             else:  # the model's own call: its output, the measured output's source
                 outputs.append(out)
 
-        with tapped(list(taps) + [model], sink):
+        with lock if lock is not None else contextlib.nullcontext(), tapped(list(taps) + [model], sink):
             result = step(*args)
         if not outputs or any(c is None for c in captured):
             raise RuntimeError("the step did not run the model's layers once each; it cannot be traced")
@@ -151,36 +157,57 @@ def _stripping(fn: Callable[..., Any], keep: Callable[[Any], None]) -> Callable[
     return function
 
 
-def run_traced(tm: Any, kind: str, run: Callable[[], Any]) -> tuple[Any, list[LoopBatch]]:
+@dataclass
+class Loop:
+    """One traced Keras loop in one thread: what the model's ``<kind>_step`` and
+    ``<kind>_function`` are *for that thread* while it runs (see :func:`run_traced`)."""
+
+    kind: str
+    model: Any
+    step: Callable[..., Any]  # the augmented step
+    fn: Any = None  # the function Keras calls: the augmented one, extras stripped
+    building: bool = False  # Keras' make_<kind>_function is running: what it sets is ours
+    built: Any = None
+
+
+def run_traced(
+    tm: Any,
+    kind: str,
+    run: Callable[[], Any],
+    *,
+    plain_step: Callable[..., Any],
+    activate: Callable[[Loop], Any],
+    lock: Any = None,
+) -> tuple[Any, list[LoopBatch]]:
     """Run ``run()`` (Keras' ``predict``/``evaluate``/``test_on_batch`` of ``tm.model``,
     ``kind`` ``"predict"`` or ``"test"``) with the step traced; return its result
-    unchanged and the traces of every step it ran, in order."""
+    unchanged and the traces of every step it ran, in order.
+
+    ``plain_step`` is the model's own step (bound); ``activate(loop)`` is a context
+    manager during which the model's ``<kind>_step`` is ``loop.step`` and its
+    ``<kind>_function`` is ``loop.fn`` in this thread only, and an assignment to
+    ``<kind>_function`` while ``loop.building`` goes to ``loop.built`` (the recorder's
+    recorded class does this with a per-thread dispatch, so other threads keep the
+    model's own). ``lock`` (a context manager) is held while the step is traced with the
+    layers tapped, never while the loop waits for data: a generator that calls the model
+    from tf.data's thread does not deadlock."""
     why = unsupported(tm.model, kind)
     if why is not None:
         raise ValueError(why)
     model = tm.model
-    fn_attr, step_attr = f"{kind}_function", f"{kind}_step"
-    saved_fn = getattr(model, fn_attr)
-    own_step = step_attr in model.__dict__
-    saved_step = model.__dict__.get(step_attr)
     kept: list[Any] = []
-    # The instance attribute shadows the class's step while Keras builds and traces the
-    # function (TensorFlow reads self.predict_step when it traces; JAX binds it when built).
-    object.__setattr__(model, step_attr, _augmented(tm, getattr(model, step_attr)))
-    try:
+    loop = Loop(kind, model, _augmented(tm, plain_step, lock))
+    with activate(loop):
         key = _key(model, kind)
         fn = tm._loop_fns.get(key)
         if fn is None:
-            setattr(model, fn_attr, None)
-            getattr(model, f"make_{kind}_function")(force=True)
-            fn = tm._loop_fns[key] = getattr(model, fn_attr)
-        setattr(model, fn_attr, _stripping(fn, kept.append))
+            loop.building = True
+            try:
+                getattr(model, f"make_{kind}_function")(force=True)
+            finally:
+                loop.building = False
+            fn = tm._loop_fns[key] = loop.built
+        loop.fn = _stripping(fn, kept.append)
         result = run()
-    finally:
-        setattr(model, fn_attr, saved_fn)
-        if own_step:
-            object.__setattr__(model, step_attr, saved_step)
-        else:
-            object.__delattr__(model, step_attr)
     batches = [LoopBatch(tm.split(list(e["flat"])), _lists(e["x"]), _lists(e.get("y"))) for e in kept]
     return result, batches

@@ -439,10 +439,14 @@ class TraceModel:
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
         from pytest_sadl.capture.forward import tapped
 
+        import threading
+
         captured: list[Any] = [None] * len(self._taps)
+        me = threading.get_ident()
 
         def sink(i: int, out: Any) -> None:
-            captured[i] = out
+            if threading.get_ident() == me:  # not another thread's call through a tapped layer
+                captured[i] = out
 
         with tapped(self._taps, sink):
             output = self._call(x)
