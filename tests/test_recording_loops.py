@@ -20,7 +20,8 @@ import pytest
 import tensorflow as tf
 
 from pytest_sadl.capture import TraceModel
-from pytest_sadl.recorder import Recorder, SadlRecordingWarning, TestRecord, input_digests
+from pytest_sadl.errors import SadlRecordingWarning
+from pytest_sadl.plugin.recorder import Recorder, TestRecord, input_digests
 from tests import _models
 
 pytestmark = pytest.mark.tf
@@ -247,7 +248,8 @@ def tabular() -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
 
 
 def test_column_arrays_for_input_1_are_profiled_and_recorded_as_keras_takes_them(tabular: Any, tmp_path: Path) -> None:
-    from pytest_sadl.profile import ProfileOptions, load_or_build
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
 
     model, cols, y = tabular
     prof = load_or_build(model, (cols, y), ProfileOptions(), tmp_path)
@@ -268,14 +270,14 @@ def test_column_arrays_for_input_1_are_profiled_and_recorded_as_keras_takes_them
 
 
 def test_a_column_array_for_an_image_model_is_one_line(dense: Any) -> None:
-    from pytest_sadl.data import SadlDataError
+    from pytest_sadl.errors import SadlDataError
 
     with pytest.raises(SadlDataError, match=r"^training data has inputs of shape \(\) but the model expects \(8, 8, 1\)$"):
         TraceModel(dense, jit=False).traces(np.zeros(5, np.float32), what="training data")
 
 
 def test_a_subclassed_model_takes_only_what_its_call_takes(kind_model_path: Any, digits: Any) -> None:
-    from pytest_sadl.data import SadlDataError
+    from pytest_sadl.errors import SadlDataError
 
     _models._subclassed_class()
     model = _models.load_model(kind_model_path("subclassed"))
