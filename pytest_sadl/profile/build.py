@@ -165,12 +165,15 @@ def model_fingerprint(model: Any) -> str:
 
 
 def _weight_array(w: Any) -> np.ndarray:
-    """A weight's values as NumPy, without a backend import: a JAX array directly (Keras'
-    JAX ``Variable.numpy()`` goes through an ``__array__`` without NumPy 2's ``copy``
-    keyword, a DeprecationWarning per weight), otherwise the variable's ``numpy()``."""
+    """A weight's values as NumPy, without a backend import: a JAX array directly and a
+    torch tensor detached (Keras' JAX and torch ``Variable.numpy()`` go through an
+    ``__array__`` without NumPy 2's ``copy`` keyword, a DeprecationWarning per weight),
+    otherwise the variable's ``numpy()``."""
     value = getattr(w, "value", None)
     if value is not None and type(value).__module__.startswith(("jax", "jaxlib")):
         return np.asarray(value)
+    if value is not None and hasattr(value, "detach"):  # torch: a Parameter, maybe on a GPU
+        return value.detach().cpu().numpy()
     return np.asarray(w.numpy() if hasattr(w, "numpy") else w)
 
 
