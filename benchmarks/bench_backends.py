@@ -38,8 +38,8 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np
 sys.path.insert(0, {root!r})
 import keras
-from pytest_sadl.modelio import load_model
-from pytest_sadl.traces import TraceModel
+from pytest_sadl.capture.model import load_model
+from pytest_sadl.capture import TraceModel
 
 x = np.load({train!r})["x"]
 model = load_model({model!r})

@@ -27,11 +27,12 @@ import time
 import tracemalloc
 import warnings
 
+import _real_traces
 import numpy as np
 import scipy.stats
 
-import _real_traces
-from pytest_sadl.surprise import DSA, LSA, SadlWarning
+from pytest_sadl.criteria.surprise import DSA, LSA
+from pytest_sadl.errors import SadlWarning
 
 
 def synthetic(rng, n, d, classes, spread, centres=None):

@@ -32,8 +32,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from attacks import fgsm
 
-    from pytest_sadl.modelio import load_model
-    from pytest_sadl.surprise import LSA, SadlWarning
+    from pytest_sadl.capture.model import load_model
+    from pytest_sadl.criteria.surprise import LSA
+    from pytest_sadl.errors import SadlWarning
 
     model = load_model(str(ROOT / "models" / "digits_cnn.keras"))
 

@@ -77,8 +77,9 @@ def reset_peak():
 what, model_path, data_path, cache, bs = sys.argv[1:6]
 bs = int(bs)
 import keras
-from pytest_sadl.profile import ProfileOptions, load_or_build
-from pytest_sadl.traces import TraceModel
+from pytest_sadl.profile.build import ProfileOptions
+from pytest_sadl.profile.lookup import load_or_build
+from pytest_sadl.capture import TraceModel
 model = keras.saving.load_model(model_path, compile=False)
 x = np.load(data_path)
 res = {}
@@ -140,10 +141,9 @@ def make_inputs(n: int) -> tuple[Path, Path, dict[str, int]]:
     """The trained ConvNet and ``n`` real MNIST inputs (cached by ``_real_traces``): their
     paths and the layer sizes."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import _real_traces
     import keras
     import numpy as np
-
-    import _real_traces
 
     model_path = _real_traces.convnet()
     x = _real_traces.images(n)

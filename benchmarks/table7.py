@@ -13,7 +13,7 @@ standard deviation. Here, on the example project's digits ConvNet:
   evaluated on the whole adversarial set, samples included; we keep them apart);
 * SA: LSA and DSA of the model's ``dense_hidden`` layer from its training profile; U and
   the lower bound are the default SC bounds a pytest-sadl run uses (held-out training
-  traces), and the sampling is :func:`pytest_sadl.selection.select` with
+  traces), and the sampling is :func:`pytest_sadl.criteria.selection.select` with
   ``strategy="ranges"``;
 * retraining: a fresh copy of the model, Adam(1e-3), the 100 inputs for ``--epochs``
   epochs (5, as in the paper), batch size 32; R = "-" is the model before retraining.
@@ -51,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=100, help="inputs sampled per retraining (default %(default)s)")
     args = parser.parse_args(argv)
 
-    import keras
-
     import attacks
+    import keras
     import train_model
+
+    from pytest_sadl.criteria.selection import select
     from pytest_sadl.engine import ProfileView, default_sc_bounds
-    from pytest_sadl.profile import ProfileOptions, load_or_build
-    from pytest_sadl.selection import select
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
 
     start = time.monotonic()
     model = keras.models.load_model(train_model.MODEL_PATH)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import train_model
 
 HERE = Path(__file__).resolve().parent

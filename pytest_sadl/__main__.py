@@ -1,5 +1,5 @@
-"""``python -m pytest_sadl``: the ``sadl`` command (see :mod:`pytest_sadl.cli`)."""
+"""``python -m pytest_sadl``: the ``sadl`` command (see :mod:`pytest_sadl.cli.main`)."""
 
-from pytest_sadl.cli import main
+from pytest_sadl.cli.main import main
 
 raise SystemExit(main())

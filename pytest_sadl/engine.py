@@ -26,21 +26,29 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from . import __version__
-from .neurons import (
+from pytest_sadl import __version__
+from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
+from pytest_sadl.criteria.neurons import (
     KMultisectionCoverage,
     NeuronBoundaryCoverage,
     NeuronCoverage,
     NeuronRanges,
     StrongNeuronActivationCoverage,
 )
-from .mistakes import BASELINES, SCORE_LABELS, analyse
-from .recorder import TestRecord
-from .results import LABELS, SA_LABELS, SURPRISE, Failure, Metric, Results, percent
-from .surprise import DSA, LSA, MDSA, SurpriseCoverage
+from pytest_sadl.criteria.surprise import DSA, LSA, MDSA, SurpriseCoverage
+from pytest_sadl.plugin.recorder import TestRecord
+from pytest_sadl.results import (
+    LABELS,
+    SA_LABELS,
+    SURPRISE,
+    Failure,
+    Metric,
+    Results,
+    percent,
+)
 
 if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
-    from .config import SadlOptions
+    from pytest_sadl.plugin.options import SadlOptions
 
 TOP_INPUTS = 12
 HELD_OUT = 1000
@@ -52,7 +60,7 @@ class ProfileView:
     """What the engine needs of a training profile (see :mod:`pytest_sadl.profile`).
 
     ``row_keys``: one integer per training trace that depends on the input's content
-    only (:func:`pytest_sadl.fingerprint.row_keys`); the held-out sample is the traces
+    only (:func:`pytest_sadl.profile.fingerprint.row_keys`); the held-out sample is the traces
     with the smallest keys, so the same inputs in any order give the same bounds.
     ``held_out``: returns the held-out scores stored with the profile (computing and
     storing them the first time), instead of :func:`held_out_scores` in every session.
@@ -531,7 +539,7 @@ def _sc_options(options: "SadlOptions", metric: str) -> Any:
     """The configured bounds of a surprise coverage (unset ones: from the profile)."""
     found = getattr(options, metric, None)
     if found is None:
-        from .config import Bounds
+        from pytest_sadl.plugin.options import Bounds
 
         found = Bounds(None, None, 1000)
     return found

@@ -17,7 +17,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_sadl"
 BACKENDS = ("tensorflow", "jax")
-BACKEND_MODULES = {"pytest_sadl.capture.forward", "pytest_sadl.data"}
+BACKEND_MODULES = {"pytest_sadl.capture.forward", "pytest_sadl.capture.data"}
 
 
 def _modules() -> dict[str, Path]:
@@ -137,3 +137,57 @@ def test_backends_are_imported_only_where_traces_are_made(backend: str) -> None:
     users = {name for name, path in modules.items() if backend in _imports(name, path, modules)[1]}
     assert users <= BACKEND_MODULES, f"{backend} imported in {sorted(users - BACKEND_MODULES)}"
     assert "pytest_sadl.capture.forward" in users
+
+
+# The rooms of docs/ARCHITECTURE.md: what may live at the top level, and where each kind of
+# thing lives. A new module goes into a room (and into the map), not beside them.
+TOP_LEVEL = {"__init__", "__main__", "atomic", "engine", "errors", "results", "resultsfile", "specs"}
+ROOMS = {"capture", "cli", "criteria", "plugin", "profile", "report", "store"}
+MAP = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
+INTERNAL_EXCEPTIONS = {"pytest_sadl.store.entry.Invalid", "pytest_sadl.store.locks.LockTimeout"}
+
+
+def test_the_package_is_its_rooms() -> None:
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert top == TOP_LEVEL, f"top-level modules outside a room: {sorted(top - TOP_LEVEL)}"
+    assert rooms == ROOMS, f"rooms not in the map: {sorted(rooms ^ ROOMS)}"
+
+
+def test_every_module_is_on_the_map() -> None:
+    """Each module has its row in docs/ARCHITECTURE.md (package __init__s of the rooms aside)."""
+    text = MAP.read_text(encoding="utf-8")
+    missing = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py" or path.parent.name == "capture"
+        if f"`{path.relative_to(PACKAGE).as_posix()}`" not in text and path.parent.name != "report"
+    ]
+    assert not missing, f"modules missing from docs/ARCHITECTURE.md: {missing}"
+
+
+def test_exceptions_and_warnings_users_meet_live_in_errors() -> None:
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(b).endswith(("Error", "Warning", "Exception", "Interrupt")) for b in node.bases
+            ):
+                found.append(f"{name}.{node.name}")
+    outside = [f for f in found if not f.startswith("pytest_sadl.errors.") and f not in INTERNAL_EXCEPTIONS]
+    assert not outside, f"exceptions outside errors.py: {outside}"
+    assert "pytest_sadl.errors.SadlWarning" in found
+
+
+def test_package_inits_hold_no_aliases() -> None:
+    """A room's __init__ is a docstring (capture's names its public API); nothing re-exports
+    another module's names under a second path (the old ``traces.py`` alias)."""
+    for init in PACKAGE.glob("*/__init__.py"):
+        if init.parent.name == "capture":
+            continue
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        assert all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body), init
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                assert not any(a.name == "*" for a in node.names), f"import * in {path}"

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.data import SadlLayerError, SadlModelError
+from pytest_sadl.errors import SadlLayerError, SadlModelError
 
 pytestmark = pytest.mark.tf
 
 keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
-from pytest_sadl.neurons import fit_ranges, kmnc, nbc, nc, snac  # noqa: E402
-from pytest_sadl.traces import TraceModel  # noqa: E402
+from pytest_sadl.capture import TraceModel  # noqa: E402
+from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac  # noqa: E402
 from tests import _models, naive  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,10 +152,10 @@ import numpy as np
 sys.path.insert(0, {root!r})
 from tests import _models
 _models._subclassed_class()
-from pytest_sadl.modelio import load_model
-from pytest_sadl.traces import TraceModel
-from pytest_sadl.data import load_training_data
-from pytest_sadl.profile import model_fingerprint
+from pytest_sadl.capture.model import load_model
+from pytest_sadl.capture import TraceModel
+from pytest_sadl.capture.data import load_training_data
+from pytest_sadl.profile.build import model_fingerprint
 import keras
 out = {{}}
 for name, path in {paths!r}.items():
@@ -177,9 +177,9 @@ def test_the_other_backend_gives_the_same_traces_and_fingerprints(
     """The same saved models and inputs on TensorFlow (this process) and, in a
     subprocess, JAX or torch: traces equal to 1e-5, the same classes, the same layers and
     the same model and data fingerprints (so the same cached profile)."""
-    from pytest_sadl.data import load_training_data
-    from pytest_sadl.modelio import load_model
-    from pytest_sadl.profile import model_fingerprint
+    from pytest_sadl.capture.data import load_training_data
+    from pytest_sadl.capture.model import load_model
+    from pytest_sadl.profile.build import model_fingerprint
 
     _models._subclassed_class()
     if keras.backend.backend() != "tensorflow":  # run once, from the TensorFlow pass (scripts/test.sh)
@@ -237,7 +237,7 @@ def test_calls_on_traced_tensors_are_not_recordable(conv_model: Any, digits: Any
 
 
 def test_sadl_profile_layers_lists_paths_shapes_and_defaults(kind_model_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_sadl.cli import main
+    from pytest_sadl.cli.main import main
 
     _models._subclassed_class()
     assert main(["profile", "layers", "--model", str(kind_model_path("subclassed"))]) == 0

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.cli import ProgressBar, build_parser, main
-from pytest_sadl.cliargs import parse_layers
+from pytest_sadl.cli.args import parse_layers
+from pytest_sadl.cli.main import ProgressBar, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,8 @@ def test_errors_are_one_line_exit_2(project: Path, capsys: pytest.CaptureFixture
 def test_build_reads_the_projects_ini_so_the_plugin_finds_the_profile(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """pyproject sets sadl_layers and sadl_var_threshold: `sadl profile build` without flags
     stores the profile under the fingerprint the plugin's options give (found, not rebuilt)."""
-    from pytest_sadl.profile import ProfileOptions, load_or_build
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
 
     (project / "pyproject.toml").write_text(
         "[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_var_threshold = \"1e-4\"\n")

@@ -1,4 +1,4 @@
-"""Training data sources (pytest_sadl.data): every form, the fingerprint, clear errors."""
+"""Training data sources (pytest_sadl.capture.data): every form, the fingerprint, clear errors."""
 
 from __future__ import annotations
 
@@ -9,13 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.data import (
-    SadlConfigError,
-    SadlDataError,
-    TrainingData,
-    check_batch,
-    load_training_data,
-)
+from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data
+from pytest_sadl.errors import SadlConfigError, SadlDataError
 
 
 @pytest.fixture()

@@ -7,12 +7,18 @@ import warnings
 import numpy as np
 import pytest
 
-from pytest_sadl.config import Bounds, SadlOptions
-from pytest_sadl.engine import ProfileView, check_thresholds, compute, default_bounds, held_out_scores
-from pytest_sadl.neurons import fit_ranges, kmnc, nbc, nc, snac
-from pytest_sadl.recorder import Batch, Recorder, TestRecord
+from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac
+from pytest_sadl.criteria.surprise import DSA, LSA, surprise_coverage
+from pytest_sadl.engine import (
+    ProfileView,
+    check_thresholds,
+    compute,
+    default_bounds,
+    held_out_scores,
+)
+from pytest_sadl.plugin.options import Bounds, SadlOptions
+from pytest_sadl.plugin.recorder import Batch, Recorder, TestRecord
 from pytest_sadl.results import Metric
-from pytest_sadl.surprise import DSA, LSA, surprise_coverage
 
 
 def make_view(rng, classifier=True):
@@ -228,8 +234,8 @@ def test_records_round_trip_through_worker_bytes():
 
 
 def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(pytester: pytest.Pytester):
-    from pytest_sadl.config import read_options
-    from pytest_sadl.profile import ProfileOptions, profile_fingerprint
+    from pytest_sadl.plugin.options import read_options
+    from pytest_sadl.profile.build import ProfileOptions, profile_fingerprint
 
     pytester.makeini("[pytest]\nsadl_coverage = true\nsadl_lsa_near_singular = keep\n")
     assert read_options(pytester.parseconfig()).lsa_near_singular == "keep"
@@ -260,9 +266,9 @@ def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(py
 
 
 def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
-    from pytest_sadl.mistakes import analyse
-    from pytest_sadl.recorder import input_digests
-    from pytest_sadl.surprise import MDSA
+    from pytest_sadl.criteria.mistakes import analyse
+    from pytest_sadl.criteria.surprise import MDSA
+    from pytest_sadl.plugin.recorder import input_digests
 
     rng = np.random.default_rng(7)
     view, centres = make_view(rng)
@@ -304,7 +310,7 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
 
 
 def test_top_inputs_show_each_distinct_input_once_with_every_test_that_fed_it():
-    from pytest_sadl.recorder import input_digests
+    from pytest_sadl.plugin.recorder import input_digests
 
     rng = np.random.default_rng(8)
     view, centres = make_view(rng)
@@ -325,8 +331,8 @@ def test_top_inputs_show_each_distinct_input_once_with_every_test_that_fed_it():
 
 
 def test_regression_labels_give_rank_correlations_not_aucs():
-    from pytest_sadl.recorder import input_digests
-    from pytest_sadl.surprise import MDSA
+    from pytest_sadl.criteria.surprise import MDSA
+    from pytest_sadl.plugin.recorder import input_digests
 
     rng = np.random.default_rng(9)
     view, centres = make_view(rng, classifier=False)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import naive
 import numpy as np
 import pytest
 from scipy.spatial.distance import mahalanobis
 
-import naive
-from pytest_sadl.surprise import MDSA, SadlWarning
+from pytest_sadl.criteria.surprise import MDSA
+from pytest_sadl.errors import SadlWarning
 
 
 def clustered(rng, n, d, classes, scale=3.0):

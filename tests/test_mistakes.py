@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import naive
 import numpy as np
 import pytest
 import scipy.stats
 from sklearn.metrics import roc_auc_score
 
-import naive
-from pytest_sadl.mistakes import analyse, confidence_scores, probabilities, roc_auc, spearman
+from pytest_sadl.criteria.mistakes import (
+    analyse,
+    confidence_scores,
+    probabilities,
+    roc_auc,
+    spearman,
+)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import naive
 import numpy as np
 import pytest
 
-import naive
-from pytest_sadl.neurons import (
+from pytest_sadl.criteria.neurons import (
     KMultisectionCoverage,
     NeuronBoundaryCoverage,
     NeuronCoverage,
@@ -220,7 +220,7 @@ def test_bad_layers_are_clear_errors(data):
 
 
 def test_nc_takes_traces_that_carry_extrema_and_refuses_those_without(data):
-    from pytest_sadl.traces import Traces
+    from pytest_sadl.capture import Traces
 
     _, tests, _ = data
     reduced = [reduce_layer(a) for a in tests]

@@ -98,7 +98,11 @@ def _warm_imports(conv_model_path: Path, digits, tmp_path_factory: pytest.TempPa
     import keras
     import tensorflow as tf
 
-    from pytest_sadl import engine, plugin, profile, traces  # noqa: F401
+    from pytest_sadl import capture as traces
+    from pytest_sadl import engine  # noqa: F401
+    from pytest_sadl.plugin import hooks as plugin  # noqa: F401
+    from pytest_sadl.profile import files, lookup
+    from pytest_sadl.profile.build import ProfileOptions
     from pytest_sadl.report import badge, compare, html, markdown, terminal  # noqa: F401
 
     model = keras.models.load_model(conv_model_path)
@@ -111,8 +115,8 @@ def _warm_imports(conv_model_path: Path, digits, tmp_path_factory: pytest.TempPa
     tape.gradient(out, x)
     model.save(tmp_path_factory.mktemp("warm") / "m.keras")
     cache = tmp_path_factory.mktemp("warm-cache")
-    prof = profile.load_or_build(model, digits.x_train, profile.ProfileOptions(sa_layers=("hidden",)), cache)
-    profile.load_profile(prof.path)
+    prof = lookup.load_or_build(model, digits.x_train, ProfileOptions(sa_layers=("hidden",)), cache)
+    files.load_profile(prof.path)
     html.render_html(json.loads((Path(__file__).parent / "data" / "results-classifier.json").read_text()))
 
 
@@ -172,7 +176,7 @@ def test_recording_groups_failures_and_values(project, digits):
     # Each input's SA equals the engine's on traces computed here by hand, layer by layer.
     import keras
 
-    from pytest_sadl.surprise import DSA, LSA
+    from pytest_sadl.criteria.surprise import DSA, LSA
 
     model = keras.models.load_model(pytester.path / "model.keras")
     hidden = keras.Model(model.inputs, model.get_layer("hidden").output)
@@ -188,7 +192,7 @@ def test_recording_groups_failures_and_values(project, digits):
     np.testing.assert_allclose(data["inputs"]["lsa"], LSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(data["inputs"]["dsa"], DSA(train_ats, train_pred)(ats, pred), rtol=1e-4, atol=1e-4)
     # NC as DeepXplore on the full feature maps, every default coverage layer
-    from pytest_sadl.neurons import fit_ranges, kmnc, nc
+    from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nc
 
     names = data["config"]["coverage_layers"]
     assert names[:3] == ["conv1", "pool1", "conv2"] and "dropout" not in names and "flatten" not in names
@@ -286,7 +290,7 @@ def test_dsa_distances_are_kept_between_runs_and_equal_a_full_precompute(project
 
 
 def test_damaged_kept_dsa_distances_are_one_line_even_under_filterwarnings_error(project):
-    pytester = project(extra="sadl_cache_dir = .sadl-cache\nfilterwarnings = error::pytest_sadl._checks.SadlWarning")
+    pytester = project(extra="sadl_cache_dir = .sadl-cache\nfilterwarnings = error::pytest_sadl.errors.SadlWarning")
     assert run(pytester, "--sadl-coverage", "--sadl-report=json:first.json").ret == 1  # one test fails on purpose
     (kept_file,) = pytester.path.glob(".sadl-cache/profile-*/extra.dsa-dist_b.*.npy")
     raw = bytearray(kept_file.read_bytes())
@@ -301,7 +305,7 @@ def test_damaged_kept_dsa_distances_are_one_line_even_under_filterwarnings_error
 
 
 def test_dsa_precompute_from_the_flag_the_ini_and_its_no_flag(pytester: pytest.Pytester):
-    from pytest_sadl.config import read_options
+    from pytest_sadl.plugin.options import read_options
 
     pytester.makefile(".ini", pytest="[pytest]\nsadl_dsa_precompute = true\n")
     assert read_options(pytester.parseconfig("--sadl-coverage")).dsa_precompute is True
@@ -696,7 +700,7 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pytest_sadl.config import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
+from pytest_sadl.plugin.options import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
 from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
 from pytest_sadl.results import METRICS  # noqa: E402
 
@@ -749,8 +753,8 @@ def test_property_report_specs_parse_to_a_known_kind_or_a_usage_error(kind, sep,
 
 
 def test_one_layer_list_parser_for_options_and_the_sadl_command():
-    from pytest_sadl.cliargs import parse_layers as command_layers
-    from pytest_sadl.config import parse_layers
+    from pytest_sadl.cli.args import parse_layers as command_layers
+    from pytest_sadl.plugin.options import parse_layers
 
     assert parse_layers(["a", " b,c ", "3", "-1"]) == ("a", "b", "c", 3, -1)
     assert parse_layers("+1, 1_0, ²") == ("+1", "1_0", "²")  # int() would take the first two; not indices

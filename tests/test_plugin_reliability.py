@@ -8,7 +8,6 @@ The project, the model and the runners are ``tests/test_plugin.py``'s.
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -76,7 +75,7 @@ def test_calls_from_many_threads_are_all_recorded_as_a_serial_loop(project):
     """8 threads x 32 calls (predict, predict_on_batch, model(x)) in one marked test: every
     input is recorded for that test, and its numbers equal the same calls in one loop."""
     pytester = project(THREAD_TESTS)
-    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "-W", "error::pytest_sadl.recorder.SadlRecordingWarning")
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "-W", "error::pytest_sadl.errors.SadlRecordingWarning")
     res.assert_outcomes(passed=2)
     data = results(pytester)
     tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}

@@ -19,21 +19,17 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from pytest_sadl.data import SadlDataError, SadlLayerError, SadlModelError
-from pytest_sadl.profile import (
-    FORMAT_VERSION,
-    Invalid,
-    ProfileOptions,
+from pytest_sadl.errors import (
     SadlCacheWarning,
-    default_cache_dir,
-    find_rootdir,
-    list_profiles,
-    load_or_build,
-    load_profile,
-    model_fingerprint,
-    profile_path,
-    save_profile,
+    SadlDataError,
+    SadlLayerError,
+    SadlModelError,
 )
+from pytest_sadl.profile.build import ProfileOptions, model_fingerprint
+from pytest_sadl.profile.files import load_profile, save_profile
+from pytest_sadl.profile.lookup import list_profiles, load_or_build, profile_path
+from pytest_sadl.store.entry import FORMAT_VERSION, Invalid
+from pytest_sadl.store.location import default_cache_dir, find_rootdir
 
 try:
     from tests import _models, naive
@@ -64,13 +60,13 @@ def train_npz(tmp_path_factory: pytest.TempPathFactory, digits: Any) -> Path:
 
 @pytest.mark.tf
 def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, tmp_path: Path) -> None:
-    from pytest_sadl.neurons import fit_ranges
-    from pytest_sadl.surprise import DSA, LSA
-    from pytest_sadl.traces import TraceModel
+    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.criteria.neurons import fit_ranges
+    from pytest_sadl.criteria.surprise import DSA, LSA
 
     prof = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100, dsa_precompute=True), tmp_path)
     assert prof.built and prof.path == profile_path(tmp_path, prof.fingerprint) and prof.path.is_dir()
-    from pytest_sadl.fingerprint import canonical_order, row_digests
+    from pytest_sadl.profile.fingerprint import canonical_order, row_digests
 
     t = TraceModel(conv_model).traces(digits.x_train)
     order = canonical_order(row_digests(digits.x_train))  # the profile keeps the inputs' canonical order
@@ -132,7 +128,7 @@ def test_folder_holds_numbers_only_and_dedupes_traces(conv_model: Any, digits: A
 
 @pytest.mark.tf
 def test_lazy_dsa_then_completed(conv_model: Any, digits: Any, tmp_path: Path) -> None:
-    from pytest_sadl.surprise import DSA
+    from pytest_sadl.criteria.surprise import DSA
 
     lazy = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     assert lazy.dsa_arrays is None and lazy.dsa().known == 0, "the default build computes no dist_b"
@@ -161,7 +157,7 @@ def test_lazy_dist_b_is_kept_for_the_next_session(conv_model: Any, digits: Any, 
     """Each session computes dist_b only for the training traces its inputs land next to,
     and keeps them: the next session (another process, modelled by a fresh load) starts
     with them known, computes only the new ones, and the values equal a full precompute's."""
-    from pytest_sadl.surprise import DSA
+    from pytest_sadl.criteria.surprise import DSA
 
     first = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     tm = first.trace_model(conv_model)
@@ -235,7 +231,7 @@ def test_kept_dist_b_go_only_into_the_profile_they_were_computed_for(
 def test_keeping_dist_b_does_not_wait_for_a_busy_profile(conv_model: Any, digits: Any, tmp_path: Path) -> None:
     """While another process holds the profile's lock (building or completing it), the end
     of a session skips keeping instead of waiting for minutes."""
-    from pytest_sadl import store
+    from pytest_sadl.store import locks
 
     prof = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     t = prof.trace_model(conv_model).traces(digits.x_test[:20])
@@ -244,7 +240,7 @@ def test_keeping_dist_b_does_not_wait_for_a_busy_profile(conv_model: Any, digits
     ready, release = os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child holds the lock until told
-        with store.locked(lock):
+        with locks.locked(lock):
             os.write(ready[1], b"x")
             os.read(release[0], 1)
         os._exit(0)
@@ -261,8 +257,8 @@ def test_keeping_dist_b_does_not_wait_for_a_busy_profile(conv_model: Any, digits
 @pytest.mark.tf
 @pytest.mark.parametrize("damage", ["negative", "shape", "bytes"])
 def test_damaged_kept_dist_b_is_recomputed(conv_model: Any, digits: Any, tmp_path: Path, damage: str) -> None:
-    from pytest_sadl import store
     from pytest_sadl.profile.build import DSA_DISTANCES
+    from pytest_sadl.store import entry as store
 
     prof = load_or_build(conv_model, digits.x_train, ProfileOptions(), tmp_path)
     t = prof.trace_model(conv_model).traces(digits.x_test[:20])
@@ -354,7 +350,7 @@ def test_profile_fingerprint_changes_with_weight_input_or_option(dense_model_pat
 
 def _arrays_of(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """A stored profile's metadata and arrays, read into memory."""
-    from pytest_sadl import store
+    from pytest_sadl.store import entry as store
 
     entry = store.open_entry(path)
     return dict(entry.meta), {k: np.array(v) for k, v in entry.arrays.items()}
@@ -363,7 +359,7 @@ def _arrays_of(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def _craft(path: Path, meta: dict[str, Any] | None = None, **arrays: np.ndarray) -> None:
     """Rewrite the profile at ``path`` with changed metadata or arrays and *valid* digests:
     what a crafted profile looks like (the digest then proves nothing, the checks must)."""
-    from pytest_sadl import store
+    from pytest_sadl.store import entry as store
 
     old_meta, old_arrays = _arrays_of(path)
     store.write_entry(path, {**old_meta, **(meta or {})}, {**old_arrays, **arrays})
@@ -418,7 +414,7 @@ def _damage(damage: str, path: Path, other: Path) -> None:
     elif damage == "sparse-bomb":  # consistent metadata, a 4 GiB sparse file: never read
         _, arrays = _arrays_of(path)
         n = (4 << 30) // (4 * arrays["sa_traces"].shape[1])
-        from pytest_sadl import store
+        from pytest_sadl.store import entry as store
 
         meta, _ = _arrays_of(path)
         doc = json.loads(meta_file.read_text())
@@ -553,7 +549,12 @@ def _child(code: str, *args: str) -> subprocess.Popen[str]:
 
 
 def test_interrupted_writes_leave_the_old_content_and_no_temp(tmp_path: Path) -> None:
-    from pytest_sadl.atomic import atomic_directory, atomic_open, atomic_write_text, durable_write
+    from pytest_sadl.atomic import (
+        atomic_directory,
+        atomic_open,
+        atomic_write_text,
+        durable_write,
+    )
 
     target = tmp_path / "x.json"
     atomic_write_text(target, "old")
@@ -582,7 +583,9 @@ def test_killed_writer_leaves_the_profile_intact(dense_model: Any, digits: Any, 
         import sys
         from pathlib import Path
         import numpy as np
-        from pytest_sadl import store
+        from pytest_sadl.store import entry as store
+        from pytest_sadl.store import cycle
+        from pytest_sadl.store import locks
         print("ready", flush=True)
         store.write_entry(Path(sys.argv[1]), {}, {"big": np.ones((768, 1024, 1024), np.uint8)})
         """,
@@ -616,7 +619,7 @@ def test_killed_writer_leaves_the_profile_intact(dense_model: Any, digits: Any, 
 def test_two_processes_building_at_once(dense_model_path: Path, train_npz: Path, tmp_path: Path) -> None:
     code = """
         import sys
-        from pytest_sadl.profile import load_or_build
+        from pytest_sadl.profile.lookup import load_or_build
         p = load_or_build(sys.argv[1], sys.argv[2], None, sys.argv[3])
         print("built" if p.built else "loaded", p.fingerprint)
         """
@@ -735,7 +738,7 @@ def test_cached_array_in_the_profile(dense_model: Any, digits: Any, tmp_path: Pa
 
 
 def test_cache_folder_expands_home_and_is_git_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_sadl.cache import ensure_cache_dir, expand_path
+    from pytest_sadl.store.location import ensure_cache_dir, expand_path
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SADL_TEST_SUB", "sub")
@@ -888,8 +891,8 @@ def _as_nobody(fn: Any) -> dict[str, Any]:
 def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> None:
     import tempfile
 
-    from pytest_sadl import store
     from pytest_sadl.profile.lookup import _try_load
+    from pytest_sadl.store import cycle
 
     prof = load_or_build(dense_model, digits.x_train, None, None)
     base = Path(tempfile.mkdtemp(prefix="sadl-ro-", dir="/tmp"))
@@ -906,7 +909,7 @@ def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> 
             results: dict[str, Any] = {}
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                value, stored = store.cached_build(
+                value, stored = cycle.cached_build(
                     profile_path(empty, prof.fingerprint),
                     load=lambda p, warn: _try_load(p, prof.fingerprint, warn),
                     ready=lambda p: True,

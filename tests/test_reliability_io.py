@@ -20,7 +20,6 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pytest_sadl.atomic import atomic_write_text
@@ -176,7 +175,7 @@ def _restore_dev(null_ok: bool, stdout_ok: bool, null_before: os.stat_result, st
 HOLDER = """
 import os, sys, time
 from pathlib import Path
-from pytest_sadl.store import locked
+from pytest_sadl.store.locks import locked
 
 with locked(Path(sys.argv[1])):
     child = os.fork() if sys.argv[2] == "fork" else None

@@ -14,9 +14,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_sadl.report._load import load_results
 from pytest_sadl.report.compare import compare
 from pytest_sadl.report.html import write_html
+from pytest_sadl.resultsfile import load_results
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -1,7 +1,7 @@
 """``sadl report`` and ``sadl compare``, and reading results files (real files on disk).
 
 The subcommands are driven through a throwaway ArgumentParser with
-:func:`pytest_sadl.report.cli.register`, as the ``sadl`` main does, and through
+:func:`pytest_sadl.cli.report.register`, as the ``sadl`` main does, and through
 ``python -m pytest_sadl`` once that main wires them in.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report._load import ResultsFileError, load_results, validate_results
-from pytest_sadl.report.cli import register
+from pytest_sadl.cli.report import register
+from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.report.html import render_html
+from pytest_sadl.resultsfile import load_results, validate_results
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "results-classifier.json"

@@ -22,9 +22,14 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report._load import load_results
 from pytest_sadl.report.compare import compare
-from pytest_sadl.report.html import HISTOGRAM_BINS, build_context, render_html, write_html
+from pytest_sadl.report.html import (
+    HISTOGRAM_BINS,
+    build_context,
+    render_html,
+    write_html,
+)
+from pytest_sadl.resultsfile import load_results
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = Path(__file__).parent / "golden"
@@ -549,7 +554,8 @@ def test_test_ids_wrap_between_parts_only():
 
 
 def test_a_mistakes_section_of_the_wrong_type_is_a_clear_error(classifier):
-    from pytest_sadl.report._load import ResultsFileError, validate_results
+    from pytest_sadl.errors import ResultsFileError
+    from pytest_sadl.resultsfile import validate_results
 
     bad = copy.deepcopy(classifier)
     bad["mistakes"] = [1, 2]

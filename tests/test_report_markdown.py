@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report._load import load_results
 from pytest_sadl.report.badge import render_badge, render_badges, write_badge
 from pytest_sadl.report.compare import compare
 from pytest_sadl.report.markdown import escape_md, render_markdown, write_markdown
+from pytest_sadl.resultsfile import load_results
 
 try:
     from tests.test_report_html import check_golden

@@ -20,15 +20,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.report.badge import render_badges
 from pytest_sadl.report.compare import compare
 from pytest_sadl.report.html import render_html
 from pytest_sadl.report.markdown import render_markdown
-from pytest_sadl.results import JSON_SCHEMA, ResultsFileError, load_results, parse_json, schema_json, validate_results
+from pytest_sadl.results import SCHEMA, VERSION
+from pytest_sadl.resultsfile import (
+    JSON_SCHEMA,
+    MAX_FLOAT,
+    MAX_INT,
+    load_results,
+    parse_json,
+    validate_results,
+)
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "results-classifier.json"
-DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def _doc() -> dict[str, Any]:
@@ -65,11 +73,16 @@ def _refused(tmp_path: Path, text: str) -> str:
     return message
 
 
-def test_the_published_schema_is_the_one_the_loader_uses():
-    assert (DOCS / "results-schema.json").read_text(encoding="utf-8") == schema_json(), (
-        "docs/results-schema.json is stale: python -m pytest_sadl.results > docs/results-schema.json"
-    )
+def test_the_shipped_schema_is_valid_and_agrees_with_the_code():
+    """The schema file in the package is a draft 2020-12 schema for this format's name
+    and major version, with the numeric ranges the parser enforces, and the recorded
+    results files validate against it with the plain validator as with ours."""
     import jsonschema
+
+    assert JSON_SCHEMA["properties"]["schema"] == {"const": SCHEMA}
+    assert JSON_SCHEMA["properties"]["version"]["minimum"] <= VERSION
+    text = json.dumps(JSON_SCHEMA)
+    assert f'"maximum": {MAX_INT}' in text and f'"maximum": {MAX_FLOAT!r}' in text
 
     jsonschema.Draft202012Validator.check_schema(JSON_SCHEMA)
     for name in ("results-classifier.json", "results-regression.json", "results-baseline.json"):
@@ -197,7 +210,7 @@ def test_property_parse_json_raises_only_results_file_error(text):
 
 @pytest.mark.parametrize("command", ["report", "compare"])
 def test_sadl_report_and_compare_on_a_hostile_file_exit_2_with_one_line(tmp_path, capsys, command):
-    from pytest_sadl.cli import main
+    from pytest_sadl.cli.main import main
 
     bad = tmp_path / "bad.json"
     bad.write_text(RUN.read_text(encoding="utf-8").replace(VALUE, '"value": ' + "9" * 400, 1), encoding="utf-8")

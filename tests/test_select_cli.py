@@ -9,14 +9,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import naive
 import numpy as np
 import pytest
 
-import naive
-from pytest_sadl._checks import SadlWarning
-from pytest_sadl.cli import main
+from pytest_sadl.cli.main import main
 from pytest_sadl.engine import ProfileView
-from pytest_sadl.profile import ProfileOptions, load_or_build
+from pytest_sadl.errors import SadlWarning
+from pytest_sadl.profile.build import ProfileOptions
+from pytest_sadl.profile.lookup import load_or_build
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,7 @@ def test_select_is_a_listed_subcommand_with_its_strategies(capsys):
 def test_layers_and_cache_come_from_the_projects_ini(setup, tmp_path, capsys):
     """No --sa-layers or --cache-dir: the project's pyproject gives them (conv2, not the
     default last hidden layer)."""
-    from pytest_sadl.profile import list_profiles
+    from pytest_sadl.profile.lookup import list_profiles
 
     for name in ("m.keras", "train.npz", "pool.npz"):
         shutil.copy(setup["root"] / name, tmp_path / name)

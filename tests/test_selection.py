@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import naive
 import numpy as np
 import pytest
 
-import naive
-from pytest_sadl.selection import covered_from_results, greedy_coverage, select
+from pytest_sadl.criteria.selection import covered_from_results, greedy_coverage, select
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -121,8 +121,6 @@ def test_coverage_fallback_ranks_by_lsa_whatever_the_order_of_the_metrics():
 
 def test_every_project_warning_is_a_sadl_warning():
     """One base, as pytest-cov has: `-W error::...SadlWarning` covers the store and the recorder."""
-    from pytest_sadl._checks import SadlWarning
-    from pytest_sadl.recorder import SadlRecordingWarning
-    from pytest_sadl.store import SadlCacheWarning
+    from pytest_sadl.errors import SadlCacheWarning, SadlRecordingWarning, SadlWarning
 
     assert issubclass(SadlCacheWarning, SadlWarning) and issubclass(SadlRecordingWarning, SadlWarning)

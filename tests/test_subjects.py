@@ -161,7 +161,7 @@ def test_subclassed_model_from_a_fixture(pytester: pytest.Pytester, kind_model_p
 # The small two-input model predicts some class for only a few training inputs (which
 # class and how few differs between the backends' trainings): too few for that class's
 # KDE, the profile build (in this process) says so; not what this test is about.
-@pytest.mark.filterwarnings("ignore:LSA. class [0-9]+ has [0-9]+ training traces, fewer than:pytest_sadl._checks.SadlWarning")
+@pytest.mark.filterwarnings("ignore:LSA. class [0-9]+ has [0-9]+ training traces, fewer than:pytest_sadl.errors.SadlWarning")
 def test_two_inputs_from_a_keras_file_and_npz_keyed_by_input_name(pytester: pytest.Pytester, kind_model_path: Any) -> None:
     pytester = _project(pytester, "two_input", kind_model_path("two_input"))
     data = _measure(pytester)

@@ -1,5 +1,5 @@
 """Traces of real Keras models against a manual per-layer computation; layer resolution,
-model kinds, bad inputs; and model loading (pytest_sadl.modelio)."""
+model kinds, bad inputs; and model loading (pytest_sadl.capture.model)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.data import SadlDataError, SadlLayerError, SadlModelError
+from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 
 pytestmark = pytest.mark.tf
 
@@ -17,10 +17,11 @@ keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
 from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
-from pytest_sadl.modelio import SadlModelWarning, load_model  # noqa: E402
+from pytest_sadl.capture.model import load_model  # noqa: E402
+from pytest_sadl.errors import SadlModelWarning
 
 tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
-from pytest_sadl.traces import (  # noqa: E402
+from pytest_sadl.capture import (
     TraceModel,
     Traces,
     default_coverage_layers,
@@ -320,7 +321,7 @@ def test_datasets_and_memmaps_equal_arrays(conv_model: Any, digits: Any, tmp_pat
     batched = tf.data.Dataset.from_tensor_slices((x, digits.y_test[:90])).batch(25)
     single = tf.data.Dataset.from_tensor_slices(x)
     np.save(tmp_path / "x.npy", x)
-    from pytest_sadl.data import load_training_data
+    from pytest_sadl.capture.data import load_training_data
 
     mm = load_training_data(tmp_path / "x.npy")
     assert isinstance(mm.x, np.memmap)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from attacks import accuracy, fgsm
 
 pytestmark = pytest.mark.sadl(group="fgsm")

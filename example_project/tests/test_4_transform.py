@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+import attacks
 import numpy as np
 import pytest
-
-import attacks
 from attacks import accuracy
 
 pytestmark = pytest.mark.sadl(group="transform")

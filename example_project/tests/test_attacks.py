@@ -6,10 +6,9 @@ do not count towards surprise coverage.
 
 from __future__ import annotations
 
+import attacks
 import numpy as np
 import pytest
-
-import attacks
 from attacks import AttackInputError
 
 

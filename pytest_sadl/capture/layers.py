@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.data import SadlLayerError, SadlModelError
+from pytest_sadl.errors import SadlLayerError, SadlModelError
 
 __all__ = [
     "Node",

@@ -20,7 +20,7 @@ Public API
     of a multi-output model gives the class (name or index; default the first).
     ``.traces(x, batch_size=256, progress=None) -> Traces`` (batched; ``x`` an array, a
     dict or list of arrays for a model with several inputs, a tensor, a
-    ``tf.data.Dataset`` or :class:`~pytest_sadl.data.TrainingData`);
+    ``tf.data.Dataset`` or :class:`~pytest_sadl.capture.data.TrainingData`);
     ``.call_and_trace(x, batch_size=None, **predict_kwargs) -> (output, Traces)`` for
     recording ``predict``: the model's whole output as ``predict`` returns it and the
     traces of the *same* forward pass; ``.call_tensors(x) -> (output tensors, Traces)``
@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
     backend,
@@ -63,14 +64,7 @@ from pytest_sadl.capture.layers import (
     resolve_layers,
     walk,
 )
-from pytest_sadl.data import (
-    SadlDataError,
-    SadlLayerError,
-    SadlModelError,
-    TrainingData,
-    check_batch,
-    load_training_data,
-)
+from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 
 __all__ = ["Traces", "TraceModel", "Progress", "default_sa_layers", "default_coverage_layers", "is_classifier"]
 

@@ -5,24 +5,24 @@ Three modules, one job each:
 * :mod:`~pytest_sadl.profile.build` — :class:`ProfileOptions`, :class:`TrainingProfile`, the
   fingerprints and :func:`build_profile` (one forward pass of the training set, then the
   engine's set-up; the canonical order that makes a profile independent of data order);
-* :mod:`~pytest_sadl.profile.files` — a profile as one entry of :mod:`pytest_sadl.store`
+* :mod:`~pytest_sadl.profile.files` — a profile as one entry of :mod:`pytest_sadl.store.entry`
   (:func:`save_profile`, :func:`load_profile` and every check a read makes);
 * :mod:`~pytest_sadl.profile.lookup` — the cache: :func:`load_or_build`,
   :func:`list_profiles`, :func:`profile_path`.
 
-Public API
+Public API (import each name from its module; this package holds no code)
 ----------
 ``ProfileOptions(sa_layers=None, coverage_layers=None, var_threshold=1e-5,
 lsa_near_singular="drop", batch_size=256, classifier=None, dsa_precompute=False, output=None)``
-    What to build. ``None`` layers mean the defaults of :mod:`pytest_sadl.traces`.
+    :mod:`~pytest_sadl.profile.build`. What to build. ``None`` layers mean the defaults of :mod:`pytest_sadl.capture`.
     ``ProfileOptions.from_sadl(sadl_options, **overrides)``: those of a run's configuration.
 ``load_or_build(model, train, options=None, cache_dir=None, *, progress=None, status=None,
 rebuild=False, base_dir=None) -> TrainingProfile``
-    The cached profile when its fingerprint matches, else built (and stored when
+    :mod:`~pytest_sadl.profile.lookup`. The cached profile when its fingerprint matches, else built (and stored when
     ``cache_dir`` is given and writable; else kept in memory with a one-line
     :class:`SadlCacheWarning`). ``model``: a ``keras.Model`` or anything
-    :func:`pytest_sadl.modelio.load_model` takes; ``train``: anything
-    :func:`pytest_sadl.data.load_training_data` takes.
+    :func:`pytest_sadl.capture.model.load_model` takes; ``train``: anything
+    :func:`pytest_sadl.capture.data.load_training_data` takes.
 ``TrainingProfile``
     ``.lsa()`` / ``.dsa()`` (engine objects, built once per profile from the cached arrays;
     ``dsa()`` is ``None`` for a regression model, and starts from the ``dist_b`` kept so
@@ -36,45 +36,11 @@ rebuild=False, base_dir=None) -> TrainingProfile``
 ``model_fingerprint(model) -> str``, ``profile_fingerprint(...) -> str``
     sha256 hex digests (see :func:`profile_fingerprint` for what goes in).
 ``save_profile(profile, path)``, ``load_profile(path, fingerprint=None)``
-    The store's format 2 for a profile; ``load_profile`` raises :class:`Invalid` when the
+    :mod:`~pytest_sadl.profile.files`. The store's format 2 for a profile; ``load_profile`` raises :class:`pytest_sadl.store.entry.Invalid` when the
     folder must not be trusted.
 ``default_cache_dir(rootdir=None) -> Path``, ``find_rootdir(start=None) -> Path``
-    From :mod:`pytest_sadl.cache`.
+    From :mod:`pytest_sadl.store.location`.
 ``list_profiles(cache_dir) -> list[ProfileInfo]``
-    The profiles stored there, newest first, each with its fingerprint, size, age and
+    :mod:`~pytest_sadl.profile.lookup`. The profiles stored there, newest first, each with its fingerprint, size, age and
     whether it is readable.
 """
-
-from __future__ import annotations
-
-from pytest_sadl.cache import default_cache_dir, find_rootdir
-from pytest_sadl.profile.build import (
-    ProfileOptions,
-    TrainingProfile,
-    build_profile,
-    model_fingerprint,
-    profile_fingerprint,
-)
-from pytest_sadl.profile.files import load_profile, save_profile
-from pytest_sadl.profile.lookup import ProfileInfo, list_profiles, load_or_build, profile_path
-from pytest_sadl.store import FORMAT, FORMAT_VERSION, Invalid, SadlCacheWarning
-
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "ProfileOptions",
-    "TrainingProfile",
-    "ProfileInfo",
-    "SadlCacheWarning",
-    "Invalid",
-    "load_or_build",
-    "build_profile",
-    "load_profile",
-    "save_profile",
-    "model_fingerprint",
-    "profile_fingerprint",
-    "default_cache_dir",
-    "find_rootdir",
-    "list_profiles",
-    "profile_path",
-]

@@ -1,11 +1,11 @@
 """Building the training profile: what the criteria need from the training set, once.
 
-One forward pass of the training set through the model (:class:`~pytest_sadl.traces.TraceModel`)
+One forward pass of the training set through the model (:class:`~pytest_sadl.capture.TraceModel`)
 gives the SA traces of the chosen layers with their predicted classes and the per-neuron
 ``[low, high]`` of the coverage layers; LSA and DSA are set up on those traces.
 
 Order independence: the same multiset of training inputs gives the same profile. The
-data fingerprint is order-free (:mod:`pytest_sadl.fingerprint`), the traces are stored in
+data fingerprint is order-free (:mod:`pytest_sadl.profile.fingerprint`), the traces are stored in
 the canonical order of the inputs' row digests (so LSA and DSA are set up from the same
 arrays in the same order), and ``row_keys`` (the digests' first 8 bytes) choose the
 held-out sample of the default SC bounds. A ``tf.data.Dataset`` is read twice (the
@@ -30,17 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl import store
-from pytest_sadl.data import (
-    SadlConfigError,
-    SadlDataError,
+from pytest_sadl.capture.data import (
     TrainingData,
     batch_row_digests,
     load_training_data,
     row_format,
     take_rows,
 )
-from pytest_sadl.store import FORMAT, FORMAT_VERSION, Invalid, SadlCacheWarning
+from pytest_sadl.errors import SadlCacheWarning, SadlConfigError, SadlDataError
+from pytest_sadl.store import cycle, locks
+from pytest_sadl.store import entry as store
+from pytest_sadl.store.entry import FORMAT, FORMAT_VERSION, Invalid
 
 __all__ = [
     "ProfileOptions",
@@ -89,7 +89,7 @@ class ProfileOptions:
     (the last hidden layer; every layer with neurons). ``var_threshold``: LSA's variance
     filter. ``lsa_near_singular``: LSA's ``near_singular`` (``"drop"`` or ``"keep"``). ``batch_size``: inputs per forward pass (does not change the numbers, so it is
     not in the fingerprint). ``classifier``: ``None`` to detect
-    (:func:`pytest_sadl.traces.is_classifier`). ``dsa_precompute``: compute every training
+    (:func:`pytest_sadl.capture.is_classifier`). ``dsa_precompute``: compute every training
     trace's nearest other-class distance (DSA's ``dist_b``) at build time and store it.
     ``False`` (the default): DSA computes ``dist_b`` only for the training traces that some
     scored input's nearest same-class trace is, and :meth:`TrainingProfile.keep_dsa_distances`
@@ -110,7 +110,7 @@ class ProfileOptions:
 
     @classmethod
     def from_sadl(cls, options: Any, **overrides: Any) -> "ProfileOptions":
-        """The profile options of a run's :class:`~pytest_sadl.config.SadlOptions` (the
+        """The profile options of a run's :class:`~pytest_sadl.plugin.options.SadlOptions` (the
         plugin's and the ``sadl`` commands' one way to make them), ``overrides`` applied."""
         values = {
             "sa_layers": options.sa_layers,
@@ -253,7 +253,7 @@ class TrainingProfile:
     coverage_sizes: list[int]
     sa_traces: np.ndarray
     sa_pred: np.ndarray
-    ranges: Any  # pytest_sadl.neurons.NeuronRanges
+    ranges: Any  # pytest_sadl.criteria.neurons.NeuronRanges
     row_keys: np.ndarray  # (n_train,) uint64: the inputs' row digests, in the traces' order
     lsa_arrays: Mapping[str, np.ndarray]
     dsa_arrays: Mapping[str, np.ndarray] | None
@@ -277,24 +277,24 @@ class TrainingProfile:
         return 2 if self.n_outputs == 1 else self.n_outputs
 
     def lsa(self) -> Any:
-        """The :class:`pytest_sadl.surprise.LSA` of the training traces (built on first call).
+        """The :class:`pytest_sadl.criteria.surprise.LSA` of the training traces (built on first call).
 
         Per predicted class for a classifier, one KDE for a regression model."""
         if self._lsa is None:
-            from pytest_sadl.surprise import LSA
+            from pytest_sadl.criteria.surprise import LSA
 
             self._lsa = LSA.from_arrays(self.lsa_arrays)
         return self._lsa
 
     def dsa(self) -> Any:
-        """The :class:`pytest_sadl.surprise.DSA` (``None`` for a regression model), from the
+        """The :class:`pytest_sadl.criteria.surprise.DSA` (``None`` for a regression model), from the
         nearest-other-class distances (``dist_b``) the profile holds: every one when it
         was built with ``dsa_precompute=True``, else those earlier sessions computed and
         kept (:meth:`keep_dsa_distances`); the rest are computed when an input needs them."""
         if not self.classifier:
             return None
         if self._dsa is None:
-            from pytest_sadl.surprise import DSA
+            from pytest_sadl.criteria.surprise import DSA
 
             if self.dsa_arrays is not None:
                 self._dsa = DSA.from_arrays(self.dsa_arrays)
@@ -343,7 +343,7 @@ class TrainingProfile:
         if self.n_train * 8 > store.MAX_EXTRA_BYTES:  # could not be read back
             return 0
         mine = dsa.to_arrays(complete=False)["other_dist"]
-        with store.locked(store.lock_path(self.path), wait=False):
+        with locks.locked(locks.lock_path(self.path), wait=False):
             if self.stored_digest is None or store.entry_digest(self.path) != self.stored_digest:
                 return 0
             theirs = self._kept_distances(warn=False)  # a damaged file was reported on load
@@ -354,11 +354,11 @@ class TrainingProfile:
         return int(np.count_nonzero(~np.isnan(mine)))
 
     def mdsa(self) -> Any:
-        """The :class:`pytest_sadl.surprise.MDSA` of the training traces (built on first call;
+        """The :class:`pytest_sadl.criteria.surprise.MDSA` of the training traces (built on first call;
         per predicted class for a classifier). Fitting it is one mean and one covariance per
         class, milliseconds, so it is made from the stored traces rather than stored."""
         if self._mdsa is None:
-            from pytest_sadl.surprise import MDSA
+            from pytest_sadl.criteria.surprise import MDSA
 
             self._mdsa = MDSA(
                 engine_view(self.sa_traces),
@@ -401,14 +401,14 @@ class TrainingProfile:
             try:
                 store.write_extra(self.path, name, value)
             except OSError as exc:
-                store.uncached_warning(self.path, exc)
+                cycle.uncached_warning(self.path, exc)
         self._extras[name] = value
         return value
 
     def trace_model(self, model: Any) -> Any:
-        """A :class:`~pytest_sadl.traces.TraceModel` of ``model`` with this profile's layers,
+        """A :class:`~pytest_sadl.capture.TraceModel` of ``model`` with this profile's layers,
         whose traces carry each conv layer's per-input extrema (what NC's scaling needs)."""
-        from pytest_sadl.traces import TraceModel
+        from pytest_sadl.capture import TraceModel
 
         return TraceModel(
             model, self.sa_layers, self.coverage_layers, classifier=self.classifier, output=self.options.output, extrema=True
@@ -452,8 +452,8 @@ def prepare(
     model: Any, train: Any, options: ProfileOptions, base_dir: Any
 ) -> tuple[Any, Any, TrainingData, str, str]:
     """(model, TraceModel, data, model fingerprint, profile fingerprint)."""
-    from pytest_sadl.modelio import load_model
-    from pytest_sadl.traces import TraceModel
+    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.capture.model import load_model
 
     model = load_model(model, base_dir=base_dir)
     tm = TraceModel(model, options.sa_layers, options.coverage_layers, classifier=options.classifier, output=options.output)
@@ -484,7 +484,7 @@ def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
     a profile of the same inputs in another order bitwise equal). A dataset is traced in
     the order it yields and sorted afterwards: the same fingerprint, row keys and
     held-out sample, numbers equal to the forward pass's rounding (~1e-6 relative)."""
-    from pytest_sadl.fingerprint import canonical_order
+    from pytest_sadl.profile.fingerprint import canonical_order
 
     seen: list[np.ndarray] = []
     if data.x is not None:  # traced in canonical order: the same batches whatever the order given
@@ -517,7 +517,7 @@ def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
 def _check_second_pass(data: TrainingData, traced: TrainingData, rows: np.ndarray) -> None:
     """Warn when a dataset's tracing pass held other inputs than its fingerprint pass
     (the fingerprints of the two passes are compared: order does not matter)."""
-    from pytest_sadl.fingerprint import multiset_fingerprint
+    from pytest_sadl.profile.fingerprint import multiset_fingerprint
 
     dtype, shape = traced.header[0] if traced.header else ("", ())  # type: ignore[attr-defined]
     if multiset_fingerprint(rows, dtype=dtype, row_shape=shape) != data.fingerprint():
@@ -544,9 +544,9 @@ def build_profile(
 
     Lower-level than :func:`load_or_build` (no cache); ``fingerprint``/``model_fp`` are
     recorded as given."""
-    from pytest_sadl.fingerprint import canonical_order, row_keys
-    from pytest_sadl.neurons import fit_ranges
-    from pytest_sadl.surprise import DSA, LSA
+    from pytest_sadl.criteria.neurons import fit_ranges
+    from pytest_sadl.criteria.surprise import DSA, LSA
+    from pytest_sadl.profile.fingerprint import canonical_order, row_keys
 
     say = status or (lambda _msg: None)
     total = data.n

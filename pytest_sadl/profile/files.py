@@ -1,13 +1,13 @@
 """A training profile on the store: what is written, and what a read must check.
 
 :func:`save_profile` turns a :class:`~pytest_sadl.profile.build.TrainingProfile` into the
-flat arrays and metadata of one :mod:`pytest_sadl.store` entry (format 2: a folder of
+flat arrays and metadata of one :mod:`pytest_sadl.store.entry` entry (format 2: a folder of
 ``.npy`` files and a ``meta.json`` with their sha256s). An engine array that repeats the
 training traces (in their order, or sorted by class) is stored once, as a reference.
 :func:`load_profile` checks the metadata's fields, the arrays' headers (before any data is
 read), the digests and the values (finite traces, ordered ranges, classes in range), then
 rebuilds the profile with its traces memory-mapped; anything wrong raises
-:class:`~pytest_sadl.store.Invalid` with one line saying what.
+:class:`~pytest_sadl.store.entry.Invalid` with one line saying what.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl import store
 from pytest_sadl.profile.build import ProfileOptions, TrainingProfile, engine_view
-from pytest_sadl.store import Invalid
+from pytest_sadl.store import entry as store
+from pytest_sadl.store.entry import Invalid
 
 __all__ = ["save_profile", "load_profile", "check_meta", "check_shapes"]
 
@@ -195,9 +195,9 @@ def _all_finite(a: np.ndarray) -> bool:
 
 def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -> TrainingProfile:
     """Open, check and verify the profile folder ``path``; raise :class:`Invalid` (one
-    line saying why) when it must not be trusted: see :mod:`pytest_sadl.store` for the
+    line saying why) when it must not be trusted: see :mod:`pytest_sadl.store.entry` for the
     order of the checks. The traces stay memory-mapped."""
-    from pytest_sadl.neurons import NeuronRanges
+    from pytest_sadl.criteria.neurons import NeuronRanges
 
     path = Path(path)
     entry = store.open_entry(path)

@@ -21,18 +21,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl import store
+from pytest_sadl.errors import SadlCacheWarning
 from pytest_sadl.profile.build import (
     DSA_DISTANCES,
-    Progress,
     ProfileOptions,
+    Progress,
     Status,
     TrainingProfile,
     build_profile,
     prepare,
 )
-from pytest_sadl.profile.files import check_meta, check_shapes, load_profile, save_profile
-from pytest_sadl.store import FORMAT_VERSION, Invalid, SadlCacheWarning
+from pytest_sadl.profile.files import (
+    check_meta,
+    check_shapes,
+    load_profile,
+    save_profile,
+)
+from pytest_sadl.store import cycle, history, locks
+from pytest_sadl.store import entry as store
+from pytest_sadl.store.entry import FORMAT_VERSION, Invalid
 
 __all__ = ["load_or_build", "list_profiles", "ProfileInfo", "profile_path"]
 
@@ -86,7 +93,7 @@ def _note_data(cache_dir: Path, profile: TrainingProfile) -> None:
     """Warn when the same model's training data from the same source changed since the
     last profile while keeping its size: the sign of a randomly augmenting ``sadl_train``."""
     key = hashlib.sha256(f"{profile.model_fingerprint}\0{profile.data_source}".encode()).hexdigest()[:32]
-    before = store.note_data(cache_dir, key, profile.data_fingerprint, profile.n_train)
+    before = history.note_data(cache_dir, key, profile.data_fingerprint, profile.n_train)
     if before is not None and before["data"] != profile.data_fingerprint and before["n"] == profile.n_train:
         warnings.warn(
             f"pytest-sadl: the {profile.data_source or 'training data'} holds other inputs than in the last run "
@@ -123,14 +130,14 @@ def load_or_build(
     status: Status | None = None,
     rebuild: bool = False,
     base_dir: str | os.PathLike[str] | None = None,
-    lock_timeout: float | None = store.DEFAULT_LOCK_TIMEOUT,
+    lock_timeout: float | None = locks.DEFAULT_LOCK_TIMEOUT,
 ) -> TrainingProfile:
     """The training profile of ``model`` on ``train``: loaded when cached, else built.
 
     ``cache_dir=None`` builds without caching. ``progress(done, total)`` is called per
     batch of the forward pass; ``status(message)`` at each phase. ``rebuild=True``
     ignores a cached profile. Relative paths in ``model``/``train`` resolve against
-    ``base_dir`` (the rootdir). Raises :class:`~pytest_sadl.data.SadlConfigError`
+    ``base_dir`` (the rootdir). Raises :class:`~pytest_sadl.errors.SadlConfigError`
     subclasses for bad models, layers, options and data; a cached profile that must not
     be trusted only warns (:class:`SadlCacheWarning`) and is rebuilt; a cache that
     cannot be written warns and the profile is kept in memory. Waiting for another
@@ -175,7 +182,7 @@ def load_or_build(
         for name, value in carried.items():
             store.write_extra(target, name, value)
 
-    profile, _stored = store.cached_build(
+    profile, _stored = cycle.cached_build(
         path, load=lambda p, warn: _try_load(p, fp, warn), ready=ready, make=make, save=save, rebuild=rebuild,
         lock_timeout=lock_timeout, notice=status,
     )

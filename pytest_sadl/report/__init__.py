@@ -1,18 +1,14 @@
 """Reports of a run: HTML, Markdown (CI job summary), badge JSON, baseline comparison.
 
 Every report renders the results document of ``docs/results-schema.md`` (a plain
-``dict``, as the plugin builds it or :func:`pytest_sadl.report._load.load_results`
+``dict``, as the plugin builds it or :func:`pytest_sadl.resultsfile.load_results`
 reads it); none recomputes a metric.
 
 - :mod:`pytest_sadl.report.html`: ``render_html`` / ``write_html`` (one self-contained file)
 - :mod:`pytest_sadl.report.markdown`: ``render_markdown`` / ``write_markdown``
 - :mod:`pytest_sadl.report.badge`: ``render_badge`` / ``render_badges`` / ``write_badge``
 - :mod:`pytest_sadl.report.compare`: ``compare``, ``parse_compare_fail``, ``compare_failures``
-- :mod:`pytest_sadl.report.cli`: the ``sadl report`` and ``sadl compare`` subcommands
+- :mod:`pytest_sadl.cli.report`: the ``sadl report`` and ``sadl compare`` subcommands
 
 This package imports nothing heavy on import (Jinja2 is imported by ``html`` only).
 """
-
-from ..results import ResultsFileError, load_results, validate_results
-
-__all__ = ["ResultsFileError", "load_results", "validate_results"]

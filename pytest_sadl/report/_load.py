@@ -1,7 +1,7 @@
 """Helpers the reports share: formatting, hints; reading results files (the one file
 writer is :mod:`pytest_sadl.atomic`).
 
-Every report renders the plain ``dict`` that :func:`load_results` returns (or that the
+Every report renders the plain ``dict`` that :func:`pytest_sadl.resultsfile.load_results` returns (or that the
 plugin builds in memory); none recomputes a metric. Reading and validating a results
 file against its JSON Schema lives with the format, in :mod:`pytest_sadl.results`
 (re-exported here): a file that passes has the types the renderers rely on. Optional
@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..results import LABELS as METRIC_LABELS  # the metrics' names, in one place: results.py
-from ..results import METRICS  # the order every report shows them
-from ..results import SA_LABELS, SURPRISE
-from ..results import ResultsFileError, load_results, validate_results  # noqa: F401 (re-exported)
+from pytest_sadl.results import (
+    LABELS as METRIC_LABELS,  # the metrics' names, in one place: results.py
+)
+from pytest_sadl.results import (  # noqa: F401 (re-exported)
+    METRICS,  # the order every report shows them
+    SA_LABELS,
+    SURPRISE,
+)
 
 METRIC_TITLES: dict[str, str] = {
     "lsc": "Likelihood-based surprise coverage",

@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..atomic import atomic_write_text
-from ._load import METRIC_LABELS, METRICS, metric_entry
+from pytest_sadl.atomic import atomic_write_text
+from pytest_sadl.report._load import METRIC_LABELS, METRICS, metric_entry
 
 __all__ = ["render_badge", "render_badges", "write_badge"]
 

@@ -11,8 +11,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from ..results import SURPRISE
-from ._load import METRIC_LABELS, METRICS, metric_entry, metric_percent
+from pytest_sadl.report._load import (
+    METRIC_LABELS,
+    METRICS,
+    metric_entry,
+    metric_percent,
+)
+from pytest_sadl.results import SURPRISE
 
 #: Decimals of a delta, in percentage points, for the decision and the message alike.
 DELTA_DIGITS = 2
@@ -182,9 +187,11 @@ def parse_compare_fail(spec: str, option: str = "--sadl-compare-fail") -> dict[s
     number (or 0: any drop fails): the run fails when the metric falls by *more* than
     that. ``all:-1`` sets every metric; a later item overrides an earlier one. Raises
     ValueError naming ``option`` and the unknown metric or the bad number; the parser is
-    :func:`pytest_sadl.config.parse_metric_numbers`, the one ``--sadl-fail-under`` uses.
+    :func:`pytest_sadl.plugin.options.parse_metric_numbers`, the one ``--sadl-fail-under`` uses.
     """
-    from ..config import parse_metric_numbers  # config imports pytest: only when parsing
+    from pytest_sadl.plugin.options import (
+        parse_metric_numbers,  # config imports pytest: only when parsing
+    )
 
     if not isinstance(spec, str):
         raise ValueError(f"{option} must be text like lsc:-2,dsc:-1, got {type(spec).__name__}")

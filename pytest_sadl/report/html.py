@@ -23,8 +23,8 @@ from typing import Any, Mapping, Sequence
 import jinja2
 from markupsafe import Markup, escape
 
-from ..atomic import atomic_write_text
-from ._load import (
+from pytest_sadl.atomic import atomic_write_text
+from pytest_sadl.report._load import (
     METRIC_LABELS,
     METRIC_TITLES,
     METRICS,
@@ -35,9 +35,9 @@ from ._load import (
     tests_summary,
     thresholds_of,
 )
-from ..results import KINDS, NEURON, SA_LABELS, SURPRISE
-from .compare import Comparison
-from .images import png_data_url
+from pytest_sadl.report.compare import Comparison
+from pytest_sadl.report.images import png_data_url
+from pytest_sadl.results import KINDS, NEURON, SA_LABELS, SURPRISE
 
 __all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
 

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..atomic import atomic_write_text
-from ._load import (
+from pytest_sadl.atomic import atomic_write_text
+from pytest_sadl.report._load import (
     METRIC_LABELS,
     METRICS,
     adequacy_hints,
@@ -22,8 +22,8 @@ from ._load import (
     tests_summary,
     thresholds_of,
 )
-from ..results import SURPRISE
-from .compare import Comparison
+from pytest_sadl.report.compare import Comparison
+from pytest_sadl.results import SURPRISE
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..results import LABELS, NEURON, SA_LABELS, SURPRISE
-from ..results import METRICS as ORDER
-from ._load import mistakes_rows, tests_summary
+from pytest_sadl.report._load import mistakes_rows, tests_summary
+from pytest_sadl.results import LABELS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.results import METRICS as ORDER
 
 
 def _pct(value: float | None) -> str:

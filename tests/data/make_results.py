@@ -286,9 +286,9 @@ def make(
 def add_guidance(doc: dict[str, Any], seed: int) -> dict[str, Any]:
     """Add what issue 10 brought: MDSA per input and test, MDSC (bucketed like the others),
     true labels of most inputs and the "does surprise predict mistakes" figures computed by
-    :func:`pytest_sadl.mistakes.analyse` from them, and a most-surprising input that two
+    :func:`pytest_sadl.criteria.mistakes.analyse` from them, and a most-surprising input that two
     tests fed (the gallery shows it once, with both tests)."""
-    from pytest_sadl.mistakes import BASELINES, SCORE_LABELS, analyse
+    from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
 
     rng = np.random.default_rng(seed + 100)
     inputs, tests = doc["inputs"], doc["tests"]

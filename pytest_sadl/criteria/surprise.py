@@ -28,8 +28,7 @@ import numpy as np
 from scipy import linalg
 from threadpoolctl import ThreadpoolController
 
-from ._checks import (
-    SadlWarning,
+from pytest_sadl.criteria.checks import (
     as_pred,
     as_traces,
     as_train_traces,
@@ -41,8 +40,11 @@ from ._checks import (
     usable_classes,
     warn,
 )
-from ._neighbours import ClassNeighbours, cores
-from .mahalanobis import MDSA as MDSA  # re-exported: the third surprise measure lives in its own module
+from pytest_sadl.criteria.mahalanobis import (
+    MDSA as MDSA,  # re-exported: the third surprise measure lives in its own module
+)
+from pytest_sadl.criteria.neighbours import ClassNeighbours, cores
+from pytest_sadl.errors import SadlWarning
 
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 
@@ -395,7 +397,7 @@ class DSA:
     class ``c`` and ``dist_a = |x - x_a|``; ``x_b`` is the nearest training trace of another
     class **to x_a** and ``dist_b = |x_a - x_b|``; ``DSA = dist_a / dist_b``.
 
-    Nearest neighbours are exact (:mod:`pytest_sadl._neighbours`: a k-d tree up to 16
+    Nearest neighbours are exact (:mod:`pytest_sadl.criteria.neighbours`: a k-d tree up to 16
     dimensions, blocked BLAS products with exact re-measurement above, or ``search="tree"``
     / ``"blas"`` to choose); on a tie ``x_a`` is the first such trace in training order, as a per-input
     loop finds it. Repeated training traces are searched once.

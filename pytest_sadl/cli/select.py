@@ -10,7 +10,7 @@
 
 Traces the pool through the model (TensorFlow is imported here, as in ``profile build``),
 scores it with the cached training profile's LSA, DSA and MDSA, and applies one of the
-strategies of :mod:`pytest_sadl.selection`. Writes to ``--out`` (default ``sadl-select``):
+strategies of :mod:`pytest_sadl.criteria.selection`. Writes to ``--out`` (default ``sadl-select``):
 ``selection.json`` (the chosen pool indices in pick order, their scores, the strategy and
 its parameters), ``selected.npz`` (the chosen inputs as ``x``, their ``y`` when the pool
 has labels, and their pool ``index``) and, for image inputs, ``index.html``, a thumbnail
@@ -28,8 +28,18 @@ from typing import Any
 
 import numpy as np
 
-from .cliargs import add_location, add_profile_options, cache_dir_for, project_options
-from .selection import STRATEGIES, Selection, covered_from_results, select
+from pytest_sadl.cli.args import (
+    add_location,
+    add_profile_options,
+    cache_dir_for,
+    project_options,
+)
+from pytest_sadl.criteria.selection import (
+    STRATEGIES,
+    Selection,
+    covered_from_results,
+    select,
+)
 
 __all__ = ["register", "select_from_pool", "write_selection"]
 
@@ -54,11 +64,11 @@ def select_from_pool(
     ``x``: one array, or a dict of arrays by input name for a model with several inputs.
     ``results``: a results document of the current tests; its SC bounds and covered buckets
     are what the ``coverage`` strategy starts from (and the ``ranges`` strategy's ``U``).
-    Without it the bounds are those of ``options`` (a :class:`~pytest_sadl.config.SadlOptions`,
+    Without it the bounds are those of ``options`` (a :class:`~pytest_sadl.plugin.options.SadlOptions`,
     the project's ``sadl_{lsc,dsc,mdsc}_*``) where set, else the profile's defaults, as a run
     uses; nothing counts as covered yet.
     """
-    from .engine import ProfileView, default_sc_bounds
+    from pytest_sadl.engine import ProfileView, default_sc_bounds
 
     traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
     view = ProfileView.of(profile)
@@ -74,7 +84,7 @@ def select_from_pool(
         bounds=bounds, covered=covered, upto=upto, seed=seed,
     )
     if strategy == "deepgini":
-        from .mistakes import confidence_scores
+        from pytest_sadl.criteria.mistakes import confidence_scores
 
         scores = {**scores, "deepgini": confidence_scores(np.asarray(traces.output))["deepgini"]}
     return chosen, scores
@@ -87,9 +97,9 @@ def _score_label(name: str) -> str:
 def _gallery(chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None) -> str | None:
     """A self-contained HTML page of the chosen inputs' thumbnails; ``None`` for non-images
     (and for a model with several inputs)."""
-    from .recorder import thumbnails
-    from .report.html import render_template
-    from .report.images import png_data_url
+    from pytest_sadl.plugin.recorder import thumbnails
+    from pytest_sadl.report.html import render_template
+    from pytest_sadl.report.images import png_data_url
 
     if not isinstance(x, np.ndarray) or not len(chosen.indices):
         return None
@@ -112,9 +122,9 @@ def _gallery(chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.nda
 
 def check_out_dir(out: str | os.PathLike[str]) -> Path:
     """``out`` as a directory ``sadl select`` can write into (made if missing); a
-    :class:`~pytest_sadl.data.SadlConfigError` naming the problem otherwise. Checked before
+    :class:`~pytest_sadl.errors.SadlConfigError` naming the problem otherwise. Checked before
     the model is loaded, so a typo costs no tracing."""
-    from .data import SadlConfigError
+    from pytest_sadl.errors import SadlConfigError
 
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
@@ -135,7 +145,10 @@ def write_selection(
 
     ``selected.npz`` holds the chosen inputs as ``x`` (or, for a model with several inputs,
     one array per input name, as a pool is given), their ``y`` when known and pool ``index``."""
-    from .atomic import atomic_open, atomic_write_text  # the project's one durable writer
+    from pytest_sadl.atomic import (  # the project's one durable writer
+        atomic_open,
+        atomic_write_text,
+    )
 
     folder = check_out_dir(out)
     idx = chosen.indices
@@ -160,7 +173,7 @@ def write_selection(
 def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -> None:
     """The profile must be the one the results were measured with: same layers and
     variance threshold; a one-line error naming both otherwise."""
-    from .data import SadlConfigError
+    from pytest_sadl.errors import SadlConfigError
 
     config = results.get("config") or {}
     for key, have in (("sa_layers", list(profile.sa_layers)), ("coverage_layers", list(profile.coverage_layers))):
@@ -181,9 +194,11 @@ def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -
 def cmd_select(args: argparse.Namespace) -> int:
     """``sadl select``: the handler."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .data import SadlConfigError, load_training_data
-    from .modelio import load_model
-    from .profile import ProfileOptions, load_or_build
+    from pytest_sadl.capture.data import load_training_data
+    from pytest_sadl.capture.model import load_model
+    from pytest_sadl.errors import SadlConfigError
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
 
     if args.budget < 1:
         raise SadlConfigError(f"--budget={args.budget}: choose at least 1 input")
@@ -191,7 +206,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise SadlConfigError(f"--upto={args.upto}: give a fraction of U in (0, 1], e.g. 0.25 for [0, U/4]")
     results = None
     if args.results:
-        from .report._load import load_results
+        from pytest_sadl.resultsfile import load_results
 
         try:
             results = load_results(args.results)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .results import METRICS
+from pytest_sadl.results import METRICS
 
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
 DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badge.json"}
@@ -387,7 +387,7 @@ def _enabled(config: pytest.Config) -> bool:
 def _path_or_spec(value: str, base: Path) -> str:
     """A ``pkg.mod:func`` spec as it is; a path made absolute against ``base``."""
     text = str(value).strip()
-    from pytest_sadl.data import is_callable_spec  # pure Python, no TensorFlow
+    from pytest_sadl.specs import is_callable_spec  # pure Python, no TensorFlow
 
     if is_callable_spec(text) and not (base / text).exists():
         return text
@@ -466,7 +466,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
             raise pytest.UsageError(str(exc)) from None
     compare = path("sadl_compare")
     if compare is not None:
-        from pytest_sadl.results import load_results
+        from pytest_sadl.resultsfile import load_results
 
         try:  # a missing, broken or newer baseline is a usage error now, not at the end
             load_results(compare)

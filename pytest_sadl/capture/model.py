@@ -17,7 +17,7 @@ holds a compile configuration (``evaluate``/``fit`` work on the ``sadl_model`` f
 when only that configuration cannot be restored (an unregistered custom loss) the model
 is loaded uncompiled with one :class:`SadlModelWarning`.
 
-Errors are :class:`~pytest_sadl.data.SadlModelError` (a ``ValueError``) naming the file
+Errors are :class:`~pytest_sadl.errors.SadlModelError` (a ``ValueError``) naming the file
 and the fix: a missing file, a directory (a TensorFlow SavedModel), an ``.h5`` file Keras
 cannot load safely, a file that is not a ``.keras`` archive, a model whose custom classes are not
 registered, and a model that needs ``safe_mode=False`` (a ``Lambda`` layer holding
@@ -33,14 +33,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl._checks import SadlWarning
-from pytest_sadl.data import SadlModelError, call_spec, is_callable_spec, resolve_path
+from pytest_sadl.errors import SadlModelError, SadlModelWarning
+from pytest_sadl.specs import call_spec, is_callable_spec, resolve_path
 
 __all__ = ["load_model", "SadlModelError", "SadlModelWarning"]
 
-
-class SadlModelWarning(SadlWarning):
-    """The model loaded, but not all of it: its compile configuration could not be restored."""
 
 
 def _is_keras_model(obj: Any) -> bool:

@@ -33,7 +33,7 @@ Two exact methods, chosen by dimension and storage (``method="auto"``), measured
 
 ``method="faiss"`` (optional, ``pip install 'pytest-sadl[faiss]'``) searches approximately
 by faiss HNSW graphs, for training sets too large for an exact search in the time at
-hand; :class:`~pytest_sadl.surprise.DSA` measures its recall against the exact scan on a
+hand; :class:`~pytest_sadl.criteria.surprise.DSA` measures its recall against the exact scan on a
 sample every time it is used.
 """
 
@@ -43,7 +43,6 @@ import os
 from typing import Any
 
 import numpy as np
-
 
 __all__ = ["ClassNeighbours", "TREE_MAX_DIM", "cores", "exact_distance"]
 

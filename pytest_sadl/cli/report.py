@@ -1,6 +1,6 @@
 """The ``sadl report`` and ``sadl compare`` subcommands.
 
-The ``sadl`` main (:mod:`pytest_sadl.cli`) calls :func:`register` on its argparse
+The ``sadl`` main (:mod:`pytest_sadl.cli.main`) calls :func:`register` on its argparse
 subparsers; every subcommand stores its handler as ``func``, which takes the parsed
 namespace and returns the exit status::
 
@@ -22,8 +22,15 @@ import json
 import sys
 from typing import Any, Callable
 
-from ._load import METRICS, ResultsFileError, load_results
-from .compare import Comparison, compare, compare_failures, parse_compare_fail
+from pytest_sadl.errors import ResultsFileError
+from pytest_sadl.report._load import METRICS
+from pytest_sadl.report.compare import (
+    Comparison,
+    compare,
+    compare_failures,
+    parse_compare_fail,
+)
+from pytest_sadl.resultsfile import load_results
 
 __all__ = ["register", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -60,15 +67,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _error(prog, str(exc))
     try:
         if args.html:
-            from .html import write_html
+            from pytest_sadl.report.html import write_html
 
             print(f"wrote {write_html(results, args.html, comparison=comparison)}")
         if args.markdown:
-            from .markdown import write_markdown
+            from pytest_sadl.report.markdown import write_markdown
 
             print(f"wrote {write_markdown(results, args.markdown, comparison=comparison)}")
         if args.badge:
-            from .badge import write_badge
+            from pytest_sadl.report.badge import write_badge
 
             print(f"wrote {write_badge(results, args.badge, metric=args.badge_metric)}")
     except (OSError, ValueError) as exc:

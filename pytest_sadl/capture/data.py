@@ -42,7 +42,6 @@ Errors (all subclass :class:`ValueError`, so callers can turn them into a usage 
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -51,107 +50,24 @@ from typing import Any
 
 import numpy as np
 
+from pytest_sadl.errors import SadlDataError
+from pytest_sadl.specs import call_spec, is_callable_spec, resolve_path
+
 __all__ = [
-    "SadlConfigError",
-    "SadlModelError",
-    "SadlLayerError",
-    "SadlDataError",
     "TrainingData",
     "digest_batches",
     "row_format",
     "batch_row_digests",
     "take_rows",
     "load_training_data",
-    "import_object",
-    "is_callable_spec",
-    "call_spec",
-    "resolve_path",
     "check_batch",
     "shape_matches",
 ]
 
 
-class SadlConfigError(ValueError):
-    """A configuration problem the user can fix; the message names the problem and the fix."""
-
-
-class SadlModelError(SadlConfigError):
-    """The model cannot be loaded, or is of a kind pytest-sadl cannot trace."""
-
-
-class SadlLayerError(SadlConfigError):
-    """A layer name or index that the model does not have; the message lists the layers."""
-
-
-class SadlDataError(SadlConfigError):
-    """Training or test inputs that cannot be used (missing, empty, wrong shape, NaN...)."""
-
 
 _HASH_CHUNK = 1 << 24  # 16 MiB per hash update
 
-
-def import_object(spec: str, *, what: str = "object", error: type[SadlConfigError] | None = None) -> Any:
-    """Import ``"package.module:attr.sub"`` and return the attribute.
-
-    Raises ``error`` (default :class:`SadlConfigError`) naming the module or attribute
-    that is missing.
-    """
-    error = error or SadlConfigError
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise error(
-            f"{what} {spec!r} is not of the form 'package.module:function'"
-        )
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise error(
-            f"{what} {spec!r}: cannot import module {module_name!r} ({exc}); "
-            "check the spelling and that the module is importable from the rootdir "
-            "(e.g. add it to the Python path)"
-        ) from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise error(
-                f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}"
-            ) from None
-    return obj
-
-
-def call_spec(spec: str, *, what: str, error: type[SadlConfigError]) -> Any:
-    """Import the ``"package.module:function"`` callable and return what it returns.
-
-    Anything it raises (other than a :class:`SadlConfigError`) becomes ``error`` naming
-    the callable and the exception.
-    """
-    fn = import_object(spec, what=what, error=error)
-    if not callable(fn):
-        raise error(f"{what} {spec!r} is not callable")
-    try:
-        return fn()
-    except SadlConfigError:
-        raise
-    except Exception as exc:
-        raise error(f"{what}: calling {spec!r} raised {type(exc).__name__}: {exc}") from exc
-
-
-def resolve_path(source: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None) -> Path:
-    """``source`` as a path, relative ones taken from ``base_dir`` when it is given."""
-    path = Path(source)
-    if not path.is_absolute() and base_dir is not None:
-        path = Path(base_dir) / path
-    return path
-
-
-def is_callable_spec(text: str) -> bool:
-    module_name, sep, attr = text.partition(":")
-    if not sep or "/" in text or "\\" in text:
-        return False
-    return all(p.isidentifier() for p in module_name.split(".")) and all(
-        p.isidentifier() for p in attr.split(".")
-    )
 
 
 def _is_dataset(obj: Any) -> bool:
@@ -336,12 +252,12 @@ class TrainingData:
         yield from _dataset_batches(self.dataset, batch_size)
 
     def fingerprint(self) -> str:
-        """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.fingerprint`): the
+        """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.profile.fingerprint`): the
         row format and the sorted digests of the rows, so that the same inputs in any
         order (a shuffled dataset, a re-ordered array) give the same fingerprint. Labels
         are not included: the profile does not use them. A dataset is streamed once."""
         if self._fingerprint is None:
-            from pytest_sadl.fingerprint import multiset_fingerprint
+            from pytest_sadl.profile.fingerprint import multiset_fingerprint
 
             if self.x is not None:
                 dtype, shape = row_format(self.x)
@@ -411,7 +327,7 @@ def row_format(x: Any) -> tuple[str, tuple[int, ...]]:
 def batch_row_digests(x: Any) -> np.ndarray:
     """``(n, 16)`` uint8 row digests of one batch: of the array's rows, or, for several
     inputs (a dict by name or a list), the digest of each row's inputs' digests in order."""
-    from pytest_sadl.fingerprint import row_digests
+    from pytest_sadl.profile.fingerprint import row_digests
 
     if not isinstance(x, (dict, list)):
         return row_digests(np.asarray(x))
@@ -424,7 +340,7 @@ def batch_row_digests(x: Any) -> np.ndarray:
 def digest_batches(batches: Iterator[Any]) -> tuple[str, np.ndarray]:
     """(multiset fingerprint, row digests in the order seen) of a stream of batches
     (arrays, or dicts of arrays by input name)."""
-    from pytest_sadl.fingerprint import multiset_fingerprint
+    from pytest_sadl.profile.fingerprint import multiset_fingerprint
 
     parts: list[np.ndarray] = []
     header: tuple[str, tuple[int, ...]] | None = None

@@ -3,7 +3,7 @@
 ``sadl profile build`` and ``sadl select`` must build the same training profile the plugin
 uses, so they read the project's pytest configuration (``pyproject.toml``
 ``[tool.pytest.ini_options]``, ``pytest.ini``, ``tox.ini``, ``setup.cfg``; rootdir and
-inifile found by pytest itself) through :func:`pytest_sadl.config.read_options`, the one
+inifile found by pytest itself) through :func:`pytest_sadl.plugin.options.read_options`, the one
 parser of the plugin's options. Command-line flags are handed to it as the plugin's own
 ``--sadl-*`` flags, so they override the ini exactly as they do under ``pytest``.
 Pure Python: no TensorFlow is imported here.
@@ -16,7 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl.config import parse_layers  # the one layer-list parser, shared with the plugin
+from pytest_sadl.plugin.options import (
+    parse_layers,  # the one layer-list parser, shared with the plugin
+)
 
 __all__ = ["parse_layers", "add_location", "project_options", "cache_dir_for"]
 
@@ -74,14 +76,16 @@ def _our_flags(message: str) -> str:
 
 
 def project_options(args: argparse.Namespace) -> Any:
-    """The :class:`~pytest_sadl.config.SadlOptions` a ``pytest --sadl-coverage`` run in the
+    """The :class:`~pytest_sadl.plugin.options.SadlOptions` a ``pytest --sadl-coverage`` run in the
     project would use, with the subcommand's flags in place of the ini's values. Also
     sets ``args.project_rootdir`` and ``args.pytest_cache_dir`` (pytest's ``cache_dir``)."""
     import pytest
-    from _pytest.config import _prepareconfig  # how pytest itself finds the rootdir and inifile
+    from _pytest.config import (
+        _prepareconfig,  # how pytest itself finds the rootdir and inifile
+    )
 
-    from .config import read_options
-    from .data import SadlConfigError
+    from pytest_sadl.errors import SadlConfigError
+    from pytest_sadl.plugin.options import read_options
 
     argv = ["--sadl-coverage", "--noconftest", "-o", "addopts="]  # the project's addopts may need its conftest
     if getattr(args, "rootdir", None):
@@ -118,7 +122,7 @@ def cache_dir_for(args: argparse.Namespace, options: Any | None = None) -> Path:
     """The profile cache: ``--cache-dir`` (relative to the current directory), else the
     ini's ``sadl_cache_dir``, else ``<pytest cache_dir>/d/sadl`` under the rootdir: the
     folder the plugin uses."""
-    from .cache import default_cache_dir, expand_path
+    from pytest_sadl.store.location import default_cache_dir, expand_path
 
     if args.cache_dir:
         return expand_path(args.cache_dir, os.getcwd())

@@ -1,6 +1,6 @@
 """The pytest plugin: options, marker, fixtures, recording, the end-of-session report.
 
-Thin by design: the work is in :mod:`pytest_sadl.recorder` (who fed which inputs),
+Thin by design: the work is in :mod:`pytest_sadl.plugin.recorder` (who fed which inputs),
 :mod:`pytest_sadl.profile` (the cached training profile), :mod:`pytest_sadl.engine`
 (the criteria over the recorded traces) and :mod:`pytest_sadl.report` (the outputs).
 
@@ -9,12 +9,12 @@ Without ``--sadl-coverage`` nothing is recorded and nothing imports TensorFlow; 
 project's tests run the same with the plugin on or off.
 
 With pytest-xdist, each worker sends a test's recordings with the test's teardown
-report, as the test ends (:mod:`pytest_sadl.session`), and the controller computes the
+report, as the test ends (:mod:`pytest_sadl.plugin.session`), and the controller computes the
 metrics once over everything, in collection order: ``-n 2`` gives the numbers of a
 serial run, and a crashed worker loses only the test it was running. Which training
 profile the metrics use is decided in one place, :meth:`SadlState.resolve_profile`.
 The end of the session (results, comparison, reports, exit status) is
-:mod:`pytest_sadl.session`'s.
+:mod:`pytest_sadl.plugin.session`'s.
 """
 
 from __future__ import annotations
@@ -27,8 +27,14 @@ from typing import Any
 
 import pytest
 
-from . import session as sadl_session
-from .config import SadlOptions, add_options, check_paths, read_options
+from pytest_sadl.plugin import session as sadl_session
+from pytest_sadl.plugin import transport
+from pytest_sadl.plugin.options import (
+    SadlOptions,
+    add_options,
+    check_paths,
+    read_options,
+)
 
 STATE = pytest.StashKey["SadlState"]()
 _RECORD = pytest.StashKey[Any]()
@@ -62,7 +68,7 @@ class SadlState:
         self.comparison: Any = None
         self.comparison_failures: list[str] = []
         self.warnings_after: list[str] = []  # warnings that arose after the results were made
-        self.arrivals = sadl_session.Arrivals()  # xdist controller: what the workers' reports carried
+        self.arrivals = transport.Arrivals()  # xdist controller: what the workers' reports carried
         self.written: list[str] = []  # "sadl: json report written to PATH" lines
         self.report_errors: list[str] = []  # one line per report that could not be written
         self.error: str | None = None
@@ -78,8 +84,8 @@ class SadlState:
                     "pytest-sadl: no model configured; set sadl_model in [tool.pytest.ini_options] "
                     "or pass --sadl-model=PATH, or define a sadl_model fixture in conftest.py"
                 )
-            from .data import SadlConfigError
-            from .modelio import load_model
+            from pytest_sadl.capture.model import load_model
+            from pytest_sadl.errors import SadlConfigError
 
             try:
                 self._model = load_model(self.options.model, what="--sadl-model")
@@ -94,7 +100,8 @@ class SadlState:
                     "pytest-sadl: no training data configured; set sadl_train in [tool.pytest.ini_options] "
                     "or pass --sadl-train=PATH, or define a sadl_train fixture in conftest.py"
                 )
-            from .data import SadlConfigError, load_training_data
+            from pytest_sadl.capture.data import load_training_data
+            from pytest_sadl.errors import SadlConfigError
 
             try:
                 self._train = load_training_data(self.options.train, what="--sadl-train")
@@ -106,7 +113,7 @@ class SadlState:
         """``--sadl-cache-dir`` (``~`` expanded), else ``<pytest cache_dir>/d/sadl``: the
         folder ``config.cache.mkdir("sadl")`` would make, not made here (the store makes
         it, and an unwritable one is a warning, not an INTERNALERROR)."""
-        from .cache import default_cache_dir, expand_path
+        from pytest_sadl.store.location import default_cache_dir, expand_path
 
         if self.options.cache_dir is not None:
             return expand_path(self.options.cache_dir, self.config.rootpath)
@@ -122,13 +129,14 @@ class SadlState:
         """The profile of ``model`` on ``train``: loaded or built, once per pair and process."""
         key = (id(model), id(train))
         if key not in self._profiles:
-            from .data import SadlConfigError
-            from .profile import ProfileOptions, load_or_build
+            from pytest_sadl.errors import SadlConfigError
+            from pytest_sadl.profile.build import ProfileOptions
+            from pytest_sadl.profile.lookup import load_or_build
 
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
             status = None if tr is None or self.is_worker else (lambda msg: tr.write_line(f"sadl: {msg}"))
             options = ProfileOptions.from_sadl(self.options)
-            from .store import SadlCacheWarning
+            from pytest_sadl.errors import SadlCacheWarning
 
             try:
                 with warnings.catch_warnings(record=True) as caught:
@@ -164,7 +172,7 @@ class SadlState:
         3. the profile of the configured model and data (built at session start).
         """
         if self.worker_profiles:
-            from .profile import load_profile
+            from pytest_sadl.profile.files import load_profile
 
             if len(set(self.worker_profiles)) > 1:
                 self.warnings.append("pytest-sadl: workers used different models or training data; using the first profile")
@@ -179,11 +187,11 @@ class SadlState:
         return self.load_profile(self.model(), self.train())
 
     def make_recorder(self) -> Any:
-        from .recorder import Recorder
+        from pytest_sadl.plugin.recorder import Recorder
 
         def factory(model: Any) -> Any:
-            from .data import SadlConfigError
-            from .traces import TraceModel
+            from pytest_sadl.capture import TraceModel
+            from pytest_sadl.errors import SadlConfigError
 
             try:  # the same layer resolution as the profile's; no XLA: outputs equal predict's;
                 # extrema: each conv map's min/max per input, for NC's scaling
@@ -206,13 +214,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 class _XdistController:
     """Registered on a pytest-xdist controller only: the workers' test reports carry their
-    recordings (see :mod:`pytest_sadl.session`)."""
+    recordings (see :mod:`pytest_sadl.plugin.session`)."""
 
     def __init__(self, state: SadlState) -> None:
         self.state = state
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        sadl_session.arrived(self.state, report)
+        transport.arrived(self.state, report)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -371,7 +379,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
         report.sadl_marked = True
     elif call.when == "teardown" and (may_record or rec is not None):
         records = [state.recorder.records.pop(item.nodeid)] if rec is not None else []
-        report.sadl_record = sadl_session.pack(state.recorder, records)
+        report.sadl_record = transport.pack(state.recorder, records)
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -390,7 +398,7 @@ def sadl_model(pytestconfig: pytest.Config) -> Any:
 @pytest.fixture(scope="session")
 def sadl_train(pytestconfig: pytest.Config) -> Any:
     """The training data named by ``sadl_train``/``--sadl-train``, as
-    :class:`pytest_sadl.data.TrainingData` (``.x``, ``.y``). Override it in ``conftest.py``
+    :class:`pytest_sadl.capture.data.TrainingData` (``.x``, ``.y``). Override it in ``conftest.py``
     to return an array, an ``(x, y)`` tuple, a dict of arrays by input name or a list in
     ``model.inputs`` order (a model with several inputs), or a ``tf.data.Dataset``."""
     state = _state(pytestconfig)
@@ -447,7 +455,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist controller: a worker ended; take what it sent at its end."""
     state = _enabled(node.config)
     if state is not None:
-        sadl_session.node_down(state, node, error)
+        transport.node_down(state, node, error)
 
 
 def _worker_finish(state: SadlState) -> None:
@@ -462,7 +470,7 @@ def _worker_finish(state: SadlState) -> None:
             if profile.path is not None:
                 out["sadl_profile"] = str(profile.path)
     finally:  # what no test report carried (inputs recorded outside a test)
-        out["sadl"] = sadl_session.pack(state.recorder, list(state.recorder.records.values()))
+        out["sadl"] = transport.pack(state.recorder, list(state.recorder.records.values()))
 
 
 def _measure(session: pytest.Session, exitstatus: int) -> bool:
@@ -508,7 +516,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     kinds = {r.kind for r in state.options.reports}
     if kinds & {"term", "term-verbose"}:
-        from .report.terminal import write_terminal
+        from pytest_sadl.report.terminal import write_terminal
 
         write_terminal(state.data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=state.comparison)
     elif state.results.missing:  # no table asked for, but an incomplete run is never silent

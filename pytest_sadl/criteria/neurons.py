@@ -21,7 +21,7 @@ Semantics, per neuron with training range ``[low, high]``:
   layer output is constant scales to 0 (DeepXplore would divide by zero). When the layer
   output was reduced before it reached here, its per-input minimum and maximum must come
   with it so the scaling stays that of the full map: pass ``extrema=``, or pass the
-  :class:`~pytest_sadl.traces.Traces` themselves (traced with ``extrema=True``, as
+  :class:`~pytest_sadl.capture.Traces` themselves (traced with ``extrema=True``, as
   ``TrainingProfile.trace_model()`` and the plugin do), which carry them. ``Traces`` traced
   without extrema are refused: scaling over the channel means instead of the map gives
   another, larger number than DeepXplore's definition.
@@ -45,7 +45,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._checks import as_layers, reduce_layer
+from pytest_sadl.criteria.checks import as_layers, reduce_layer
 
 __all__ = [
     "NeuronRanges",
@@ -222,7 +222,7 @@ class NeuronCoverage(_LayerCoverage):
 
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
         """As for every criterion; a conv output given unreduced is scaled over its whole map,
-        and ``layers`` may be :class:`~pytest_sadl.traces.Traces` carrying their extrema."""
+        and ``layers`` may be :class:`~pytest_sadl.capture.Traces` carrying their extrema."""
         layers, extrema = _with_extrema(layers, extrema)
         if extrema is None and isinstance(layers, (list, tuple)):
             raw = [np.asarray(a) for a in layers]
@@ -269,7 +269,7 @@ def _map_extrema(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _RangeCoverage(_LayerCoverage):
     def __init__(self, ranges: NeuronRanges) -> None:
         if not isinstance(ranges, NeuronRanges):
-            raise ValueError("pass the NeuronRanges fitted on the training set (pytest_sadl.neurons.fit_ranges)")
+            raise ValueError("pass the NeuronRanges fitted on the training set (pytest_sadl.criteria.neurons.fit_ranges)")
         super().__init__(ranges.sizes)
         self.ranges = ranges
 
@@ -350,7 +350,7 @@ def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None
     """Neuron coverage (DeepXplore) of a set of inputs, in [0, 1].
 
     ``layers``: per-layer outputs (a conv output unreduced, or reduced with ``extrema``),
-    or :class:`~pytest_sadl.traces.Traces` that carry their extrema."""
+    or :class:`~pytest_sadl.capture.Traces` that carry their extrema."""
     layers, extrema = _with_extrema(layers, extrema)
     as_layers("layers", layers, allow_empty=False)  # validates before anything is computed
     raw = [layers] if isinstance(layers, np.ndarray) else list(layers)  # type: ignore[arg-type]

@@ -13,8 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
+from pytest_sadl.errors import SadlWarning
+
 __all__ = [
-    "SadlWarning",
     "as_traces",
     "as_train_traces",
     "as_pred",
@@ -29,9 +30,6 @@ __all__ = [
     "warn",
 ]
 
-
-class SadlWarning(UserWarning):
-    """A result was computed, but with a fallback the user should know about."""
 
 
 def warn(message: str) -> None:
@@ -62,7 +60,7 @@ def as_traces(name: str, a: object, *, dims: int | None = None, allow_empty: boo
     if arr.ndim != 2:
         raise ValueError(
             f"{name} must be 2-D (n_inputs, n_neurons), got shape {arr.shape}; "
-            "reduce conv outputs per channel first (pytest_sadl.neurons.reduce_layer) "
+            "reduce conv outputs per channel first (pytest_sadl.criteria.neurons.reduce_layer) "
             "or concatenate the layers' traces along axis 1"
         )
     if arr.shape[1] == 0:

@@ -8,10 +8,10 @@ Subcommands::
                        [--rebuild] [--[no-]dsa-precompute] [--lock-timeout S] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
     sadl profile layers --model M [--output NAME] [--json] [--rootdir R]
-    sadl report ...    (pytest_sadl.report.cli)
+    sadl report ...    (pytest_sadl.cli.report)
     sadl compare ...
     sadl select POOL --model M --train T [--strategy surprise|coverage|ranges|deepgini] ...
-                       (pytest_sadl.selectcli: inputs to label or test next)
+                       (pytest_sadl.cli.select: inputs to label or test next)
 
 Every subcommand stores its handler as ``func`` in the parsed namespace; the handler
 returns the exit status. Exit status: 0 on success, 2 for a usage error (one line on
@@ -30,9 +30,14 @@ import warnings
 from pathlib import Path
 from typing import TextIO
 
-from pytest_sadl.cliargs import add_location, add_profile_options, cache_dir_for, project_options
-from pytest_sadl.report.cli import register as register_report
-from pytest_sadl.selectcli import register as register_select
+from pytest_sadl.cli.args import (
+    add_location,
+    add_profile_options,
+    cache_dir_for,
+    project_options,
+)
+from pytest_sadl.cli.report import register as register_report
+from pytest_sadl.cli.select import register as register_select
 
 __all__ = ["main", "build_parser", "ProgressBar"]
 
@@ -118,7 +123,8 @@ def _human_age(seconds: float) -> str:
 def cmd_profile_build(args: argparse.Namespace) -> int:
     """``sadl profile build``: build (or find) the cached training profile."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pytest_sadl.profile import ProfileOptions, load_or_build
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
 
     bar = ProgressBar(sys.stderr, quiet=args.quiet)
     sadl = project_options(args)  # the ini's values, the flags overriding them: the plugin's fingerprint
@@ -169,8 +175,8 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     """``sadl profile layers``: the model's layers by path, with output shapes and the
     defaults pytest-sadl would measure."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pytest_sadl.modelio import load_model
-    from pytest_sadl.traces import TraceModel
+    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.capture.model import load_model
 
     model = load_model(args.model, base_dir=Path(args.rootdir) if args.rootdir else None, what="--model")
     tm = TraceModel(model, output=args.output)
@@ -192,7 +198,7 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
 
 def cmd_profile_list(args: argparse.Namespace) -> int:
     """``sadl profile list``: the stored profiles with fingerprints, sizes and ages."""
-    from pytest_sadl.profile import list_profiles
+    from pytest_sadl.profile.lookup import list_profiles
 
     cache_dir = cache_dir_for(args, None if args.cache_dir else project_options(args))
     infos = list_profiles(cache_dir)
@@ -331,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``sadl`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from pytest_sadl.data import SadlConfigError
+    from pytest_sadl.errors import SadlConfigError
 
     try:
         return int(args.func(args) or 0)

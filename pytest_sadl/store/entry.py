@@ -1,4 +1,4 @@
-"""The on-disk store of training profiles: format, digests, validation, locks, the cycle.
+"""One entry of the on-disk store of training profiles: its format, digests and validation.
 
 Nothing read from the cache is trusted: a cache folder may be truncated by a killed
 process, corrupted on disk, restored from an old CI cache, or crafted. Every problem is
@@ -49,10 +49,10 @@ before its size is known to be what the metadata says):
 Public API
 ----------
 ``write_entry(path, meta, arrays)``, ``open_entry(path) -> Entry``, ``Invalid``,
-``lock_path(entry)``, ``locked(file)``, ``cached_build(...)`` (the lock-build-load cycle),
 ``read_extra(path, name)``/``write_extra(path, name, array)``, ``stale_files(dir)``,
-``sweep(dir)`` (what killed writers left),
-``entries(dir)``, ``note_data(dir, key, fingerprint, n)``, ``SadlCacheWarning``.
+``sweep(dir)`` (what killed writers left), ``entries(dir)``. Locks are
+:mod:`pytest_sadl.store.locks`, the lock-build-load cycle :mod:`pytest_sadl.store.cycle`,
+the data history :mod:`pytest_sadl.store.history`.
 """
 
 from __future__ import annotations
@@ -62,18 +62,18 @@ import hashlib
 import json
 import os
 import stat
-import time
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
-from pytest_sadl.atomic import atomic_directory, atomic_open, atomic_write_text, durable_write
-from pytest_sadl._checks import SadlWarning
-from pytest_sadl.cache import ensure_cache_dir
+from pytest_sadl.atomic import (
+    atomic_directory,
+    atomic_open,
+    durable_write,
+)
 
 __all__ = [
     "FORMAT",
@@ -81,19 +81,13 @@ __all__ = [
     "PREFIX",
     "Entry",
     "Invalid",
-    "SadlCacheWarning",
     "write_entry",
     "open_entry",
     "read_extra",
     "write_extra",
-    "locked",
-    "LockTimeout",
-    "DEFAULT_LOCK_TIMEOUT",
-    "cached_build",
     "stale_files",
     "sweep",
     "entries",
-    "note_data",
 ]
 
 FORMAT = "pytest-sadl/profile"
@@ -112,9 +106,6 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 T = TypeVar("T")
 
-
-class SadlCacheWarning(SadlWarning):
-    """The profile cache could not be used or written; the run goes on without it."""
 
 
 class Invalid(Exception):
@@ -187,7 +178,7 @@ def write_entry(path: str | os.PathLike[str], meta: Mapping[str, Any], arrays: M
 
 
 @contextlib.contextmanager
-def _open_regular(path: Path) -> Iterator[BinaryIO]:
+def open_regular(path: Path) -> Iterator[BinaryIO]:
     """Open ``path`` for reading only if it is a regular file; never blocks (a FIFO opened
     with ``O_NONBLOCK`` returns at once and is then refused)."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
@@ -252,7 +243,7 @@ class Entry:
                 raise Invalid(f"the content of {_file_name(name)} does not match its digest (changed or corrupt)")
 
 
-def _load_json(fh: BinaryIO, name: str, limit: int) -> Any:
+def load_json(fh: BinaryIO, name: str, limit: int) -> Any:
     raw = fh.read(limit + 1)
     if len(raw) > limit:
         raise Invalid(f"{name} is larger than {limit} bytes")
@@ -278,8 +269,8 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
         raise Invalid(f"it cannot be read ({exc.strerror or exc})") from None
     if not stat.S_ISDIR(st.st_mode):
         raise Invalid("it is not a folder")
-    with _open_regular(path / META) as fh:
-        doc = _load_json(fh, META, MAX_META_BYTES)
+    with open_regular(path / META) as fh:
+        doc = load_json(fh, META, MAX_META_BYTES)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise Invalid("it is not a pytest-sadl profile")
     if doc.get("version") != FORMAT_VERSION:
@@ -304,7 +295,7 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
         ):
             raise Invalid(f"{META}: the record of {name!r} is malformed")
         file = path / _file_name(name)
-        with _open_regular(file) as fh:
+        with open_regular(file) as fh:
             shape, dtype, offset = _read_header(fh, file.name)
             if list(shape) != rec["shape"] or dtype != rec["dtype"]:
                 raise Invalid(f"{file.name} holds {dtype} {shape}, the metadata says {rec['dtype']} {tuple(rec['shape'])}")
@@ -330,8 +321,8 @@ def entry_digest(path: str | os.PathLike[str]) -> str | None:
     """The metadata digest of the entry ``path`` as it is on disk now (``None``: there is
     no readable entry), to tell whether it is still the entry that was loaded."""
     try:
-        with _open_regular(Path(path) / META) as fh:
-            doc = _load_json(fh, META, MAX_META_BYTES)
+        with open_regular(Path(path) / META) as fh:
+            doc = load_json(fh, META, MAX_META_BYTES)
     except Invalid:
         return None
     digest = doc.get("digest") if isinstance(doc, dict) else None
@@ -375,7 +366,7 @@ def read_extra(path: str | os.PathLike[str], name: str) -> np.ndarray | None:
 
 
 def _read_extra_file(file: Path, digest: str) -> np.ndarray:
-    with _open_regular(file) as fh:
+    with open_regular(file) as fh:
         shape, dtype, offset = _read_header(fh, file.name)
         nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
         if os.fstat(fh.fileno()).st_size != offset + nbytes or nbytes > MAX_EXTRA_BYTES:
@@ -403,242 +394,6 @@ def write_extra(path: str | os.PathLike[str], name: str, value: np.ndarray) -> N
 
 
 # ----------------------------------------------------------------------------- the cycle
-
-
-def lock_path(entry: Path) -> Path:
-    """The lock file of the entry ``entry``: builders, completers and writers of its
-    derived arrays serialise on it."""
-    return entry.with_name(entry.name + ".lock")
-
-
-#: How long a lock is waited for before one line names its holder (seconds; at most half
-#: the wait limit), and how often it is tried meanwhile.
-NOTICE_AFTER = 5.0
-_POLL = 0.1
-#: The default wait limit for another process's lock (``--sadl-lock-timeout``), seconds.
-DEFAULT_LOCK_TIMEOUT = 300.0
-
-
-class LockTimeout(TimeoutError):
-    """Another process held the lock for longer than the wait limit (an ``OSError``: the
-    cycle then builds in memory, as for any cache that cannot be written)."""
-
-
-def _host() -> str:
-    import socket
-
-    return socket.gethostname()
-
-
-def _start_ticks(pid: int) -> str | None:
-    """When process ``pid`` started (``/proc/<pid>/stat``), to tell a reused pid apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] == b"Z":  # a zombie holds nothing: its files are closed
-        return "zombie"
-    return fields[19].decode() if len(fields) > 19 else None
-
-
-def _holder_text() -> str:
-    return json.dumps({"pid": os.getpid(), "host": _host(), "since": time.time(),
-                       "start": _start_ticks(os.getpid())})
-
-
-def read_holder(fd: int) -> dict[str, Any] | None:
-    """Who holds the lock whose file is open as ``fd`` (what it wrote on taking it)."""
-    try:
-        raw = os.pread(fd, 4096, 0)
-        doc = json.loads(raw.decode("utf-8")) if raw else None
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or type(doc.get("pid")) is not int or not isinstance(doc.get("host"), str):
-        return None
-    return doc
-
-
-def holder_gone(holder: dict[str, Any]) -> bool:
-    """Whether the process that wrote ``holder`` is known to be gone: it ran on this host
-    and no process of its pid (started when it did) is alive. A holder on another host
-    is never judged gone."""
-    if holder.get("host") != _host() or holder["pid"] == os.getpid():
-        return False
-    try:
-        os.kill(holder["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        pass
-    start = _start_ticks(holder["pid"])
-    return start == "zombie" or (start is not None and holder.get("start") not in (None, start))
-
-
-def describe_holder(holder: dict[str, Any] | None) -> str:
-    """``process 123 on host ci-7 since 10:20:01 (42 s ago)``."""
-    if holder is None:
-        return "another process (it did not say which)"
-    since = holder.get("since")
-    when = ""
-    if isinstance(since, (int, float)):
-        when = f" since {time.strftime('%H:%M:%S', time.localtime(since))} ({max(0, time.time() - since):.0f} s ago)"
-    return f"process {holder['pid']} on host {holder['host']}{when}"
-
-
-@contextlib.contextmanager
-def locked(
-    file: Path,
-    *,
-    wait: bool = True,
-    timeout: float | None = None,
-    notice: Callable[[str], None] | None = None,
-) -> Iterator[None]:
-    """An exclusive advisory lock (``fcntl.flock``; none where fcntl does not exist).
-
-    The holder writes its pid, host, start time and the time it took the lock into the
-    lock file. A waiter polls; after :data:`NOTICE_AFTER` seconds (at most half of
-    ``timeout``) it calls ``notice`` once with one line naming the holder and what to do.
-    A holder that is gone (its pid is not alive on this host, yet the lock is still held,
-    e.g. by a child that inherited the descriptor) is taken over: the lock file is
-    replaced by a new one, and ``notice`` says so. After ``timeout`` seconds it raises
-    :class:`LockTimeout` naming the holder (``None``: wait for as long as it takes).
-
-    Raises ``OSError`` when the lock file cannot be created (a read-only cache), and
-    ``BlockingIOError`` (an ``OSError``) when ``wait=False`` and another process holds it."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: the atomic rename still protects readers
-        yield
-        return
-    start = time.monotonic()
-    told = False
-    patience = NOTICE_AFTER if timeout is None else min(NOTICE_AFTER, timeout / 2)
-    while True:
-        fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(f"{file} is not a regular file")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not wait:
-                    raise
-                holder = read_holder(fd)
-                waited = time.monotonic() - start
-                if holder is not None and holder_gone(holder):
-                    with contextlib.suppress(OSError):
-                        if os.stat(file).st_ino == st.st_ino:  # still the file the holder locked
-                            os.unlink(file)
-                    if notice:
-                        notice(f"the lock {file} was held by {describe_holder(holder)}, which is gone; taking it over")
-                    continue
-                if timeout is not None and waited >= timeout:
-                    raise LockTimeout(
-                        f"waited {waited:.0f} s for the lock {file}, held by {describe_holder(holder)}"
-                    ) from None
-                if not told and waited >= patience and notice:
-                    told = True
-                    limit = "as long as it takes" if timeout is None else f"up to {timeout:g} s in all"
-                    pid = f"kill {holder['pid']}" if holder else "end it"
-                    notice(
-                        f"waiting for the lock {file}, held by {describe_holder(holder)} (building this profile?); "
-                        f"waiting {limit} (--sadl-lock-timeout); if that process is stuck, {pid} or delete the lock file"
-                    )
-                time.sleep(_POLL)
-                continue
-            try:
-                if os.stat(file).st_ino != st.st_ino:  # taken over (replaced) while we waited: again
-                    continue
-            except FileNotFoundError:
-                continue
-            try:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, _holder_text().encode(), 0)
-                yield
-            finally:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            return
-        finally:
-            os.close(fd)
-
-
-def uncached_warning(directory: Path, exc: BaseException) -> None:
-    """The one line said when the cache cannot be written: the run goes on in memory."""
-    if isinstance(exc, LockTimeout):
-        warnings.warn(
-            f"pytest-sadl: {exc}; the profile is built in memory for this run, not saved "
-            "(raise --sadl-lock-timeout to wait longer)",
-            SadlCacheWarning,
-            stacklevel=3,
-        )
-        return
-    reason = f"{type(exc).__name__}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-    warnings.warn(
-        f"pytest-sadl: could not cache the training profile in {directory} ({reason}); "
-        "it is built in memory for this run",
-        SadlCacheWarning,
-        stacklevel=3,
-    )
-
-
-def cached_build(
-    path: Path,
-    *,
-    load: Callable[[Path, bool], T | None],
-    ready: Callable[[T], bool],
-    make: Callable[[T | None], T],
-    save: Callable[[T, Path], None],
-    rebuild: bool = False,
-    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
-    notice: Callable[[str], None] | None = None,
-) -> tuple[T, bool]:
-    """The lock-build-load cycle of the cache entry ``path``; returns ``(value, stored)``.
-
-    ``load(path, warn)``: the cached value, or ``None`` when there is none or it must not
-    be trusted (saying why when ``warn``). ``ready(value)``: whether a loaded value can
-    be used as it is. ``make(partial)``: builds the value, completing ``partial`` (a
-    loaded value that is not ready) when it is given. ``save(value, path)`` writes it.
-
-    A ready cached value is returned without taking the lock. Otherwise concurrent
-    builders (xdist workers, CI jobs) serialise on ``<path>.lock``: the first builds and
-    writes, the others then load its result. When the cache folder, the lock or the
-    entry cannot be written (``OSError``: a read-only checkout, a full disk), a
-    :class:`SadlCacheWarning` says so in one line and the value is built in memory
-    (``stored`` is ``False``). Waiting for another process's lock is bounded: ``notice``
-    gets one line naming the holder after a few seconds, a gone holder's lock is taken
-    over, and after ``lock_timeout`` seconds the value is built in memory with a warning
-    (see :func:`locked`).
-    """
-    hit = None if rebuild else load(path, True)
-    if hit is not None and ready(hit):
-        return hit, True
-    directory = path.parent
-    with contextlib.ExitStack() as stack:
-        try:
-            ensure_cache_dir(directory)
-            stack.enter_context(locked(lock_path(path), timeout=lock_timeout, notice=notice))
-        except OSError as exc:
-            uncached_warning(directory, exc)
-            return make(hit), False
-        if not rebuild:  # another process may have built it while we waited
-            hit = load(path, False)
-            if hit is not None and ready(hit):
-                return hit, True
-        value = make(hit)
-        try:
-            save(value, path)
-        except OSError as exc:
-            uncached_warning(directory, exc)
-            return value, False
-    return value, True
-
-
-# ----------------------------------------------------------------------------- listing
 
 
 def stale_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -675,28 +430,3 @@ def entries(directory: str | os.PathLike[str]) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- data history
-
-_HISTORY = "data-history.json"
-
-
-def note_data(directory: str | os.PathLike[str], key: str, fingerprint: str, n: int) -> dict[str, Any] | None:
-    """Remember that ``key`` (a model and a data source) was last profiled with data of
-    ``fingerprint`` and ``n`` inputs; return what was remembered before (``None`` when
-    nothing, or when the history cannot be read). Best effort: ``OSError`` is ignored."""
-    file = Path(directory) / _HISTORY
-    history: dict[str, Any] = {}
-    with contextlib.suppress(Invalid, OSError):
-        with _open_regular(file) as fh:
-            loaded = _load_json(fh, _HISTORY, MAX_META_BYTES // 4)
-        if isinstance(loaded, dict):
-            history = {k: v for k, v in loaded.items() if isinstance(v, dict)}
-    before = history.get(key)
-    history.pop(key, None)
-    history[key] = {"data": str(fingerprint), "n": int(n)}
-    while len(history) > 200:  # bounded: the oldest entries go first
-        history.pop(next(iter(history)))
-    with contextlib.suppress(OSError):
-        atomic_write_text(file, json.dumps(history, indent=1))
-    if before is None or not isinstance(before.get("data"), str) or type(before.get("n")) is not int:
-        return None
-    return before

@@ -2,7 +2,7 @@
 
 While a test marked ``@pytest.mark.sadl`` runs (its call phase, not its fixtures), the
 model's ``predict``, ``predict_on_batch`` and ``__call__`` are wrapped: each runs the
-model's own multi-output twin (:class:`~pytest_sadl.traces.TraceModel`), returns the
+model's own multi-output twin (:class:`~pytest_sadl.capture.TraceModel`), returns the
 model's output to the test unchanged, and keeps the traces of the same forward pass, so
 recording costs no second inference. ``__call__`` keeps gradients flowing
 (``tf.GradientTape`` around ``model(x)`` works as before). Calls with ``training=True``
@@ -44,13 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import SadlWarning
+from pytest_sadl.errors import SadlRecordingWarning
 
 THUMB_MAX = 32  # thumbnails of image-like inputs are at most this many pixels a side
 
-
-class SadlRecordingWarning(SadlWarning):
-    """An input reached the model but could not be recorded."""
 
 
 @dataclass
@@ -219,7 +216,7 @@ class Recorder:
     # -- recording ------------------------------------------------------------
 
     def add(self, traces: Any, x: Any, record: TestRecord | None = None) -> None:
-        """Keep ``traces`` (a :class:`~pytest_sadl.traces.Traces`) for ``record`` (default:
+        """Keep ``traces`` (a :class:`~pytest_sadl.capture.Traces`) for ``record`` (default:
         the running test's)."""
         rec = record if record is not None else self.current
         if rec is None:

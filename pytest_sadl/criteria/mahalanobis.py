@@ -10,7 +10,7 @@ and ``Sigma_c`` the mean and covariance of the training traces the model predict
 ``c`` (one class over all traces for a regression model). It needs one mean and one
 covariance per class instead of every training trace, so it is cheap to build and to
 score, and it is the "third" surprise measure beside LSA and DSA; its surprise coverage
-(MDSC) uses the buckets of :class:`pytest_sadl.surprise.SurpriseCoverage`.
+(MDSC) uses the buckets of :class:`pytest_sadl.criteria.surprise.SurpriseCoverage`.
 
 Choices, each written down because the paper leaves them open:
 
@@ -18,13 +18,13 @@ Choices, each written down because the paper leaves them open:
   ``scipy.stats.gaussian_kde`` uses for LSA, accumulated in float64 chunks;
 * neurons whose training variance (``ddof=0``) is below ``var_threshold`` in any class
   with two or more training traces are dropped: the same filter as LSA (one helper,
-  :func:`pytest_sadl._checks.low_variance_filter`), so that both measure the same neurons;
+  :func:`pytest_sadl.criteria.checks.low_variance_filter`), so that both measure the same neurons;
 * **a singular covariance** (a class whose traces lie in a subspace: fewer traces than
   neurons, or neurons that are linear combinations of others, as softmax outputs that sum
   to one) is inverted by the Moore-Penrose pseudo-inverse: eigenvalues at most
   ``rcond`` times the largest are treated as zero, so the distance is measured inside the
   subspace the class's training traces span and a direction in which the class never
-  varied adds nothing. A :class:`~pytest_sadl.surprise.SadlWarning` names the class and its
+  varied adds nothing. A :class:`~pytest_sadl.errors.SadlWarning` names the class and its
   rank. This equals ``scipy.spatial.distance.mahalanobis(x, mu, np.linalg.pinv(cov))``;
 * a class with fewer than two training traces has no covariance: its inputs, and inputs
   predicted as a class absent from training, score ``NaN`` with a warning.
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import (
+from pytest_sadl.criteria.checks import (
     as_pred,
     as_train_traces,
     check_var_threshold,

@@ -1,0 +1,59 @@
+"""Every exception and warning pytest-sadl raises for its users.
+
+Errors are :class:`ValueError` subclasses whose message is one line naming the problem
+and the fix, so that the plugin can turn any of them into a usage error (exit 4) and
+``sadl`` into exit 2. Warnings all derive from :class:`SadlWarning`, so
+``-W error::pytest_sadl.errors.SadlWarning`` (or ``ignore::``) covers them all.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SadlConfigError",
+    "SadlModelError",
+    "SadlLayerError",
+    "SadlDataError",
+    "ResultsFileError",
+    "SadlWarning",
+    "SadlModelWarning",
+    "SadlCacheWarning",
+    "SadlRecordingWarning",
+]
+
+
+class SadlConfigError(ValueError):
+    """A configuration problem the user can fix; the message names the problem and the fix."""
+
+
+class SadlModelError(SadlConfigError):
+    """The model cannot be loaded, or is of a kind pytest-sadl cannot trace."""
+
+
+class SadlLayerError(SadlConfigError):
+    """A layer name or index that the model does not have; the message lists the layers."""
+
+
+class SadlDataError(SadlConfigError):
+    """Training or test inputs that cannot be used (missing, empty, wrong shape, NaN...)."""
+
+
+class ResultsFileError(ValueError):
+    """A results file that cannot be used: unreadable, not JSON, another schema, a newer
+    version, or a field of the wrong type or out of its range. The message is one line
+    naming the file and the field."""
+
+
+class SadlWarning(UserWarning):
+    """A result was computed, but with a fallback the user should know about."""
+
+
+class SadlModelWarning(SadlWarning):
+    """The model loaded, but not all of it: its compile configuration could not be restored."""
+
+
+class SadlCacheWarning(SadlWarning):
+    """The profile cache could not be used or written; the run goes on without it."""
+
+
+class SadlRecordingWarning(SadlWarning):
+    """An input reached the model but could not be recorded."""

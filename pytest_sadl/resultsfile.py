@@ -1,0 +1,252 @@
+"""Results files from outside (a baseline, ``sadl report``'s input): read, bounded, validated.
+
+:func:`load_results` reads a file through :func:`parse_json`, which bounds the nesting
+depth and the size of every number before anything else sees the data, and then
+validates it against the JSON Schema shipped as ``pytest_sadl/results.schema.json``
+(:data:`JSON_SCHEMA`) with ``jsonschema``: a hostile or type-confused file is one
+:class:`~pytest_sadl.errors.ResultsFileError` line naming the file and the field, never
+a traceback. The schema allows properties it does not name, so older readers still read
+newer minor additions; a newer major ``version`` is refused with the upgrade to make.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pytest_sadl.errors import ResultsFileError
+from pytest_sadl.results import SCHEMA, VERSION
+
+MAX_DEPTH = 32  # nesting of objects and arrays; a results file nests 5 deep
+MAX_INT = 2**53  # integers beyond what a double holds exactly are not counts of anything
+MAX_FLOAT = 1.7976931348623157e308  # every number has a range: inf and 400-digit integers fail it
+MAX_BYTES = 512 * 1024 * 1024  # a results file of a million inputs is ~60 MB
+
+#: The results file's JSON Schema (draft 2020-12), as shipped in the package.
+JSON_SCHEMA: dict[str, Any] = json.loads(
+    resources.files("pytest_sadl").joinpath("results.schema.json").read_text(encoding="utf-8")
+)
+
+
+def _where(source: str | os.PathLike[str] | None) -> str:
+    return f"{source}: " if source else ""
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _reject_number(text: str) -> Any:
+    raise ResultsFileError(f"{text} is not allowed: a results file holds finite numbers only")
+
+
+_STRUCTURE = re.compile(r'[\[\]{}"\\]')
+
+
+def _check_depth(text: str, limit: int = MAX_DEPTH) -> None:
+    """Refuse a document nested deeper than ``limit`` before parsing it: the parser and the
+    validator recurse, so 200,000 nested arrays would end in ``RecursionError``."""
+    depth = 0
+    in_string = False
+    escaped_at = -1  # the position of the character a backslash escapes
+    for match in _STRUCTURE.finditer(text):
+        pos, ch = match.start(), match.group()
+        if in_string:
+            if pos == escaped_at:
+                continue
+            if ch == "\\":
+                escaped_at = pos + 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                raise ResultsFileError(f"nested more than {limit} levels deep (a results file nests 5)")
+        elif ch in "]}":
+            depth -= 1
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` for a file from outside: nesting at most :data:`MAX_DEPTH` levels, no
+    NaN/Infinity. Numbers beyond the float range (``1e999`` parses as inf, a 400-digit
+    integer as an exact int) are left to the schema, whose every number has a range, so
+    that the error names the field. Raises :class:`ResultsFileError` (without a file name)."""
+    _check_depth(text)
+    try:
+        return json.loads(text, parse_constant=_reject_number)
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (sys.get_int_max_str_digits)
+        raise ResultsFileError(f"not a results file: {str(exc).split(';')[0]}") from None
+
+
+def _field(path: Any) -> str:
+    """``metrics.lsc.value``, ``groups[0].name``: where in the document."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the document"
+
+
+_JSON_TYPES = {"object": "an object", "array": "a list", "string": "a string", "number": "a number",
+               "integer": "an integer", "boolean": "true or false", "null": "null"}
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    for kind, name in (((dict,), "an object"), ((list,), "a list"), ((str,), "a string"),
+                       ((int,), "an integer"), ((float,), "a number"), ((type(None),), "null")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _explain(error: Any) -> str:
+    """One line for a ``jsonschema.ValidationError``: the field, what it must be, what it is."""
+    where, value, rule, expected = _field(error.absolute_path), error.instance, error.validator, error.validator_value
+    if rule == "type":
+        kinds = expected if isinstance(expected, list) else [expected]
+        wanted = " or ".join(_JSON_TYPES.get(k, k) for k in kinds)
+        shown = "" if value is None or isinstance(value, bool) else f" {_short(value)}"
+        return f"{where} must be {wanted}, got {_type_name(value) if value is not None else 'null'}{shown}"
+    if rule in ("minimum", "maximum"):
+        schema = error.schema
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is not None and high is not None:
+            if high == MAX_INT:
+                return f"{where} must be a count (an integer >= {low}), got {_short(value)}"
+            what = "a fraction in [0, 1]" if (low, high) == (0, 1) else f"in [{low:g}, {high:g}]"
+            return f"{where} must be {what}, got {_short(value)}"
+        return f"{where} must be {'>=' if rule == 'minimum' else '<='} {expected:g}, got {_short(value)}"
+    if rule == "required":
+        missing = [k for k in expected if isinstance(value, dict) and k not in value]
+        return f"{where} has no {_short(missing[0] if missing else expected)} (required)"
+    if rule == "const":
+        return f"{where} is {_short(value)}, expected {_short(expected)}"
+    if rule == "maxLength":
+        return f"{where} is a string of {len(value)} characters, more than {expected}"
+    if rule == "enum":
+        return f"{where} must be one of {', '.join(map(str, expected))}, got {_short(value)}"
+    return f"{where}: {error.message[:200]}"
+
+
+_SCALAR_KEYS = {"type", "minimum", "maximum"}
+
+
+def _suspects(items: dict[str, Any], values: list[Any]) -> Any:
+    """Indices of ``values`` that may fail ``items`` (a type and range only): a superset of
+    those that do, found with a set lookup per value and C-level min/max."""
+    kinds = items["type"] if isinstance(items["type"], list) else [items["type"]]
+    allowed = {t for k in kinds for t in {"number": (int, float), "integer": (int,), "null": (type(None),),
+                                          "string": (str,), "boolean": (bool,)}.get(k, ())}
+    present = set(map(type, values))
+    if not present <= allowed:
+        yield from (i for i, v in enumerate(values) if type(v) not in allowed)
+    low, high = items.get("minimum"), items.get("maximum")
+    if (low is None and high is None) or not present & {int, float}:
+        return
+    numbers = values if present <= {int, float} else [v for v in values if type(v) in (int, float)]
+    if (low is not None and min(numbers) < low) or (high is not None and max(numbers) > high):
+        yield from (i for i, v in enumerate(values) if type(v) in (int, float)
+                    and ((low is not None and v < low) or (high is not None and v > high)))
+
+
+def _make_validator() -> Any:
+    """``jsonschema``'s draft 2020-12 validator, with ``items`` of plain scalars (the
+    ``inputs`` lists, thumbnail pixels: 10^5 to 10^6 values) screened by a set of their
+    types and C-level min/max: the generic path costs ~20 us a value (17 s for a file of
+    200,000 inputs; 0.6 s screened, of which 0.2 s is parsing the JSON). Each suspect
+    goes through the generic path, so an error is jsonschema's own."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    generic_items = base.VALIDATORS["items"]
+
+    def items(validator: Any, item_schema: Any, instance: Any, schema: dict[str, Any]) -> Any:
+        if (isinstance(item_schema, dict) and "type" in item_schema and set(item_schema) <= _SCALAR_KEYS
+                and isinstance(instance, list) and not schema.get("prefixItems")):
+            for i in _suspects(item_schema, instance):
+                errors = list(validator.descend(instance=instance[i], schema=item_schema, path=i))
+                if errors:  # a float 2.0 is an integer to JSON Schema: a suspect, not an error
+                    yield errors[0]
+                    return
+            return
+        yield from generic_items(validator, item_schema, instance, schema)
+
+    return jsonschema.validators.extend(base, {"items": items})(JSON_SCHEMA)
+
+
+_validator: Any = None
+
+
+def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Check ``data`` against :data:`JSON_SCHEMA`; return it.
+
+    Raises :class:`ResultsFileError` naming ``source`` (a path, when given) and the first
+    field that breaks the schema, with a hint for another schema or a newer version.
+    """
+    global _validator
+    where = _where(source)
+    if not isinstance(data, dict):
+        raise ResultsFileError(
+            f"{where}not a pytest-sadl results file: expected a JSON object, got "
+            f"{_type_name(data)}; write one with `pytest --sadl-coverage --sadl-report=json`"
+        )
+    if data.get("schema") != SCHEMA:
+        raise ResultsFileError(
+            f"{where}not a pytest-sadl results file: \"schema\" is {_short(data.get('schema'))}, expected "
+            f"{SCHEMA!r}; write one with `pytest --sadl-coverage --sadl-report=json`"
+        )
+    version = data.get("version")
+    major = str(version).split(".", 1)[0] if isinstance(version, (int, str)) and not isinstance(version, bool) else ""
+    if not major.isdigit() or len(major) > 9:
+        raise ResultsFileError(f"{where}\"version\" is {_short(version)}, expected an integer")
+    if int(major) > VERSION:
+        raise ResultsFileError(
+            f"{where}results schema version {version} is newer than this pytest-sadl reads "
+            f"(version {VERSION}); upgrade pytest-sadl (`pip install -U pytest-sadl`) to render it"
+        )
+    if int(major) < 1:
+        raise ResultsFileError(f"{where}results schema version {version!r} is not a known version")
+    if _validator is None:
+        _validator = _make_validator()
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator.iter_errors(data))
+    if error is not None:
+        raise ResultsFileError(f"{where}{_explain(error)}")
+    return data
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a results JSON file (``--sadl-report=json``) from outside.
+
+    Raises :class:`ResultsFileError`, one line naming the file (and the field)."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            what = "no such results file" if not p.exists() else (
+                "is a directory" if p.is_dir() else "not a regular file (a FIFO, a device?)")
+            raise ResultsFileError(f"{p}: {what}, expected a results JSON file")
+        if p.stat().st_size > MAX_BYTES:
+            raise ResultsFileError(f"{p}: {p.stat().st_size} bytes, more than a results file holds ({MAX_BYTES})")
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{p}: not UTF-8 text ({exc.reason}); is it a results JSON file?") from None
+    except OSError as exc:
+        raise ResultsFileError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        data = parse_json(text)
+    except ResultsFileError as exc:
+        raise ResultsFileError(f"{p}: {exc}") from None
+    return validate_results(data, source=p)
+
+

@@ -1,0 +1,80 @@
+"""Objects named in configuration: ``"package.module:function"`` specs and relative paths.
+
+The plugin's options, the ``sadl`` commands and the loaders of models and data name
+callables and files the same way; this is where those names are resolved.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from pytest_sadl.errors import SadlConfigError
+
+__all__ = ["call_spec", "import_object", "is_callable_spec", "resolve_path"]
+
+
+def import_object(spec: str, *, what: str = "object", error: type[SadlConfigError] | None = None) -> Any:
+    """Import ``"package.module:attr.sub"`` and return the attribute.
+
+    Raises ``error`` (default :class:`SadlConfigError`) naming the module or attribute
+    that is missing.
+    """
+    error = error or SadlConfigError
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise error(
+            f"{what} {spec!r} is not of the form 'package.module:function'"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise error(
+            f"{what} {spec!r}: cannot import module {module_name!r} ({exc}); "
+            "check the spelling and that the module is importable from the rootdir "
+            "(e.g. add it to the Python path)"
+        ) from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise error(
+                f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
+    return obj
+
+
+def call_spec(spec: str, *, what: str, error: type[SadlConfigError]) -> Any:
+    """Import the ``"package.module:function"`` callable and return what it returns.
+
+    Anything it raises (other than a :class:`SadlConfigError`) becomes ``error`` naming
+    the callable and the exception.
+    """
+    fn = import_object(spec, what=what, error=error)
+    if not callable(fn):
+        raise error(f"{what} {spec!r} is not callable")
+    try:
+        return fn()
+    except SadlConfigError:
+        raise
+    except Exception as exc:
+        raise error(f"{what}: calling {spec!r} raised {type(exc).__name__}: {exc}") from exc
+
+
+def resolve_path(source: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None) -> Path:
+    """``source`` as a path, relative ones taken from ``base_dir`` when it is given."""
+    path = Path(source)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    return path
+
+
+def is_callable_spec(text: str) -> bool:
+    module_name, sep, attr = text.partition(":")
+    if not sep or "/" in text or "\\" in text:
+        return False
+    return all(p.isidentifier() for p in module_name.split(".")) and all(
+        p.isidentifier() for p in attr.split(".")
+    )
