@@ -353,6 +353,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
 
         def test_no_tf():
             assert "tensorflow" not in sys.modules and "keras" not in sys.modules
+            assert "torch" not in sys.modules and "jax" not in sys.modules
         """
     )
     res = run_fresh(pytester)

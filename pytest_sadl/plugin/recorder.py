@@ -385,6 +385,10 @@ class Recorder:
     def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
         """Wrap ``model``'s entry points while the block runs; restore them after."""
         tm = self.trace_model(model)
+        if getattr(tm, "records", "keras") == "forward":  # a torch.nn.Module
+            with self._recording_forward(record, model, tm):
+                yield
+            return
         original_cls = type(model)
         recorder = self
 
@@ -506,6 +510,42 @@ class Recorder:
             yield
         finally:
             self._local.loop = previous
+
+    @contextlib.contextmanager
+    def _recording_forward(self, record: TestRecord, model: Any, tm: Any) -> Iterator[None]:
+        """A ``torch.nn.Module``: its ``forward`` is wrapped on the instance, so that
+        ``model(x)`` (which calls it) and ``model.forward(x)`` both record, from the one
+        pass the test makes (``tm.call_tensors`` runs the original ``forward`` with the
+        trace model's hooks on); the instance's own ``forward`` is restored after."""
+        recorder = self
+        own = "forward" in model.__dict__
+        saved = model.__dict__.get("forward")
+        inner = model.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            rec = recorder.target()
+            if rec is None:
+                return inner(*args, **kwargs)
+            x = args[0] if len(args) == 1 and not kwargs else None
+            why = "model(x) was called with several arguments or keywords" if x is None else tm.unrecordable(x)
+            if why is not None:
+                recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
+                with recorder._lock, recorder.paused():
+                    return inner(*args, **kwargs)
+            return recorder._attempt(rec, tm.host(x), lambda: inner(x), lambda: tm.call_tensors(x, forward=inner))
+
+        self.current = record
+        object.__setattr__(model, "forward", forward)
+        try:
+            yield
+        finally:
+            with self._lock:
+                if own:
+                    object.__setattr__(model, "forward", saved)
+                else:
+                    with contextlib.suppress(AttributeError):
+                        object.__delattr__(model, "forward")
+                self.current = None
 
     def _call(self, rec: TestRecord, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
         x = args[0] if args else kwargs.get("inputs")
