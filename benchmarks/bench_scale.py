@@ -39,7 +39,12 @@ from pathlib import Path
 import numpy as np
 
 from pytest_sadl.criteria.mahalanobis import MDSA
-from pytest_sadl.criteria.neurons import KMultisectionCoverage, NeuronBoundaryCoverage, StrongNeuronActivationCoverage, fit_ranges
+from pytest_sadl.criteria.neurons import (
+    KMultisectionCoverage,
+    NeuronBoundaryCoverage,
+    StrongNeuronActivationCoverage,
+    fit_ranges,
+)
 from pytest_sadl.criteria.surprise import DSA, LSA
 from pytest_sadl.errors import SadlWarning
 

@@ -22,9 +22,10 @@ import datetime as _dt
 import math
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class ProfileView:
     near_singular: str = "drop"
 
     @classmethod
-    def of(cls, profile: Any) -> "ProfileView":
+    def of(cls, profile: Any) -> ProfileView:
         view = cls(
             lsa=profile.lsa(),
             dsa=profile.dsa(),
@@ -181,7 +182,7 @@ def _held_out(view: ProfileView) -> dict[str, np.ndarray]:
     return view.held_out() if view.held_out is not None else held_out_sa(view)
 
 
-def default_sc_bounds(view: ProfileView, options: "SadlOptions | None" = None) -> dict[str, tuple[float, float, int]]:
+def default_sc_bounds(view: ProfileView, options: SadlOptions | None = None) -> dict[str, tuple[float, float, int]]:
     """Each surprise coverage's (lower, upper, buckets): configured where ``options`` sets
     them, else from the held-out training traces (:func:`default_bounds`), as a run uses."""
     held = _held_out(view)
@@ -272,7 +273,7 @@ class _Criteria:
         self.setup = setup
         self.made: dict[str, Any] = {c.name: c.make(setup) for c in CRITERIA}
 
-    def fresh(self) -> "_Criteria":
+    def fresh(self) -> _Criteria:
         return _Criteria(self.setup)
 
     def update(self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
@@ -543,7 +544,7 @@ def compute(
     )
 
 
-def _sc_options(options: "SadlOptions", metric: str) -> Any:
+def _sc_options(options: SadlOptions, metric: str) -> Any:
     """The configured bounds of a surprise coverage (unset ones: from the profile)."""
     found = getattr(options, metric, None)
     if found is None:

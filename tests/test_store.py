@@ -10,8 +10,9 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest

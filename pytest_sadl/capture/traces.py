@@ -400,9 +400,9 @@ class TraceModel:
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
         """Runs inside the compiled function: the model's output and the flat captures
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
-        from pytest_sadl.capture.forward import tapped
-
         import threading
+
+        from pytest_sadl.capture.forward import tapped
 
         captured: list[Any] = [None] * len(self._taps)
         me = threading.get_ident()

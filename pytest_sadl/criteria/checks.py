@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import threading
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 import numpy as np
 

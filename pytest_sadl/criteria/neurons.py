@@ -40,8 +40,8 @@ Semantics, per neuron with training range ``[low, high]``:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class NeuronRanges:
         return arrays
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "NeuronRanges":
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NeuronRanges:
         sizes = np.asarray(arrays["sizes"], dtype=np.int64)
         low, high = np.asarray(arrays["low"], np.float64), np.asarray(arrays["high"], np.float64)
         if low.shape != high.shape or low.ndim != 1 or low.size != int(sizes.sum()):
@@ -136,7 +136,7 @@ class _LayerCoverage:
         self.count = 0
 
     # subclasses: which targets of each layer a batch hits, (n_neurons, per_neuron) bools
-    def _hits(self, i: int, values: np.ndarray, extrema: "tuple[np.ndarray, np.ndarray] | None") -> np.ndarray:
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         raise NotImplementedError
 
     def _valid(self, i: int) -> np.ndarray:
@@ -166,7 +166,7 @@ class _LayerCoverage:
             self._covered[i] |= hit
         return new
 
-    def merge(self, other: "_LayerCoverage") -> None:
+    def merge(self, other: _LayerCoverage) -> None:
         """Add another instance's coverage (same criterion, layers and parameters)."""
         if other._key() != self._key():
             raise ValueError(f"cannot merge {other._key()} into {self._key()}: criterion, layers or parameters differ")
@@ -174,7 +174,7 @@ class _LayerCoverage:
             mine |= theirs
         self.count += other.count
 
-    def copy(self) -> "_LayerCoverage":
+    def copy(self) -> _LayerCoverage:
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new._covered = [c.copy() for c in self._covered]
@@ -211,7 +211,7 @@ class _LayerCoverage:
         return [c / t if t else 0.0 for c, t in self.layer_counts()]
 
 
-def _sizes_of(ranges_or_sizes: "NeuronRanges | Sequence[int]") -> tuple[int, ...]:
+def _sizes_of(ranges_or_sizes: NeuronRanges | Sequence[int]) -> tuple[int, ...]:
     if isinstance(ranges_or_sizes, NeuronRanges):
         return ranges_or_sizes.sizes
     return tuple(int(s) for s in ranges_or_sizes)
@@ -220,7 +220,7 @@ def _sizes_of(ranges_or_sizes: "NeuronRanges | Sequence[int]") -> tuple[int, ...
 class NeuronCoverage(_LayerCoverage):
     """DeepXplore's neuron coverage, cumulative. Needs no training ranges, only layer sizes."""
 
-    def __init__(self, ranges_or_sizes: "NeuronRanges | Sequence[int]", threshold: float = 0.5) -> None:
+    def __init__(self, ranges_or_sizes: NeuronRanges | Sequence[int], threshold: float = 0.5) -> None:
         threshold = float(threshold)
         if not np.isfinite(threshold):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
@@ -260,14 +260,14 @@ def _with_extrema(layers: object, extrema: Extrema | None) -> tuple[object, Extr
     """Layers and extrema from a ``Traces`` object (which carries both), else as given."""
     if not (hasattr(layers, "coverage") and hasattr(layers, "coverage_extrema")):
         return layers, extrema
-    carried = getattr(layers, "coverage_extrema")
+    carried = layers.coverage_extrema
     if extrema is None and carried is None:
         raise ValueError(
             "NC needs the per-input minimum and maximum of each layer's whole output, and these "
             "traces were made without them (their conv outputs are already channel means); trace "
             "with TraceModel(..., extrema=True) (TrainingProfile.trace_model() does) or pass extrema="
         )
-    return list(getattr(layers, "coverage")), extrema if extrema is not None else carried
+    return list(layers.coverage), extrema if extrema is not None else carried
 
 
 def _map_extrema(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 from scipy import linalg
@@ -29,14 +29,13 @@ from pytest_sadl.criteria.checks import (
     as_pred,
     as_traces,
     as_train_traces,
-    check_var_threshold,
-    class_moments,
-    classes_of,
     check_fits,
+    check_var_threshold,
     class_list,
+    class_moments,
     class_scatter,
+    classes_of,
     examples,
-    gib,
     low_variance_filter,
     one_blas_thread,
     scoring_inputs,
@@ -398,7 +397,7 @@ class LSA:
         return arrays
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, chunk_bytes: int = _CHUNK_BYTES) -> "LSA":
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, chunk_bytes: int = _CHUNK_BYTES) -> LSA:
         mode = str(arrays["near_singular"]) if "near_singular" in arrays else "drop"
         return cls(
             arrays["train_ats"],
@@ -557,7 +556,7 @@ class DSA:
             raise
         pool.shutdown(wait=True)
 
-    def precompute(self) -> "DSA":
+    def precompute(self) -> DSA:
         """Compute ``dist_b`` for every training trace now (a cached profile then skips it)."""
         self._fill_other(self._nn.rows)
         return self
@@ -623,7 +622,7 @@ class DSA:
         return {"train_ats": self._x, "train_pred": self._pred, "other_dist": self._other[self._nn.rep]}
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> "DSA":
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> DSA:
         """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
         return cls(arrays["train_ats"], arrays["train_pred"], search=search, dist_b=arrays["other_dist"], chunk_bytes=chunk_bytes)
 
@@ -711,7 +710,7 @@ class SurpriseCoverage:
         self.covered[inside] = True
         return int(np.count_nonzero(self.covered)) - before
 
-    def merge(self, other: "SurpriseCoverage") -> None:
+    def merge(self, other: SurpriseCoverage) -> None:
         if (other.lower, other.upper, other.buckets) != (self.lower, self.upper, self.buckets):
             raise ValueError(
                 f"cannot merge surprise coverage over ({other.lower:g}, {other.upper:g}] in {other.buckets} "
@@ -723,7 +722,7 @@ class SurpriseCoverage:
         self.above += other.above
         self.nan += other.nan
 
-    def copy(self) -> "SurpriseCoverage":
+    def copy(self) -> SurpriseCoverage:
         new = SurpriseCoverage(self.lower, self.upper, self.buckets)
         new.merge(self)
         return new

@@ -109,7 +109,7 @@ class ProfileOptions:
     output: str | int | None = None
 
     @classmethod
-    def from_sadl(cls, options: Any, **overrides: Any) -> "ProfileOptions":
+    def from_sadl(cls, options: Any, **overrides: Any) -> ProfileOptions:
         """The profile options of a run's :class:`~pytest_sadl.plugin.options.SadlOptions` (the
         plugin's and the ``sadl`` commands' one way to make them), ``overrides`` applied."""
         values = {

@@ -12,7 +12,8 @@ renderers show what there is.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import METRICS, SA_LABELS, SURPRISE

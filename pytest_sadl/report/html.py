@@ -16,9 +16,10 @@ import base64
 import hashlib
 import math
 import re
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jinja2
 from markupsafe import Markup, escape

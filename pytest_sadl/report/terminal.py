@@ -9,7 +9,8 @@ tables and every column at full width.
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pytest_sadl.criteria.registry import LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
