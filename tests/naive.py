@@ -153,7 +153,7 @@ def nbc(layers, lows, highs) -> float:
 
 def snac(layers, lows, highs) -> float:
     upper = neurons = 0
-    for layer, low, high in zip(layers, lows, highs):
+    for layer, _low, high in zip(layers, lows, highs):
         v = _neuron_values(layer)
         for j in range(v.shape[1]):
             neurons += 1

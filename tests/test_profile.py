@@ -559,18 +559,16 @@ def test_interrupted_writes_leave_the_old_content_and_no_temp(tmp_path: Path) ->
 
     target = tmp_path / "x.json"
     atomic_write_text(target, "old")
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_open(target) as fh:
-            fh.write(b"half of the new")
-            raise KeyboardInterrupt  # an interrupt in the middle of writing
+    with pytest.raises(KeyboardInterrupt), atomic_open(target) as fh:
+        fh.write(b"half of the new")
+        raise KeyboardInterrupt  # an interrupt in the middle of writing
     assert target.read_text() == "old" and oct(target.stat().st_mode & 0o777) != "0o600"
     folder = tmp_path / "entry"
     with atomic_directory(folder) as tmp:
         durable_write(tmp / "a", lambda fh: fh.write(b"1"))
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_directory(folder) as tmp:
-            durable_write(tmp / "a", lambda fh: fh.write(b"2"))
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), atomic_directory(folder) as tmp:
+        durable_write(tmp / "a", lambda fh: fh.write(b"2"))
+        raise KeyboardInterrupt
     assert (folder / "a").read_bytes() == b"1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["entry", "x.json"]
 

@@ -9,19 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
+from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError, SadlModelWarning
 
 pytestmark = pytest.mark.tf
 
 keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
-from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
-from pytest_sadl.capture.model import load_model  # noqa: E402
-from pytest_sadl.errors import SadlModelWarning
-
-tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
-from pytest_sadl.capture import (
+from pytest_sadl.capture import (  # noqa: E402
     TraceModel,
     Traces,
     default_coverage_layers,
@@ -29,6 +24,10 @@ from pytest_sadl.capture import (
     is_classifier,
     resolve_layers,
 )
+from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
+from pytest_sadl.capture.model import load_model  # noqa: E402
+
+tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
 
 
 def manual_layer(model: Any, name: str, x: np.ndarray) -> np.ndarray:

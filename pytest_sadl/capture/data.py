@@ -48,6 +48,7 @@ Errors (all subclass :class:`ValueError`, so callers can turn them into a usage 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -680,10 +681,10 @@ def _from_iterator(it: Any, source: str) -> TrainingData:
 def _as_array(value: Any, source: str) -> np.ndarray:
     """``value`` (an array, a tensor, nested lists) as a NumPy array of numbers."""
     if not isinstance(value, np.ndarray) and hasattr(value, "numpy") and callable(value.numpy):
-        try:  # a torch tensor may require grad or live on a GPU: detached, on the CPU
+        # a torch tensor may require grad or live on a GPU: detached, on the CPU; a symbolic
+        # tensor raises here, and np.asarray below names the problem
+        with contextlib.suppress(Exception):
             value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
-        except Exception:  # a symbolic tensor: np.asarray below names the problem
-            pass
     try:
         x = np.asarray(value)
     except Exception as exc:

@@ -296,9 +296,10 @@ def as_pred(name: str, pred: object, n: int) -> np.ndarray:
     arr = arr.reshape(-1) if arr.ndim == 2 and arr.shape[1] == 1 else arr
     if arr.ndim != 1 or arr.shape[0] != n:
         raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {np.shape(pred)}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer) and (
+        not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))
+    ):
+        raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
 
 

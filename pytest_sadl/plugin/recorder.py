@@ -705,9 +705,8 @@ def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: lis
     if arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.shape[0] != n:
         return None
     arr = arr.reshape(n, -1)
-    if classifier:
-        if arr.shape[1] > 1:  # one-hot (categorical_crossentropy) or soft labels
-            arr = np.argmax(arr, axis=1).reshape(n, 1)
+    if classifier and arr.shape[1] > 1:  # one-hot (categorical_crossentropy) or soft labels
+        arr = np.argmax(arr, axis=1).reshape(n, 1)
     return arr.astype(np.float64)
 
 

@@ -187,7 +187,7 @@ def render_terminal(
         lines += _table(rows, right=set(range(3, len(rows[0]))))
         lines += ["", "layers (least covered first by KMNC):"]
         rows = [["layer", "neurons"] + [LABELS[k] for k in NEURON]]
-        for layer in sorted(results["layers"], key=lambda l: l["kmnc"]):
+        for layer in sorted(results["layers"], key=lambda entry: entry["kmnc"]):
             rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer[k]) for k in NEURON])
         lines += _table(rows, right={1, 2, 3, 4, 5})
 
