@@ -57,7 +57,7 @@ def rel_diff(a, b):
 
 def loop_dsa(train, tp, tests, pred):
     out = np.empty(len(tests))
-    for i, (x, c) in enumerate(zip(tests, pred)):
+    for i, (x, c) in enumerate(zip(tests, pred, strict=True)):
         same, other = train[tp == c], train[tp != c]
         d_same = np.linalg.norm(same - x, axis=1)
         x_a = same[np.argmin(d_same)]
@@ -66,7 +66,7 @@ def loop_dsa(train, tp, tests, pred):
 
 
 def loop_lsa(kdes, tests, pred):
-    return np.array([-kdes[c].logpdf(x[:, None])[0] for x, c in zip(tests, pred)])
+    return np.array([-kdes[c].logpdf(x[:, None])[0] for x, c in zip(tests, pred, strict=True)])
 
 
 def vector_lsa(kdes, tests, pred):

@@ -580,7 +580,7 @@ def _labels(records: Sequence[TestRecord], digests: np.ndarray | None, n: int) -
     table: dict[int, np.ndarray] = {}
     conflicts = 0
     for dig, values in given:
-        for d, v in zip(dig.tolist(), values):
+        for d, v in zip(dig.tolist(), values, strict=True):
             old = table.setdefault(int(d), v)
             if old is not v and not np.array_equal(old, v):
                 conflicts += 1

@@ -56,7 +56,7 @@ def test_subclassed_model_with_a_custom_block_equals_its_layers_called_one_by_on
     b = model.block.conv_b(a)
     h = model.hidden(model.flat(b))
     p = model.probs(h)
-    for got, want in zip(t.coverage, (a, b, h, p)):
+    for got, want in zip(t.coverage, (a, b, h, p), strict=True):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
     np.testing.assert_allclose(t.output, keras.ops.convert_to_numpy(p), atol=1e-5)
     # NC with the captured extrema equals the naive NC on the full maps
@@ -130,7 +130,7 @@ def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None
     t = tm.traces(x, batch_size=10)
     full = [keras.ops.convert_to_numpy(keras.Model(model.inputs[0], model.get_layer(n).output)(x)) for n in tm.coverage_layers]
     assert full[0].ndim == 5 and full[2].ndim == 3  # (n, t, h, w, c) and (n, t, f)
-    for got, want in zip(t.coverage, full):
+    for got, want in zip(t.coverage, full, strict=True):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
     # NC scales the whole (time x space) output of each input, then averages per feature
     for threshold in (0.1, 0.4):

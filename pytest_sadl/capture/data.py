@@ -113,7 +113,7 @@ def _loaded_tf() -> Any:
 def shape_matches(actual: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
     """True when ``actual`` (one input, no batch axis) fits ``expected`` (``None`` = any)."""
     return len(actual) == len(expected) and all(
-        e is None or a == e for a, e in zip(actual, expected)
+        e is None or a == e for a, e in zip(actual, expected, strict=True)
     )
 
 
@@ -275,7 +275,7 @@ class TrainingData:
                     f"{self.source} is a list of {len(x)} arrays but the model has {len(names)} inputs "
                     f"({', '.join(names)}); give one array per input, in model.inputs order"
                 )
-            x = dict(zip(names, x))
+            x = dict(zip(names, x, strict=True))
         missing = [n for n in names if n not in x]
         if missing:
             raise SadlDataError(

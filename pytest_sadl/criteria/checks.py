@@ -132,7 +132,7 @@ def classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     order = np.argsort(pred, kind="stable")
     classes, starts = np.unique(pred[order], return_index=True)
     bounds = list(starts[1:]) + [len(pred)]
-    return classes, [order[s:e] for s, e in zip(starts, bounds)]
+    return classes, [order[s:e] for s, e in zip(starts, bounds, strict=True)]
 
 
 def examples(labels: Sequence[object], limit: int = 5) -> str:

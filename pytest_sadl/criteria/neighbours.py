@@ -137,7 +137,7 @@ class ClassNeighbours:
         self.rows = unique[np.argsort(pred[unique], kind="stable")]  # unique rows by class, in order
         classes, starts = np.unique(pred[self.rows], return_index=True)
         ends = list(starts[1:]) + [len(self.rows)]
-        self.span = {int(c): (int(s), int(e)) for c, s, e in zip(classes, starts, ends)}
+        self.span = {int(c): (int(s), int(e)) for c, s, e in zip(classes, starts, ends, strict=True)}
         if method == "auto":
             method = "tree" if d <= TREE_MAX_DIM and not isinstance(x, np.memmap) else "blas"
         self.method = method

@@ -170,7 +170,7 @@ class _LayerCoverage:
         """Add another instance's coverage (same criterion, layers and parameters)."""
         if other._key() != self._key():
             raise ValueError(f"cannot merge {other._key()} into {self._key()}: criterion, layers or parameters differ")
-        for mine, theirs in zip(self._covered, other._covered):
+        for mine, theirs in zip(self._covered, other._covered, strict=True):
             mine |= theirs
         self.count += other.count
 

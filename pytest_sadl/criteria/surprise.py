@@ -338,7 +338,7 @@ class LSA:
             return out
         classes, members = classes_of(p)
         missing: list[int] = []
-        for c, m in zip(classes, members):
+        for c, m in zip(classes, members, strict=True):
             kde = self._kdes.get(int(c))
             if kde is None:
                 missing.append(int(c))
@@ -573,7 +573,7 @@ class DSA:
         classes, members = classes_of(p)
         missing = []
         found = []
-        for c, m in zip(classes, members):
+        for c, m in zip(classes, members, strict=True):
             if int(c) not in self._nn.span:
                 missing.append(int(c))
                 continue
