@@ -221,7 +221,7 @@ def test_call_tensors_matches_the_eager_pass_and_compiles_a_few_times(conv_model
         x = digits.x_test[:n]
         out, t = tm.call_tensors(x)
         seen: dict[int, Any] = {}
-        with tapped(taps, lambda i, o: seen.__setitem__(i, to_numpy(o))):
+        with tapped(taps, lambda i, o, seen=seen: seen.__setitem__(i, to_numpy(o))):
             plain = to_numpy(conv_model(x, training=False))
         assert to_numpy(out).shape == plain.shape == (n, 10) and len(t) == n
         np.testing.assert_allclose(to_numpy(out), plain, atol=1e-6)
