@@ -469,6 +469,18 @@ def _stream_elements(stream: Any) -> Iterator[Any]:
     yield from stream
 
 
+def _element_arrays(element: Any) -> Any:
+    """A dataset element's inputs as NumPy arrays (a dict of them for several inputs)."""
+    x = _dataset_element_x(element)
+    return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
+
+
+def _element_target(element: Any) -> Any:
+    """A dataset element's target as a NumPy array; ``None`` when it has none (or a structured one)."""
+    y = _dataset_element_y(element)
+    return None if y is None or isinstance(y, (dict, list, tuple)) else np.asarray(y)
+
+
 def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | None = None) -> Iterator[np.ndarray]:
     """Iterate a dataset as NumPy batches; single inputs are grouped into batches.
 
@@ -479,19 +491,11 @@ def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | N
     another re-iterable source yields batches. ``labels``, when given, gets each
     yielded batch's targets (``None`` where an element has none).
     """
-    def arrays(element: Any) -> Any:
-        x = _dataset_element_x(element)
-        return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
-
-    def target(element: Any) -> Any:
-        y = _dataset_element_y(element)
-        return None if y is None or isinstance(y, (dict, list, tuple)) else np.asarray(y)
-
     if not _is_dataset(dataset):
         for element in _stream_elements(dataset):
             if labels is not None:
-                labels.append(target(element))
-            yield arrays(element)
+                labels.append(_element_target(element))
+            yield _element_arrays(element)
         return
     spec = _first(_dataset_element_x(dataset.element_spec))
     shape = getattr(spec, "shape", None)
@@ -500,8 +504,8 @@ def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | N
     if batched:
         for element in dataset.as_numpy_iterator():
             if labels is not None:
-                labels.append(target(element))
-            yield arrays(element)
+                labels.append(_element_target(element))
+            yield _element_arrays(element)
         return
     size = batch_size or 256
     buf: list[Any] = []
@@ -519,8 +523,8 @@ def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | N
             ys.clear()
 
     for element in dataset.as_numpy_iterator():
-        buf.append(arrays(element))
-        ys.append(target(element))
+        buf.append(_element_arrays(element))
+        ys.append(_element_target(element))
         if len(buf) == size:
             stack_y()
             yield stack()

@@ -408,6 +408,28 @@ def _path_or_spec(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else base / path)
 
 
+def _compare_fail(r: _Reader, opts: dict[str, Option], compare: str | None) -> dict[str, float]:
+    """``--sadl-compare-fail``'s allowed drops per metric, with the ``--sadl-compare``
+    baseline (``compare``, its path) checked as well."""
+    compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
+    compare_fail: dict[str, float] = {}
+    if compare_fail_value:
+        try:
+            compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
+    if compare is not None:
+        from pytest_sadl.resultsfile import load_results
+
+        try:  # a missing, broken or newer baseline is a usage error now, not at the end
+            load_results(compare)
+        except ValueError as exc:
+            raise _usage(f"--sadl-compare: {exc}") from None
+    if compare_fail and compare is None:
+        raise _usage("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
+    return compare_fail
+
+
 def read_options(config: pytest.Config) -> SadlOptions:
     """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix."""
     r = _Reader(config)
@@ -470,23 +492,8 @@ def read_options(config: pytest.Config) -> SadlOptions:
 
     fail_value, _ = r.raw(opts["sadl_fail_under"])
     fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
-    compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
-    compare_fail: dict[str, float] = {}
-    if compare_fail_value:
-        try:
-            compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
-        except ValueError as exc:
-            raise _usage(str(exc)) from None
     compare = path("sadl_compare")
-    if compare is not None:
-        from pytest_sadl.resultsfile import load_results
-
-        try:  # a missing, broken or newer baseline is a usage error now, not at the end
-            load_results(compare)
-        except ValueError as exc:
-            raise _usage(f"--sadl-compare: {exc}") from None
-    if compare_fail and compare is None:
-        raise _usage("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
+    compare_fail = _compare_fail(r, opts, compare)
     cache, _ = r.raw(opts["sadl_cache_dir"])
     cache_dir = None
     if cache is not None:

@@ -58,6 +58,17 @@ def _image(pixels: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _sc_configs(regression: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The LSC and DSC bucket configurations of a document."""
+    lsc_cfg = {"lower": 0.0, "upper": 120.0, "buckets": 1000, "rule": "configured"}
+    dsc_cfg = {"lower": 0.0, "upper": 2.0, "buckets": 1000,
+               "rule": "default: max DSA of the training traces (leave-one-out)"}
+    if regression:
+        lsc_cfg = {"lower": 0.0, "upper": 80.0, "buckets": 500,
+                   "rule": "default: max LSA of the training traces"}
+    return lsc_cfg, dsc_cfg
+
+
 def make(
     *,
     seed: int,
@@ -88,12 +99,7 @@ def make(
         (SCRIPT_GROUP, [SCRIPT_TEST,
                         "tests/test_xss.py::test_plain"], 45.0, 0.9),
     ]
-    lsc_cfg = {"lower": 0.0, "upper": 120.0, "buckets": 1000, "rule": "configured"}
-    dsc_cfg = {"lower": 0.0, "upper": 2.0, "buckets": 1000,
-               "rule": "default: max DSA of the training traces (leave-one-out)"}
-    if regression:
-        lsc_cfg = {"lower": 0.0, "upper": 80.0, "buckets": 500,
-                   "rule": "default: max LSA of the training traces"}
+    lsc_cfg, dsc_cfg = _sc_configs(regression)
 
     tests: list[dict[str, Any]] = []
     in_test: list[int] = []
