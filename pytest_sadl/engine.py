@@ -313,7 +313,7 @@ def ordered(records: Sequence[TestRecord], groups: Sequence[str] = ()) -> tuple[
     return by_id, first + [g for g in present if g not in first]
 
 
-def compute(
+def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds (held-out defaults and notes), the joined batches, the per-test rows and the per-group rows
     view: ProfileView,
     records: Sequence[TestRecord],
     options: SadlOptions,

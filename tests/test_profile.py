@@ -372,7 +372,7 @@ def _set_array_raw(path: Path, name: str, value: np.ndarray) -> None:
         np.save(fh, value)
 
 
-def _damage(damage: str, path: Path, other: Path) -> None:
+def _damage(damage: str, path: Path, other: Path) -> None:  # noqa: C901  complexity debt (issue 18): one elif per damage kind; a dict of one small function per kind
     meta_file = path / "meta.json"
     traces = path / "sa_traces.npy"
     if damage == "garbage":

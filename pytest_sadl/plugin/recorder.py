@@ -382,7 +382,7 @@ class Recorder:
             return out
 
     @contextlib.contextmanager
-    def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
+    def recording(self, record: TestRecord, model: Any) -> Iterator[None]:  # noqa: C901  complexity debt (issue 18): the wrapped entry points (predict, predict_on_batch, evaluate, test_on_batch, __call__) as methods of one wrapper object, not closures
         """Wrap ``model``'s entry points while the block runs; restore them after."""
         tm = self.trace_model(model)
         if getattr(tm, "records", "keras") == "forward":  # a torch.nn.Module

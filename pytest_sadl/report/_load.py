@@ -100,7 +100,7 @@ def _values(results: Mapping[str, Any], key: str) -> list[float]:
             and not isinstance(v, bool)]
 
 
-def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
+def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  complexity debt (issue 18): one function per kind of hint (thresholds, surprise range, above the bound, idle groups and tests, least-covered layer)
     """Plain-text observations that say what would improve the tests, most useful first.
 
     Derived from the results only (missed thresholds, how much of the surprise range the

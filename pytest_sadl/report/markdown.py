@@ -58,7 +58,7 @@ def _delta(d: float | None, status: str | None) -> str:
     return "± 0.00"
 
 
-def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None = None,
+def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None = None,  # noqa: C901  complexity debt (issue 18): one helper per section (header, missing/stale notes, metrics, failures and warnings, groups, hints, top tests)
                     max_tests: int = 10) -> str:
     """A compact Markdown summary of ``results``: verdict, metrics, groups, hints.
 

@@ -86,7 +86,7 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
     return out
 
 
-def render_terminal(
+def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per section (header and warnings, metrics, notes, groups, the verbose tests and layers)
     results: dict[str, Any], *, verbose: bool = False, comparison: Any = None, width: int | None = WIDTH
 ) -> list[str]:
     """Lines of the summary: model, warnings, the metrics, Table VI by group (and, verbose,
