@@ -151,7 +151,8 @@ def _rows(x: np.ndarray, keep: np.ndarray, scratch: Path) -> np.ndarray:
     memory-mapped scratch file, so the held-out bounds of a 1.28M x 2,048 set allocate no
     10 GiB copy (the criteria read a memmap in chunks)."""
     if not isinstance(x, np.memmap) or x.nbytes <= HELD_OUT_COPY_MAX:
-        return x[keep]
+        kept: np.ndarray = x[keep]
+        return kept
     rows = np.flatnonzero(keep)
     path = scratch / "rest.npy"
     out = np.lib.format.open_memmap(path, "w+", x.dtype, (len(rows), *x.shape[1:]))
@@ -160,7 +161,8 @@ def _rows(x: np.ndarray, keep: np.ndarray, scratch: Path) -> np.ndarray:
         out[s : s + step] = x[rows[s : s + step]]
     out.flush()
     del out
-    return np.load(path, mmap_mode="r")
+    mapped: np.ndarray = np.load(path, mmap_mode="r")
+    return mapped
 
 
 def stored_held_out_sa(profile: Any, view: Callable[[], ProfileView]) -> dict[str, np.ndarray]:
@@ -556,7 +558,7 @@ def _sc_options(options: SadlOptions, metric: str) -> Any:
 
 def _joined(batches: list[Any], attr: str) -> np.ndarray | None:
     """One per-input array of every batch's ``attr``, or ``None`` when any batch lacks it."""
-    parts = [getattr(b, attr, None) for b in batches]
+    parts: list[Any] = [getattr(b, attr, None) for b in batches]
     if not parts or any(p is None for p in parts):
         return None
     return np.concatenate(parts)

@@ -490,7 +490,8 @@ class TraceModel:
             return np.asarray(output, dtype=np.float32)
         if output.shape[-1] == 1:
             return (output[:, 0] > 0.5).astype(np.int64)
-        return np.argmax(output, axis=1).astype(np.int64)
+        classes: np.ndarray = np.argmax(output, axis=1)
+        return classes.astype(np.int64)
 
     @property
     def taps(self) -> list[Any]:

@@ -44,5 +44,5 @@ def model_digest(model: Any) -> str:
         value = np.ascontiguousarray(np.asarray(weight.value))
         head = f"{getattr(weight, 'path', getattr(weight, 'name', ''))}|{value.shape}|{value.dtype}".encode()
         crc = zlib.crc32(head, crc)
-        crc = zlib.crc32(value.reshape(-1).view(np.uint8), crc)
+        crc = zlib.crc32(value.reshape(-1).view(np.uint8).data, crc)
     return f"{crc:08x}-{len(model.weights)}"

@@ -12,6 +12,7 @@ import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -264,7 +265,7 @@ def check_fits(
 
 
 _BLAS_LOCK = threading.RLock()
-_CONTROLLER: list = []
+_CONTROLLER: list[Any] = []
 
 
 @contextmanager
@@ -289,13 +290,14 @@ def one_blas_thread() -> Iterator[None]:
 def as_pred(name: str, pred: object, n: int) -> np.ndarray:
     """Return predicted classes as a 1-D int64 array of length ``n``."""
     arr = np.asarray(pred)
+    given = arr.shape
     if arr.ndim == 2 and arr.shape[1] > 1 and arr.shape[0] == n:
         raise ValueError(
             f"{name} has shape {arr.shape}: pass predicted classes (n,), e.g. np.argmax(probabilities, axis=1)"
         )
     arr = arr.reshape(-1) if arr.ndim == 2 and arr.shape[1] == 1 else arr
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {np.shape(pred)}")
+        raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {given}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer) and (
         not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))
     ):
@@ -326,7 +328,7 @@ def reduce_layer(a: np.ndarray) -> np.ndarray:
     """
     if a.ndim <= 2:
         return a
-    return a.mean(axis=tuple(range(1, a.ndim - 1)))
+    return np.asarray(a.mean(axis=tuple(range(1, a.ndim - 1))))
 
 
 def as_layers(

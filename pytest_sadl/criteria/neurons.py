@@ -40,8 +40,9 @@ Semantics, per neuron with training range ``[low, high]``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -143,7 +144,7 @@ class _LayerCoverage:
         """Neurons that count towards the total (all, except KMNC's constant neurons)."""
         return np.ones(self.sizes[i], dtype=bool)
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         return (type(self).__name__, self.sizes)
 
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
@@ -227,7 +228,7 @@ class NeuronCoverage(_LayerCoverage):
         super().__init__(_sizes_of(ranges_or_sizes))
         self.threshold = threshold
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         return super()._key() + (self.threshold,)
 
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
@@ -241,7 +242,7 @@ class NeuronCoverage(_LayerCoverage):
             layers = raw
         return super().update(layers, extrema)
 
-    def _hits(self, i, values, extrema):
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         if extrema is None:
             lo, hi = values.min(axis=1), values.max(axis=1)
         else:
@@ -253,7 +254,8 @@ class NeuronCoverage(_LayerCoverage):
         safe = np.where(span > 0, span, 1.0)
         scaled = (values - lo[:, None]) / safe[:, None]
         scaled[span <= 0] = 0.0
-        return (scaled > self.threshold).any(axis=0)[:, None]
+        hit: np.ndarray = (scaled > self.threshold).any(axis=0)
+        return hit[:, None]
 
 
 def _with_extrema(layers: object, extrema: Extrema | None) -> tuple[object, Extrema | None]:
@@ -283,7 +285,7 @@ class _RangeCoverage(_LayerCoverage):
         super().__init__(ranges.sizes)
         self.ranges = ranges
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         lows = tuple(a.tobytes() for a in self.ranges.low)
         highs = tuple(a.tobytes() for a in self.ranges.high)
         return super()._key() + (lows, highs)
@@ -299,10 +301,10 @@ class KMultisectionCoverage(_RangeCoverage):
         self.per_neuron = self.k
         super().__init__(ranges)
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         return super()._key() + (self.k,)
 
-    def _valid(self, i):
+    def _valid(self, i: int) -> np.ndarray:
         return self.ranges.high[i] > self.ranges.low[i]
 
     def sections(self, i: int, values: np.ndarray) -> np.ndarray:
@@ -325,7 +327,7 @@ class KMultisectionCoverage(_RangeCoverage):
         inside = (values >= low) & (values <= high) & (width > 0)
         return np.where(inside, idx, -1)
 
-    def _hits(self, i, values, extrema):
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         idx = self.sections(i, values)
         hit = np.zeros((self.sizes[i], self.k), dtype=bool)
         rows, cols = np.nonzero(idx >= 0)
@@ -338,7 +340,7 @@ class NeuronBoundaryCoverage(_RangeCoverage):
 
     per_neuron = 2
 
-    def _hits(self, i, values, extrema):
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         lower = (values < self.ranges.low[i]).any(axis=0)
         upper = (values > self.ranges.high[i]).any(axis=0)
         return np.stack([lower, upper], axis=1)
@@ -352,8 +354,9 @@ class NeuronBoundaryCoverage(_RangeCoverage):
 class StrongNeuronActivationCoverage(_RangeCoverage):
     """DeepGauge's strong neuron activation coverage, cumulative: the upper corner only."""
 
-    def _hits(self, i, values, extrema):
-        return (values > self.ranges.high[i]).any(axis=0)[:, None]
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        upper = np.asarray((values > self.ranges.high[i]).any(axis=0))
+        return upper[:, None]
 
 
 def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None) -> float:
@@ -363,7 +366,7 @@ def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None
     or :class:`~pytest_sadl.capture.Traces` that carry their extrema."""
     layers, extrema = _with_extrema(layers, extrema)
     as_layers("layers", layers, allow_empty=False)  # validates before anything is computed
-    raw = [layers] if isinstance(layers, np.ndarray) else list(layers)  # type: ignore[arg-type]
+    raw = [layers] if isinstance(layers, np.ndarray) else list(cast("Iterable[Any]", layers))  # as_layers checked it
     cov = NeuronCoverage([np.shape(a)[-1] for a in raw], threshold)
     cov.update(raw, extrema)
     return cov.value

@@ -59,7 +59,8 @@ class Setup:
 class Coverage(Protocol):
     """A cumulative criterion of one run."""
 
-    value: float
+    @property
+    def value(self) -> float: ...  # read-only: the implementations compute it
 
     def update(self, batch: Batch) -> int: ...
 

@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import linalg
@@ -261,7 +262,7 @@ class LSA:
             classes=k, neurons=d, max_bytes=max_bytes,
         )
 
-    def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple, strict: bool) -> _Kde | None:
+    def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple[Any, ...], strict: bool) -> _Kde | None:
         """The class's KDE over ``cols``, bandwidth and normalisation exactly as
         ``scipy.stats.gaussian_kde`` (Scott's factor ``n ** (-1 / (d + 4))`` times the
         unbiased covariance, Cholesky factor scaled by it); ``None`` when the covariance is
@@ -382,7 +383,8 @@ class LSA:
                 np.exp(v, out=v)
                 acc[r0:r1] += v.sum(axis=1)
                 top[r0:r1] = new_top
-        return np.log(acc) + top + kde.log_norm
+        log_density: np.ndarray = np.log(acc) + top + kde.log_norm
+        return log_density
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """What rebuilds this LSA: its training traces (as given, a memmap stays one),

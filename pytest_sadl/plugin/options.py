@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -318,9 +319,9 @@ class _Reader:
             self._toml = {}
             path = Path(self.config.inipath) if self.config.inipath else None
             if path is not None and path.suffix == ".toml":
-                try:
+                if sys.version_info >= (3, 11):
                     import tomllib
-                except ImportError:  # pragma: no cover - Python 3.10: pytest's own dependency
+                else:  # pragma: no cover - Python 3.10: pytest's own dependency
                     import tomli as tomllib
                 with contextlib.suppress(OSError, ValueError):
                     tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})

@@ -141,7 +141,7 @@ def _sha_of(a: np.ndarray) -> str:
     flat = a.reshape(-1)
     step = max(1, _CHUNK // max(1, a.dtype.itemsize))
     for i in range(0, flat.shape[0], step):
-        h.update(memoryview(np.ascontiguousarray(flat[i : i + step])).cast("B"))
+        h.update(np.ascontiguousarray(flat[i : i + step]).data.cast("B"))
     return h.hexdigest()
 
 
@@ -169,7 +169,11 @@ def write_entry(path: str | os.PathLike[str], meta: Mapping[str, Any], arrays: M
     text = json.dumps(doc, sort_keys=True, indent=1, allow_nan=False)
     with atomic_directory(path) as tmp:
         for name, a in prepared.items():
-            durable_write(tmp / _file_name(name), lambda fh, a=a: np.save(fh, a, allow_pickle=False))
+
+            def save(fh: BinaryIO, a: np.ndarray = a) -> None:
+                np.save(fh, a, allow_pickle=False)
+
+            durable_write(tmp / _file_name(name), save)
         durable_write(tmp / META, lambda fh: fh.write(text.encode()))
     return path
 
@@ -273,9 +277,11 @@ def _open_array(file: Path, rec: dict[str, Any]) -> np.ndarray:
             raise Invalid(f"{file.name} claims {st.st_size} bytes but occupies {blocks * 512} on disk (a sparse file)")
         if nbytes < _SMALL:  # read small arrays (0-d ones included) into memory
             data = fh.read(nbytes)
-            return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
+            loaded: np.ndarray = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
+            return loaded
         try:
-            return np.memmap(fh, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
+            mapped: np.ndarray = np.memmap(fh, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
+            return mapped
         except (OSError, ValueError) as exc:
             raise Invalid(f"{file.name} cannot be memory-mapped ({exc})") from None
 
