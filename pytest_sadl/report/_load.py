@@ -78,7 +78,8 @@ def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]
     found = results.get("mistakes")
     if not isinstance(found, dict) or not isinstance(found.get("overall"), dict):
         return None
-    labels = found.get("labels") if isinstance(found.get("labels"), dict) else {}
+    given = found.get("labels")
+    labels = given if isinstance(given, dict) else {}
     overall = found["overall"]
     rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
     classifier = overall.get("kind") == "classifier"
@@ -164,15 +165,15 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  comp
     if len(groups) > 1:
         best_of: dict[str, list[str]] = {}
         for metric in SURPRISE:
-            gains = []
+            steps: list[tuple[float, str]] = []  # (gain, group name)
             before = 0.0
             for group in groups:
                 v = (group.get("cumulative") or {}).get(metric)
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    gains.append((v - before, str(group.get("name"))))
+                    steps.append((v - before, str(group.get("name"))))
                     before = v
-            if len(gains) > 1:
-                gain, name = max(gains[1:], key=lambda g: g[0])  # the first group starts from nothing
+            if len(steps) > 1:
+                gain, name = max(steps[1:], key=lambda g: g[0])  # the first group starts from nothing
                 if gain >= 0.01:
                     best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
         for name, what in best_of.items():
