@@ -119,6 +119,28 @@ def test_two_inputs_and_two_outputs(digits: Any) -> None:
         tm.traces({"aux": x["aux"]})
 
 
+def test_a_recorded_call_with_more_arrays_than_inputs_fails_as_the_model_does(digits: Any) -> None:
+    """``model([aux, image, extra])`` on a two-input model is Keras' ValueError. Recorded,
+    the call once paired the input names with the first two arrays and returned an output
+    (recording it), so under --sadl-coverage a test saw a call succeed that fails without."""
+    from pytest_sadl.plugin.recorder import Recorder
+
+    keras.utils.set_random_seed(5)
+    model = _models.build_kind("two_input")
+    aux, image = digits.x_test[:8].mean(axis=2)[..., 0], digits.x_test[:8]
+    with pytest.raises(ValueError, match="expects 2"):
+        model([aux, image, aux])
+    with pytest.raises(ValueError):
+        TraceModel(model, jit=False).call_tensors([aux, image, aux])
+    recorder = Recorder(lambda m: TraceModel(m, jit=False, extrema=True))
+    rec = recorder.record_for("t.py::test", 0, "g")
+    with recorder.recording(rec, model):
+        with pytest.raises(ValueError, match="expects 2"):
+            model([aux, image, aux])
+        model([aux, image])
+    assert rec.n_inputs == 8  # the call with the right arrays only
+
+
 def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None:
     keras.utils.set_random_seed(6)
     model = _models.build_kind("chauffeur")
