@@ -1,7 +1,8 @@
 """The paper's four kinds of subject, a subclassed model from a fixture and a two-input,
 two-output model from a ``.keras`` file, each measured end to end by the plugin
 (``pytest --sadl-coverage --sadl-report=json``) in a real pytest run, reporting every
-metric that applies. Runs on the TensorFlow and the JAX backend alike (``KERAS_BACKEND``).
+metric that applies. Runs on the TensorFlow, JAX and torch backends alike (``KERAS_BACKEND``;
+``scripts/test.sh`` runs two of the subjects on torch).
 
 The models (``tests/_models.py``) are small and trained once per session; the runs are in
 process (see ``tests/test_plugin.py`` for why).
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ALL = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
 
 ONE_INPUT_TESTS = """
+import keras
 import numpy as np
 import pytest
 
@@ -41,10 +43,11 @@ def test_predict(sadl_model):
 @pytest.mark.sadl(group="noisy")
 def test_call_on_noisy_inputs(sadl_model):
     noisy = np.clip(X[40:60] + np.random.default_rng(0).normal(0, 0.3, X[40:60].shape), 0, 1).astype("float32")
-    assert np.asarray(sadl_model(noisy, training=False)).shape[0] == 20
+    assert keras.ops.convert_to_numpy(sadl_model(noisy, training=False)).shape[0] == 20
 """
 
 TWO_INPUT_TESTS = """
+import keras
 import numpy as np
 import pytest
 
@@ -67,7 +70,7 @@ def test_predict_list_in_model_inputs_order(sadl_model):
 @pytest.mark.sadl(group="noisy")
 def test_call_dict(sadl_model):
     out = sadl_model({"image": X["image"][50:60] * 0.5, "aux": X["aux"][50:60] * 0.5}, training=False)
-    assert np.asarray(out["digit"]).shape == (10, 10)
+    assert keras.ops.convert_to_numpy(out["digit"]).shape == (10, 10)
 """
 
 SUBCLASSED_CONFTEST = """
@@ -337,18 +340,25 @@ def sadl_model():
     assert "Traceback" not in res.stdout.str() and "passed" not in res.stdout.str()
 
 
-def test_both_backends_report_the_same_numbers(pytester: pytest.Pytester, kind_model_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same project measured on this backend (in process) and the other one (a fresh
-    process with ``KERAS_BACKEND`` switched), each building its own profile: the same
-    profile fingerprint, identical neuron coverage, LSC/DSC within one bucket."""
-    here = keras.backend.backend()
-    other = {"tensorflow": "jax", "jax": "tensorflow"}.get(here)
-    if here != "tensorflow":  # run once, from the TensorFlow pass (scripts/test.sh)
+@pytest.mark.parametrize("other", ["jax", "torch"])
+def test_both_backends_report_the_same_numbers(
+    pytester: pytest.Pytester, kind_model_path: Any, dense_model_path: Path, digits: Any, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    """The same project measured on TensorFlow (in process) and on JAX (the MNIST-like
+    ConvNet) or torch (the digits MLP) in a fresh process with ``KERAS_BACKEND``
+    switched, each building its own profile: the same profile fingerprint, identical
+    neuron coverage, LSC/DSC within one bucket."""
+    if keras.backend.backend() != "tensorflow":  # run once, from the TensorFlow pass (scripts/test.sh)
         pytest.skip("the backends are compared from the TensorFlow pass")
-    if other is None:
-        pytest.skip(f"backend {here} has no twin here")
     pytest.importorskip(other)
-    pytester = _project(pytester, "mnist", kind_model_path("mnist"))
+    if other == "jax":
+        pytester = _project(pytester, "mnist", kind_model_path("mnist"))
+    else:  # the .keras MLP of tests/_models.py on the digits
+        np.save(pytester.path / "inputs.npy", digits.x_test)
+        np.savez(pytester.path / "train.npz", x=digits.x_train, y=digits.y_train)
+        pytester.makepyfile(test_subject=ONE_INPUT_TESTS)
+        shutil.copy(dense_model_path, pytester.path / "model.keras")
+        pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\n")
     mine = _measure(pytester, "-p", "no:cacheprovider", "--sadl-cache-dir=cache-here", "--sadl-report=json:here.json")
     mine = json.loads((pytester.path / "here.json").read_text())
     monkeypatch.setenv("KERAS_BACKEND", other)

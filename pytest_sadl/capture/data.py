@@ -607,9 +607,20 @@ def _from_npy(path: Path, source: str) -> TrainingData:
     return TrainingData(source=source, x=x, file=path)
 
 
+def _is_torch_data(obj: Any) -> bool:
+    from pytest_sadl.capture.torchdata import is_torch_data  # imports no torch
+
+    return is_torch_data(obj)
+
+
 def _from_value(value: Any, source: str) -> TrainingData:
     if isinstance(value, TrainingData):
         return value
+    if _is_torch_data(value):  # a torch Dataset or DataLoader: read once, as arrays
+        from pytest_sadl.capture.torchdata import arrays_from_torch_data
+
+        x, y = arrays_from_torch_data(value, source)
+        return TrainingData(source=source, x=x, y=y)
     if _is_stream(value):  # a tf.data.Dataset, a PyDataset, a re-iterable with a length: streamed
         return TrainingData(source=source, dataset=value)
     if hasattr(value, "__next__"):  # a generator or iterator: read once, to its end
@@ -669,8 +680,8 @@ def _from_iterator(it: Any, source: str) -> TrainingData:
 def _as_array(value: Any, source: str) -> np.ndarray:
     """``value`` (an array, a tensor, nested lists) as a NumPy array of numbers."""
     if not isinstance(value, np.ndarray) and hasattr(value, "numpy") and callable(value.numpy):
-        try:
-            value = value.numpy()
+        try:  # a torch tensor may require grad or live on a GPU: detached, on the CPU
+            value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
         except Exception:  # a symbolic tensor: np.asarray below names the problem
             pass
     try:

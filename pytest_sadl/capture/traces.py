@@ -40,12 +40,13 @@ Public API
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from pytest_sadl.capture.arrays import Progress, Traces
 from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
@@ -66,62 +67,10 @@ from pytest_sadl.capture.layers import (
 )
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 
-__all__ = ["Traces", "TraceModel", "Progress", "default_sa_layers", "default_coverage_layers", "is_classifier"]
+__all__ = ["TraceModel", "default_sa_layers", "default_coverage_layers", "is_classifier"]
 
 _JIT_MIN_INPUTS = 2048
-Progress = Callable[[int, "int | None"], None]
-"""``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
-
 _REGRESSION_LOSSES = ("mean_squared", "mse", "mae", "mean_absolute", "huber", "log_cosh", "logcosh", "poisson", "mape", "msle")
-
-
-@dataclass
-class Traces:
-    """Traces of ``n`` inputs; see the module docstring."""
-
-    sa: np.ndarray
-    coverage: list[np.ndarray]
-    pred: np.ndarray
-    output: np.ndarray
-    sa_layers: list[str] = field(default_factory=list)
-    coverage_layers: list[str] = field(default_factory=list)
-    # with TraceModel(extrema=True): per coverage layer, the per-input (min, max) of its whole
-    # output for layers of rank > 2 (None for the others), what NC's scaling needs
-    coverage_extrema: list[Any] | None = None
-
-    def __len__(self) -> int:
-        return int(self.output.shape[0])
-
-    def layer(self, name: str) -> np.ndarray:
-        """The coverage trace of the named layer."""
-        try:
-            return self.coverage[self.coverage_layers.index(name)]
-        except ValueError:
-            raise SadlLayerError(f"{name!r} is not a coverage layer of these traces: {self.coverage_layers}") from None
-
-    @classmethod
-    def concatenate(cls, parts: Sequence[Traces]) -> Traces:
-        """Join traces of consecutive input batches (same layers) into one."""
-        if not parts:
-            raise ValueError("Traces.concatenate needs at least one Traces")
-        first = parts[0]
-        extrema = None
-        if first.coverage_extrema is not None:
-            extrema = [
-                None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
-                for i, e in enumerate(first.coverage_extrema)
-            ]
-        return cls(
-            sa=np.concatenate([p.sa for p in parts]),
-            coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
-            pred=np.concatenate([p.pred for p in parts]),
-            output=np.concatenate([p.output for p in parts]),
-            sa_layers=list(first.sa_layers),
-            coverage_layers=list(first.coverage_layers),
-            coverage_extrema=extrema,
-        )
-
-
 def _reduce(tensor: Any) -> Any:
     """The mean over every axis but the batch and the last, as float32 (rank 1: one neuron)."""
     import keras
@@ -220,7 +169,19 @@ class TraceModel:
     the pass is always ``jax.jit``-compiled.
     The wrapped model is not modified (a layer's ``call`` is tapped only while the pass
     is traced).
+
+    Given a ``torch.nn.Module``, ``TraceModel(...)`` returns a
+    :class:`~pytest_sadl.capture.torch.TorchTraceModel` (the same interface; forward hooks).
     """
+
+    records = "keras"  # the recorder wraps predict, predict_on_batch and __call__
+
+    def __new__(cls, model: Any, *args: Any, **kwargs: Any) -> Any:
+        if cls is TraceModel and _is_torch_module(model):
+            from pytest_sadl.capture.torch import TorchTraceModel
+
+            return TorchTraceModel(model, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -293,6 +254,15 @@ class TraceModel:
         self._forward = Forward(model, self._call, self._body)
         self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
+        self.name: str = str(model.name)
+
+    @property
+    def framework_version(self) -> str:
+        """What the profile fingerprint holds of the framework: the Keras version (not
+        the backend: TensorFlow, JAX and torch give the same traces)."""
+        import keras
+
+        return str(keras.__version__)
 
     # -- structure ------------------------------------------------------------------
 
@@ -652,6 +622,12 @@ class TraceModel:
                 "coverage": n.path in cov,
             })
         return out
+
+
+def _is_torch_module(model: Any) -> bool:
+    from pytest_sadl.capture.torchdata import is_torch_module  # imports no torch
+
+    return is_torch_module(model)
 
 
 def _numpy_if_tensor(x: Any) -> Any:

@@ -7,7 +7,7 @@ Subcommands::
                        [--batch-size N] [--cache-dir D] [--rootdir R]
                        [--rebuild] [--[no-]dsa-precompute] [--lock-timeout S] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
-    sadl profile layers --model M [--output NAME] [--json] [--rootdir R]
+    sadl profile layers --model M [--train T] [--output NAME] [--json] [--rootdir R]
     sadl report ...    (pytest_sadl.cli.report)
     sadl compare ...
     sadl select POOL --model M --train T [--strategy surprise|coverage|ranges|deepgini] ...
@@ -37,7 +37,6 @@ from pytest_sadl.cli.args import (
     project_options,
 )
 from pytest_sadl.cli.report import register as register_report
-from pytest_sadl.cli.select import register as register_select
 
 __all__ = ["main", "build_parser", "ProgressBar"]
 
@@ -178,14 +177,19 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     from pytest_sadl.capture import TraceModel
     from pytest_sadl.capture.model import load_model
 
-    model = load_model(args.model, base_dir=Path(args.rootdir) if args.rootdir else None, what="--model")
+    base_dir = Path(args.rootdir) if args.rootdir else None
+    model = load_model(args.model, base_dir=base_dir, what="--model")
     tm = TraceModel(model, output=args.output)
+    if args.train is not None:  # a PyTorch model's shapes come from a pass on its inputs
+        from pytest_sadl.capture.data import load_training_data
+
+        tm.prepare(load_training_data(args.train, base_dir=base_dir, what="--train"))
     rows = tm.describe_layers()
     if args.json:
-        print(json.dumps({"model": model.name, "inputs": tm.input_names, "outputs": tm.output_names,
+        print(json.dumps({"model": tm.name, "inputs": tm.input_names, "outputs": tm.output_names,
                           "output": tm.output_name, "classifier": tm.classifier, "layers": rows}, indent=2))
         return EXIT_OK
-    print(f"model {model.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
+    print(f"model {tm.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
           f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})")
     width = max(len(r["path"]) for r in rows) if rows else 4
     for r in rows:
@@ -244,8 +248,27 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``sadl`` argument parser with every subcommand registered."""
+#: Subcommands whose modules are heavy to import (NumPy, SciPy): registered in full only
+#: when they are the command run, so that ``sadl --help`` starts at once.
+LAZY = {
+    "select": (
+        "pytest_sadl.cli.select",
+        "choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
+    ),
+}
+
+
+def _command(argv: list[str] | None) -> str | None:
+    """The subcommand ``argv`` runs (its first word that is not an option)."""
+    for word in sys.argv[1:] if argv is None else argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``sadl`` argument parser with every subcommand registered (the :data:`LAZY` ones
+    in full only when ``argv`` runs them; ``build_parser()`` alone registers all)."""
     parser = argparse.ArgumentParser(
         prog="sadl",
         description="pytest-sadl: Surprise Adequacy and neuron coverage of Keras models. "
@@ -315,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lay.add_argument("--model", required=True, metavar="M", help="the model: a .keras/.h5 file or 'package.module:function'")
     lay.add_argument("--output", metavar="NAME", help="the measured output of a model with several (default the first)")
+    lay.add_argument("--train", metavar="T", help="inputs to run the model on first (needed for a PyTorch model: "
+                     "its shapes come from a pass): a .npz/.npy file or 'package.module:function'")
     lay.add_argument("--json", action="store_true", help="print the layers as JSON")
     lay.add_argument("--rootdir", metavar="DIR", help="directory relative paths start from (default: the current one)")
     lay.set_defaults(func=cmd_profile_layers)
@@ -329,13 +354,21 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(func=cmd_profile_list)
 
     register_report(sub)
-    register_select(sub)
+    wanted = _command(argv) if argv is not None else None
+    for name, (module, help_text) in LAZY.items():
+        if argv is None or wanted == name:
+            import importlib
+
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``sadl`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     from pytest_sadl.errors import SadlConfigError
 
@@ -343,6 +376,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SadlConfigError as exc:
         print(f"sadl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # Keras, TensorFlow or JAX missing or broken: what to install
+        from pytest_sadl.capture.backend import backend_error
+
+        err = backend_error(exc)
+        if err is None:
+            raise
+        print(f"sadl: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("sadl: interrupted", file=sys.stderr)

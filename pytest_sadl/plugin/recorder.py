@@ -29,6 +29,15 @@ the thread is inside a pass already (the trace model calls the model; Keras' own
 serialises the recorded model's calls and the recorder's shared state, so no append is
 lost and the layers a pass taps are never tapped by two threads at once.
 
+A model that changes during the session (``fit``, ``set_weights``, ``load_weights``, a
+new layer) is no longer the model the profile describes. :meth:`Recorder.bind` keeps a
+digest of the model's layers and weights when the profile's model is bound (the digest
+function is given, :func:`pytest_sadl.capture.weights.model_digest`);
+:meth:`Recorder.check_model` compares it at the end of each marked test that recorded
+inputs. From the first test whose end sees a change on, every record is marked
+``stale`` (one :class:`SadlRecordingWarning` names that test), and the engine leaves
+stale records' inputs out of every metric and reports them apart.
+
 No backend is imported here: the trace model (:mod:`pytest_sadl.capture`) runs the pass.
 
 Only plain data leaves this module: :class:`TestRecord` with NumPy arrays, serialisable
@@ -89,6 +98,9 @@ class TestRecord:
     attempt: int = 1
     # sadl_labels(x, y): (digests of x's rows, y) pairs, matched to recorded inputs by digest
     labels: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # measured on a model that had changed since the profile's was bound (fit, set_weights):
+    # left out of every metric, reported apart
+    stale: bool = False
 
     @property
     def n_inputs(self) -> int:
@@ -153,8 +165,12 @@ def thumbnails(x: Any) -> np.ndarray | None:
 class Recorder:
     """Collects :class:`TestRecord` objects for a session (safe to call from many threads)."""
 
-    def __init__(self, trace_model_factory: Any) -> None:
+    def __init__(self, trace_model_factory: Any, digest: Callable[[Any], str] | None = None) -> None:
         self._factory = trace_model_factory  # model -> TraceModel
+        self._digest = digest  # model -> digest of its layers and weights (None: never checked)
+        self._bound: tuple[int, str] | None = None  # (id of the profile's model, its digest then)
+        #: the node id of the test at whose end the model was first seen changed
+        self.changed_in: str | None = None
         self._trace_models: dict[int, Any] = {}
         self.records: dict[str, TestRecord] = {}
         #: the running test's record (process-wide: pytest runs one test at a time here)
@@ -187,6 +203,57 @@ class Recorder:
                     )
             return tm
 
+    def bind(self, model: Any) -> None:
+        """Remember ``model``'s digest as that of the model the profile describes (once per
+        model object: the first binding is the one the profile was made from)."""
+        if self._digest is None:
+            return
+        with self._lock:
+            if self._bound is None or self._bound[0] != id(model):
+                digest = self._model_digest(model)
+                if digest is not None:
+                    self._bound = (id(model), digest)
+
+    def _model_digest(self, model: Any) -> str | None:
+        """The digest, or ``None`` (and checking off, with one warning) when the model's
+        weights cannot be read: never a failed test or an INTERNALERROR for it."""
+        try:
+            with self.paused():
+                return self._digest(model)  # type: ignore[misc]
+        except Exception as exc:
+            self._digest = None
+            self._bound = None
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            self._warn_once(
+                "digest",
+                f"pytest-sadl: the model's weights cannot be read ({why}); changes to the model during the session are not detected",
+                in_hook=True,
+            )
+            return None
+
+    def check_model(self, model: Any, record: TestRecord) -> None:
+        """At the end of a marked test: mark ``record`` stale when the model changed since
+        it was bound, now or in an earlier test (only records with inputs are checked)."""
+        if not record.batches:
+            return
+        with self._lock:
+            if self._bound is None or self._bound[0] != id(model) or self._digest is None:
+                return
+            if self.changed_in is None:
+                digest = self._model_digest(model)
+                if digest is None or digest == self._bound[1]:
+                    return
+                self.changed_in = record.nodeid
+                self._warn_once(
+                    "changed",
+                    f"pytest-sadl: the model changed during the session (its weights or layers: fit, "
+                    f"set_weights, load_weights, a new layer), first seen at the end of {record.nodeid}; "
+                    "the inputs of that test and of every later one were measured on another model "
+                    "than the profile's, so they are left out of every metric and listed apart",
+                    in_hook=True,
+                )
+            record.stale = True
+
     def record_for(self, nodeid: str, index: int, group: str, attempt: int = 1) -> TestRecord:
         """The record of ``nodeid``'s run number ``attempt``; an earlier attempt's is dropped."""
         with self._lock:
@@ -195,13 +262,20 @@ class Recorder:
                 rec = self.records[nodeid] = TestRecord(nodeid, index, group, attempt=attempt)
             return rec
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self, key: str, message: str, *, in_hook: bool = False) -> None:
+        """One warning per ``key``: kept for the reports and emitted. ``in_hook``: emitted
+        from a pytest hook, not a test, where ``-W error`` would make it an INTERNALERROR;
+        there the reports carry it and the run goes on."""
         with self._lock:
             if key in self._warned:
                 return
             self._warned.add(key)
             self.messages.append(message)
-        warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+        try:
+            warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+        except Warning:
+            if not in_hook:
+                raise
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -311,6 +385,10 @@ class Recorder:
     def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
         """Wrap ``model``'s entry points while the block runs; restore them after."""
         tm = self.trace_model(model)
+        if getattr(tm, "records", "keras") == "forward":  # a torch.nn.Module
+            with self._recording_forward(record, model, tm):
+                yield
+            return
         original_cls = type(model)
         recorder = self
 
@@ -433,6 +511,42 @@ class Recorder:
         finally:
             self._local.loop = previous
 
+    @contextlib.contextmanager
+    def _recording_forward(self, record: TestRecord, model: Any, tm: Any) -> Iterator[None]:
+        """A ``torch.nn.Module``: its ``forward`` is wrapped on the instance, so that
+        ``model(x)`` (which calls it) and ``model.forward(x)`` both record, from the one
+        pass the test makes (``tm.call_tensors`` runs the original ``forward`` with the
+        trace model's hooks on); the instance's own ``forward`` is restored after."""
+        recorder = self
+        own = "forward" in model.__dict__
+        saved = model.__dict__.get("forward")
+        inner = model.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            rec = recorder.target()
+            if rec is None:
+                return inner(*args, **kwargs)
+            x = args[0] if len(args) == 1 and not kwargs else None
+            why = "model(x) was called with several arguments or keywords" if x is None else tm.unrecordable(x)
+            if why is not None:
+                recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
+                with recorder._lock, recorder.paused():
+                    return inner(*args, **kwargs)
+            return recorder._attempt(rec, tm.host(x), lambda: inner(x), lambda: tm.call_tensors(x, forward=inner))
+
+        self.current = record
+        object.__setattr__(model, "forward", forward)
+        try:
+            yield
+        finally:
+            with self._lock:
+                if own:
+                    object.__setattr__(model, "forward", saved)
+                else:
+                    with contextlib.suppress(AttributeError):
+                        object.__delattr__(model, "forward")
+                self.current = None
+
     def _call(self, rec: TestRecord, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
         x = args[0] if args else kwargs.get("inputs")
         training = kwargs.get("training", args[1] if len(args) > 1 else None)
@@ -511,7 +625,7 @@ class Recorder:
         arrays: dict[str, np.ndarray] = {}
         meta = []
         for r, rec in enumerate(self.records.values() if records is None else records):
-            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "attempt": rec.attempt, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
+            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "attempt": rec.attempt, "stale": rec.stale, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
             for j, (digests, values) in enumerate(rec.labels):
                 arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
             for b, batch in enumerate(rec.batches):
@@ -539,7 +653,7 @@ class Recorder:
             meta = json.loads(npz["meta"].tobytes().decode())
             out = []
             for r, m in enumerate(meta):
-                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"], attempt=int(m.get("attempt", 1)))
+                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"], attempt=int(m.get("attempt", 1)), stale=bool(m.get("stale", False)))
                 rec.labels = [(npz[f"labeldig_{r}_{j}"], npz[f"labelval_{r}_{j}"]) for j in range(m.get("labels", 0))]
                 for b in range(m["batches"]):
                     key = f"{r}_{b}"
@@ -569,6 +683,7 @@ class Recorder:
                 elif rec.attempt == mine.attempt:
                     mine.batches.extend(rec.batches)
                     mine.labels.extend(rec.labels)
+                    mine.stale |= rec.stale
 
 
 def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: list[str]) -> np.ndarray | None:
