@@ -20,32 +20,22 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import tempfile
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from pytest_sadl import __version__
 from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
-from pytest_sadl.criteria.neurons import (
-    KMultisectionCoverage,
-    NeuronBoundaryCoverage,
-    NeuronCoverage,
-    NeuronRanges,
-    StrongNeuronActivationCoverage,
-)
-from pytest_sadl.criteria.surprise import DSA, LSA, MDSA, SurpriseCoverage
+from pytest_sadl.criteria.neurons import NeuronRanges
+from pytest_sadl.criteria.registry import CRITERIA, LABELS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.shape import Batch, Setup
+from pytest_sadl.criteria.surprise import DSA, LSA, MDSA
 from pytest_sadl.plugin.recorder import TestRecord
-from pytest_sadl.results import (
-    LABELS,
-    SA_LABELS,
-    SURPRISE,
-    Failure,
-    Metric,
-    Results,
-    percent,
-)
+from pytest_sadl.results import Failure, Metric, Results, percent
 
 if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
     from pytest_sadl.plugin.options import SadlOptions
@@ -134,17 +124,42 @@ def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
     (the default SC bounds' data), by results key."""
     x, pred = view.sa_traces, view.sa_pred
     probe = held_out_sample(len(x), view.row_keys, seed)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="sadl-heldout-") as scratch:
         warnings.simplefilter("ignore")
-        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
+        rest = _rows(x, ~probe, Path(scratch))
+        lsa = LSA(rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
         out = {"lsa": lsa_scores}
         if view.dsa is not None and pred is not None:
-            out["dsa"] = DSA(x[~probe], pred[~probe])(x[probe], pred[probe])
+            out["dsa"] = DSA(rest, pred[~probe])(x[probe], pred[probe])
         if view.mdsa is not None:
-            mdsa = MDSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
+            mdsa = MDSA(rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold)
             out["mdsa"] = mdsa(x[probe], None if pred is None else pred[probe])
+        del lsa, rest
     return out
+
+
+#: A memory-mapped training set larger than this is not copied into memory for the held-out
+#: set-ups but streamed into a scratch memmap (deleted after them).
+HELD_OUT_COPY_MAX = 256 * 2**20
+
+
+def _rows(x: np.ndarray, keep: np.ndarray, scratch: Path) -> np.ndarray:
+    """``x[keep]``: a copy in memory, unless ``x`` is a memmap of more than
+    ``HELD_OUT_COPY_MAX`` bytes: then the rows are copied a chunk at a time into a
+    memory-mapped scratch file, so the held-out bounds of a 1.28M x 2,048 set allocate no
+    10 GiB copy (the criteria read a memmap in chunks)."""
+    if not isinstance(x, np.memmap) or x.nbytes <= HELD_OUT_COPY_MAX:
+        return x[keep]
+    rows = np.flatnonzero(keep)
+    path = scratch / "rest.npy"
+    out = np.lib.format.open_memmap(path, "w+", x.dtype, (len(rows), *x.shape[1:]))
+    step = max(1, 16 * 2**20 // max(1, x[0].nbytes))
+    for s in range(0, len(rows), step):
+        out[s : s + step] = x[rows[s : s + step]]
+    out.flush()
+    del out
+    return np.load(path, mmap_mode="r")
 
 
 def stored_held_out_sa(profile: Any, view: Callable[[], ProfileView]) -> dict[str, np.ndarray]:
@@ -250,34 +265,22 @@ def _image(thumb: np.ndarray) -> dict[str, Any]:
 
 
 class _Criteria:
-    """The cumulative criteria (every surprise coverage and the four neuron coverages), updated together."""
+    """Every criterion of the registry, made for this run (``None`` where the profile
+    cannot give what one needs: DSC of a regression model), updated together."""
 
-    def __init__(self, sc: dict[str, tuple[float, float, int] | None], ranges: NeuronRanges, options: "SadlOptions"):
-        self._spec = (sc, ranges, options)
-        self.sc = {m: None if spec is None else SurpriseCoverage(*spec) for m, spec in sc.items()}
-        self.neurons = {
-            "nc": NeuronCoverage(ranges, options.nc_threshold),
-            "kmnc": KMultisectionCoverage(ranges, options.kmnc_k),
-            "nbc": NeuronBoundaryCoverage(ranges),
-            "snac": StrongNeuronActivationCoverage(ranges),
-        }
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.made: dict[str, Any] = {c.name: c.make(setup) for c in CRITERIA}
 
     def fresh(self) -> "_Criteria":
-        return _Criteria(*self._spec)
+        return _Criteria(self.setup)
 
     def update(self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
-        new = {}
-        for metric, sc in self.sc.items():
-            if sc is not None and SURPRISE[metric] in scores:
-                new[metric] = sc.update(scores[SURPRISE[metric]])
-        for name, cov in self.neurons.items():
-            new[name] = cov.update(layers, extrema) if name == "nc" else cov.update(layers)
-        return new
+        batch = Batch(scores, layers, list(extrema) if extrema is not None else [None] * len(layers))
+        return {name: cov.update(batch) for name, cov in self.made.items() if cov is not None}
 
     def values(self) -> dict[str, float | None]:
-        out: dict[str, float | None] = {k: (None if v is None else v.value) for k, v in self.sc.items()}
-        out.update({k: v.value for k, v in self.neurons.items()})
-        return out
+        return {name: None if cov is None else cov.value for name, cov in self.made.items()}
 
 
 def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n_inputs: int) -> list[Failure]:
@@ -317,8 +320,16 @@ def compute(
     warnings_seen: Sequence[str] = (),
 ) -> Results:
     """The results of a session: overall, per group (alone and cumulatively, Table VI),
-    per test, per input, per layer; tests and groups in the order :func:`ordered` defines."""
-    records, group_names = ordered(records, options.groups)
+    per test, per input, per layer; tests and groups in the order :func:`ordered` defines.
+
+    A stale record (its test ended on a model that had changed since the profile's was
+    bound: ``fit``, ``set_weights``) counts in no metric, group or test row: it is listed
+    in ``Results.stale`` with its inputs, as if those inputs had never been fed."""
+    stale = [
+        {"nodeid": r.nodeid, "group": r.group, "outcome": r.outcome, "inputs": r.n_inputs}
+        for r in ordered([r for r in records if r.stale])[0]
+    ]
+    records, group_names = ordered([r for r in records if not r.stale], options.groups)
     classifier = view.dsa is not None
     messages: list[str] = list(warnings_seen)
     scorers = view.scorers()
@@ -347,7 +358,7 @@ def compute(
         rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
         return (float(lower), float(upper), int(cfg.buckets)), rule
 
-    specs: dict[str, tuple[float, float, int] | None] = {}
+    specs: dict[str, tuple[float, float, int]] = {}
     rules: dict[str, str] = {}
     for metric, key in SURPRISE.items():
         if key in scorers:
@@ -356,9 +367,7 @@ def compute(
             note = outlier_bound_note(metric, held[key], cfg.lower) if key in held and cfg.upper is None else None
             if note:
                 messages.append(note)
-        else:
-            specs[metric] = None
-    total = _Criteria(specs, view.ranges, options)
+    total = _Criteria(Setup(view.ranges, options, bounds=specs))
 
     # Per-input SA, all at once (the engine is vectorised over inputs).
     batches = [(t, b) for t, rec in enumerate(records) for b in rec.batches]
@@ -420,16 +429,14 @@ def compute(
         )
 
     metrics: dict[str, Metric] = {}
-    for name in SURPRISE:
-        sc = total.sc[name]
-        if sc is None:
-            metrics[name] = Metric(None, 0, sc_options[name].buckets, applicable=False)
-        else:
-            metrics[name] = Metric(sc.value, int(sc.covered.sum()), sc.total, True, sc.below, sc.above, sc.count, sc.nan)
-    for name, cov in total.neurons.items():
-        metrics[name] = Metric(cov.value, cov.covered_count, cov.total)
+    for criterion in CRITERIA:
+        made = total.made[criterion.name]
+        if made is not None:
+            metrics[criterion.name] = made.metric()
+        else:  # a surprise coverage the profile has no score for (DSC of a regression model)
+            metrics[criterion.name] = Metric(None, 0, sc_options[criterion.name].buckets, applicable=False)
 
-    per_layer = {name: cov.per_layer() for name, cov in total.neurons.items()}
+    per_layer = {name: total.made[name].per_layer() for name in NEURON}
     layer_names = list(view.ranges.names) or [f"layer_{i}" for i in range(len(view.ranges.sizes))]
     layers_out = [
         {"name": layer_names[i], "neurons": int(size), **{k: per_layer[k][i] for k in per_layer}}
@@ -480,9 +487,9 @@ def compute(
         "lsa_near_singular": options.lsa_near_singular,
     }
     for metric in SURPRISE:
-        sc = total.sc[metric]
+        sc = total.made[metric]
         config[metric] = (
-            {"lower": sc.lower, "upper": sc.upper, "buckets": sc.buckets, "rule": rules[metric]}
+            {**sc.bounds(), "rule": rules[metric]}
             if sc is not None
             else {"lower": None, "upper": None, "buckets": sc_options[metric].buckets, "rule": "not applicable (regression model)"}
         )
@@ -532,6 +539,7 @@ def compute(
         failures=failures,
         warnings=messages,
         mistakes=mistakes,
+        stale=stale,
     )
 
 

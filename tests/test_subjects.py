@@ -172,6 +172,62 @@ def test_two_inputs_from_a_keras_file_and_npz_keyed_by_input_name(pytester: pyte
     _assert_every_metric(value, False, 60)
 
 
+DATASET_TESTS = """
+import numpy as np
+import pytest
+import tensorflow as tf
+
+X, Y = np.load("inputs.npy"), np.load("labels.npy")
+
+
+@pytest.mark.sadl(group="held-out")
+def test_accuracy(sadl_model):
+    loss, accuracy = sadl_model.evaluate(X[:40], Y[:40], verbose=0)
+    assert accuracy > 0.8
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict_dataset(sadl_model):
+    test_ds = tf.data.Dataset.from_tensor_slices((X[40:80], Y[40:80])).batch(16)
+    probs = sadl_model.predict(test_ds, verbose=0)
+    assert (probs.argmax(axis=1) == Y[40:80]).mean() > 0.8
+
+
+@pytest.mark.sadl(group="noisy")
+def test_evaluate_noisy_dataset(sadl_model):
+    noisy = np.clip(X[80:120] + np.random.default_rng(0).normal(0, 0.3, X[80:120].shape), 0, 1).astype("float32")
+    results = sadl_model.evaluate(tf.data.Dataset.from_tensor_slices((noisy, Y[80:120])).batch(16), verbose=0, return_dict=True)
+    assert results["loss"] > 0
+"""
+
+
+def test_tests_of_only_predict_dataset_and_evaluate_get_every_metric_and_the_mistakes(
+    pytester: pytest.Pytester, conv_model_path: Path, digits: Any
+) -> None:
+    """Issue 21's "done when": no sadl_labels, no sadl_record; the targets the tests give
+    Keras are the labels."""
+    shutil.copy(conv_model_path, pytester.path / "model.keras")
+    np.savez(pytester.path / "train.npz", x=digits.x_train, y=digits.y_train)
+    np.save(pytester.path / "inputs.npy", digits.x_test[:120])
+    np.save(pytester.path / "labels.npy", digits.y_test[:120])
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\n")
+    pytester.makepyfile(test_datasets=DATASET_TESTS)
+    assert "sadl_labels" not in DATASET_TESTS and "sadl_record" not in DATASET_TESTS
+    data = _measure(pytester)
+    _assert_every_metric(data, True, 120)
+    assert {t["nodeid"].split("::")[1]: t["inputs"] for t in data["tests"]} == {
+        "test_accuracy": 40, "test_evaluate_noisy_dataset": 40, "test_predict_dataset": 40}
+    # by node id: accuracy (0:40), evaluate_noisy (80:120), predict_dataset (40:80)
+    expected = np.concatenate([digits.y_test[:40], digits.y_test[80:120], digits.y_test[40:80]])
+    assert data["inputs"]["label"] == expected.tolist()
+    mistakes = data["mistakes"]["overall"]
+    assert mistakes["labelled"] == 120
+    pred = np.array(data["inputs"]["pred"])
+    assert mistakes["errors"] == int((pred != expected).sum()) > 0
+    assert [g["name"] for g in data["mistakes"]["groups"]] == ["held-out", "noisy"] and mistakes["auc"]["lsa"] is not None
+    assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w or "sadl_labels" in w]
+
+
 def test_a_fixture_model_that_cannot_be_traced_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """

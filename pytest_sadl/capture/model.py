@@ -35,6 +35,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from pytest_sadl.capture.backend import import_backend
 from pytest_sadl.errors import SadlModelError, SadlModelWarning
 from pytest_sadl.specs import call_spec, is_callable_spec, resolve_path
 
@@ -64,6 +65,7 @@ def load_model(
     """Return the Keras model or ``torch.nn.Module`` ``source`` names (see the module docstring)."""
     if _is_keras_model(source) or _is_torch_module(source):
         return source
+    import_backend()  # Keras missing or broken: one line saying what to install
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
         model = call_spec(source, what=what, error=SadlModelError)
         if not (_is_keras_model(model) or _is_torch_module(model)):

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from pytest_sadl.capture.arrays import Progress, Traces
-from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data
+from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
     backend,
@@ -205,6 +205,10 @@ class TraceModel:
         self.input_shape: tuple[int | None, ...] = inputs[0].shape
         self.input_dtype: str = inputs[0].dtype
         self._nodes = walk(model)
+        # Keras' functional models (and Sequential) take an input one axis short of a shape
+        # ending in 1, or with one axis of 1 too many (Functional._adjust_input_rank); a
+        # subclassed model takes what its call() takes
+        self._adjusts_rank = _is_graph_model(model)
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:
@@ -248,6 +252,7 @@ class TraceModel:
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
         self._forward = Forward(model, self._call, self._body)
+        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
         self.name: str = str(model.name)
 
@@ -395,22 +400,31 @@ class TraceModel:
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
         """Runs inside the compiled function: the model's output and the flat captures
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
-        from keras import tree
-
         from pytest_sadl.capture.forward import tapped
 
+        import threading
+
         captured: list[Any] = [None] * len(self._taps)
+        me = threading.get_ident()
 
         def sink(i: int, out: Any) -> None:
-            captured[i] = out
+            if threading.get_ident() == me:  # not another thread's call through a tapped layer
+                captured[i] = out
 
         with tapped(self._taps, sink):
             output = self._call(x)
+        return output, self.flat_captures(output, captured)
+
+    def flat_captures(self, output: Any, captured: list[Any]) -> list[Any]:
+        """Inside a pass: the model's ``output`` and the taps' outputs ``captured`` (in
+        ``self.taps`` order) as the flat list :meth:`split` takes, reduced per neuron."""
+        from keras import tree
+
         flat = [tree.flatten(output)[self._output_index]]
         flat += [_reduce(c) for c in captured]
         for path in self._extrema_paths:
             flat += list(_extrema(captured[self._tap_index[path]]))
-        return output, flat
+        return flat
 
     def _use_jit(self, total: int | None) -> bool:
         """XLA for large passes on an accelerator only: compiling costs about half a
@@ -451,7 +465,10 @@ class TraceModel:
     def prepare(self, data: TrainingData) -> TrainingData:
         """``data`` bound to this model's inputs (by name) with their shapes checked."""
         bound = data.bind(self.input_names)
-        bound.check_shape(self.input_shapes if len(self.input_names) > 1 else self.input_shape)
+        expected = self.input_shapes if len(self.input_names) > 1 else self.input_shape
+        if self._adjusts_rank:  # column arrays (n,) for Input((1,)), as Keras' functional models take them
+            bound = bound.adjusted(expected)
+        bound.check_shape(expected)
         return bound
 
     def _as_batch(self, x: Any, what: str, offset: int) -> dict[str, np.ndarray]:
@@ -460,6 +477,8 @@ class TraceModel:
         out = {}
         for name in self.input_names:
             a = np.asarray(arrays[name])
+            if self._adjusts_rank:
+                a = adjust_rank(a, self.input_shapes[name])
             label = what if len(self.input_names) == 1 else f"{what} (input {name!r})"
             check_batch(a, self.input_shapes[name], what=label, offset=offset)
             out[name] = a if a.dtype == self._dtypes[name] else a.astype(self._dtypes[name])
@@ -472,6 +491,15 @@ class TraceModel:
         if output.shape[-1] == 1:
             return (output[:, 0] > 0.5).astype(np.int64)
         return np.argmax(output, axis=1).astype(np.int64)
+
+    @property
+    def taps(self) -> list[Any]:
+        """The layers whose outputs a pass captures (SA and coverage layers, each once)."""
+        return list(self._taps)
+
+    def split(self, flat: list[np.ndarray]) -> Traces:
+        """:class:`Traces` from a pass's flat captures (:meth:`flat_captures`) as NumPy."""
+        return self._split(flat)
 
     def _split(self, flat: list[np.ndarray]) -> Traces:
         out = np.asarray(flat[0])

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_sadl.atomic import atomic_write_text
+from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.registry import METRICS, SURPRISE
 from pytest_sadl.report._load import (
-    METRIC_LABELS,
-    METRICS,
     adequacy_hints,
     metric_entry,
     mistakes_rows,
@@ -23,7 +23,6 @@ from pytest_sadl.report._load import (
     thresholds_of,
 )
 from pytest_sadl.report.compare import Comparison
-from pytest_sadl.results import SURPRISE
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
 
@@ -96,6 +95,14 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         for m in missing:
             reason = f": {escape_md(str(m['reason']))}" if m.get("reason") else ""
             lines.append(f"> - {escape_md(str(m.get('nodeid')))}{reason}")
+        lines.append("")
+    stale = [m for m in outcome.get("stale") or [] if isinstance(m, dict)]
+    if stale:  # before the tables: measured on a changed model, counted in none of them
+        lines.append(f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} test"
+                     f"{'' if len(stale) == 1 else 's'} were measured on other weights or layers than the "
+                     "profile's (fit, set_weights, load_weights), so no metric below counts them:")
+        for m in stale:
+            lines.append(f"> - {escape_md(str(m.get('nodeid')))}: {escape_md(str(m.get('inputs')))} inputs")
         lines.append("")
 
     head = ["Metric", "Value", "Threshold", "Status"]
