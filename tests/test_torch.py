@@ -57,7 +57,7 @@ def copy_weights(keras_model: Any, module: Any) -> Any:
     layers = [layer for layer in keras_model.layers if layer.get_weights()]
     assert len(weighted) == len(layers)
     flat_shape = None  # the (h, w, c) map a Flatten before the next Dense flattened
-    for layer, m in zip(layers, weighted):
+    for layer, m in zip(layers, weighted, strict=True):
         kernel, bias = layer.get_weights()
         if isinstance(m, nn.Conv2d):
             w = kernel.transpose(3, 2, 0, 1)
@@ -241,7 +241,7 @@ def test_the_same_weights_give_the_keras_traces_and_numbers(twins: Any, digits: 
         np.testing.assert_allclose(b.sa, a.sa, atol=1e-5)
         np.testing.assert_allclose(b.output, a.output, atol=1e-5)
         np.testing.assert_array_equal(b.pred, a.pred)
-        for u, v in zip(a.coverage, b.coverage):
+        for u, v in zip(a.coverage, b.coverage, strict=True):
             np.testing.assert_allclose(v, u, atol=1e-5)
     rk, rt = fit_ranges(kt_train.coverage), fit_ranges(tt_train.coverage)
     if name == "conv":  # NC scales each whole conv map: the extrema both passes captured

@@ -53,7 +53,7 @@ def _module_digest(model: Any) -> str:
     for name, t in items:
         value = _array(t)
         crc = zlib.crc32(f"{name}|{value.shape}|{value.dtype}".encode(), crc)
-        crc = zlib.crc32(value.reshape(-1).view(np.uint8), crc)
+        crc = zlib.crc32(value.reshape(-1).view(np.uint8).data, crc)
     return f"{crc:08x}-{len(items)}"
 
 
@@ -70,5 +70,5 @@ def model_digest(model: Any) -> str:
         value = _array(weight.value)
         head = f"{getattr(weight, 'path', getattr(weight, 'name', ''))}|{value.shape}|{value.dtype}".encode()
         crc = zlib.crc32(head, crc)
-        crc = zlib.crc32(value.reshape(-1).view(np.uint8), crc)
+        crc = zlib.crc32(value.reshape(-1).view(np.uint8).data, crc)
     return f"{crc:08x}-{len(model.weights)}"
