@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import tempfile
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -122,17 +124,42 @@ def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
     (the default SC bounds' data), by results key."""
     x, pred = view.sa_traces, view.sa_pred
     probe = held_out_sample(len(x), view.row_keys, seed)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="sadl-heldout-") as scratch:
         warnings.simplefilter("ignore")
-        lsa = LSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
+        rest = _rows(x, ~probe, Path(scratch))
+        lsa = LSA(rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
         out = {"lsa": lsa_scores}
         if view.dsa is not None and pred is not None:
-            out["dsa"] = DSA(x[~probe], pred[~probe])(x[probe], pred[probe])
+            out["dsa"] = DSA(rest, pred[~probe])(x[probe], pred[probe])
         if view.mdsa is not None:
-            mdsa = MDSA(x[~probe], None if pred is None else pred[~probe], var_threshold=view.var_threshold)
+            mdsa = MDSA(rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold)
             out["mdsa"] = mdsa(x[probe], None if pred is None else pred[probe])
+        del lsa, rest
     return out
+
+
+#: A memory-mapped training set larger than this is not copied into memory for the held-out
+#: set-ups but streamed into a scratch memmap (deleted after them).
+HELD_OUT_COPY_MAX = 256 * 2**20
+
+
+def _rows(x: np.ndarray, keep: np.ndarray, scratch: Path) -> np.ndarray:
+    """``x[keep]``: a copy in memory, unless ``x`` is a memmap of more than
+    ``HELD_OUT_COPY_MAX`` bytes: then the rows are copied a chunk at a time into a
+    memory-mapped scratch file, so the held-out bounds of a 1.28M x 2,048 set allocate no
+    10 GiB copy (the criteria read a memmap in chunks)."""
+    if not isinstance(x, np.memmap) or x.nbytes <= HELD_OUT_COPY_MAX:
+        return x[keep]
+    rows = np.flatnonzero(keep)
+    path = scratch / "rest.npy"
+    out = np.lib.format.open_memmap(path, "w+", x.dtype, (len(rows), *x.shape[1:]))
+    step = max(1, 16 * 2**20 // max(1, x[0].nbytes))
+    for s in range(0, len(rows), step):
+        out[s : s + step] = x[rows[s : s + step]]
+    out.flush()
+    del out
+    return np.load(path, mmap_mode="r")
 
 
 def stored_held_out_sa(profile: Any, view: Callable[[], ProfileView]) -> dict[str, np.ndarray]:

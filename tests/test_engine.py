@@ -349,3 +349,41 @@ def test_regression_labels_give_rank_correlations_not_aucs():
     assert found["kind"] == "regression" and found["labelled"] == 70 and found["auc"] == {}
     assert set(found["spearman"]) == {"lsa", "mdsa"} and data["metrics"]["dsc"]["applicable"] is False
     assert data["metrics"]["mdsc"]["applicable"] is True and len(data["inputs"]["label"]) == 70
+
+
+def test_held_out_bounds_of_a_large_memmap_stream_its_rows(tmp_path, monkeypatch):
+    """The held-out set-ups over a memory-mapped training set past HELD_OUT_COPY_MAX (0
+    here) read the remaining rows from a scratch memmap written a chunk at a time instead
+    of a copy in memory: the same scores as from the copy, at least 80% of the set's size
+    less allocated, and the scratch file gone afterwards."""
+    import tempfile
+    import tracemalloc
+
+    import pytest_sadl.engine as engine
+    from pytest_sadl.criteria.surprise import MDSA
+
+    rng = np.random.default_rng(21)
+    pred = rng.integers(0, 4, 60000)
+    sa = (rng.normal(scale=3.0, size=(4, 64))[pred] + rng.normal(size=(60000, 64))).astype(np.float32)
+    np.save(tmp_path / "sa.npy", sa)
+    mm = np.load(tmp_path / "sa.npy", mmap_mode="r")
+    view = ProfileView(lsa=LSA(mm, pred), dsa=DSA(mm, pred), ranges=fit_ranges([sa[:10]]), sa_traces=mm, sa_pred=pred,
+                       var_threshold=1e-5, mdsa=MDSA(mm, pred))
+
+    def held_out():
+        tracemalloc.start()
+        scores = engine.held_out_sa(view)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return scores, peak
+
+    expected, copied = held_out()  # x[~probe]: a copy in memory
+    monkeypatch.setattr(engine, "HELD_OUT_COPY_MAX", 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    got, streamed = held_out()
+    assert set(got) == {"lsa", "dsa", "mdsa"}
+    for key in got:
+        np.testing.assert_allclose(got[key], expected[key], rtol=1e-9)
+    assert streamed < copied - 0.8 * sa.nbytes, (streamed, copied, sa.nbytes)
+    assert list((tmp_path / "scratch").iterdir()) == []

@@ -173,3 +173,64 @@ def test_mdsa_variance_filter_ignores_a_one_trace_class_as_the_reference_does():
     with pytest.warns(SadlWarning, match="class 7 has 1 training trace"):
         got = MDSA(train, pred)(tests, tpred)
     np.testing.assert_allclose(got, naive.mdsa(train, pred, tests, tpred), rtol=1e-9)
+
+
+# ----------------------------------------------------------------------------- many wide classes
+
+
+def test_mdsa_many_classes_one_scatter_at_a_time_equals_the_definition(tmp_path, monkeypatch):
+    """With more classes' scatter matrices than it keeps (the limit set to 0 here), MDSA of a
+    memmap sums each class's again when it factors it: the same values as in memory and
+    the per-input definition; too-small classes give one summarised warning, not one each."""
+    import pytest_sadl.criteria.mahalanobis as mahalanobis
+
+    rng = np.random.default_rng(90)
+    train, tp = clustered(rng, 1200, 5, 12)
+    lone = np.arange(12, 20)  # eight classes of one trace each
+    train = np.vstack([train, rng.normal(size=(8, 5))]).astype(np.float32)
+    tp = np.concatenate([tp, lone])
+    np.save(tmp_path / "t.npy", train)
+    mm = np.load(tmp_path / "t.npy", mmap_mode="r")
+    tests, pred = clustered(rng, 60, 5, 12)
+    with pytest.warns(SadlWarning, match="8 classes have 1 training trace each"):
+        expected = MDSA(train, tp)(tests, pred)
+    monkeypatch.setattr(mahalanobis, "_KEEP_MATRICES", 0)
+    with pytest.warns(SadlWarning) as caught:
+        streamed = MDSA(mm, tp, chunk_bytes=40 * 5 * 8)
+    lines = [str(w.message) for w in caught if "training trace" in str(w.message)]
+    assert lines == ["MDSA: 8 classes have 1 training trace each (e.g. 12, 13, 14, 15, 16, ...); they have no covariance and their inputs score NaN"]
+    got = streamed(tests, pred)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    np.testing.assert_allclose(got, naive.mdsa(train.astype(np.float64), tp, tests, pred), rtol=1e-9)
+    with pytest.warns(SadlWarning, match=r"predicted class\(es\) \[12, 13, 14, 15, 16, \.\.\.\] \(8 classes\)"):
+        assert np.isnan(streamed(tests[:8], lone)).all()
+
+
+def test_mdsa_and_lsa_refuse_in_one_line_what_does_not_fit_and_say_what_would():
+    rng = np.random.default_rng(91)
+    train, tp = clustered(rng, 4000, 40, 10)
+    need = (10 + 4) * 40 * 40 * 8
+    for make in (MDSA, __import__("pytest_sadl.criteria.surprise", fromlist=["LSA"]).LSA):
+        with pytest.raises(ValueError) as caught:
+            make(train, tp, max_bytes=need // 2)
+        message = str(caught.value)
+        assert "\n" not in message and "more than the 0.0 GiB allowed (max_bytes)" in message
+        assert "at most 3 classes fit at 40 neurons, or all 10 at up to 28 neurons" in message
+        make(train[:, :28], tp, max_bytes=need // 2)  # what it says fits, fits
+        make(train, tp, max_bytes=need)
+
+
+def test_mdsa_classes_with_fewer_traces_than_neurons_equal_the_pseudo_inverse_in_narrow_factors():
+    """Classes of 8 traces over 20 neurons (rank 7 each) are factored from their traces'
+    thin SVD, in factors 7 columns wide instead of 20: the values of pinv(cov), the
+    definition, and the same after a round trip through arrays."""
+    rng = np.random.default_rng(93)
+    tp = np.repeat(np.arange(30), 8)
+    train = rng.normal(size=(30, 20))[tp] + rng.normal(size=(240, 20))
+    tests, pred = rng.normal(size=(60, 20)), rng.integers(0, 30, 60)
+    with pytest.warns(SadlWarning, match=r"class\(es\) 30 classes, e\.g\. 0 \(rank 7, 8 traces\)"):
+        m = MDSA(train, tp)
+    assert m.factors.shape == (30, 20, 7) and set(m.ranks.tolist()) == {7}
+    got = m(tests, pred)
+    np.testing.assert_allclose(got, naive.mdsa(train, tp, tests, pred), rtol=1e-9)
+    np.testing.assert_array_equal(MDSA.from_arrays(m.to_arrays())(tests, pred), got)

@@ -237,3 +237,27 @@ def test_nc_takes_traces_that_carry_extrema_and_refuses_those_without(data):
     with pytest.raises(ValueError, match="made without them"):
         cov.update(bare)
     assert nc(bare, 0.3, extrema=extrema) == pytest.approx(naive.neuron_coverage(tests, 0.3))
+
+
+def test_fit_ranges_streams_a_memmap_and_names_a_late_bad_row(tmp_path):
+    """A memory-mapped layer is read a chunk at a time: ranges equal to NumPy's min/max,
+    with an allocation far below the layer's size (the finiteness check made an n x d
+    boolean array before); a NaN past the first chunks is still found and named."""
+    import tracemalloc
+
+    rng = np.random.default_rng(12)
+    layer = rng.normal(size=(40000, 50)).astype(np.float32)
+    np.save(tmp_path / "layer.npy", layer)
+    mm = np.load(tmp_path / "layer.npy", mmap_mode="r")
+    tracemalloc.start()
+    got = fit_ranges([mm], chunk_bytes=2**18)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    np.testing.assert_array_equal(got.low[0], layer.min(axis=0))
+    np.testing.assert_array_equal(got.high[0], layer.max(axis=0))
+    assert peak < layer.nbytes / 8, f"fit_ranges allocated {peak} bytes for a {layer.nbytes}-byte memmap"
+    layer[31000, 7] = np.nan
+    layer[39999, 0] = np.inf
+    np.save(tmp_path / "bad.npy", layer)
+    with pytest.raises(ValueError, match=r"train_layers\[0\] contains NaN values in 2 row\(s\) \(first: row 31000\)"):
+        fit_ranges([np.load(tmp_path / "bad.npy", mmap_mode="r")])

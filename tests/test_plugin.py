@@ -9,8 +9,11 @@ through ``runpytest_subprocess``.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -353,6 +356,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
 
         def test_no_tf():
             assert "tensorflow" not in sys.modules and "keras" not in sys.modules
+            assert "torch" not in sys.modules and "jax" not in sys.modules
         """
     )
     res = run_fresh(pytester)
@@ -665,6 +669,21 @@ def test_plugin_off_ignores_broken_sadl_settings(pytester: pytest.Pytester):
     res.stderr.fnmatch_lines(["ERROR: sadl_fail_under (ini): 'lsc30' is not METRIC:PERCENT*"])
 
 
+def test_a_marked_test_without_any_model_is_a_usage_error_not_a_test_error(pytester: pytest.Pytester):
+    """No sadl_model in the ini and no project fixture: the run ends at the first marked test
+    as a usage error (exit 4) in one line saying where to configure the model, instead of an
+    error per test with a traceback (and "1 passed" for the unmarked ones, exit 1)."""
+    pytester.makefile(".ini", pytest="[pytest]\n")
+    pytester.makepyfile("import pytest\n\ndef test_plain():\n    pass\n\n"
+                        "@pytest.mark.sadl\ndef test_marked():\n    pass\n")
+    res = pytester.runpytest_inprocess("--sadl-coverage", "-p", "no:randomly")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()
+    text = res.stdout.str() + res.stderr.str()
+    lines = [line for line in text.splitlines() if "no model configured" in line]
+    assert len(lines) == 1 and "sadl_model" in lines[0] and "conftest.py" in lines[0], lines
+    assert "Traceback" not in text and "UsageError" not in text
+
+
 def test_no_sadl_coverage_switches_an_ini_default_off(pytester: pytest.Pytester):
     pytester.makefile(".ini", pytest="[pytest]\nsadl_coverage = true\nsadl_model = missing.keras\n")
     pytester.makepyfile("def test_ok():\n    pass\n")
@@ -767,3 +786,18 @@ def test_one_layer_list_parser_for_options_and_the_sadl_command():
     assert parse_layers(None) is None and parse_layers([" , "]) is None
     # the sadl commands parse --sa-layers/--coverage-layers with the same rules
     assert command_layers(["dense_1,0", "+1", "²"]) == ("dense_1", 0, "+1", "²")
+
+
+def test_the_documented_switch_quiets_tensorflows_start_up_lines():
+    """The README's switch for a quiet CI log holds on the TensorFlow this project locks:
+    without it TensorFlow prints its oneDNN and absl lines on stderr, with both variables
+    it prints none (TF_CPP_MIN_LOG_LEVEL alone does not silence them on 2.21)."""
+    code = "import keras, tensorflow as tf; print(float(tf.reduce_sum(tf.ones((2, 2)))))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CPP", "TF_ENABLE_ONEDNN"))}
+    env["KERAS_BACKEND"] = "tensorflow"
+    loud = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    quiet = subprocess.run([sys.executable, "-c", code], env={**env, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"},
+                           capture_output=True, text=True, timeout=300)
+    assert loud.stdout.strip() == quiet.stdout.strip() == "4.0"
+    assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line the README talks about: update the README"
+    assert quiet.stderr.strip() == "", quiet.stderr

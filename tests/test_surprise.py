@@ -443,6 +443,60 @@ def test_dsa_precompute_with_the_classes_in_threads_equals_the_definition(monkey
         assert got[i] == pytest.approx(np.linalg.norm(train[tp != tp[i]] - train[i], axis=1).min(), rel=1e-12)
 
 
+def _other_class_distances(train, tp):
+    """dist_b of every training trace by the definition (equation 4): a loop over rows."""
+    x = train.astype(np.float64)
+    return np.array([np.linalg.norm(x[tp != tp[i]] - x[i], axis=1).min() for i in range(len(x))])
+
+
+@pytest.mark.parametrize("layout", ["many classes", "softmax near ties"])
+def test_dsa_dist_b_by_one_masked_scan_equals_the_definition_and_the_per_class_trees(layout, monkeypatch):
+    """dist_b by one scan over every training trace with the query's class masked out
+    (chunks of 96 rows here: each class's rows cross chunk and block edges), on 60
+    classes with repeated rows, and on near-one-hot float32 softmax rows full of near and
+    exact ties: equal to the per-row loop of equation 4 and to the per-class k-d tree
+    search it replaces, for the k-d tree's DSA (many classes: the scan) and the blocked one."""
+    import pytest_sadl.criteria.neighbours as neighbours
+
+    rng = np.random.default_rng(47)
+    if layout == "many classes":
+        train, tp = clustered(rng, 1500, 6, 60, spread=0.8, scale=1.5)
+        train = train.astype(np.float32)
+    else:
+        train, tp = softmax_traces(rng, 1500, 10, 10, scale=9.0)
+        train[:40] = np.eye(10, dtype=np.float32)[tp[:40] % 10]  # exact one-hot rows: exact ties
+        tp[:40] = tp[:40] % 10
+    train[-300:], tp[-300:] = train[:300], tp[:300]  # repeated rows
+    ref = _other_class_distances(train, tp)
+    trees = None
+    if layout == "softmax near ties":
+        trees = DSA(train, tp).precompute().to_arrays()["other_dist"]  # 10 classes: per-class trees
+    monkeypatch.setattr(neighbours, "TREE_MAX_CLASSES", 0)
+    for search in ("tree", "blas"):
+        dsa = DSA(train, tp, search=search, chunk_bytes=96 * 10 * 8)
+        got = dsa.precompute().to_arrays()["other_dist"]
+        assert search == "blas" or not dsa._nn.trees_out
+        assert rel_err(got, ref) < 1e-12
+        if trees is not None:
+            assert rel_err(got, trees) < 1e-12
+    # and DSA itself, lazily, against the per-input loop
+    tests = train[rng.choice(len(train), 120)].astype(np.float64) + rng.normal(scale=1e-3, size=(120, train.shape[1]))
+    pred = tp[rng.choice(len(train), 120)]
+    expected = naive.dsa(train.astype(np.float64), tp, tests, pred)
+    assert rel_err(DSA(train, tp, search="blas")(tests, pred), expected) < 1e-9
+
+
+def test_dsa_dist_b_of_a_class_alone_in_a_block_is_the_next_class():
+    """One class's rows fill whole scan blocks (masked to +inf everywhere there): a query
+    masked out of an entire block must take no candidate from it."""
+    rng = np.random.default_rng(48)
+    big = rng.normal(size=(900, 3)).astype(np.float32)
+    small = (rng.normal(size=(5, 3)) + 6).astype(np.float32)
+    train, tp = np.vstack([big, small]), np.array([0] * 900 + [1] * 5)
+    got = DSA(train, tp, search="blas", chunk_bytes=64 * 3 * 8).precompute().to_arrays()["other_dist"]
+    np.testing.assert_allclose(got, _other_class_distances(train, tp), rtol=1e-12)
+
+
 # ----------------------------------------------------------------------------- lazy dist_b
 
 
@@ -495,7 +549,7 @@ def test_lsa_and_dsa_on_a_memmap_equal_in_memory_without_a_whole_copy(tmp_path):
         assert peak < train.nbytes / 2, f"{type(engine).__name__} allocated {peak} bytes for a {train.nbytes}-byte memmap"
 
 
-def test_dsa_approximate_faiss_search_reports_its_recall():
+def test_dsa_approximate_faiss_search_is_deprecated_and_still_reports_its_recall():
     faiss = pytest.importorskip("faiss")
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # OpenMP threads spin against each other on a shared CI machine
@@ -510,7 +564,8 @@ def _check_faiss_recall():
     train, tp = clustered(rng, 2000, 20, 4)
     tests, pred = clustered(rng, 300, 20, 4, spread=1.5)
     exact = DSA(train, tp)(tests, pred)
-    approx = DSA(train.astype(np.float32), tp, search="faiss")
+    with pytest.warns(DeprecationWarning, match=r"search='faiss'\) is deprecated .* use search='auto'"):
+        approx = DSA(train.astype(np.float32), tp, search="faiss")
     with pytest.warns(SadlWarning, match=r"faiss HNSW.*for (\d+) of 200 sampled inputs \(recall (0\.9\d\d|1\.000)\)") as caught:
         got = approx(tests, pred)
     assert "use search='auto' for exact values" in str(caught[0].message)
@@ -557,3 +612,40 @@ def test_training_trace_checks_keep_float_arrays_and_refuse_the_rest_with_valuee
             assert out.dtype == np.float64
 
     check()
+
+
+# ----------------------------------------------------------------------------- many wide classes
+
+
+def test_lsa_many_classes_one_scatter_at_a_time_and_one_summarised_warning(tmp_path, monkeypatch):
+    """A memmap with more classes' scatter matrices than LSA keeps (the limit 0 here) sums
+    each class's when it fits the class: the values of the in-memory LSA (SciPy's) and of
+    the definition; classes too small for a KDE are one warning with a count and the first
+    few, however many there are."""
+    import pytest_sadl.criteria.surprise as surprise
+
+    rng = np.random.default_rng(92)
+    train, tp = clustered(rng, 1500, 4, 6, spread=0.8)
+    small = rng.normal(size=(21, 4)) + 9
+    train = np.vstack([train, small]).astype(np.float32)
+    tp = np.concatenate([tp, np.repeat(np.arange(6, 13), 3)])  # 7 classes of 3 traces: fewer than 5
+    np.save(tmp_path / "t.npy", train)
+    mm = np.load(tmp_path / "t.npy", mmap_mode="r")
+    tests, pred = clustered(rng, 50, 4, 6, spread=1.2)
+    with pytest.warns(SadlWarning) as caught:
+        expected = LSA(train, tp)(tests, pred)
+    lines = [str(w.message) for w in caught if "KDE over" in str(w.message)]
+    assert lines == [
+        "LSA: 7 classes have fewer training traces than the 5 a KDE over 4 neurons needs (e.g. 6, 7, 8, 9, 10, ..., "
+        "with 3, 3, 3, 3, 3, ... traces); their inputs score NaN (more training data, or a narrower layer, fixes this)"
+    ]
+    monkeypatch.setattr(surprise, "_KEEP_MATRICES", 0)
+    monkeypatch.setattr(surprise, "_KEEP_WHITENED", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SadlWarning)
+        streamed = LSA(mm, tp, chunk_bytes=50 * 4 * 8)
+        in_memory = LSA(train, tp)  # whitened traces not kept: made per block when scoring
+    assert not streamed._keep_scatter and not in_memory._keep_aug
+    assert rel_err(streamed(tests, pred), expected) < 1e-10
+    assert rel_err(in_memory(tests, pred), expected) < 1e-10
+    assert rel_err(expected, naive.lsa(train.astype(np.float64)[tp < 6], tp[tp < 6], tests, pred)) < 1e-9

@@ -8,8 +8,10 @@ inside NumPy or SciPy.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -20,9 +22,15 @@ __all__ = [
     "as_train_traces",
     "as_pred",
     "as_layers",
+    "available_bytes",
+    "check_fits",
     "check_var_threshold",
     "class_moments",
+    "class_list",
+    "class_scatter",
     "classes_of",
+    "examples",
+    "one_blas_thread",
     "low_variance_filter",
     "reduce_layer",
     "row_chunks",
@@ -37,13 +45,27 @@ def warn(message: str) -> None:
     warnings.warn(message, SadlWarning, stacklevel=4)
 
 
-def _finite_or_raise(name: str, a: np.ndarray) -> None:
-    if a.size and not np.isfinite(a).all():
-        bad = ~np.isfinite(a)
-        rows = np.flatnonzero(bad.reshape(len(a), -1).any(axis=1)) if a.ndim > 1 else np.flatnonzero(bad)
-        kind = "NaN" if np.isnan(a).any() else "inf"
+def _finite_or_raise(name: str, a: np.ndarray, chunk_bytes: int = 16 * 2**20) -> None:
+    """A clear error when ``a`` holds NaN or inf: how many rows, the first. Checked a chunk
+    of at most ``chunk_bytes`` rows at a time, so a memory-mapped array is read once and
+    no ``n x d`` boolean array is made (2.5 GiB for 1.28M x 2,048 traces)."""
+    if a.size == 0:
+        return
+    row_bytes = max(1, (a.size // max(1, len(a))) * a.itemsize)
+    step = max(1, chunk_bytes // row_bytes)
+    first, count, nan = -1, 0, False
+    for s in range(0, len(a), step):
+        block = np.asarray(a[s : s + step])
+        if np.isfinite(block).all():
+            continue
+        bad = ~np.isfinite(block)
+        rows = np.flatnonzero(bad.reshape(len(block), -1).any(axis=1)) if block.ndim > 1 else np.flatnonzero(bad)
+        first = s + int(rows[0]) if first < 0 else first
+        count += rows.size
+        nan = nan or bool(np.isnan(block).any())
+    if count:
         raise ValueError(
-            f"{name} contains {kind} values in {rows.size} row(s) (first: row {int(rows[0])}); "
+            f"{name} contains {'NaN' if nan else 'inf'} values in {count} row(s) (first: row {first}); "
             "traces must be finite: check the model's inputs and weights for NaN/inf"
         )
 
@@ -93,10 +115,7 @@ def as_train_traces(name: str, a: object, *, chunk_bytes: int = 16 * 2**20) -> n
             raise ValueError(f"{name} has no neurons (shape {a.shape})")
         if a.shape[0] == 0:
             raise ValueError(f"{name} is empty (shape {a.shape}); at least one input is needed")
-        for start in row_chunks(len(a), a.shape[1] * a.itemsize, chunk_bytes):
-            block = np.asarray(a[start : start + max(1, chunk_bytes // (a.shape[1] * a.itemsize))])
-            if not np.isfinite(block).all():
-                _finite_or_raise(name, np.asarray(a, dtype=np.float64))  # names the first bad row
+        _finite_or_raise(name, a, chunk_bytes)
         return a
     return as_traces(name, a)
 
@@ -116,13 +135,30 @@ def classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return classes, [order[s:e] for s, e in zip(starts, bounds)]
 
 
+def examples(labels: Sequence[object], limit: int = 5) -> str:
+    """The first ``limit`` of ``labels``, comma-separated, ``...`` when there are more."""
+    shown = ", ".join(str(c) for c in list(labels)[:limit])
+    return shown + (", ..." if len(labels) > limit else "")
+
+
+def class_list(labels: Sequence[int], limit: int = 5) -> str:
+    """``[7, 9]``; past ``limit`` classes the first few and the count, ``[0, 1, 2, 3, 4, ...] (1,000 classes)``."""
+    if len(labels) <= limit:
+        return "[" + ", ".join(str(c) for c in labels) + "]"
+    return f"[{examples(labels, limit)}] ({len(labels):,d} classes)"
+
+
 def usable_classes(who: str, classes: np.ndarray, members: list[np.ndarray], what: str) -> list[int]:
     """Indices of the classes with two or more training traces (the per-class criteria,
-    LSA and MDSA, need a variance); each other class gets a :class:`SadlWarning` saying
-    ``what`` it lacks, and none usable is an error."""
-    for i, m in enumerate(members):
-        if len(m) < 2:
-            warn(f"{who}: class {int(classes[i])} has {len(m)} training trace; {what} and its inputs score NaN")
+    LSA and MDSA, need a variance); the other classes get one :class:`SadlWarning` (a
+    count and the first few, however many there are) saying ``what`` they lack, and none
+    usable is an error. ``what`` reads after "it": "it has no covariance"."""
+    lone = [int(classes[i]) for i, m in enumerate(members) if len(m) < 2]
+    if len(lone) == 1:
+        warn(f"{who}: class {lone[0]} has 1 training trace; {what} and its inputs score NaN")
+    elif lone:
+        they = what.replace("it has", "they have").replace("it gets", "they get")
+        warn(f"{who}: {len(lone):,d} classes have 1 training trace each (e.g. {examples(lone)}); {they} and their inputs score NaN")
     usable = [i for i, m in enumerate(members) if len(m) >= 2]
     if not usable:
         raise ValueError(f"{who} needs at least one class with two or more training traces")
@@ -144,11 +180,15 @@ def low_variance_filter(who: str, variances: Sequence[np.ndarray], var_threshold
     return kept
 
 
-def class_moments(x: np.ndarray, rows: np.ndarray, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def class_moments(
+    x: np.ndarray, rows: np.ndarray, chunk_bytes: int, *, scatter: bool = True
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """(mean, centred scatter matrix, variance with ``ddof=0``) of ``x[rows]``, in float64.
 
     Two passes of at most ``chunk_bytes`` of float64 rows each (mean, then scatter), so a
     memory-mapped training set is read a chunk at a time and no class is held whole.
+    ``scatter=False``: no ``d x d`` matrix (``None`` in its place), the variance from the
+    centred squares; :func:`class_scatter` makes the matrix later, one class at a time.
     """
     d = x.shape[1]
     step = max(1, chunk_bytes // (8 * d))
@@ -156,11 +196,94 @@ def class_moments(x: np.ndarray, rows: np.ndarray, chunk_bytes: int) -> tuple[np
     for s in range(0, len(rows), step):
         total += np.asarray(x[rows[s : s + step]], dtype=np.float64).sum(axis=0)
     mean = total / len(rows)
-    scatter = np.zeros((d, d))
+    if not scatter:
+        squares = np.zeros(d)
+        for s in range(0, len(rows), step):
+            centred = np.asarray(x[rows[s : s + step]], dtype=np.float64) - mean
+            squares += np.einsum("ij,ij->j", centred, centred)
+        return mean, None, squares / len(rows)
+    matrix = np.zeros((d, d))
     for s in range(0, len(rows), step):
         centred = np.asarray(x[rows[s : s + step]], dtype=np.float64) - mean
-        scatter += centred.T @ centred
-    return mean, scatter, np.diag(scatter) / len(rows)
+        matrix += centred.T @ centred
+    return mean, matrix, np.diag(matrix) / len(rows)
+
+
+def class_scatter(x: np.ndarray, rows: np.ndarray, mean: np.ndarray, cols: np.ndarray, chunk_bytes: int) -> np.ndarray:
+    """The centred scatter matrix of ``x[rows][:, cols]`` about ``mean`` (over every
+    column), float64, a chunk of rows at a time: one class's ``len(cols)`` squared matrix."""
+    step = max(1, chunk_bytes // (8 * x.shape[1]))
+    out = np.zeros((cols.size, cols.size))
+    for s in range(0, len(rows), step):
+        centred = np.asarray(x[rows[s : s + step]], dtype=np.float64)[:, cols] - mean[cols]
+        out += centred.T @ centred
+    return out
+
+
+_MEMINFO = "/proc/meminfo"
+
+
+def available_bytes() -> int | None:
+    """The memory the system can give this process now (``MemAvailable``), or ``None``
+    where it does not say (not Linux)."""
+    try:
+        with open(_MEMINFO) as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_fits(
+    who: str, what: str, *, classes: int, neurons: int, columns: int | None = None, max_bytes: int | None = None
+) -> None:
+    """Refuse in one line, before the work starts, a set-up that keeps one float64
+    ``neurons x columns`` matrix per class (``columns``: ``neurons``) and makes four
+    ``neurons x neurons`` ones for the class being fitted, when they need more than
+    ``max_bytes`` (default: the memory available now), saying what would fit instead:
+    fewer classes at this width, or this many classes at a smaller width."""
+    budget = available_bytes() if max_bytes is None else int(max_bytes)
+    matrix = neurons * (neurons if columns is None else max(1, columns)) * 8
+    need = classes * matrix + 4 * neurons * neurons * 8
+    if budget is None or need <= budget:
+        return
+    fit_k = max(0, (budget - 4 * neurons * neurons * 8) // matrix)
+    fit_d = math.isqrt(max(0, budget // (8 * (classes + 4))))
+    where = "available" if max_bytes is None else "allowed (max_bytes)"
+    raise ValueError(
+        f"{who}: {what} need {gib(need)}, more than the {gib(budget)} {where}; at most {fit_k:,d} classes fit at "
+        f"{neurons:,d} neurons, or all {classes:,d} at up to {fit_d:,d} neurons: project the traces to fewer "
+        "dimensions first or measure a narrower layer"
+    )
+
+
+_BLAS_LOCK = threading.RLock()
+_CONTROLLER: list = []
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS limited to one thread for the block. The limit is process-wide, so set-ups in
+    several threads take turns (one saving the limit another set would leave the process
+    on one thread); the controller, which scans the loaded libraries and may warn about
+    them, is made once, its warnings silenced. The per-class set-ups of LSA and MDSA run
+    in it: their small products and factorisations gain nothing from more threads, and
+    waiting BLAS threads made them 5-25x slower on a busy 2-core machine."""
+    from threadpoolctl import ThreadpoolController
+
+    with _BLAS_LOCK:
+        if not _CONTROLLER:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _CONTROLLER.append(ThreadpoolController())
+        with _CONTROLLER[0].limit(limits=1, user_api="blas"):
+            yield
 
 
 def as_pred(name: str, pred: object, n: int) -> np.ndarray:
@@ -206,7 +329,13 @@ def reduce_layer(a: np.ndarray) -> np.ndarray:
 
 
 def as_layers(
-    name: str, layers: object, *, sizes: Sequence[int] | None = None, allow_empty: bool = True, keep_float: bool = False
+    name: str,
+    layers: object,
+    *,
+    sizes: Sequence[int] | None = None,
+    allow_empty: bool = True,
+    keep_float: bool = False,
+    chunk_bytes: int = 16 * 2**20,
 ) -> list[np.ndarray]:
     """Validate a list of per-layer outputs; return them reduced to ``(n, neurons)`` float64.
 
@@ -235,7 +364,7 @@ def as_layers(
             n = arr.shape[0]
         elif arr.shape[0] != n:
             raise ValueError(f"{name}[{i}] has {arr.shape[0]} inputs but {name}[0] has {n}; all layers need the same inputs")
-        _finite_or_raise(f"{name}[{i}]", arr)
+        _finite_or_raise(f"{name}[{i}]", arr, chunk_bytes)
         arr = reduce_layer(arr)
         if arr.shape[1] == 0:
             raise ValueError(f"{name}[{i}] has no neurons (shape {arr.shape})")

@@ -39,10 +39,15 @@ import numpy as np
 from pytest_sadl.criteria.checks import (
     as_pred,
     as_train_traces,
+    check_fits,
+    class_list,
     check_var_threshold,
     class_moments,
+    class_scatter,
     classes_of,
+    examples,
     low_variance_filter,
+    one_blas_thread,
     scoring_inputs,
     usable_classes,
     warn,
@@ -51,6 +56,9 @@ from pytest_sadl.criteria.checks import (
 __all__ = ["MDSA"]
 
 RCOND = 1e-10
+# the classes' d x d scatter matrices are kept from the moments' pass to the factors only
+# while all of them take at most this; else each class's is summed again when it is factored
+_KEEP_MATRICES = 256 * 2**20
 
 
 class MDSA:
@@ -73,6 +81,7 @@ class MDSA:
         var_threshold: float = 1e-5,
         rcond: float = RCOND,
         chunk_bytes: int = 16 * 2**20,
+        max_bytes: int | None = None,
     ) -> None:
         var_threshold = check_var_threshold(var_threshold)
         if not (isinstance(rcond, (int, float)) and 0 <= rcond < 1):
@@ -84,32 +93,70 @@ class MDSA:
         self.classifier = train_pred is not None
         pred = as_pred("train_pred", train_pred, len(x)) if self.classifier else np.zeros(len(x), np.int64)
         classes, members = classes_of(pred)
+        # One BLAS thread: the per-class products and eigendecompositions are small, and
+        # waiting BLAS threads made 1,000 classes' set-up 25x slower on a busy 2-core machine.
         usable = usable_classes("MDSA", classes, members, "it has no covariance")
-        # One chunked pass per class (float64 sums), so a memory-mapped set is never copied whole.
-        stats = [class_moments(x, members[i], int(chunk_bytes)) for i in usable]
+        with one_blas_thread():
+            self._set_up(x, classes, members, usable, int(chunk_bytes), max_bytes)
+
+    def _set_up(
+        self, x: np.ndarray, classes: np.ndarray, members: list[np.ndarray], usable: list[int], chunk_bytes: int, max_bytes: int | None
+    ) -> None:
+        d_all = x.shape[1]
+        keep = len(usable) * d_all * d_all * 8 <= _KEEP_MATRICES
+        # One chunked pass per class (float64 sums), so a memory-mapped set is never copied
+        # whole; the scatter matrices are kept for the factors only while they are small.
+        stats = [class_moments(x, members[i], chunk_bytes, scatter=keep) for i in usable]
         kept = low_variance_filter("MDSA", [var for _, _, var in stats], self.var_threshold, "measure another layer")
         self.kept: np.ndarray = kept
         d = kept.size
+        # a class of n_c traces has rank at most n_c - 1: no factor needs more columns
+        width = min(d, max(len(members[i]) for i in usable) - 1)
+        check_fits(
+            "MDSA", f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)",
+            classes=len(usable), neurons=d, columns=width, max_bytes=max_bytes,
+        )
         self.classes_: np.ndarray = classes[usable].astype(np.int64)
         self.means: np.ndarray = np.empty((len(usable), d))
-        # factor[c] (d, d): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
+        # factor[c] (d, width): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
         # the columns past the class's rank are zero.
-        self.factors: np.ndarray = np.zeros((len(usable), d, d))
+        self.factors: np.ndarray = np.zeros((len(usable), d, width))
         self.ranks: np.ndarray = np.zeros(len(usable), dtype=np.int64)
         singular = []
         for i, (mean, scatter, _) in enumerate(stats):
-            n_c = len(members[usable[i]])
+            rows = members[usable[i]]
+            n_c = len(rows)
             self.means[i] = mean[kept]
-            rank = self._fit_factor(scatter[np.ix_(kept, kept)] / (n_c - 1), self.factors[i])
+            if n_c <= d:  # fewer traces than neurons: from their thin SVD, n_c^2 d instead of d^3
+                centred = np.asarray(x[rows], dtype=np.float64)[:, kept] - mean[kept]
+                rank = self._fit_rows(centred, self.factors[i])
+            else:
+                if scatter is not None:
+                    cov = scatter[np.ix_(kept, kept)] / (n_c - 1)
+                else:
+                    cov = class_scatter(x, rows, mean, kept, chunk_bytes) / (n_c - 1)
+                rank = self._fit_factor(cov, self.factors[i])
             self.ranks[i] = rank
             if rank < d:
                 singular.append(f"{int(self.classes_[i])} (rank {rank}, {n_c} traces)")
         if singular:
+            many = f"{len(singular):,d} classes, e.g. " if len(singular) > 5 else ""
             warn(
-                f"MDSA: the training covariance of class(es) {', '.join(singular)} over {d} neurons is singular; "
+                f"MDSA: the training covariance of class(es) {many}{examples(singular)} over {d} neurons is singular; "
                 "using its pseudo-inverse: distances are measured within the subspace those traces span "
                 "(more training data or a narrower layer avoids this)"
             )
+
+    def _fit_rows(self, centred: np.ndarray, out: np.ndarray) -> int:
+        """:meth:`_fit_factor` of ``cov = centred^T centred / (n - 1)`` from the thin SVD of the
+        ``n x d`` centred traces (``n <= d``): the same eigenpairs, ``lambda = s^2 / (n - 1)``."""
+        _, sv, vt = np.linalg.svd(centred, full_matrices=False)
+        values = sv**2 / (len(centred) - 1)
+        top = values.max()
+        keep = values > self.rcond * top if top > 0 else np.zeros_like(values, dtype=bool)
+        rank = int(keep.sum())
+        out[:, :rank] = vt[keep].T / np.sqrt(values[keep])
+        return rank
 
     def _fit_factor(self, cov: np.ndarray, out: np.ndarray) -> int:
         """Write ``V_r / sqrt(lambda_r)`` (eigenpairs above ``rcond * lambda_max``) into ``out``; return r."""
@@ -140,7 +187,7 @@ class MDSA:
             z = (x[rows][:, self.kept] - self.means[i]) @ self.factors[i, :, : self.ranks[i]]
             out[rows] = np.sqrt(np.einsum("ij,ij->i", z, z))
         if missing:
-            warn(f"MDSA: no covariance for predicted class(es) {missing} (absent or too rare in the training traces); those inputs score NaN")
+            warn(f"MDSA: no covariance for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN")
         return out
 
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -171,6 +218,8 @@ class MDSA:
         self.var_threshold = float(arrays["var_threshold"])
         self.rcond = float(arrays["rcond"])
         k, d = len(self.classes_), self.kept.size
-        if self.means.shape != (k, d) or self.factors.shape != (k, d, d) or self.ranks.shape != (k,):
+        shape = self.factors.shape
+        if self.means.shape != (k, d) or len(shape) != 3 or shape[:2] != (k, d) or shape[2] > d or self.ranks.shape != (k,) \
+                or (k and self.ranks.max() > shape[2]):
             raise ValueError("MDSA arrays have inconsistent shapes; rebuild the profile")
         return self

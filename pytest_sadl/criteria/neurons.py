@@ -98,18 +98,28 @@ class NeuronRanges:
         return cls(tuple(np.split(low, cuts)), tuple(np.split(high, cuts)), names)
 
 
-def fit_ranges(train_layers: object, names: Sequence[str] = ()) -> NeuronRanges:
-    """Per-neuron minimum and maximum of each layer over the training inputs."""
+def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: int = 16 * 2**20) -> NeuronRanges:
+    """Per-neuron minimum and maximum of each layer over the training inputs.
+
+    A layer may be a ``np.memmap``: it is read ``chunk_bytes`` of rows at a time (the
+    finiteness check included), so nothing of the size of the training set is allocated."""
     # float32 traces stay float32 (no float64 copy of every layer): their minimum and
     # maximum are float32 values, exactly representable in the float64 ranges
-    layers = as_layers("train_layers", train_layers, allow_empty=False, keep_float=True)
+    layers = as_layers("train_layers", train_layers, allow_empty=False, keep_float=True, chunk_bytes=chunk_bytes)
     if names and len(names) != len(layers):
         raise ValueError(f"names has {len(names)} entries for {len(layers)} layers")
-    return NeuronRanges(
-        tuple(a.min(axis=0).astype(np.float64) for a in layers),
-        tuple(a.max(axis=0).astype(np.float64) for a in layers),
-        tuple(str(n) for n in names),
-    )
+    lows, highs = [], []
+    for a in layers:
+        step = max(1, chunk_bytes // max(1, a.shape[1] * a.itemsize))
+        low = np.full(a.shape[1], np.inf)
+        high = np.full(a.shape[1], -np.inf)
+        for s in range(0, len(a), step):
+            block = np.asarray(a[s : s + step])
+            np.minimum(low, block.min(axis=0), out=low)
+            np.maximum(high, block.max(axis=0), out=high)
+        lows.append(low)
+        highs.append(high)
+    return NeuronRanges(tuple(lows), tuple(highs), tuple(str(n) for n in names))
 
 
 class _LayerCoverage:

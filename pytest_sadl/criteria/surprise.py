@@ -17,16 +17,13 @@ inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at
 from __future__ import annotations
 
 import math
-import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 from scipy import linalg
-from threadpoolctl import ThreadpoolController
 
 from pytest_sadl.criteria.checks import (
     as_pred,
@@ -35,7 +32,13 @@ from pytest_sadl.criteria.checks import (
     check_var_threshold,
     class_moments,
     classes_of,
+    check_fits,
+    class_list,
+    class_scatter,
+    examples,
+    gib,
     low_variance_filter,
+    one_blas_thread,
     scoring_inputs,
     usable_classes,
     warn,
@@ -49,6 +52,11 @@ from pytest_sadl.errors import SadlWarning
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 
 _CHUNK_BYTES = 16 * 2**20
+# Per-class matrices (memmapped LSA/MDSA scatter, in-memory LSA whitened traces) are kept
+# from one pass to the next only while all classes' take at most this; else each class's
+# are made when it is fitted or scored, so memory is bounded by one class's at a time.
+_KEEP_MATRICES = 256 * 2**20
+_KEEP_WHITENED = 2**30
 _LOG_2PI = math.log(2.0 * math.pi)
 # A covariance whose squared Cholesky pivots span more than ten orders of magnitude is
 # treated as singular (the softmax case: one direction has variance ~1e-17).
@@ -57,23 +65,6 @@ _RCOND = 1e-10
 
 # --------------------------------------------------------------------------- LSA
 
-_BLAS_LOCK = threading.RLock()
-_CONTROLLER: list[ThreadpoolController] = []
-
-
-@contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """BLAS limited to one thread for the block. The limit is process-wide, so set-ups in
-    several threads take turns (one saving the limit another set would leave the process
-    on one thread); the controller, which scans the loaded libraries and may warn about
-    them, is made once, its warnings silenced."""
-    with _BLAS_LOCK:
-        if not _CONTROLLER:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                _CONTROLLER.append(ThreadpoolController())
-        with _CONTROLLER[0].limit(limits=1, user_api="blas"):
-            yield
 
 NEAR_SINGULAR = ("drop", "keep")
 
@@ -135,6 +126,7 @@ class LSA:
         var_threshold: float = 1e-5,
         near_singular: str = "drop",
         chunk_bytes: int = _CHUNK_BYTES,
+        max_bytes: int | None = None,
     ) -> None:
         var_threshold = check_var_threshold(var_threshold)
         if near_singular not in NEAR_SINGULAR:
@@ -150,6 +142,10 @@ class LSA:
         self._train_pred = pred if self.classifier else None
         self._in_memory = not isinstance(x, np.memmap)
         classes, members = classes_of(pred)
+        d_all = x.shape[1]
+        # a memory-mapped set keeps every class's d x d scatter matrix from the moments'
+        # pass only while they are small; else each class's is summed again when it is fitted
+        self._keep_scatter = len(classes) * d_all * d_all * 8 <= _KEEP_MATRICES
 
         # The whole set-up (per-class moments, covariances, Cholesky factors, whitening) runs
         # on one BLAS thread: its d x d factorisations gain nothing from more, and OpenBLAS'
@@ -157,7 +153,7 @@ class LSA:
         # Cholesky factor took 0.12 s, a class covariance 0.15 s; 60,000 x 128 traces set up
         # in 3.4 s, now 0.24 s); one thread also gives the same numbers whatever the cores.
         # The n-row products in it are memory-bound here; scoring keeps every thread.
-        with _one_blas_thread():
+        with one_blas_thread():
             usable = usable_classes("LSA", classes, members, "it gets no KDE")
             stats = {int(classes[i]): self._moments(members[i]) for i in usable}
             kept = low_variance_filter(
@@ -167,18 +163,29 @@ class LSA:
                 "measure another layer (a layer whose outputs barely vary carries no density information)",
             )
             too_small = [i for i in usable if len(members[i]) < kept.size + 1]
-            for i in too_small:
+            fix = "more training data, or a narrower layer, fixes this"
+            if len(too_small) == 1:
+                i = too_small[0]
                 warn(
                     f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
-                    f"{kept.size + 1} a KDE over {kept.size} neurons needs; its inputs score NaN "
-                    "(more training data, or a narrower layer, fixes this)"
+                    f"{kept.size + 1} a KDE over {kept.size} neurons needs; its inputs score NaN ({fix})"
                 )
-            usable = [i for i in usable if i not in too_small]
+            elif too_small:
+                labels = [int(classes[i]) for i in too_small]
+                counts = [len(members[i]) for i in too_small]
+                warn(
+                    f"LSA: {len(too_small):,d} classes have fewer training traces than the {kept.size + 1} a KDE over "
+                    f"{kept.size} neurons needs (e.g. {examples(labels)}, with {examples(counts)} traces); their "
+                    f"inputs score NaN ({fix})"
+                )
+            small = set(too_small)
+            usable = [i for i in usable if i not in small]
             if not usable:
                 raise ValueError(
                     f"LSA: no class has more than {kept.size} training traces, the minimum for a KDE over "
                     f"{kept.size} neurons; use more training data or a layer with fewer neurons"
                 )
+            self._check_memory(kept.size, [len(members[i]) for i in usable], max_bytes)
             rows = {int(classes[i]): members[i] for i in usable}
             kdes: dict[int, _Kde] = {}
             pending = list(rows)
@@ -236,11 +243,24 @@ class LSA:
 
         In memory the covariance is later computed as SciPy does, from the class's traces;
         for a memory-mapped set the centred scatter matrix is summed a chunk at a time
-        (two passes: mean, then scatter), so no class is ever held whole."""
+        (two passes: mean, then scatter), so no class is ever held whole; with many wide
+        classes it is not kept (``None``) but summed again for the class being fitted."""
         if self._in_memory:
             xc = self._gather(rows)
             return xc.mean(axis=0), None, xc.var(axis=0)
-        return class_moments(self._x, rows, self.chunk_bytes)
+        return class_moments(self._x, rows, self.chunk_bytes, scatter=self._keep_scatter)
+
+    def _check_memory(self, d: int, sizes: list[int], max_bytes: int | None) -> None:
+        """Refuse, before any class is fitted, KDEs whose matrices would not fit: one
+        ``d x d`` whitening matrix per class (float64), and in memory each class's whitened
+        traces, kept only while all of them take at most ``_KEEP_WHITENED`` (else they are
+        made a block at a time when scoring, as for a memory-mapped set)."""
+        k = len(sizes)
+        self._keep_aug = self._in_memory and sum(sizes) * (d + 2) * 8 <= _KEEP_WHITENED
+        check_fits(
+            "LSA", f"{k:,d} KDEs over {d:,d} neurons (a {d:,d} x {d:,d} float64 whitening matrix each)",
+            classes=k, neurons=d, max_bytes=max_bytes,
+        )
 
     def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple, strict: bool) -> _Kde | None:
         """The class's KDE over ``cols``, bandwidth and normalisation exactly as
@@ -252,11 +272,13 @@ class LSA:
         mean_all, scatter, _ = stats
         mean = mean_all[cols]
         xc = None
-        if scatter is None:
+        if scatter is not None:
+            data_cov = scatter[np.ix_(cols, cols)] / (n - 1)
+        elif self._in_memory:
             xc = self._gather(rows, cols)
             data_cov = np.atleast_2d(np.cov(xc.T, rowvar=True, bias=False, aweights=np.full(n, 1.0 / n)))
-        else:
-            data_cov = scatter[np.ix_(cols, cols)] / (n - 1)
+        else:  # many wide classes of a memmap: this class's scatter only, summed now
+            data_cov = class_scatter(self._x, rows, mean_all, cols, self.chunk_bytes) / (n - 1)
         try:
             chol = linalg.cholesky(data_cov, lower=True) * n ** (-1.0 / (d + 4))
         except linalg.LinAlgError:
@@ -267,7 +289,7 @@ class LSA:
         whiten = linalg.solve_triangular(chol, np.eye(d), lower=True).T
         log_det = 2.0 * np.log(pivots * math.sqrt(2 * math.pi)).sum()
         kde = _Kde(cols, rows, mean, whiten, -math.log(n) - 0.5 * log_det)
-        if self._in_memory:
+        if self._keep_aug:
             kde.aug = self._augment(kde, self._gather(rows, cols) if xc is None else xc)  # gathered once
         return kde
 
@@ -324,7 +346,7 @@ class LSA:
                 continue
             out[m] = -self._log_density(kde, x[m][:, kde.cols])
         if missing:
-            warn(f"LSA: no KDE for predicted class(es) {missing} (absent or too rare in the training traces); those inputs score NaN")
+            warn(f"LSA: no KDE for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN")
         return out
 
     def _training_blocks(self, kde: _Kde, rows_per_block: int) -> Iterator[np.ndarray]:
@@ -402,6 +424,11 @@ class DSA:
     / ``"blas"`` to choose); on a tie ``x_a`` is the first such trace in training order, as a per-input
     loop finds it. Repeated training traces are searched once.
 
+    ``dist_b`` is found by one search over every training trace with the query's own class
+    masked out (all classes' queries together), so its cost does not grow with the number
+    of classes; a k-d tree DSA with up to ``TREE_MAX_CLASSES`` (32) classes searches the
+    other classes' trees instead, which is faster there.
+
     ``dist_b`` depends only on the training trace ``x_a``, so it is computed lazily, once,
     for the training traces that are some input's ``x_a``, and kept: :attr:`known` counts
     them, ``to_arrays(complete=False)`` hands them (``NaN`` where not yet known) to a
@@ -411,9 +438,16 @@ class DSA:
     The training traces may be a ``np.memmap``: they are read a chunk of at most
     ``chunk_bytes`` at a time and never copied whole.
 
-    ``search="faiss"`` (optional extra ``pytest-sadl[faiss]``) finds ``x_a`` and ``x_b``
-    approximately through faiss HNSW graphs, for very large training sets; every call
-    warns with its recall against the exact search on a sample of the inputs.
+    ``search="faiss"`` (optional extra ``pytest-sadl[faiss]``) is **deprecated** (a
+    ``DeprecationWarning``; it goes in the next minor release): it finds ``x_a`` and
+    ``x_b`` approximately through faiss HNSW graphs, one per class and one per class over
+    the others, and was measured 95x *slower* than the exact search (200 inputs over
+    100k x 64 traces of 10 classes: 378 s against 4.0 s), with DSA errors up to 14%. One
+    graph over the whole set, queried class-aware (faiss' exclusion selectors), did not
+    pay either: its build alone (44-53 s) took 10-70x the exact scoring, and its
+    ``dist_b`` queries were no faster than the exact masked scan (benchmarks/bench_scale.py
+    measures the exact search against this machine's matrix-product limit). Every call
+    still warns with its recall against the exact search on a sample of the inputs.
 
     An input predicted as a class with no training traces scores ``NaN`` (with a
     :class:`SadlWarning`); ``dist_b = 0`` (a training trace duplicated in another class)
@@ -442,6 +476,14 @@ class DSA:
             raise ValueError(
                 f"DSA needs training traces of at least two predicted classes, got only class(es) "
                 f"{classes.tolist()}; check the model's predictions on the training data"
+            )
+        if search == "faiss":
+            warnings.warn(
+                "DSA(search='faiss') is deprecated and will be removed in the next minor release: it was measured "
+                "95x slower than the exact search, which no longer grows with the number of classes; use "
+                "search='auto' (exact)",
+                DeprecationWarning,
+                stacklevel=2,
             )
         self.n_features_in: int = x.shape[1]
         self._x = x
@@ -478,6 +520,20 @@ class DSA:
             return
         cls = self._pred[needed]
         step = max(1, 4 * self.chunk_bytes // (8 * self.n_features_in))
+        if self.search != "tree" or not self._nn.trees_out:
+            # one masked scan over every training trace per part, queries of all classes at
+            # once: the cost does not grow with the number of classes (faiss: its own
+            # per-class graphs)
+            if self.search == "faiss":
+                for c in np.unique(cls):
+                    for part in _parts(needed[cls == c], step):
+                        self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), int(c))
+                return
+            order = needed[np.argsort(cls, kind="stable")]
+            for part in _parts(order, step):
+                q = np.asarray(self._x[part], dtype=np.float64)
+                self._other[part] = self._nn.nearest_out_each(q, self._pred[part])
+            return
         jobs = [(int(c), part) for c in np.unique(cls) for part in _parts(needed[cls == c], step)]
 
         def run(job: tuple[int, np.ndarray], workers: int = 0) -> None:
@@ -485,7 +541,7 @@ class DSA:
             self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c, workers=workers)
 
         threads = min(len(jobs), cores())
-        if self.search != "tree" or threads < 2 or len(needed) < 4096:
+        if threads < 2 or len(needed) < 4096:
             for job in jobs:
                 run(job)
             return
@@ -530,7 +586,7 @@ class DSA:
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[m] = dist_a / self._other[a]
         if missing:
-            warn(f"DSA: no training traces of predicted class(es) {missing}; those inputs score NaN")
+            warn(f"DSA: no training traces of predicted class(es) {class_list(missing)}; those inputs score NaN")
         if self.search == "faiss":
             self._report_recall(x, p, out)
         return out

@@ -359,7 +359,13 @@ def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
     item = request.node
     entry = item.stash.get(_RECORD, None)
     if entry is None:
-        model = request.getfixturevalue("sadl_model")
+        try:
+            model = request.getfixturevalue("sadl_model")
+        except pytest.UsageError as exc:  # no model configured, or it cannot be loaded
+            if state.is_worker:  # pytest.exit in a pytest-xdist worker is the controller's INTERNALERROR
+                raise
+            state.fatal = True
+            pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
         state.model_seen = model
         if state.train_seen is None:  # the configured data, or a project's own sadl_train
             with contextlib.suppress(pytest.UsageError):  # neither: reported when needed
