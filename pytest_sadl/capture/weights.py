@@ -16,7 +16,9 @@ names. CRC-32 rather than a cryptographic hash: it is
 not a defence against someone forging weights, only a check that they did not change,
 and every change of a byte changes it (a burst up to 32 bits always, any other change but
 with a chance of 2**-32); ``benchmarks/bench_model_digest.py`` measures it against
-BLAKE2b and a NumPy sum (which misses weights that are swapped).
+BLAKE2b and a NumPy sum (which misses weights that are swapped). A native
+``torch.nn.Module`` is digested the same way over its ``state_dict`` (parameters and
+buffers) and ``named_modules``.
 """
 
 from __future__ import annotations
@@ -34,15 +36,34 @@ def _layer_names(model: Any) -> list[str]:
     return [f"{type(layer).__name__}:{getattr(layer, 'name', '')}" for layer in layers]
 
 
+def _torch_numpy(tensor: Any) -> np.ndarray:
+    tensor = tensor.detach().cpu()
+    try:
+        return tensor.numpy()
+    except TypeError:  # bfloat16 and other dtypes NumPy lacks
+        return tensor.float().numpy()
+
+
+def _state(model: Any) -> tuple[list[str], list[tuple[str, np.ndarray]]]:
+    """(layer names, (path, value) of every weight) of a Keras model or a native
+    ``torch.nn.Module`` (its ``state_dict``: parameters and buffers)."""
+    from pytest_sadl.capture.torchdata import is_torch_module  # imports no torch
+
+    if is_torch_module(model):
+        names = [f"{type(m).__name__}:{n}" for n, m in model.named_modules()]
+        return names, [(k, _torch_numpy(t)) for k, t in model.state_dict().items()]
+    # np.asarray of the backend value: convert_to_numpy (TensorFlow) and Variable.numpy()
+    # (JAX) make NumPy 2 warn about the copy keyword
+    weights = [(str(getattr(w, "path", getattr(w, "name", ""))), np.asarray(w.value)) for w in model.weights]
+    return _layer_names(model), weights
+
+
 def model_digest(model: Any) -> str:
     """A short hex digest of ``model``'s layers and weights (see the module docstring)."""
-
-    crc = zlib.crc32(repr(_layer_names(model)).encode())
-    for weight in model.weights:
-        # np.asarray of the backend value: convert_to_numpy (TensorFlow) and Variable.numpy() (JAX)
-        # make NumPy 2 warn about the copy keyword
-        value = np.ascontiguousarray(np.asarray(weight.value))
-        head = f"{getattr(weight, 'path', getattr(weight, 'name', ''))}|{value.shape}|{value.dtype}".encode()
-        crc = zlib.crc32(head, crc)
+    names, weights = _state(model)
+    crc = zlib.crc32(repr(names).encode())
+    for path, raw in weights:
+        value = np.ascontiguousarray(raw)
+        crc = zlib.crc32(f"{path}|{value.shape}|{value.dtype}".encode(), crc)
         crc = zlib.crc32(value.reshape(-1).view(np.uint8), crc)
-    return f"{crc:08x}-{len(model.weights)}"
+    return f"{crc:08x}-{len(weights)}"
