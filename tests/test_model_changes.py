@@ -196,3 +196,19 @@ def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_a
     r = record(broken, "t1")
     broken.check_model({"broken": True}, r)
     assert not r.stale and "changes to the model during the session are not detected" in broken.messages[0]
+
+
+def test_the_digest_of_a_native_torch_module_sees_training_and_batch_norm_statistics():
+    torch = pytest.importorskip("torch")
+    from pytest_sadl.capture.weights import model_digest
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).eval()
+    before = model_digest(module)
+    with torch.no_grad():
+        module(torch.zeros(2, 4))  # inference: nothing moves
+    assert model_digest(module) == before
+    module.train()(torch.randn(5, 4))  # the batch-norm buffers move
+    assert model_digest(module) != before
+    module.to(torch.bfloat16)  # a dtype NumPy lacks is still digested
+    assert model_digest(module) != before

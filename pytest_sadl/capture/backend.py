@@ -23,7 +23,9 @@ from pytest_sadl.errors import SadlBackendError
 __all__ = ["SadlBackendError", "backend_error", "import_backend", "install_hint"]
 
 #: Top-level modules whose failing import is "the backend is not (properly) installed".
-BACKEND_MODULES = frozenset({"keras", "tensorflow", "tf_keras", "tensorboard", "jax", "jaxlib", "ml_dtypes", "h5py", "optree"})
+BACKEND_MODULES = frozenset(
+    {"keras", "tensorflow", "tf_keras", "tensorboard", "jax", "jaxlib", "ml_dtypes", "h5py", "optree", "torch"}
+)
 _JAX = frozenset({"jax", "jaxlib"})
 
 
@@ -31,7 +33,12 @@ def install_hint(module: str | None = None) -> str:
     """The ``pip install`` of the extra that provides ``module`` (or the backend Keras is
     set to use: ``KERAS_BACKEND``, TensorFlow by default)."""
     backend = os.environ.get("KERAS_BACKEND", "tensorflow").strip().lower()
-    if (module or "").split(".")[0] in _JAX or (module in (None, "keras") and backend == "jax"):
+    top = (module or "").split(".")[0]
+    if top == "torch":
+        return 'pip install "pytest-sadl[torch]" (native torch.nn.Module models, or Keras 3 with KERAS_BACKEND=torch)'
+    if module in (None, "keras") and backend == "torch":
+        return 'pip install keras "pytest-sadl[torch]" (Keras 3 on torch, with KERAS_BACKEND=torch)'
+    if top in _JAX or (module in (None, "keras") and backend == "jax"):
         return 'pip install "pytest-sadl[jax]" (Keras 3 on JAX, with KERAS_BACKEND=jax)'
     return 'pip install "pytest-sadl[tensorflow]" (or "pytest-sadl[jax]" with KERAS_BACKEND=jax)'
 

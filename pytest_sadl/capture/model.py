@@ -35,7 +35,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl.capture.backend import import_backend
+from pytest_sadl.capture.backend import backend_error, import_backend
 from pytest_sadl.errors import SadlModelError, SadlModelWarning
 from pytest_sadl.specs import call_spec, is_callable_spec, resolve_path
 
@@ -65,9 +65,14 @@ def load_model(
     """Return the Keras model or ``torch.nn.Module`` ``source`` names (see the module docstring)."""
     if _is_keras_model(source) or _is_torch_module(source):
         return source
-    import_backend()  # Keras missing or broken: one line saying what to install
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
-        model = call_spec(source, what=what, error=SadlModelError)
+        try:
+            model = call_spec(source, what=what, error=SadlModelError)
+        except SadlModelError as exc:  # the loader's own import of Keras/TensorFlow/JAX/torch failed
+            missing = backend_error(exc.__cause__) if exc.__cause__ is not None else None
+            if missing is not None:
+                raise missing from None
+            raise
         if not (_is_keras_model(model) or _is_torch_module(model)):
             raise SadlModelError(
                 f"{what}: {source!r} returned {type(model).__name__}, not a keras.Model or torch.nn.Module"
@@ -97,6 +102,7 @@ def load_model(
             "loaded. Give 'package.module:function' returning the nn.Module (build it and load a state dict "
             "with torch.load(path, weights_only=True)), or a sadl_model fixture in conftest.py"
         )
+    import_backend()  # a model file needs Keras: missing or broken, one line saying what to install
     if suffix in (".h5", ".hdf5"):
         return _load_h5(path, label)
     if suffix != ".keras":

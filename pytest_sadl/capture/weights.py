@@ -41,7 +41,11 @@ def _array(value: Any) -> np.ndarray:
     """A weight's value as NumPy: a torch tensor (Keras on torch, or a native module's
     parameter or buffer) detached from autograd and its device, anything else as it is."""
     if hasattr(value, "detach"):
-        return np.ascontiguousarray(value.detach().cpu().numpy())
+        value = value.detach().cpu()
+        try:
+            return np.ascontiguousarray(value.numpy())
+        except TypeError:  # bfloat16 and other dtypes NumPy lacks
+            return np.ascontiguousarray(value.float().numpy())
     return np.ascontiguousarray(np.asarray(value))
 
 
