@@ -66,25 +66,33 @@ def load_model(
     if _is_keras_model(source) or _is_torch_module(source):
         return source
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
-        try:
-            model = call_spec(source, what=what, error=SadlModelError)
-        except SadlModelError as exc:  # the loader's own import of Keras/TensorFlow/JAX/torch failed
-            missing = backend_error(exc.__cause__) if exc.__cause__ is not None else None
-            if missing is not None:
-                raise missing from None
-            raise
-        if not (_is_keras_model(model) or _is_torch_module(model)):
-            raise SadlModelError(
-                f"{what}: {source!r} returned {type(model).__name__}, not a keras.Model or torch.nn.Module"
-            )
-        return model
+        return _from_loader(source, what)
     if not isinstance(source, (str, os.PathLike)):
         raise SadlModelError(
             f"{what}: expected a .keras path, 'package.module:function' or a keras.Model, "
             f"got {type(source).__name__}"
         )
-    path = resolve_path(source, base_dir)
-    label = f"{what} {str(source)!r}"
+    return _from_file(resolve_path(source, base_dir), f"{what} {str(source)!r}")
+
+
+def _from_loader(source: str, what: str) -> Any:
+    """The model a ``"package.module:function"`` loader returns."""
+    try:
+        model = call_spec(source, what=what, error=SadlModelError)
+    except SadlModelError as exc:  # the loader's own import of Keras/TensorFlow/JAX/torch failed
+        missing = backend_error(exc.__cause__) if exc.__cause__ is not None else None
+        if missing is not None:
+            raise missing from None
+        raise
+    if not (_is_keras_model(model) or _is_torch_module(model)):
+        raise SadlModelError(
+            f"{what}: {source!r} returned {type(model).__name__}, not a keras.Model or torch.nn.Module"
+        )
+    return model
+
+
+def _from_file(path: Path, label: str) -> Any:
+    """The model in the file ``path`` (``label`` names it in errors)."""
     if not path.exists():
         raise SadlModelError(
             f"{label}: file {str(path)!r} does not exist; save the model with "
