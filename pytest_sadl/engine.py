@@ -30,24 +30,12 @@ import numpy as np
 
 from pytest_sadl import __version__
 from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
-from pytest_sadl.criteria.neurons import (
-    KMultisectionCoverage,
-    NeuronBoundaryCoverage,
-    NeuronCoverage,
-    NeuronRanges,
-    StrongNeuronActivationCoverage,
-)
-from pytest_sadl.criteria.surprise import DSA, LSA, MDSA, SurpriseCoverage
+from pytest_sadl.criteria.neurons import NeuronRanges
+from pytest_sadl.criteria.registry import CRITERIA, LABELS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.shape import Batch, Setup
+from pytest_sadl.criteria.surprise import DSA, LSA, MDSA
 from pytest_sadl.plugin.recorder import TestRecord
-from pytest_sadl.results import (
-    LABELS,
-    SA_LABELS,
-    SURPRISE,
-    Failure,
-    Metric,
-    Results,
-    percent,
-)
+from pytest_sadl.results import Failure, Metric, Results, percent
 
 if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
     from pytest_sadl.plugin.options import SadlOptions
@@ -277,34 +265,22 @@ def _image(thumb: np.ndarray) -> dict[str, Any]:
 
 
 class _Criteria:
-    """The cumulative criteria (every surprise coverage and the four neuron coverages), updated together."""
+    """Every criterion of the registry, made for this run (``None`` where the profile
+    cannot give what one needs: DSC of a regression model), updated together."""
 
-    def __init__(self, sc: dict[str, tuple[float, float, int] | None], ranges: NeuronRanges, options: "SadlOptions"):
-        self._spec = (sc, ranges, options)
-        self.sc = {m: None if spec is None else SurpriseCoverage(*spec) for m, spec in sc.items()}
-        self.neurons = {
-            "nc": NeuronCoverage(ranges, options.nc_threshold),
-            "kmnc": KMultisectionCoverage(ranges, options.kmnc_k),
-            "nbc": NeuronBoundaryCoverage(ranges),
-            "snac": StrongNeuronActivationCoverage(ranges),
-        }
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.made: dict[str, Any] = {c.name: c.make(setup) for c in CRITERIA}
 
     def fresh(self) -> "_Criteria":
-        return _Criteria(*self._spec)
+        return _Criteria(self.setup)
 
     def update(self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
-        new = {}
-        for metric, sc in self.sc.items():
-            if sc is not None and SURPRISE[metric] in scores:
-                new[metric] = sc.update(scores[SURPRISE[metric]])
-        for name, cov in self.neurons.items():
-            new[name] = cov.update(layers, extrema) if name == "nc" else cov.update(layers)
-        return new
+        batch = Batch(scores, layers, list(extrema) if extrema is not None else [None] * len(layers))
+        return {name: cov.update(batch) for name, cov in self.made.items() if cov is not None}
 
     def values(self) -> dict[str, float | None]:
-        out: dict[str, float | None] = {k: (None if v is None else v.value) for k, v in self.sc.items()}
-        out.update({k: v.value for k, v in self.neurons.items()})
-        return out
+        return {name: None if cov is None else cov.value for name, cov in self.made.items()}
 
 
 def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n_inputs: int) -> list[Failure]:
@@ -374,7 +350,7 @@ def compute(
         rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
         return (float(lower), float(upper), int(cfg.buckets)), rule
 
-    specs: dict[str, tuple[float, float, int] | None] = {}
+    specs: dict[str, tuple[float, float, int]] = {}
     rules: dict[str, str] = {}
     for metric, key in SURPRISE.items():
         if key in scorers:
@@ -383,9 +359,7 @@ def compute(
             note = outlier_bound_note(metric, held[key], cfg.lower) if key in held and cfg.upper is None else None
             if note:
                 messages.append(note)
-        else:
-            specs[metric] = None
-    total = _Criteria(specs, view.ranges, options)
+    total = _Criteria(Setup(view.ranges, options, bounds=specs))
 
     # Per-input SA, all at once (the engine is vectorised over inputs).
     batches = [(t, b) for t, rec in enumerate(records) for b in rec.batches]
@@ -447,16 +421,14 @@ def compute(
         )
 
     metrics: dict[str, Metric] = {}
-    for name in SURPRISE:
-        sc = total.sc[name]
-        if sc is None:
-            metrics[name] = Metric(None, 0, sc_options[name].buckets, applicable=False)
-        else:
-            metrics[name] = Metric(sc.value, int(sc.covered.sum()), sc.total, True, sc.below, sc.above, sc.count, sc.nan)
-    for name, cov in total.neurons.items():
-        metrics[name] = Metric(cov.value, cov.covered_count, cov.total)
+    for criterion in CRITERIA:
+        made = total.made[criterion.name]
+        if made is not None:
+            metrics[criterion.name] = made.metric()
+        else:  # a surprise coverage the profile has no score for (DSC of a regression model)
+            metrics[criterion.name] = Metric(None, 0, sc_options[criterion.name].buckets, applicable=False)
 
-    per_layer = {name: cov.per_layer() for name, cov in total.neurons.items()}
+    per_layer = {name: total.made[name].per_layer() for name in NEURON}
     layer_names = list(view.ranges.names) or [f"layer_{i}" for i in range(len(view.ranges.sizes))]
     layers_out = [
         {"name": layer_names[i], "neurons": int(size), **{k: per_layer[k][i] for k in per_layer}}
@@ -507,9 +479,9 @@ def compute(
         "lsa_near_singular": options.lsa_near_singular,
     }
     for metric in SURPRISE:
-        sc = total.sc[metric]
+        sc = total.made[metric]
         config[metric] = (
-            {"lower": sc.lower, "upper": sc.upper, "buckets": sc.buckets, "rule": rules[metric]}
+            {**sc.bounds(), "rule": rules[metric]}
             if sc is not None
             else {"lower": None, "upper": None, "buckets": sc_options[metric].buckets, "rule": "not applicable (regression model)"}
         )

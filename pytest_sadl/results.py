@@ -24,15 +24,6 @@ from typing import Any
 
 SCHEMA = "pytest-sadl/results"
 VERSION = 1
-METRICS = ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
-LABELS = {"lsc": "LSC", "dsc": "DSC", "mdsc": "MDSC", "nc": "NC", "kmnc": "KMNC", "nbc": "NBC", "snac": "SNAC"}
-# The surprise coverages and the per-input surprise each buckets (results' "inputs" keys),
-# in report order; every other metric is a neuron coverage. Adding a surprise measure is
-# one entry here (and its scorer in the engine).
-SURPRISE = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
-SA_LABELS = {"lsa": "LSA", "dsa": "DSA", "mdsa": "MDSA"}
-KINDS = {m: ("surprise" if m in SURPRISE else "neuron") for m in METRICS}
-NEURON = tuple(m for m in METRICS if KINDS[m] == "neuron")  # the neuron coverages, in report order
 
 #: Limits on what a results file may hold (a real file is far inside them).
 

@@ -68,6 +68,35 @@ def test_version_needs_no_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"sadl (pytest-sadl) {__version__}\n"
 
 
+HEAVY = ("numpy", "scipy", "pytest", "_pytest", "keras", "tensorflow", "jax", "jinja2")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["report", "--help"], ["compare", "--help"],
+                                  ["profile", "--help"], ["profile", "build", "--help"]])
+def test_help_and_version_import_nothing_heavy(args: list[str]) -> None:
+    """`sadl --help` starts at once: it imports no NumPy, SciPy, pytest or backend (they took
+    1.5 s); `select`, whose module needs NumPy, is registered in full only when it runs."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from pytest_sadl.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n        main(sys.argv[1:])\n    except SystemExit:\n        pass\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules], 'usage:' in out.getvalue() or 'sadl' in out.getvalue())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[] True", done.stdout + done.stderr
+
+
+def test_select_help_still_lists_its_own_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["select", "--help"])
+    out = capsys.readouterr().out
+    assert "--budget" in out and "--strategy" in out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "select" in capsys.readouterr().out
+
+
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([])

@@ -336,7 +336,13 @@ def test_strict_config_and_markers_pass_with_every_ini_option(project):
     kmnc_total = data["metrics"]["kmnc"]["total"]  # k x neurons, less neurons constant in training
     assert kmnc_total % 10 == 0 and 0 < kmnc_total <= 10 * (8 + 32)
     assert [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
-    res.stdout.fnmatch_lines(["sadl: model=*model.keras; train=*train.npz; SA layers=hidden; reports=json:*"])
+    # the header: paths relative to the rootdir, lines that fit 80 columns
+    header = [line for line in res.stdout.lines if line.startswith("sadl: ") and "=" in line]
+    assert " ".join(header).replace("; sadl: ", "; ").startswith(
+        "sadl: model=model.keras; train=train.npz; SA layers=hidden"
+    ), header
+    assert "reports=json:ini.json" in " ".join(header) and all(len(line) <= 80 for line in header), header
+    assert str(pytester.path) not in "".join(header)
 
 
 def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
@@ -659,6 +665,21 @@ def test_plugin_off_ignores_broken_sadl_settings(pytester: pytest.Pytester):
     res.stderr.fnmatch_lines(["ERROR: sadl_fail_under (ini): 'lsc30' is not METRIC:PERCENT*"])
 
 
+def test_a_marked_test_without_any_model_is_a_usage_error_not_a_test_error(pytester: pytest.Pytester):
+    """No sadl_model in the ini and no project fixture: the run ends at the first marked test
+    as a usage error (exit 4) in one line saying where to configure the model, instead of an
+    error per test with a traceback (and "1 passed" for the unmarked ones, exit 1)."""
+    pytester.makefile(".ini", pytest="[pytest]\n")
+    pytester.makepyfile("import pytest\n\ndef test_plain():\n    pass\n\n"
+                        "@pytest.mark.sadl\ndef test_marked():\n    pass\n")
+    res = pytester.runpytest_inprocess("--sadl-coverage", "-p", "no:randomly")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()
+    text = res.stdout.str() + res.stderr.str()
+    lines = [line for line in text.splitlines() if "no model configured" in line]
+    assert len(lines) == 1 and "sadl_model" in lines[0] and "conftest.py" in lines[0], lines
+    assert "Traceback" not in text and "UsageError" not in text
+
+
 def test_no_sadl_coverage_switches_an_ini_default_off(pytester: pytest.Pytester):
     pytester.makefile(".ini", pytest="[pytest]\nsadl_coverage = true\nsadl_model = missing.keras\n")
     pytester.makepyfile("def test_ok():\n    pass\n")
@@ -700,9 +721,9 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.plugin.options import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
 from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
-from pytest_sadl.results import METRICS  # noqa: E402
 
 _spec_parts = st.one_of(
     st.text(max_size=12),

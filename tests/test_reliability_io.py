@@ -122,12 +122,13 @@ def test_reports_go_into_a_fifo_and_a_device_and_two_to_one_file_are_a_usage_err
     device = _null_device(pytester.path / "null")
     thread, got = _read_fifo_in_thread(fifo)
     res = run(pytester, "--sadl-coverage", f"--sadl-report=json:{fifo}", f"--sadl-report=markdown:{device}",
-              "--sadl-report=badge:badge.json")
+              "--sadl-report=badge:badges")
     thread.join(60)
     assert res.ret == 0, res.stdout.str()
     assert json.loads(got[0])["metrics"]["lsc"]["count"] == 60
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and stat.S_ISCHR(os.lstat(device).st_mode)
     assert f"sadl: json report written to {fifo}" in res.stdout.str()
+    assert json.loads((pytester.path / "badges" / "sadl-badge-lsc.json").read_text())["label"] == "LSC"
 
     res = run(pytester, "--sadl-coverage", "--sadl-report=json:same.out", "--sadl-report=markdown:sub/../same.out",
               "--sadl-report=json:./same.out")

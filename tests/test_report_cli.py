@@ -45,7 +45,7 @@ def _doc() -> dict[str, Any]:
 
 def test_report_writes_html_markdown_and_badge(tmp_path, capsys):
     rc = sadl("report", RUN, "--html", tmp_path / "html", "--markdown", tmp_path / "s.md",
-              "--badge", tmp_path / "badge.json", "--compare", BASE)
+              "--badge", tmp_path / "badges", "--compare", BASE)
     assert rc == 0
     out = capsys.readouterr().out
     index = tmp_path / "html" / "index.html"
@@ -54,7 +54,10 @@ def test_report_writes_html_markdown_and_badge(tmp_path, capsys):
     assert 'id="comparison"' in html and "▼ -2.60 pts" in html
     md = (tmp_path / "s.md").read_text(encoding="utf-8")
     assert "| DSC | 25.10% | – | – | 27.70% | ▼ -2.60 |" in md
-    assert set(json.loads((tmp_path / "badge.json").read_text())) == {"lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"}
+    assert {p.name for p in (tmp_path / "badges").iterdir()} == {
+        f"sadl-badge-{m}.json" for m in ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
+    }
+    assert json.loads((tmp_path / "badges" / "sadl-badge-nc.json").read_text())["label"] == "NC"
 
 
 def test_report_html_only_equals_render_html(tmp_path):

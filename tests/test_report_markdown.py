@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report.badge import render_badge, render_badges, write_badge
+from pytest_sadl.report.badge import (
+    BADGE_FILE,
+    render_badge,
+    render_badges,
+    write_badge,
+    write_badges,
+)
 from pytest_sadl.report.compare import compare
 from pytest_sadl.report.markdown import escape_md, render_markdown, write_markdown
 from pytest_sadl.resultsfile import load_results
@@ -146,10 +152,17 @@ def test_badge_not_applicable_and_unknown(regression):
         render_badge(regression, "lsx")
 
 
-def test_badge_file_all_metrics_or_one(tmp_path, classifier):
-    all_ = json.loads(write_badge(classifier, tmp_path / "badge.json").read_text())
-    assert list(all_) == ["lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"]
-    assert all_ == render_badges(classifier)
-    one = json.loads(write_badge(classifier, tmp_path / "lsc.json", metric="lsc").read_text())
+def test_badges_are_one_shields_endpoint_file_per_metric(tmp_path, classifier):
+    """shields.io's endpoint badge reads a file that is one endpoint document (schemaVersion,
+    label, message, color at the top level): one per metric, named after it."""
+    folder = write_badges(classifier, tmp_path / "badges")
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == sorted(BADGE_FILE.format(metric=m) for m in ["lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"])
+    for metric, doc in render_badges(classifier).items():
+        written = json.loads((folder / f"sadl-badge-{metric}.json").read_text())
+        assert written == doc and written["schemaVersion"] == 1 and set(written) == {"schemaVersion", "label", "message", "color"}
+    one = json.loads(write_badge(classifier, tmp_path / "lsc.json", "lsc").read_text())
     assert one == render_badge(classifier, "lsc")
-    assert len((tmp_path / "badge.json").read_bytes()) < 1024
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="one file per metric.*give a folder"):
+        write_badges(classifier, tmp_path / "a-file")

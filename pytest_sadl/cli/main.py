@@ -37,7 +37,6 @@ from pytest_sadl.cli.args import (
     project_options,
 )
 from pytest_sadl.cli.report import register as register_report
-from pytest_sadl.cli.select import register as register_select
 
 __all__ = ["main", "build_parser", "ProgressBar"]
 
@@ -244,8 +243,27 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``sadl`` argument parser with every subcommand registered."""
+#: Subcommands whose modules are heavy to import (NumPy, SciPy): registered in full only
+#: when they are the command run, so that ``sadl --help`` starts at once.
+LAZY = {
+    "select": (
+        "pytest_sadl.cli.select",
+        "choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
+    ),
+}
+
+
+def _command(argv: list[str] | None) -> str | None:
+    """The subcommand ``argv`` runs (its first word that is not an option)."""
+    for word in sys.argv[1:] if argv is None else argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``sadl`` argument parser with every subcommand registered (the :data:`LAZY` ones
+    in full only when ``argv`` runs them; ``build_parser()`` alone registers all)."""
     parser = argparse.ArgumentParser(
         prog="sadl",
         description="pytest-sadl: Surprise Adequacy and neuron coverage of Keras models. "
@@ -329,13 +347,21 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(func=cmd_profile_list)
 
     register_report(sub)
-    register_select(sub)
+    wanted = _command(argv) if argv is not None else None
+    for name, (module, help_text) in LAZY.items():
+        if argv is None or wanted == name:
+            import importlib
+
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``sadl`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     from pytest_sadl.errors import SadlConfigError
 

@@ -22,8 +22,8 @@ import json
 import sys
 from typing import Any, Callable
 
+from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.errors import ResultsFileError
-from pytest_sadl.report._load import METRICS
 from pytest_sadl.report.compare import (
     Comparison,
     compare,
@@ -56,10 +56,10 @@ def _print_comparison(comp: Comparison) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``sadl report RUN.json --html DIR [--markdown PATH] [--badge PATH] [--compare BASE]``."""
+    """``sadl report RUN.json --html DIR [--markdown PATH] [--badge DIR] [--compare BASE]``."""
     prog = "sadl report"
     if not (args.html or args.markdown or args.badge):
-        return _error(prog, "nothing to write: give --html DIR, --markdown PATH and/or --badge PATH")
+        return _error(prog, "nothing to write: give --html DIR, --markdown PATH and/or --badge DIR")
     try:
         results = load_results(args.results)
         comparison = compare(results, load_results(args.compare)) if args.compare else None
@@ -75,9 +75,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
             print(f"wrote {write_markdown(results, args.markdown, comparison=comparison)}")
         if args.badge:
-            from pytest_sadl.report.badge import write_badge
+            from pytest_sadl.report.badge import write_badge, write_badges
 
-            print(f"wrote {write_badge(results, args.badge, metric=args.badge_metric)}")
+            if args.badge_metric:
+                print(f"wrote {write_badge(results, args.badge, args.badge_metric)}")
+            else:
+                print(f"wrote {write_badges(results, args.badge)}")
     except (OSError, ValueError) as exc:
         return _error(prog, str(exc))
     if comparison is not None:
@@ -119,10 +122,11 @@ def register(subparsers: Any) -> None:
     rep.add_argument("--html", metavar="DIR", help="write DIR/index.html")
     rep.add_argument("--markdown", metavar="PATH",
                      help="write a Markdown summary (appends when PATH is $GITHUB_STEP_SUMMARY)")
-    rep.add_argument("--badge", metavar="PATH",
-                     help="write a badge JSON (shields.io endpoint format, one per metric)")
+    rep.add_argument("--badge", metavar="DIR",
+                     help="write one shields.io endpoint file per metric into DIR "
+                          "(sadl-badge-lsc.json, ...); with --badge-metric, the one file DIR names")
     rep.add_argument("--badge-metric", metavar="METRIC", choices=METRICS, default=None,
-                     help="write one metric's endpoint document instead of all "
+                     help="write one metric's endpoint document to the --badge path "
                           f"({', '.join(METRICS)})")
     rep.add_argument("--compare", metavar="BASELINE.json",
                      help="show the change of every metric against a baseline run")

@@ -29,8 +29,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from pytest_sadl.criteria.mistakes import confidence_scores
+from pytest_sadl.criteria.registry import SURPRISE
 from pytest_sadl.criteria.surprise import bucket_edges, bucket_index
-from pytest_sadl.results import SURPRISE  # SC metric -> the SA it buckets
 
 __all__ = ["STRATEGIES", "Selection", "select", "covered_from_results", "greedy_coverage"]
 

@@ -134,7 +134,8 @@ class SadlState:
             from pytest_sadl.profile.lookup import load_or_build
 
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
-            status = None if tr is None or self.is_worker else (lambda msg: tr.write_line(f"sadl: {msg}"))
+            root = self.config.rootpath
+            status = None if tr is None or self.is_worker else (lambda msg: tr.write_line(f"sadl: {short_path(msg, root)}"))
             options = ProfileOptions.from_sadl(self.options)
             from pytest_sadl.errors import SadlCacheWarning
 
@@ -244,6 +245,27 @@ def _enabled(config: pytest.Config) -> SadlState | None:
     return state if state is not None and state.options.enabled else None
 
 
+#: The width the plugin's own lines keep to (the header, status lines), as the summary does.
+LINE_WIDTH = 80
+
+
+def short_path(text: str, rootdir: Path) -> str:
+    """``text`` with the rootdir's absolute prefix dropped from every path in it."""
+    prefix = str(rootdir).rstrip("/\\") + "/"
+    return text.replace(prefix, "")
+
+
+def header_lines(parts: list[str], width: int = LINE_WIDTH) -> list[str]:
+    """``sadl: a; b; ...`` in as few lines of at most ``width`` columns as the parts allow."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += "; " + part
+        else:
+            lines.append("sadl: " + part)
+    return lines
+
+
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = _enabled(config)
     if state is None:
@@ -258,7 +280,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     ]
     if o.fail_under:
         parts.append("fail-under=" + ",".join(f"{k}:{v:g}" for k, v in o.fail_under.items()))
-    return ["sadl: " + "; ".join(parts)]
+    return header_lines([short_path(p, config.rootpath) for p in parts])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -310,7 +332,13 @@ def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
     item = request.node
     entry = item.stash.get(_RECORD, None)
     if entry is None:
-        model = request.getfixturevalue("sadl_model")
+        try:
+            model = request.getfixturevalue("sadl_model")
+        except pytest.UsageError as exc:  # no model configured, or it cannot be loaded
+            if state.is_worker:  # pytest.exit in a pytest-xdist worker is the controller's INTERNALERROR
+                raise
+            state.fatal = True
+            pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
         state.model_seen = model
         if state.train_seen is None:  # the configured data, or a project's own sadl_train
             with contextlib.suppress(pytest.UsageError):  # neither: reported when needed

@@ -14,14 +14,27 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+from pytest_sadl.criteria.registry import METRICS
 
-from pytest_sadl.results import METRICS
+if TYPE_CHECKING:
+    import pytest
+
+def _usage_error() -> type[Exception]:
+    """pytest's UsageError, imported when needed: the ``sadl`` commands read this table
+    (``sadl --help`` must not import pytest)."""
+    import pytest
+
+    return pytest.UsageError
+
+
+def _usage(message: str) -> Exception:
+    return _usage_error()(message)
+
 
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
-DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badge.json"}
+DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badges"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
            limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
     Option("--sadl-groups", "sadl_groups", "the order of the groups in the cumulative table (Table VI), comma-separated; groups not named follow, by their first test id (default: every group by its first test id)", "linelist", None, "list", "G1,G2"),
-    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:PATH]; repeatable (default term)", "linelist", None, "append", "TYPE"),
+    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:DIR] (one shields.io file per metric); repeatable (default term)", "linelist", None, "append", "TYPE"),
     Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", "linelist", None, "str", "SPEC"),
     Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
     Option("--sadl-lock-timeout", "sadl_lock_timeout", "seconds to wait for another process building the same training profile (its lock) before building it in memory, unsaved (default 300)", None, 300.0, "float", "S"),
@@ -236,17 +249,17 @@ def parse_thresholds(spec: str, option: str = "--sadl-fail-under") -> dict[str, 
     try:
         return parse_metric_numbers(spec, option)
     except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise _usage(str(exc)) from None
 
 
 def parse_report(spec: str, base: Path) -> Report:
     kind, sep, path = spec.partition(":")
     kind = kind.strip().lower()
     if kind not in REPORT_KINDS:
-        raise pytest.UsageError(f"--sadl-report={spec!r}: unknown report type {kind!r}; use one of {', '.join(REPORT_KINDS)}")
+        raise _usage(f"--sadl-report={spec!r}: unknown report type {kind!r}; use one of {', '.join(REPORT_KINDS)}")
     if kind.startswith("term"):
         if sep:
-            raise pytest.UsageError(f"--sadl-report={spec!r}: the terminal report takes no path")
+            raise _usage(f"--sadl-report={spec!r}: the terminal report takes no path")
         return Report(kind)
     default = DEFAULT_REPORT_PATHS[kind]
     if kind == "markdown" and os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -272,7 +285,7 @@ def check_report_paths(reports: tuple[Report, ...], where: str = "--sadl-report"
             seen[key] = report
             out.append(report)
         elif first.kind != report.kind:
-            raise pytest.UsageError(
+            raise _usage(
                 f"{where}: {first.kind}:{first.path} and {report.kind}:{report.path} write the same file "
                 f"({key}); give each report its own path"
             )
@@ -322,12 +335,12 @@ class _Reader:
         native = self.toml_values().get(opt.ini)
         types, what = _TOML_TYPES[opt.kind]
         if native is not None and not isinstance(native, types) or (isinstance(native, bool) and bool not in types):
-            raise pytest.UsageError(
+            raise _usage(
                 f"{opt.ini} = {_toml_repr(native)} in {Path(self.config.inipath).name}: expected {what}"  # type: ignore[arg-type]
             )
         try:
             ini = self.config.getini(opt.ini)
-        except pytest.UsageError:
+        except _usage_error():
             # pytest 9's native [tool.pytest] table checks TOML types itself: a string where
             # the option is declared a line list; the value passed the check above
             if native is None:
@@ -337,7 +350,7 @@ class _Reader:
             return None, self.inidir
         if isinstance(ini, list) and opt.kind not in ("list", "append"):
             if opt.kind != "str":
-                raise pytest.UsageError(f"{opt.ini} (ini)={ini!r}: expected one value, not a list")
+                raise _usage(f"{opt.ini} (ini)={ini!r}: expected one value, not a list")
             ini = ",".join(str(item) for item in ini)  # sadl_fail_under = ["lsc:30", "nc:50"]
         return ini, self.inidir
 
@@ -354,11 +367,11 @@ class _Reader:
             number = cast(str(value).strip())
         except ValueError:
             kind = "an integer" if cast is int else "a number"
-            raise pytest.UsageError(f"{where}={value!r} is not {kind}") from None
+            raise _usage(f"{where}={value!r} is not {kind}") from None
         if cast is float and not math.isfinite(number):
-            raise pytest.UsageError(f"{where}={value!r} must be finite")
+            raise _usage(f"{where}={value!r} must be finite")
         if opt.limit is not None and number > opt.limit:
-            raise pytest.UsageError(f"{where}={value}: at most {opt.limit:,.0f} ({opt.limit_why})")
+            raise _usage(f"{where}={value}: at most {opt.limit:,.0f} ({opt.limit_why})")
         return number
 
 
@@ -372,10 +385,10 @@ def _switch(config: pytest.Config, name: str) -> bool:
         return False
     try:
         ini = bool(config.getini(name))
-    except (ValueError, pytest.UsageError) as exc:
+    except (ValueError, _usage_error()) as exc:
         # pytest < 9.2 raises ValueError, 9.2+ a UsageError, both "invalid truth value 'maybe'":
         # neither names the option, so say which one and how to write it
-        raise pytest.UsageError(f"{name} (ini) is not a boolean: {exc}; write true or false") from None
+        raise _usage(f"{name} (ini) is not a boolean: {exc}; write true or false") from None
     return bool(config.getoption(name)) or ini
 
 
@@ -415,9 +428,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
         lo_opt, up_opt, n_opt = (opts[f"sadl_{prefix}_{k}"] for k in ("lower", "upper", "buckets"))
         lower, upper, buckets = r.number(lo_opt, float), r.number(up_opt, float), r.number(n_opt, int)
         if buckets < 1:
-            raise pytest.UsageError(f"{r.label(n_opt)}={buckets}: needs at least 1 bucket")
+            raise _usage(f"{r.label(n_opt)}={buckets}: needs at least 1 bucket")
         if lower is not None and upper is not None and upper <= lower:
-            raise pytest.UsageError(
+            raise _usage(
                 f"{r.label(up_opt)}={upper:g} is not above {r.label(lo_opt)}={lower:g}; "
                 f"{prefix.upper()}'s buckets divide (lower, upper], so upper must be greater"
             )
@@ -426,7 +439,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
     def at_least(name: str, cast: type, low: float, what: str) -> Any:
         value = r.number(opts[name], cast)
         if value < low:
-            raise pytest.UsageError(f"{r.label(opts[name])}={value:g}: {what}")
+            raise _usage(f"{r.label(opts[name])}={value:g}: {what}")
         return value
 
     k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
@@ -434,7 +447,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
     near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
     lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
     if lsa_near_singular not in ("drop", "keep"):
-        raise pytest.UsageError(
+        raise _usage(
             f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
             "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
         )
@@ -442,7 +455,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
     lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
     nc_threshold = at_least("sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)")
     if nc_threshold >= 1:
-        raise pytest.UsageError(
+        raise _usage(
             f"{r.label(opts['sadl_nc_threshold'])}={nc_threshold:g}: NC's threshold applies to outputs "
             "scaled to [0, 1], so no neuron could exceed it; use a value in [0, 1)"
         )
@@ -463,7 +476,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         try:
             compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
         except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise _usage(str(exc)) from None
     compare = path("sadl_compare")
     if compare is not None:
         from pytest_sadl.resultsfile import load_results
@@ -471,9 +484,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
         try:  # a missing, broken or newer baseline is a usage error now, not at the end
             load_results(compare)
         except ValueError as exc:
-            raise pytest.UsageError(f"--sadl-compare: {exc}") from None
+            raise _usage(f"--sadl-compare: {exc}") from None
     if compare_fail and compare is None:
-        raise pytest.UsageError("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
+        raise _usage("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
     cache, _ = r.raw(opts["sadl_cache_dir"])
     cache_dir = None
     if cache is not None:
@@ -513,7 +526,7 @@ def check_paths(options: SadlOptions) -> None:
         ("--sadl-train", options.train, "a .npz/.npy file"),
     ):
         if value is not None and os.path.isabs(value) and not Path(value).exists():
-            raise pytest.UsageError(
+            raise _usage(
                 f"{flag}: {value!r} does not exist; give {kind} "
                 f"(ini paths are relative to {options.base_dir}) or 'package.module:function'"
             )

@@ -57,9 +57,9 @@ def write_report(report: Report, data: dict[str, Any], comparison: Any) -> Path:
 
         return write_markdown(data, report.path, comparison=comparison)
     if report.kind == "badge":
-        from pytest_sadl.report.badge import write_badge
+        from pytest_sadl.report.badge import write_badges
 
-        return write_badge(data, report.path)
+        return write_badges(data, report.path)
     raise ValueError(f"unknown report kind {report.kind!r}")  # config.py refuses it first
 
 

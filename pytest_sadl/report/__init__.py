@@ -6,7 +6,7 @@ reads it); none recomputes a metric.
 
 - :mod:`pytest_sadl.report.html`: ``render_html`` / ``write_html`` (one self-contained file)
 - :mod:`pytest_sadl.report.markdown`: ``render_markdown`` / ``write_markdown``
-- :mod:`pytest_sadl.report.badge`: ``render_badge`` / ``render_badges`` / ``write_badge``
+- :mod:`pytest_sadl.report.badge`: ``render_badge`` / ``write_badges`` (one endpoint file per metric)
 - :mod:`pytest_sadl.report.compare`: ``compare``, ``parse_compare_fail``, ``compare_failures``
 - :mod:`pytest_sadl.cli.report`: the ``sadl report`` and ``sadl compare`` subcommands
 

@@ -3,8 +3,9 @@ writer is :mod:`pytest_sadl.atomic`).
 
 Every report renders the plain ``dict`` that :func:`pytest_sadl.resultsfile.load_results` returns (or that the
 plugin builds in memory); none recomputes a metric. Reading and validating a results
-file against its JSON Schema lives with the format, in :mod:`pytest_sadl.results`
-(re-exported here): a file that passes has the types the renderers rely on. Optional
+file against its JSON Schema is :mod:`pytest_sadl.resultsfile`: a file that passes has
+the types the renderers rely on. The metrics' names, labels and titles come from
+:mod:`pytest_sadl.criteria.registry`. Optional
 sections (``groups``, ``tests``, ``inputs``, ``top_inputs``, ...) may be absent; the
 renderers show what there is.
 """
@@ -13,24 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pytest_sadl.results import (
-    LABELS as METRIC_LABELS,  # the metrics' names, in one place: results.py
-)
-from pytest_sadl.results import (  # noqa: F401 (re-exported)
-    METRICS,  # the order every report shows them
-    SA_LABELS,
-    SURPRISE,
-)
-
-METRIC_TITLES: dict[str, str] = {
-    "lsc": "Likelihood-based surprise coverage",
-    "dsc": "Distance-based surprise coverage",
-    "mdsc": "Mahalanobis-distance surprise coverage",
-    "nc": "Neuron coverage",
-    "kmnc": "k-multisection neuron coverage",
-    "nbc": "Neuron boundary coverage",
-    "snac": "Strong neuron activation coverage",
-}
+from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.registry import METRICS, SA_LABELS, SURPRISE
 
 
 def thresholds_of(results: Mapping[str, Any]) -> dict[str, float]:

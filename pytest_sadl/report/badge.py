@@ -1,10 +1,10 @@
-"""A JSON summary small enough for a badge, in shields.io's endpoint format.
+"""Badges: one shields.io *endpoint* document per metric.
 
-:func:`render_badge` gives one metric as a shields.io *endpoint* document
-(``https://img.shields.io/endpoint?url=…`` renders it). :func:`render_badges` gives every
-metric in one file, ``{"lsc": {endpoint}, "dsc": {...}, ...}``; shields.io's *dynamic
-JSON* badge reads one of them with ``query=$.lsc.message``, and a script can pick one
-entry and publish it as an endpoint.
+:func:`render_badge` gives one metric as a shields.io endpoint document
+(``https://img.shields.io/endpoint?url=…`` renders it); :func:`write_badges` writes one
+file per metric the run has, ``sadl-badge-lsc.json``, ``sadl-badge-nc.json``, ... in a
+folder (``--sadl-report=badge[:DIR]``), each one a complete endpoint that shields.io reads
+as it is. :func:`render_badges` is the same documents by metric, for scripts.
 
 The colour follows the threshold when there is one (green: met, red: missed);
 without a threshold it follows the value on shields' usual scale.
@@ -18,9 +18,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_sadl.atomic import atomic_write_text
-from pytest_sadl.report._load import METRIC_LABELS, METRICS, metric_entry
+from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.report._load import metric_entry
 
-__all__ = ["render_badge", "render_badges", "write_badge"]
+__all__ = ["BADGE_FILE", "render_badge", "render_badges", "write_badge", "write_badges"]
+
+#: The file of one metric's badge in the badge folder.
+BADGE_FILE = "sadl-badge-{metric}.json"
 
 _SCALE = ((90.0, "brightgreen"), (75.0, "green"), (60.0, "yellowgreen"), (40.0, "yellow"),
           (20.0, "orange"), (0.0, "red"))
@@ -61,8 +66,22 @@ def render_badges(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {m: render_badge(results, m) for m in METRICS if metric_entry(results, m) is not None}
 
 
-def write_badge(results: Mapping[str, Any], path: str | os.PathLike[str],
-                metric: str | None = None) -> Path:
-    """Write the badge JSON to ``path`` atomically: one metric's endpoint, or all of them."""
-    doc: Any = render_badges(results) if metric is None else render_badge(results, metric)
-    return atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+def write_badge(results: Mapping[str, Any], path: str | os.PathLike[str], metric: str) -> Path:
+    """Write one metric's endpoint document to ``path`` atomically."""
+    return atomic_write_text(path, json.dumps(render_badge(results, metric), indent=2) + "\n")
+
+
+def write_badges(results: Mapping[str, Any], directory: str | os.PathLike[str]) -> Path:
+    """Write :data:`BADGE_FILE` for every metric the run has into ``directory`` (made when
+    missing), each atomically; returns the folder. A path that exists and is not a folder
+    is refused (the badges are several files)."""
+    folder = Path(directory)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(
+            f"{folder}: the badges are one file per metric ({BADGE_FILE.format(metric='lsc')}, ...); "
+            "give a folder (badge:DIR), not a file"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    for metric, doc in render_badges(results).items():
+        atomic_write_text(folder / BADGE_FILE.format(metric=metric), json.dumps(doc, indent=2) + "\n")
+    return folder

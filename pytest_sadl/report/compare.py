@@ -11,13 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from pytest_sadl.report._load import (
-    METRIC_LABELS,
-    METRICS,
-    metric_entry,
-    metric_percent,
-)
-from pytest_sadl.results import SURPRISE
+from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.registry import METRICS, SURPRISE
+from pytest_sadl.report._load import metric_entry, metric_percent
 
 #: Decimals of a delta, in percentage points, for the decision and the message alike.
 DELTA_DIGITS = 2

@@ -24,10 +24,10 @@ import jinja2
 from markupsafe import Markup, escape
 
 from pytest_sadl.atomic import atomic_write_text
+from pytest_sadl.criteria.registry import KINDS, METRICS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.registry import TITLES as METRIC_TITLES
 from pytest_sadl.report._load import (
-    METRIC_LABELS,
-    METRIC_TITLES,
-    METRICS,
     adequacy_hints,
     fmt_num,
     fmt_pct,
@@ -37,7 +37,6 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison
 from pytest_sadl.report.images import png_data_url
-from pytest_sadl.results import KINDS, NEURON, SA_LABELS, SURPRISE
 
 __all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
 

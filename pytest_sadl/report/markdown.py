@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_sadl.atomic import atomic_write_text
+from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.registry import METRICS, SURPRISE
 from pytest_sadl.report._load import (
-    METRIC_LABELS,
-    METRICS,
     adequacy_hints,
     metric_entry,
     mistakes_rows,
@@ -23,7 +23,6 @@ from pytest_sadl.report._load import (
     thresholds_of,
 )
 from pytest_sadl.report.compare import Comparison
-from pytest_sadl.results import SURPRISE
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
 

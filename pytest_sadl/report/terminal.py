@@ -1,12 +1,19 @@
-"""The terminal summary (``--sadl-report=term`` / ``term-verbose``), rendered from the results JSON."""
+"""The terminal summary (``--sadl-report=term`` / ``term-verbose``), rendered from the results JSON.
+
+``term`` fits :data:`WIDTH` columns, as pytest-cov's summary does on a CI log: text is
+wrapped, the layer list abbreviated, and the mistakes table shows the surprise measures
+with the best confidence baseline; ``term-verbose`` adds the per-test and per-layer
+tables and every column at full width.
+"""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Callable
 
+from pytest_sadl.criteria.registry import LABELS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import METRICS as ORDER
 from pytest_sadl.report._load import mistakes_rows, tests_summary
-from pytest_sadl.results import LABELS, NEURON, SA_LABELS, SURPRISE
-from pytest_sadl.results import METRICS as ORDER
 
 
 def _pct(value: float | None) -> str:
@@ -17,8 +24,58 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+#: The width of the ``term`` summary (a CI log's, and pytest's own default).
+WIDTH = 80
+
+
+def _wrap(text: str, width: int | None, indent: str = "  ") -> list[str]:
+    if width is None:
+        return [text]
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [""]
+
+
+def _names(names: list[str], room: int | None) -> str:
+    """``names`` joined, cut to ``room`` characters with how many more there are."""
+    full = ", ".join(names)
+    if room is None or len(full) <= room:
+        return full
+    shown: list[str] = []
+    for i, name in enumerate(names):
+        more = f", ... +{len(names) - i} more"
+        if len(", ".join([*shown, name])) + len(more) > room:
+            return ", ".join(shown) + more if shown else "term-verbose lists them"
+        shown.append(name)
+    return full
+
+
+def _fold_baselines(header: list[str], table: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """The mistakes table with its confidence-baseline columns folded into one, the best
+    baseline (highest value) of each row: the surprise measures stay side by side."""
+    sa_names = tuple(f"{label} " for label in SA_LABELS.values())
+    keep = [i for i, h in enumerate(header) if i < 3 or h.startswith(sa_names)]
+    base = [i for i in range(3, len(header)) if i not in keep]
+    if len(base) < 2:
+        return header, table
+
+    def best(row: list[str]) -> str:
+        values = [(float(row[i]), row[i]) for i in base if row[i].replace(".", "", 1).lstrip("-").isdigit()]
+        return max(values)[1] if values else "-"
+
+    unit = header[base[0]].rsplit(" ", 1)[-1]
+    return ([header[i] for i in keep] + [f"best conf. {unit}"],
+            [[row[i] for i in keep] + [best(row)] for row in table])
+
+
+def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
+    """Aligned columns; with ``width``, the first column (names: groups, tests) is cut with
+    an ellipsis so the table fits, down to 12 characters."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    over = sum(widths) + 2 * (len(widths) - 1) - (width or 0)
+    if width is not None and over > 0 and widths[0] > 12:
+        cut = max(12, widths[0] - over)
+        rows = [[(r[0] if len(r[0]) <= cut else r[0][: cut - 1] + "…"), *r[1:]] for r in rows]
+        widths[0] = cut
     out = []
     for n, row in enumerate(rows):
         cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(row)]
@@ -28,25 +85,33 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     return out
 
 
-def render_terminal(results: dict[str, Any], *, verbose: bool = False, comparison: Any = None) -> list[str]:
+def render_terminal(
+    results: dict[str, Any], *, verbose: bool = False, comparison: Any = None, width: int | None = WIDTH
+) -> list[str]:
     """Lines of the summary: model, warnings, the metrics, Table VI by group (and, verbose,
-    the tests and layers)."""
+    the tests and layers). Without ``verbose`` every line fits ``width`` columns (``None``:
+    no limit)."""
+    if verbose:
+        width = None
     model, config, metrics = results["model"], results["config"], results["metrics"]
     n_inputs = len(results["inputs"]["test"])
-    lines = [
+    lines = _wrap(
         f"model {model.get('name', '?')} (fingerprint {str(model.get('fingerprint', ''))[:12]}), "
         f"{model.get('n_train', '?')} training inputs, {'classifier' if model.get('classifier') else 'regression'}",
-        f"SA layers: {', '.join(config['sa_layers'])}; coverage layers: {len(config['coverage_layers'])} "
-        f"({', '.join(config['coverage_layers'])})",
-    ]
+        width,
+    )
+    coverage = list(config["coverage_layers"])
+    head = f"SA layers: {', '.join(config['sa_layers'])}; coverage layers: {len(coverage)} ("
+    lines += _wrap(head + _names(coverage, None if width is None else max(20, width - len(head) - 1)) + ")", width)
     if n_inputs == 0:
-        lines.append("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl")
+        lines += _wrap("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl", width)
     else:
-        lines.append(f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results['groups'])} group(s)")
+        lines += _wrap(f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results['groups'])} group(s)", width)
     warnings = results.get("outcome", {}).get("warnings", [])
     if warnings:  # before the tables: an incomplete run must not read as a complete one
         lines.append("")
-        lines += [f"warning: {w}" for w in warnings]
+        for w in warnings:
+            lines += _wrap(f"warning: {w}", width)
     lines.append("")
     thresholds = results.get("thresholds", {})
     deltas = {}
@@ -56,12 +121,14 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
     if deltas:
         header.append("vs baseline")
     rows = [header]
+    not_applicable = []
     for name in ORDER:
         m = metrics.get(name)
         if m is None:  # a results file from before this metric existed
             continue
         if not m.get("applicable", True):
-            row = [LABELS[name], "n/a", "not applicable (regression model)", "", "", ""]
+            row = [LABELS[name], "n/a", "-", "", "", ""]
+            not_applicable.append(LABELS[name])
         else:
             bounds = above = ""
             if name in SURPRISE:
@@ -74,10 +141,12 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
             d = deltas.get(name)
             row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
         rows.append(row)
-    lines += _table(rows, right={1, 2, 4, 5, 6})
+    lines += _table(rows, right={1, 2, 4, 5, 6}, width=width)
+    if not_applicable:
+        lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
     rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
     if any(r.startswith("default") for r in rules):
-        lines.append("bounds: " + next(r for r in rules if r.startswith("default")))
+        lines += _wrap("bounds: " + next(r for r in rules if r.startswith("default")), width)
 
     if results["groups"]:
         lines += ["", "cumulative coverage by group (Table VI of the paper):"]
@@ -88,14 +157,18 @@ def render_terminal(results: dict[str, Any], *, verbose: bool = False, compariso
                 [("" if i == 0 else "+ ") + g["name"], str(g["tests"]), str(g["inputs"])]
                 + [_pct(g["cumulative"].get(k)).rstrip("%") for k in shown]
             )
-        lines += _table(rows, right=set(range(1, 3 + len(shown))))
+        lines += _table(rows, right=set(range(1, 3 + len(shown))), width=width)
 
     found = mistakes_rows(results)
     if found is not None:
         header, table = found
-        lines += ["", "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)"]
-        lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))))
-        lines += [f"  {text}" for text in (results["mistakes"]["overall"].get("sentences") or [])]
+        if width is not None:
+            header, table = _fold_baselines(header, table)
+        lines.append("")
+        lines += _wrap("does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width)
+        lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
+        for text in results["mistakes"]["overall"].get("sentences") or []:
+            lines += _wrap(f"  {text}", width, indent="    ")
 
     if verbose:
         lines += ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]

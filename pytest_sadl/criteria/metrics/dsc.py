@@ -1,0 +1,19 @@
+"""DSC — distance-based surprise coverage (Kim et al., ICSE 2019, section II-C/II-D).
+
+The per-input score is DSA, ``dist_a / dist_b`` (``x_a`` the nearest training trace of the
+input's class, ``dist_b`` from ``x_a`` to the nearest trace of another class:
+:class:`~pytest_sadl.criteria.surprise.DSA`); defined for classifiers only.
+"""
+
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+
+CRITERION = Criterion(
+    name="dsc",
+    label="DSC",
+    title="Distance-based surprise coverage",
+    kind=SURPRISE_KIND,
+    needs=("dsa (a classifier)", "sc bounds"),
+    make=surprise_make("dsc", "dsa"),
+    sa="dsa",
+    sa_label="DSA",
+)

@@ -1,0 +1,19 @@
+"""LSC — likelihood-based surprise coverage (Kim et al., ICSE 2019, section II-B/II-D).
+
+The per-input score is LSA, ``-log f(x)`` of a Gaussian KDE of the training traces of the
+input's predicted class (:class:`~pytest_sadl.criteria.surprise.LSA`); LSC is the fraction
+of the ``buckets`` equal segments of ``[lower, upper]`` that some input's LSA falls into.
+"""
+
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+
+CRITERION = Criterion(
+    name="lsc",
+    label="LSC",
+    title="Likelihood-based surprise coverage",
+    kind=SURPRISE_KIND,
+    needs=("lsa", "sc bounds"),
+    make=surprise_make("lsc", "lsa"),
+    sa="lsa",
+    sa_label="LSA",
+)

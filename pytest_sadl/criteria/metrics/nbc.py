@@ -1,0 +1,30 @@
+"""NBC — neuron boundary coverage (DeepGauge, Ma et al., ASE 2018).
+
+The fraction of the ``2 x neurons`` corner regions (below the training ``low``, above
+the training ``high``) that some input reaches
+(:class:`~pytest_sadl.criteria.neurons.NeuronBoundaryCoverage`).
+"""
+
+from pytest_sadl.criteria.shape import (
+    NEURON_KIND,
+    Coverage,
+    Criterion,
+    NeuronTargets,
+    Setup,
+)
+
+
+def make(setup: Setup) -> Coverage:
+    from pytest_sadl.criteria.neurons import NeuronBoundaryCoverage
+
+    return NeuronTargets(NeuronBoundaryCoverage(setup.ranges))
+
+
+CRITERION = Criterion(
+    name="nbc",
+    label="NBC",
+    title="Neuron boundary coverage",
+    kind=NEURON_KIND,
+    needs=("neuron ranges",),
+    make=make,
+)

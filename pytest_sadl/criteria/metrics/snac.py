@@ -1,0 +1,29 @@
+"""SNAC — strong neuron activation coverage (DeepGauge, Ma et al., ASE 2018).
+
+The fraction of neurons that some input drives above their training ``high``
+(:class:`~pytest_sadl.criteria.neurons.StrongNeuronActivationCoverage`).
+"""
+
+from pytest_sadl.criteria.shape import (
+    NEURON_KIND,
+    Coverage,
+    Criterion,
+    NeuronTargets,
+    Setup,
+)
+
+
+def make(setup: Setup) -> Coverage:
+    from pytest_sadl.criteria.neurons import StrongNeuronActivationCoverage
+
+    return NeuronTargets(StrongNeuronActivationCoverage(setup.ranges))
+
+
+CRITERION = Criterion(
+    name="snac",
+    label="SNAC",
+    title="Strong neuron activation coverage",
+    kind=NEURON_KIND,
+    needs=("neuron ranges",),
+    make=make,
+)

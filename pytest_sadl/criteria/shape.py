@@ -1,0 +1,147 @@
+"""The one shape every criterion has: what it is, what it needs, how it accumulates.
+
+A criterion module (one per metric, in :mod:`pytest_sadl.criteria.metrics`) defines a
+:class:`Criterion`: its name (the key in results, options and ``--sadl-fail-under``),
+label, title, kind (a surprise coverage, which buckets a per-input surprise score, or a
+neuron coverage, over the coverage layers' neurons), what it needs from the profile, and
+``make``, which returns a fresh cumulative :class:`Coverage` for a run (or ``None`` when
+the profile cannot give what it needs: DSC of a regression model).
+
+A :class:`Coverage` is updated with one :class:`Batch` of traces at a time and returns
+how many targets the batch newly covered; two of them made by the same ``make`` can be
+merged (pytest-xdist workers, groups); :meth:`Coverage.metric` reads it as the results'
+:class:`~pytest_sadl.results.Metric`. The engine and every report loop over the
+registry (:mod:`pytest_sadl.criteria.registry`): adding a criterion is one module there
+plus its tests.
+
+Importing this module (or the registry) imports no NumPy-heavy criterion code: each
+``make`` imports its implementation when a run calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pytest_sadl.criteria.neurons import NeuronRanges
+    from pytest_sadl.results import Metric
+
+SURPRISE_KIND = "surprise"
+NEURON_KIND = "neuron"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of recorded inputs as the criteria see it: each surprise score by its
+    key (``"lsa"``...), the coverage layers' traces, and their per-input extrema (NC's
+    ``Traces.coverage_extrema``; ``None`` where a layer has none)."""
+
+    scores: dict[str, np.ndarray]
+    layers: list[np.ndarray]
+    extrema: list[Any]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the criteria of a run may need, given once: the neuron ranges of the
+    coverage layers, the run's options, and each surprise coverage's bounds
+    ``(lower, upper, buckets)`` by metric name (only those whose score the profile has)."""
+
+    ranges: NeuronRanges
+    options: Any  # SadlOptions (plain data; the criteria import no pytest)
+    bounds: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+
+
+class Coverage(Protocol):
+    """A cumulative criterion of one run."""
+
+    value: float
+
+    def update(self, batch: Batch) -> int: ...
+
+    def merge(self, other: Any) -> None: ...
+
+    def metric(self) -> Metric: ...
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str
+    label: str
+    title: str
+    kind: str  # SURPRISE_KIND | NEURON_KIND
+    needs: tuple[str, ...]  # what it reads from the profile (documentation and checks)
+    make: Callable[[Setup], Coverage | None]
+    sa: str | None = None  # surprise kinds: the per-input score it buckets ("lsa")
+    sa_label: str | None = None  # "LSA"
+
+
+class SurpriseBuckets:
+    """A surprise coverage as a :class:`Coverage`: the buckets of one per-input score."""
+
+    def __init__(self, sa: str, lower: float, upper: float, buckets: int) -> None:
+        from pytest_sadl.criteria.surprise import SurpriseCoverage
+
+        self.sa = sa
+        self.sc = SurpriseCoverage(lower=lower, upper=upper, buckets=buckets)
+
+    @property
+    def value(self) -> float:
+        return self.sc.value
+
+    def update(self, batch: Batch) -> int:
+        scores = batch.scores.get(self.sa)
+        return 0 if scores is None else self.sc.update(scores)
+
+    def merge(self, other: SurpriseBuckets) -> None:
+        self.sc.merge(other.sc)
+
+    def metric(self) -> Metric:
+        from pytest_sadl.results import Metric
+
+        sc = self.sc
+        return Metric(sc.value, int(sc.covered.sum()), sc.total, True, sc.below, sc.above, sc.count, sc.nan)
+
+    def bounds(self) -> dict[str, float | int]:
+        return {"lower": self.sc.lower, "upper": self.sc.upper, "buckets": self.sc.buckets}
+
+
+def surprise_make(name: str, sa: str) -> Callable[[Setup], Coverage | None]:
+    """``make`` of a surprise coverage: its bounds from the setup, ``None`` without them."""
+
+    def make(setup: Setup) -> Coverage | None:
+        spec = setup.bounds.get(name)
+        return None if spec is None else SurpriseBuckets(sa, *spec)
+
+    return make
+
+
+class NeuronTargets:
+    """A neuron coverage as a :class:`Coverage` (NC, KMNC, NBC, SNAC share the shape)."""
+
+    def __init__(self, coverage: Any, *, uses_extrema: bool = False) -> None:
+        self.coverage = coverage
+        self.uses_extrema = uses_extrema
+
+    @property
+    def value(self) -> float:
+        return float(self.coverage.value)
+
+    def update(self, batch: Batch) -> int:
+        if self.uses_extrema:
+            return int(self.coverage.update(batch.layers, batch.extrema))
+        return int(self.coverage.update(batch.layers))
+
+    def merge(self, other: NeuronTargets) -> None:
+        self.coverage.merge(other.coverage)
+
+    def metric(self) -> Metric:
+        from pytest_sadl.results import Metric
+
+        return Metric(self.coverage.value, self.coverage.covered_count, self.coverage.total)
+
+    def per_layer(self) -> list[float]:
+        return list(self.coverage.per_layer())
