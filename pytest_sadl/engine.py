@@ -320,8 +320,16 @@ def compute(
     warnings_seen: Sequence[str] = (),
 ) -> Results:
     """The results of a session: overall, per group (alone and cumulatively, Table VI),
-    per test, per input, per layer; tests and groups in the order :func:`ordered` defines."""
-    records, group_names = ordered(records, options.groups)
+    per test, per input, per layer; tests and groups in the order :func:`ordered` defines.
+
+    A stale record (its test ended on a model that had changed since the profile's was
+    bound: ``fit``, ``set_weights``) counts in no metric, group or test row: it is listed
+    in ``Results.stale`` with its inputs, as if those inputs had never been fed."""
+    stale = [
+        {"nodeid": r.nodeid, "group": r.group, "outcome": r.outcome, "inputs": r.n_inputs}
+        for r in ordered([r for r in records if r.stale])[0]
+    ]
+    records, group_names = ordered([r for r in records if not r.stale], options.groups)
     classifier = view.dsa is not None
     messages: list[str] = list(warnings_seen)
     scorers = view.scorers()
@@ -531,6 +539,7 @@ def compute(
         failures=failures,
         warnings=messages,
         mistakes=mistakes,
+        stale=stale,
     )
 
 

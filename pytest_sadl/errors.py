@@ -13,6 +13,7 @@ __all__ = [
     "SadlModelError",
     "SadlLayerError",
     "SadlDataError",
+    "SadlBackendError",
     "ResultsFileError",
     "SadlWarning",
     "SadlModelWarning",
@@ -35,6 +36,11 @@ class SadlLayerError(SadlConfigError):
 
 class SadlDataError(SadlConfigError):
     """Training or test inputs that cannot be used (missing, empty, wrong shape, NaN...)."""
+
+
+class SadlBackendError(SadlConfigError):
+    """Keras or its backend (TensorFlow, JAX) cannot be imported; the message says what to
+    install (see :func:`pytest_sadl.capture.backend.backend_error`)."""
 
 
 class ResultsFileError(ValueError):

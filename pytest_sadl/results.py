@@ -75,6 +75,9 @@ class Results:
     missing: list[dict[str, str]] = field(default_factory=list)
     # "does surprise predict this model's mistakes" (pytest_sadl.criteria.mistakes), when tests gave labels
     mistakes: dict[str, Any] | None = None
+    #: tests whose inputs were measured on a changed model (fit, set_weights during the
+    #: session), left out of every metric: ``{"nodeid", "group", "outcome", "inputs"}``
+    stale: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -106,6 +109,7 @@ class Results:
                     "failures": [asdict(f) for f in self.failures],
                     "warnings": list(self.warnings),
                     "missing": list(self.missing),
+                    "stale": list(self.stale),
                 },
             }
         )

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl.errors import SadlConfigError
+from pytest_sadl.errors import SadlConfigError, SadlModelError
 
 __all__ = ["call_spec", "import_object", "is_callable_spec", "resolve_path"]
 
@@ -50,7 +50,9 @@ def call_spec(spec: str, *, what: str, error: type[SadlConfigError]) -> Any:
     """Import the ``"package.module:function"`` callable and return what it returns.
 
     Anything it raises (other than a :class:`SadlConfigError`) becomes ``error`` naming
-    the callable and the exception.
+    the callable and the exception; so does ``sys.exit(...)`` (a ``SystemExit`` would end
+    pytest with an ``INTERNALERROR``). ``KeyboardInterrupt`` is not caught: pytest ends
+    the run as interrupted (exit 2).
     """
     fn = import_object(spec, what=what, error=error)
     if not callable(fn):
@@ -59,8 +61,16 @@ def call_spec(spec: str, *, what: str, error: type[SadlConfigError]) -> Any:
         return fn()
     except SadlConfigError:
         raise
+    except SystemExit as exc:  # the user's loader ended the process: say so, as a usage error
+        noun = "the model" if issubclass(error, SadlModelError) else "the training data"
+        code = "" if exc.code is None else repr(exc.code)
+        raise error(
+            f"{spec} called sys.exit({code}) while loading {noun} ({what}); a loader must return "
+            f"{noun} or raise an exception that says what is wrong"
+        ) from None
     except Exception as exc:
         raise error(f"{what}: calling {spec!r} raised {type(exc).__name__}: {exc}") from exc
+    # KeyboardInterrupt (Ctrl-C in a slow loader) passes: pytest ends the run as interrupted
 
 
 def resolve_path(source: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None) -> Path:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything pytest-sadl needs on a fresh Debian machine with Python 3.10+ and pip:
-# the package with its test extra (TensorFlow CPU, JAX CPU, pytest-xdist, Playwright's
-# Python driver) and Debian's chromium for the browser tests of the HTML report.
+# the package with its test extra (TensorFlow CPU, JAX CPU, PyTorch CPU, pytest-xdist,
+# Playwright's Python driver) and Debian's chromium for the browser tests of the HTML report.
 # Idempotent: a second run installs nothing new.
 # Usage: bash scripts/bootstrap.sh [--latest]
 set -euo pipefail
@@ -24,6 +24,17 @@ fi
 version=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 lock="constraints/py$version.txt"
 pip=("$PYTHON" -m pip install --quiet --disable-pip-version-check)
+# PyTorch's CPU-only wheels (~190 MB) rather than the package index's CUDA build (4-5 GB of
+# CUDA libraries the tests never use): the CPU index is added when it answers. The lock pins
+# torch without a local label (torch==X.Y.Z), which the CPU build (X.Y.Z+cpu, the higher
+# version) and the index's build both satisfy. Not offered, pip would retry it for every
+# package, so a machine without it (offline mirrors) installs what its own indexes hold.
+torch_index=${SADL_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+if [ -n "$torch_index" ] && "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/torch/", timeout=5)' "$torch_index" 2>/dev/null; then
+    pip+=(--extra-index-url "$torch_index")
+else
+    echo "bootstrap: PyTorch's CPU wheel index ($torch_index) does not answer; torch comes from the configured indexes" >&2
+fi
 if [ "${1:-}" = "--latest" ]; then
     echo "bootstrap: installing the newest releases the package allows (not the lock)" >&2
     "${pip[@]}" --upgrade --upgrade-strategy eager -e '.[test]'

@@ -13,12 +13,20 @@ trap 'rm -rf "$work"' EXIT
 
 "$PYTHON" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check '.[test,bench]'
+# PyTorch's CPU wheels when their index answers (as scripts/bootstrap.sh installs them)
+torch_index=${SADL_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+extra=()
+if [ -n "$torch_index" ] && "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/torch/", timeout=5)' "$torch_index" 2>/dev/null; then
+    extra=(--extra-index-url "$torch_index")
+fi
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check "${extra[@]}" '.[test,bench]'
 {
     echo "# The versions CI installs (pip install -c $lock -e '.[test]'), resolved on"
     echo "# $(date -u +%Y-%m-%d) for Python $version on $(uname -m) Linux by scripts/lock.sh."
     echo "# Do not edit by hand: run 'bash scripts/lock.sh' to refresh it (see README, Development)."
-    "$work/venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check | grep -iv '^pytest-sadl\b' | LC_ALL=C sort -f
+    # torch without its local label (2.13.0, not 2.13.0+cpu): the CPU and the index's build both match
+    "$work/venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check | grep -iv '^pytest-sadl\b' \
+        | sed -E 's/^(torch==[^+]+)\+.*/\1/' | LC_ALL=C sort -f
 } > "$work/lock.txt"
 mkdir -p constraints
 mv "$work/lock.txt" "$lock"

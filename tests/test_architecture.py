@@ -4,8 +4,10 @@
   functions (a lazy import that closes a circle is still a circle) and the packages an
   import runs first (``import a.b.c`` runs ``a/b/__init__.py``); imports made only for
   type checkers (``if TYPE_CHECKING:``) do not run and do not count.
-* A backend (TensorFlow, JAX) is imported only where traces are made: ``capture/forward.py``,
-  and ``data.py`` for a ``tf.data.Dataset`` it was given.
+* A backend (TensorFlow, JAX, torch) is imported only where traces are made:
+  ``capture/forward.py``, ``capture/data.py`` for a ``tf.data.Dataset`` it was given, and
+  ``capture/torchdata.py`` (the one ``import torch`` of native PyTorch support, used by
+  ``capture/torch.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_sadl"
-BACKENDS = ("tensorflow", "jax")
-BACKEND_MODULES = {"pytest_sadl.capture.forward", "pytest_sadl.capture.data"}
+BACKENDS = ("tensorflow", "jax", "torch")
+BACKEND_MODULES = {
+    "pytest_sadl.capture.forward",
+    "pytest_sadl.capture.data",
+    "pytest_sadl.capture.torch",  # native PyTorch models (it imports torch through torchdata)
+    "pytest_sadl.capture.torchdata",
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def loop_reduce(out: Any) -> np.ndarray:
     """One value per feature: the mean over every position (and time step) of the
     feature's channel, input by input, written as loops."""
-    out = np.asarray(out, dtype=np.float64)
+    out = keras.ops.convert_to_numpy(out).astype(np.float64)  # a torch tensor may require grad
     if out.ndim == 2:
         return out
     res = np.zeros((out.shape[0], out.shape[-1]))
@@ -58,9 +58,9 @@ def test_subclassed_model_with_a_custom_block_equals_its_layers_called_one_by_on
     p = model.probs(h)
     for got, want in zip(t.coverage, (a, b, h, p)):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
-    np.testing.assert_allclose(t.output, np.asarray(p), atol=1e-5)
+    np.testing.assert_allclose(t.output, keras.ops.convert_to_numpy(p), atol=1e-5)
     # NC with the captured extrema equals the naive NC on the full maps
-    full = [np.asarray(v) for v in (a, b, h, p)]
+    full = [keras.ops.convert_to_numpy(v) for v in (a, b, h, p)]
     assert nc(t.coverage, 0.3, extrema=t.coverage_extrema) == pytest.approx(naive.neuron_coverage(full, 0.3))
     assert "call" not in model.block.conv_a.__dict__  # the tap is gone after the pass
     # a path or a unique name
@@ -103,7 +103,7 @@ def test_two_inputs_and_two_outputs(digits: Any) -> None:
     listed = tm.traces([x["aux"], x["image"]])  # a list in model.inputs order
     np.testing.assert_allclose(listed.sa, t.sa, atol=1e-6)
     sub = keras.Model(model.inputs, model.get_layer("hidden").output)
-    np.testing.assert_allclose(t.sa, np.asarray(sub(x)), atol=1e-5)
+    np.testing.assert_allclose(t.sa, keras.ops.convert_to_numpy(sub(x)), atol=1e-5)
     out, t2 = tm.call_and_trace(x, batch_size=20)
     ref = model.predict(x, verbose=0)
     assert isinstance(out, dict) and set(out) == {"digit", "value"}
@@ -128,7 +128,7 @@ def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None
     assert tm.coverage_layers == ["td_conv", "td_pool", "lstm1", "lstm2", "steering"]  # td_flat only moves values
     assert not tm.classifier and tm.sa_layers == ["lstm2"]
     t = tm.traces(x, batch_size=10)
-    full = [np.asarray(keras.Model(model.inputs[0], model.get_layer(n).output)(x)) for n in tm.coverage_layers]
+    full = [keras.ops.convert_to_numpy(keras.Model(model.inputs[0], model.get_layer(n).output)(x)) for n in tm.coverage_layers]
     assert full[0].ndim == 5 and full[2].ndim == 3  # (n, t, h, w, c) and (n, t, f)
     for got, want in zip(t.coverage, full):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
@@ -145,8 +145,6 @@ def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None
 
 
 # ----------------------------------------------------------------------------- backends
-
-_OTHER = {"tensorflow": "jax", "jax": "tensorflow"}
 
 _SCRIPT = """
 import json, sys
@@ -172,25 +170,26 @@ print("RESULT" + json.dumps(out))
 """
 
 
-def test_the_other_backend_gives_the_same_traces_and_fingerprints(conv_model_path: Path, kind_model_path: Any, digits: Any, tmp_path: Path) -> None:
-    """The same saved models and inputs on this process's backend and, in a subprocess,
-    the other one (TensorFlow <-> JAX): traces equal to 1e-5, the same classes, the same
-    layers and the same model and data fingerprints (so the same cached profile)."""
+@pytest.mark.parametrize("other", ["jax", "torch"])
+def test_the_other_backend_gives_the_same_traces_and_fingerprints(
+    conv_model_path: Path, dense_model_path: Path, kind_model_path: Any, digits: Any, tmp_path: Path, other: str
+) -> None:
+    """The same saved models and inputs on TensorFlow (this process) and, in a
+    subprocess, JAX or torch: traces equal to 1e-5, the same classes, the same layers and
+    the same model and data fingerprints (so the same cached profile)."""
     from pytest_sadl.capture.data import load_training_data
     from pytest_sadl.capture.model import load_model
     from pytest_sadl.profile.build import model_fingerprint
 
     _models._subclassed_class()
-    here = keras.backend.backend()
-    other = _OTHER.get(here)
-    if here != "tensorflow":  # run once, from the TensorFlow pass (scripts/test.sh)
+    if keras.backend.backend() != "tensorflow":  # run once, from the TensorFlow pass (scripts/test.sh)
         pytest.skip("the backends are compared from the TensorFlow pass")
-    if other is None:
-        pytest.skip(f"backend {here} has no twin to compare with here")
     pytest.importorskip(other)
     x = digits.x_test[:100]
     np.save(tmp_path / "x.npy", x)
     paths = {"conv": str(conv_model_path), "subclassed": str(kind_model_path("subclassed"))}
+    if other == "torch":
+        paths["dense"] = str(dense_model_path)
     script = _SCRIPT.format(root=str(ROOT), paths=paths, x=str(tmp_path / "x.npy"), npz=str(tmp_path / "{}.npz"))
     env = dict(os.environ, KERAS_BACKEND=other, TF_CPP_MIN_LOG_LEVEL="3")
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
@@ -233,7 +232,7 @@ def test_calls_on_traced_tensors_are_not_recordable(conv_model: Any, digits: Any
         tf.function(body)(x)
     assert seen and "symbolic" in seen[0]
     out, t = tm.call_tensors(x)
-    np.testing.assert_allclose(np.asarray(out), conv_model.predict(x, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), conv_model.predict(x, verbose=0), atol=1e-5)
     assert len(t) == 2
 
 

@@ -9,8 +9,11 @@ through ``runpytest_subprocess``.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -353,6 +356,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
 
         def test_no_tf():
             assert "tensorflow" not in sys.modules and "keras" not in sys.modules
+            assert "torch" not in sys.modules and "jax" not in sys.modules
         """
     )
     res = run_fresh(pytester)
@@ -782,3 +786,18 @@ def test_one_layer_list_parser_for_options_and_the_sadl_command():
     assert parse_layers(None) is None and parse_layers([" , "]) is None
     # the sadl commands parse --sa-layers/--coverage-layers with the same rules
     assert command_layers(["dense_1,0", "+1", "²"]) == ("dense_1", 0, "+1", "²")
+
+
+def test_the_documented_switch_quiets_tensorflows_start_up_lines():
+    """The README's switch for a quiet CI log holds on the TensorFlow this project locks:
+    without it TensorFlow prints its oneDNN and absl lines on stderr, with both variables
+    it prints none (TF_CPP_MIN_LOG_LEVEL alone does not silence them on 2.21)."""
+    code = "import keras, tensorflow as tf; print(float(tf.reduce_sum(tf.ones((2, 2)))))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CPP", "TF_ENABLE_ONEDNN"))}
+    env["KERAS_BACKEND"] = "tensorflow"
+    loud = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    quiet = subprocess.run([sys.executable, "-c", code], env={**env, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"},
+                           capture_output=True, text=True, timeout=300)
+    assert loud.stdout.strip() == quiet.stdout.strip() == "4.0"
+    assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line the README talks about: update the README"
+    assert quiet.stderr.strip() == "", quiet.stderr

@@ -969,3 +969,66 @@ def test_an_unwritable_cache_does_not_change_a_pytest_run(pytester: pytest.Pytes
     a, b = (json.loads((pytester.path / f"{n}.json").read_text()) for n in ("bad", "good"))
     assert a["metrics"] == b["metrics"]
     assert any("could not cache" in w for w in a["outcome"]["warnings"])
+
+
+# ----------------------------------------------------------------------------- training data as Keras takes it
+
+
+@pytest.mark.tf
+def test_training_data_as_a_directory_dataset_a_pydataset_or_a_generator_gives_the_arrays_profile(
+    dense_model: Any, digits: Any, tmp_path: Path
+) -> None:
+    """Issue 21: sadl_train as `image_dataset_from_directory` gives it (batched, shuffled
+    (x, y)), a keras.utils.PyDataset, a generator with a known length: the same profile
+    as the arrays, and their labels kept."""
+    import keras
+    import tensorflow as tf
+
+    from pytest_sadl.capture.data import load_training_data
+
+    x, y = digits.x_train[:600], digits.y_train[:600]
+    ref = load_or_build(dense_model, x, None, tmp_path / "arrays")
+    # the digits as 8-bit PNGs, one folder per class (values 0..16 times 15: exact in uint8)
+    for i, (img, label) in enumerate(zip(x, y)):
+        (tmp_path / "images" / str(label)).mkdir(parents=True, exist_ok=True)
+        png = tf.io.encode_png(np.round(img * 16 * 15).astype(np.uint8))  # no PIL needed
+        tf.io.write_file(str(tmp_path / "images" / str(label) / f"{i}.png"), png)
+    from_dir = keras.utils.image_dataset_from_directory(
+        tmp_path / "images", image_size=(8, 8), color_mode="grayscale", batch_size=32, seed=1, verbose=False
+    ).map(lambda image, label: (image / 240.0, label))
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self) -> int:
+            return 6
+
+        def __getitem__(self, i: int) -> Any:
+            return x[i * 100 : (i + 1) * 100], y[i * 100 : (i + 1) * 100]
+
+    class Endless:  # a Keras-style `while True` generator that says how many batches make the data
+        def __init__(self) -> None:
+            self.i = 0
+
+        def __iter__(self) -> Any:
+            return self
+
+        def __next__(self) -> Any:
+            i, self.i = self.i % 4, self.i + 1
+            return x[i * 150 : (i + 1) * 150], y[i * 150 : (i + 1) * 150]
+
+        def __len__(self) -> int:
+            return 4
+
+    def generator() -> Any:
+        for i in range(0, 600, 64):
+            yield (x[i : i + 64], y[i : i + 64])
+
+    for name, source in (("dir", from_dir), ("pydataset", Batches()), ("endless", Endless()), ("generator", generator())):
+        data = load_training_data(source)
+        prof = load_or_build(dense_model, data, None, tmp_path / name)
+        assert prof.data_fingerprint == ref.data_fingerprint, name
+        np.testing.assert_allclose(prof.sa_traces, ref.sa_traces, rtol=1e-5, atol=1e-6)
+        assert data.y is not None, name
+        if name == "dir":  # shuffled by the dataset: the labels of the pass, in its order
+            np.testing.assert_array_equal(np.bincount(data.y), np.bincount(y))
+        else:
+            np.testing.assert_array_equal(data.y, y)

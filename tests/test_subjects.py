@@ -1,7 +1,8 @@
 """The paper's four kinds of subject, a subclassed model from a fixture and a two-input,
 two-output model from a ``.keras`` file, each measured end to end by the plugin
 (``pytest --sadl-coverage --sadl-report=json``) in a real pytest run, reporting every
-metric that applies. Runs on the TensorFlow and the JAX backend alike (``KERAS_BACKEND``).
+metric that applies. Runs on the TensorFlow, JAX and torch backends alike (``KERAS_BACKEND``;
+``scripts/test.sh`` runs two of the subjects on torch).
 
 The models (``tests/_models.py``) are small and trained once per session; the runs are in
 process (see ``tests/test_plugin.py`` for why).
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ALL = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
 
 ONE_INPUT_TESTS = """
+import keras
 import numpy as np
 import pytest
 
@@ -41,10 +43,11 @@ def test_predict(sadl_model):
 @pytest.mark.sadl(group="noisy")
 def test_call_on_noisy_inputs(sadl_model):
     noisy = np.clip(X[40:60] + np.random.default_rng(0).normal(0, 0.3, X[40:60].shape), 0, 1).astype("float32")
-    assert np.asarray(sadl_model(noisy, training=False)).shape[0] == 20
+    assert keras.ops.convert_to_numpy(sadl_model(noisy, training=False)).shape[0] == 20
 """
 
 TWO_INPUT_TESTS = """
+import keras
 import numpy as np
 import pytest
 
@@ -67,7 +70,7 @@ def test_predict_list_in_model_inputs_order(sadl_model):
 @pytest.mark.sadl(group="noisy")
 def test_call_dict(sadl_model):
     out = sadl_model({"image": X["image"][50:60] * 0.5, "aux": X["aux"][50:60] * 0.5}, training=False)
-    assert np.asarray(out["digit"]).shape == (10, 10)
+    assert keras.ops.convert_to_numpy(out["digit"]).shape == (10, 10)
 """
 
 SUBCLASSED_CONFTEST = """
@@ -169,6 +172,62 @@ def test_two_inputs_from_a_keras_file_and_npz_keyed_by_input_name(pytester: pyte
     _assert_every_metric(value, False, 60)
 
 
+DATASET_TESTS = """
+import numpy as np
+import pytest
+import tensorflow as tf
+
+X, Y = np.load("inputs.npy"), np.load("labels.npy")
+
+
+@pytest.mark.sadl(group="held-out")
+def test_accuracy(sadl_model):
+    loss, accuracy = sadl_model.evaluate(X[:40], Y[:40], verbose=0)
+    assert accuracy > 0.8
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict_dataset(sadl_model):
+    test_ds = tf.data.Dataset.from_tensor_slices((X[40:80], Y[40:80])).batch(16)
+    probs = sadl_model.predict(test_ds, verbose=0)
+    assert (probs.argmax(axis=1) == Y[40:80]).mean() > 0.8
+
+
+@pytest.mark.sadl(group="noisy")
+def test_evaluate_noisy_dataset(sadl_model):
+    noisy = np.clip(X[80:120] + np.random.default_rng(0).normal(0, 0.3, X[80:120].shape), 0, 1).astype("float32")
+    results = sadl_model.evaluate(tf.data.Dataset.from_tensor_slices((noisy, Y[80:120])).batch(16), verbose=0, return_dict=True)
+    assert results["loss"] > 0
+"""
+
+
+def test_tests_of_only_predict_dataset_and_evaluate_get_every_metric_and_the_mistakes(
+    pytester: pytest.Pytester, conv_model_path: Path, digits: Any
+) -> None:
+    """Issue 21's "done when": no sadl_labels, no sadl_record; the targets the tests give
+    Keras are the labels."""
+    shutil.copy(conv_model_path, pytester.path / "model.keras")
+    np.savez(pytester.path / "train.npz", x=digits.x_train, y=digits.y_train)
+    np.save(pytester.path / "inputs.npy", digits.x_test[:120])
+    np.save(pytester.path / "labels.npy", digits.y_test[:120])
+    pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\n")
+    pytester.makepyfile(test_datasets=DATASET_TESTS)
+    assert "sadl_labels" not in DATASET_TESTS and "sadl_record" not in DATASET_TESTS
+    data = _measure(pytester)
+    _assert_every_metric(data, True, 120)
+    assert {t["nodeid"].split("::")[1]: t["inputs"] for t in data["tests"]} == {
+        "test_accuracy": 40, "test_evaluate_noisy_dataset": 40, "test_predict_dataset": 40}
+    # by node id: accuracy (0:40), evaluate_noisy (80:120), predict_dataset (40:80)
+    expected = np.concatenate([digits.y_test[:40], digits.y_test[80:120], digits.y_test[40:80]])
+    assert data["inputs"]["label"] == expected.tolist()
+    mistakes = data["mistakes"]["overall"]
+    assert mistakes["labelled"] == 120
+    pred = np.array(data["inputs"]["pred"])
+    assert mistakes["errors"] == int((pred != expected).sum()) > 0
+    assert [g["name"] for g in data["mistakes"]["groups"]] == ["held-out", "noisy"] and mistakes["auc"]["lsa"] is not None
+    assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w or "sadl_labels" in w]
+
+
 def test_a_fixture_model_that_cannot_be_traced_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """
@@ -198,18 +257,25 @@ def sadl_model():
     assert "Traceback" not in res.stdout.str() and "passed" not in res.stdout.str()
 
 
-def test_both_backends_report_the_same_numbers(pytester: pytest.Pytester, kind_model_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same project measured on this backend (in process) and the other one (a fresh
-    process with ``KERAS_BACKEND`` switched), each building its own profile: the same
-    profile fingerprint, identical neuron coverage, LSC/DSC within one bucket."""
-    here = keras.backend.backend()
-    other = {"tensorflow": "jax", "jax": "tensorflow"}.get(here)
-    if here != "tensorflow":  # run once, from the TensorFlow pass (scripts/test.sh)
+@pytest.mark.parametrize("other", ["jax", "torch"])
+def test_both_backends_report_the_same_numbers(
+    pytester: pytest.Pytester, kind_model_path: Any, dense_model_path: Path, digits: Any, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    """The same project measured on TensorFlow (in process) and on JAX (the MNIST-like
+    ConvNet) or torch (the digits MLP) in a fresh process with ``KERAS_BACKEND``
+    switched, each building its own profile: the same profile fingerprint, identical
+    neuron coverage, LSC/DSC within one bucket."""
+    if keras.backend.backend() != "tensorflow":  # run once, from the TensorFlow pass (scripts/test.sh)
         pytest.skip("the backends are compared from the TensorFlow pass")
-    if other is None:
-        pytest.skip(f"backend {here} has no twin here")
     pytest.importorskip(other)
-    pytester = _project(pytester, "mnist", kind_model_path("mnist"))
+    if other == "jax":
+        pytester = _project(pytester, "mnist", kind_model_path("mnist"))
+    else:  # the .keras MLP of tests/_models.py on the digits
+        np.save(pytester.path / "inputs.npy", digits.x_test)
+        np.savez(pytester.path / "train.npz", x=digits.x_train, y=digits.y_train)
+        pytester.makepyfile(test_subject=ONE_INPUT_TESTS)
+        shutil.copy(dense_model_path, pytester.path / "model.keras")
+        pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\n")
     mine = _measure(pytester, "-p", "no:cacheprovider", "--sadl-cache-dir=cache-here", "--sadl-report=json:here.json")
     mine = json.loads((pytester.path / "here.json").read_text())
     monkeypatch.setenv("KERAS_BACKEND", other)

@@ -5,15 +5,16 @@ The one room that knows a backend. :mod:`~pytest_sadl.capture.layers` resolves l
 :mod:`~pytest_sadl.capture.forward` runs the model's own forward pass with the chosen
 layers' ``call`` tapped, compiled for TensorFlow (``tf.function``/XLA) or JAX
 (``jax.jit``); :mod:`~pytest_sadl.capture.traces` batches inputs through it and gives
-one :class:`Traces` type to the profile and the recorder alike. Importing this package
+one :class:`Traces` type to the profile and the recorder alike.
+:mod:`~pytest_sadl.capture.torch` does the same for native PyTorch models (forward hooks;
+``TraceModel(module)`` returns its :class:`TorchTraceModel`). Importing this package
 imports no backend; using it does.
 """
 
+from pytest_sadl.capture.arrays import Progress, Traces
 from pytest_sadl.capture.layers import describe_layers, resolve_layers, walk
 from pytest_sadl.capture.traces import (
-    Progress,
     TraceModel,
-    Traces,
     default_coverage_layers,
     default_sa_layers,
     is_classifier,

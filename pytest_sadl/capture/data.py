@@ -10,7 +10,11 @@ Public API
     Accepts a ``.npz``/``.npy`` path (str or :class:`pathlib.Path`, relative paths
     resolved against ``base_dir``), a ``"package.module:function"`` string naming a
     callable that returns any of the other forms, an array, an ``(x, y)`` tuple, a
-    mapping with an ``"x"`` key, a ``tf.data.Dataset`` or a :class:`TrainingData`.
+    mapping with an ``"x"`` key, a ``tf.data.Dataset`` (batched or not; elements ``x``,
+    ``(x, y)``, ``(x, y, w)``), a ``keras.utils.PyDataset`` or another re-iterable
+    object with a length (streamed, like a dataset), a generator or iterator of batches
+    (read once into arrays, to its end or its ``len()``) or a :class:`TrainingData`.
+    The ``y`` of a stream's elements is kept as ``.y`` after a full pass.
     For a model with several inputs: an ``.npz`` with one array per input keyed by the
     input names, a dict of arrays keyed by input names, or a list of arrays in
     ``model.inputs`` order (a *tuple* stays ``(x, y)``).
@@ -28,6 +32,8 @@ Public API
     The row format, per-row digests and selected rows of one input array, a dict of
     arrays by input name or a list of arrays (several inputs: one row is the inputs'
     rows together).
+``adjust_rank(x, expected_shape)``
+    A column array ``(n,)`` for an ``Input((1,))`` as ``(n, 1)``, as Keras takes it.
 ``check_batch(x, expected_shape, *, what, offset=0)``
     Raises :class:`SadlDataError` for an empty batch, a wrong shape, a non-numeric
     dtype, NaN or inf, naming the input index and what was expected.
@@ -62,6 +68,7 @@ __all__ = [
     "load_training_data",
     "check_batch",
     "shape_matches",
+    "adjust_rank",
 ]
 
 
@@ -74,6 +81,26 @@ def _is_dataset(obj: Any) -> bool:
     """True for a ``tf.data.Dataset`` without importing TensorFlow when it is not loaded."""
     tf = _loaded_tf()
     return tf is not None and isinstance(obj, tf.data.Dataset)
+
+
+def _is_pydataset(obj: Any) -> bool:
+    """True for a ``keras.utils.PyDataset`` (Keras is loaded when one exists)."""
+    import sys
+
+    keras = sys.modules.get("keras")
+    kind = getattr(getattr(keras, "utils", None), "PyDataset", None)
+    return kind is not None and isinstance(obj, kind)
+
+
+def _is_stream(obj: Any) -> bool:
+    """A source of batches the profile streams: a ``tf.data.Dataset``, a ``PyDataset``,
+    or a re-iterable object with a length (each ``iter()`` a new pass: a Sequence)."""
+    if _is_dataset(obj) or _is_pydataset(obj):
+        return True
+    return (
+        hasattr(obj, "__iter__") and hasattr(obj, "__len__") and not hasattr(obj, "__next__")
+        and not isinstance(obj, (str, bytes, list, tuple, dict, Mapping, np.ndarray)) and not hasattr(obj, "shape")
+    )
 
 
 def _loaded_tf() -> Any:
@@ -91,6 +118,19 @@ def shape_matches(actual: tuple[int, ...], expected: tuple[int | None, ...]) -> 
 
 def _fmt_shape(shape: tuple[int | None, ...]) -> str:
     return "(" + ", ".join("any" if s is None else str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
+
+
+def adjust_rank(x: np.ndarray, expected: tuple[int | None, ...]) -> np.ndarray:
+    """``x`` (one input, batch axis first) with the rank the model expects, by the rule
+    Keras' functional models apply to their inputs: a column array ``(n,)`` for an
+    ``Input((1,))`` (generally: one axis short of a shape ending in 1) gains the last
+    axis; one axis of size 1 too many loses it. Anything else is returned as it is."""
+    rank = x.ndim - 1
+    if rank == len(expected) - 1 and expected and expected[-1] == 1:
+        return x.reshape(x.shape + (1,))
+    if rank == len(expected) + 1 and x.shape[-1] == 1:
+        return x.reshape(x.shape[:-1])
+    return x
 
 
 def _check_shape(actual: tuple[int, ...], expected: tuple[int | None, ...], what: str) -> None:
@@ -171,6 +211,19 @@ class TrainingData:
             raise TypeError("the length of a tf.data.Dataset source is unknown until iterated")
         return self.n or 0
 
+    def adjusted(self, expected_shape: tuple[int | None, ...] | dict[str, tuple[int | None, ...]]) -> TrainingData:
+        """These inputs with each array's rank adjusted to the model's (:func:`adjust_rank`:
+        column arrays ``(n,)`` for ``Input((1,))`` inputs, as Keras takes them)."""
+        x = self.x
+        if isinstance(x, np.ndarray) and not isinstance(expected_shape, dict):
+            new = adjust_rank(x, expected_shape)
+            return self if new is x else replace(self, x=new, _fingerprint=None, _row_digests=None)
+        if isinstance(x, dict) and isinstance(expected_shape, dict):
+            out = {k: adjust_rank(v, expected_shape[k]) if k in expected_shape else v for k, v in x.items()}
+            if any(out[k] is not x[k] for k in x):
+                return replace(self, x=out, _fingerprint=None, _row_digests=None)
+        return self
+
     def check_shape(self, expected_shape: tuple[int | None, ...] | dict[str, tuple[int | None, ...]]) -> None:
         """Check the whole arrays' shapes (cheap; NaN is checked batch by batch).
 
@@ -249,7 +302,14 @@ class TrainingData:
             return
         if x is not None:
             raise SadlDataError(f"{self.source}: a list of arrays needs binding to the model's inputs first")
-        yield from _dataset_batches(self.dataset, batch_size)
+        # the targets of a whole pass are kept as .y (in that pass's order), as an array's are
+        labels: list[Any] = []
+        yield from _dataset_batches(self.dataset, batch_size, labels)
+        if labels and all(v is not None for v in labels):
+            try:
+                self.y = np.concatenate([np.asarray(v).reshape(len(v), -1) if np.ndim(v) > 1 else np.asarray(v) for v in labels])
+            except ValueError:  # targets of varying shapes: not labels
+                self.y = None
 
     def fingerprint(self) -> str:
         """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.profile.fingerprint`): the
@@ -382,24 +442,64 @@ def _dataset_element_x(element: Any) -> Any:
     return element
 
 
-def _dataset_batches(dataset: Any, batch_size: int | None) -> Iterator[np.ndarray]:
+def _dataset_element_y(element: Any) -> Any:
+    """The targets of one element: ``y`` of ``(x, y)``/``(x, y, w)`` or ``element["y"]``, else ``None``."""
+    if isinstance(element, (tuple, list)):
+        return element[1] if len(element) > 1 else None
+    if isinstance(element, Mapping) and "x" in element:
+        return element.get("y")
+    return None
+
+
+def _stream_elements(stream: Any) -> Iterator[Any]:
+    """The batches of a ``PyDataset`` (by index) or of one pass of a re-iterable object."""
+    if _is_pydataset(stream):
+        count = stream.num_batches
+        if count is None:
+            raise SadlDataError(
+                "the training PyDataset has no length (num_batches is None); give it a __len__, "
+                "the profile reads the training data to its end"
+            )
+        for i in range(count):
+            yield stream[i]
+        if hasattr(stream, "on_epoch_end"):
+            stream.on_epoch_end()
+        return
+    yield from stream
+
+
+def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | None = None) -> Iterator[np.ndarray]:
     """Iterate a dataset as NumPy batches; single inputs are grouped into batches.
 
     A dataset is taken to yield single inputs when its element's rank is one less than
     the batches seen so far would need; we cannot know the model here, so the rule is:
     an element of rank ``r`` is a batch when its leading dimension is unknown (``None``)
-    in the ``element_spec``, i.e. the dataset was ``.batch()``-ed.
+    in the ``element_spec``, i.e. the dataset was ``.batch()``-ed. A ``PyDataset`` or
+    another re-iterable source yields batches. ``labels``, when given, gets each
+    yielded batch's targets (``None`` where an element has none).
     """
-    spec = _first(_dataset_element_x(dataset.element_spec))
-    shape = getattr(spec, "shape", None)
-    batched = shape is not None and len(shape) > 0 and shape[0] is None
-
     def arrays(element: Any) -> Any:
         x = _dataset_element_x(element)
         return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
 
+    def target(element: Any) -> Any:
+        y = _dataset_element_y(element)
+        return None if y is None or isinstance(y, (dict, list, tuple)) else np.asarray(y)
+
+    if not _is_dataset(dataset):
+        for element in _stream_elements(dataset):
+            if labels is not None:
+                labels.append(target(element))
+            yield arrays(element)
+        return
+    spec = _first(_dataset_element_x(dataset.element_spec))
+    shape = getattr(spec, "shape", None)
+    batched = shape is not None and len(shape) > 0 and shape[0] is None
+
     if batched:
         for element in dataset.as_numpy_iterator():
+            if labels is not None:
+                labels.append(target(element))
             yield arrays(element)
         return
     size = batch_size or 256
@@ -410,12 +510,22 @@ def _dataset_batches(dataset: Any, batch_size: int | None) -> Iterator[np.ndarra
             return {k: np.stack([b[k] for b in buf]) for k in buf[0]}
         return np.stack(buf)
 
+    ys: list[Any] = []
+
+    def stack_y() -> None:
+        if labels is not None:
+            labels.append(None if any(v is None for v in ys) else np.stack(ys))
+            ys.clear()
+
     for element in dataset.as_numpy_iterator():
         buf.append(arrays(element))
+        ys.append(target(element))
         if len(buf) == size:
+            stack_y()
             yield stack()
             buf = []
     if buf:
+        stack_y()
         yield stack()
 
 
@@ -497,11 +607,24 @@ def _from_npy(path: Path, source: str) -> TrainingData:
     return TrainingData(source=source, x=x, file=path)
 
 
+def _is_torch_data(obj: Any) -> bool:
+    from pytest_sadl.capture.torchdata import is_torch_data  # imports no torch
+
+    return is_torch_data(obj)
+
+
 def _from_value(value: Any, source: str) -> TrainingData:
     if isinstance(value, TrainingData):
         return value
-    if _is_dataset(value):
+    if _is_torch_data(value):  # a torch Dataset or DataLoader: read once, as arrays
+        from pytest_sadl.capture.torchdata import arrays_from_torch_data
+
+        x, y = arrays_from_torch_data(value, source)
+        return TrainingData(source=source, x=x, y=y)
+    if _is_stream(value):  # a tf.data.Dataset, a PyDataset, a re-iterable with a length: streamed
         return TrainingData(source=source, dataset=value)
+    if hasattr(value, "__next__"):  # a generator or iterator: read once, to its end
+        return _from_iterator(value, source)
     if isinstance(value, Mapping):
         if "x" in value:
             return _from_value((value["x"], value.get("y")), source)
@@ -530,11 +653,35 @@ def _from_value(value: Any, source: str) -> TrainingData:
     return TrainingData(source=source, x=x, y=None if y is None else np.asarray(y))
 
 
+def _from_iterator(it: Any, source: str) -> TrainingData:
+    """A generator's batches (``x``, ``(x,)``, ``(x, y)``, ``(x, y, w)``, dicts for several
+    inputs) read once into arrays: it cannot be read again for the profile's second pass.
+    ``len()`` or ``__length_hint__``, when the iterator has one, is how many batches it has."""
+    import itertools
+    import operator
+
+    known = operator.length_hint(it, -1)
+    batches = list(itertools.islice(it, known) if known >= 0 else it)
+    if not batches:
+        raise SadlDataError(f"{source} is an empty generator (0 batches); give at least one input")
+    xs = [_dataset_element_x(b) for b in batches]
+    ys = [_dataset_element_y(b) for b in batches]
+    try:
+        if isinstance(xs[0], Mapping):
+            x: Any = {k: np.concatenate([np.asarray(b[k]) for b in xs]) for k in xs[0]}
+        else:
+            x = np.concatenate([_as_array(b, source) for b in xs])
+        y = None if any(v is None or isinstance(v, (dict, list, tuple)) for v in ys) else np.concatenate([np.asarray(v) for v in ys])
+    except ValueError as exc:
+        raise SadlDataError(f"{source}: the generator's batches cannot be joined ({exc}); yield batches of one shape") from None
+    return TrainingData(source=source, x=x, y=y)
+
+
 def _as_array(value: Any, source: str) -> np.ndarray:
     """``value`` (an array, a tensor, nested lists) as a NumPy array of numbers."""
     if not isinstance(value, np.ndarray) and hasattr(value, "numpy") and callable(value.numpy):
-        try:
-            value = value.numpy()
+        try:  # a torch tensor may require grad or live on a GPU: detached, on the CPU
+            value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
         except Exception:  # a symbolic tensor: np.asarray below names the problem
             pass
     try:
@@ -590,10 +737,6 @@ def load_training_data(
     arrays = {"": data.x} if isinstance(data.x, np.ndarray) else (data.x if isinstance(data.x, dict) else {})
     for name, x in arrays.items():
         label = f"{data.source} (input {name!r})" if name else data.source
-        if x.ndim < 2 and not name:
-            raise SadlDataError(
-                f"{label} has shape {tuple(x.shape)}; expected (n, *input_shape) with one row per input"
-            )
         if x.ndim < 1:
             raise SadlDataError(f"{label} is a scalar; expected (n, *input_shape) with one row per input")
         if x.shape[0] == 0:

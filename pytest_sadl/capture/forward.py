@@ -18,7 +18,9 @@ Backends (``keras.backend.backend()``):
   keeps gradients for ``model(x)`` under a ``tf.GradientTape``.
 * JAX: ``jax.jit`` of a stateless call (the variables are arguments, read in a
   ``keras.StatelessScope``), as Keras' own ``predict`` does on JAX.
-* Any other backend (PyTorch: untested here): the eager call, without compilation.
+* PyTorch (tested in CI: ``scripts/test.sh``'s third pass): the eager call, without
+  compilation, under ``torch.no_grad()`` for :meth:`Forward.run` (a training set's pass)
+  and with gradients for :meth:`Forward.eager` (a test's ``model(x)``).
 
 Public API
 ----------
@@ -315,6 +317,9 @@ def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tup
     seen: list[Seen] = []
     owners: list[int] = []
     counter = [0]
+    # Keras on torch runs ``body`` on real tensors, twice when a dimension is unknown (its
+    # batch filled with 83, then 89): a dimension that differs between the rounds is unknown.
+    rounds: list[list[tuple[int | None, ...] | None]] = []
 
     def sink(i: int, out: Any) -> None:
         s = seen[i]
@@ -328,6 +333,8 @@ def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tup
         s.output = None if s.structured else flat[0]
 
     def body(x: Any) -> Any:
+        if seen:
+            rounds.append([s.shape for s in seen])
         seen[:] = [Seen() for _ in layers]
         counter[0] = 0
         with tapped(layers, sink):
@@ -341,4 +348,8 @@ def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tup
         return out
 
     spec = compute_output_spec(body, inputs)
+    for shapes in rounds:
+        for s, before in zip(seen, shapes):
+            if s.shape is not None and before is not None and len(before) == len(s.shape):
+                s.shape = tuple(a if a == b else None for a, b in zip(s.shape, before))
     return spec, list(seen), list(owners)

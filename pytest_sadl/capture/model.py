@@ -2,11 +2,13 @@
 
 Public API
 ----------
-``load_model(source, *, base_dir=None, what="model") -> keras.Model``
+``load_model(source, *, base_dir=None, what="model") -> keras.Model | torch.nn.Module``
     ``source`` is a ``.keras`` file (str or :class:`pathlib.Path`; relative paths are
     resolved against ``base_dir``), a ``"package.module:function"`` string naming a
-    callable that returns a model, or a ``keras.Model`` (returned as it is).
-    Keras is imported only when this is called.
+    callable that returns a model (a Keras model or a ``torch.nn.Module``), or a
+    ``keras.Model`` or ``torch.nn.Module`` (returned as it is). Keras is imported only
+    when this is called. PyTorch files (``.pt``, ``.pth``, ``.pt2``...) are refused with
+    the way to give such a model: a pickle runs code when loaded.
 
 A legacy ``.h5`` (HDF5) file is loaded when Keras can load it with safe mode on (a model
 of built-in layers, or of registered custom layers); one holding a ``Lambda`` layer is
@@ -33,6 +35,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from pytest_sadl.capture.backend import import_backend
 from pytest_sadl.errors import SadlModelError, SadlModelWarning
 from pytest_sadl.specs import call_spec, is_callable_spec, resolve_path
 
@@ -47,17 +50,27 @@ def _is_keras_model(obj: Any) -> bool:
     return keras is not None and isinstance(obj, keras.Model)
 
 
+def _is_torch_module(obj: Any) -> bool:
+    from pytest_sadl.capture.torchdata import is_torch_module  # imports no torch
+
+    return is_torch_module(obj)
+
+
+_TORCH_SUFFIXES = (".pt", ".pth", ".pt2", ".bin", ".ckpt")
+
+
 def load_model(
     source: Any, *, base_dir: str | os.PathLike[str] | None = None, what: str = "model"
 ) -> Any:
-    """Return the Keras model ``source`` names (see the module docstring)."""
-    if _is_keras_model(source):
+    """Return the Keras model or ``torch.nn.Module`` ``source`` names (see the module docstring)."""
+    if _is_keras_model(source) or _is_torch_module(source):
         return source
+    import_backend()  # Keras missing or broken: one line saying what to install
     if isinstance(source, str) and is_callable_spec(source) and not Path(source).exists():
         model = call_spec(source, what=what, error=SadlModelError)
-        if not _is_keras_model(model):
+        if not (_is_keras_model(model) or _is_torch_module(model)):
             raise SadlModelError(
-                f"{what}: {source!r} returned {type(model).__name__}, not a keras.Model"
+                f"{what}: {source!r} returned {type(model).__name__}, not a keras.Model or torch.nn.Module"
             )
         return model
     if not isinstance(source, (str, os.PathLike)):
@@ -78,6 +91,12 @@ def load_model(
             "loads only .keras files: re-save the model with model.save('model.keras')"
         )
     suffix = path.suffix.lower()
+    if suffix in _TORCH_SUFFIXES:
+        raise SadlModelError(
+            f"{label}: pytest-sadl does not load PyTorch files ({suffix}): a pickled model runs code when "
+            "loaded. Give 'package.module:function' returning the nn.Module (build it and load a state dict "
+            "with torch.load(path, weights_only=True)), or a sadl_model fixture in conftest.py"
+        )
     if suffix in (".h5", ".hdf5"):
         return _load_h5(path, label)
     if suffix != ".keras":

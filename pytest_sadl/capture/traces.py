@@ -40,13 +40,14 @@ Public API
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data
+from pytest_sadl.capture.arrays import Progress, Traces
+from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
     backend,
@@ -66,62 +67,10 @@ from pytest_sadl.capture.layers import (
 )
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 
-__all__ = ["Traces", "TraceModel", "Progress", "default_sa_layers", "default_coverage_layers", "is_classifier"]
+__all__ = ["TraceModel", "default_sa_layers", "default_coverage_layers", "is_classifier"]
 
 _JIT_MIN_INPUTS = 2048
-Progress = Callable[[int, "int | None"], None]
-"""``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
-
 _REGRESSION_LOSSES = ("mean_squared", "mse", "mae", "mean_absolute", "huber", "log_cosh", "logcosh", "poisson", "mape", "msle")
-
-
-@dataclass
-class Traces:
-    """Traces of ``n`` inputs; see the module docstring."""
-
-    sa: np.ndarray
-    coverage: list[np.ndarray]
-    pred: np.ndarray
-    output: np.ndarray
-    sa_layers: list[str] = field(default_factory=list)
-    coverage_layers: list[str] = field(default_factory=list)
-    # with TraceModel(extrema=True): per coverage layer, the per-input (min, max) of its whole
-    # output for layers of rank > 2 (None for the others), what NC's scaling needs
-    coverage_extrema: list[Any] | None = None
-
-    def __len__(self) -> int:
-        return int(self.output.shape[0])
-
-    def layer(self, name: str) -> np.ndarray:
-        """The coverage trace of the named layer."""
-        try:
-            return self.coverage[self.coverage_layers.index(name)]
-        except ValueError:
-            raise SadlLayerError(f"{name!r} is not a coverage layer of these traces: {self.coverage_layers}") from None
-
-    @classmethod
-    def concatenate(cls, parts: Sequence[Traces]) -> Traces:
-        """Join traces of consecutive input batches (same layers) into one."""
-        if not parts:
-            raise ValueError("Traces.concatenate needs at least one Traces")
-        first = parts[0]
-        extrema = None
-        if first.coverage_extrema is not None:
-            extrema = [
-                None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
-                for i, e in enumerate(first.coverage_extrema)
-            ]
-        return cls(
-            sa=np.concatenate([p.sa for p in parts]),
-            coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
-            pred=np.concatenate([p.pred for p in parts]),
-            output=np.concatenate([p.output for p in parts]),
-            sa_layers=list(first.sa_layers),
-            coverage_layers=list(first.coverage_layers),
-            coverage_extrema=extrema,
-        )
-
-
 def _reduce(tensor: Any) -> Any:
     """The mean over every axis but the batch and the last, as float32 (rank 1: one neuron)."""
     import keras
@@ -220,7 +169,19 @@ class TraceModel:
     the pass is always ``jax.jit``-compiled.
     The wrapped model is not modified (a layer's ``call`` is tapped only while the pass
     is traced).
+
+    Given a ``torch.nn.Module``, ``TraceModel(...)`` returns a
+    :class:`~pytest_sadl.capture.torch.TorchTraceModel` (the same interface; forward hooks).
     """
+
+    records = "keras"  # the recorder wraps predict, predict_on_batch and __call__
+
+    def __new__(cls, model: Any, *args: Any, **kwargs: Any) -> Any:
+        if cls is TraceModel and _is_torch_module(model):
+            from pytest_sadl.capture.torch import TorchTraceModel
+
+            return TorchTraceModel(model, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -244,6 +205,10 @@ class TraceModel:
         self.input_shape: tuple[int | None, ...] = inputs[0].shape
         self.input_dtype: str = inputs[0].dtype
         self._nodes = walk(model)
+        # Keras' functional models (and Sequential) take an input one axis short of a shape
+        # ending in 1, or with one axis of 1 too many (Functional._adjust_input_rank); a
+        # subclassed model takes what its call() takes
+        self._adjusts_rank = _is_graph_model(model)
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:
@@ -287,7 +252,17 @@ class TraceModel:
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
         self._forward = Forward(model, self._call, self._body)
+        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
+        self.name: str = str(model.name)
+
+    @property
+    def framework_version(self) -> str:
+        """What the profile fingerprint holds of the framework: the Keras version (not
+        the backend: TensorFlow, JAX and torch give the same traces)."""
+        import keras
+
+        return str(keras.__version__)
 
     # -- structure ------------------------------------------------------------------
 
@@ -425,22 +400,31 @@ class TraceModel:
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
         """Runs inside the compiled function: the model's output and the flat captures
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
-        from keras import tree
-
         from pytest_sadl.capture.forward import tapped
 
+        import threading
+
         captured: list[Any] = [None] * len(self._taps)
+        me = threading.get_ident()
 
         def sink(i: int, out: Any) -> None:
-            captured[i] = out
+            if threading.get_ident() == me:  # not another thread's call through a tapped layer
+                captured[i] = out
 
         with tapped(self._taps, sink):
             output = self._call(x)
+        return output, self.flat_captures(output, captured)
+
+    def flat_captures(self, output: Any, captured: list[Any]) -> list[Any]:
+        """Inside a pass: the model's ``output`` and the taps' outputs ``captured`` (in
+        ``self.taps`` order) as the flat list :meth:`split` takes, reduced per neuron."""
+        from keras import tree
+
         flat = [tree.flatten(output)[self._output_index]]
         flat += [_reduce(c) for c in captured]
         for path in self._extrema_paths:
             flat += list(_extrema(captured[self._tap_index[path]]))
-        return output, flat
+        return flat
 
     def _use_jit(self, total: int | None) -> bool:
         """XLA for large passes on an accelerator only: compiling costs about half a
@@ -481,7 +465,10 @@ class TraceModel:
     def prepare(self, data: TrainingData) -> TrainingData:
         """``data`` bound to this model's inputs (by name) with their shapes checked."""
         bound = data.bind(self.input_names)
-        bound.check_shape(self.input_shapes if len(self.input_names) > 1 else self.input_shape)
+        expected = self.input_shapes if len(self.input_names) > 1 else self.input_shape
+        if self._adjusts_rank:  # column arrays (n,) for Input((1,)), as Keras' functional models take them
+            bound = bound.adjusted(expected)
+        bound.check_shape(expected)
         return bound
 
     def _as_batch(self, x: Any, what: str, offset: int) -> dict[str, np.ndarray]:
@@ -490,6 +477,8 @@ class TraceModel:
         out = {}
         for name in self.input_names:
             a = np.asarray(arrays[name])
+            if self._adjusts_rank:
+                a = adjust_rank(a, self.input_shapes[name])
             label = what if len(self.input_names) == 1 else f"{what} (input {name!r})"
             check_batch(a, self.input_shapes[name], what=label, offset=offset)
             out[name] = a if a.dtype == self._dtypes[name] else a.astype(self._dtypes[name])
@@ -502,6 +491,15 @@ class TraceModel:
         if output.shape[-1] == 1:
             return (output[:, 0] > 0.5).astype(np.int64)
         return np.argmax(output, axis=1).astype(np.int64)
+
+    @property
+    def taps(self) -> list[Any]:
+        """The layers whose outputs a pass captures (SA and coverage layers, each once)."""
+        return list(self._taps)
+
+    def split(self, flat: list[np.ndarray]) -> Traces:
+        """:class:`Traces` from a pass's flat captures (:meth:`flat_captures`) as NumPy."""
+        return self._split(flat)
 
     def _split(self, flat: list[np.ndarray]) -> Traces:
         out = np.asarray(flat[0])
@@ -624,6 +622,12 @@ class TraceModel:
                 "coverage": n.path in cov,
             })
         return out
+
+
+def _is_torch_module(model: Any) -> bool:
+    from pytest_sadl.capture.torchdata import is_torch_module  # imports no torch
+
+    return is_torch_module(model)
 
 
 def _numpy_if_tensor(x: Any) -> Any:

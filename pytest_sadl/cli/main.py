@@ -7,7 +7,7 @@ Subcommands::
                        [--batch-size N] [--cache-dir D] [--rootdir R]
                        [--rebuild] [--[no-]dsa-precompute] [--lock-timeout S] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
-    sadl profile layers --model M [--output NAME] [--json] [--rootdir R]
+    sadl profile layers --model M [--train T] [--output NAME] [--json] [--rootdir R]
     sadl report ...    (pytest_sadl.cli.report)
     sadl compare ...
     sadl select POOL --model M --train T [--strategy surprise|coverage|ranges|deepgini] ...
@@ -177,14 +177,19 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     from pytest_sadl.capture import TraceModel
     from pytest_sadl.capture.model import load_model
 
-    model = load_model(args.model, base_dir=Path(args.rootdir) if args.rootdir else None, what="--model")
+    base_dir = Path(args.rootdir) if args.rootdir else None
+    model = load_model(args.model, base_dir=base_dir, what="--model")
     tm = TraceModel(model, output=args.output)
+    if args.train is not None:  # a PyTorch model's shapes come from a pass on its inputs
+        from pytest_sadl.capture.data import load_training_data
+
+        tm.prepare(load_training_data(args.train, base_dir=base_dir, what="--train"))
     rows = tm.describe_layers()
     if args.json:
-        print(json.dumps({"model": model.name, "inputs": tm.input_names, "outputs": tm.output_names,
+        print(json.dumps({"model": tm.name, "inputs": tm.input_names, "outputs": tm.output_names,
                           "output": tm.output_name, "classifier": tm.classifier, "layers": rows}, indent=2))
         return EXIT_OK
-    print(f"model {model.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
+    print(f"model {tm.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
           f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})")
     width = max(len(r["path"]) for r in rows) if rows else 4
     for r in rows:
@@ -333,6 +338,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     lay.add_argument("--model", required=True, metavar="M", help="the model: a .keras/.h5 file or 'package.module:function'")
     lay.add_argument("--output", metavar="NAME", help="the measured output of a model with several (default the first)")
+    lay.add_argument("--train", metavar="T", help="inputs to run the model on first (needed for a PyTorch model: "
+                     "its shapes come from a pass): a .npz/.npy file or 'package.module:function'")
     lay.add_argument("--json", action="store_true", help="print the layers as JSON")
     lay.add_argument("--rootdir", metavar="DIR", help="directory relative paths start from (default: the current one)")
     lay.set_defaults(func=cmd_profile_layers)
@@ -369,6 +376,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SadlConfigError as exc:
         print(f"sadl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # Keras, TensorFlow or JAX missing or broken: what to install
+        from pytest_sadl.capture.backend import backend_error
+
+        err = backend_error(exc)
+        if err is None:
+            raise
+        print(f"sadl: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("sadl: interrupted", file=sys.stderr)

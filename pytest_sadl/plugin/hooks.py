@@ -91,6 +91,8 @@ class SadlState:
                 self._model = load_model(self.options.model, what="--sadl-model")
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
+            if self.recorder is not None:  # the weights of the file the profile is made from
+                self.recorder.bind(self._model)
         return self._model
 
     def train(self) -> Any:
@@ -202,8 +204,30 @@ class SadlState:
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
 
-        self.recorder = Recorder(factory)
+        def digest(model: Any) -> str:
+            from pytest_sadl.capture.weights import model_digest
+
+            return model_digest(model)
+
+        self.recorder = Recorder(factory, digest)
         return self.recorder
+
+
+@contextlib.contextmanager
+def _backend_errors() -> Any:
+    """Keras, TensorFlow or JAX missing or broken, wherever the plugin first needs them:
+    a usage error in one line saying what to install (``capture.backend.backend_error``)."""
+    try:
+        yield
+    except pytest.UsageError:
+        raise
+    except Exception as exc:
+        from pytest_sadl.capture.backend import backend_error
+
+        err = backend_error(exc)
+        if err is None:
+            raise
+        raise pytest.UsageError(f"pytest-sadl: {err}") from None
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -290,11 +314,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = _enabled(session.config)
     if state is None or state.is_worker or session.config.option.collectonly or state.options.model is None:
         return  # a model from a project fixture is checked when first used
-    model = state.model()
-    if state.options.train is None:
-        state.recorder.trace_model(model)  # resolves (and checks) the layers
-        return
-    state.load_profile(model, state.train())
+    with _backend_errors():
+        model = state.model()
+        if state.options.train is None:
+            state.recorder.trace_model(model)  # resolves (and checks) the layers
+            return
+        state.load_profile(model, state.train())
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -319,9 +344,11 @@ def _check_fixture_model(state: SadlState, model: Any) -> None:
     configured one does at the session's start: the layers resolve, and the profile is
     built (or loaded) now when the training data is known."""
     try:
-        state.recorder.trace_model(model)
-        if state.train_seen is not None:
-            state.load_profile(model, state.train_seen)
+        with _backend_errors():
+            state.recorder.trace_model(model)
+            state.recorder.bind(model)  # before its profile is made from it
+            if state.train_seen is not None:
+                state.load_profile(model, state.train_seen)
     except pytest.UsageError as exc:
         state.fatal = True
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
@@ -393,6 +420,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
         return
     report = outcome.get_result()
     rec = state.recorder.records.get(item.nodeid)
+    entry = item.stash.get(_RECORD, None)
+    if call.when == "call" and entry is not None and entry[0] is rec:
+        state.recorder.check_model(entry[1], rec)  # the model changed (fit, set_weights)?
     if rec is not None:
         if report.failed:
             rec.outcome = "failed" if report.when == "call" else "error"
@@ -520,7 +550,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _worker_finish(state)
         return
     try:
-        sadl_session.finish(state)
+        with _backend_errors():
+            sadl_session.finish(state)
+    except KeyboardInterrupt:  # Ctrl-C at the end: as pytest ends an interrupt, no traceback
+        state.error = sadl_session.interrupted_message(state)
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+        return
     except pytest.UsageError as exc:
         state.error = str(exc)
     except Exception as exc:  # never take pytest (and the plugins after this hook) down

@@ -1,10 +1,15 @@
 """Which test fed which inputs to the model, in which group.
 
 While a test marked ``@pytest.mark.sadl`` runs (its call phase, not its fixtures), the
-model's ``predict``, ``predict_on_batch`` and ``__call__`` are wrapped: each runs the
-model's own multi-output twin (:class:`~pytest_sadl.capture.TraceModel`), returns the
-model's output to the test unchanged, and keeps the traces of the same forward pass, so
-recording costs no second inference. ``__call__`` keeps gradients flowing
+model's ``predict``, ``predict_on_batch``, ``__call__``, ``evaluate`` and ``test_on_batch``
+are wrapped: each runs the model's own multi-output twin
+(:class:`~pytest_sadl.capture.TraceModel`), returns the model's output to the test
+unchanged, and keeps the traces of the same forward pass, so recording costs no second
+inference. ``predict`` on a dataset, generator or ``PyDataset`` (or with ``steps`` or
+``callbacks``), ``evaluate`` and ``test_on_batch`` run Keras' own method with its step
+traced (:mod:`pytest_sadl.capture.loops`); the ``y`` they are given becomes the inputs'
+labels (:func:`target_labels`). What cannot be recorded runs as the plain call, with a
+warning naming the test, once per test and reason. ``__call__`` keeps gradients flowing
 (``tf.GradientTape`` around ``model(x)`` works as before). Calls with ``training=True``
 and calls on symbolic tensors (inside ``tf.function``, ``jax.jit``) are passed through
 unrecorded. A model with several inputs is recorded from a dict keyed by input name or a
@@ -24,6 +29,15 @@ the thread is inside a pass already (the trace model calls the model; Keras' own
 serialises the recorded model's calls and the recorder's shared state, so no append is
 lost and the layers a pass taps are never tapped by two threads at once.
 
+A model that changes during the session (``fit``, ``set_weights``, ``load_weights``, a
+new layer) is no longer the model the profile describes. :meth:`Recorder.bind` keeps a
+digest of the model's layers and weights when the profile's model is bound (the digest
+function is given, :func:`pytest_sadl.capture.weights.model_digest`);
+:meth:`Recorder.check_model` compares it at the end of each marked test that recorded
+inputs. From the first test whose end sees a change on, every record is marked
+``stale`` (one :class:`SadlRecordingWarning` names that test), and the engine leaves
+stale records' inputs out of every metric and reports them apart.
+
 No backend is imported here: the trace model (:mod:`pytest_sadl.capture`) runs the pass.
 
 Only plain data leaves this module: :class:`TestRecord` with NumPy arrays, serialisable
@@ -33,6 +47,7 @@ to bytes (``.npz``, no pickles) for pytest-xdist workers to send to the controll
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -83,6 +98,9 @@ class TestRecord:
     attempt: int = 1
     # sadl_labels(x, y): (digests of x's rows, y) pairs, matched to recorded inputs by digest
     labels: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # measured on a model that had changed since the profile's was bound (fit, set_weights):
+    # left out of every metric, reported apart
+    stale: bool = False
 
     @property
     def n_inputs(self) -> int:
@@ -147,8 +165,12 @@ def thumbnails(x: Any) -> np.ndarray | None:
 class Recorder:
     """Collects :class:`TestRecord` objects for a session (safe to call from many threads)."""
 
-    def __init__(self, trace_model_factory: Any) -> None:
+    def __init__(self, trace_model_factory: Any, digest: Callable[[Any], str] | None = None) -> None:
         self._factory = trace_model_factory  # model -> TraceModel
+        self._digest = digest  # model -> digest of its layers and weights (None: never checked)
+        self._bound: tuple[int, str] | None = None  # (id of the profile's model, its digest then)
+        #: the node id of the test at whose end the model was first seen changed
+        self.changed_in: str | None = None
         self._trace_models: dict[int, Any] = {}
         self.records: dict[str, TestRecord] = {}
         #: the running test's record (process-wide: pytest runs one test at a time here)
@@ -181,6 +203,57 @@ class Recorder:
                     )
             return tm
 
+    def bind(self, model: Any) -> None:
+        """Remember ``model``'s digest as that of the model the profile describes (once per
+        model object: the first binding is the one the profile was made from)."""
+        if self._digest is None:
+            return
+        with self._lock:
+            if self._bound is None or self._bound[0] != id(model):
+                digest = self._model_digest(model)
+                if digest is not None:
+                    self._bound = (id(model), digest)
+
+    def _model_digest(self, model: Any) -> str | None:
+        """The digest, or ``None`` (and checking off, with one warning) when the model's
+        weights cannot be read: never a failed test or an INTERNALERROR for it."""
+        try:
+            with self.paused():
+                return self._digest(model)  # type: ignore[misc]
+        except Exception as exc:
+            self._digest = None
+            self._bound = None
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            self._warn_once(
+                "digest",
+                f"pytest-sadl: the model's weights cannot be read ({why}); changes to the model during the session are not detected",
+                in_hook=True,
+            )
+            return None
+
+    def check_model(self, model: Any, record: TestRecord) -> None:
+        """At the end of a marked test: mark ``record`` stale when the model changed since
+        it was bound, now or in an earlier test (only records with inputs are checked)."""
+        if not record.batches:
+            return
+        with self._lock:
+            if self._bound is None or self._bound[0] != id(model) or self._digest is None:
+                return
+            if self.changed_in is None:
+                digest = self._model_digest(model)
+                if digest is None or digest == self._bound[1]:
+                    return
+                self.changed_in = record.nodeid
+                self._warn_once(
+                    "changed",
+                    f"pytest-sadl: the model changed during the session (its weights or layers: fit, "
+                    f"set_weights, load_weights, a new layer), first seen at the end of {record.nodeid}; "
+                    "the inputs of that test and of every later one were measured on another model "
+                    "than the profile's, so they are left out of every metric and listed apart",
+                    in_hook=True,
+                )
+            record.stale = True
+
     def record_for(self, nodeid: str, index: int, group: str, attempt: int = 1) -> TestRecord:
         """The record of ``nodeid``'s run number ``attempt``; an earlier attempt's is dropped."""
         with self._lock:
@@ -189,13 +262,20 @@ class Recorder:
                 rec = self.records[nodeid] = TestRecord(nodeid, index, group, attempt=attempt)
             return rec
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self, key: str, message: str, *, in_hook: bool = False) -> None:
+        """One warning per ``key``: kept for the reports and emitted. ``in_hook``: emitted
+        from a pytest hook, not a test, where ``-W error`` would make it an INTERNALERROR;
+        there the reports carry it and the run goes on."""
         with self._lock:
             if key in self._warned:
                 return
             self._warned.add(key)
             self.messages.append(message)
-        warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+        try:
+            warnings.warn(message, SadlRecordingWarning, stacklevel=4)
+        except Warning:
+            if not in_hook:
+                raise
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -298,37 +378,60 @@ class Recorder:
             with self.paused():  # outside the except block: the model's own error, unchained
                 out = plain()
             why = " ".join(f"{type(failure).__name__}: {failure}".split())[:300]
-            self._warn_once(
-                f"failed:{type(failure).__name__}",
-                f"pytest-sadl: an input the model accepts could not be recorded ({why}); it ran unrecorded (use sadl_record(x))",
-            )
+            self._warn_unrecorded(rec, f"an input the model accepts could not be recorded ({why})")
             return out
 
     @contextlib.contextmanager
     def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
         """Wrap ``model``'s entry points while the block runs; restore them after."""
         tm = self.trace_model(model)
+        if getattr(tm, "records", "keras") == "forward":  # a torch.nn.Module
+            with self._recording_forward(record, model, tm):
+                yield
+            return
         original_cls = type(model)
         recorder = self
 
-        def unrecorded(why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
-            recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
+        def unrecorded(rec: TestRecord, why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+            recorder._warn_unrecorded(rec, why)
             with recorder._lock, recorder.paused():
                 return method(model, *args, **kwargs)
 
         def predict(x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any) -> Any:
             rec = recorder.target()
             plain = lambda: original_cls.predict(model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)  # noqa: E731
-            if rec is not None and (kw or steps is not None or not _is_inputs(x) or not _finite(x)):
-                why = "model.predict() was called with steps, a generator, non-finite values or other arguments"
-                return unrecorded(why, original_cls.predict, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
-            return recorder._attempt(rec, x, plain, lambda: tm.call_and_trace(x, batch_size=batch_size or 32))
+            if rec is not None and kw:
+                why = "model.predict() was called with arguments Keras' predict does not take"
+                return unrecorded(rec, why, original_cls.predict, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
+            if rec is not None and _is_inputs(x) and steps is None and callbacks is None:
+                if not _finite(x):
+                    return unrecorded(rec, "model.predict() got non-finite values", original_cls.predict, x, batch_size=batch_size, verbose=verbose)
+                return recorder._attempt(rec, x, plain, lambda: tm.call_and_trace(x, batch_size=batch_size or 32))
+            # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced
+            return recorder._loop(rec, tm, "predict", x, plain, original_cls)
 
         def predict_on_batch(x: Any) -> Any:
             rec = recorder.target()
             if rec is not None and (not _is_inputs(x) or not _finite(x)):
-                return unrecorded("model.predict_on_batch() got a non-array or non-finite input", original_cls.predict_on_batch, x)
+                return unrecorded(rec, "model.predict_on_batch() got a non-array or non-finite input", original_cls.predict_on_batch, x)
             return recorder._attempt(rec, x, lambda: original_cls.predict_on_batch(model, x), lambda: tm.call_and_trace(x))
+
+        def evaluate(x: Any = None, y: Any = None, batch_size: Any = None, verbose: Any = "auto", sample_weight: Any = None,
+                     steps: Any = None, callbacks: Any = None, return_dict: bool = False, **kw: Any) -> Any:
+            rec = recorder.target()
+            plain = lambda: original_cls.evaluate(  # noqa: E731
+                model, x, y, batch_size=batch_size, verbose=verbose, sample_weight=sample_weight, steps=steps,
+                callbacks=callbacks, return_dict=return_dict, **kw)
+            if kw or not getattr(model, "compiled", False):  # fit()'s validation pass; or Keras' own error
+                rec = None
+            return recorder._loop(rec, tm, "test", x, plain, original_cls)
+
+        def test_on_batch(x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False) -> Any:
+            rec = recorder.target()
+            plain = lambda: original_cls.test_on_batch(model, x, y, sample_weight=sample_weight, return_dict=return_dict)  # noqa: E731
+            if not getattr(model, "compiled", False):
+                rec = None
+            return recorder._loop(rec, tm, "test", x, plain, original_cls)
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             rec = recorder.target() if self is model else None
@@ -337,24 +440,111 @@ class Recorder:
             return recorder._call(rec, tm, original_cls, self, args, kwargs)
 
         # The same name, qualname and module as the model's class, so that Keras serialises
-        # (model.save) and prints it as before; only __call__ differs.
+        # (model.save) and prints it as before; only __call__ differs, and the steps and
+        # step functions Keras' loops use, which are a traced loop's in the thread running
+        # it (capture.loops) and the model's own everywhere else.
         recorded_cls = type(
             original_cls.__name__,
             (original_cls,),
-            {"__call__": call, "__module__": original_cls.__module__, "__qualname__": original_cls.__qualname__, "_sadl_recording": True},
+            {"__call__": call, "__module__": original_cls.__module__, "__qualname__": original_cls.__qualname__,
+             "_sadl_recording": True, **self._loop_dispatch(original_cls)},
         )
         self.current = record
-        object.__setattr__(model, "predict", predict)
-        object.__setattr__(model, "predict_on_batch", predict_on_batch)
+        wrapped = {"predict": predict, "predict_on_batch": predict_on_batch, "evaluate": evaluate, "test_on_batch": test_on_batch}
+        for name, method in wrapped.items():
+            object.__setattr__(model, name, method)
         object.__setattr__(model, "__class__", recorded_cls)
         try:
             yield
         finally:
             with self._lock:  # a call another thread is still making finishes first
                 object.__setattr__(model, "__class__", original_cls)
-                for name in ("predict", "predict_on_batch"):
+                for name in wrapped:
                     with contextlib.suppress(AttributeError):
                         object.__delattr__(model, name)
+                self.current = None
+
+    def _loop_dispatch(self, original_cls: type) -> dict[str, Any]:
+        """Class attributes of the recorded class: ``predict_step``/``test_step`` and
+        ``predict_function``/``test_function`` that are this thread's traced loop's
+        (:class:`pytest_sadl.capture.loops.Loop`) while it runs, else the model's own."""
+        recorder = self
+        out: dict[str, Any] = {}
+        for kind in ("predict", "test"):
+            step_name, fn_name = f"{kind}_step", f"{kind}_function"
+
+            def step(model: Any, *args: Any, _kind: str = kind, _name: str = step_name) -> Any:
+                loop = recorder._active_loop(model, _kind)
+                if loop is not None:
+                    return loop.step(*args)
+                return getattr(original_cls, _name)(model, *args)
+
+            def get(model: Any, _kind: str = kind, _name: str = fn_name) -> Any:
+                loop = recorder._active_loop(model, _kind)
+                if loop is not None and loop.fn is not None:
+                    return loop.fn
+                return model.__dict__.get(_name)
+
+            def put(model: Any, value: Any, _kind: str = kind, _name: str = fn_name) -> None:
+                loop = recorder._active_loop(model, _kind)
+                if loop is not None and loop.building:
+                    loop.built = value  # Keras' make_<kind>_function building ours
+                else:
+                    model.__dict__[_name] = value
+
+            if hasattr(original_cls, step_name):
+                out[step_name] = step
+                out[fn_name] = property(get, put)
+        return out
+
+    def _active_loop(self, model: Any, kind: str) -> Any:
+        loop = getattr(self._local, "loop", None)
+        return loop if loop is not None and loop.model is model and loop.kind == kind else None
+
+    @contextlib.contextmanager
+    def _activating(self, loop: Any) -> Iterator[None]:
+        """``loop`` is this thread's traced loop while the block runs."""
+        previous = getattr(self._local, "loop", None)
+        self._local.loop = loop
+        try:
+            yield
+        finally:
+            self._local.loop = previous
+
+    @contextlib.contextmanager
+    def _recording_forward(self, record: TestRecord, model: Any, tm: Any) -> Iterator[None]:
+        """A ``torch.nn.Module``: its ``forward`` is wrapped on the instance, so that
+        ``model(x)`` (which calls it) and ``model.forward(x)`` both record, from the one
+        pass the test makes (``tm.call_tensors`` runs the original ``forward`` with the
+        trace model's hooks on); the instance's own ``forward`` is restored after."""
+        recorder = self
+        own = "forward" in model.__dict__
+        saved = model.__dict__.get("forward")
+        inner = model.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            rec = recorder.target()
+            if rec is None:
+                return inner(*args, **kwargs)
+            x = args[0] if len(args) == 1 and not kwargs else None
+            why = "model(x) was called with several arguments or keywords" if x is None else tm.unrecordable(x)
+            if why is not None:
+                recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
+                with recorder._lock, recorder.paused():
+                    return inner(*args, **kwargs)
+            return recorder._attempt(rec, tm.host(x), lambda: inner(x), lambda: tm.call_tensors(x, forward=inner))
+
+        self.current = record
+        object.__setattr__(model, "forward", forward)
+        try:
+            yield
+        finally:
+            with self._lock:
+                if own:
+                    object.__setattr__(model, "forward", saved)
+                else:
+                    with contextlib.suppress(AttributeError):
+                        object.__delattr__(model, "forward")
                 self.current = None
 
     def _call(self, rec: TestRecord, tm: Any, original_cls: type, model: Any, args: tuple, kwargs: dict) -> Any:
@@ -369,10 +559,64 @@ class Recorder:
         if why is None and (len(args) > 2 or extra or x is None or not _is_inputs(x) or not _finite(x)):
             why = "model(x) was called with a mask, non-finite values or other arguments"
         if why is not None:
-            self._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
+            self._warn_unrecorded(rec, why)
             with self._lock, self.paused():
                 return plain()
         return self._attempt(rec, x, plain, lambda: tm.call_tensors(x))
+
+    def _loop(self, rec: TestRecord | None, tm: Any, kind: str, x: Any, plain: Callable[[], Any], original_cls: type) -> Any:
+        """``predict``/``evaluate``/``test_on_batch`` run by Keras' own loop with each step
+        traced (:mod:`pytest_sadl.capture.loops`): the steps' traces kept for ``rec``, the
+        targets of the steps as the inputs' labels, Keras' own result returned.
+
+        Not under the recorder's lock while Keras waits for data (only while a step is
+        traced with the layers tapped): a generator that calls the model from tf.data's
+        thread must not wait for the loop that waits for it."""
+        from pytest_sadl.capture.loops import run_traced, unsupported
+
+        why = None if rec is None else unsupported(tm.model, kind)
+        if rec is None or why is not None:
+            if why is not None:
+                self._warn_unrecorded(rec, why)  # type: ignore[arg-type]
+            with self.paused():
+                return plain()
+        failure: Exception | None = None
+        plain_step = functools.partial(getattr(original_cls, f"{kind}_step"), tm.model)
+        try:
+            with self.paused():
+                out, batches = run_traced(tm, kind, plain, plain_step=plain_step, activate=self._activating, lock=self._lock)
+        except Exception as exc:
+            if _one_shot(x):  # a generator is consumed: running it again would see other data
+                raise
+            failure = exc
+        else:
+            self._keep(rec, tm, batches)
+            return out
+        with self.paused():  # outside the except block: the model's own error, unchained
+            out = plain()
+        self._warn_unrecorded(rec, "an input the model accepts could not be recorded ("
+                              + " ".join(f"{type(failure).__name__}: {failure}".split())[:300] + ")")
+        return out
+
+    def _keep(self, rec: TestRecord, tm: Any, batches: list[Any]) -> None:
+        """The traces of a traced loop's steps, and their targets as labels."""
+        for b in batches:
+            self.add(b.traces, b.x, rec)
+            if b.y is None:
+                continue
+            labels = target_labels(b.y, n=len(b.traces), classifier=tm.classifier,
+                                   output=tm.output_name, outputs=tm.output_names)
+            digests = input_digests(b.x)
+            if labels is None or digests is None or len(digests) != len(labels):
+                self._warn_once(f"labels:{rec.nodeid}", f"pytest-sadl: {rec.nodeid}: the targets y of its "
+                                "inputs could not be used as labels (not one numeric target per input)")
+                continue
+            with self._lock:
+                rec.labels.append((digests, labels))
+
+    def _warn_unrecorded(self, rec: TestRecord, why: str) -> None:
+        """Once per test and reason: ``why`` inputs of ``rec``'s test ran unrecorded."""
+        self._warn_once(f"{why}\0{rec.nodeid}", f"pytest-sadl: {rec.nodeid}: {why}; those inputs ran unrecorded (use sadl_record(x))")
 
     # -- transport (pytest-xdist) ---------------------------------------------
 
@@ -381,7 +625,7 @@ class Recorder:
         arrays: dict[str, np.ndarray] = {}
         meta = []
         for r, rec in enumerate(self.records.values() if records is None else records):
-            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "attempt": rec.attempt, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
+            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "attempt": rec.attempt, "stale": rec.stale, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
             for j, (digests, values) in enumerate(rec.labels):
                 arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
             for b, batch in enumerate(rec.batches):
@@ -409,7 +653,7 @@ class Recorder:
             meta = json.loads(npz["meta"].tobytes().decode())
             out = []
             for r, m in enumerate(meta):
-                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"], attempt=int(m.get("attempt", 1)))
+                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"], attempt=int(m.get("attempt", 1)), stale=bool(m.get("stale", False)))
                 rec.labels = [(npz[f"labeldig_{r}_{j}"], npz[f"labelval_{r}_{j}"]) for j in range(m.get("labels", 0))]
                 for b in range(m["batches"]):
                     key = f"{r}_{b}"
@@ -439,6 +683,37 @@ class Recorder:
                 elif rec.attempt == mine.attempt:
                     mine.batches.extend(rec.batches)
                     mine.labels.extend(rec.labels)
+                    mine.stale |= rec.stale
+
+
+def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: list[str]) -> np.ndarray | None:
+    """The labels ``(n, k)`` float64 of ``n`` inputs from the targets ``y`` a test gave Keras
+    (``evaluate(x, y)``, a dataset's ``(x, y)``): class ids for a classifier (one-hot or
+    soft rows become their argmax), the target values for a regression model; of a model
+    with several outputs, the measured ``output``'s targets (``y`` a dict by output name
+    or a list in ``outputs`` order). ``None`` when ``y`` holds no numeric target per input."""
+    if isinstance(y, dict):
+        y = y.get(output)
+    elif isinstance(y, (list, tuple)) and len(outputs) > 1:
+        y = y[outputs.index(output)] if len(y) == len(outputs) else None
+    if y is None:
+        return None
+    try:
+        arr = np.asarray(y)
+    except Exception:
+        return None
+    if arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.shape[0] != n:
+        return None
+    arr = arr.reshape(n, -1)
+    if classifier:
+        if arr.shape[1] > 1:  # one-hot (categorical_crossentropy) or soft labels
+            arr = np.argmax(arr, axis=1).reshape(n, 1)
+    return arr.astype(np.float64)
+
+
+def _one_shot(x: Any) -> bool:
+    """Data that a second pass cannot see again: a generator or other iterator."""
+    return hasattr(x, "__next__")
 
 
 def _parts(x: Any) -> list[Any]:

@@ -78,6 +78,22 @@ def write_reports(state: SadlState) -> None:
             state.written.append(f"sadl: {report.kind} report written to {target}")
 
 
+def interrupted_message(state: SadlState) -> str:
+    """The one line for a Ctrl-C while the results were computed or the reports written.
+    Each report file is whole or absent (the atomic writer removes its temporary file on
+    any exception, an interrupt too), so the line says which are which."""
+    files = [r for r in state.options.reports if r.path is not None]
+    done = len(state.written) + len(state.report_errors) if state.data is not None else 0
+    left = ", ".join(f"{r.kind}:{r.path}" for r in files[done:])
+    while_ = "writing the reports" if state.data is not None else "computing the results"
+    parts = [f"pytest-sadl: interrupted (Ctrl-C) while {while_}"]
+    if state.written:
+        parts.append("written: " + ", ".join(line.rpartition(" written to ")[2] for line in state.written))
+    if left:
+        parts.append(f"not written: {left}")
+    return "; ".join(parts)
+
+
 def model_info(state: SadlState, profile: Any) -> dict[str, Any]:
     """What the results say about the model, from the profile the metrics used."""
     from_fixture = state.model_from_fixture or state.model_seen not in (None, state._model)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_sadl.plugin.recorder import Recorder, TestRecord
 
 TRANSPORT = "pytest-sadl/records"
-TRANSPORT_VERSION = 1
+TRANSPORT_VERSION = 2  # 2: a record says whether it is stale (the model changed before it)
 MISSING_SHOWN = 5  # test ids named in the warning line; the results list all of them
 
 

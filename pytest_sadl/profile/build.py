@@ -149,7 +149,14 @@ def _sha() -> Any:
 def model_fingerprint(model: Any) -> str:
     """sha256 hex of the model's architecture (``get_config()`` as sorted JSON) and every
     weight (path, shape, dtype and bytes, trainable and not). Changing one weight or one
-    layer option changes it; loading the same ``.keras`` file twice does not."""
+    layer option changes it; loading the same ``.keras`` file twice does not. A
+    ``torch.nn.Module``: :func:`pytest_sadl.capture.torch.module_fingerprint`."""
+    from pytest_sadl.capture.torchdata import is_torch_module
+
+    if is_torch_module(model):
+        from pytest_sadl.capture.torch import module_fingerprint
+
+        return module_fingerprint(model)
     h = _sha()
     h.update(f"{type(model).__module__}.{type(model).__qualname__}\0".encode())
     try:
@@ -165,12 +172,15 @@ def model_fingerprint(model: Any) -> str:
 
 
 def _weight_array(w: Any) -> np.ndarray:
-    """A weight's values as NumPy, without a backend import: a JAX array directly (Keras'
-    JAX ``Variable.numpy()`` goes through an ``__array__`` without NumPy 2's ``copy``
-    keyword, a DeprecationWarning per weight), otherwise the variable's ``numpy()``."""
+    """A weight's values as NumPy, without a backend import: a JAX array directly and a
+    torch tensor detached (Keras' JAX and torch ``Variable.numpy()`` go through an
+    ``__array__`` without NumPy 2's ``copy`` keyword, a DeprecationWarning per weight),
+    otherwise the variable's ``numpy()``."""
     value = getattr(w, "value", None)
     if value is not None and type(value).__module__.startswith(("jax", "jaxlib")):
         return np.asarray(value)
+    if value is not None and hasattr(value, "detach"):  # torch: a Parameter, maybe on a GPU
+        return value.detach().cpu().numpy()
     return np.asarray(w.numpy() if hasattr(w, "numpy") else w)
 
 
@@ -178,9 +188,10 @@ def _versions() -> dict[str, str]:
     import pytest_sadl
 
     out = {"pytest_sadl": pytest_sadl.__version__, "numpy": np.__version__}
-    keras = sys.modules.get("keras")
-    if keras is not None:
-        out["keras"] = keras.__version__
+    for name in ("keras", "torch"):
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = str(module.__version__)
     return out
 
 
@@ -455,8 +466,6 @@ def prepare(
     model = load_model(model, base_dir=base_dir)
     tm = TraceModel(model, options.sa_layers, options.coverage_layers, classifier=options.classifier, output=options.output)
     data = tm.prepare(load_training_data(train, base_dir=base_dir))
-    import keras
-
     mfp = model_fingerprint(model)
     fp = profile_fingerprint(
         mfp,
@@ -466,7 +475,7 @@ def prepare(
         var_threshold=options.var_threshold,
         classifier=tm.classifier,
         lsa_near_singular=options.lsa_near_singular,
-        keras_version=keras.__version__,
+        keras_version=tm.framework_version,
         output=tm.output_name if len(tm.output_names) > 1 else None,
     )
     return model, tm, data, mfp, fp
@@ -547,7 +556,7 @@ def build_profile(
 
     say = status or (lambda _msg: None)
     total = data.n
-    say(f"tracing {'all' if total is None else total} training inputs through {tm.model.name!r}")
+    say(f"tracing {'all' if total is None else total} training inputs through {tm.name!r}")
     traced, digests = _digesting(data)
     traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
     n = len(traces)
@@ -589,7 +598,7 @@ def build_profile(
         options=resolved,
         model_fingerprint=model_fp,
         data_fingerprint=data.fingerprint(),
-        model_name=str(tm.model.name),
+        model_name=str(tm.name),
         classifier=tm.classifier,
         n_train=n,
         n_outputs=n_outputs,

@@ -453,6 +453,7 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "failures": failures,
         "warnings": [str(w) for w in outcome.get("warnings") or []],
         "missing": [m for m in outcome.get("missing") or [] if isinstance(m, dict)],
+        "stale": [m for m in outcome.get("stale") or [] if isinstance(m, dict)],
         "hints": adequacy_hints(results),
         "cards": _cards(results, comparison),
         "surprise": _surprise(results),

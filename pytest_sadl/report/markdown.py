@@ -96,6 +96,14 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
             reason = f": {escape_md(str(m['reason']))}" if m.get("reason") else ""
             lines.append(f"> - {escape_md(str(m.get('nodeid')))}{reason}")
         lines.append("")
+    stale = [m for m in outcome.get("stale") or [] if isinstance(m, dict)]
+    if stale:  # before the tables: measured on a changed model, counted in none of them
+        lines.append(f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} test"
+                     f"{'' if len(stale) == 1 else 's'} were measured on other weights or layers than the "
+                     "profile's (fit, set_weights, load_weights), so no metric below counts them:")
+        for m in stale:
+            lines.append(f"> - {escape_md(str(m.get('nodeid')))}: {escape_md(str(m.get('inputs')))} inputs")
+        lines.append("")
 
     head = ["Metric", "Value", "Threshold", "Status"]
     if comparison is not None:

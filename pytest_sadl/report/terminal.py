@@ -112,6 +112,9 @@ def render_terminal(
         lines.append("")
         for w in warnings:
             lines += _wrap(f"warning: {w}", width)
+    stale = [m for m in results.get("outcome", {}).get("stale") or [] if isinstance(m, dict)]
+    for m in stale:  # measured on a changed model: listed, counted in no table below
+        lines += _wrap(f"  left out (model changed): {m.get('nodeid')}, {m.get('inputs')} inputs", width, "    ")
     lines.append("")
     thresholds = results.get("thresholds", {})
     deltas = {}

@@ -1,0 +1,68 @@
+"""What a pass gives: :class:`Traces`, the NumPy arrays of ``n`` inputs' traces, the one
+type both trace models return (:class:`~pytest_sadl.capture.traces.TraceModel` for Keras,
+:class:`~pytest_sadl.capture.torch.TorchTraceModel` for PyTorch) to the profile and the
+recorder; and the ``Progress`` callback type of a long pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pytest_sadl.errors import SadlLayerError
+
+__all__ = ["Traces", "Progress"]
+
+Progress = Callable[[int, "int | None"], None]
+"""``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
+
+@dataclass
+class Traces:
+    """Traces of ``n`` inputs: ``sa`` ``(n, d)`` float32 (the SA layers' traces
+    concatenated in order), ``coverage`` (``(n, c)`` float32 per coverage layer), ``pred``
+    (``(n,)`` int64 classes of a classifier, ``(n, k)`` float32 of a regression model),
+    ``output`` (the measured output ``(n, k)``)."""
+
+    sa: np.ndarray
+    coverage: list[np.ndarray]
+    pred: np.ndarray
+    output: np.ndarray
+    sa_layers: list[str] = field(default_factory=list)
+    coverage_layers: list[str] = field(default_factory=list)
+    # with TraceModel(extrema=True): per coverage layer, the per-input (min, max) of its whole
+    # output for layers of rank > 2 (None for the others), what NC's scaling needs
+    coverage_extrema: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return int(self.output.shape[0])
+
+    def layer(self, name: str) -> np.ndarray:
+        """The coverage trace of the named layer."""
+        try:
+            return self.coverage[self.coverage_layers.index(name)]
+        except ValueError:
+            raise SadlLayerError(f"{name!r} is not a coverage layer of these traces: {self.coverage_layers}") from None
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Traces]) -> Traces:
+        """Join traces of consecutive input batches (same layers) into one."""
+        if not parts:
+            raise ValueError("Traces.concatenate needs at least one Traces")
+        first = parts[0]
+        extrema = None
+        if first.coverage_extrema is not None:
+            extrema = [
+                None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
+                for i, e in enumerate(first.coverage_extrema)
+            ]
+        return cls(
+            sa=np.concatenate([p.sa for p in parts]),
+            coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
+            pred=np.concatenate([p.pred for p in parts]),
+            output=np.concatenate([p.output for p in parts]),
+            sa_layers=list(first.sa_layers),
+            coverage_layers=list(first.coverage_layers),
+            coverage_extrema=extrema,
+        )

@@ -1,0 +1,635 @@
+"""Native PyTorch models (``torch.nn.Module``): the chosen modules' outputs captured by
+forward hooks in the model's own forward pass, reduced to one value per neuron, as NumPy.
+
+torch is imported only here, and only when a PyTorch model or PyTorch data is given
+(``pip install "pytest-sadl[torch]"``). :class:`TorchTraceModel` has the interface of
+:class:`~pytest_sadl.capture.traces.TraceModel` (``TraceModel(module, ...)`` returns one),
+so the profile, the recorder, the plugin and the ``sadl`` commands use it unchanged and
+see NumPy arrays only.
+
+Layers
+------
+A layer is a module, named by its ``named_modules()`` path (``features.3``,
+``encoder.block1``). The defaults follow the Keras rules on the modules that ran once
+in a forward pass and returned one tensor, in call order:
+
+* coverage: every leaf module whose output has neurons, pass-through modules excluded
+  (``Flatten``, ``Unflatten``, ``Identity``, dropout, padding, upsampling, pixel and
+  channel shuffles);
+* **a module followed directly by an activation module** (the activation's input is the
+  module's output, as in ``nn.Sequential(nn.Linear(...), nn.ReLU())``) is measured *after*
+  the activation, as a Keras ``Dense(activation="relu")`` is: the pair is one layer, named
+  by the activation's path (``features.1``), and the module before it is not a default of
+  its own (name it to measure its pre-activation output). An activation applied as a
+  function (``F.relu`` in ``forward``) is no module: the module before it is measured
+  before the activation;
+* SA: the last of the coverage layers before the one that produces the measured output.
+
+Modules that hold modules (``nn.Sequential``, blocks of your own) can be named too; their
+output is their ``forward``'s.
+
+Reductions
+----------
+PyTorch's layouts: a channels-first map ``(n, c, h, w)`` (``(n, c, l)``, ``(n, c, d, h,
+w)``), the output of a convolution, pooling, normalisation or upsampling module, or of
+an element-wise module (activations, dropout) applied to one, is averaged over the
+spatial axes, giving one value per channel (axis 1); any other output of rank 4 or more
+is taken as channels-first too. A sequence ``(n, t, f)`` (a ``Linear`` on sequences, a
+``batch_first`` RNN, a Transformer layer) is averaged over time, one value per feature
+(the last axis). An RNN (``nn.RNN``/``LSTM``/``GRU``) gives its output sequence (the
+first item of what it returns), transposed to ``(n, t, f)`` when ``batch_first=False``.
+NC scales each input's whole output (every position and time step) to [0, 1], as on the
+Keras side (``extrema``).
+
+Passes
+------
+A training set's pass runs in ``eval()`` mode under ``torch.no_grad()``, the module's
+(and every submodule's) mode restored after. A recorded ``model(x)`` / ``model.forward(x)``
+(:meth:`TorchTraceModel.call_tensors`) runs the call the test made, once, with the hooks
+on: its output is the model's own tensor (gradients flow through it when grad mode is
+on; ``no_grad``/``inference_mode`` work as without the plugin) and the traces are copies
+taken in the hooks. The input shape is learned from the first inputs seen (the training
+data, or a recorded call), with one two-row probe pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytest_sadl.capture.arrays import Progress, Traces
+from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data
+from pytest_sadl.capture.torchdata import import_torch, is_torch_module, to_numpy
+from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
+
+__all__ = ["TorchTraceModel", "module_fingerprint", "is_pass_through", "is_activation"]
+
+_PASS_THROUGH = (
+    "Flatten", "Unflatten", "Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+    "FeatureAlphaDropout", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
+    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d",
+    "CircularPad1d", "CircularPad2d", "CircularPad3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle",
+)
+_ACTIVATIONS = (
+    "ReLU", "ReLU6", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh",
+    "Softmax", "LogSoftmax", "Softmin", "Softplus", "Softsign", "Hardtanh", "Hardswish", "Hardsigmoid", "Hardshrink",
+    "Softshrink", "Tanhshrink", "Threshold", "LogSigmoid",
+)
+# element-wise modules: their output has their input's layout
+_ELEMENTWISE = _ACTIVATIONS + ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "Identity")
+# modules whose rank > 2 output is channels-first (n, c, ...)
+_CHANNELS_FIRST = (
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d",
+    "LazyConv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "LPPool1d", "LPPool2d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "GroupNorm", "LocalResponseNorm", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d",
+    "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d",
+    "ReplicationPad2d", "ReplicationPad3d", "Fold",
+)
+_RNNS = ("RNN", "LSTM", "GRU")
+
+
+def _class_name(module: Any) -> str:
+    return type(module).__name__
+
+
+def _is_torch_class(module: Any, names: Sequence[str]) -> bool:
+    """An instance of one of torch.nn's classes ``names`` (subclasses included)."""
+    nn = import_torch().nn
+    types = tuple(getattr(nn, n) for n in names if hasattr(nn, n))
+    return isinstance(module, types)
+
+
+def is_pass_through(module: Any) -> bool:
+    return _is_torch_class(module, _PASS_THROUGH)
+
+
+def is_activation(module: Any) -> bool:
+    return _is_torch_class(module, _ACTIVATIONS)
+
+
+# ----------------------------------------------------------------------------- fingerprint
+
+
+def module_fingerprint(model: Any) -> str:
+    """sha256 hex of the module's class, its structure (``repr``: every submodule with its
+    options) and its ``state_dict`` (every parameter and buffer: name, dtype, shape,
+    bytes). Changing one weight or one module option changes it; the same weights
+    loaded twice do not."""
+    h = hashlib.sha256()
+    h.update(f"torch\0{type(model).__module__}.{type(model).__qualname__}\0{model!r}\0".encode())
+    for name, value in model.state_dict().items():
+        if not hasattr(value, "detach"):
+            continue
+        a = to_numpy(value)
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- the trace model
+
+
+@dataclass
+class _Seen:
+    """What the probe saw of one module."""
+
+    calls: int = 0
+    order: int = -1
+    shape: tuple[int | None, ...] | None = None  # without the batch axis
+    structured: bool = False
+    layout: str = "last"  # "first" (channels-first) or "last"
+    after: str | None = None  # the path of the module whose output was this one's input
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """``model.eval()`` for the block; every module's own ``training`` flag restored after."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+def _main_output(module: Any, out: Any) -> tuple[Any, bool]:
+    """The one tensor a module returned (an RNN: its output sequence, batch first), and
+    whether it returned one tensor."""
+    torch = import_torch()
+    if _is_torch_class(module, _RNNS) and isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+        seq = out[0]
+        if not getattr(module, "batch_first", False) and seq.dim() == 3:
+            seq = seq.transpose(0, 1)
+        return seq, True
+    if isinstance(out, torch.Tensor):
+        return out, True
+    return None, False
+
+
+def _reduce(t: Any, layout: str) -> Any:
+    """One value per neuron, float32, detached: channels-first maps averaged over every
+    axis after the channel one, features-last outputs over every axis but the batch and
+    the last; a copy (an in-place activation after this module cannot change it)."""
+    t = t.detach()
+    if t.dim() > 2:
+        axes = tuple(range(2, t.dim())) if layout == "first" else tuple(range(1, t.dim() - 1))
+        t = t.float().mean(dim=axes)
+    elif t.dim() < 2:
+        t = t.reshape(-1, 1)
+    return t.float().clone() if t.dtype == import_torch().float32 else t.float()
+
+
+class TorchTraceModel:
+    """A ``torch.nn.Module`` whose chosen modules are captured in its own forward pass;
+    the interface of :class:`~pytest_sadl.capture.traces.TraceModel` (see the module
+    docstring for the rules). ``jit`` is accepted and ignored (the pass runs eagerly)."""
+
+    backend = "torch"
+    records = "forward"  # the recorder wraps the module's forward (model(x) and model.forward(x))
+
+    def __init__(
+        self,
+        model: Any,
+        sa_layers: Sequence[str | int] | None = None,
+        coverage_layers: Sequence[str | int] | None = None,
+        *,
+        output: str | int | None = None,
+        classifier: bool | None = None,
+        jit: bool | str = "auto",
+        extrema: bool = False,
+    ) -> None:
+        if not is_torch_module(model):
+            raise SadlModelError(f"expected a torch.nn.Module, got {type(model).__qualname__}")
+        self.model = model
+        self.name = _class_name(model)
+        self._modules = {p: m for p, m in model.named_modules() if p}
+        self._sa_spec = self._check_spec(sa_layers, "SA layers")
+        self._cov_spec = self._check_spec(coverage_layers, "coverage layers")
+        self._output_spec = output
+        self._classifier_spec = classifier
+        self._extrema = extrema
+        self.jit: bool | None = False
+        self.jit_mode = False
+        self.compiled_passes = 0
+        self.input_names = ["input"]
+        self._probed = False
+
+    # -- structure ------------------------------------------------------------------------
+
+    @property
+    def framework_version(self) -> str:
+        """What goes into the profile fingerprint in place of the Keras version."""
+        return f"torch-{import_torch().__version__}"
+
+    def _check_spec(self, spec: Sequence[str | int] | None, purpose: str) -> list[str] | None:
+        if not spec:
+            return None
+        paths = list(self._modules)
+        out = []
+        for item in spec:
+            if isinstance(item, (int, np.integer)) and not isinstance(item, bool) or (isinstance(item, str) and item.lstrip("-").isdigit() and item not in self._modules):
+                i = int(item)
+                top = [p for p in paths if "." not in p]
+                if not -len(top) <= i < len(top):
+                    raise SadlLayerError(f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}")
+                out.append(top[i])
+            elif item in self._modules:
+                out.append(str(item))
+            else:
+                raise SadlLayerError(
+                    f"{purpose}: module {item!r} not found; name modules by their named_modules() path: {self._listing()}"
+                )
+        return out
+
+    def _listing(self) -> str:
+        return ", ".join(f"{p} ({_class_name(m)})" for p, m in self._modules.items()) or "(no submodules)"
+
+    def _device_dtype(self) -> tuple[Any, Any]:
+        torch = import_torch()
+        for t in list(self.model.parameters()) + list(self.model.buffers()):
+            if t.is_floating_point():
+                return t.device, t.dtype
+        return torch.device("cpu"), torch.float32
+
+    def _to_tensor(self, a: np.ndarray) -> Any:
+        torch = import_torch()
+        device, dtype = self._device_dtype()
+        a = np.ascontiguousarray(a)
+        if not a.flags.writeable:  # a read-only memmap: torch wants writable memory
+            a = a.copy()
+        t = torch.from_numpy(a)
+        if t.is_floating_point() or a.dtype == np.bool_:
+            t = t.to(dtype)
+        return t.to(device)
+
+    def _ensure_probed(self, x: Any) -> None:
+        """Learn the modules' calls, order, shapes and layouts from one two-row pass."""
+        if self._probed:
+            return
+        torch = import_torch()
+        first = x[:2] if hasattr(x, "shape") else x
+        if not isinstance(first, torch.Tensor):
+            first = self._to_tensor(np.asarray(first))
+        seen = {p: _Seen() for p in self._modules}
+        produced: dict[int, str] = {}  # id(output tensor) -> the path of the module that gave it
+        layouts: dict[int, str] = {}
+        outputs: dict[str, Any] = {}
+        counter = [0]
+
+        def hook(path: str) -> Any:
+            def fn(module: Any, args: Any, out: Any) -> None:
+                s = seen[path]
+                s.calls += 1
+                if s.order < 0:
+                    s.order = counter[0]
+                    counter[0] += 1
+                main, single = _main_output(module, out)
+                s.structured = not single
+                src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                if s.calls == 1 and src is not None:
+                    s.after = produced.get(id(src))
+                if single:
+                    s.shape = (None,) + tuple(int(d) for d in main.shape[1:])
+                    if _is_torch_class(module, _CHANNELS_FIRST):
+                        layout = "first"
+                    elif _is_torch_class(module, _ELEMENTWISE) and src is not None and id(src) in layouts:
+                        layout = layouts[id(src)]
+                    elif id(main) in layouts:  # a block returning a leaf's output
+                        layout = layouts[id(main)]
+                    else:
+                        layout = "first" if main.dim() >= 4 else "last"
+                    s.layout = layout
+                    layouts[id(main)] = layout
+                    produced.setdefault(id(out), path)
+                    outputs[path] = out
+            return fn
+
+        handles = [m.register_forward_hook(hook(p)) for p, m in self._modules.items()]
+        try:
+            with torch.no_grad(), _eval_mode(self.model):
+                out = self.model(first)
+        except Exception as exc:
+            raise SadlModelError(
+                f"model {self.name!r} cannot be run on inputs of shape {tuple(first.shape)} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
+                "runs on a batch of its inputs"
+            ) from None
+        finally:
+            for h in handles:
+                h.remove()
+        flat, names = self._flatten_output(out)
+        self.output_names = names
+        self._output_index = self._resolve_output(self._output_spec)
+        self.output_name = names[self._output_index]
+        measured = flat[self._output_index]
+        owners = [p for p, o in outputs.items() if o is measured or (isinstance(o, tuple) and o and o[0] is measured)]
+        self._output_path = min(owners, key=lambda p: seen[p].order) if owners else None
+        self._output_paths = {p for p, o in outputs.items() if any(o is f for f in flat)}
+        self._seen = seen
+        out_shape = tuple(measured.shape)
+        self.input_shape: tuple[int | None, ...] = tuple(int(d) for d in first.shape[1:])
+        self.input_shapes = {"input": self.input_shape}
+        self.input_dtype = str(first.dtype).replace("torch.", "")
+        self._float_input = first.is_floating_point()
+        self.classifier = self._is_classifier(out_shape) if self._classifier_spec is None else bool(self._classifier_spec)
+        if self.classifier and len(out_shape) != 2:
+            raise SadlModelError(
+                f"model {self.name!r} has output {self.output_name!r} of shape {(None,) + out_shape[1:]}; a classifier "
+                "needs a (batch, classes) output (pass classifier=False for a regression model)"
+            )
+        self.sa_layers = self._sa_spec or self.default_sa_layers()
+        self.coverage_layers = self._cov_spec or self.default_coverage_layers()
+        self._taps = list(dict.fromkeys(self.sa_layers + self.coverage_layers))
+        for path in self._taps:
+            self._check_tap(path)
+        self._tap_index = {p: i for i, p in enumerate(self._taps)}
+        self._extrema_paths = [p for p in self.coverage_layers if self._extrema and len(seen[p].shape or ()) > 2]
+        self.sa_sizes = [self._size(p) for p in self.sa_layers]
+        self.coverage_sizes = [self._size(p) for p in self.coverage_layers]
+        self._probed = True
+
+    def _flatten_output(self, out: Any) -> tuple[list[Any], list[str]]:
+        torch = import_torch()
+        if isinstance(out, torch.Tensor):
+            return [out], ["output"]
+        if isinstance(out, dict):
+            keys = sorted(out)
+            return [out[k] for k in keys], [str(k) for k in keys]
+        if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+            return list(out), [str(i) for i in range(len(out))]
+        raise SadlModelError(
+            f"model {self.name!r} returns {type(out).__name__}; pytest-sadl measures a tensor, or a tuple, list "
+            "or dict of tensors"
+        )
+
+    def _resolve_output(self, output: str | int | None) -> int:
+        names = self.output_names
+        if output is None:
+            return 0
+        if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
+            output = int(output)
+        if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
+            if -len(names) <= int(output) < len(names):
+                return int(output) % len(names)
+        elif output in names:
+            return names.index(output)
+        raise SadlModelError(
+            f"sadl_output={output!r}: model {self.name!r} has outputs "
+            f"{', '.join(f'{i}:{n}' for i, n in enumerate(names))}; give one of these names or indices"
+        )
+
+    def _is_classifier(self, shape: tuple[int, ...]) -> bool:
+        """Width >= 2 (logits or probabilities): a classifier; width 1: a classifier when a
+        ``Sigmoid`` module produces it, else a regression; rank other than 2: not one."""
+        if len(shape) != 2:
+            return False
+        if shape[1] >= 2:
+            return True
+        owner = self._modules.get(self._output_path) if self._output_path else None
+        return owner is not None and _is_torch_class(owner, ("Sigmoid",))
+
+    def _check_tap(self, path: str) -> None:
+        s = self._seen[path]
+        if s.calls == 0:
+            raise SadlLayerError(f"module {path!r} does not run in the model's forward pass; choose one that does")
+        if s.calls > 1:
+            raise SadlLayerError(
+                f"module {path!r} runs {s.calls} times in one forward pass (a shared module); its outputs cannot "
+                "be told apart: choose another module"
+            )
+        if s.structured or s.shape is None:
+            raise SadlLayerError(f"module {path!r} returns several tensors; choose a module that returns one")
+
+    def _size(self, path: str) -> int:
+        s = self._seen[path]
+        shape = s.shape or ()
+        if len(shape) > 2 and s.layout == "first":
+            return int(shape[1] or 0)
+        return int(shape[-1]) if len(shape) >= 2 else 1
+
+    def _ordered(self) -> list[str]:
+        """Leaf modules that ran once and returned one tensor, in call order."""
+        leaves = [
+            p for p, m in self._modules.items()
+            if not any(True for _ in m.children()) and self._seen[p].calls == 1 and not self._seen[p].structured
+        ]
+        return sorted(leaves, key=lambda p: self._seen[p].order)
+
+    def _activated(self) -> dict[str, str]:
+        """module path -> the path of the activation module applied directly to its output."""
+        out = {}
+        for p in self._ordered():
+            after = self._seen[p].after
+            if after is not None and is_activation(self._modules[p]) and not is_activation(self._modules[after]):
+                out.setdefault(after, p)
+        return out
+
+    def default_coverage_layers(self) -> list[str]:
+        """Every leaf module with neurons, in call order; a module followed directly by an
+        activation module is measured after it (the activation's path)."""
+        activated = self._activated()
+        return [p for p in self._ordered() if not is_pass_through(self._modules[p]) and p not in activated]
+
+    def default_sa_layers(self) -> list[str]:
+        """The last coverage layer before the one that produces the measured output."""
+        candidates = self.default_coverage_layers()
+        owner = self._output_path
+        if owner is not None and owner not in candidates:  # a block's output: its last leaf
+            owner = None
+        if owner in candidates:
+            candidates = [p for p in candidates[: candidates.index(owner)] if p not in self._output_paths]
+        elif candidates:
+            candidates = candidates[:-1]
+        if not candidates:
+            raise SadlLayerError(
+                f"model {self.name!r} has no hidden module with neurons to measure surprise on; choose the SA "
+                f"layers explicitly; modules are: {self._listing()}"
+            )
+        return [candidates[-1]]
+
+    def describe_layers(self) -> list[dict[str, Any]]:
+        """Every module with its path, class, output shape and whether it is a default."""
+        self._require_probe()
+        sa, cov = set(self.sa_layers), set(self.coverage_layers)
+        return [
+            {
+                "path": p,
+                "class": _class_name(m),
+                "output_shape": None if self._seen[p].shape is None else list(self._seen[p].shape),
+                "calls": self._seen[p].calls,
+                "sa": p in sa,
+                "coverage": p in cov,
+            }
+            for p, m in self._modules.items()
+        ]
+
+    def _require_probe(self) -> None:
+        if not self._probed:
+            raise SadlModelError(
+                f"model {self.name!r} is a torch.nn.Module: its input shape is learned from its first inputs; "
+                "give its inputs first (sadl_train; sadl profile layers --train)"
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        # the layers, sizes and outputs exist once the probe ran (the first inputs seen)
+        if name in ("sa_layers", "coverage_layers", "sa_sizes", "coverage_sizes", "classifier", "output_names",
+                    "output_name", "input_shape", "input_shapes", "input_dtype"):
+            self._require_probe()
+        raise AttributeError(name)
+
+    # -- the pass -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _hooked(self, captured: dict[str, Any]) -> Iterator[None]:
+        """Forward hooks on the chosen modules for the block: each puts its reduced output
+        (and a conv map's per-input min and max) into ``captured``, detached copies."""
+        handles = []
+        for path in self._taps:
+            layout = self._seen[path].layout
+            extrema = path in self._extrema_paths
+
+            def fn(module: Any, args: Any, out: Any, _p: str = path, _l: str = layout, _e: bool = extrema) -> None:
+                main, single = _main_output(module, out)
+                if not single:
+                    return
+                captured[_p] = _reduce(main, _l)
+                if _e:
+                    flat = main.detach().reshape(main.shape[0], -1).float()
+                    captured[_p + "\0min"] = flat.min(dim=1).values
+                    captured[_p + "\0max"] = flat.max(dim=1).values
+
+            handles.append(self._modules[path].register_forward_hook(fn))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _split(self, output: Any, captured: dict[str, Any]) -> Traces:
+        flat, _ = self._flatten_output(output)
+        out = to_numpy(flat[self._output_index]).astype(np.float32, copy=False)
+        if out.ndim == 1:
+            out = out[:, None]
+        missing = [p for p in self._taps if p not in captured]
+        if missing:
+            raise SadlLayerError(f"modules {missing} did not run in this forward pass; choose modules that always run")
+        taps = {p: to_numpy(captured[p]) for p in self._taps}
+        sa_parts = [taps[p] for p in self.sa_layers]
+        sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
+        extrema = None
+        if self._extrema_paths:
+            pairs = {p: (to_numpy(captured[p + "\0min"]), to_numpy(captured[p + "\0max"])) for p in self._extrema_paths}
+            extrema = [pairs.get(p) for p in self.coverage_layers]
+        return Traces(
+            sa=np.asarray(sa, dtype=np.float32),
+            coverage=[taps[p] for p in self.coverage_layers],
+            pred=self.predictions(out),
+            output=out,
+            sa_layers=list(self.sa_layers),
+            coverage_layers=list(self.coverage_layers),
+            coverage_extrema=extrema,
+        )
+
+    def predictions(self, output: np.ndarray) -> np.ndarray:
+        """Predicted classes (argmax; for one unit, > 0.5 after its sigmoid) or the raw output."""
+        if not self.classifier:
+            return np.asarray(output, dtype=np.float32)
+        if output.shape[-1] == 1:
+            return (output[:, 0] > 0.5).astype(np.int64)
+        return np.argmax(output, axis=1).astype(np.int64)
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def _first_batch(self, data: TrainingData) -> np.ndarray:
+        for batch in data.batches(2):
+            return np.asarray(batch if not isinstance(batch, dict) else next(iter(batch.values())))
+        raise SadlDataError(f"{data.source} is empty (0 inputs); give at least one input")
+
+    def prepare(self, data: TrainingData) -> TrainingData:
+        """``data`` for this model (one input), its shape checked against the probed one
+        (the probe runs on its first rows when no input was seen yet)."""
+        bound = data.bind(["input"])
+        if not self._probed:
+            self._ensure_probed(self._first_batch(bound))
+        bound.check_shape(self.input_shape)
+        return bound
+
+    def _as_tensor(self, batch: Any, what: str, offset: int) -> Any:
+        a = np.asarray(batch)
+        check_batch(a, self.input_shape, what=what, offset=offset)
+        return self._to_tensor(a)
+
+    def traces(self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs") -> Traces:
+        """Traces of every input of ``x`` (an array, a tensor, a ``Dataset``/``DataLoader``
+        or :class:`TrainingData`), ``batch_size`` at a time, in ``eval()`` mode under
+        ``no_grad`` (the module's modes restored after)."""
+        torch = import_torch()
+        if batch_size < 1:
+            raise SadlDataError(f"batch_size must be >= 1, got {batch_size}")
+        data = x if isinstance(x, TrainingData) else load_training_data(x, what=what)
+        data = self.prepare(data)
+        what = data.source
+        total = data.n
+        parts: list[Traces] = []
+        done = 0
+        with torch.no_grad(), _eval_mode(self.model):
+            for batch in data.batches(batch_size):
+                t = self._as_tensor(batch, what, done)
+                captured: dict[str, Any] = {}
+                with self._hooked(captured):
+                    output = self.model(t)
+                parts.append(self._split(output, captured))
+                done += len(parts[-1])
+                if progress is not None:
+                    progress(done, total)
+        if done == 0:
+            raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
+        return parts[0] if len(parts) == 1 else Traces.concatenate(parts)
+
+    def call_and_trace(self, x: Any, batch_size: int | None = None, **kwargs: Any) -> tuple[Any, Traces]:
+        """``(output, traces)`` of one pass over ``x`` (NumPy output)."""
+        t = self.traces(x, batch_size or 256)
+        return t.output, t
+
+    def unrecordable(self, x: Any) -> str | None:
+        """Why ``model(x)`` cannot be recorded now (``None``: it can)."""
+        torch = import_torch()
+        compiler = getattr(torch, "compiler", None)
+        if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+            return "model(x) was called while torch.compile traces it (no values to record)"
+        if torch.jit.is_tracing() or torch.jit.is_scripting():
+            return "model(x) was called while torch.jit traces it (no values to record)"
+        if not isinstance(x, torch.Tensor) and not isinstance(x, np.ndarray):
+            return "model(x) was called with something other than one tensor"
+        if isinstance(x, torch.Tensor) and type(x).__name__ in ("FakeTensor", "FunctionalTensor"):
+            return "model(x) was called on symbolic tensors"
+        if self.model.training:
+            return "model(x) was called in train() mode (dropout and batch statistics on); call model.eval() to record"
+        return None
+
+    def host(self, x: Any) -> np.ndarray:
+        """The inputs of a call as NumPy (what the recorder digests)."""
+        return to_numpy(x)
+
+    def call_tensors(self, x: Any, *, forward: Any = None, training: bool = False) -> tuple[Any, Traces]:
+        """``forward(x)`` (default ``model(x)``) once, with the hooks on: the model's own
+        output (gradients flow when grad mode is on) and the traces of that pass."""
+        torch = import_torch()
+        self._ensure_probed(x if isinstance(x, torch.Tensor) else np.asarray(x))
+        if tuple(x.shape[1:]) != tuple(self.input_shape):
+            check_batch(np.zeros((1,) + tuple(x.shape[1:]), np.float32), self.input_shape, what="model(x)", offset=0)
+        captured: dict[str, Any] = {}
+        call = forward if forward is not None else self.model
+        with self._hooked(captured):
+            output = call(x)
+        return output, self._split(output, captured)

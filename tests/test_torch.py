@@ -1,0 +1,396 @@
+"""Native PyTorch models (``torch.nn.Module``, :mod:`pytest_sadl.capture.torch`).
+
+The Keras models of ``tests/_models.py`` (the digits MLP and ConvNet, trained on
+TensorFlow) get PyTorch twins with the same weights copied over (a Dense kernel
+transposed, a Conv2D kernel to ``(out, in, kh, kw)``, the Dense after a Flatten permuted
+from ``(h, w, c)`` to ``(c, h, w)`` order): the same traces to 1e-5 and the same numbers.
+The rules of the torch side (defaults, reductions, modes, recording) are checked against
+hand computations. torch is imported at module level on purpose: an in-process pytester
+run that imported torch for the first time would drop it from ``sys.modules`` afterwards,
+and torch cannot be imported twice in one process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+keras = pytest.importorskip("keras")
+
+from torch import nn  # noqa: E402
+
+from pytest_sadl.capture import TraceModel  # noqa: E402
+from pytest_sadl.capture.data import load_training_data  # noqa: E402
+from pytest_sadl.capture.model import load_model  # noqa: E402
+from pytest_sadl.capture.torch import TorchTraceModel  # noqa: E402
+from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac  # noqa: E402
+from pytest_sadl.criteria.surprise import DSA, LSA, surprise_coverage  # noqa: E402
+from pytest_sadl.errors import SadlLayerError, SadlModelError  # noqa: E402
+from pytest_sadl.profile.build import model_fingerprint  # noqa: E402
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="compared with Keras on TensorFlow")
+
+
+def torch_mlp() -> Any:
+    """The twin of ``_models.build_dense``."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 10), nn.Softmax(dim=1)
+    )
+
+
+def torch_conv() -> Any:
+    """The twin of ``_models.build_conv``."""
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(),
+        nn.Flatten(), nn.Dropout(0.25), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10), nn.Softmax(dim=1),
+    )
+
+
+def copy_weights(keras_model: Any, module: Any) -> Any:
+    """The Keras model's weights into the twin, layer by layer in order."""
+    weighted = [m for m in module if isinstance(m, (nn.Linear, nn.Conv2d))]
+    layers = [layer for layer in keras_model.layers if layer.get_weights()]
+    assert len(weighted) == len(layers)
+    flat_shape = None  # the (h, w, c) map a Flatten before the next Dense flattened
+    for layer, m in zip(layers, weighted):
+        kernel, bias = layer.get_weights()
+        if isinstance(m, nn.Conv2d):
+            w = kernel.transpose(3, 2, 0, 1)
+            flat_shape = tuple(layer.output.shape[1:])
+        else:
+            w = kernel
+            if flat_shape is not None and kernel.shape[0] == int(np.prod(flat_shape)):
+                h, wd, c = flat_shape
+                w = kernel.reshape(h, wd, c, -1).transpose(2, 0, 1, 3).reshape(kernel.shape[0], -1)
+            flat_shape = None
+            w = w.T
+        with torch.no_grad():
+            m.weight.copy_(torch.from_numpy(np.ascontiguousarray(w)))
+            m.bias.copy_(torch.from_numpy(bias))
+    return module.eval()
+
+
+def chw(x: np.ndarray) -> np.ndarray:
+    """(n, h, w, c) images as PyTorch's (n, c, h, w)."""
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+
+@pytest.fixture(scope="module")
+def twins(dense_model: Any, conv_model: Any) -> dict[str, tuple[Any, Any]]:
+    return {"mlp": (dense_model, copy_weights(dense_model, torch_mlp())), "conv": (conv_model, copy_weights(conv_model, torch_conv()))}
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def test_defaults_name_modules_by_path_and_take_outputs_after_their_activation(twins: Any) -> None:
+    """Coverage: every leaf with neurons (Flatten and Dropout excluded), a Linear/Conv
+    followed by an activation module measured after it (the activation's path); SA: the
+    last of them before the output; both as the Keras twin's layers, one for one."""
+    keras_conv, conv = twins["conv"]
+    tm = TraceModel(conv)
+    assert isinstance(tm, TorchTraceModel)
+    tm.prepare(load_training_data(np.zeros((2, 1, 8, 8), np.float32)))
+    assert tm.coverage_layers == ["1", "2", "4", "8", "10"]  # relu, pool, relu, relu, softmax
+    assert tm.sa_layers == ["8"] and tm.classifier
+    assert TraceModel(keras_conv).coverage_layers == ["conv1", "pool1", "conv2", "hidden", "probs"]
+    assert tm.coverage_sizes == [8, 8, 16, 32, 10] and tm.sa_sizes == [32]
+    # a module named explicitly is measured as it is: the Linear before its ReLU
+    pre = TraceModel(conv, sa_layers=["7"], coverage_layers=["0", "7"])
+    x = np.random.default_rng(0).random((5, 1, 8, 8), dtype=np.float32)
+    t = pre.traces(x)
+    with torch.no_grad():
+        pre_h = conv[:8](torch.from_numpy(x)).numpy()  # through Linear(64, 32), before its ReLU
+        post_h = conv[:9](torch.from_numpy(x)).numpy()  # and after it: the default "8"
+    np.testing.assert_allclose(t.sa, pre_h, atol=1e-6)
+    np.testing.assert_allclose(tm.traces(x).sa, post_h, atol=1e-6)
+    assert (t.sa < 0).any() and (post_h >= 0).all()
+    with pytest.raises(SadlLayerError, match="module 'nope' not found.*features|module 'nope' not found"):
+        TraceModel(conv, sa_layers=["nope"])
+
+
+class Seq(nn.Module):
+    """A channels-first Conv1d map, a time-major LSTM and a shared module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(3, 4, 2)
+        self.act = nn.Tanh()
+        self.lstm = nn.LSTM(4, 5)  # batch_first=False: (t, n, f)
+        self.shared = nn.Linear(5, 5)
+        self.head = nn.Linear(5, 2)
+
+    def forward(self, x: Any) -> Any:
+        c = self.act(self.conv(x))  # (n, 4, l)
+        seq, _ = self.lstm(c.permute(2, 0, 1))  # (l, n, 5)
+        z = self.shared(self.shared(seq[-1]))
+        return self.head(z)
+
+
+def test_channels_first_maps_and_time_major_sequences_reduce_as_the_naive_loop() -> None:
+    torch.manual_seed(0)
+    model = Seq().eval()
+    x = np.random.default_rng(1).normal(size=(6, 3, 7)).astype(np.float32)
+    tm = TraceModel(model, sa_layers=["lstm"], extrema=True)
+    t = tm.traces(x, batch_size=4)
+    assert tm.coverage_layers == ["act", "lstm", "head"]  # conv measured after its Tanh; shared runs twice
+    with torch.no_grad():
+        c = model.act(model.conv(torch.from_numpy(x))).numpy()  # (n, 4, 6)
+        seq = model.lstm(torch.from_numpy(c).permute(2, 0, 1))[0].permute(1, 0, 2).numpy()  # (n, t, 5)
+    loop_c = np.array([[c[i, ch, :].mean() for ch in range(4)] for i in range(6)])
+    loop_s = np.array([[seq[i, :, f].mean() for f in range(5)] for i in range(6)])
+    np.testing.assert_allclose(t.coverage[0], loop_c, atol=1e-6)
+    np.testing.assert_allclose(t.coverage[1], loop_s, atol=1e-6)
+    np.testing.assert_allclose(t.sa, loop_s, atol=1e-6)
+    assert t.coverage_extrema is not None
+    np.testing.assert_allclose(t.coverage_extrema[1][1], seq.reshape(6, -1).max(axis=1), atol=1e-6)
+    with pytest.raises(SadlLayerError, match="runs 2 times"):
+        TraceModel(model, coverage_layers=["shared"]).traces(x)
+    assert not tm.classifier or tm.output_names == ["output"]
+
+
+def test_profile_passes_run_in_eval_mode_without_grad_and_restore_the_modes(twins: Any) -> None:
+    _, conv = twins["conv"]
+    model = torch_conv()
+    model.load_state_dict(conv.state_dict())
+    model.train()
+    model[6].eval()  # one submodule in its own mode
+    seen: list[tuple[bool, bool]] = []
+    handle = model[6].register_forward_hook(lambda m, a, o: seen.append((m.training, torch.is_grad_enabled())))
+    x = np.random.default_rng(2).random((40, 1, 8, 8), dtype=np.float32)
+    try:
+        a = TraceModel(model).traces(x)
+        b = TraceModel(model).traces(x)
+    finally:
+        handle.remove()
+    assert seen and all(mode == (False, False) for mode in seen)  # dropout off, no graph
+    assert model.training and not model[6].training and model[0].training  # every flag restored
+    np.testing.assert_array_equal(a.sa, b.sa)  # dropout off: the same numbers twice
+
+
+def test_training_data_as_tensor_array_dataset_and_dataloader(twins: Any, digits: Any) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    _, mlp = twins["mlp"]
+    x = chw(digits.x_train[:70])
+    y = digits.y_train[:70]
+    tm = TraceModel(mlp)
+    want = tm.traces(x).sa
+    tensor_x = torch.from_numpy(x).requires_grad_()
+    for source in (tensor_x, TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
+                   DataLoader(TensorDataset(torch.from_numpy(x)), batch_size=16)):
+        data = load_training_data(source)
+        np.testing.assert_allclose(tm.traces(data).sa, want, atol=1e-6)
+        assert data.fingerprint() == load_training_data(x).fingerprint()
+    labelled = load_training_data(DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=32))
+    np.testing.assert_array_equal(labelled.y, y)
+
+
+def test_fingerprint_follows_the_weights_and_files_that_unpickle_are_refused(twins: Any, tmp_path: Path) -> None:
+    _, mlp = twins["mlp"]
+    other = torch_mlp()
+    other.load_state_dict(mlp.state_dict())
+    assert model_fingerprint(other) == model_fingerprint(mlp)
+    with torch.no_grad():
+        other[1].bias[0] += 1e-3
+    assert model_fingerprint(other) != model_fingerprint(mlp)
+    assert load_model(mlp) is mlp
+    (tmp_path / "model.pt").write_bytes(b"not loaded")
+    with pytest.raises(SadlModelError, match="does not load PyTorch files.*weights_only=True"):
+        load_model(tmp_path / "model.pt")
+
+
+def test_sadl_profile_layers_lists_a_modules_paths_after_a_pass_on_its_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_sadl.cli.main import main
+
+    np.save(tmp_path / "x.npy", np.zeros((3, 1, 8, 8), np.float32))
+    assert main(["profile", "layers", "--model", "tests.test_torch:torch_conv", "--train", str(tmp_path / "x.npy")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "model 'Sequential': inputs input; outputs output (measured: output, classifier)"
+    row = {line.split()[0]: line for line in lines[1:]}
+    assert row["0"].split()[1:] == ["Conv2d", "(n,", "8,", "8,", "8)"]  # measured after its ReLU: no default
+    assert row["1"].split()[1] == "ReLU" and row["1"].endswith("coverage default") and "SA" not in row["1"]
+    assert "SA default, coverage default" in row["8"] and "Dropout" in row["6"] and "default" not in row["6"]
+    assert main(["profile", "layers", "--model", "tests.test_torch:torch_conv"]) == 2
+    assert "give its inputs first" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- same numbers
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv"])
+def test_the_same_weights_give_the_keras_traces_and_numbers(twins: Any, digits: Any, name: str) -> None:
+    """Keras (TensorFlow) and PyTorch with the same weights: traces to 1e-5, the same
+    classes, identical NC/NBC/SNAC, KMNC within a few sections, LSC/DSC within a bucket."""
+    keras_model, module = twins[name]
+    ktm, ttm = TraceModel(keras_model, extrema=True), TraceModel(module, extrema=True)
+    train_k, test_k = digits.x_train, digits.x_test[:200]
+    kt_train, kt = ktm.traces(train_k), ktm.traces(test_k)
+    tt_train, tt = ttm.traces(chw(train_k)), ttm.traces(chw(test_k))
+    for a, b in ((kt_train, tt_train), (kt, tt)):
+        np.testing.assert_allclose(b.sa, a.sa, atol=1e-5)
+        np.testing.assert_allclose(b.output, a.output, atol=1e-5)
+        np.testing.assert_array_equal(b.pred, a.pred)
+        for u, v in zip(a.coverage, b.coverage):
+            np.testing.assert_allclose(v, u, atol=1e-5)
+    rk, rt = fit_ranges(kt_train.coverage), fit_ranges(tt_train.coverage)
+    if name == "conv":  # NC scales each whole conv map: the extrema both passes captured
+        assert nc(kt, 0.5) == nc(tt, 0.5)
+    else:
+        assert tt.coverage_extrema is None and nc(kt.coverage, 0.5) == nc(tt.coverage, 0.5)
+    assert nbc(kt.coverage, rk) == nbc(tt.coverage, rt) and snac(kt.coverage, rk) == snac(tt.coverage, rt)
+    total = sum(rk.sizes) * 1000
+    assert abs(kmnc(kt.coverage, rk) - kmnc(tt.coverage, rt)) * total <= 5  # a few of 1000 sections per neuron
+    for cls in (LSA, DSA):
+        sk = cls(kt_train.sa, kt_train.pred)(kt.sa, kt.pred)
+        st = cls(tt_train.sa, tt_train.pred)(tt.sa, tt.pred)
+        upper = float(np.quantile(sk, 0.99)) * 1.5
+        lower = -50.0 if cls is LSA else 0.0
+        assert abs(surprise_coverage(sk, lower=lower, upper=upper, buckets=100)
+                   - surprise_coverage(st, lower=lower, upper=upper, buckets=100)) <= 1 / 100 + 1e-12
+
+
+# ----------------------------------------------------------------------------- end to end
+
+CONFTEST = """
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+@pytest.fixture(scope="session")
+def sadl_model():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(),
+                          nn.Linear(16, 10), nn.Softmax(dim=1))
+    weights = np.load("weights.npz")
+    model.load_state_dict({k: torch.from_numpy(weights[k]) for k in weights.files})
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def sadl_train():
+    with np.load("train.npz") as d:
+        return DataLoader(TensorDataset(torch.from_numpy(d["x"]), torch.from_numpy(d["y"])), batch_size=64, shuffle=True)
+"""
+
+TORCH_TESTS = """
+import numpy as np
+import pytest
+import torch
+
+X = torch.from_numpy(np.load("inputs.npy"))
+
+
+@pytest.mark.sadl(group="held-out")
+def test_no_grad(sadl_model):
+    with torch.no_grad():
+        assert sadl_model(X[:40]).shape == (40, 10)
+
+
+@pytest.mark.sadl(group="noisy")
+def test_grad_flows_through_forward(sadl_model):
+    x = X[40:50].clone().requires_grad_()
+    out = sadl_model.forward(x)
+    out[:, 3].sum().backward()
+    assert x.grad is not None and float(x.grad.abs().max()) > 0
+
+
+@pytest.mark.sadl(group="noisy")
+def test_inference_mode(sadl_model):
+    with torch.inference_mode():
+        assert sadl_model(X[50:60]).argmax(1).shape == (10,)
+
+
+@pytest.mark.sadl(group="noisy")
+def test_train_mode_is_not_recorded(sadl_model):
+    sadl_model.train()
+    try:
+        sadl_model(X[:7]).sum().backward()
+    finally:
+        sadl_model.eval()
+
+
+def test_unmarked_is_not_recorded(sadl_model):
+    with torch.no_grad():
+        sadl_model(X[:5])
+"""
+
+KERAS_TESTS = """
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict(sadl_model):
+    assert sadl_model.predict(X[:40], verbose=0).shape == (40, 10)
+
+
+@pytest.mark.sadl(group="noisy")
+def test_call(sadl_model):
+    assert sadl_model(X[40:60], training=False).shape[0] == 20
+
+
+def test_unmarked_is_not_recorded(sadl_model):
+    sadl_model.predict(X[:5], verbose=0)
+"""
+
+BOUNDS = "sadl_lsc_lower = -50\nsadl_lsc_upper = 100\nsadl_dsc_lower = 0\nsadl_dsc_upper = 3\n"
+
+
+def test_a_native_module_from_a_fixture_with_a_dataloader_gives_the_keras_report(
+    pytester: pytest.Pytester, twins: Any, dense_model_path: Path, digits: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin end to end on an ``nn.Module`` fixture and a shuffled ``DataLoader`` of
+    (x, y): model(x) under no_grad, model.forward(x) with gradients (which still flow) and
+    under inference_mode are recorded, the unmarked call is not; the JSON report holds
+    the numbers of the same weights as a ``.keras`` file measured on TensorFlow (the SC
+    bounds pinned: the default ones come from held-out inputs chosen by digest, and the
+    two projects' inputs differ in layout)."""
+    import shutil
+
+    _, mlp = twins["mlp"]
+    base = pytester.path
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    for kind in ("keras", "torch"):
+        project = base / kind
+        project.mkdir()
+        monkeypatch.chdir(project)
+        layout = (lambda a: a) if kind == "keras" else chw
+        np.savez(project / "train.npz", x=layout(digits.x_train), y=digits.y_train)
+        np.save(project / "inputs.npy", layout(digits.x_test[:60]))
+        (project / "test_project.py").write_text(KERAS_TESTS if kind == "keras" else TORCH_TESTS)
+        if kind == "keras":
+            shutil.copy(dense_model_path, project / "model.keras")
+            (project / "pytest.ini").write_text(f"[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\n{BOUNDS}")
+        else:
+            np.savez(project / "weights.npz", **{k: v.numpy() for k, v in mlp.state_dict().items()})
+            (project / "conftest.py").write_text(CONFTEST)
+            (project / "pytest.ini").write_text(f"[pytest]\n{BOUNDS}")
+        res = pytester.runpytest_inprocess(
+            "-p", "no:cacheprovider", "--rootdir", str(project), "-c", str(project / "pytest.ini"), str(project),
+            "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-cache-dir=cache",
+        )
+        assert res.ret == 0, res.stdout.str()[-3000:]
+    keras_report = json.loads((base / "keras" / "out.json").read_text())
+    torch_report = json.loads((base / "torch" / "out.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in torch_report["tests"] if t["inputs"]}
+    assert tests == {"test_no_grad": 40, "test_grad_flows_through_forward": 10, "test_inference_mode": 10}
+    assert any("train() mode" in w and "call model.eval()" in w for w in torch_report["outcome"]["warnings"])
+    assert torch_report["model"]["source"] == "fixture" and torch_report["model"]["classifier"] is True
+    assert torch_report["config"]["sa_layers"] == ["4"] and torch_report["config"]["coverage_layers"] == ["2", "4", "6"]
+    k, t = keras_report["metrics"], torch_report["metrics"]
+    for name in ("nc", "nbc", "snac"):
+        assert t[name]["value"] == k[name]["value"], name
+    assert abs(t["kmnc"]["value"] - k["kmnc"]["value"]) * k["kmnc"]["total"] / 100 <= 5
+    for name in ("lsc", "dsc"):
+        assert t[name]["count"] == k[name]["count"] == 60
+        assert abs(t[name]["value"] - k[name]["value"]) <= 100 / keras_report["config"][name]["buckets"] + 1e-9, name
