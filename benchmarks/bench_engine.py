@@ -57,7 +57,7 @@ def rel_diff(a, b):
 
 def loop_dsa(train, tp, tests, pred):
     out = np.empty(len(tests))
-    for i, (x, c) in enumerate(zip(tests, pred)):
+    for i, (x, c) in enumerate(zip(tests, pred, strict=True)):
         same, other = train[tp == c], train[tp != c]
         d_same = np.linalg.norm(same - x, axis=1)
         x_a = same[np.argmin(d_same)]
@@ -66,7 +66,7 @@ def loop_dsa(train, tp, tests, pred):
 
 
 def loop_lsa(kdes, tests, pred):
-    return np.array([-kdes[c].logpdf(x[:, None])[0] for x, c in zip(tests, pred)])
+    return np.array([-kdes[c].logpdf(x[:, None])[0] for x, c in zip(tests, pred, strict=True)])
 
 
 def vector_lsa(kdes, tests, pred):
@@ -184,7 +184,7 @@ def repeated(args, tests, pred):
     copies, pc = np.tile(np.asarray(five), (8, 1)), np.tile(p5, 8)
     times = {}
     for name, (x, p) in {"40,000 unique": (np.asarray(forty), p40), "8 x 5,000 copies": (copies, pc)}.items():
-        times[name], _ = clock(lambda: DSA(x, p).precompute()(tests, pred))
+        times[name], _ = clock(lambda x=x, p=p: DSA(x, p).precompute()(tests, pred))
         print(f"{name:18s} {times[name]:8.2f} s")
     ratio = times["8 x 5,000 copies"] / times["40,000 unique"]
     print(f"copies / unique    {ratio:8.2f} x   (target <= 3x: {check(ratio <= 3)})")
@@ -236,7 +236,7 @@ def search_methods(args):
         tests, pred = np.asarray(tests[: args.search_inputs], dtype=np.float64), pred[: args.search_inputs]
         times, values = {}, {}
         for search in ("tree", "blas"):
-            times[search], values[search] = clock(lambda: DSA(train, tp, search=search)(tests, pred))
+            times[search], values[search] = clock(lambda train=train, tp=tp, search=search, tests=tests, pred=pred: DSA(train, tp, search=search)(tests, pred))
         same = np.array_equal(values["tree"], values["blas"])
         auto = DSA(train, tp).search
         print(
@@ -262,7 +262,7 @@ def out_of_core(args):
         print(f"{n:16,d} {t_lsa:9.2f} s {t_lsa_score:10.2f} s {t_dsa:9.2f} s {t_dsa_score:10.2f} s {every}")
     budget = train.nbytes / 4 + 128 * 2**20
     for name, make in (("LSA", lambda: quiet(LSA, train, tp)), ("DSA", lambda: DSA(train, tp))):
-        peak = peak_mib(lambda: make()(tests, pred))
+        peak = peak_mib(lambda make=make: make()(tests, pred))
         print(
             f"{name} set-up + scoring over the {n:,d} x 64 memmap ({train.nbytes / 2**20:.0f} MiB): peak allocation "
             f"{peak:.0f} MiB (target <= {budget / 2**20:.0f} MiB: {check(peak * 2**20 <= budget)})"

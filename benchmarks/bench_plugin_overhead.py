@@ -7,7 +7,9 @@ call ``model(x)`` on 20 inputs ``--calls`` times; every call is timed inside the
 and without recording side by side (plain, recorded, their ratio), and the wall time of
 the whole run, which adds the plugin's per-test bookkeeping. A recorded call runs the
 trace model's compiled pass, so it can cost less than the plain eager ``model(x)``: the
-ratio is then below 1. ``--case all`` runs both.
+ratio is then below 1. Case ``loops``: the same with ``evaluate(x, y)`` and
+``predict(dataset)`` on 360 inputs per test (``--tests`` of them), Keras' own loops, which
+recording runs once with the step tapped (no second forward pass). ``--case all`` runs all three.
 
 In the example case, both runs are the same command in a fresh subprocess (TensorFlow import, model load and
 all 62 tests included), once with ``--sadl-coverage`` and once without. The training
@@ -21,6 +23,7 @@ Usage::
 
     python benchmarks/bench_plugin_overhead.py                # 5 rounds of the example
     python benchmarks/bench_plugin_overhead.py --case calls --tests 2000 --calls 1 --rounds 1
+    python benchmarks/bench_plugin_overhead.py --case loops --tests 20 --rounds 3
     python benchmarks/bench_plugin_overhead.py --rounds 9 --target 1.3
     python benchmarks/bench_plugin_overhead.py -- --sadl-report=json:/tmp/r.json
 
@@ -152,6 +155,74 @@ def run_calls(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+LOOPS_TESTS = """
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+X = np.load(Path(__file__).parent / "inputs.npy")[:360]
+Y = np.load(Path(__file__).parent / "labels.npy")[:360]
+TIMES = {{"evaluate": [], "predict_dataset": []}}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _write_times():
+    yield
+    with open(os.environ["BENCH_TIMES"], "w") as fh:
+        json.dump(TIMES, fh)
+
+
+@pytest.mark.sadl
+@pytest.mark.parametrize("i", range({tests}))
+def test_loops(sadl_model, i):
+    start = time.perf_counter()
+    sadl_model.evaluate(X, Y, verbose=0)
+    TIMES["evaluate"].append(time.perf_counter() - start)
+    test_ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(32)
+    start = time.perf_counter()
+    sadl_model.predict(test_ds, verbose=0)
+    TIMES["predict_dataset"].append(time.perf_counter() - start)
+"""
+
+
+def run_loops(args: argparse.Namespace, extra: list[str]) -> int:
+    """Per-call cost of ``evaluate(x, y)`` and ``predict(dataset)`` (360 inputs, Keras' own
+    loops) with and without recording: recording runs the same loop with the step's
+    layers tapped, one forward pass, no second one."""
+    import json
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="sadl-bench-loops-") as tmp:
+        project = _calls_project(Path(tmp) / "project", args.tests, 1)
+        with np.load(PROJECT / "data" / "test.npz") as test:
+            np.save(project / "inputs.npy", test["x"])
+            np.save(project / "labels.npy", test["y"])
+        (project / "test_calls.py").write_text(LOOPS_TESTS.format(tests=args.tests))
+        times_file = Path(tmp) / "times.json"
+        base = [sys.executable, "-m", "pytest", str(project), "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                f"--sadl-cache-dir={Path(tmp) / 'cache'}"]
+        commands = {False: base, True: [*base, "--sadl-coverage", *extra]}
+        print(f"case loops: {args.tests} tests, each evaluate(x, y) and predict(dataset) on 360 inputs")
+        _run(commands[True], env={"BENCH_TIMES": str(times_file)})  # builds the profile
+        per_call: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
+        for i in range(args.rounds):
+            for plugin_on in ((False, True) if i % 2 == 0 else (True, False)):
+                _run(commands[plugin_on], env={"BENCH_TIMES": str(times_file)})
+                for name, times in json.loads(times_file.read_text()).items():
+                    per_call[plugin_on].setdefault(name, []).append(statistics.median(times))
+    for name in per_call[False]:
+        off, on = (statistics.median(per_call[k][name]) * 1e3 for k in (False, True))
+        print(f"median {name}: plain {off:.1f} ms, recorded {on:.1f} ms, recorded/plain {on / off:.2f}x")
+    return 0
+
+
 def run_example(args: argparse.Namespace, extra: list[str]) -> int:
     """``pytest example_project`` with and without the plugin; wall and CPU time ratios."""
     off_cmd, on_cmd = _command(False, extra), _command(True, extra)
@@ -194,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=("example", "calls", "all"), default="example",
+    parser.add_argument("--case", choices=("example", "calls", "loops", "all"), default="example",
                         help="what to measure (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="timed pairs of runs (default %(default)s)")
     parser.add_argument("--target", type=float, default=1.3, help="acceptable ratio, example case (default %(default)s)")
@@ -207,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     if args.case in ("calls", "all"):
         status |= run_calls(args, extra)
+    if args.case in ("loops", "all"):
+        status |= run_loops(args, extra)
     if args.case in ("example", "all"):
         status |= run_example(args, extra)
     return status

@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cache hit: {hit['wall']:.3f}s (fingerprints + load + digests + checks; profile {mib(hit['file_size']).strip()}), "
               f"then lsa() set-up {hit['lsa_setup']:.3f}s, dsa() set-up {hit['dsa_setup']:.3f}s")
         ratio, cratio = best["build"]["wall"] / base, cpu["build"] / cbase
-        paired = [(b["wall"] / p["wall"], b["cpu"] / p["cpu"]) for b, p in zip(results["build"], results["predict"])]
+        paired = [(b["wall"] / p["wall"], b["cpu"] / p["cpu"]) for b, p in zip(results["build"], results["predict"], strict=True)]
         walls, cpus = sorted(w for w, _ in paired), sorted(c for _, c in paired)
         mid_wall, mid_cpu = statistics.median(walls), statistics.median(cpus)
         print(f"build / predict of the same rep: wall {', '.join(f'{w:.2f}' for w in walls)}; "

@@ -39,7 +39,12 @@ from pathlib import Path
 import numpy as np
 
 from pytest_sadl.criteria.mahalanobis import MDSA
-from pytest_sadl.criteria.neurons import KMultisectionCoverage, NeuronBoundaryCoverage, StrongNeuronActivationCoverage, fit_ranges
+from pytest_sadl.criteria.neurons import (
+    KMultisectionCoverage,
+    NeuronBoundaryCoverage,
+    StrongNeuronActivationCoverage,
+    fit_ranges,
+)
 from pytest_sadl.criteria.surprise import DSA, LSA
 from pytest_sadl.errors import SadlWarning
 
@@ -164,14 +169,14 @@ def table(args, gflops: float) -> None:
             print(f"\n{n:,d} x {d} float32 memmap ({train.nbytes / 2**20:,.0f} MiB{f', made in {made:.0f} s' if made > 1 else ''})")
             if "dsa" in args.only:
                 m = min(args.inputs, args.dsa_inputs.get(n, args.inputs))
-                setup = measured(lambda: DSA(train, tp))
+                setup = measured(lambda train=train, tp=tp: DSA(train, tp))
                 dsa = setup[2]
                 score = None
                 extra = ""
                 if not failed(dsa):
                     before = dsa.known
                     rate = gemm_rate(1024)
-                    score = measured(lambda: dsa(x_in[:m], p_in[:m]))
+                    score = measured(lambda dsa=dsa, x_in=x_in, p_in=p_in, m=m: dsa(x_in[:m], p_in[:m]))
                     flops = dsa_flops(dsa, tp, p_in[:m], before)
                     frac = flops / (score[0] * rate * 1e9)
                     extra = f"({m} inputs, {dsa.search}; {flops / 1e9:,.1f} GFLOP: {100 * frac:5.1f}% of GEMM at {rate:.0f} GFLOP/s)"
@@ -179,16 +184,16 @@ def table(args, gflops: float) -> None:
             for name, make in (("LSA", LSA), ("MDSA", MDSA)):
                 if name.lower() not in args.only:
                     continue
-                setup = measured(lambda: make(train, tp))
-                score = None if failed(setup[2]) else measured(lambda: setup[2](x_in, p_in))
+                setup = measured(lambda make=make, train=train, tp=tp: make(train, tp))
+                score = None if failed(setup[2]) else measured(lambda setup=setup, x_in=x_in, p_in=p_in: setup[2](x_in, p_in))
                 extra = ""
                 if score is not None and not failed(score[2]):
                     extra = f"({int(np.count_nonzero(np.isnan(score[2])))} NaN)"
                 row(name, setup, score, extra)
             if "neurons" in args.only:
-                setup = measured(lambda: fit_ranges([train]))
+                setup = measured(lambda train=train: fit_ranges([train]))
 
-                def cover():
+                def cover(setup=setup, x_in=x_in):
                     for kind in (KMultisectionCoverage(setup[2], k=100), NeuronBoundaryCoverage(setup[2]), StrongNeuronActivationCoverage(setup[2])):
                         kind.update([x_in])
 
@@ -206,7 +211,7 @@ def classes(args, gflops: float) -> None:
         dsa = DSA(train, tp)
         before = dsa.known
         rate = gemm_rate(1024)
-        t, _, _ = measured(lambda: dsa(x_in, p_in))
+        t, _, _ = measured(lambda dsa=dsa, x_in=x_in, p_in=p_in: dsa(x_in, p_in))
         frac = dsa_flops(dsa, tp, p_in, before) / (t * rate * 1e9)
         times[k] = t
         print(f"  {k:5,d} classes: scoring {t:8.2f} s ({100 * frac:5.1f}% of GEMM at {rate:.0f} GFLOP/s)")

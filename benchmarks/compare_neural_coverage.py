@@ -149,7 +149,7 @@ def main() -> None:
     # the ranges and the neurons constant over the training set, which the definitions count differently
     tm = TraceModel(model, sa_layers=[modules[-2]], coverage_layers=modules)
     ranges = fit_ranges(tm.traces(x_train).coverage)
-    constant = sum(int((h <= lo).sum()) for lo, h in zip(ranges.low, ranges.high))
+    constant = sum(int((h <= lo).sum()) for lo, h in zip(ranges.low, ranges.high, strict=True))
     print(f"model: {len(x_train)} training, {len(x_test)} test digits; layers {modules} "
           f"(NeuraL-Coverage names {names}); {sum(ranges.sizes)} neurons, {constant} constant in training")
     print(f"{'metric':8} {'pytest-sadl':>12} {'NeuraL-Cov':>12}")

@@ -15,7 +15,8 @@ Bad arguments raise :class:`AttackInputError` (a ``ValueError``) naming the argu
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy import ndimage

@@ -51,7 +51,7 @@ class Split:
     x: np.ndarray
     y: np.ndarray
 
-    def of_class(self, digit: int) -> "Split":
+    def of_class(self, digit: int) -> Split:
         """The images of one digit."""
         keep = self.y == digit
         return Split(self.x[keep], self.y[keep])

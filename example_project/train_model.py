@@ -56,7 +56,7 @@ def load_split(seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return x_train, y_train, x_test, y_test
 
 
-def build_model() -> "keras.Model":
+def build_model() -> keras.Model:
     """The ConvNet: two convolutions, then the hidden dense layer SA is measured on."""
     import keras
     from keras import layers
@@ -76,7 +76,7 @@ def build_model() -> "keras.Model":
     )
 
 
-def train(seed: int = SEED, epochs: int = EPOCHS, verbose: int = 0) -> tuple["keras.Model", float]:
+def train(seed: int = SEED, epochs: int = EPOCHS, verbose: int = 0) -> tuple[keras.Model, float]:
     """Train the ConvNet on the training split; return ``(model, test_accuracy)``."""
     import keras
 
@@ -93,7 +93,7 @@ def train(seed: int = SEED, epochs: int = EPOCHS, verbose: int = 0) -> tuple["ke
     return model, float(np.mean(pred == y_test))
 
 
-def save_artifacts(model: "keras.Model", out_dir: Path = HERE, seed: int = SEED) -> None:
+def save_artifacts(model: keras.Model, out_dir: Path = HERE, seed: int = SEED) -> None:
     """Write the model and both splits under ``out_dir`` (atomically per file)."""
     x_train, y_train, x_test, y_test = load_split(seed)
     (out_dir / "models").mkdir(parents=True, exist_ok=True)

@@ -164,7 +164,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def durable_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> None:
+def durable_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> None:
     """Create the new file ``path`` (an existing one is an error: ``FileExistsError``),
     ``write(fh)`` into it and fsync it. Not atomic by itself: use it inside an
     :func:`atomic_directory`, whose rename publishes all its files at once."""

@@ -22,9 +22,10 @@ import datetime as _dt
 import math
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class ProfileView:
     near_singular: str = "drop"
 
     @classmethod
-    def of(cls, profile: Any) -> "ProfileView":
+    def of(cls, profile: Any) -> ProfileView:
         view = cls(
             lsa=profile.lsa(),
             dsa=profile.dsa(),
@@ -150,7 +151,8 @@ def _rows(x: np.ndarray, keep: np.ndarray, scratch: Path) -> np.ndarray:
     memory-mapped scratch file, so the held-out bounds of a 1.28M x 2,048 set allocate no
     10 GiB copy (the criteria read a memmap in chunks)."""
     if not isinstance(x, np.memmap) or x.nbytes <= HELD_OUT_COPY_MAX:
-        return x[keep]
+        kept: np.ndarray = x[keep]
+        return kept
     rows = np.flatnonzero(keep)
     path = scratch / "rest.npy"
     out = np.lib.format.open_memmap(path, "w+", x.dtype, (len(rows), *x.shape[1:]))
@@ -159,7 +161,8 @@ def _rows(x: np.ndarray, keep: np.ndarray, scratch: Path) -> np.ndarray:
         out[s : s + step] = x[rows[s : s + step]]
     out.flush()
     del out
-    return np.load(path, mmap_mode="r")
+    mapped: np.ndarray = np.load(path, mmap_mode="r")
+    return mapped
 
 
 def stored_held_out_sa(profile: Any, view: Callable[[], ProfileView]) -> dict[str, np.ndarray]:
@@ -181,7 +184,7 @@ def _held_out(view: ProfileView) -> dict[str, np.ndarray]:
     return view.held_out() if view.held_out is not None else held_out_sa(view)
 
 
-def default_sc_bounds(view: ProfileView, options: "SadlOptions | None" = None) -> dict[str, tuple[float, float, int]]:
+def default_sc_bounds(view: ProfileView, options: SadlOptions | None = None) -> dict[str, tuple[float, float, int]]:
     """Each surprise coverage's (lower, upper, buckets): configured where ``options`` sets
     them, else from the held-out training traces (:func:`default_bounds`), as a run uses."""
     held = _held_out(view)
@@ -272,7 +275,7 @@ class _Criteria:
         self.setup = setup
         self.made: dict[str, Any] = {c.name: c.make(setup) for c in CRITERIA}
 
-    def fresh(self) -> "_Criteria":
+    def fresh(self) -> _Criteria:
         return _Criteria(self.setup)
 
     def update(self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
@@ -312,7 +315,7 @@ def ordered(records: Sequence[TestRecord], groups: Sequence[str] = ()) -> tuple[
     return by_id, first + [g for g in present if g not in first]
 
 
-def compute(
+def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds (held-out defaults and notes), the joined batches, the per-test rows and the per-group rows
     view: ProfileView,
     records: Sequence[TestRecord],
     options: SadlOptions,
@@ -543,7 +546,7 @@ def compute(
     )
 
 
-def _sc_options(options: "SadlOptions", metric: str) -> Any:
+def _sc_options(options: SadlOptions, metric: str) -> Any:
     """The configured bounds of a surprise coverage (unset ones: from the profile)."""
     found = getattr(options, metric, None)
     if found is None:
@@ -555,7 +558,7 @@ def _sc_options(options: "SadlOptions", metric: str) -> Any:
 
 def _joined(batches: list[Any], attr: str) -> np.ndarray | None:
     """One per-input array of every batch's ``attr``, or ``None`` when any batch lacks it."""
-    parts = [getattr(b, attr, None) for b in batches]
+    parts: list[Any] = [getattr(b, attr, None) for b in batches]
     if not parts or any(p is None for p in parts):
         return None
     return np.concatenate(parts)
@@ -579,7 +582,7 @@ def _labels(records: Sequence[TestRecord], digests: np.ndarray | None, n: int) -
     table: dict[int, np.ndarray] = {}
     conflicts = 0
     for dig, values in given:
-        for d, v in zip(dig.tolist(), values):
+        for d, v in zip(dig.tolist(), values, strict=True):
             old = table.setdefault(int(d), v)
             if old is not v and not np.array_equal(old, v):
                 conflicts += 1

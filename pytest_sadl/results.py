@@ -88,7 +88,7 @@ class Results:
         return len(self.inputs.get("test", []))
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        doc: dict[str, Any] = _clean(
             {
                 "schema": SCHEMA,
                 "version": VERSION,
@@ -113,6 +113,7 @@ class Results:
                 },
             }
         )
+        return doc
 
 
 def _clean(obj: Any) -> Any:

@@ -113,7 +113,7 @@ def _explain(error: Any) -> str:
     """One line for a ``jsonschema.ValidationError``: the field, what it must be, what it is."""
     where, value, rule, expected = _field(error.absolute_path), error.instance, error.validator, error.validator_value
     if rule == "type":
-        kinds = expected if isinstance(expected, list) else [expected]
+        kinds: list[str] = expected if isinstance(expected, list) else [expected]
         wanted = " or ".join(_JSON_TYPES.get(k, k) for k in kinds)
         shown = "" if value is None or isinstance(value, bool) else f" {_short(value)}"
         return f"{where} must be {wanted}, got {_type_name(value) if value is not None else 'null'}{shown}"

@@ -48,8 +48,9 @@ data made by :func:`kind_data`; no downloads, seconds of training):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -48,7 +48,7 @@ def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: f
     pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
     keep = kept_neurons(train, train_pred, var_threshold)
     out = []
-    for x, c in zip(tests, pred):
+    for x, c in zip(tests, pred, strict=True):
         out.append(-kde_log_density(train[train_pred == c][:, keep], x[keep]))
     return np.array(out)
 
@@ -58,7 +58,7 @@ def x_a_rows(train: np.ndarray, train_pred, tests: np.ndarray, pred) -> np.ndarr
     (the first on a tie, as np.argmin)."""
     train_pred = np.asarray(train_pred)
     out = []
-    for x, c in zip(tests, pred):
+    for x, c in zip(tests, pred, strict=True):
         rows = np.flatnonzero(train_pred == c)
         out.append(rows[np.argmin(np.linalg.norm(train[rows] - x, axis=1))])
     return np.array(out, dtype=np.int64)
@@ -68,7 +68,7 @@ def dsa(train: np.ndarray, train_pred, tests: np.ndarray, pred) -> np.ndarray:
     """Equations 3-5, a loop over inputs as in the paper's reference code."""
     train_pred = np.asarray(train_pred)
     out = []
-    for x, c, a in zip(tests, pred, x_a_rows(train, train_pred, tests, pred)):
+    for x, c, a in zip(tests, pred, x_a_rows(train, train_pred, tests, pred), strict=True):
         x_a = train[a]
         dist_a = np.linalg.norm(x_a - x)
         dist_b = np.linalg.norm(train[train_pred != c] - x_a, axis=1).min()
@@ -126,7 +126,7 @@ def kmnc(layers, lows, highs, k: int) -> float:
     Neurons with low == high have no sections and are left out of |N| (the project's documented
     choice, unlike DeepGauge's k |N|: their zero-width sections could never be covered apart)."""
     covered = neurons = 0
-    for layer, low, high in zip(layers, lows, highs):
+    for layer, low, high in zip(layers, lows, highs, strict=True):
         v = _neuron_values(layer)
         for j in range(v.shape[1]):
             if high[j] == low[j]:
@@ -142,7 +142,7 @@ def kmnc(layers, lows, highs, k: int) -> float:
 
 def nbc(layers, lows, highs) -> float:
     upper = lower = neurons = 0
-    for layer, low, high in zip(layers, lows, highs):
+    for layer, low, high in zip(layers, lows, highs, strict=True):
         v = _neuron_values(layer)
         for j in range(v.shape[1]):
             neurons += 1
@@ -153,7 +153,7 @@ def nbc(layers, lows, highs) -> float:
 
 def snac(layers, lows, highs) -> float:
     upper = neurons = 0
-    for layer, low, high in zip(layers, lows, highs):
+    for layer, _low, high in zip(layers, lows, highs, strict=True):
         v = _neuron_values(layer)
         for j in range(v.shape[1]):
             neurons += 1
@@ -170,7 +170,7 @@ def mdsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: 
     pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
     keep = kept_neurons(train, train_pred, var_threshold)
     out = []
-    for x, c in zip(tests, pred):
+    for x, c in zip(tests, pred, strict=True):
         members = train[train_pred == c][:, keep]
         mu = members.sum(axis=0) / len(members)
         cov = sum(np.outer(t - mu, t - mu) for t in members) / (len(members) - 1)
@@ -181,8 +181,8 @@ def mdsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: 
 
 def roc_auc(scores, positive) -> float:
     """AUC as the fraction of (positive, negative) pairs ordered right, a tie counting 1/2."""
-    pos = [s for s, p in zip(scores, positive) if p]
-    neg = [s for s, p in zip(scores, positive) if not p]
+    pos = [s for s, p in zip(scores, positive, strict=True) if p]
+    neg = [s for s, p in zip(scores, positive, strict=True) if not p]
     won = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
     return won / (len(pos) * len(neg))
 

@@ -56,7 +56,7 @@ def test_subclassed_model_with_a_custom_block_equals_its_layers_called_one_by_on
     b = model.block.conv_b(a)
     h = model.hidden(model.flat(b))
     p = model.probs(h)
-    for got, want in zip(t.coverage, (a, b, h, p)):
+    for got, want in zip(t.coverage, (a, b, h, p), strict=True):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
     np.testing.assert_allclose(t.output, keras.ops.convert_to_numpy(p), atol=1e-5)
     # NC with the captured extrema equals the naive NC on the full maps
@@ -119,6 +119,28 @@ def test_two_inputs_and_two_outputs(digits: Any) -> None:
         tm.traces({"aux": x["aux"]})
 
 
+def test_a_recorded_call_with_more_arrays_than_inputs_fails_as_the_model_does(digits: Any) -> None:
+    """``model([aux, image, extra])`` on a two-input model is Keras' ValueError. Recorded,
+    the call once paired the input names with the first two arrays and returned an output
+    (recording it), so under --sadl-coverage a test saw a call succeed that fails without."""
+    from pytest_sadl.plugin.recorder import Recorder
+
+    keras.utils.set_random_seed(5)
+    model = _models.build_kind("two_input")
+    aux, image = digits.x_test[:8].mean(axis=2)[..., 0], digits.x_test[:8]
+    with pytest.raises(ValueError, match="expects 2"):
+        model([aux, image, aux])
+    with pytest.raises(ValueError):
+        TraceModel(model, jit=False).call_tensors([aux, image, aux])
+    recorder = Recorder(lambda m: TraceModel(m, jit=False, extrema=True))
+    rec = recorder.record_for("t.py::test", 0, "g")
+    with recorder.recording(rec, model):
+        with pytest.raises(ValueError, match="expects 2"):
+            model([aux, image, aux])
+        model([aux, image])
+    assert rec.n_inputs == 8  # the call with the right arrays only
+
+
 def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None:
     keras.utils.set_random_seed(6)
     model = _models.build_kind("chauffeur")
@@ -130,7 +152,7 @@ def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None
     t = tm.traces(x, batch_size=10)
     full = [keras.ops.convert_to_numpy(keras.Model(model.inputs[0], model.get_layer(n).output)(x)) for n in tm.coverage_layers]
     assert full[0].ndim == 5 and full[2].ndim == 3  # (n, t, h, w, c) and (n, t, f)
-    for got, want in zip(t.coverage, full):
+    for got, want in zip(t.coverage, full, strict=True):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
     # NC scales the whole (time x space) output of each input, then averages per feature
     for threshold in (0.1, 0.4):

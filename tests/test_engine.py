@@ -217,19 +217,19 @@ def test_records_round_trip_through_worker_bytes():
     recorder.records["t::c"].labels.append((np.arange(3, dtype=np.uint64), np.array([[1.0], [2.0], [0.0]])))
     again = Recorder.records_from_bytes(recorder.to_bytes())
     assert [r.nodeid for r in again] == list(recorder.records)
-    for mine, theirs in zip(recorder.records.values(), again):
+    for mine, theirs in zip(recorder.records.values(), again, strict=True):
         assert (mine.index, mine.group, mine.outcome) == (theirs.index, theirs.group, theirs.outcome)
-        for a, b in zip(mine.batches, theirs.batches):
+        for a, b in zip(mine.batches, theirs.batches, strict=True):
             np.testing.assert_array_equal(a.sa, b.sa)
             np.testing.assert_array_equal(a.pred, b.pred)
-            for x, y in zip(a.coverage, b.coverage):
+            for x, y in zip(a.coverage, b.coverage, strict=True):
                 np.testing.assert_array_equal(x, y)
             assert (a.thumbs is None) == (b.thumbs is None)
     np.testing.assert_array_equal(again[0].batches[0].thumbs, recorder.records["t::a"].batches[0].thumbs)
     mine, theirs = recorder.records["t::c"], again[2]
     np.testing.assert_array_equal(theirs.batches[0].digests, mine.batches[0].digests)
     np.testing.assert_array_equal(theirs.batches[0].output, mine.batches[0].output)
-    assert len(theirs.labels) == 1 and all(np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0]))
+    assert len(theirs.labels) == 1 and all(np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0], strict=True))
     assert again[0].labels == [] and again[0].batches[0].digests is None
 
 
@@ -275,7 +275,7 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
     view.mdsa = MDSA(view.sa_traces, view.sa_pred)
     records = make_records(rng, centres, SPEC)
     xs = [rng.random((len(r.batches[0]), 4, 4)) for r in records]  # the "inputs" each test fed
-    for r, x in zip(records, xs):
+    for r, x in zip(records, xs, strict=True):
         r.batches[0].digests = input_digests(x)
         r.batches[0].output = rng.dirichlet(np.ones(4), len(x)).astype(np.float32)
     truth = [rng.integers(0, 4, len(x)) for x in xs]

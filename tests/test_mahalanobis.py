@@ -25,7 +25,7 @@ def test_mdsa_matches_naive_definition_and_scipy(d):
     tests, pred = clustered(rng, 40, d, 3)
     got = MDSA(train, train_pred)(tests, pred)
     np.testing.assert_allclose(got, naive.mdsa(train, train_pred, tests, pred), rtol=1e-9)
-    for x, c, value in zip(tests, pred, got):
+    for x, c, value in zip(tests, pred, got, strict=True):
         members = train[train_pred == c]
         vi = np.linalg.inv(np.atleast_2d(np.cov(members, rowvar=False)))
         assert value == pytest.approx(mahalanobis(x, members.mean(axis=0), vi), rel=1e-9)
@@ -69,7 +69,7 @@ def test_mdsa_singular_covariance_uses_the_pseudo_inverse_with_a_warning():
     got = m(tests, tpred)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, naive.mdsa(probs, pred, tests, tpred), rtol=1e-7)
-    for x, c, value in zip(tests, tpred, got):
+    for x, c, value in zip(tests, tpred, got, strict=True):
         members = probs[pred == c]
         vi = np.linalg.pinv(np.cov(members, rowvar=False), rcond=1e-10, hermitian=True)
         assert value == pytest.approx(mahalanobis(x, members.mean(axis=0), vi), rel=1e-7)

@@ -48,14 +48,14 @@ def test_reduce_layer_is_the_spatial_mean_per_channel():
 def test_fit_ranges_matches_min_and_max(data):
     train, _, ranges = data
     lows, highs = naive.ranges(train)
-    for got, want in zip(ranges.low, lows):
+    for got, want in zip(ranges.low, lows, strict=True):
         np.testing.assert_allclose(got, want)
-    for got, want in zip(ranges.high, highs):
+    for got, want in zip(ranges.high, highs, strict=True):
         np.testing.assert_allclose(got, want)
     assert ranges.sizes == (3, 6, 2) and ranges.names == ("conv", "dense", "conv1d")
     again = NeuronRanges.from_arrays(ranges.to_arrays())
     assert again.sizes == ranges.sizes and again.names == ranges.names
-    assert all(np.array_equal(a, b) for a, b in zip(again.high, ranges.high))
+    assert all(np.array_equal(a, b) for a, b in zip(again.high, ranges.high, strict=True))
 
 
 def test_fit_ranges_of_float32_layers_equal_their_float64_copies():
@@ -65,7 +65,7 @@ def test_fit_ranges_of_float32_layers_equal_their_float64_copies():
     layers = [rng.normal(size=(500, 12)).astype(np.float32), rng.normal(size=(500, 4, 4, 3)).astype(np.float32)]
     got = fit_ranges(layers)
     want = fit_ranges([a.astype(np.float64) for a in layers])
-    for a, b in zip(got.low + got.high, want.low + want.high):
+    for a, b in zip(got.low + got.high, want.low + want.high, strict=True):
         assert a.dtype == np.float64 and np.array_equal(a, b)
     with pytest.raises(ValueError, match="NaN"):
         fit_ranges([np.array([[0.0], [np.nan]], dtype=np.float32)])

@@ -725,7 +725,7 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.criteria.registry import METRICS  # noqa: E402
 from pytest_sadl.plugin.options import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
 from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
 

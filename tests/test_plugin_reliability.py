@@ -71,7 +71,7 @@ def test_serial(sadl_model):
 '''
 
 
-def test_calls_from_many_threads_are_all_recorded_as_a_serial_loop(project):
+def test_calls_from_many_threads_are_all_recorded_as_a_serial_loop(project):  # noqa: F811  (project: the fixture imported from test_plugin)
     """8 threads x 32 calls (predict, predict_on_batch, model(x)) in one marked test: every
     input is recorded for that test, and its numbers equal the same calls in one loop."""
     pytester = project(THREAD_TESTS)
@@ -142,7 +142,7 @@ def test_recorded_calls_behave_as_the_plain_ones(sadl_model):
 '''
 
 
-def test_a_recorded_call_gives_what_the_plain_call_gives(project, dense_model_path):
+def test_a_recorded_call_gives_what_the_plain_call_gives(project, dense_model_path):  # noqa: F811  (project: the fixture imported from test_plugin)
     """Empty batches return what Keras returns and record nothing; inputs Keras rejects raise
     Keras' own exception (not SadlDataError); a recorded call otherwise records."""
     pytester = project(PLAIN_TESTS, model=dense_model_path, layers="hidden2")
@@ -192,7 +192,7 @@ def test_steady(sadl_model):
 '''
 
 
-def test_under_rerunfailures_only_the_last_attempt_counts_serially_and_under_xdist(project):
+def test_under_rerunfailures_only_the_last_attempt_counts_serially_and_under_xdist(project):  # noqa: F811  (project: the fixture imported from test_plugin)
     """pytest-rerunfailures (the real plugin) runs a failed test again: the record is the
     last attempt's, its inputs once (50, not 100) and its outcome (a flaky test "passed"),
     and -n 2 gives the serial run's numbers."""
@@ -269,7 +269,7 @@ def _table_vi(res: pytest.RunResult) -> list[str]:
     return lines[start:end]
 
 
-def test_the_report_does_not_depend_on_execution_order(project):
+def test_the_report_does_not_depend_on_execution_order(project):  # noqa: F811  (project: the fixture imported from test_plugin)
     """Serial, shuffled by pytest-randomly (two seeds) and split over -n 2: the same results
     (but the time they were made) and the same Table VI, tests by node id and groups by
     their first test's id; sadl_groups / --sadl-groups put the groups they name first."""

@@ -42,7 +42,7 @@ def _recorded(model: Any, call: Any, recorder: Recorder | None = None, nodeid: s
 
 def _labels_of(rec: TestRecord, x: Any) -> np.ndarray:
     """The labels ``rec`` holds for the rows of ``x``, in order (by digest, as the engine)."""
-    table = {int(d): v for digests, values in rec.labels for d, v in zip(digests.tolist(), values)}
+    table = {int(d): v for digests, values in rec.labels for d, v in zip(digests.tolist(), values, strict=True)}
     return np.array([table[int(d)] for d in input_digests(x).tolist()])
 
 
@@ -60,7 +60,7 @@ def _same(a: Any, b: Any) -> None:
             _same(a[k], b[k])
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b)
-        for u, v in zip(a, b):
+        for u, v in zip(a, b, strict=True):
             _same(u, v)
     elif isinstance(a, np.ndarray):
         assert a.shape == b.shape and a.dtype == b.dtype

@@ -149,7 +149,7 @@ def test_dev_stdout_and_dev_null_in_a_subprocess(project):
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--sadl-coverage",
              "--sadl-report=markdown:/dev/stdout", "--sadl-report=json:/dev/null"],
-            cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300,
+            cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300,
         )
     finally:
         null_ok = stat.S_ISCHR(os.lstat("/dev/null").st_mode)

@@ -67,7 +67,8 @@ def check_golden(name: str, text: str) -> None:
     expected = path.read_text(encoding="utf-8")
     if text != expected:
         a, b = expected.splitlines(), text.splitlines()
-        line = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        # strict=False: the texts may differ in length; then the first line past the shorter one
+        line = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         pytest.fail(
             f"{name} differs from the golden file at line {line + 1}:\n"
             f"  golden: {a[line] if line < len(a) else '<end>'!r}\n"
@@ -271,7 +272,7 @@ def test_histograms_count_every_input_once_and_mark_those_above_upper(classifier
         # per group: the inputs of the tests of that group
         for row in rows[1:]:
             tests = {i for i, t in enumerate(classifier["tests"]) if t["group"] == row["name"]}
-            mine = [v for v, t in zip(values, classifier["inputs"]["test"]) if t in tests]
+            mine = [v for v, t in zip(values, classifier["inputs"]["test"], strict=True) if t in tests]
             chart = row["chart"]
             assert chart["n"] == len(mine)
             assert chart["above"]["count"] == sum(v > upper for v in mine)
@@ -298,8 +299,8 @@ def test_table_vi_rows_are_cumulative_with_gains(classifier):
     rows = ctx["group_rows"]
     assert [r["name"] for r in rows] == [g["name"] for g in classifier["groups"]]
     labels = [m["key"] for m in ctx["group_metrics"]]
-    for i, (row, group) in enumerate(zip(rows, classifier["groups"])):
-        for m, cell in zip(labels, row["cells"]):
+    for i, (row, group) in enumerate(zip(rows, classifier["groups"], strict=True)):
+        for m, cell in zip(labels, row["cells"], strict=True):
             assert cell["value"] == group["cumulative"][m]
             if i:
                 assert cell["gain"] == pytest.approx(group["cumulative"][m] - classifier["groups"][i - 1]["cumulative"][m])
@@ -313,7 +314,7 @@ def test_table_vi_rows_are_cumulative_with_gains(classifier):
 def test_static_totals_match_a_naive_sum(classifier):
     tests = build_context(classifier)["tests"]
     keys = [c["key"] for c in tests["columns"]]
-    totals = dict(zip(keys, tests["totals"]))
+    totals = dict(zip(keys, tests["totals"], strict=True))
     rows = classifier["tests"]
     assert totals["inputs"] == sum(t["inputs"] for t in rows) == len(classifier["inputs"]["lsa"])
     assert totals["lsa_max"] == max(t["lsa_max"] for t in rows if t["lsa_max"] is not None)
@@ -368,7 +369,7 @@ def test_thumbnails_are_the_recorded_pixels(classifier):
     by_lsa = top[0]["entries"]
     assert [e["rank"] for e in by_lsa] == list(range(1, 13))
     src = [t for t in classifier["top_inputs"] if t["by"] == "lsa"]
-    for entry, item in zip(by_lsa, src):
+    for entry, item in zip(by_lsa, src, strict=True):
         w, h, c, pixels = _decode_png(entry["src"])
         assert (w, h, c) == (8, 8, 1)
         assert list(pixels) == item["image"]["pixels"]
@@ -395,7 +396,7 @@ def test_hints_say_what_would_improve_the_tests(classifier):
     assert any(h.startswith("Layer dense is the least covered") for h in hints)
     # fgsm's gains (Table VI) are the largest after the first group, for LSC and DSC
     gains = {g["name"]: g["cumulative"]["lsc"] - p["cumulative"]["lsc"]
-             for p, g in zip(classifier["groups"], classifier["groups"][1:])}
+             for p, g in zip(classifier["groups"], classifier["groups"][1:], strict=False)}  # consecutive pairs: one shorter
     assert max(gains, key=gains.get) == "fgsm"
     assert "Group fgsm added the most LSC (+8.6 points), DSC (+8.3 points) and MDSC (+12.0 points) after the first group" in " ".join(hints)
 

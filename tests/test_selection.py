@@ -34,7 +34,7 @@ def test_coverage_strategy_matches_naive_greedy(seed):
     sel = select("coverage", budget, scores=scores, bounds=bounds, covered=covered)
     assert sel.indices.tolist() == expected
     reached = set(prior)
-    for i, gain in zip(expected, sel.new_buckets):
+    for i, gain in zip(expected, sel.new_buckets, strict=True):
         assert gain == len(buckets_of[i] - reached)
         reached |= buckets_of[i]
     assert sel.notes and "opened new buckets" in sel.notes[0]

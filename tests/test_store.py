@@ -10,8 +10,9 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -68,8 +69,10 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainingProfile, Pa
 
 
 def _same_numbers(a: TrainingProfile, b: TrainingProfile) -> bool:
+    if len(a.ranges.low) != len(b.ranges.low) or len(a.ranges.high) != len(b.ranges.high):
+        return False  # not the same layers (the zips below are strict)
     pairs = [(a.sa_traces, b.sa_traces), (a.sa_pred, b.sa_pred), (a.row_keys, b.row_keys)]
-    pairs += list(zip(a.ranges.low, b.ranges.low)) + list(zip(a.ranges.high, b.ranges.high))
+    pairs += list(zip(a.ranges.low, b.ranges.low, strict=True)) + list(zip(a.ranges.high, b.ranges.high, strict=True))
     for group in ("lsa_arrays", "dsa_arrays"):
         da, db = getattr(a, group), getattr(b, group)
         if sorted(da) != sorted(db):

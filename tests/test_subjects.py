@@ -228,6 +228,89 @@ def test_tests_of_only_predict_dataset_and_evaluate_get_every_metric_and_the_mis
     assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w or "sadl_labels" in w]
 
 
+TABULAR_CONFTEST = """
+import keras
+import numpy as np
+import pytest
+
+RNG = np.random.default_rng(0)
+COLS = {"age": RNG.uniform(0, 1, 400).astype("float32"), "income": RNG.uniform(0, 1, 400).astype("float32")}
+PRICE = (COLS["age"] + 2 * COLS["income"]).astype("float32")
+
+
+class Rows(keras.utils.PyDataset):
+    # batches of ({column: (n,)}, price): column arrays, as a tabular pipeline gives them
+    def __init__(self, start, stop, size=50):
+        super().__init__()
+        self.start, self.stop, self.size = start, stop, size
+
+    def __len__(self):
+        return -(-(self.stop - self.start) // self.size)
+
+    def __getitem__(self, i):
+        a = self.start + i * self.size
+        b = min(a + self.size, self.stop)
+        return {k: v[a:b] for k, v in COLS.items()}, PRICE[a:b]
+
+
+@pytest.fixture(scope="session")
+def sadl_model():
+    keras.utils.set_random_seed(0)
+    age, income = keras.Input((1,), name="age"), keras.Input((1,), name="income")
+    h = keras.layers.Dense(8, activation="relu", name="hidden")(keras.layers.Concatenate()([age, income]))
+    model = keras.Model({"age": age, "income": income}, keras.layers.Dense(1, name="price")(h))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    model.fit(Rows(0, 300), epochs=3, verbose=0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def sadl_train():
+    return Rows(0, 300)  # a PyDataset of column batches, labels included
+"""
+
+TABULAR_TESTS = """
+import numpy as np
+import pytest
+
+from conftest import COLS, PRICE, Rows
+
+
+@pytest.mark.sadl(group="held-out")
+def test_predict_columns(sadl_model):
+    out = sadl_model.predict({k: v[300:340] for k, v in COLS.items()}, verbose=0)
+    assert out.shape == (40, 1)
+
+
+@pytest.mark.sadl(group="held-out")
+def test_evaluate_pydataset(sadl_model):
+    loss, mae = sadl_model.evaluate(Rows(340, 380, size=16), verbose=0)
+    assert mae < 3
+
+
+@pytest.mark.sadl(group="drift")
+def test_evaluate_generator(sadl_model):
+    def shifted():
+        for a in range(380, 400, 10):
+            yield {k: v[a:a + 10] + 0.5 for k, v in COLS.items()}, PRICE[a:a + 10] + 1.5
+    assert np.isfinite(sadl_model.evaluate(shifted(), verbose=0)[0])
+"""
+
+
+def test_a_tabular_model_fed_column_arrays_a_pydataset_and_a_generator(pytester: pytest.Pytester) -> None:
+    """Issue 21: Input((1,)) columns of shape (n,), training data as a PyDataset from a
+    fixture, tests feeding arrays, a PyDataset and a generator; labels from their y."""
+    pytester.makeconftest(TABULAR_CONFTEST)
+    pytester.makepyfile(test_tabular=TABULAR_TESTS)
+    pytester.makefile(".ini", pytest="[pytest]\n")
+    data = _measure(pytester)
+    _assert_every_metric(data, False, 100)
+    assert {t["nodeid"].split("::")[1]: t["inputs"] for t in data["tests"]} == {
+        "test_evaluate_generator": 20, "test_evaluate_pydataset": 40, "test_predict_columns": 40}
+    assert data["mistakes"]["overall"]["labelled"] == 60  # evaluate's targets; predict's inputs have none
+    assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w]
+
+
 def test_a_fixture_model_that_cannot_be_traced_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """

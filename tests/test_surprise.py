@@ -193,7 +193,7 @@ def test_dsa_precompute_and_arrays_round_trip():
     assert not np.isnan(saved["other_dist"]).any()
     ref_other = [
         np.linalg.norm(saved["train_ats"][saved["train_pred"] != c] - t, axis=1).min()
-        for t, c in zip(saved["train_ats"], saved["train_pred"])
+        for t, c in zip(saved["train_ats"], saved["train_pred"], strict=True)
     ]
     np.testing.assert_allclose(saved["other_dist"], ref_other, rtol=1e-12)
     np.testing.assert_allclose(DSA.from_arrays(saved)(tests, pred), expected, rtol=1e-12)
@@ -413,7 +413,7 @@ def test_dsa_on_a_grid_full_of_ties_across_many_blocks_equals_the_loop(search):
     a = naive.x_a_rows(train.astype(np.float64), tp, tests, pred)
     kept = ~np.isnan(dsa.to_arrays(complete=False)["other_dist"])
     # computed: exactly the x_a and their copies (same vector, same class), nothing else
-    key = [row.tobytes() + bytes([c]) for row, c in zip(train, tp)]
+    key = [row.tobytes() + bytes([c]) for row, c in zip(train, tp, strict=True)]
     wanted = {key[i] for i in a}
     np.testing.assert_array_equal(kept, [k in wanted for k in key])
 

@@ -57,7 +57,7 @@ def copy_weights(keras_model: Any, module: Any) -> Any:
     layers = [layer for layer in keras_model.layers if layer.get_weights()]
     assert len(weighted) == len(layers)
     flat_shape = None  # the (h, w, c) map a Flatten before the next Dense flattened
-    for layer, m in zip(layers, weighted):
+    for layer, m in zip(layers, weighted, strict=True):
         kernel, bias = layer.get_weights()
         if isinstance(m, nn.Conv2d):
             w = kernel.transpose(3, 2, 0, 1)
@@ -199,6 +199,11 @@ def test_fingerprint_follows_the_weights_and_files_that_unpickle_are_refused(twi
     with torch.no_grad():
         other[1].bias[0] += 1e-3
     assert model_fingerprint(other) != model_fingerprint(mlp)
+    from pytest_sadl.capture.weights import model_digest  # the plugin's check that the model did not change
+
+    assert model_digest(other) != model_digest(mlp)
+    other.load_state_dict(mlp.state_dict())
+    assert model_digest(other) == model_digest(mlp) and model_fingerprint(other) == model_fingerprint(mlp)
     assert load_model(mlp) is mlp
     (tmp_path / "model.pt").write_bytes(b"not loaded")
     with pytest.raises(SadlModelError, match="does not load PyTorch files.*weights_only=True"):
@@ -236,7 +241,7 @@ def test_the_same_weights_give_the_keras_traces_and_numbers(twins: Any, digits: 
         np.testing.assert_allclose(b.sa, a.sa, atol=1e-5)
         np.testing.assert_allclose(b.output, a.output, atol=1e-5)
         np.testing.assert_array_equal(b.pred, a.pred)
-        for u, v in zip(a.coverage, b.coverage):
+        for u, v in zip(a.coverage, b.coverage, strict=True):
             np.testing.assert_allclose(v, u, atol=1e-5)
     rk, rt = fit_ranges(kt_train.coverage), fit_ranges(tt_train.coverage)
     if name == "conv":  # NC scales each whole conv map: the extrema both passes captured
@@ -384,7 +389,9 @@ def test_a_native_module_from_a_fixture_with_a_dataloader_gives_the_keras_report
     torch_report = json.loads((base / "torch" / "out.json").read_text())
     tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in torch_report["tests"] if t["inputs"]}
     assert tests == {"test_no_grad": 40, "test_grad_flows_through_forward": 10, "test_inference_mode": 10}
-    assert any("train() mode" in w and "call model.eval()" in w for w in torch_report["outcome"]["warnings"])
+    warned = torch_report["outcome"]["warnings"]
+    assert any("train() mode" in w and "call model.eval()" in w for w in warned)
+    assert not any("cannot be read" in w or "model changed" in w for w in warned), warned  # the digest reads a module
     assert torch_report["model"]["source"] == "fixture" and torch_report["model"]["classifier"] is True
     assert torch_report["config"]["sa_layers"] == ["4"] and torch_report["config"]["coverage_layers"] == ["2", "4", "6"]
     k, t = keras_report["metrics"], torch_report["metrics"]

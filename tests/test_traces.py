@@ -9,19 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
+from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError, SadlModelWarning
 
 pytestmark = pytest.mark.tf
 
 keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
-from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
-from pytest_sadl.capture.model import load_model  # noqa: E402
-from pytest_sadl.errors import SadlModelWarning
-
-tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
-from pytest_sadl.capture import (
+from pytest_sadl.capture import (  # noqa: E402
     TraceModel,
     Traces,
     default_coverage_layers,
@@ -29,6 +24,10 @@ from pytest_sadl.capture import (
     is_classifier,
     resolve_layers,
 )
+from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
+from pytest_sadl.capture.model import load_model  # noqa: E402
+
+tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
 
 
 def manual_layer(model: Any, name: str, x: np.ndarray) -> np.ndarray:
@@ -51,7 +50,7 @@ def test_traces_equal_manual_per_layer(fixture: str, request: pytest.FixtureRequ
     tm = TraceModel(model)
     t = tm.traces(x, batch_size=64)
     assert isinstance(t, Traces) and len(t) == len(x)
-    for name, got in zip(tm.coverage_layers, t.coverage):
+    for name, got in zip(tm.coverage_layers, t.coverage, strict=True):
         want = manual_layer(model, name, x)
         assert got.shape == want.shape and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
@@ -72,7 +71,7 @@ def test_extrema_equal_manual_min_max(conv_model: Any, digits: Any) -> None:
     tm = TraceModel(conv_model, extrema=True)
     t = tm.traces(x, batch_size=16)
     assert t.coverage_extrema is not None and len(t.coverage_extrema) == len(tm.coverage_layers)
-    for name, ext in zip(tm.coverage_layers, t.coverage_extrema):
+    for name, ext in zip(tm.coverage_layers, t.coverage_extrema, strict=True):
         full = keras.Model(conv_model.inputs, conv_model.get_layer(name).output).predict(x, verbose=0)
         if full.ndim <= 2:
             assert ext is None
@@ -157,7 +156,7 @@ def test_batching_and_call_and_trace_agree(conv_model: Any, digits: Any) -> None
     a = tm.traces(x, batch_size=7)
     b = tm.traces(x, batch_size=1000)
     np.testing.assert_allclose(a.sa, b.sa, atol=1e-5)
-    for u, v in zip(a.coverage, b.coverage):
+    for u, v in zip(a.coverage, b.coverage, strict=True):
         np.testing.assert_allclose(u, v, atol=1e-5)
     out, c = tm.call_and_trace(x, verbose=0)
     np.testing.assert_allclose(out, conv_model.predict(x, verbose=0), atol=1e-5)
@@ -222,7 +221,7 @@ def test_call_tensors_matches_the_eager_pass_and_compiles_a_few_times(conv_model
         x = digits.x_test[:n]
         out, t = tm.call_tensors(x)
         seen: dict[int, Any] = {}
-        with tapped(taps, lambda i, o: seen.__setitem__(i, to_numpy(o))):
+        with tapped(taps, lambda i, o, seen=seen: seen.__setitem__(i, to_numpy(o))):
             plain = to_numpy(conv_model(x, training=False))
         assert to_numpy(out).shape == plain.shape == (n, 10) and len(t) == n
         np.testing.assert_allclose(to_numpy(out), plain, atol=1e-6)
@@ -269,7 +268,7 @@ def test_xla_and_plain_passes_agree(conv_model: Any, digits: Any) -> None:
     assert xla.jit is True and plain.jit is False
     np.testing.assert_allclose(a.sa, b.sa, atol=1e-5)
     np.testing.assert_allclose(a.output, b.output, atol=1e-5)
-    for u, v in zip(a.coverage, b.coverage):
+    for u, v in zip(a.coverage, b.coverage, strict=True):
         np.testing.assert_allclose(u, v, atol=1e-5)
     # "auto": XLA for large passes only, and only with an accelerator (as Keras' predict)
     assert TraceModel(conv_model)._use_jit(100) is False

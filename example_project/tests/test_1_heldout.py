@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from attacks import accuracy
 
 pytestmark = pytest.mark.sadl(group="test")

@@ -8,7 +8,7 @@ floors say how much. The measured values on the committed model are in the comme
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import attacks
 import numpy as np

@@ -48,6 +48,7 @@ Errors (all subclass :class:`ValueError`, so callers can turn them into a usage 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -112,7 +113,7 @@ def _loaded_tf() -> Any:
 def shape_matches(actual: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
     """True when ``actual`` (one input, no batch axis) fits ``expected`` (``None`` = any)."""
     return len(actual) == len(expected) and all(
-        e is None or a == e for a, e in zip(actual, expected)
+        e is None or a == e for a, e in zip(actual, expected, strict=True)
     )
 
 
@@ -274,7 +275,7 @@ class TrainingData:
                     f"{self.source} is a list of {len(x)} arrays but the model has {len(names)} inputs "
                     f"({', '.join(names)}); give one array per input, in model.inputs order"
                 )
-            x = dict(zip(names, x))
+            x = dict(zip(names, x, strict=True))
         missing = [n for n in names if n not in x]
         if missing:
             raise SadlDataError(
@@ -468,6 +469,18 @@ def _stream_elements(stream: Any) -> Iterator[Any]:
     yield from stream
 
 
+def _element_arrays(element: Any) -> Any:
+    """A dataset element's inputs as NumPy arrays (a dict of them for several inputs)."""
+    x = _dataset_element_x(element)
+    return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
+
+
+def _element_target(element: Any) -> Any:
+    """A dataset element's target as a NumPy array; ``None`` when it has none (or a structured one)."""
+    y = _dataset_element_y(element)
+    return None if y is None or isinstance(y, (dict, list, tuple)) else np.asarray(y)
+
+
 def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | None = None) -> Iterator[np.ndarray]:
     """Iterate a dataset as NumPy batches; single inputs are grouped into batches.
 
@@ -478,19 +491,11 @@ def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | N
     another re-iterable source yields batches. ``labels``, when given, gets each
     yielded batch's targets (``None`` where an element has none).
     """
-    def arrays(element: Any) -> Any:
-        x = _dataset_element_x(element)
-        return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
-
-    def target(element: Any) -> Any:
-        y = _dataset_element_y(element)
-        return None if y is None or isinstance(y, (dict, list, tuple)) else np.asarray(y)
-
     if not _is_dataset(dataset):
         for element in _stream_elements(dataset):
             if labels is not None:
-                labels.append(target(element))
-            yield arrays(element)
+                labels.append(_element_target(element))
+            yield _element_arrays(element)
         return
     spec = _first(_dataset_element_x(dataset.element_spec))
     shape = getattr(spec, "shape", None)
@@ -499,8 +504,8 @@ def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | N
     if batched:
         for element in dataset.as_numpy_iterator():
             if labels is not None:
-                labels.append(target(element))
-            yield arrays(element)
+                labels.append(_element_target(element))
+            yield _element_arrays(element)
         return
     size = batch_size or 256
     buf: list[Any] = []
@@ -518,8 +523,8 @@ def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | N
             ys.clear()
 
     for element in dataset.as_numpy_iterator():
-        buf.append(arrays(element))
-        ys.append(target(element))
+        buf.append(_element_arrays(element))
+        ys.append(_element_target(element))
         if len(buf) == size:
             stack_y()
             yield stack()
@@ -680,10 +685,10 @@ def _from_iterator(it: Any, source: str) -> TrainingData:
 def _as_array(value: Any, source: str) -> np.ndarray:
     """``value`` (an array, a tensor, nested lists) as a NumPy array of numbers."""
     if not isinstance(value, np.ndarray) and hasattr(value, "numpy") and callable(value.numpy):
-        try:  # a torch tensor may require grad or live on a GPU: detached, on the CPU
+        # a torch tensor may require grad or live on a GPU: detached, on the CPU; a symbolic
+        # tensor raises here, and np.asarray below names the problem
+        with contextlib.suppress(Exception):
             value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
-        except Exception:  # a symbolic tensor: np.asarray below names the problem
-            pass
     try:
         x = np.asarray(value)
     except Exception as exc:

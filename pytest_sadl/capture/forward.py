@@ -173,8 +173,8 @@ class Forward:
             model, post = self.model, self._post
 
             def stateless(trainable: list[Any], non_trainable: list[Any], x: Any) -> Any:
-                mapping = list(zip(model.trainable_variables, trainable)) + list(
-                    zip(model.non_trainable_variables, non_trainable)
+                mapping = list(zip(model.trainable_variables, trainable, strict=True)) + list(
+                    zip(model.non_trainable_variables, non_trainable, strict=True)
                 )
                 with keras.StatelessScope(state_mapping=mapping):
                     return post(x)
@@ -349,7 +349,7 @@ def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tup
 
     spec = compute_output_spec(body, inputs)
     for shapes in rounds:
-        for s, before in zip(seen, shapes):
+        for s, before in zip(seen, shapes, strict=True):
             if s.shape is not None and before is not None and len(before) == len(s.shape):
-                s.shape = tuple(a if a == b else None for a, b in zip(s.shape, before))
+                s.shape = tuple(a if a == b else None for a, b in zip(s.shape, before, strict=True))
     return spec, list(seen), list(owners)

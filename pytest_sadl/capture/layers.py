@@ -85,7 +85,7 @@ def check_model(model: Any) -> None:
     if not isinstance(model, _keras().Model):
         raise SadlModelError(
             f"expected a keras.Model, got {type(model).__module__}.{type(model).__qualname__}; "
-            "give a Keras 3 model (a .keras file or a model object)"
+            "give a Keras 3 model (a .keras file or a model object) or a torch.nn.Module"
         )
 
 

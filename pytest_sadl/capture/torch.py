@@ -415,7 +415,7 @@ class TorchTraceModel:
         shape = s.shape or ()
         if len(shape) > 2 and s.layout == "first":
             return int(shape[1] or 0)
-        return int(shape[-1]) if len(shape) >= 2 else 1
+        return int(shape[-1] or 0) if len(shape) >= 2 else 1
 
     def _ordered(self) -> list[str]:
         """Leaf modules that ran once and returned one tensor, in call order."""
@@ -427,7 +427,7 @@ class TorchTraceModel:
 
     def _activated(self) -> dict[str, str]:
         """module path -> the path of the activation module applied directly to its output."""
-        out = {}
+        out: dict[str, str] = {}
         for p in self._ordered():
             after = self._seen[p].after
             if after is not None and is_activation(self._modules[p]) and not is_activation(self._modules[after]):
@@ -465,7 +465,7 @@ class TorchTraceModel:
             {
                 "path": p,
                 "class": _class_name(m),
-                "output_shape": None if self._seen[p].shape is None else list(self._seen[p].shape),
+                "output_shape": None if (shape := self._seen[p].shape) is None else list(shape),
                 "calls": self._seen[p].calls,
                 "sa": p in sa,
                 "coverage": p in cov,
@@ -546,7 +546,8 @@ class TorchTraceModel:
             return np.asarray(output, dtype=np.float32)
         if output.shape[-1] == 1:
             return (output[:, 0] > 0.5).astype(np.int64)
-        return np.argmax(output, axis=1).astype(np.int64)
+        classes: np.ndarray = np.argmax(output, axis=1)
+        return classes.astype(np.int64)
 
     # -- inputs -------------------------------------------------------------------------------
 

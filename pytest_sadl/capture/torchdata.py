@@ -55,7 +55,8 @@ def is_torch_data(obj: Any) -> bool:
 def to_numpy(value: Any) -> np.ndarray:
     """A tensor (on any device, requiring grad or not) or an array as NumPy."""
     if hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
+        array: np.ndarray = value.detach().cpu().numpy()
+        return array
     return np.asarray(value)
 
 

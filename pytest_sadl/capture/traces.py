@@ -212,7 +212,7 @@ class TraceModel:
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:
-            spec, seen, owners = probe(self._call, self._pack(dict(zip(self.input_names, symbolic))), layers)
+            spec, seen, owners = probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers)
         except (SadlModelError, SadlLayerError):
             raise
         except Exception as exc:
@@ -222,7 +222,7 @@ class TraceModel:
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                 "check that the model runs on a batch of its inputs"
             ) from None
-        self._seen = {n.path: s for n, s in zip(self._nodes, seen)}
+        self._seen = {n.path: s for n, s in zip(self._nodes, seen, strict=True)}
         self.output_names: list[str] = _output_names(model, spec)
         if self.output_names == ["0"] and owners[0] >= 0:
             self.output_names = [layers[owners[0]].name]
@@ -400,9 +400,9 @@ class TraceModel:
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
         """Runs inside the compiled function: the model's output and the flat captures
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
-        from pytest_sadl.capture.forward import tapped
-
         import threading
+
+        from pytest_sadl.capture.forward import tapped
 
         captured: list[Any] = [None] * len(self._taps)
         me = threading.get_ident()
@@ -490,7 +490,8 @@ class TraceModel:
             return np.asarray(output, dtype=np.float32)
         if output.shape[-1] == 1:
             return (output[:, 0] > 0.5).astype(np.int64)
-        return np.argmax(output, axis=1).astype(np.int64)
+        classes: np.ndarray = np.argmax(output, axis=1)
+        return classes.astype(np.int64)
 
     @property
     def taps(self) -> list[Any]:
@@ -540,7 +541,7 @@ class TraceModel:
             if total is not None:
                 if filled is None:
                     filled = [np.empty((total,) + a.shape[1:], dtype=a.dtype) for a in flat]
-                for dst, src in zip(filled, flat):
+                for dst, src in zip(filled, flat, strict=True):
                     dst[done : done + rows] = src
             else:
                 parts.append(flat)
@@ -605,7 +606,7 @@ class TraceModel:
             return x
         if isinstance(x, dict):
             return self._pack({n: x[n] for n in self.input_names})
-        return self._pack(dict(zip(self.input_names, x)))
+        return self._pack(dict(zip(self.input_names, x, strict=True)))
 
     def describe_layers(self) -> list[dict[str, Any]]:
         """Every layer with its path, class, output shape and whether it is a default."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.errors import ResultsFileError

@@ -107,7 +107,7 @@ def _gallery(chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.nda
     if thumbs is None:
         return None
     cells = []
-    for rank, (i, thumb) in enumerate(zip(chosen.indices.tolist(), thumbs), 1):
+    for rank, (i, thumb) in enumerate(zip(chosen.indices.tolist(), thumbs, strict=True), 1):
         h, w, c = thumb.shape
         cells.append({
             "rank": rank,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import threading
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -132,7 +133,7 @@ def classes_of(pred: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     order = np.argsort(pred, kind="stable")
     classes, starts = np.unique(pred[order], return_index=True)
     bounds = list(starts[1:]) + [len(pred)]
-    return classes, [order[s:e] for s, e in zip(starts, bounds)]
+    return classes, [order[s:e] for s, e in zip(starts, bounds, strict=True)]
 
 
 def examples(labels: Sequence[object], limit: int = 5) -> str:
@@ -264,7 +265,7 @@ def check_fits(
 
 
 _BLAS_LOCK = threading.RLock()
-_CONTROLLER: list = []
+_CONTROLLER: list[Any] = []
 
 
 @contextmanager
@@ -289,16 +290,18 @@ def one_blas_thread() -> Iterator[None]:
 def as_pred(name: str, pred: object, n: int) -> np.ndarray:
     """Return predicted classes as a 1-D int64 array of length ``n``."""
     arr = np.asarray(pred)
+    given = arr.shape
     if arr.ndim == 2 and arr.shape[1] > 1 and arr.shape[0] == n:
         raise ValueError(
             f"{name} has shape {arr.shape}: pass predicted classes (n,), e.g. np.argmax(probabilities, axis=1)"
         )
     arr = arr.reshape(-1) if arr.ndim == 2 and arr.shape[1] == 1 else arr
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {np.shape(pred)}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
+        raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {given}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer) and (
+        not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))
+    ):
+        raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -325,7 +328,7 @@ def reduce_layer(a: np.ndarray) -> np.ndarray:
     """
     if a.ndim <= 2:
         return a
-    return a.mean(axis=tuple(range(1, a.ndim - 1)))
+    return np.asarray(a.mean(axis=tuple(range(1, a.ndim - 1))))
 
 
 def as_layers(

@@ -40,8 +40,8 @@ from pytest_sadl.criteria.checks import (
     as_pred,
     as_train_traces,
     check_fits,
-    class_list,
     check_var_threshold,
+    class_list,
     class_moments,
     class_scatter,
     classes_of,
@@ -205,7 +205,7 @@ class MDSA:
         }
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "MDSA":
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> MDSA:
         """An MDSA rebuilt from :meth:`to_arrays`, without the training traces."""
         self = cls.__new__(cls)
         self.classes_ = np.asarray(arrays["classes"], dtype=np.int64)

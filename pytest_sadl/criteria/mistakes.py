@@ -21,8 +21,9 @@ NumPy: no TensorFlow, no pytest, no SciPy needed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,8 @@ def probabilities(output: np.ndarray) -> np.ndarray:
     if out.size and (out.min() >= 0 and np.allclose(out.sum(axis=1), 1.0, atol=1e-3)):
         return out
     shifted = np.exp(out - out.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)
+    softmax: np.ndarray = shifted / shifted.sum(axis=1, keepdims=True)
+    return softmax
 
 
 def confidence_scores(output: np.ndarray) -> dict[str, np.ndarray]:
@@ -256,7 +258,7 @@ def _label_matrix(labels: Sequence[Any] | np.ndarray) -> np.ndarray:
 
 def _ranked(values: Mapping[str, float | None], keys: Sequence[str]) -> list[tuple[str, float]]:
     present = [(k, values[k]) for k in keys if values.get(k) is not None]
-    return sorted(present, key=lambda kv: -kv[1])  # type: ignore[arg-type, operator]
+    return sorted(present, key=lambda kv: -kv[1])  # type: ignore[arg-type]
 
 
 def sentences(a: Analysis) -> list[str]:

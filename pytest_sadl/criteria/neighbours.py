@@ -79,7 +79,8 @@ def cores() -> int:
 def exact_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise Euclidean distance in float64 from the difference of the two vectors."""
     diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    dist: np.ndarray = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return dist
 
 
 def _first_min(rows: np.ndarray, cand: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -137,13 +138,13 @@ class ClassNeighbours:
         self.rows = unique[np.argsort(pred[unique], kind="stable")]  # unique rows by class, in order
         classes, starts = np.unique(pred[self.rows], return_index=True)
         ends = list(starts[1:]) + [len(self.rows)]
-        self.span = {int(c): (int(s), int(e)) for c, s, e in zip(classes, starts, ends)}
+        self.span = {int(c): (int(s), int(e)) for c, s, e in zip(classes, starts, ends, strict=True)}
         if method == "auto":
             method = "tree" if d <= TREE_MAX_DIM and not isinstance(x, np.memmap) else "blas"
         self.method = method
         #: dist_b by the per-class k-d trees (else by one masked scan of every row)
         self.trees_out = method == "tree" and len(self.span) <= TREE_MAX_CLASSES
-        self._trees: dict[tuple[str, int], object] = {}  # k-d trees or faiss indexes, built lazily
+        self._trees: dict[tuple[str, int], Any] = {}  # k-d trees or faiss indexes, built lazily
         if method in ("blas", "faiss"):
             self._prepare_scan()  # faiss: the exact scan checks its recall on a sample
 
@@ -387,10 +388,10 @@ class ClassNeighbours:
                         r = r + r0
                         jj = jj + b0
                         dist = exact_distance(q[r], raw[jj])
-                        r, k, dist = _first_min(r, idx[jj], dist)
-                        take = (dist < best[r]) | ((dist == best[r]) & (k < best_i[r]))
+                        r, nearest, dist = _first_min(r, idx[jj], dist)
+                        take = (dist < best[r]) | ((dist == best[r]) & (nearest < best_i[r]))
                         best[r[take]] = dist[take]
-                        best_i[r[take]] = k[take]
+                        best_i[r[take]] = nearest[take]
         return best_i, best
 
 

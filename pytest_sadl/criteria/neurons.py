@@ -40,8 +40,9 @@ Semantics, per neuron with training range ``[low, high]``:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class NeuronRanges:
         return arrays
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "NeuronRanges":
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NeuronRanges:
         sizes = np.asarray(arrays["sizes"], dtype=np.int64)
         low, high = np.asarray(arrays["low"], np.float64), np.asarray(arrays["high"], np.float64)
         if low.shape != high.shape or low.ndim != 1 or low.size != int(sizes.sum()):
@@ -136,14 +137,14 @@ class _LayerCoverage:
         self.count = 0
 
     # subclasses: which targets of each layer a batch hits, (n_neurons, per_neuron) bools
-    def _hits(self, i: int, values: np.ndarray, extrema: "tuple[np.ndarray, np.ndarray] | None") -> np.ndarray:
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         raise NotImplementedError
 
     def _valid(self, i: int) -> np.ndarray:
         """Neurons that count towards the total (all, except KMNC's constant neurons)."""
         return np.ones(self.sizes[i], dtype=bool)
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         return (type(self).__name__, self.sizes)
 
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
@@ -166,15 +167,15 @@ class _LayerCoverage:
             self._covered[i] |= hit
         return new
 
-    def merge(self, other: "_LayerCoverage") -> None:
+    def merge(self, other: _LayerCoverage) -> None:
         """Add another instance's coverage (same criterion, layers and parameters)."""
         if other._key() != self._key():
             raise ValueError(f"cannot merge {other._key()} into {self._key()}: criterion, layers or parameters differ")
-        for mine, theirs in zip(self._covered, other._covered):
+        for mine, theirs in zip(self._covered, other._covered, strict=True):
             mine |= theirs
         self.count += other.count
 
-    def copy(self) -> "_LayerCoverage":
+    def copy(self) -> _LayerCoverage:
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new._covered = [c.copy() for c in self._covered]
@@ -211,7 +212,7 @@ class _LayerCoverage:
         return [c / t if t else 0.0 for c, t in self.layer_counts()]
 
 
-def _sizes_of(ranges_or_sizes: "NeuronRanges | Sequence[int]") -> tuple[int, ...]:
+def _sizes_of(ranges_or_sizes: NeuronRanges | Sequence[int]) -> tuple[int, ...]:
     if isinstance(ranges_or_sizes, NeuronRanges):
         return ranges_or_sizes.sizes
     return tuple(int(s) for s in ranges_or_sizes)
@@ -220,14 +221,14 @@ def _sizes_of(ranges_or_sizes: "NeuronRanges | Sequence[int]") -> tuple[int, ...
 class NeuronCoverage(_LayerCoverage):
     """DeepXplore's neuron coverage, cumulative. Needs no training ranges, only layer sizes."""
 
-    def __init__(self, ranges_or_sizes: "NeuronRanges | Sequence[int]", threshold: float = 0.5) -> None:
+    def __init__(self, ranges_or_sizes: NeuronRanges | Sequence[int], threshold: float = 0.5) -> None:
         threshold = float(threshold)
         if not np.isfinite(threshold):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
         super().__init__(_sizes_of(ranges_or_sizes))
         self.threshold = threshold
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         return super()._key() + (self.threshold,)
 
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
@@ -241,7 +242,7 @@ class NeuronCoverage(_LayerCoverage):
             layers = raw
         return super().update(layers, extrema)
 
-    def _hits(self, i, values, extrema):
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         if extrema is None:
             lo, hi = values.min(axis=1), values.max(axis=1)
         else:
@@ -253,21 +254,22 @@ class NeuronCoverage(_LayerCoverage):
         safe = np.where(span > 0, span, 1.0)
         scaled = (values - lo[:, None]) / safe[:, None]
         scaled[span <= 0] = 0.0
-        return (scaled > self.threshold).any(axis=0)[:, None]
+        hit: np.ndarray = (scaled > self.threshold).any(axis=0)
+        return hit[:, None]
 
 
 def _with_extrema(layers: object, extrema: Extrema | None) -> tuple[object, Extrema | None]:
     """Layers and extrema from a ``Traces`` object (which carries both), else as given."""
     if not (hasattr(layers, "coverage") and hasattr(layers, "coverage_extrema")):
         return layers, extrema
-    carried = getattr(layers, "coverage_extrema")
+    carried = layers.coverage_extrema
     if extrema is None and carried is None:
         raise ValueError(
             "NC needs the per-input minimum and maximum of each layer's whole output, and these "
             "traces were made without them (their conv outputs are already channel means); trace "
             "with TraceModel(..., extrema=True) (TrainingProfile.trace_model() does) or pass extrema="
         )
-    return list(getattr(layers, "coverage")), extrema if extrema is not None else carried
+    return list(layers.coverage), extrema if extrema is not None else carried
 
 
 def _map_extrema(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -283,7 +285,7 @@ class _RangeCoverage(_LayerCoverage):
         super().__init__(ranges.sizes)
         self.ranges = ranges
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         lows = tuple(a.tobytes() for a in self.ranges.low)
         highs = tuple(a.tobytes() for a in self.ranges.high)
         return super()._key() + (lows, highs)
@@ -299,10 +301,10 @@ class KMultisectionCoverage(_RangeCoverage):
         self.per_neuron = self.k
         super().__init__(ranges)
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[Any, ...]:
         return super()._key() + (self.k,)
 
-    def _valid(self, i):
+    def _valid(self, i: int) -> np.ndarray:
         return self.ranges.high[i] > self.ranges.low[i]
 
     def sections(self, i: int, values: np.ndarray) -> np.ndarray:
@@ -325,7 +327,7 @@ class KMultisectionCoverage(_RangeCoverage):
         inside = (values >= low) & (values <= high) & (width > 0)
         return np.where(inside, idx, -1)
 
-    def _hits(self, i, values, extrema):
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         idx = self.sections(i, values)
         hit = np.zeros((self.sizes[i], self.k), dtype=bool)
         rows, cols = np.nonzero(idx >= 0)
@@ -338,7 +340,7 @@ class NeuronBoundaryCoverage(_RangeCoverage):
 
     per_neuron = 2
 
-    def _hits(self, i, values, extrema):
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         lower = (values < self.ranges.low[i]).any(axis=0)
         upper = (values > self.ranges.high[i]).any(axis=0)
         return np.stack([lower, upper], axis=1)
@@ -352,8 +354,9 @@ class NeuronBoundaryCoverage(_RangeCoverage):
 class StrongNeuronActivationCoverage(_RangeCoverage):
     """DeepGauge's strong neuron activation coverage, cumulative: the upper corner only."""
 
-    def _hits(self, i, values, extrema):
-        return (values > self.ranges.high[i]).any(axis=0)[:, None]
+    def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        upper = np.asarray((values > self.ranges.high[i]).any(axis=0))
+        return upper[:, None]
 
 
 def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None) -> float:
@@ -363,7 +366,7 @@ def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None
     or :class:`~pytest_sadl.capture.Traces` that carry their extrema."""
     layers, extrema = _with_extrema(layers, extrema)
     as_layers("layers", layers, allow_empty=False)  # validates before anything is computed
-    raw = [layers] if isinstance(layers, np.ndarray) else list(layers)  # type: ignore[arg-type]
+    raw = [layers] if isinstance(layers, np.ndarray) else list(cast("Iterable[Any]", layers))  # as_layers checked it
     cov = NeuronCoverage([np.shape(a)[-1] for a in raw], threshold)
     cov.update(raw, extrema)
     return cov.value

@@ -23,7 +23,7 @@ Neither TensorFlow nor pytest is imported here.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class Projection:
         return int(self.axes.shape[1])
 
     @classmethod
-    def fit(cls, train_ats: object, components: int, *, chunk_bytes: int = 16 * 2**20) -> "Projection":
+    def fit(cls, train_ats: object, components: int, *, chunk_bytes: int = 16 * 2**20) -> Projection:
         """The first ``components`` principal axes of ``train_ats`` ``(n, d)`` (float32 or
         float64, a memmap read a chunk at a time: mean, then the centred scatter matrix)."""
         x = as_train_traces("train_ats", train_ats, chunk_bytes=chunk_bytes)
@@ -93,5 +93,5 @@ class Projection:
         return {"mean": self.mean, "axes": self.axes, "variances": self.variances}
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "Projection":
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Projection:
         return cls(arrays["mean"], arrays["axes"], arrays["variances"])

@@ -23,8 +23,9 @@ Four strategies, each given per-input scores of the pool (no TensorFlow, no pyte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

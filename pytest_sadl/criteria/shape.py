@@ -20,8 +20,9 @@ Importing this module (or the registry) imports no NumPy-heavy criterion code: e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,7 +59,8 @@ class Setup:
 class Coverage(Protocol):
     """A cumulative criterion of one run."""
 
-    value: float
+    @property
+    def value(self) -> float: ...  # read-only: the implementations compute it
 
     def update(self, batch: Batch) -> int: ...
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 from scipy import linalg
@@ -29,14 +30,13 @@ from pytest_sadl.criteria.checks import (
     as_pred,
     as_traces,
     as_train_traces,
-    check_var_threshold,
-    class_moments,
-    classes_of,
     check_fits,
+    check_var_threshold,
     class_list,
+    class_moments,
     class_scatter,
+    classes_of,
     examples,
-    gib,
     low_variance_filter,
     one_blas_thread,
     scoring_inputs,
@@ -262,7 +262,7 @@ class LSA:
             classes=k, neurons=d, max_bytes=max_bytes,
         )
 
-    def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple, strict: bool) -> _Kde | None:
+    def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple[Any, ...], strict: bool) -> _Kde | None:
         """The class's KDE over ``cols``, bandwidth and normalisation exactly as
         ``scipy.stats.gaussian_kde`` (Scott's factor ``n ** (-1 / (d + 4))`` times the
         unbiased covariance, Cholesky factor scaled by it); ``None`` when the covariance is
@@ -339,7 +339,7 @@ class LSA:
             return out
         classes, members = classes_of(p)
         missing: list[int] = []
-        for c, m in zip(classes, members):
+        for c, m in zip(classes, members, strict=True):
             kde = self._kdes.get(int(c))
             if kde is None:
                 missing.append(int(c))
@@ -383,7 +383,8 @@ class LSA:
                 np.exp(v, out=v)
                 acc[r0:r1] += v.sum(axis=1)
                 top[r0:r1] = new_top
-        return np.log(acc) + top + kde.log_norm
+        log_density: np.ndarray = np.log(acc) + top + kde.log_norm
+        return log_density
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """What rebuilds this LSA: its training traces (as given, a memmap stays one),
@@ -398,7 +399,7 @@ class LSA:
         return arrays
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, chunk_bytes: int = _CHUNK_BYTES) -> "LSA":
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, chunk_bytes: int = _CHUNK_BYTES) -> LSA:
         mode = str(arrays["near_singular"]) if "near_singular" in arrays else "drop"
         return cls(
             arrays["train_ats"],
@@ -557,7 +558,7 @@ class DSA:
             raise
         pool.shutdown(wait=True)
 
-    def precompute(self) -> "DSA":
+    def precompute(self) -> DSA:
         """Compute ``dist_b`` for every training trace now (a cached profile then skips it)."""
         self._fill_other(self._nn.rows)
         return self
@@ -574,7 +575,7 @@ class DSA:
         classes, members = classes_of(p)
         missing = []
         found = []
-        for c, m in zip(classes, members):
+        for c, m in zip(classes, members, strict=True):
             if int(c) not in self._nn.span:
                 missing.append(int(c))
                 continue
@@ -623,7 +624,7 @@ class DSA:
         return {"train_ats": self._x, "train_pred": self._pred, "other_dist": self._other[self._nn.rep]}
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> "DSA":
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> DSA:
         """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
         return cls(arrays["train_ats"], arrays["train_pred"], search=search, dist_b=arrays["other_dist"], chunk_bytes=chunk_bytes)
 
@@ -711,7 +712,7 @@ class SurpriseCoverage:
         self.covered[inside] = True
         return int(np.count_nonzero(self.covered)) - before
 
-    def merge(self, other: "SurpriseCoverage") -> None:
+    def merge(self, other: SurpriseCoverage) -> None:
         if (other.lower, other.upper, other.buckets) != (self.lower, self.upper, self.buckets):
             raise ValueError(
                 f"cannot merge surprise coverage over ({other.lower:g}, {other.upper:g}] in {other.buckets} "
@@ -723,7 +724,7 @@ class SurpriseCoverage:
         self.above += other.above
         self.nan += other.nan
 
-    def copy(self) -> "SurpriseCoverage":
+    def copy(self) -> SurpriseCoverage:
         new = SurpriseCoverage(self.lower, self.upper, self.buckets)
         new.merge(self)
         return new

@@ -37,7 +37,7 @@ from pytest_sadl.plugin.options import (
 )
 
 STATE = pytest.StashKey["SadlState"]()
-_RECORD = pytest.StashKey[Any]()
+_RECORD = pytest.StashKey[tuple[Any, Any]]()  # (the TestRecord, the model)
 _ATTEMPT = pytest.StashKey[int]()  # how many times this item's setup has begun (reruns)
 MARKER_HELP = (
     "sadl(group='name'): record every input this test feeds the model (predict, predict_on_batch, "
@@ -356,7 +356,7 @@ def _check_fixture_model(state: SadlState, model: Any) -> None:
 
 def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
     """(record, model) of the current test, made on first need."""
-    item = request.node
+    item: pytest.Item = request.node
     entry = item.stash.get(_RECORD, None)
     if entry is None:
         try:

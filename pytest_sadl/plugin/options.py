@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -318,9 +319,9 @@ class _Reader:
             self._toml = {}
             path = Path(self.config.inipath) if self.config.inipath else None
             if path is not None and path.suffix == ".toml":
-                try:
+                if sys.version_info >= (3, 11):
                     import tomllib
-                except ImportError:  # pragma: no cover - Python 3.10: pytest's own dependency
+                else:  # pragma: no cover - Python 3.10: pytest's own dependency
                     import tomli as tomllib
                 with contextlib.suppress(OSError, ValueError):
                     tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
@@ -408,6 +409,28 @@ def _path_or_spec(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else base / path)
 
 
+def _compare_fail(r: _Reader, opts: dict[str, Option], compare: str | None) -> dict[str, float]:
+    """``--sadl-compare-fail``'s allowed drops per metric, with the ``--sadl-compare``
+    baseline (``compare``, its path) checked as well."""
+    compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
+    compare_fail: dict[str, float] = {}
+    if compare_fail_value:
+        try:
+            compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
+    if compare is not None:
+        from pytest_sadl.resultsfile import load_results
+
+        try:  # a missing, broken or newer baseline is a usage error now, not at the end
+            load_results(compare)
+        except ValueError as exc:
+            raise _usage(f"--sadl-compare: {exc}") from None
+    if compare_fail and compare is None:
+        raise _usage("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
+    return compare_fail
+
+
 def read_options(config: pytest.Config) -> SadlOptions:
     """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix."""
     r = _Reader(config)
@@ -470,23 +493,8 @@ def read_options(config: pytest.Config) -> SadlOptions:
 
     fail_value, _ = r.raw(opts["sadl_fail_under"])
     fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
-    compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
-    compare_fail: dict[str, float] = {}
-    if compare_fail_value:
-        try:
-            compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
-        except ValueError as exc:
-            raise _usage(str(exc)) from None
     compare = path("sadl_compare")
-    if compare is not None:
-        from pytest_sadl.resultsfile import load_results
-
-        try:  # a missing, broken or newer baseline is a usage error now, not at the end
-            load_results(compare)
-        except ValueError as exc:
-            raise _usage(f"--sadl-compare: {exc}") from None
-    if compare_fail and compare is None:
-        raise _usage("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
+    compare_fail = _compare_fail(r, opts, compare)
     cache, _ = r.raw(opts["sadl_cache_dir"])
     cache_dir = None
     if cache is not None:

@@ -109,7 +109,7 @@ class ProfileOptions:
     output: str | int | None = None
 
     @classmethod
-    def from_sadl(cls, options: Any, **overrides: Any) -> "ProfileOptions":
+    def from_sadl(cls, options: Any, **overrides: Any) -> ProfileOptions:
         """The profile options of a run's :class:`~pytest_sadl.plugin.options.SadlOptions` (the
         plugin's and the ``sadl`` commands' one way to make them), ``overrides`` applied."""
         values = {
@@ -168,7 +168,8 @@ def model_fingerprint(model: Any) -> str:
         value = _weight_array(w)
         h.update(f"\0{getattr(w, 'path', getattr(w, 'name', ''))}\0{value.dtype.str}\0{value.shape}\0".encode())
         h.update(np.ascontiguousarray(value).tobytes())
-    return h.hexdigest()
+    digest: str = h.hexdigest()
+    return digest
 
 
 def _weight_array(w: Any) -> np.ndarray:
@@ -180,7 +181,8 @@ def _weight_array(w: Any) -> np.ndarray:
     if value is not None and type(value).__module__.startswith(("jax", "jaxlib")):
         return np.asarray(value)
     if value is not None and hasattr(value, "detach"):  # torch: a Parameter, maybe on a GPU
-        return value.detach().cpu().numpy()
+        array: np.ndarray = value.detach().cpu().numpy()
+        return array
     return np.asarray(w.numpy() if hasattr(w, "numpy") else w)
 
 

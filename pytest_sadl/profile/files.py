@@ -264,7 +264,11 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         if not isinstance(ref, dict) or ref.get("ref") not in cands or group not in refs or ref.get("dtype") not in store.DTYPES:
             raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
         make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
-        refs[group][sub] = lambda make=make, dtype=dtype: make().astype(dtype, copy=False)
+
+        def cast_ref(make: Callable[[], np.ndarray] = make, dtype: np.dtype[Any] = dtype) -> np.ndarray:
+            return make().astype(dtype, copy=False)  # bound per reference: called lazily, later
+
+        refs[group][sub] = cast_ref
     ranges = ranges_cls.from_arrays({**groups["ranges"], "names": np.asarray(meta["range_names"], dtype=np.str_)})
     classifier = meta["classifier"]
     options = ProfileOptions(
@@ -298,8 +302,8 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         sa_pred=pred,
         ranges=ranges,
         row_keys=arrays["row_keys"],
-        lsa_arrays=lsa_arrays,  # type: ignore[arg-type]
-        dsa_arrays=dsa_arrays,  # type: ignore[arg-type]
+        lsa_arrays=lsa_arrays,
+        dsa_arrays=dsa_arrays,
         created=meta["created"],
         versions={str(k): str(v) for k, v in meta.get("versions", {}).items()},
         data_source=str(meta.get("data_source", "")),

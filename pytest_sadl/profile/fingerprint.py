@@ -40,7 +40,7 @@ def row_digests(batch: np.ndarray) -> np.ndarray:
     out = np.empty((n, DIGEST_BYTES), dtype=np.uint8)
     if n == 0:
         return out
-    flat = memoryview(x.reshape(n, -1)).cast("B")
+    flat = x.reshape(n, -1).data.cast("B")
     step = len(flat) // n
     sha = hashlib.sha256
     joined = b"".join(sha(flat[i * step : (i + 1) * step]).digest()[:DIGEST_BYTES] for i in range(n))

@@ -12,7 +12,8 @@ renderers show what there is.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import METRICS, SA_LABELS, SURPRISE
@@ -77,7 +78,8 @@ def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]
     found = results.get("mistakes")
     if not isinstance(found, dict) or not isinstance(found.get("overall"), dict):
         return None
-    labels = found.get("labels") if isinstance(found.get("labels"), dict) else {}
+    given = found.get("labels")
+    labels = given if isinstance(given, dict) else {}
     overall = found["overall"]
     rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
     classifier = overall.get("kind") == "classifier"
@@ -99,7 +101,7 @@ def _values(results: Mapping[str, Any], key: str) -> list[float]:
             and not isinstance(v, bool)]
 
 
-def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
+def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  complexity debt (issue 18): one function per kind of hint (thresholds, surprise range, above the bound, idle groups and tests, least-covered layer)
     """Plain-text observations that say what would improve the tests, most useful first.
 
     Derived from the results only (missed thresholds, how much of the surprise range the
@@ -163,15 +165,15 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
     if len(groups) > 1:
         best_of: dict[str, list[str]] = {}
         for metric in SURPRISE:
-            gains = []
+            steps: list[tuple[float, str]] = []  # (gain, group name)
             before = 0.0
             for group in groups:
                 v = (group.get("cumulative") or {}).get(metric)
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    gains.append((v - before, str(group.get("name"))))
+                    steps.append((v - before, str(group.get("name"))))
                     before = v
-            if len(gains) > 1:
-                gain, name = max(gains[1:], key=lambda g: g[0])  # the first group starts from nothing
+            if len(steps) > 1:
+                gain, name = max(steps[1:], key=lambda g: g[0])  # the first group starts from nothing
                 if gain >= 0.01:
                     best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
         for name, what in best_of.items():

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_sadl.atomic import atomic_write_text
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS

@@ -8,8 +8,9 @@ so a message never says "-2.00 points" for a run that failed a ``-2`` limit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import METRICS, SURPRISE
@@ -88,9 +89,8 @@ def _bounds(b: Any) -> str:
 def _config_differences(cur: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
     diffs: list[str] = []
     for key in _CONFIG_KEYS:
-        if key in cur or key in base:
-            if cur.get(key) != base.get(key):
-                diffs.append(f"{key} {_num(base.get(key))} → {_num(cur.get(key))}")
+        if (key in cur or key in base) and cur.get(key) != base.get(key):
+            diffs.append(f"{key} {_num(base.get(key))} → {_num(cur.get(key))}")
     for metric in SURPRISE:
         cb = cur.get(metric)
         bb = base.get(metric)

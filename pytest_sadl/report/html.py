@@ -16,9 +16,10 @@ import base64
 import hashlib
 import math
 import re
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jinja2
 from markupsafe import Markup, escape
@@ -180,7 +181,7 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     config = results.get("config") or {}
     owner = inputs.get("test") or []
     group_of_test = [t.get("group", "default") if isinstance(t, dict) else "default" for t in tests]
-    group_names = [g.get("name") for g in results.get("groups") or [] if isinstance(g, dict)]
+    group_names: list[Any] = [g.get("name") for g in results.get("groups") or [] if isinstance(g, dict)]
     for name in group_of_test:
         if name not in group_names:
             group_names.append(name)
@@ -323,11 +324,12 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
         columns.append({"key": f"new.{m}", "label": f"+{METRIC_LABELS[m]}", "kind": "int",
                         "agg": "sum",
                         "title": f"{METRIC_TITLES[m]}: targets first covered by this test"})
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t in results.get("tests") or []:
         if not isinstance(t, dict):
             continue
-        new = t.get("new") if isinstance(t.get("new"), dict) else {}
+        given = t.get("new")
+        new = given if isinstance(given, dict) else {}
         cells = []
         for c in columns:
             key = c["key"]
@@ -341,7 +343,7 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
     inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
     for j, c in enumerate(columns):
         vals = [(r["cells"][j]["value"], r["cells"][inputs_col]["value"]) for r in rows]
-        nums = [(_num(v), _num(w) or 0.0) for v, w in vals if _num(v) is not None]
+        nums = [(n, _num(w) or 0.0) for v, w in vals if (n := _num(v)) is not None]
         if c["agg"] == "sum":
             totals.append(int(sum(v for v, _ in nums)) if nums else 0)
         elif c["agg"] == "max":
@@ -374,7 +376,8 @@ def _top_inputs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         ti = item.get("test")
         test = tests[ti] if isinstance(ti, int) and 0 <= ti < len(tests) and isinstance(tests[ti], dict) else {}
-        fed = item.get("tests") if isinstance(item.get("tests"), list) else [ti]
+        given = item.get("tests")
+        fed = given if isinstance(given, list) else [ti]
         fed_by = [tests[t] for t in fed if isinstance(t, int) and 0 <= t < len(tests) and isinstance(tests[t], dict)]
         groups.setdefault(str(item.get("by", "lsa")), []).append({
             "rank": item.get("rank"), "input": item.get("input"), "pred": item.get("pred"),
@@ -399,7 +402,8 @@ def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
     found = results.get("mistakes")
     if not isinstance(found, dict) or not isinstance(found.get("overall"), dict):
         return None
-    labels = found.get("labels") if isinstance(found.get("labels"), dict) else {}
+    given = found.get("labels")
+    labels = given if isinstance(given, dict) else {}
     baselines = set(found.get("baselines") or [])
     overall = found["overall"]
     rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]

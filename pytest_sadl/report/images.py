@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import struct
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["png_data_url"]
 

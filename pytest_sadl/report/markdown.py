@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pytest_sadl.atomic import atomic_write_text
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
@@ -57,7 +58,7 @@ def _delta(d: float | None, status: str | None) -> str:
     return "± 0.00"
 
 
-def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None = None,
+def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None = None,  # noqa: C901  complexity debt (issue 18): one helper per section (header, missing/stale notes, metrics, failures and warnings, groups, hints, top tests)
                     max_tests: int = 10) -> str:
     """A compact Markdown summary of ``results``: verdict, metrics, groups, hints.
 
@@ -92,17 +93,17 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
     if missing:  # before the tables: the numbers below count without these tests' inputs
         lines.append(f"> ⚠️ **Incomplete results:** the inputs of {len(missing)} test"
                      f"{'' if len(missing) == 1 else 's'} never reached them:")
-        for m in missing:
-            reason = f": {escape_md(str(m['reason']))}" if m.get("reason") else ""
-            lines.append(f"> - {escape_md(str(m.get('nodeid')))}{reason}")
+        for test in missing:
+            reason = f": {escape_md(str(test['reason']))}" if test.get("reason") else ""
+            lines.append(f"> - {escape_md(str(test.get('nodeid')))}{reason}")
         lines.append("")
     stale = [m for m in outcome.get("stale") or [] if isinstance(m, dict)]
     if stale:  # before the tables: measured on a changed model, counted in none of them
         lines.append(f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} test"
                      f"{'' if len(stale) == 1 else 's'} were measured on other weights or layers than the "
                      "profile's (fit, set_weights, load_weights), so no metric below counts them:")
-        for m in stale:
-            lines.append(f"> - {escape_md(str(m.get('nodeid')))}: {escape_md(str(m.get('inputs')))} inputs")
+        for test in stale:
+            lines.append(f"> - {escape_md(str(test.get('nodeid')))}: {escape_md(str(test.get('inputs')))} inputs")
         lines.append("")
 
     head = ["Metric", "Value", "Threshold", "Status"]
@@ -121,7 +122,7 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
             status = "n/a"
         elif thr is None:
             status = "–"
-        elif m in failed_metrics or round(value * 100, 2) < thr:
+        elif m in failed_metrics or (value is not None and round(value * 100, 2) < thr):  # applicable: not None
             status = "❌ fail"
         else:
             status = "✅ pass"
@@ -184,7 +185,8 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
     tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
 
     def added(t: dict[str, Any]) -> tuple[int, int]:
-        new = t.get("new") if isinstance(t.get("new"), dict) else {}
+        given = t.get("new")
+        new = given if isinstance(given, dict) else {}
         return (sum(v for k, v in new.items() if k in SURPRISE and isinstance(v, int)),
                 sum(v for k, v in new.items() if k == "nc" and isinstance(v, int)))
 

@@ -9,7 +9,8 @@ tables and every column at full width.
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pytest_sadl.criteria.registry import LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
@@ -85,7 +86,7 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
     return out
 
 
-def render_terminal(
+def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per section (header and warnings, metrics, notes, groups, the verbose tests and layers)
     results: dict[str, Any], *, verbose: bool = False, comparison: Any = None, width: int | None = WIDTH
 ) -> list[str]:
     """Lines of the summary: model, warnings, the metrics, Table VI by group (and, verbose,
@@ -186,7 +187,7 @@ def render_terminal(
         lines += _table(rows, right=set(range(3, len(rows[0]))))
         lines += ["", "layers (least covered first by KMNC):"]
         rows = [["layer", "neurons"] + [LABELS[k] for k in NEURON]]
-        for layer in sorted(results["layers"], key=lambda l: l["kmnc"]):
+        for layer in sorted(results["layers"], key=lambda entry: entry["kmnc"]):
             rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer[k]) for k in NEURON])
         lines += _table(rows, right={1, 2, 3, 4, 5})
 

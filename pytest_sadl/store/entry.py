@@ -141,7 +141,7 @@ def _sha_of(a: np.ndarray) -> str:
     flat = a.reshape(-1)
     step = max(1, _CHUNK // max(1, a.dtype.itemsize))
     for i in range(0, flat.shape[0], step):
-        h.update(memoryview(np.ascontiguousarray(flat[i : i + step])).cast("B"))
+        h.update(np.ascontiguousarray(flat[i : i + step]).data.cast("B"))
     return h.hexdigest()
 
 
@@ -169,7 +169,11 @@ def write_entry(path: str | os.PathLike[str], meta: Mapping[str, Any], arrays: M
     text = json.dumps(doc, sort_keys=True, indent=1, allow_nan=False)
     with atomic_directory(path) as tmp:
         for name, a in prepared.items():
-            durable_write(tmp / _file_name(name), lambda fh, a=a: np.save(fh, a, allow_pickle=False))
+
+            def save(fh: BinaryIO, a: np.ndarray = a) -> None:
+                np.save(fh, a, allow_pickle=False)
+
+            durable_write(tmp / _file_name(name), save)
         durable_write(tmp / META, lambda fh: fh.write(text.encode()))
     return path
 
@@ -257,6 +261,31 @@ def _is_shape(value: Any) -> bool:
     return isinstance(value, list) and len(value) <= 8 and all(type(s) is int and 0 <= s < 1 << 40 for s in value)
 
 
+def _open_array(file: Path, rec: dict[str, Any]) -> np.ndarray:
+    """The array in ``file``, checked against its metadata record ``rec`` (check 3 of the
+    module docstring): read into memory when small, memory-mapped otherwise."""
+    with open_regular(file) as fh:
+        shape, dtype, offset = _read_header(fh, file.name)
+        if list(shape) != rec["shape"] or dtype != rec["dtype"]:
+            raise Invalid(f"{file.name} holds {dtype} {shape}, the metadata says {rec['dtype']} {tuple(rec['shape'])}")
+        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+        st = os.fstat(fh.fileno())
+        if st.st_size != offset + nbytes:
+            raise Invalid(f"{file.name} is {st.st_size} bytes, its header says {offset + nbytes} (truncated or padded)")
+        blocks = getattr(st, "st_blocks", None)
+        if blocks is not None and st.st_size > SPARSE_CHECK_BYTES and blocks * 512 < st.st_size // 2:
+            raise Invalid(f"{file.name} claims {st.st_size} bytes but occupies {blocks * 512} on disk (a sparse file)")
+        if nbytes < _SMALL:  # read small arrays (0-d ones included) into memory
+            data = fh.read(nbytes)
+            loaded: np.ndarray = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
+            return loaded
+        try:
+            mapped: np.ndarray = np.memmap(fh, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
+            return mapped
+        except (OSError, ValueError) as exc:
+            raise Invalid(f"{file.name} cannot be memory-mapped ({exc})") from None
+
+
 def open_entry(path: str | os.PathLike[str]) -> Entry:
     """Open the format-2 entry ``path``: checks 1 to 3 of the module docstring (no
     array data is read). Raises :class:`Invalid`."""
@@ -294,26 +323,7 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
             or not isinstance(rec.get("sha256"), str)
         ):
             raise Invalid(f"{META}: the record of {name!r} is malformed")
-        file = path / _file_name(name)
-        with open_regular(file) as fh:
-            shape, dtype, offset = _read_header(fh, file.name)
-            if list(shape) != rec["shape"] or dtype != rec["dtype"]:
-                raise Invalid(f"{file.name} holds {dtype} {shape}, the metadata says {rec['dtype']} {tuple(rec['shape'])}")
-            nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
-            st = os.fstat(fh.fileno())
-            if st.st_size != offset + nbytes:
-                raise Invalid(f"{file.name} is {st.st_size} bytes, its header says {offset + nbytes} (truncated or padded)")
-            blocks = getattr(st, "st_blocks", None)
-            if blocks is not None and st.st_size > SPARSE_CHECK_BYTES and blocks * 512 < st.st_size // 2:
-                raise Invalid(f"{file.name} claims {st.st_size} bytes but occupies {blocks * 512} on disk (a sparse file)")
-            if nbytes < _SMALL:  # read small arrays (0-d ones included) into memory
-                data = fh.read(nbytes)
-                arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
-            else:
-                try:
-                    arrays[name] = np.memmap(fh, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
-                except (OSError, ValueError) as exc:
-                    raise Invalid(f"{file.name} cannot be memory-mapped ({exc})") from None
+        arrays[name] = _open_array(path / _file_name(name), rec)
     return Entry(path=path, meta=meta, arrays=arrays, records=records, digest=str(doc["digest"]))
 
 

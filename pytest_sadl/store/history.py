@@ -28,7 +28,7 @@ def note_data(directory: str | os.PathLike[str], key: str, fingerprint: str, n: 
             loaded = load_json(fh, _HISTORY, MAX_META_BYTES // 4)
         if isinstance(loaded, dict):
             history = {k: v for k, v in loaded.items() if isinstance(v, dict)}
-    before = history.get(key)
+    before: dict[str, Any] | None = history.get(key)
     history.pop(key, None)
     history[key] = {"data": str(fingerprint), "n": int(n)}
     while len(history) > 200:  # bounded: the oldest entries go first

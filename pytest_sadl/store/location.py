@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 from pytest_sadl.atomic import atomic_write_text
@@ -46,10 +47,10 @@ def _ini_cache_dir(path: Path) -> tuple[bool, str | None]:
     except (OSError, UnicodeDecodeError):
         return False, None
     if path.name == "pyproject.toml":
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ImportError:  # pragma: no cover - Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
         try:
             ini = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
         except Exception:

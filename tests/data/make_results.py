@@ -58,6 +58,17 @@ def _image(pixels: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _sc_configs(regression: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The LSC and DSC bucket configurations of a document."""
+    lsc_cfg = {"lower": 0.0, "upper": 120.0, "buckets": 1000, "rule": "configured"}
+    dsc_cfg = {"lower": 0.0, "upper": 2.0, "buckets": 1000,
+               "rule": "default: max DSA of the training traces (leave-one-out)"}
+    if regression:
+        lsc_cfg = {"lower": 0.0, "upper": 80.0, "buckets": 500,
+                   "rule": "default: max LSA of the training traces"}
+    return lsc_cfg, dsc_cfg
+
+
 def make(
     *,
     seed: int,
@@ -88,12 +99,7 @@ def make(
         (SCRIPT_GROUP, [SCRIPT_TEST,
                         "tests/test_xss.py::test_plain"], 45.0, 0.9),
     ]
-    lsc_cfg = {"lower": 0.0, "upper": 120.0, "buckets": 1000, "rule": "configured"}
-    dsc_cfg = {"lower": 0.0, "upper": 2.0, "buckets": 1000,
-               "rule": "default: max DSA of the training traces (leave-one-out)"}
-    if regression:
-        lsc_cfg = {"lower": 0.0, "upper": 80.0, "buckets": 500,
-                   "rule": "default: max LSA of the training traces"}
+    lsc_cfg, dsc_cfg = _sc_configs(regression)
 
     tests: list[dict[str, Any]] = []
     in_test: list[int] = []
@@ -175,7 +181,7 @@ def make(
             {int(b) for b in _buckets(gd, dsc_cfg["lower"], dsc_cfg["upper"],
                                       dsc_cfg["buckets"]) if b >= 0}) / dsc_cfg["buckets"]
         alone_n = tuple(v * neuron_scale for v in neuron_alone[gname])
-        cum_neuron = [min(1.0, max(c, a) + a * 0.25) for c, a in zip(cum_neuron, alone_n)]
+        cum_neuron = [min(1.0, max(c, a) + a * 0.25) for c, a in zip(cum_neuron, alone_n, strict=True)]
         group_rows.append({
             "name": gname,
             "tests": len(ids),
@@ -207,7 +213,7 @@ def make(
                           "below": int((dsa_all <= dsc_cfg["lower"]).sum()),
                           "above": int((dsa_all > dsc_cfg["upper"]).sum()), "count": int(dsa_all.size)}
     for name, total, value in zip(("nc", "kmnc", "nbc", "snac"),
-                                  (nc_total, kmnc_total, nbc_total, snac_total), cum_neuron):
+                                  (nc_total, kmnc_total, nbc_total, snac_total), cum_neuron, strict=True):
         covered = int(round(value * total))
         metrics[name] = {"value": _r(covered / total), "covered": covered, "total": total,
                          "applicable": True}
@@ -215,7 +221,7 @@ def make(
 
     layer_specs = [("conv2d", 16), ("conv2d_1", 32), ("dense", 256), ("dense_1", 16)]
     layers = []
-    for (lname, neurons), f in zip(layer_specs, (0.9, 1.25, 0.8, 1.1)):
+    for (lname, neurons), f in zip(layer_specs, (0.9, 1.25, 0.8, 1.1), strict=True):
         layers.append({"name": lname, "neurons": neurons,
                        "nc": _r(min(1.0, cum_neuron[0] * f)), "kmnc": _r(min(1.0, cum_neuron[1] * f)),
                        "nbc": _r(min(1.0, cum_neuron[2] * f)), "snac": _r(min(1.0, cum_neuron[3] * f))})
@@ -330,7 +336,7 @@ def add_guidance(doc: dict[str, Any], seed: int) -> dict[str, Any]:
     if regression:
         truth = rng.normal(size=n)
         out = truth + rng.normal(size=n) * (0.2 + risk)
-        inputs["label"] = [_r(v) if ok else None for v, ok in zip(truth, labelled)]
+        inputs["label"] = [_r(v) if ok else None for v, ok in zip(truth, labelled, strict=True)]
         found = analyse({"lsa": lsa, "mdsa": mdsa}, inputs["label"], classifier=False, output=out,
                         groups=[group_of[t] for t in owner])
     else:
@@ -340,7 +346,7 @@ def add_guidance(doc: dict[str, Any], seed: int) -> dict[str, Any]:
         probs = rng.dirichlet(np.ones(10) * 0.3, n)
         probs[np.arange(n), pred] += 1.5 - wrong
         probs /= probs.sum(axis=1, keepdims=True)
-        inputs["label"] = [int(v) if ok else None for v, ok in zip(truth, labelled)]
+        inputs["label"] = [int(v) if ok else None for v, ok in zip(truth, labelled, strict=True)]
         dsa = np.asarray(inputs["dsa"], dtype=float)
         found = analyse({"lsa": lsa, "dsa": dsa, "mdsa": mdsa}, inputs["label"], classifier=True, pred=pred,
                         output=probs, groups=[group_of[t] for t in owner])
