@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np
@@ -56,7 +56,7 @@ for _ in range(20):
 out["record"] = (time.perf_counter() - t) / 20
 np.savez({npz!r}.format(out["backend"]), sa=tr.sa, *tr.coverage)
 print("RESULT" + json.dumps(out))
-'''
+"""
 
 
 def measure(backend: str, reps: int, batch_size: int, tmp: str) -> dict[str, float]:
@@ -103,7 +103,9 @@ def main() -> None:
         with np.load(os.path.join(tmp, "tensorflow.npz")) as a, np.load(os.path.join(tmp, "jax.npz")) as b:
             diff = max(float(np.max(np.abs(a[k] - b[k]))) for k in a.files)
     tf, jx = results["tensorflow"], results["jax"]
-    print(f"example project: {tf['n']} training inputs, batch size {args.batch_size}, min of {args.reps} fresh processes per backend")
+    print(
+        f"example project: {tf['n']} training inputs, batch size {args.batch_size}, min of {args.reps} fresh processes per backend"
+    )
     print(f"{'':34} {'TensorFlow':>11} {'JAX':>11} {'JAX / TF':>9}")
     rows = [
         ("model.predict (warm)", "predict"),

@@ -96,7 +96,9 @@ def bench(d, args, rng):
     tests, pred = synthetic(rng, args.n_test, d, args.classes, 1.3, centres)  # new inputs, a little wider
     sub = slice(0, args.loop_inputs)
     scale = args.n_test / args.loop_inputs
-    print(f"\n== synthetic, {d} dimensions: {args.n_train} training traces, {args.classes} classes, {args.n_test} new inputs ==")
+    print(
+        f"\n== synthetic, {d} dimensions: {args.n_train} training traces, {args.classes} classes, {args.n_test} new inputs =="
+    )
 
     # DSA ------------------------------------------------------------------
     t_loop, ref = clock(loop_dsa, train, tp, tests[sub], pred[sub])
@@ -165,7 +167,9 @@ def real_dsa(args):
     print(f"DSA set-up ({dsa.search}), every dist_b   {t_init + t_pre:8.2f} s")
     print(f"DSA scoring 10,000 inputs        {t_score:8.2f} s")
     print(f"full (set-up + scoring) speed-up {t_loop / full:8.1f} x   (target >= 50x: {check(t_loop / full >= 50)})")
-    print(f"scoring speed-up                 {t_loop / t_score:8.1f} x   (target >= 100x: {check(t_loop / t_score >= 100)})")
+    print(
+        f"scoring speed-up                 {t_loop / t_score:8.1f} x   (target >= 100x: {check(t_loop / t_score >= 100)})"
+    )
     print(f"largest relative diff vs loop    {diff:8.1e}     (target < 1e-6: {check(diff < 1e-6)})")
     t_lazy, lazy = clock(lambda: DSA(train, tp))
     t_lazy_score, again = clock(lazy, tests, pred)
@@ -198,7 +202,9 @@ def softmax_lsa(train, tp, tests, pred, args):
     drop = quiet(LSA, train, tp)
     keep = quiet(LSA, train, tp, near_singular="keep")
     full = [c for c, cols in keep.kept_by_class.items() if cols.size == train.shape[1]]
-    print(f"drop: kept {drop.kept.size} of 10 neurons for every class; keep: all 10 for {len(full)} of {len(keep.classes)} classes")
+    print(
+        f"drop: kept {drop.kept.size} of 10 neurons for every class; keep: all 10 for {len(full)} of {len(keep.classes)} classes"
+    )
     got_drop, got_keep = drop(x, p), keep(x, p)
     ref = np.full(m, np.nan)
     shuffled = np.full(m, np.nan)
@@ -219,10 +225,14 @@ def softmax_lsa(train, tp, tests, pred, args):
     print(f"covariance condition numbers: {min(conds):.1e} to {max(conds):.1e}")
     print(f"keep vs SciPy: largest relative diff {err.max():.1e}, median {np.median(err):.1e}")
     print(f"SciPy vs SciPy on the same rows shuffled: largest {floor.max():.1e}, median {np.median(floor):.1e}")
-    print(f"  (target: keep as close to SciPy as SciPy is to itself: {check(err.max() <= max(1e-6, 10 * floor.max()))})")
+    print(
+        f"  (target: keep as close to SciPy as SciPy is to itself: {check(err.max() <= max(1e-6, 10 * floor.max()))})"
+    )
     gap = got_drop[ok] - ref[ok]
     rho = scipy.stats.spearmanr(got_drop[ok], ref[ok])[0]
-    print(f"drop vs SciPy: median {np.median(gap):+.1f} nats (range {gap.min():+.1f} to {gap.max():+.1f}), Spearman {rho:.3f}")
+    print(
+        f"drop vs SciPy: median {np.median(gap):+.1f} nats (range {gap.min():+.1f} to {gap.max():+.1f}), Spearman {rho:.3f}"
+    )
     print(f"scoring time: engine keep {clock(keep, x, p)[0]:.2f} s, SciPy logpdf per class {t_scipy:.2f} s")
 
 
@@ -236,7 +246,11 @@ def search_methods(args):
         tests, pred = np.asarray(tests[: args.search_inputs], dtype=np.float64), pred[: args.search_inputs]
         times, values = {}, {}
         for search in ("tree", "blas"):
-            times[search], values[search] = clock(lambda train=train, tp=tp, search=search, tests=tests, pred=pred: DSA(train, tp, search=search)(tests, pred))
+            times[search], values[search] = clock(
+                lambda train=train, tp=tp, search=search, tests=tests, pred=pred: DSA(train, tp, search=search)(
+                    tests, pred
+                )
+            )
         same = np.array_equal(values["tree"], values["blas"])
         auto = DSA(train, tp).search
         print(
@@ -248,10 +262,14 @@ def search_methods(args):
 def out_of_core(args):
     """Memory-mapped hidden-layer traces (64 float32 neurons): growth and allocation."""
     sizes = [10000, 100000] + ([] if args.quick else [1000000])
-    print(f"\n== out of core: memory-mapped real-like hidden-layer traces (64 neurons, float32), {args.ooc_inputs} inputs ==")
+    print(
+        f"\n== out of core: memory-mapped real-like hidden-layer traces (64 neurons, float32), {args.ooc_inputs} inputs =="
+    )
     tests, pred = _real_traces.traces(10000, "hidden", seed=1)
     tests, pred = np.asarray(tests[: args.ooc_inputs], dtype=np.float64), pred[: args.ooc_inputs]
-    print(f"{'training traces':>16} {'LSA set-up':>11} {'LSA scoring':>12} {'DSA set-up':>11} {'DSA scoring':>12} {'every dist_b':>13}")
+    print(
+        f"{'training traces':>16} {'LSA set-up':>11} {'LSA scoring':>12} {'DSA set-up':>11} {'DSA scoring':>12} {'every dist_b':>13}"
+    )
     for n in sizes:
         train, tp = _real_traces.traces(n, "hidden", seed=3)
         t_lsa, lsa = clock(quiet, LSA, train, tp)
@@ -275,7 +293,9 @@ def main() -> None:
     parser.add_argument("--lsa-inputs", type=int, default=2000)
     parser.add_argument("--ooc-inputs", type=int, default=2000)
     parser.add_argument("--search-inputs", type=int, default=500)
-    parser.add_argument("--precompute-max", type=int, default=10000, help="largest out-of-core set to compute every dist_b of")
+    parser.add_argument(
+        "--precompute-max", type=int, default=10000, help="largest out-of-core set to compute every dist_b of"
+    )
     parser.add_argument("--quick", action="store_true", help="out of core up to 100,000 rows only")
     parser.add_argument("--synthetic", action="store_true", help="also the synthetic 10- and 128-dimensional sets")
     parser.add_argument("--only", choices=("dsa", "repeated", "lsa", "search", "ooc"), nargs="+")

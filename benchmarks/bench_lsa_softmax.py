@@ -67,12 +67,16 @@ def main() -> None:
             if not sel.any():
                 continue
             try:
-                ref = -scipy.stats.gaussian_kde(tr.sa[tr.pred == c][:, cols].T.astype(np.float64)).logpdf(clean.sa[sel][:, cols].T)
+                ref = -scipy.stats.gaussian_kde(tr.sa[tr.pred == c][:, cols].T.astype(np.float64)).logpdf(
+                    clean.sa[sel][:, cols].T
+                )
             except np.linalg.LinAlgError:
                 continue
             worst = max(worst, float(np.max(np.abs(got[sel] - ref) / np.abs(ref))))
             nats.extend(got[sel] - ref)
-        print(f"{mode} vs SciPy on {keep.kept.size} neurons: largest relative diff {worst:.1e}, median {np.median(nats):+.2f} nats")
+        print(
+            f"{mode} vs SciPy on {keep.kept.size} neurons: largest relative diff {worst:.1e}, median {np.median(nats):+.2f} nats"
+        )
     for eps in (0.05, 0.1, 0.2):
         adv = softmax_traces(fgsm(model, test["x"], test["y"], eps))
         row = []
@@ -82,7 +86,9 @@ def main() -> None:
             scores = np.concatenate([a, b])
             labels = np.concatenate([np.zeros(len(a)), np.ones(len(b))])
             finite = np.isfinite(scores)
-            row.append(f"{mode} {roc_auc_score(labels[finite], scores[finite]):.3f}{'' if ok else ' (NaN scores left out)'}")
+            row.append(
+                f"{mode} {roc_auc_score(labels[finite], scores[finite]):.3f}{'' if ok else ' (NaN scores left out)'}"
+            )
         print(f"FGSM eps {eps}: ROC-AUC (FGSM vs clean) " + ", ".join(row))
 
 

@@ -129,7 +129,9 @@ def main() -> None:
         print(f"{name}: {params:,} parameters, {len(model.weights)} weights, median of {args.repeat}")
         for m, t in times.items():
             fit, swap = notices(model, METHODS[m]) if m != "read" else ("-", "-")
-            print(f"  {m:8s} {t * 1e3:8.2f} ms  x{t / times['read']:5.2f} of read   notices fit: {fit!s:5s} swap: {swap}")
+            print(
+                f"  {m:8s} {t * 1e3:8.2f} ms  x{t / times['read']:5.2f} of read   notices fit: {fit!s:5s} swap: {swap}"
+            )
 
 
 if __name__ == "__main__":

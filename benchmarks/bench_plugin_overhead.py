@@ -133,8 +133,18 @@ def run_calls(args: argparse.Namespace, extra: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="sadl-bench-calls-") as tmp:
         project = _calls_project(Path(tmp) / "project", args.tests, args.calls)
         times_file = Path(tmp) / "times.json"
-        base = [sys.executable, "-m", "pytest", str(project), "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-                f"--sadl-cache-dir={Path(tmp) / 'cache'}"]
+        base = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(project),
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            f"--sadl-cache-dir={Path(tmp) / 'cache'}",
+        ]
         commands = {False: base, True: [*base, "--sadl-coverage", *extra]}
         n = args.tests * args.calls
         print(f"case calls: {args.tests} tests x {args.calls} call(s) of model(x) on 20 inputs = {n} recorded calls")
@@ -142,16 +152,20 @@ def run_calls(args: argparse.Namespace, extra: list[str]) -> int:
         per_call: dict[bool, list[float]] = {False: [], True: []}
         wall: dict[bool, list[float]] = {False: [], True: []}
         for i in range(args.rounds):
-            for plugin_on in ((False, True) if i % 2 == 0 else (True, False)):
+            for plugin_on in (False, True) if i % 2 == 0 else (True, False):
                 wall[plugin_on].append(_run(commands[plugin_on], env={"BENCH_TIMES": str(times_file)})[0])
                 per_call[plugin_on].append(statistics.median(json.loads(times_file.read_text())))
         call_off, call_on = (statistics.median(per_call[k]) * 1e3 for k in (False, True))
         wall_off, wall_on = (statistics.median(wall[k]) for k in (False, True))
-    print(f"median per call: plain {call_off:.3f} ms, recorded {call_on:.3f} ms, "
-          f"recorded/plain {call_on / call_off:.2f}x (recording adds {call_on - call_off:+.3f} ms)")
-    print(f"median wall time: off {wall_off:.2f} s, on {wall_on:.2f} s; the plugin adds "
-          f"{(wall_on - wall_off) / n * 1e3:.2f} ms per recorded call all told "
-          "(recording, per-test bookkeeping, the metrics and the report at the end)")
+    print(
+        f"median per call: plain {call_off:.3f} ms, recorded {call_on:.3f} ms, "
+        f"recorded/plain {call_on / call_off:.2f}x (recording adds {call_on - call_off:+.3f} ms)"
+    )
+    print(
+        f"median wall time: off {wall_off:.2f} s, on {wall_on:.2f} s; the plugin adds "
+        f"{(wall_on - wall_off) / n * 1e3:.2f} ms per recorded call all told "
+        "(recording, per-test bookkeeping, the metrics and the report at the end)"
+    )
     return 0
 
 
@@ -206,14 +220,24 @@ def run_loops(args: argparse.Namespace, extra: list[str]) -> int:
             np.save(project / "labels.npy", test["y"])
         (project / "test_calls.py").write_text(LOOPS_TESTS.format(tests=args.tests))
         times_file = Path(tmp) / "times.json"
-        base = [sys.executable, "-m", "pytest", str(project), "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-                f"--sadl-cache-dir={Path(tmp) / 'cache'}"]
+        base = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(project),
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            f"--sadl-cache-dir={Path(tmp) / 'cache'}",
+        ]
         commands = {False: base, True: [*base, "--sadl-coverage", *extra]}
         print(f"case loops: {args.tests} tests, each evaluate(x, y) and predict(dataset) on 360 inputs")
         _run(commands[True], env={"BENCH_TIMES": str(times_file)})  # builds the profile
         per_call: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
         for i in range(args.rounds):
-            for plugin_on in ((False, True) if i % 2 == 0 else (True, False)):
+            for plugin_on in (False, True) if i % 2 == 0 else (True, False):
                 _run(commands[plugin_on], env={"BENCH_TIMES": str(times_file)})
                 for name, times in json.loads(times_file.read_text()).items():
                     per_call[plugin_on].setdefault(name, []).append(statistics.median(times))
@@ -229,8 +253,7 @@ def run_example(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"plugin off: {' '.join(off_cmd[1:])}")
     print(f"plugin on:  {' '.join(on_cmd[1:])}")
     warm_on, warm_off = _run(on_cmd), _run(off_cmd)
-    print(f"warm-up (builds the training profile if it is not cached): "
-          f"on {warm_on[0]:.2f} s, off {warm_off[0]:.2f} s")
+    print(f"warm-up (builds the training profile if it is not cached): on {warm_on[0]:.2f} s, off {warm_off[0]:.2f} s")
 
     times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     for i in range(args.rounds):
@@ -238,20 +261,28 @@ def run_example(args: argparse.Namespace, extra: list[str]) -> int:
         for plugin_on, cmd in order:
             times[plugin_on].append(_run(cmd))
         (w_off, c_off), (w_on, c_on) = times[False][-1], times[True][-1]
-        print(f"round {i + 1}: wall off {w_off:.2f} s, on {w_on:.2f} s, ratio {w_on / w_off:.3f}; "
-              f"cpu off {c_off:.2f} s, on {c_on:.2f} s, ratio {c_on / c_off:.3f}")
+        print(
+            f"round {i + 1}: wall off {w_off:.2f} s, on {w_on:.2f} s, ratio {w_on / w_off:.3f}; "
+            f"cpu off {c_off:.2f} s, on {c_on:.2f} s, ratio {c_on / c_off:.3f}"
+        )
 
     med = {k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for k, v in times.items()}
     ratio = med[True][0] / med[False][0]
     cpu_ratio = med[True][1] / med[False][1]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"median wall time: off {med[False][0]:.2f} s, on {med[True][0]:.2f} s "
-          f"(plugin adds {med[True][0] - med[False][0]:+.2f} s)")
-    print(f"median cpu time:  off {med[False][1]:.2f} s, on {med[True][1]:.2f} s "
-          f"(plugin adds {med[True][1] - med[False][1]:+.2f} s), cpu ratio {cpu_ratio:.3f}x")
+    print(
+        f"median wall time: off {med[False][0]:.2f} s, on {med[True][0]:.2f} s "
+        f"(plugin adds {med[True][0] - med[False][0]:+.2f} s)"
+    )
+    print(
+        f"median cpu time:  off {med[False][1]:.2f} s, on {med[True][1]:.2f} s "
+        f"(plugin adds {med[True][1] - med[False][1]:+.2f} s), cpu ratio {cpu_ratio:.3f}x"
+    )
     if load > (os.cpu_count() or 1):
-        print(f"note: load average {load:.1f} on {os.cpu_count()} cores; other work skews the wall times, "
-              "trust the cpu ratio more")
+        print(
+            f"note: load average {load:.1f} on {os.cpu_count()} cores; other work skews the wall times, "
+            "trust the cpu ratio more"
+        )
     verdict = "within" if ratio <= args.target else "ABOVE"
     print(f"ratio: {ratio:.3f}x ({verdict} the target of {args.target:.2f}x)")
     return 1 if args.check and ratio > args.target else 0
@@ -265,10 +296,16 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=("example", "calls", "loops", "all"), default="example",
-                        help="what to measure (default %(default)s)")
+    parser.add_argument(
+        "--case",
+        choices=("example", "calls", "loops", "all"),
+        default="example",
+        help="what to measure (default %(default)s)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="timed pairs of runs (default %(default)s)")
-    parser.add_argument("--target", type=float, default=1.3, help="acceptable ratio, example case (default %(default)s)")
+    parser.add_argument(
+        "--target", type=float, default=1.3, help="acceptable ratio, example case (default %(default)s)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when the ratio exceeds --target")
     parser.add_argument("--tests", type=int, default=2000, help="tests of the calls case (default %(default)s)")
     parser.add_argument("--calls", type=int, default=1, help="calls per test of the calls case (default %(default)s)")

@@ -56,7 +56,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time
 from pathlib import Path
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -134,7 +134,7 @@ if what == "hit":
     res["wall"] = wall - res["lsa_setup"] - res["dsa_setup"]
     res["file_size"] = sum(f.stat().st_size for f in out.path.iterdir())
 print("RESULT " + json.dumps(res))
-'''
+"""
 
 
 def make_inputs(n: int) -> tuple[Path, Path, dict[str, int]]:
@@ -167,11 +167,13 @@ def measure(what: str, model: Path, data: Path, cache: Path, bs: int) -> dict[st
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(CHILD), what, str(model), str(data), str(cache), str(bs)],
-        capture_output=True, text=True, env=env,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     raise RuntimeError(f"{what} failed:\n{proc.stderr[-3000:]}")
 
 
@@ -195,7 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sadl-bench-") as tmp:
         work = Path(tmp)
         # each build kind writes its own cache; the hit reads the default build's
-        caches = {"build": work / "cache-build", "build+dist_b": work / "cache-dsa", "predict": work / "unused", "traces": work / "unused"}
+        caches = {
+            "build": work / "cache-build",
+            "build+dist_b": work / "cache-dsa",
+            "predict": work / "unused",
+            "traces": work / "unused",
+        }
         caches["hit"] = caches["build"]
         kinds = ["predict", "traces", "build"] + ([] if args.no_dsa else ["build+dist_b"]) + ["hit"]
         results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
@@ -213,40 +220,63 @@ def main(argv: list[str] | None = None) -> int:
         traces_bytes = 4 * n * (sizes["sa"] + sizes["coverage"] + sizes["output"])
         batch_maps = 4 * bs * sizes["per_input_feature_maps"]
         bound = traces_bytes + batch_maps
-        print(f"bench_profile: {n} MNIST inputs (5,000 real, grown by shifts and noise), ConvNet 'mnist_cnn' "
-              f"trained 2 epochs ({sizes['train_accuracy_pct']}% on the 5,000), batch {bs}, min of {args.reps} "
-              f"runs (build+dist_b: 1), each in a fresh process; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+        print(
+            f"bench_profile: {n} MNIST inputs (5,000 real, grown by shifts and noise), ConvNet 'mnist_cnn' "
+            f"trained 2 epochs ({sizes['train_accuracy_pct']}% on the 5,000), batch {bs}, min of {args.reps} "
+            f"runs (build+dist_b: 1), each in a fresh process; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+        )
         print(f"{'':14} {'wall':>9} {'x predict':>10} {'cpu':>9} {'x predict':>10} {'peak extra RSS':>16}")
         for k in kinds:
             r = best[k]
-            print(f"{k:14} {r['wall']:8.2f}s {r['wall'] / base:9.2f}x {cpu[k]:8.2f}s {cpu[k] / cbase:9.2f}x {mib(r['extra_peak']):>16}")
-        print(f"tracing (or compiling) the pass + its first two batches (excluded above, included in build): "
-              f"{min(r['warmup'] for r in results['traces']):.2f}s")
+            print(
+                f"{k:14} {r['wall']:8.2f}s {r['wall'] / base:9.2f}x {cpu[k]:8.2f}s {cpu[k] / cbase:9.2f}x {mib(r['extra_peak']):>16}"
+            )
+        print(
+            f"tracing (or compiling) the pass + its first two batches (excluded above, included in build): "
+            f"{min(r['warmup'] for r in results['traces']):.2f}s"
+        )
         for k in ("build", "build+dist_b"):
             if k in best:
-                print(f"{k} phases (seconds from the start): " + ", ".join(f"{t:.2f} {m}" for t, m in best[k]["phases"]))
+                print(
+                    f"{k} phases (seconds from the start): " + ", ".join(f"{t:.2f} {m}" for t, m in best[k]["phases"])
+                )
         hit = best["hit"]
-        print(f"cache hit: {hit['wall']:.3f}s (fingerprints + load + digests + checks; profile {mib(hit['file_size']).strip()}), "
-              f"then lsa() set-up {hit['lsa_setup']:.3f}s, dsa() set-up {hit['dsa_setup']:.3f}s")
+        print(
+            f"cache hit: {hit['wall']:.3f}s (fingerprints + load + digests + checks; profile {mib(hit['file_size']).strip()}), "
+            f"then lsa() set-up {hit['lsa_setup']:.3f}s, dsa() set-up {hit['dsa_setup']:.3f}s"
+        )
         ratio, cratio = best["build"]["wall"] / base, cpu["build"] / cbase
-        paired = [(b["wall"] / p["wall"], b["cpu"] / p["cpu"]) for b, p in zip(results["build"], results["predict"], strict=True)]
+        paired = [
+            (b["wall"] / p["wall"], b["cpu"] / p["cpu"])
+            for b, p in zip(results["build"], results["predict"], strict=True)
+        ]
         walls, cpus = sorted(w for w, _ in paired), sorted(c for _, c in paired)
         mid_wall, mid_cpu = statistics.median(walls), statistics.median(cpus)
-        print(f"build / predict of the same rep: wall {', '.join(f'{w:.2f}' for w in walls)}; "
-              f"cpu {', '.join(f'{c:.2f}' for c in cpus)} (min/min above: wall {ratio:.2f}x, cpu {cratio:.2f}x)")
-        print(f"target: default build <= 1.3x predict (DSA included) at {n} inputs, median of the reps: "
-              f"wall {mid_wall:.2f}x {verdict(mid_wall <= 1.3)}, cpu {mid_cpu:.2f}x {verdict(mid_cpu <= 1.3)}")
-        print(f"target: warm profile load + default SC bounds < 1 s: {hit['load_and_bounds']:.3f}s: "
-              f"{verdict(hit['load_and_bounds'] < 1.0)} (the bounds alone {hit['bounds']:.3f}s, computed once by "
-              f"the first session in {max(r['bounds_first'] for r in results['hit']):.2f}s)")
+        print(
+            f"build / predict of the same rep: wall {', '.join(f'{w:.2f}' for w in walls)}; "
+            f"cpu {', '.join(f'{c:.2f}' for c in cpus)} (min/min above: wall {ratio:.2f}x, cpu {cratio:.2f}x)"
+        )
+        print(
+            f"target: default build <= 1.3x predict (DSA included) at {n} inputs, median of the reps: "
+            f"wall {mid_wall:.2f}x {verdict(mid_wall <= 1.3)}, cpu {mid_cpu:.2f}x {verdict(mid_cpu <= 1.3)}"
+        )
+        print(
+            f"target: warm profile load + default SC bounds < 1 s: {hit['load_and_bounds']:.3f}s: "
+            f"{verdict(hit['load_and_bounds'] < 1.0)} (the bounds alone {hit['bounds']:.3f}s, computed once by "
+            f"the first session in {max(r['bounds_first'] for r in results['hit']):.2f}s)"
+        )
         if "build+dist_b" in best:
-            print(f"build+dist_b/predict = {best['build+dist_b']['wall'] / base:.2f} wall, "
-                  f"{cpu['build+dist_b'] / cbase:.2f} cpu (no target: the default build computes dist_b lazily)")
-        print(f"memory: traces of all inputs {mib(traces_bytes).strip()} + one batch of feature maps "
-              f"{mib(batch_maps).strip()} = {mib(bound).strip()}; peak extra RSS of traces "
-              f"{mib(best['traces']['extra_peak']).strip()} ({best['traces']['extra_peak'] / bound:.2f}x), "
-              f"of build {mib(best['build']['extra_peak']).strip()} ({best['build']['extra_peak'] / bound:.2f}x), "
-              f"of predict {mib(best['predict']['extra_peak']).strip()}")
+            print(
+                f"build+dist_b/predict = {best['build+dist_b']['wall'] / base:.2f} wall, "
+                f"{cpu['build+dist_b'] / cbase:.2f} cpu (no target: the default build computes dist_b lazily)"
+            )
+        print(
+            f"memory: traces of all inputs {mib(traces_bytes).strip()} + one batch of feature maps "
+            f"{mib(batch_maps).strip()} = {mib(bound).strip()}; peak extra RSS of traces "
+            f"{mib(best['traces']['extra_peak']).strip()} ({best['traces']['extra_peak'] / bound:.2f}x), "
+            f"of build {mib(best['build']['extra_peak']).strip()} ({best['build']['extra_peak'] / bound:.2f}x), "
+            f"of predict {mib(best['predict']['extra_peak']).strip()}"
+        )
     return 0
 
 

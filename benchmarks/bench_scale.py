@@ -161,12 +161,16 @@ def table(args, gflops: float) -> None:
         x_in, p_in = inputs(args.inputs, d, args.classes)
         for n in args.sizes:
             if n * d * 4 > args.max_gib * 2**30:
-                print(f"\n{n:,d} x {d}: skipped (the traces would be {n * d * 4 / 2**30:.1f} GiB > --max-gib {args.max_gib:g})")
+                print(
+                    f"\n{n:,d} x {d}: skipped (the traces would be {n * d * 4 / 2**30:.1f} GiB > --max-gib {args.max_gib:g})"
+                )
                 continue
             t0 = time.perf_counter()
             train, tp = traces(n, d, args.classes)
             made = time.perf_counter() - t0
-            print(f"\n{n:,d} x {d} float32 memmap ({train.nbytes / 2**20:,.0f} MiB{f', made in {made:.0f} s' if made > 1 else ''})")
+            print(
+                f"\n{n:,d} x {d} float32 memmap ({train.nbytes / 2**20:,.0f} MiB{f', made in {made:.0f} s' if made > 1 else ''})"
+            )
             if "dsa" in args.only:
                 m = min(args.inputs, args.dsa_inputs.get(n, args.inputs))
                 setup = measured(lambda train=train, tp=tp: DSA(train, tp))
@@ -185,7 +189,11 @@ def table(args, gflops: float) -> None:
                 if name.lower() not in args.only:
                     continue
                 setup = measured(lambda make=make, train=train, tp=tp: make(train, tp))
-                score = None if failed(setup[2]) else measured(lambda setup=setup, x_in=x_in, p_in=p_in: setup[2](x_in, p_in))
+                score = (
+                    None
+                    if failed(setup[2])
+                    else measured(lambda setup=setup, x_in=x_in, p_in=p_in: setup[2](x_in, p_in))
+                )
                 extra = ""
                 if score is not None and not failed(score[2]):
                     extra = f"({int(np.count_nonzero(np.isnan(score[2])))} NaN)"
@@ -194,10 +202,19 @@ def table(args, gflops: float) -> None:
                 setup = measured(lambda train=train: fit_ranges([train]))
 
                 def cover(setup=setup, x_in=x_in):
-                    for kind in (KMultisectionCoverage(setup[2], k=100), NeuronBoundaryCoverage(setup[2]), StrongNeuronActivationCoverage(setup[2])):
+                    for kind in (
+                        KMultisectionCoverage(setup[2], k=100),
+                        NeuronBoundaryCoverage(setup[2]),
+                        StrongNeuronActivationCoverage(setup[2]),
+                    ):
                         kind.update([x_in])
 
-                row("neurons", setup, None if failed(setup[2]) else measured(cover), "(fit_ranges | KMNC k=100, NBC, SNAC)")
+                row(
+                    "neurons",
+                    setup,
+                    None if failed(setup[2]) else measured(cover),
+                    "(fit_ranges | KMNC k=100, NBC, SNAC)",
+                )
 
 
 def classes(args, gflops: float) -> None:

@@ -61,8 +61,15 @@ def build_model(seed: int):  # noqa: ANN201
 
     torch.manual_seed(seed)
     return nn.Sequential(
-        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(),
-        nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10),
+        nn.Conv2d(1, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64, 32),
+        nn.ReLU(),
+        nn.Linear(32, 10),
     )
 
 
@@ -118,7 +125,12 @@ def main() -> None:
 
     def run_nlc() -> dict[str, float]:
         out = {}
-        for name, cls, hyper in (("nc", nlc.NC, 0.5), ("kmnc", nlc.KMNC, args.k), ("nbc", nlc.NBC, None), ("snac", nlc.SNAC, None)):
+        for name, cls, hyper in (
+            ("nc", nlc.NC, 0.5),
+            ("kmnc", nlc.KMNC, args.k),
+            ("nbc", nlc.NBC, None),
+            ("snac", nlc.SNAC, None),
+        ):
             cov = cls(model, sizes, hyper=hyper)
             cov.build(train_loader)
             cov.assess(test_loader)
@@ -129,8 +141,12 @@ def main() -> None:
         tm = TraceModel(model, sa_layers=[modules[-2]], coverage_layers=modules, extrema=True)
         tr, te = tm.traces(x_train), tm.traces(x_test)
         ranges = fit_ranges(tr.coverage)
-        return {"nc": 100 * nc(te, 0.5), "kmnc": 100 * kmnc(te.coverage, ranges, k=args.k),
-                "nbc": 100 * nbc(te.coverage, ranges), "snac": 100 * snac(te.coverage, ranges)}
+        return {
+            "nc": 100 * nc(te, 0.5),
+            "kmnc": 100 * kmnc(te.coverage, ranges, k=args.k),
+            "nbc": 100 * nbc(te.coverage, ranges),
+            "snac": 100 * snac(te.coverage, ranges),
+        }
 
     def timed(fn):  # noqa: ANN001, ANN202
         best, value = float("inf"), None
@@ -150,13 +166,17 @@ def main() -> None:
     tm = TraceModel(model, sa_layers=[modules[-2]], coverage_layers=modules)
     ranges = fit_ranges(tm.traces(x_train).coverage)
     constant = sum(int((h <= lo).sum()) for lo, h in zip(ranges.low, ranges.high, strict=True))
-    print(f"model: {len(x_train)} training, {len(x_test)} test digits; layers {modules} "
-          f"(NeuraL-Coverage names {names}); {sum(ranges.sizes)} neurons, {constant} constant in training")
+    print(
+        f"model: {len(x_train)} training, {len(x_test)} test digits; layers {modules} "
+        f"(NeuraL-Coverage names {names}); {sum(ranges.sizes)} neurons, {constant} constant in training"
+    )
     print(f"{'metric':8} {'pytest-sadl':>12} {'NeuraL-Cov':>12}")
     for name in ("nc", "kmnc", "nbc", "snac"):
         print(f"{name:8} {mine[name]:12.4f} {theirs[name]:12.4f}")
-    print(f"time (min of {args.reps}, ranges + test pass + 4 metrics): pytest-sadl {t_mine:.3f}s, "
-          f"NeuraL-Coverage {t_theirs:.3f}s, ratio NeuraL-Coverage / pytest-sadl {t_theirs / t_mine:.2f}")
+    print(
+        f"time (min of {args.reps}, ranges + test pass + 4 metrics): pytest-sadl {t_mine:.3f}s, "
+        f"NeuraL-Coverage {t_theirs:.3f}s, ratio NeuraL-Coverage / pytest-sadl {t_theirs / t_mine:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         x_train, y_train = f["x"].astype(np.float32), f["y"].astype(np.int64)
     with np.load(train_model.TEST_PATH) as f:
         x_test, y_test = f["x"].astype(np.float32), f["y"].astype(np.int64)
-    profile = load_or_build(model, train_model.TRAIN_PATH, ProfileOptions(sa_layers=("dense_hidden",)),
-                            EXAMPLE / ".pytest_cache" / "d" / "sadl")
+    profile = load_or_build(
+        model,
+        train_model.TRAIN_PATH,
+        ProfileOptions(sa_layers=("dense_hidden",)),
+        EXAMPLE / ".pytest_cache" / "d" / "sadl",
+    )
     view = ProfileView.of(profile)
     bounds = default_sc_bounds(view)
     tm = profile.trace_model(model)
@@ -83,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         traces = tm.traces(pool_x)
         scores = view.score(traces.sa.astype(np.float64), traces.pred)
         before = accuracy(model, eval_x, y_test)
-        print(f"{name} eps={eps}: pool {len(pool_x)} inputs, held-out accuracy before retraining {before:.4f}", flush=True)
+        print(
+            f"{name} eps={eps}: pool {len(pool_x)} inputs, held-out accuracy before retraining {before:.4f}", flush=True
+        )
         for sa in ("lsa", "dsa"):
             rows.append((name, sa.upper(), "-", before, 0.0))
             for upto in RANGES:
@@ -99,12 +105,17 @@ def main(argv: list[str] | None = None) -> int:
                     accs.append(accuracy(fresh, eval_x, y_test))
                 label = f"{int(upto * 4)}/4"
                 rows.append((name, sa.upper(), label, float(np.mean(accs)), float(np.std(accs))))
-                print(f"  {sa.upper()} {label}: {chosen.eligible} eligible, accuracy {np.mean(accs):.4f} "
-                      f"+- {np.std(accs):.4f} over {args.seeds} seeds", flush=True)
+                print(
+                    f"  {sa.upper()} {label}: {chosen.eligible} eligible, accuracy {np.mean(accs):.4f} "
+                    f"+- {np.std(accs):.4f} over {args.seeds} seeds",
+                    flush=True,
+                )
 
     print()
-    print(f"Table VII on the example project ({args.n} inputs per retraining, {args.epochs} epochs, "
-          f"{args.seeds} seeds; accuracy on the held-out adversarial inputs)")
+    print(
+        f"Table VII on the example project ({args.n} inputs per retraining, {args.epochs} epochs, "
+        f"{args.seeds} seeds; accuracy on the held-out adversarial inputs)"
+    )
     print()
     print("| Attack | SA | R | mean | std |")
     print("|:--|:--|:-:|--:|--:|")

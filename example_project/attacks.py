@@ -50,9 +50,7 @@ def _labels(y: Any, n: int) -> np.ndarray:
     """Validate integer class labels for a batch of ``n`` images."""
     arr = np.asarray(y)
     if arr.shape != (n,) or not np.issubdtype(arr.dtype, np.integer):
-        raise AttackInputError(
-            f"labels must be {n} integer class indices (shape ({n},)), got {arr.dtype} {arr.shape}"
-        )
+        raise AttackInputError(f"labels must be {n} integer class indices (shape ({n},)), got {arr.dtype} {arr.shape}")
     return arr.astype(np.int64)
 
 

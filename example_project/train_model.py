@@ -50,9 +50,7 @@ def load_split(seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     digits = load_digits()
     x = (digits.images.astype(np.float32) / 16.0)[..., np.newaxis]
     y = digits.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=TEST_FRACTION, stratify=y, random_state=seed
-    )
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=TEST_FRACTION, stratify=y, random_state=seed)
     return x_train, y_train, x_test, y_test
 
 
@@ -113,8 +111,11 @@ def save_artifacts(model: keras.Model, out_dir: Path = HERE, seed: int = SEED) -
 
 def artifacts_missing(out_dir: Path = HERE) -> list[Path]:
     """The artifact files that do not exist under ``out_dir``."""
-    paths = [out_dir / "models" / MODEL_PATH.name, out_dir / "data" / TRAIN_PATH.name,
-             out_dir / "data" / TEST_PATH.name]
+    paths = [
+        out_dir / "models" / MODEL_PATH.name,
+        out_dir / "data" / TRAIN_PATH.name,
+        out_dir / "data" / TEST_PATH.name,
+    ]
     return [p for p in paths if not p.is_file()]
 
 

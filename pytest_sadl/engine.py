@@ -128,7 +128,12 @@ def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
     with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="sadl-heldout-") as scratch:
         warnings.simplefilter("ignore")
         rest = _rows(x, ~probe, Path(scratch))
-        lsa = LSA(rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold, near_singular=view.near_singular)
+        lsa = LSA(
+            rest,
+            None if pred is None else pred[~probe],
+            var_threshold=view.var_threshold,
+            near_singular=view.near_singular,
+        )
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
         out = {"lsa": lsa_scores}
         if view.dsa is not None and pred is not None:
@@ -278,7 +283,9 @@ class _Criteria:
     def fresh(self) -> _Criteria:
         return _Criteria(self.setup)
 
-    def update(self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None) -> dict[str, int]:
+    def update(
+        self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None
+    ) -> dict[str, int]:
         batch = Batch(scores, layers, list(extrema) if extrema is not None else [None] * len(layers))
         return {name: cov.update(batch) for name, cov in self.made.items() if cov is not None}
 
@@ -295,13 +302,29 @@ def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n
         flag = f"--sadl-fail-under={name}:{threshold:g}"
         metric = metrics.get(name)
         if n_inputs == 0:
-            failures.append(Failure(name, None, threshold, f"{label}: no inputs were recorded, so {flag} cannot be met (mark the tests that feed the model with @pytest.mark.sadl)"))
+            failures.append(
+                Failure(
+                    name,
+                    None,
+                    threshold,
+                    f"{label}: no inputs were recorded, so {flag} cannot be met (mark the tests that feed the model with @pytest.mark.sadl)",
+                )
+            )
         elif metric is None or not metric.applicable:
-            failures.append(Failure(name, None, threshold, f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under"))
+            failures.append(
+                Failure(
+                    name,
+                    None,
+                    threshold,
+                    f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under",
+                )
+            )
         else:
             value = percent(metric.value)
             if value is not None and value < threshold:
-                failures.append(Failure(name, value, threshold, f"{label} {value:.2f}% is below {flag} ({threshold:.2f}%)"))
+                failures.append(
+                    Failure(name, value, threshold, f"{label} {value:.2f}% is below {flag} ({threshold:.2f}%)")
+                )
     return failures
 
 
@@ -397,6 +420,7 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
             [a[rows] for a in layers],
             [None if e is None else (e[0][rows], e[1][rows]) for e in extrema],
         )
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         scores = view.score(sa, pred)
@@ -407,7 +431,12 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
     for t, rec in enumerate(records):
         rows = np.flatnonzero(owner == t)
         new = total.update(*part(rows))
-        row: dict[str, Any] = {"nodeid": rec.nodeid, "group": rec.group, "outcome": rec.outcome, "inputs": int(rows.size)}
+        row: dict[str, Any] = {
+            "nodeid": rec.nodeid,
+            "group": rec.group,
+            "outcome": rec.outcome,
+            "inputs": int(rows.size),
+        }
         for key in SA_LABELS:
             values = scores[key][rows] if key in scores else None
             row[f"{key}_mean"] = None if values is None else _stat(values, np.mean)
@@ -428,7 +457,13 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
         alone.update(*part(rows))
         cumulative.update(*part(rows))
         groups_out.append(
-            {"name": name, "tests": len(members), "inputs": int(rows.size), "metrics": alone.values(), "cumulative": cumulative.values()}
+            {
+                "name": name,
+                "tests": len(members),
+                "inputs": int(rows.size),
+                "metrics": alone.values(),
+                "cumulative": cumulative.values(),
+            }
         )
 
     metrics: dict[str, Metric] = {}
@@ -494,7 +529,12 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
         config[metric] = (
             {**sc.bounds(), "rule": rules[metric]}
             if sc is not None
-            else {"lower": None, "upper": None, "buckets": sc_options[metric].buckets, "rule": "not applicable (regression model)"}
+            else {
+                "lower": None,
+                "upper": None,
+                "buckets": sc_options[metric].buckets,
+                "rule": "not applicable (regression model)",
+            }
         )
     inputs: dict[str, list[Any]] = {
         "test": owner.astype(int).tolist(),
@@ -587,9 +627,13 @@ def _labels(records: Sequence[TestRecord], digests: np.ndarray | None, n: int) -
             if old is not v and not np.array_equal(old, v):
                 conflicts += 1
     if conflicts:
-        notes.append(f"sadl_labels: {conflicts} input(s) were given different labels by different calls; the first label given is used")
+        notes.append(
+            f"sadl_labels: {conflicts} input(s) were given different labels by different calls; the first label given is used"
+        )
     if digests is None:
-        notes.append("sadl_labels: the recorded inputs could not be matched to labels (inputs that are not numeric arrays)")
+        notes.append(
+            "sadl_labels: the recorded inputs could not be matched to labels (inputs that are not numeric arrays)"
+        )
         return None, notes
     out: list[Any] = [None] * n
     for i, d in enumerate(digests.tolist()):

@@ -95,15 +95,28 @@ def _field(path: Any) -> str:
     return out or "the document"
 
 
-_JSON_TYPES = {"object": "an object", "array": "a list", "string": "a string", "number": "a number",
-               "integer": "an integer", "boolean": "true or false", "null": "null"}
+_JSON_TYPES = {
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "number": "a number",
+    "integer": "an integer",
+    "boolean": "true or false",
+    "null": "null",
+}
 
 
 def _type_name(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
-    for kind, name in (((dict,), "an object"), ((list,), "a list"), ((str,), "a string"),
-                       ((int,), "an integer"), ((float,), "a number"), ((type(None),), "null")):
+    for kind, name in (
+        ((dict,), "an object"),
+        ((list,), "a list"),
+        ((str,), "a string"),
+        ((int,), "an integer"),
+        ((float,), "a number"),
+        ((type(None),), "null"),
+    ):
         if isinstance(value, kind):
             return name
     return type(value).__name__
@@ -145,8 +158,17 @@ def _suspects(items: dict[str, Any], values: list[Any]) -> Any:
     """Indices of ``values`` that may fail ``items`` (a type and range only): a superset of
     those that do, found with a set lookup per value and C-level min/max."""
     kinds = items["type"] if isinstance(items["type"], list) else [items["type"]]
-    allowed = {t for k in kinds for t in {"number": (int, float), "integer": (int,), "null": (type(None),),
-                                          "string": (str,), "boolean": (bool,)}.get(k, ())}
+    allowed = {
+        t
+        for k in kinds
+        for t in {
+            "number": (int, float),
+            "integer": (int,),
+            "null": (type(None),),
+            "string": (str,),
+            "boolean": (bool,),
+        }.get(k, ())
+    }
     present = set(map(type, values))
     if not present <= allowed:
         yield from (i for i, v in enumerate(values) if type(v) not in allowed)
@@ -155,8 +177,11 @@ def _suspects(items: dict[str, Any], values: list[Any]) -> Any:
         return
     numbers = values if present <= {int, float} else [v for v in values if type(v) in (int, float)]
     if (low is not None and min(numbers) < low) or (high is not None and max(numbers) > high):
-        yield from (i for i, v in enumerate(values) if type(v) in (int, float)
-                    and ((low is not None and v < low) or (high is not None and v > high)))
+        yield from (
+            i
+            for i, v in enumerate(values)
+            if type(v) in (int, float) and ((low is not None and v < low) or (high is not None and v > high))
+        )
 
 
 def _make_validator() -> Any:
@@ -171,8 +196,13 @@ def _make_validator() -> Any:
     generic_items = base.VALIDATORS["items"]
 
     def items(validator: Any, item_schema: Any, instance: Any, schema: dict[str, Any]) -> Any:
-        if (isinstance(item_schema, dict) and "type" in item_schema and set(item_schema) <= _SCALAR_KEYS
-                and isinstance(instance, list) and not schema.get("prefixItems")):
+        if (
+            isinstance(item_schema, dict)
+            and "type" in item_schema
+            and set(item_schema) <= _SCALAR_KEYS
+            and isinstance(instance, list)
+            and not schema.get("prefixItems")
+        ):
             for i in _suspects(item_schema, instance):
                 errors = list(validator.descend(instance=instance[i], schema=item_schema, path=i))
                 if errors:  # a float 2.0 is an integer to JSON Schema: a suspect, not an error
@@ -202,13 +232,13 @@ def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None)
         )
     if data.get("schema") != SCHEMA:
         raise ResultsFileError(
-            f"{where}not a pytest-sadl results file: \"schema\" is {_short(data.get('schema'))}, expected "
+            f'{where}not a pytest-sadl results file: "schema" is {_short(data.get("schema"))}, expected '
             f"{SCHEMA!r}; write one with `pytest --sadl-coverage --sadl-report=json`"
         )
     version = data.get("version")
     major = str(version).split(".", 1)[0] if isinstance(version, (int, str)) and not isinstance(version, bool) else ""
     if not major.isdigit() or len(major) > 9:
-        raise ResultsFileError(f"{where}\"version\" is {_short(version)}, expected an integer")
+        raise ResultsFileError(f'{where}"version" is {_short(version)}, expected an integer')
     if int(major) > VERSION:
         raise ResultsFileError(
             f"{where}results schema version {version} is newer than this pytest-sadl reads "
@@ -233,8 +263,11 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     try:
         if not p.is_file():
-            what = "no such results file" if not p.exists() else (
-                "is a directory" if p.is_dir() else "not a regular file (a FIFO, a device?)")
+            what = (
+                "no such results file"
+                if not p.exists()
+                else ("is a directory" if p.is_dir() else "not a regular file (a FIFO, a device?)")
+            )
             raise ResultsFileError(f"{p}: {what}, expected a results JSON file")
         if p.stat().st_size > MAX_BYTES:
             raise ResultsFileError(f"{p}: {p.stat().st_size} bytes, more than a results file holds ({MAX_BYTES})")
@@ -248,5 +281,3 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ResultsFileError as exc:
         raise ResultsFileError(f"{p}: {exc}") from None
     return validate_results(data, source=p)
-
-

@@ -25,9 +25,7 @@ def import_object(spec: str, *, what: str = "object", error: type[SadlConfigErro
     error = error or SadlConfigError
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise error(
-            f"{what} {spec!r} is not of the form 'package.module:function'"
-        )
+        raise error(f"{what} {spec!r} is not of the form 'package.module:function'")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -40,9 +38,7 @@ def import_object(spec: str, *, what: str = "object", error: type[SadlConfigErro
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise error(
-                f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}"
-            ) from None
+            raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
     return obj
 
 
@@ -85,6 +81,4 @@ def is_callable_spec(text: str) -> bool:
     module_name, sep, attr = text.partition(":")
     if not sep or "/" in text or "\\" in text:
         return False
-    return all(p.isidentifier() for p in module_name.split(".")) and all(
-        p.isidentifier() for p in attr.split(".")
-    )
+    return all(p.isidentifier() for p in module_name.split(".")) and all(p.isidentifier() for p in attr.split("."))

@@ -75,9 +75,7 @@ def load_digits_split(seed: int = SEED, test_fraction: float = 0.25) -> Digits:
     d = load_digits()
     x = (d.images.astype(np.float32) / 16.0)[..., np.newaxis]
     y = d.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=test_fraction, stratify=y, random_state=seed
-    )
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
     return Digits(x_train, y_train, x_test, y_test)
 
 
@@ -290,8 +288,12 @@ def build_kind(kind: str) -> Any:
         h = layers.Conv2D(8, 3, activation="relu", name="conv2")(h)
         encoder = keras.Model(inp, layers.GlobalAveragePooling2D(name="pool")(h), name="encoder")
         return keras.Sequential(
-            [keras.Input((8, 8, 1)), encoder, layers.Dense(16, activation="relu", name="hidden"),
-             layers.Dense(10, activation="softmax", name="probs")],
+            [
+                keras.Input((8, 8, 1)),
+                encoder,
+                layers.Dense(16, activation="relu", name="hidden"),
+                layers.Dense(10, activation="softmax", name="probs"),
+            ],
             name="nested",
         )
     if kind == "two_input":
@@ -306,45 +308,62 @@ def build_kind(kind: str) -> Any:
         return keras.Model({"image": image, "aux": aux}, {"digit": digit, "value": value}, name="two_input")
     if kind == "mnist":
         return keras.Sequential(
-            [keras.Input((8, 8, 1)), layers.Conv2D(8, 3, activation="relu", name="conv1"),
-             layers.Conv2D(8, 3, activation="relu", name="conv2"), layers.MaxPooling2D(2, name="pool"),
-             layers.Flatten(), layers.Dense(16, activation="relu", name="dense1"),
-             layers.Dense(10, activation="softmax", name="probs")],
+            [
+                keras.Input((8, 8, 1)),
+                layers.Conv2D(8, 3, activation="relu", name="conv1"),
+                layers.Conv2D(8, 3, activation="relu", name="conv2"),
+                layers.MaxPooling2D(2, name="pool"),
+                layers.Flatten(),
+                layers.Dense(16, activation="relu", name="dense1"),
+                layers.Dense(10, activation="softmax", name="probs"),
+            ],
             name="mnist_convnet",
         )
     if kind == "cifar":
         return keras.Sequential(
-            [keras.Input((16, 16, 3)),
-             layers.Conv2D(8, 3, padding="same", activation="relu", name="conv1"),
-             layers.Conv2D(8, 3, padding="same", activation="relu", name="conv2"),
-             layers.MaxPooling2D(2, name="pool1"),
-             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv3"),
-             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv4"),
-             layers.MaxPooling2D(2, name="pool2"), layers.Flatten(), layers.Dropout(0.25),
-             layers.Dense(32, activation="relu", name="dense1"), layers.Dense(10, activation="softmax", name="probs")],
+            [
+                keras.Input((16, 16, 3)),
+                layers.Conv2D(8, 3, padding="same", activation="relu", name="conv1"),
+                layers.Conv2D(8, 3, padding="same", activation="relu", name="conv2"),
+                layers.MaxPooling2D(2, name="pool1"),
+                layers.Conv2D(16, 3, padding="same", activation="relu", name="conv3"),
+                layers.Conv2D(16, 3, padding="same", activation="relu", name="conv4"),
+                layers.MaxPooling2D(2, name="pool2"),
+                layers.Flatten(),
+                layers.Dropout(0.25),
+                layers.Dense(32, activation="relu", name="dense1"),
+                layers.Dense(10, activation="softmax", name="probs"),
+            ],
             name="cifar_convnet",
         )
     if kind == "dave2":
         return keras.Sequential(
-            [keras.Input((32, 64, 3)),
-             layers.Conv2D(6, 5, strides=2, padding="same", activation="relu", name="conv1"),
-             layers.Conv2D(8, 5, strides=2, padding="same", activation="relu", name="conv2"),
-             layers.Conv2D(12, 5, strides=2, padding="same", activation="relu", name="conv3"),
-             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv4"),
-             layers.Conv2D(16, 3, padding="same", activation="relu", name="conv5"),
-             layers.Flatten(), layers.Dense(100, activation="relu", name="fc1"),
-             layers.Dense(50, activation="relu", name="fc2"), layers.Dense(10, activation="relu", name="fc3"),
-             layers.Dense(1, name="steering")],
+            [
+                keras.Input((32, 64, 3)),
+                layers.Conv2D(6, 5, strides=2, padding="same", activation="relu", name="conv1"),
+                layers.Conv2D(8, 5, strides=2, padding="same", activation="relu", name="conv2"),
+                layers.Conv2D(12, 5, strides=2, padding="same", activation="relu", name="conv3"),
+                layers.Conv2D(16, 3, padding="same", activation="relu", name="conv4"),
+                layers.Conv2D(16, 3, padding="same", activation="relu", name="conv5"),
+                layers.Flatten(),
+                layers.Dense(100, activation="relu", name="fc1"),
+                layers.Dense(50, activation="relu", name="fc2"),
+                layers.Dense(10, activation="relu", name="fc3"),
+                layers.Dense(1, name="steering"),
+            ],
             name="dave2",
         )
     if kind == "chauffeur":
         return keras.Sequential(
-            [keras.Input((4, 16, 16, 1)),
-             layers.TimeDistributed(layers.Conv2D(8, 3, activation="relu"), name="td_conv"),
-             layers.TimeDistributed(layers.MaxPooling2D(2), name="td_pool"),
-             layers.TimeDistributed(layers.Flatten(), name="td_flat"),
-             layers.LSTM(16, return_sequences=True, name="lstm1"), layers.LSTM(8, name="lstm2"),
-             layers.Dense(1, name="steering")],
+            [
+                keras.Input((4, 16, 16, 1)),
+                layers.TimeDistributed(layers.Conv2D(8, 3, activation="relu"), name="td_conv"),
+                layers.TimeDistributed(layers.MaxPooling2D(2), name="td_pool"),
+                layers.TimeDistributed(layers.Flatten(), name="td_flat"),
+                layers.LSTM(16, return_sequences=True, name="lstm1"),
+                layers.LSTM(8, name="lstm2"),
+                layers.Dense(1, name="steering"),
+            ],
             name="chauffeur",
         )
     raise KeyError(kind)
@@ -393,8 +412,9 @@ def train_kind(kind: str, seed: int = SEED, epochs: int = 4) -> Any:
     x, y, _ = kind_data(kind, seed)
     model = build_kind(kind)
     if kind == "two_input":
-        model.compile(optimizer=keras.optimizers.Adam(3e-3),
-                      loss={"digit": "sparse_categorical_crossentropy", "value": "mse"})
+        model.compile(
+            optimizer=keras.optimizers.Adam(3e-3), loss={"digit": "sparse_categorical_crossentropy", "value": "mse"}
+        )
     elif kind in REGRESSORS:
         model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
     else:

@@ -150,13 +150,18 @@ def test_sequence_outputs_reduce_over_time_and_space_as_the_naive_loop() -> None
     assert tm.coverage_layers == ["td_conv", "td_pool", "lstm1", "lstm2", "steering"]  # td_flat only moves values
     assert not tm.classifier and tm.sa_layers == ["lstm2"]
     t = tm.traces(x, batch_size=10)
-    full = [keras.ops.convert_to_numpy(keras.Model(model.inputs[0], model.get_layer(n).output)(x)) for n in tm.coverage_layers]
+    full = [
+        keras.ops.convert_to_numpy(keras.Model(model.inputs[0], model.get_layer(n).output)(x))
+        for n in tm.coverage_layers
+    ]
     assert full[0].ndim == 5 and full[2].ndim == 3  # (n, t, h, w, c) and (n, t, f)
     for got, want in zip(t.coverage, full, strict=True):
         np.testing.assert_allclose(got, loop_reduce(want), atol=1e-5)
     # NC scales the whole (time x space) output of each input, then averages per feature
     for threshold in (0.1, 0.4):
-        assert nc(t.coverage, threshold, extrema=t.coverage_extrema) == pytest.approx(naive.neuron_coverage(full, threshold))
+        assert nc(t.coverage, threshold, extrema=t.coverage_extrema) == pytest.approx(
+            naive.neuron_coverage(full, threshold)
+        )
     ranges = fit_ranges(t.coverage)
     lows, highs = naive.ranges(full)
     half = [f[:12] for f in full]
@@ -258,14 +263,19 @@ def test_calls_on_traced_tensors_are_not_recordable(conv_model: Any, digits: Any
     assert len(t) == 2
 
 
-def test_sadl_profile_layers_lists_paths_shapes_and_defaults(kind_model_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sadl_profile_layers_lists_paths_shapes_and_defaults(
+    kind_model_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pytest_sadl.cli.main import main
 
     _models._subclassed_class()
     assert main(["profile", "layers", "--model", str(kind_model_path("subclassed"))]) == 0
     out = capsys.readouterr().out
     assert "outputs probs (measured: probs, classifier)" in out
-    assert any(line.split()[:2] == ["block/conv_b", "Conv2D"] and "(n, 6, 6, 8)" in line and "coverage default" in line for line in out.splitlines())
+    assert any(
+        line.split()[:2] == ["block/conv_b", "Conv2D"] and "(n, 6, 6, 8)" in line and "coverage default" in line
+        for line in out.splitlines()
+    )
     assert any(line.split()[0] == "hidden" and "SA default" in line for line in out.splitlines())
     assert main(["profile", "layers", "--model", str(kind_model_path("two_input")), "--output", "nope"]) == 2
     assert "sadl_output='nope'" in capsys.readouterr().err

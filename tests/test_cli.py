@@ -71,8 +71,17 @@ def test_version_needs_no_command(capsys: pytest.CaptureFixture[str]) -> None:
 HEAVY = ("numpy", "scipy", "pytest", "_pytest", "keras", "tensorflow", "jax", "jinja2")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["report", "--help"], ["compare", "--help"],
-                                  ["profile", "--help"], ["profile", "build", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--version"],
+        ["report", "--help"],
+        ["compare", "--help"],
+        ["profile", "--help"],
+        ["profile", "build", "--help"],
+    ],
+)
 def test_help_and_version_import_nothing_heavy(args: list[str]) -> None:
     """`sadl --help` starts at once: it imports no NumPy, SciPy, pytest or backend (they took
     1.5 s); `select`, whose module needs NumPy, is registered in full only when it runs."""
@@ -106,7 +115,9 @@ def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.mark.tf
 def test_build_then_list_end_to_end(project: Path) -> None:
-    first = run(["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--sa-layers", "hidden"], project)
+    first = run(
+        ["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--sa-layers", "hidden"], project
+    )
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("built profile ")
     assert "Traceback" not in first.stderr and "\r" not in first.stderr  # no bar when not a TTY
@@ -119,7 +130,9 @@ def test_build_then_list_end_to_end(project: Path) -> None:
     assert fp[:16] in first.stdout
 
     # from a subdirectory: the same rootdir, so the same cache, and a hit
-    again = run(["profile", "build", "--model", "../models/m.keras", "--train", "../data/train.npz", "--quiet"], project / "sub")
+    again = run(
+        ["profile", "build", "--model", "../models/m.keras", "--train", "../data/train.npz", "--quiet"], project / "sub"
+    )
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("found cached profile " + fp[:16]) and _ours(again.stderr) == []
     assert re.search(r"in \d+\.\ds \(TensorFlow import \d+\.\ds, loading \d+\.\ds\)", again.stdout)
@@ -133,9 +146,27 @@ def test_build_then_list_end_to_end(project: Path) -> None:
     assert row["size"] == sum(f.stat().st_size for f in files[0].iterdir()) and row["age_seconds"] >= 0
 
     other = project / "elsewhere"
-    built = run(["profile", "build", "--model", "models/m.keras", "--train", "data/train.npz", "--coverage-layers", "conv1,hidden", "--cache-dir", str(other), "-q"], project)
+    built = run(
+        [
+            "profile",
+            "build",
+            "--model",
+            "models/m.keras",
+            "--train",
+            "data/train.npz",
+            "--coverage-layers",
+            "conv1,hidden",
+            "--cache-dir",
+            str(other),
+            "-q",
+        ],
+        project,
+    )
     assert built.returncode == 0, built.stderr
-    assert len([p for p in other.glob("profile-*") if p.is_dir()]) == 1 and len([p for p in cache.glob("profile-*") if p.is_dir()]) == 1
+    assert (
+        len([p for p in other.glob("profile-*") if p.is_dir()]) == 1
+        and len([p for p in cache.glob("profile-*") if p.is_dir()]) == 1
+    )
 
 
 @pytest.mark.tf
@@ -146,7 +177,22 @@ def test_errors_are_one_line_exit_2(project: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert err.startswith("sadl: error: SA layers: model 'digits_conv' has no layer 'dense9'")
     assert "hidden" in err and "Traceback" not in err and err.count("\n") == 1
-    assert main(["profile", "build", "--rootdir", str(project), "--model", "models/nope.keras", "--train", "data/train.npz", "-q"]) == 2
+    assert (
+        main(
+            [
+                "profile",
+                "build",
+                "--rootdir",
+                str(project),
+                "--model",
+                "models/nope.keras",
+                "--train",
+                "data/train.npz",
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err
     np.savez(project / "data" / "flat.npz", x=np.zeros((10, 64), np.float32))
     assert main([*base, "--train", "data/flat.npz"]) == 2
@@ -157,29 +203,79 @@ def test_errors_are_one_line_exit_2(project: Path, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.tf
-def test_build_reads_the_projects_ini_so_the_plugin_finds_the_profile(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_reads_the_projects_ini_so_the_plugin_finds_the_profile(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """pyproject sets sadl_layers and sadl_var_threshold: `sadl profile build` without flags
     stores the profile under the fingerprint the plugin's options give (found, not rebuilt)."""
     from pytest_sadl.profile.build import ProfileOptions
     from pytest_sadl.profile.lookup import load_or_build
 
     (project / "pyproject.toml").write_text(
-        "[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_var_threshold = \"1e-4\"\n")
-    assert main(["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz", "-q"]) == 0
+        '[tool.pytest.ini_options]\nsadl_layers = ["conv2"]\nsadl_var_threshold = "1e-4"\n'
+    )
+    assert (
+        main(
+            [
+                "profile",
+                "build",
+                "--rootdir",
+                str(project),
+                "--model",
+                "models/m.keras",
+                "--train",
+                "data/train.npz",
+                "-q",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("built profile ") and "SA layers conv2;" in out
     cache = project / ".pytest_cache" / "d" / "sadl"
-    again = load_or_build(str(project / "models" / "m.keras"), str(project / "data" / "train.npz"),
-                          ProfileOptions(sa_layers=("conv2",), var_threshold=1e-4), cache)
+    again = load_or_build(
+        str(project / "models" / "m.keras"),
+        str(project / "data" / "train.npz"),
+        ProfileOptions(sa_layers=("conv2",), var_threshold=1e-4),
+        cache,
+    )
     assert not again.built and again.fingerprint[:16] in out
-    assert main(["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz",
-                 "--sa-layers", "hidden", "-q"]) == 0  # a flag overrides the ini: another profile
+    assert (
+        main(
+            [
+                "profile",
+                "build",
+                "--rootdir",
+                str(project),
+                "--model",
+                "models/m.keras",
+                "--train",
+                "data/train.npz",
+                "--sa-layers",
+                "hidden",
+                "-q",
+            ]
+        )
+        == 0
+    )  # a flag overrides the ini: another profile
     assert "built profile" in capsys.readouterr().out and len([p for p in cache.glob("profile-*") if p.is_dir()]) == 2
 
 
 @pytest.mark.tf
-def test_build_computes_every_dsa_distance_when_the_flag_or_the_ini_asks(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz", "-q"]
+def test_build_computes_every_dsa_distance_when_the_flag_or_the_ini_asks(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [
+        "profile",
+        "build",
+        "--rootdir",
+        str(project),
+        "--model",
+        "models/m.keras",
+        "--train",
+        "data/train.npz",
+        "-q",
+    ]
     cache = project / ".pytest_cache" / "d" / "sadl"
 
     def precomputed(layer: str) -> bool:
@@ -191,7 +287,9 @@ def test_build_computes_every_dsa_distance_when_the_flag_or_the_ini_asks(project
     assert precomputed("hidden") is False  # the default: dist_b only when inputs need them
     assert main([*base, "--sa-layers", "hidden", "--dsa-precompute"]) == 0
     assert precomputed("hidden") is True  # the same profile, completed
-    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_dsa_precompute = true\n")
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nsadl_layers = ["conv2"]\nsadl_dsa_precompute = true\n'
+    )
     assert main(base) == 0
     assert precomputed("conv2") is True
     assert main([*base, "--no-dsa-precompute", "--rebuild"]) == 0  # the flag wins over the ini
@@ -215,14 +313,29 @@ def test_list_in_process_needs_no_tensorflow(tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.tf
-def test_build_into_an_unwritable_cache_succeeds_uncached(project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_into_an_unwritable_cache_succeeds_uncached(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (project / "blocked").write_text("a file where the cache folder would go")
-    base = ["profile", "build", "--rootdir", str(project), "--model", "models/m.keras", "--train", "data/train.npz", "-q"]
+    base = [
+        "profile",
+        "build",
+        "--rootdir",
+        str(project),
+        "--model",
+        "models/m.keras",
+        "--train",
+        "data/train.npz",
+        "-q",
+    ]
     assert main([*base, "--cache-dir", str(project / "blocked" / "cache")]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("built (not cached) profile ")
     (line,) = captured.err.splitlines()
-    assert line.startswith("sadl: warning: pytest-sadl: could not cache the training profile in ") and "NotADirectoryError" in line
+    assert (
+        line.startswith("sadl: warning: pytest-sadl: could not cache the training profile in ")
+        and "NotADirectoryError" in line
+    )
     monkeypatch.setenv("HOME", str(project / "home"))
     assert main([*base, "--cache-dir", "~/sadl-cache"]) == 0  # ~ is the user's home, not a folder named "~"
     assert [p.name[:8] for p in (project / "home" / "sadl-cache").iterdir() if p.is_dir()] == ["profile-"]
@@ -254,4 +367,6 @@ def test_layer_arguments() -> None:
     assert parse_layers(None) is None
     assert parse_layers(["a", "b,c", "3", "-1"]) == ("a", "b", "c", 3, -1)
     args = build_parser().parse_args(["profile", "build", "--model", "m", "--train", "t", "--sa-layers", "x", "y"])
-    assert args.sa_layers == ["x", "y"] and args.batch_size is None and not args.quiet  # None: the ini (else 256) decides
+    assert (
+        args.sa_layers == ["x", "y"] and args.batch_size is None and not args.quiet
+    )  # None: the ini (else 256) decides

@@ -49,8 +49,8 @@ def test_drop_and_rise_in_points(current, baseline):
         cur = round(current["metrics"][m.metric]["value"] * 100, 2)
         assert (m.baseline, m.current, m.status) == (base, cur, "ok")
         assert m.delta == round(cur - base, 2)
-    assert by["dsc"].delta == -2.6        # a drop: 27.70% -> 25.10%
-    assert by["nc"].delta == 5.0          # a rise: 67.19% -> 72.19%
+    assert by["dsc"].delta == -2.6  # a drop: 27.70% -> 25.10%
+    assert by["nc"].delta == 5.0  # a rise: 67.19% -> 72.19%
     assert comp.missing == ["mdsc"] and comp.warnings == []  # no warning about MDSC's bounds either
     assert comp.baseline_created == baseline["created"]
     json.dumps(comp.to_dict())
@@ -60,8 +60,7 @@ def test_drop_beyond_the_limit_fails_with_one_line(current, baseline):
     comp = compare(current, baseline)
     failures = compare_failures(comp, parse_compare_fail("lsc:-2,dsc:-2,nc:0"))
     assert failures == [
-        "DSC dropped by 2.60 points (27.70% → 25.10%), more than the 2 allowed by "
-        "--sadl-compare-fail=dsc:-2"
+        "DSC dropped by 2.60 points (27.70% → 25.10%), more than the 2 allowed by --sadl-compare-fail=dsc:-2"
     ]
     assert compare_failures(comp, parse_compare_fail("dsc:-3")) == []
     # a rise never fails, even with a zero limit
@@ -106,7 +105,8 @@ def test_not_applicable_in_both_is_skipped_in_one_fails():
     comp = compare(reg, cls)
     assert comp.get("dsc").status == "not applicable in current"
     assert compare_failures(comp, {"dsc": -1.0}) == [
-        "DSC: not applicable in current, so --sadl-compare-fail=dsc:-1 cannot be checked"]
+        "DSC: not applicable in current, so --sadl-compare-fail=dsc:-1 cannot be checked"
+    ]
 
 
 def test_mismatched_fingerprint_warns(current, baseline):
@@ -114,8 +114,9 @@ def test_mismatched_fingerprint_warns(current, baseline):
     other["model"]["fingerprint"] = "ffff" + "0" * 60
     comp = compare(current, other)
     assert len(comp.warnings) == 1
-    assert comp.warnings[0].startswith("the runs are of different models (fingerprint ffff00000000… "
-                                       "in the baseline, 3f2a0b30557a… now)")
+    assert comp.warnings[0].startswith(
+        "the runs are of different models (fingerprint ffff00000000… in the baseline, 3f2a0b30557a… now)"
+    )
     # the deltas are still computed
     assert comp.get("dsc").delta == -2.6
 
@@ -127,26 +128,37 @@ def test_other_profile_and_config_warn(current, baseline):
     other["config"]["sa_layers"] = ["dense_1"]
     comp = compare(current, other)
     assert comp.warnings[0].startswith("the runs used different training profiles (profile abc")
-    assert comp.warnings[1] == ("the configuration differs from the baseline's: "
-                                "sa_layers ['dense_1'] → ['dense']; lsc.upper 100 → 120")
+    assert comp.warnings[1] == (
+        "the configuration differs from the baseline's: sa_layers ['dense_1'] → ['dense']; lsc.upper 100 → 120"
+    )
 
 
 def test_parse_compare_fail():
     assert parse_compare_fail("lsc:-2,dsc:-1") == {"lsc": -2.0, "dsc": -1.0}
     assert parse_compare_fail(" LSC = -2.5 , nc:0 ,") == {"lsc": -2.5, "nc": 0.0}
-    assert parse_compare_fail("all:-1,lsc:-3") == {"lsc": -3.0, "dsc": -1.0, "nc": -1.0,
-                                                   "kmnc": -1.0, "nbc": -1.0, "snac": -1.0, "mdsc": -1.0}
+    assert parse_compare_fail("all:-1,lsc:-3") == {
+        "lsc": -3.0,
+        "dsc": -1.0,
+        "nc": -1.0,
+        "kmnc": -1.0,
+        "nbc": -1.0,
+        "snac": -1.0,
+        "mdsc": -1.0,
+    }
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("lsx:-2", "unknown metric 'lsx'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac"),
-    ("lsc:two", "'two' for lsc is not a number of percentage points"),
-    ("lsc", "'lsc' is not METRIC:POINTS"),
-    ("lsc:2", "lsc:2 is positive; a limit is the largest drop allowed, written negative: lsc:-2"),
-    ("lsc:nan", "'nan' for lsc is not a finite number"),
-    ("", "--sadl-compare-fail is empty"),
-    (",", "--sadl-compare-fail has no limits"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("lsx:-2", "unknown metric 'lsx'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac"),
+        ("lsc:two", "'two' for lsc is not a number of percentage points"),
+        ("lsc", "'lsc' is not METRIC:POINTS"),
+        ("lsc:2", "lsc:2 is positive; a limit is the largest drop allowed, written negative: lsc:-2"),
+        ("lsc:nan", "'nan' for lsc is not a finite number"),
+        ("", "--sadl-compare-fail is empty"),
+        (",", "--sadl-compare-fail has no limits"),
+    ],
+)
 def test_parse_compare_fail_errors(spec, message):
     with pytest.raises(ValueError) as info:
         parse_compare_fail(spec)

@@ -44,7 +44,10 @@ def make_records(rng, centres, spec):
         pred = rng.integers(0, 4, n)
         batch = Batch(
             sa=(centres[pred] + rng.normal(scale=spread, size=(n, 5))).astype(np.float32),
-            coverage=[np.maximum(rng.normal(scale=spread, size=(n, 6)), 0).astype(np.float32), rng.normal(scale=spread, size=(n, 3)).astype(np.float32)],
+            coverage=[
+                np.maximum(rng.normal(scale=spread, size=(n, 6)), 0).astype(np.float32),
+                rng.normal(scale=spread, size=(n, 3)).astype(np.float32),
+            ],
             pred=pred,
         )
         records.append(TestRecord(nodeid, index, group, batches=[batch]))
@@ -229,7 +232,9 @@ def test_records_round_trip_through_worker_bytes():
     mine, theirs = recorder.records["t::c"], again[2]
     np.testing.assert_array_equal(theirs.batches[0].digests, mine.batches[0].digests)
     np.testing.assert_array_equal(theirs.batches[0].output, mine.batches[0].output)
-    assert len(theirs.labels) == 1 and all(np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0], strict=True))
+    assert len(theirs.labels) == 1 and all(
+        np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0], strict=True)
+    )
     assert again[0].labels == [] and again[0].batches[0].digests is None
 
 
@@ -282,10 +287,14 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
     # t::a labels its own inputs, in another order and as float32; t::e labels t::c's inputs
     # (a label belongs to the values, whichever test fed them); t::b's inputs stay unlabelled
     order = rng.permutation(len(xs[0]))
-    records[0].labels.append((input_digests(xs[0][order].astype(np.float32)), truth[0][order].reshape(-1, 1).astype(float)))
+    records[0].labels.append(
+        (input_digests(xs[0][order].astype(np.float32)), truth[0][order].reshape(-1, 1).astype(float))
+    )
     records[4].labels.append((input_digests(xs[2]), truth[2].reshape(-1, 1).astype(float)))
     records[4].labels.append((input_digests(rng.random((3, 4, 4))), np.zeros((3, 1))))  # never fed
-    res = compute(view, records, options(mdsc=Bounds(0.0, 20.0, 30)), {"sa_layers": ["h"], "coverage_layers": ["a", "b"]})
+    res = compute(
+        view, records, options(mdsc=Bounds(0.0, 20.0, 30)), {"sa_layers": ["h"], "coverage_layers": ["a", "b"]}
+    )
     data = res.to_dict()
     sa = np.concatenate([r.batches[0].sa for r in records]).astype(np.float64)
     pred = np.concatenate([r.batches[0].pred for r in records])
@@ -296,11 +305,15 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
     labels = [None] * len(pred)
     offsets = np.cumsum([0] + [len(x) for x in xs])
     for t in (0, 2):
-        labels[offsets[t]:offsets[t + 1]] = truth[t].tolist()
+        labels[offsets[t] : offsets[t + 1]] = truth[t].tolist()
     assert data["inputs"]["label"] == labels
     overall, groups = analyse(
-        {k: np.asarray(data["inputs"][k], float) for k in ("lsa", "dsa", "mdsa")}, labels, classifier=True, pred=pred,
-        output=np.concatenate([r.batches[0].output for r in records]), groups=[records[t].group for t in data["inputs"]["test"]],
+        {k: np.asarray(data["inputs"][k], float) for k in ("lsa", "dsa", "mdsa")},
+        labels,
+        classifier=True,
+        pred=pred,
+        output=np.concatenate([r.batches[0].output for r in records]),
+        groups=[records[t].group for t in data["inputs"]["test"]],
     )
     assert data["mistakes"]["overall"] == overall.to_dict()
     assert [g["name"] for g in data["mistakes"]["groups"]] == ["test", "fgsm"]
@@ -314,7 +327,9 @@ def test_top_inputs_show_each_distinct_input_once_with_every_test_that_fed_it():
 
     rng = np.random.default_rng(8)
     view, centres = make_view(rng)
-    records = make_records(rng, centres, [("t::a", "test", 40, 5.0), ("t::b", "test", 30, 1.0), ("t::c", "fgsm", 25, 1.0)])
+    records = make_records(
+        rng, centres, [("t::a", "test", 40, 5.0), ("t::b", "test", 30, 1.0), ("t::c", "fgsm", 25, 1.0)]
+    )
     x = rng.random((len(records[0].batches[0]), 3))
     records[0].batches[0].digests = input_digests(x)
     # t::b feeds t::a's inputs again (same values, same traces)
@@ -367,8 +382,15 @@ def test_held_out_bounds_of_a_large_memmap_stream_its_rows(tmp_path, monkeypatch
     sa = (rng.normal(scale=3.0, size=(4, 64))[pred] + rng.normal(size=(60000, 64))).astype(np.float32)
     np.save(tmp_path / "sa.npy", sa)
     mm = np.load(tmp_path / "sa.npy", mmap_mode="r")
-    view = ProfileView(lsa=LSA(mm, pred), dsa=DSA(mm, pred), ranges=fit_ranges([sa[:10]]), sa_traces=mm, sa_pred=pred,
-                       var_threshold=1e-5, mdsa=MDSA(mm, pred))
+    view = ProfileView(
+        lsa=LSA(mm, pred),
+        dsa=DSA(mm, pred),
+        ranges=fit_ranges([sa[:10]]),
+        sa_traces=mm,
+        sa_pred=pred,
+        var_threshold=1e-5,
+        mdsa=MDSA(mm, pred),
+    )
 
     def held_out():
         tracemalloc.start()

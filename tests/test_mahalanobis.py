@@ -198,7 +198,9 @@ def test_mdsa_many_classes_one_scatter_at_a_time_equals_the_definition(tmp_path,
     with pytest.warns(SadlWarning) as caught:
         streamed = MDSA(mm, tp, chunk_bytes=40 * 5 * 8)
     lines = [str(w.message) for w in caught if "training trace" in str(w.message)]
-    assert lines == ["MDSA: 8 classes have 1 training trace each (e.g. 12, 13, 14, 15, 16, ...); they have no covariance and their inputs score NaN"]
+    assert lines == [
+        "MDSA: 8 classes have 1 training trace each (e.g. 12, 13, 14, 15, 16, ...); they have no covariance and their inputs score NaN"
+    ]
     got = streamed(tests, pred)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     np.testing.assert_allclose(got, naive.mdsa(train.astype(np.float64), tp, tests, pred), rtol=1e-9)

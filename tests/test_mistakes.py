@@ -46,7 +46,9 @@ def test_confidence_scores_follow_their_formulas():
     p = np.array([[0.7, 0.2, 0.1], [1 / 3, 1 / 3, 1 / 3], [1.0, 0.0, 0.0]])
     s = confidence_scores(p)
     np.testing.assert_allclose(s["deepgini"], [1 - (0.49 + 0.04 + 0.01), 2 / 3, 0.0])
-    np.testing.assert_allclose(s["entropy"], [-(0.7 * np.log(0.7) + 0.2 * np.log(0.2) + 0.1 * np.log(0.1)), np.log(3), 0.0])
+    np.testing.assert_allclose(
+        s["entropy"], [-(0.7 * np.log(0.7) + 0.2 * np.log(0.2) + 0.1 * np.log(0.1)), np.log(3), 0.0]
+    )
     np.testing.assert_allclose(s["margin"], [1 - 0.5, 1.0, 0.0], atol=1e-12)
     # logits go through a softmax; one sigmoid unit is two classes
     np.testing.assert_allclose(probabilities(np.log(p[:1] + 0.0) + 5.0), p[:1], rtol=1e-9)
@@ -72,7 +74,12 @@ def test_analyse_classifier_overall_groups_fifths_and_words():
     labelled = labels.astype(object)
     labelled[::10] = None  # unlabelled inputs are left out
     overall, per_group = analyse(
-        {"lsa": surprise, "dsa": -surprise, "mdsa": None}, labelled, classifier=True, pred=pred, output=probs, groups=groups
+        {"lsa": surprise, "dsa": -surprise, "mdsa": None},
+        labelled,
+        classifier=True,
+        pred=pred,
+        output=probs,
+        groups=groups,
     )
     keep = np.arange(len(labels)) % 10 != 0
     assert overall.labelled == keep.sum()
@@ -99,7 +106,10 @@ def test_analyse_classifier_overall_groups_fifths_and_words():
 def test_analyse_says_when_a_baseline_beats_surprise_and_when_nothing_is_wrong():
     surprise, labels, pred, probs, _, wrong = _classifier_case(1)
     noise = np.random.default_rng(9).random(len(labels))
-    gini_like = np.where(wrong, 0.9, 0.1)[:, None] * np.array([[0.5, 0.5, 0]]) + np.where(wrong, 0.1, 0.9)[:, None] * np.eye(3)[pred]
+    gini_like = (
+        np.where(wrong, 0.9, 0.1)[:, None] * np.array([[0.5, 0.5, 0]])
+        + np.where(wrong, 0.1, 0.9)[:, None] * np.eye(3)[pred]
+    )
     overall, _ = analyse({"lsa": noise}, labels, classifier=True, pred=pred, output=gini_like)
     assert any("but worse than" in s for s in overall.sentences)
     perfect, _ = analyse({"lsa": noise}, pred, classifier=True, pred=pred, output=probs)

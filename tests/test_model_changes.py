@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - tests/ itself on sys.path
 
 pytestmark = pytest.mark.tf
 
-CHANGING_TESTS = '''
+CHANGING_TESTS = """
 import os
 
 import numpy as np
@@ -45,9 +45,9 @@ def test_2_fit(sadl_model):
 def test_3_after(sadl_model):
     if MODE != "reference":
         sadl_model.predict(X[40:60], verbose=0)
-'''
+"""
 
-OTHER_TESTS = '''
+OTHER_TESTS = """
 import numpy as np
 import pytest
 
@@ -57,10 +57,15 @@ X = np.load("inputs.npy")
 @pytest.mark.sadl(group="other")
 def test_other(sadl_model):
     sadl_model.predict(X[50:58], verbose=0)
-'''
+"""
 
-REPORTS = ("--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=markdown:out.md",
-           "--sadl-report=html:out.html", "--sadl-report=term")
+REPORTS = (
+    "--sadl-coverage",
+    "--sadl-report=json:out.json",
+    "--sadl-report=markdown:out.md",
+    "--sadl-report=html:out.html",
+    "--sadl-report=term",
+)
 SEEN = (
     "warning: pytest-sadl: the model changed during the session (its weights or layers: fit, set_weights, "
     "load_weights, a new layer), first seen at the end of test_project.py::test_2_fit; the inputs of that "
@@ -90,7 +95,10 @@ def test_inputs_after_a_fit_are_left_out_and_listed_apart_serially_and_under_xdi
 
     monkeypatch.setenv("SADL_MODE", "fit")
     # serially, and with the fitting file on one worker and the other file on the other
-    for args in (("-p", "no:benchmark", "-W", "error::pytest_sadl.errors.SadlRecordingWarning"), ("-n", "2", "--dist", "loadfile")):
+    for args in (
+        ("-p", "no:benchmark", "-W", "error::pytest_sadl.errors.SadlRecordingWarning"),
+        ("-n", "2", "--dist", "loadfile"),
+    ):
         res = run(pytester, *REPORTS, *args)
         out = res.stdout.str()
         assert res.ret == 0, out
@@ -108,7 +116,10 @@ def test_inputs_after_a_fit_are_left_out_and_listed_apart_serially_and_under_xdi
         assert "left out (model changed): test_project.py::test_3_after, 20 inputs" in out
         md = (pytester.path / "out.md").read_text()
         assert "**The model changed during the session:** the inputs of 2 tests" in md
-        assert "> - test\\_project.py::test\\_3\\_after: 20 inputs" in md or "> - test_project.py::test_3_after: 20 inputs" in md
+        assert (
+            "> - test\\_project.py::test\\_3\\_after: 20 inputs" in md
+            or "> - test_project.py::test_3_after: 20 inputs" in md
+        )
         html = (pytester.path / "out.html" / "index.html").read_text()
         assert 'id="stale"' in html and "<code>test_project.py::test_2_fit</code>: 10 inputs" in html
 

@@ -226,7 +226,9 @@ def test_nc_takes_traces_that_carry_extrema_and_refuses_those_without(data):
     reduced = [reduce_layer(a) for a in tests]
     extrema = [(a.reshape(len(a), -1).min(1), a.reshape(len(a), -1).max(1)) for a in tests]
     n = len(tests[0])
-    carrying = Traces(sa=reduced[0], coverage=reduced, pred=np.zeros(n, int), output=np.zeros((n, 2)), coverage_extrema=extrema)
+    carrying = Traces(
+        sa=reduced[0], coverage=reduced, pred=np.zeros(n, int), output=np.zeros((n, 2)), coverage_extrema=extrema
+    )
     assert nc(carrying, 0.3) == pytest.approx(naive.neuron_coverage(tests, 0.3))
     cov = NeuronCoverage([a.shape[-1] for a in reduced], 0.3)
     cov.update(carrying)

@@ -30,7 +30,7 @@ sadl_layers = hidden
 {extra}
 """
 
-RECORDING_TESTS = '''
+RECORDING_TESTS = """
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -87,7 +87,7 @@ def test_model_saves_and_behaves_as_before_while_recorded(sadl_model, tmp_path):
     # passed through to the model itself, not recorded: the same output as the unwrapped
     # copy gives (NaN or not: TensorFlow 2.21's oneDNN conv/pool kernels turn NaN into numbers)
     np.testing.assert_array_equal(sadl_model.predict(nan, verbose=0), copy.predict(nan, verbose=0))
-'''
+"""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -187,7 +187,14 @@ def test_recording_groups_failures_and_values(project, digits):
     train_pred = model.predict(digits.x_train, verbose=0).argmax(1)
     # the tests by node id: call, explicit record, failing, save, predict, predict_on_batch
     x_in = np.concatenate(
-        [digits.x_test[10:15], digits.x_test[18:20], digits.x_test[20:25], digits.x_test[:2], digits.x_test[0:10], digits.x_test[15:18]]
+        [
+            digits.x_test[10:15],
+            digits.x_test[18:20],
+            digits.x_test[20:25],
+            digits.x_test[:2],
+            digits.x_test[0:10],
+            digits.x_test[15:18],
+        ]
     )
     ats = hidden.predict(x_in, verbose=0)
     pred = model.predict(x_in, verbose=0).argmax(1)
@@ -201,7 +208,9 @@ def test_recording_groups_failures_and_values(project, digits):
     assert names[:3] == ["conv1", "pool1", "conv2"] and "dropout" not in names and "flatten" not in names
     full = [keras.Model(model.inputs, model.get_layer(n).output).predict(x_in, verbose=0) for n in names]
     assert data["metrics"]["nc"]["value"] == pytest.approx(nc(full, 0.5))
-    train_full = [keras.Model(model.inputs, model.get_layer(n).output).predict(digits.x_train, verbose=0) for n in names]
+    train_full = [
+        keras.Model(model.inputs, model.get_layer(n).output).predict(digits.x_train, verbose=0) for n in names
+    ]
     assert data["metrics"]["kmnc"]["value"] == pytest.approx(kmnc(full, fit_ranges(train_full), 1000), abs=2e-3)
     assert data["metrics"]["lsc"]["count"] == 27
     assert any("non-finite" in w for w in data["outcome"]["warnings"])
@@ -215,12 +224,14 @@ def test_recording_groups_failures_and_values(project, digits):
     assert data["inputs"]["label"] == labels
     labelled = [i for i, v in enumerate(labels) if v is not None]
     assert data["mistakes"]["overall"]["labelled"] == 12
-    assert data["mistakes"]["overall"]["errors"] == int((pred[labelled] != np.array([labels[i] for i in labelled])).sum())
+    assert data["mistakes"]["overall"]["errors"] == int(
+        (pred[labelled] != np.array([labels[i] for i in labelled])).sum()
+    )
     assert "does surprise predict this model's mistakes?" in out
     assert re.search(r"^attack\s+2\s+8\s", out, re.M) and re.search(r"^\+ held-out\s+3\s+17\s", out, re.M)
 
 
-THRESHOLD_TESTS = '''
+THRESHOLD_TESTS = """
 import numpy as np
 import pytest
 
@@ -230,7 +241,7 @@ X = np.load("inputs.npy")
 @pytest.mark.sadl(group="held-out")
 def test_predict(sadl_model):
     sadl_model.predict(X, verbose=0)
-'''
+"""
 
 
 def test_thresholds_met_and_missed_set_the_exit_code(project):
@@ -277,7 +288,13 @@ def test_dsa_distances_are_kept_between_runs_and_equal_a_full_precompute(project
     run(pytester, "--sadl-coverage", "--sadl-report=json:second.json")
     assert list(folder.glob("extra.dsa-dist_b.*.npy")) == [kept_file], "nothing new to keep: not rewritten"
     # every dist_b at build, in a cache of its own: it never saw the kept distances
-    run(pytester, "--sadl-coverage", "--sadl-dsa-precompute", "--sadl-cache-dir=full-cache", "--sadl-report=json:full.json")
+    run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-dsa-precompute",
+        "--sadl-cache-dir=full-cache",
+        "--sadl-report=json:full.json",
+    )
     (full_folder,) = [p for p in (pytester.path / "full-cache").glob("profile-*") if p.is_dir()]
     assert json.loads((full_folder / "meta.json").read_text())["meta"]["dsa_precomputed"]
     other_dist = np.load(full_folder / "dsa.other_dist.npy")
@@ -323,11 +340,20 @@ def test_strict_config_and_markers_pass_with_every_ini_option(project):
         [
             "sadl_coverage = true",
             "sadl_coverage_layers = conv1,hidden",
-            "sadl_lsc_lower = -50", "sadl_lsc_upper = 500", "sadl_lsc_buckets = 100",
-            "sadl_dsc_lower = 0", "sadl_dsc_upper = 3", "sadl_dsc_buckets = 100",
-            "sadl_nc_threshold = 0.25", "sadl_kmnc_k = 10", "sadl_var_threshold = 1e-6",
-            "sadl_batch_size = 64", "sadl_report = json:ini.json", "sadl_fail_under = nc:1",
-            "sadl_cache_dir = .sadl-cache", "sadl_dsa_precompute = false",
+            "sadl_lsc_lower = -50",
+            "sadl_lsc_upper = 500",
+            "sadl_lsc_buckets = 100",
+            "sadl_dsc_lower = 0",
+            "sadl_dsc_upper = 3",
+            "sadl_dsc_buckets = 100",
+            "sadl_nc_threshold = 0.25",
+            "sadl_kmnc_k = 10",
+            "sadl_var_threshold = 1e-6",
+            "sadl_batch_size = 64",
+            "sadl_report = json:ini.json",
+            "sadl_fail_under = nc:1",
+            "sadl_cache_dir = .sadl-cache",
+            "sadl_dsa_precompute = false",
         ]
     )
     pytester = project(THRESHOLD_TESTS, extra=extra)
@@ -341,8 +367,10 @@ def test_strict_config_and_markers_pass_with_every_ini_option(project):
     assert [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
     # the header: paths relative to the rootdir, lines that fit 80 columns
     header = [line for line in res.stdout.lines if line.startswith("sadl: ") and "=" in line]
-    assert " ".join(header).replace("; sadl: ", "; ").startswith(
-        "sadl: model=model.keras; train=train.npz; SA layers=hidden"
+    assert (
+        " ".join(header)
+        .replace("; sadl: ", "; ")
+        .startswith("sadl: model=model.keras; train=train.npz; SA layers=hidden")
     ), header
     assert "reports=json:ini.json" in " ".join(header) and all(len(line) <= 80 for line in header), header
     assert str(pytester.path) not in "".join(header)
@@ -367,7 +395,10 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
     "args, message",
     [
         (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
-        (["--sadl-fail-under=lsc:30,foo:2"], "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac*"),
+        (
+            ["--sadl-fail-under=lsc:30,foo:2"],
+            "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac*",
+        ),
         (["--sadl-fail-under=lsc"], "*'lsc' is not METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
         (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),
@@ -392,10 +423,19 @@ def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, mes
     "line, message",
     [
         # the same message on every pytest (< 9.2 hands the plugin a ValueError, 9.2+ a UsageError)
-        ('sadl_coverage = "maybe"', "sadl_coverage (ini) is not a boolean: invalid truth value 'maybe'; write true or false"),
-        ("sadl_cache_dir = true", "sadl_cache_dir = true in pyproject.toml: expected a path or 'package.module:function' (a string)"),
+        (
+            'sadl_coverage = "maybe"',
+            "sadl_coverage (ini) is not a boolean: invalid truth value 'maybe'; write true or false",
+        ),
+        (
+            "sadl_cache_dir = true",
+            "sadl_cache_dir = true in pyproject.toml: expected a path or 'package.module:function' (a string)",
+        ),
         ("sadl_compare = 3", "sadl_compare = 3 in pyproject.toml: expected a path*"),
-        ('sadl_model = ["a.keras", "b.keras"]', "sadl_model = ['a.keras', 'b.keras'] in pyproject.toml: expected a path*"),
+        (
+            'sadl_model = ["a.keras", "b.keras"]',
+            "sadl_model = ['a.keras', 'b.keras'] in pyproject.toml: expected a path*",
+        ),
         ('sadl_fail_under = ["lsc:30", "foo:2"]', "sadl_fail_under (ini): unknown metric 'foo'*"),
         ("sadl_kmnc_k = 20000", "sadl_kmnc_k (ini)=20000: at most 10,000*"),
         ("sadl_kmnc_k = 1.5", "sadl_kmnc_k = 1.5 in pyproject.toml: expected an integer"),
@@ -427,7 +467,10 @@ def test_a_bad_boolean_in_an_ini_file_names_the_option(pytester: pytest.Pytester
     [
         ("pytest.ini", "[pytest]\nsadl_coverage = true\nsadl_fail_under =\n    lsc:30\n    nc:10\nsadl_kmnc_k = 20\n"),
         ("pyproject.toml", '[tool.pytest]\nsadl_coverage = true\nsadl_fail_under = "lsc:30,nc:10"\nsadl_kmnc_k = 20\n'),
-        ("pyproject.toml", '[tool.pytest]\nsadl_coverage = true\nsadl_fail_under = ["lsc:30", "nc:10"]\nsadl_kmnc_k = 20\n'),
+        (
+            "pyproject.toml",
+            '[tool.pytest]\nsadl_coverage = true\nsadl_fail_under = ["lsc:30", "nc:10"]\nsadl_kmnc_k = 20\n',
+        ),
     ],
     ids=["ini-lines", "native-toml-string", "native-toml-list"],
 )
@@ -445,7 +488,9 @@ def test_list_options_read_alike_in_every_config_format(pytester: pytest.Pyteste
 
 
 def test_a_toml_list_of_thresholds_works(pytester: pytest.Pytester):
-    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nsadl_fail_under = ["lsc:30", "nc:10"]\nsadl_coverage = true\n')
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nsadl_fail_under = ["lsc:30", "nc:10"]\nsadl_coverage = true\n'
+    )
     pytester.makepyfile("def test_ok():\n    pass\n")
     res = pytester.runpytest_inprocess("--co")
     assert res.ret == 0
@@ -470,7 +515,7 @@ def test_unknown_layer_is_a_usage_error_before_tests_run(project):
     assert "test_predict" not in res.stdout.str()
 
 
-REGRESSION_TESTS = '''
+REGRESSION_TESTS = """
 import numpy as np
 import pytest
 
@@ -480,12 +525,14 @@ X = np.load("inputs.npy")
 @pytest.mark.sadl(group="held-out")
 def test_predict(sadl_model):
     sadl_model.predict(X, verbose=0)
-'''
+"""
 
 
 def test_regression_model_has_no_dsa(project, regression_model_path):
     pytester = project(REGRESSION_TESTS, model=regression_model_path, layers="rhidden")
-    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=term", "--sadl-fail-under=dsc:10")
+    res = run(
+        pytester, "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=term", "--sadl-fail-under=dsc:10"
+    )
     assert res.ret == 1
     data = results(pytester)
     assert data["metrics"]["dsc"]["applicable"] is False and data["metrics"]["dsc"]["value"] is None
@@ -581,30 +628,53 @@ def test_a_crashed_worker_loses_only_the_crashing_tests_inputs(project):
     tables. (Not ``--dist=loadfile``: xdist reruns a crashing test's file there.)"""
     pytester = project(CRASHING_TESTS)
     pytester.makepyfile(test_other=OTHER_WORKER_TESTS)
-    res = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:out.json",
-              "--sadl-report=term", "--sadl-report=markdown:out.md", "--sadl-report=html:html")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "-n",
+        "2",
+        "--sadl-report=json:out.json",
+        "--sadl-report=term",
+        "--sadl-report=markdown:out.md",
+        "--sadl-report=html:html",
+    )
     assert res.ret == 1  # the crashed test failed
     data = results(pytester)
     inputs = {t["nodeid"].split("::")[1]: t["inputs"] for t in data["tests"]}
-    assert inputs == {"test_before_the_crash[0]": 10, "test_before_the_crash[1]": 10,
-                      "test_before_the_crash[2]": 10, "test_on_the_other_worker": 7}
+    assert inputs == {
+        "test_before_the_crash[0]": 10,
+        "test_before_the_crash[1]": 10,
+        "test_before_the_crash[2]": 10,
+        "test_on_the_other_worker": 7,
+    }
     assert data["metrics"]["lsc"]["count"] == 37
     [missing] = data["outcome"]["missing"]
     assert missing["nodeid"] == "test_project.py::test_worker_dies" and "crashed while running it" in missing["reason"]
     assert "incomplete: test_project.py::test_worker_dies" in data["outcome"]["warnings"][0]
     out = res.stdout.lines
-    warning = next(i for i, line in enumerate(out) if line.startswith("warning: pytest-sadl: the inputs of 1 test(s) are missing"))
+    warning = next(
+        i for i, line in enumerate(out) if line.startswith("warning: pytest-sadl: the inputs of 1 test(s) are missing")
+    )
     table = next(i for i, line in enumerate(out) if line.startswith("metric  coverage"))
     assert warning < table
-    assert "test\\_project.py::test\\_worker\\_dies: worker" in (pytester.path / "out.md").read_text().split("| Metric")[0]
+    assert (
+        "test\\_project.py::test\\_worker\\_dies: worker" in (pytester.path / "out.md").read_text().split("| Metric")[0]
+    )
     html = (pytester.path / "html" / "index.html").read_text()
     assert 'id="missing"' in html and "test_project.py::test_worker_dies" in html
 
 
 def test_reports_are_independent_and_the_exit_status_says_one_failed(project):
     pytester = project(THRESHOLD_TESTS)
-    res = run(pytester, "--sadl-coverage", "--sadl-report=html:/proc/sadl-x", "--sadl-report=json:ok.json",
-              "--sadl-report=markdown:ok.md", "--sadl-report=term", "--junitxml=junit.xml")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-report=html:/proc/sadl-x",
+        "--sadl-report=json:ok.json",
+        "--sadl-report=markdown:ok.md",
+        "--sadl-report=term",
+        "--junitxml=junit.xml",
+    )
     assert res.ret == pytest.ExitCode.USAGE_ERROR  # every test passed: the code is the report's
     res.assert_outcomes(passed=1)
     assert results(pytester, "ok.json")["metrics"]["lsc"]["count"] == 60
@@ -630,31 +700,46 @@ def test_a_bad_baseline_is_a_usage_error_naming_file_and_field(project):
     base = _baseline(pytester, fingerprint=12345)
     res = run(pytester, "--sadl-coverage", f"--sadl-compare={base}", "--sadl-report=json:out.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines([f"ERROR: --sadl-compare: {base}: model.fingerprint must be a string or null, got an integer 12345"])
+    res.stderr.fnmatch_lines(
+        [f"ERROR: --sadl-compare: {base}: model.fingerprint must be a string or null, got an integer 12345"]
+    )
     deep = pytester.path / "deep.json"
-    deep.write_text('{"schema": "pytest-sadl/results", "version": 1, "metrics": {"lsc": ' + "[" * 200_000 + "]" * 200_000 + "}}")
+    deep.write_text(
+        '{"schema": "pytest-sadl/results", "version": 1, "metrics": {"lsc": ' + "[" * 200_000 + "]" * 200_000 + "}}"
+    )
     res = run(pytester, "--sadl-coverage", f"--sadl-compare={deep}")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "nested more than 32 levels deep" in res.stderr.str()
 
 
-BASELINE_BREAKING_TESTS = THRESHOLD_TESTS + """
+BASELINE_BREAKING_TESTS = (
+    THRESHOLD_TESTS
+    + """
 
 def test_breaks_the_baseline():
     with open("base.json", "w") as fh:
         fh.write('{"schema": "pytest-sadl/results", "version": 1, "metrics": {"lsc": {"value": 1e308}}}')
 """
+)
 
 
 def test_a_baseline_broken_during_the_run_loses_no_report(project):
     pytester = project(BASELINE_BREAKING_TESTS)
     base = _baseline(pytester)
-    res = run(pytester, "--sadl-coverage", f"--sadl-compare={base}", "--sadl-compare-fail=lsc:-5",
-              "--sadl-report=json:out.json", "--sadl-report=term")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        f"--sadl-compare={base}",
+        "--sadl-compare-fail=lsc:-5",
+        "--sadl-report=json:out.json",
+        "--sadl-report=term",
+    )
     assert res.ret == 1  # the comparison gate cannot be checked: it fails
     data = results(pytester)
     assert data["metrics"]["lsc"]["count"] == 60
-    assert any("cannot compare with the baseline" in w and "metrics.lsc.value must be a fraction" in w
-               for w in data["outcome"]["warnings"])
+    assert any(
+        "cannot compare with the baseline" in w and "metrics.lsc.value must be a fraction" in w
+        for w in data["outcome"]["warnings"]
+    )
     assert "metric  coverage" in res.stdout.str()
     res.stdout.fnmatch_lines(["FAIL --sadl-compare-fail cannot be checked: *"])
 
@@ -674,8 +759,9 @@ def test_a_marked_test_without_any_model_is_a_usage_error_not_a_test_error(pytes
     as a usage error (exit 4) in one line saying where to configure the model, instead of an
     error per test with a traceback (and "1 passed" for the unmarked ones, exit 1)."""
     pytester.makefile(".ini", pytest="[pytest]\n")
-    pytester.makepyfile("import pytest\n\ndef test_plain():\n    pass\n\n"
-                        "@pytest.mark.sadl\ndef test_marked():\n    pass\n")
+    pytester.makepyfile(
+        "import pytest\n\ndef test_plain():\n    pass\n\n@pytest.mark.sadl\ndef test_marked():\n    pass\n"
+    )
     res = pytester.runpytest_inprocess("--sadl-coverage", "-p", "no:randomly")
     assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()
     text = res.stdout.str() + res.stderr.str()
@@ -697,7 +783,9 @@ def test_collect_only_measures_nothing(pytester: pytest.Pytester):
     (pytester.path / "model.keras").write_bytes(b"not loaded when only collecting")
     pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\n")
     pytester.makepyfile("import pytest\n\n@pytest.mark.sadl\ndef test_marked():\n    pass\n")
-    res = pytester.runpytest_inprocess("--co", "--sadl-coverage", "--sadl-fail-under=nc:10", "--sadl-report=json:co.json")
+    res = pytester.runpytest_inprocess(
+        "--co", "--sadl-coverage", "--sadl-fail-under=nc:10", "--sadl-report=json:co.json"
+    )
     assert res.ret == 0 and not (pytester.path / "co.json").exists()
     assert "FAIL" not in res.stdout.str()
 
@@ -731,9 +819,15 @@ from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
 
 _spec_parts = st.one_of(
     st.text(max_size=12),
-    st.tuples(st.sampled_from([*METRICS, "all", "LSC", "foo", ""]), st.sampled_from([":", "=", ""]),
-              st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-(10**30), 10**30).map(str),
-                        st.text(max_size=5))).map("".join),
+    st.tuples(
+        st.sampled_from([*METRICS, "all", "LSC", "foo", ""]),
+        st.sampled_from([":", "=", ""]),
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True).map(repr),
+            st.integers(-(10**30), 10**30).map(str),
+            st.text(max_size=5),
+        ),
+    ).map("".join),
 )
 _specs = st.lists(_spec_parts, max_size=5).map(",".join)
 
@@ -763,8 +857,11 @@ def test_property_compare_limits_are_finite_drops_or_a_value_error(spec):
 
 
 @settings(max_examples=200, deadline=None)
-@given(kind=st.one_of(st.sampled_from(REPORT_KINDS), st.text(max_size=8)), sep=st.sampled_from(["", ":"]),
-       path=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12))
+@given(
+    kind=st.one_of(st.sampled_from(REPORT_KINDS), st.text(max_size=8)),
+    sep=st.sampled_from(["", ":"]),
+    path=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
+)
 def test_property_report_specs_parse_to_a_known_kind_or_a_usage_error(kind, sep, path):
     base = Path("/base")
     try:
@@ -796,8 +893,13 @@ def test_the_documented_switch_quiets_tensorflows_start_up_lines():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CPP", "TF_ENABLE_ONEDNN"))}
     env["KERAS_BACKEND"] = "tensorflow"
     loud = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    quiet = subprocess.run([sys.executable, "-c", code], env={**env, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"},
-                           capture_output=True, text=True, timeout=300)
+    quiet = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert loud.stdout.strip() == quiet.stdout.strip() == "4.0"
     assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line the README talks about: update the README"
     assert quiet.stderr.strip() == "", quiet.stderr

@@ -75,7 +75,13 @@ def test_calls_from_many_threads_are_all_recorded_as_a_serial_loop(project):  # 
     """8 threads x 32 calls (predict, predict_on_batch, model(x)) in one marked test: every
     input is recorded for that test, and its numbers equal the same calls in one loop."""
     pytester = project(THREAD_TESTS)
-    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "-W", "error::pytest_sadl.errors.SadlRecordingWarning")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-report=json:out.json",
+        "-W",
+        "error::pytest_sadl.errors.SadlRecordingWarning",
+    )
     res.assert_outcomes(passed=2)
     data = results(pytester)
     tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
@@ -215,12 +221,16 @@ def test_under_rerunfailures_only_the_last_attempt_counts_serially_and_under_xdi
         assert len(data["inputs"]["test"]) == 60
     for key in ("metrics", "groups", "tests", "inputs"):
         assert a[key] == b[key], key
-    assert (pytester.path / "attempts-flaky-serial").read_text() == (pytester.path / "attempts-flaky-xdist").read_text() == "2"
+    assert (
+        (pytester.path / "attempts-flaky-serial").read_text()
+        == (pytester.path / "attempts-flaky-xdist").read_text()
+        == "2"
+    )
 
 
 # -------------------------------------------------------------------------- order
 
-ORDER_TESTS = '''
+ORDER_TESTS = """
 import numpy as np
 import pytest
 
@@ -259,13 +269,15 @@ def test_0_blur(sadl_model):
 @pytest.mark.sadl(group="clean")
 def test_e_clean(sadl_model):
     sadl_model.predict(X[40:60], verbose=0)
-'''
+"""
 
 
 def _table_vi(res: pytest.RunResult) -> list[str]:
     lines = res.stdout.lines
     start = next(i for i, line in enumerate(lines) if "cumulative coverage by group" in line)
-    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip() or lines[i].startswith("sadl:")), len(lines))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if not lines[i].strip() or lines[i].startswith("sadl:")), len(lines)
+    )
     return lines[start:end]
 
 
@@ -281,13 +293,20 @@ def test_the_report_does_not_depend_on_execution_order(project):  # noqa: F811  
     }
     for seed in (1, 2):  # pytest-randomly on: not through run(), which switches it off
         runs[f"seed{seed}"] = pytester.runpytest_inprocess(
-            "-p", "no:cacheprovider", "-p", "randomly", f"--randomly-seed={seed}", *base, f"--sadl-report=json:seed{seed}.json"
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "randomly",
+            f"--randomly-seed={seed}",
+            *base,
+            f"--sadl-report=json:seed{seed}.json",
         )
     executed = {}
     for name, res in runs.items():
         res.assert_outcomes(passed=6)
-        executed[name] = [m.group(1) for line in res.stdout.lines if "PASSED" in line
-                          for m in [re.search(r"::(test_\w+)", line)] if m]
+        executed[name] = [
+            m.group(1) for line in res.stdout.lines if "PASSED" in line for m in [re.search(r"::(test_\w+)", line)] if m
+        ]
     # the two seeds ran the tests in orders of their own (xdist's order may be any)
     assert len({tuple(executed[name]) for name in ("serial", "seed1", "seed2")}) == 3, executed
     seen = {}
@@ -300,7 +319,12 @@ def test_the_report_does_not_depend_on_execution_order(project):  # noqa: F811  
         assert _table_vi(runs[name]) == _table_vi(runs["serial"]), name
     data = seen["serial"]
     assert [t["nodeid"].split("::")[1] for t in data["tests"]] == [
-        "test_0_blur", "test_a_clean", "test_b_noise", "test_c_noise", "test_d_clean", "test_e_clean"
+        "test_0_blur",
+        "test_a_clean",
+        "test_b_noise",
+        "test_c_noise",
+        "test_d_clean",
+        "test_e_clean",
     ]
     assert [g["name"] for g in data["groups"]] == ["blur", "clean", "noise"]
     # the ini list (and the flag over it) orders the groups it names; the rest follow

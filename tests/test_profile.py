@@ -101,7 +101,9 @@ def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) 
     said: list[str] = []
     prof = load_or_build(regression_model, digits.x_train, None, tmp_path, status=said.append)
     assert not prof.classifier and prof.dsa() is None and prof.dsa_arrays is None and prof.n_classes is None
-    assert "fitting neuron ranges and LSA (DSA needs a classifier)" in said and not any("LSA and DSA" in m for m in said)
+    assert "fitting neuron ranges and LSA (DSA needs a classifier)" in said and not any(
+        "LSA and DSA" in m for m in said
+    )
     with _no_cache_warning():
         hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
     assert not hit.built
@@ -307,7 +309,9 @@ def test_model_fingerprint(dense_model_path: Path) -> None:
 
 
 @pytest.mark.tf
-def test_profile_fingerprint_changes_with_weight_input_or_option(dense_model_path: Path, digits: Any, tmp_path: Path) -> None:
+def test_profile_fingerprint_changes_with_weight_input_or_option(
+    dense_model_path: Path, digits: Any, tmp_path: Path
+) -> None:
     model = _models.load_model(dense_model_path)
     x = digits.x_train.copy()
     base = load_or_build(model, x, None, tmp_path)
@@ -470,10 +474,25 @@ def _damage(damage: str, path: Path, other: Path) -> None:  # noqa: C901  comple
 
 
 DAMAGES = [
-    "garbage", "truncated", "empty", "missing-array", "wrong-fingerprint", "tampered-numbers",
-    "tampered-metadata", "pickled", "dtype-O-in-metadata", "old-version", "impossible-shape",
-    "sparse-bomb", "fifo-meta", "fifo-array", "fifo-profile", "crafted-nan-ranges",
-    "crafted-nan-traces", "crafted-nan-var-threshold", "crafted-short-traces",
+    "garbage",
+    "truncated",
+    "empty",
+    "missing-array",
+    "wrong-fingerprint",
+    "tampered-numbers",
+    "tampered-metadata",
+    "pickled",
+    "dtype-O-in-metadata",
+    "old-version",
+    "impossible-shape",
+    "sparse-bomb",
+    "fifo-meta",
+    "fifo-array",
+    "fifo-profile",
+    "crafted-nan-ranges",
+    "crafted-nan-traces",
+    "crafted-nan-var-threshold",
+    "crafted-short-traces",
     "crafted-class-out-of-range",
 ]
 
@@ -500,7 +519,14 @@ def test_bad_cache_entry_is_rebuilt_with_a_one_line_warning(
     start = time.monotonic()
     infos = list_profiles(tmp_path)  # never hangs on a FIFO, never reads the arrays
     listed = next(i for i in infos if i.path == path)
-    if damage not in ("truncated", "tampered-numbers", "crafted-nan-ranges", "crafted-nan-traces", "crafted-class-out-of-range", "pickled"):
+    if damage not in (
+        "truncated",
+        "tampered-numbers",
+        "crafted-nan-ranges",
+        "crafted-nan-traces",
+        "crafted-class-out-of-range",
+        "pickled",
+    ):
         assert not listed.ok and listed.problem  # the rest is found by a load (digests, values)
     with pytest.warns(SadlCacheWarning) as caught:
         again = load_or_build(dense_model, digits.x_train, None, tmp_path)
@@ -532,7 +558,9 @@ def test_inconsistent_arrays_name_the_problem(dense_model: Any, digits: Any, tmp
 @pytest.mark.tf
 def test_format_1_profiles_are_stale_and_removed_with_a_warning(dense_model: Any, digits: Any, tmp_path: Path) -> None:
     old = tmp_path / "profile-0123abcd.npz"
-    np.savez(old, meta=np.array(json.dumps({"format": "pytest-sadl/profile", "version": 1})), sa_traces=np.zeros((3, 2)))
+    np.savez(
+        old, meta=np.array(json.dumps({"format": "pytest-sadl/profile", "version": 1})), sa_traces=np.zeros((3, 2))
+    )
     info = list_profiles(tmp_path)
     assert len(info) == 1 and not info[0].ok and "format 1" in info[0].problem
     with pytest.warns(SadlCacheWarning, match="format 1.*stale"):
@@ -545,7 +573,11 @@ def _child(code: str, *args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(ROOT),
     )
 
 
@@ -681,8 +713,7 @@ def test_cache_dir_matches_pytest(pytester: pytest.Pytester) -> None:
     """The directory is the one pytest's own ``config.cache.mkdir("sadl")`` gives."""
     pytester.makepyprojecttoml("[tool.pytest.ini_options]\ncache_dir = 'here/cache'\n")
     pytester.makeconftest(
-        "def pytest_configure(config):\n"
-        "    (config.rootpath / 'out.txt').write_text(str(config.cache.mkdir('sadl')))\n"
+        "def pytest_configure(config):\n    (config.rootpath / 'out.txt').write_text(str(config.cache.mkdir('sadl')))\n"
     )
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest_inprocess("-p", "no:xdist")
@@ -792,7 +823,9 @@ def test_shuffled_inputs_give_the_same_profile_bounds_and_numbers(conv_model: An
 
 
 @pytest.mark.tf
-def test_held_out_scores_are_stored_with_the_profile(dense_model: Any, digits: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_held_out_scores_are_stored_with_the_profile(
+    dense_model: Any, digits: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pytest_sadl import engine
 
     prof = load_or_build(dense_model, digits.x_train, None, tmp_path)
@@ -940,7 +973,11 @@ def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> 
         shutil.rmtree(base, ignore_errors=True)
     stored, same_value, messages = got["empty"]
     assert not stored and same_value
-    assert len(messages) == 1 and "could not cache the training profile" in messages[0] and "PermissionError" in messages[0]
+    assert (
+        len(messages) == 1
+        and "could not cache the training profile" in messages[0]
+        and "PermissionError" in messages[0]
+    )
     same, extra, messages = got["full"]
     assert same and extra == [0.0, 1.0, 2.0, 3.0]
     assert len(messages) == 1 and "PermissionError" in messages[0]
@@ -949,7 +986,9 @@ def test_a_read_only_cache_as_a_non_root_user(dense_model: Any, digits: Any) -> 
 
 
 @pytest.mark.tf
-def test_an_unwritable_cache_does_not_change_a_pytest_run(pytester: pytest.Pytester, dense_model_path: Path, digits: Any) -> None:
+def test_an_unwritable_cache_does_not_change_a_pytest_run(
+    pytester: pytest.Pytester, dense_model_path: Path, digits: Any
+) -> None:
     shutil.copy(dense_model_path, pytester.path / "model.keras")
     np.savez(pytester.path / "train.npz", x=digits.x_train)
     np.save(pytester.path / "inputs.npy", digits.x_test[:30])
@@ -964,7 +1003,11 @@ def test_an_unwritable_cache_does_not_change_a_pytest_run(pytester: pytest.Pytes
     good = pytester.runpytest_inprocess(*args, "--sadl-cache-dir=cache", "--sadl-report=json:good.json")
     assert bad.ret == good.ret == 0, bad.stdout.str()
     assert "INTERNALERROR" not in bad.stdout.str() + bad.stderr.str()
-    bad.stdout.fnmatch_lines(["sadl: warning: pytest-sadl: could not cache the training profile in *blocked* (NotADirectoryError*); it is built in memory for this run"])
+    bad.stdout.fnmatch_lines(
+        [
+            "sadl: warning: pytest-sadl: could not cache the training profile in *blocked* (NotADirectoryError*); it is built in memory for this run"
+        ]
+    )
     a, b = (json.loads((pytester.path / f"{n}.json").read_text()) for n in ("bad", "good"))
     assert a["metrics"] == b["metrics"]
     assert any("could not cache" in w for w in a["outcome"]["warnings"])
@@ -1021,7 +1064,12 @@ def test_training_data_as_a_directory_dataset_a_pydataset_or_a_generator_gives_t
         for i in range(0, 600, 64):
             yield (x[i : i + 64], y[i : i + 64])
 
-    for name, source in (("dir", from_dir), ("pydataset", Batches()), ("endless", Endless()), ("generator", generator())):
+    for name, source in (
+        ("dir", from_dir),
+        ("pydataset", Batches()),
+        ("endless", Endless()),
+        ("generator", generator()),
+    ):
         data = load_training_data(source)
         prof = load_or_build(dense_model, data, None, tmp_path / name)
         assert prof.data_fingerprint == ref.data_fingerprint, name

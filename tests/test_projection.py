@@ -23,8 +23,10 @@ def test_projection_is_the_leading_principal_axes_and_lets_lsa_measure_a_layer_t
     train = (low @ mix + 0.01 * rng.normal(size=(120, 40))).astype(np.float32)
     np.save(tmp_path / "t.npy", train)
     mm = np.load(tmp_path / "t.npy", mmap_mode="r")
-    with pytest.raises(ValueError, match="no class has more than 40 training traces"), \
-            pytest.warns(SadlWarning, match="4 classes have fewer training traces than the 41 a KDE over 40 neurons needs"):
+    with (
+        pytest.raises(ValueError, match="no class has more than 40 training traces"),
+        pytest.warns(SadlWarning, match="4 classes have fewer training traces than the 41 a KDE over 40 neurons needs"),
+    ):
         LSA(train, tp)
     pca = Projection.fit(mm, 6, chunk_bytes=20 * 40 * 8)
     centred = train.astype(np.float64) - train.astype(np.float64).mean(axis=0)
@@ -36,8 +38,11 @@ def test_projection_is_the_leading_principal_axes_and_lets_lsa_measure_a_layer_t
     projected_train, projected_tests = pca(mm), pca(tests)
     got = LSA(projected_train, tp)(projected_tests, pred)
     np.testing.assert_allclose(got, naive.lsa(projected_train, tp, projected_tests, pred), rtol=1e-9)
-    np.testing.assert_allclose(MDSA(projected_train, tp)(projected_tests, pred),
-                               naive.mdsa(projected_train, tp, projected_tests, pred), rtol=1e-9)
+    np.testing.assert_allclose(
+        MDSA(projected_train, tp)(projected_tests, pred),
+        naive.mdsa(projected_train, tp, projected_tests, pred),
+        rtol=1e-9,
+    )
     again = Projection.from_arrays(pca.to_arrays())
     np.testing.assert_array_equal(again(tests), projected_tests)
     with pytest.raises(ValueError, match="components must be an integer from 1 to the 40 neurons"):

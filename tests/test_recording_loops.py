@@ -32,7 +32,9 @@ def _recorder() -> Recorder:
     return Recorder(lambda model: TraceModel(model, jit=False, extrema=True))
 
 
-def _recorded(model: Any, call: Any, recorder: Recorder | None = None, nodeid: str = "t.py::test") -> tuple[Any, TestRecord]:
+def _recorded(
+    model: Any, call: Any, recorder: Recorder | None = None, nodeid: str = "t.py::test"
+) -> tuple[Any, TestRecord]:
     recorder = recorder or _recorder()
     rec = recorder.record_for(nodeid, 0, "g")
     with recorder.recording(rec, model):
@@ -76,7 +78,9 @@ def dense(dense_model_path: Path) -> Any:
 
 
 @pytest.mark.parametrize("form", ["x", "(x,)", "(x, y)", "(x, y, w)"])
-def test_predict_on_a_dataset_records_every_batch_and_returns_what_keras_returns(dense: Any, digits: Any, form: str) -> None:
+def test_predict_on_a_dataset_records_every_batch_and_returns_what_keras_returns(
+    dense: Any, digits: Any, form: str
+) -> None:
     x, y = digits.x_test[:150], digits.y_test[:150]
     w = np.linspace(0.5, 1.5, len(x)).astype(np.float32)
     slices = {"x": x, "(x,)": (x,), "(x, y)": (x, y), "(x, y, w)": (x, y, w)}[form]
@@ -131,7 +135,9 @@ def test_predict_and_evaluate_on_a_pydataset_keep_its_labels(dense: Any, digits:
 
     plain, plain_eval = dense.predict(Batches(), verbose=0), dense.evaluate(Batches(), verbose=0)
     recorder = _recorder()
-    out, rec = _recorded(dense, lambda: (dense.predict(Batches(), verbose=0), dense.evaluate(Batches(), verbose=0)), recorder)
+    out, rec = _recorded(
+        dense, lambda: (dense.predict(Batches(), verbose=0), dense.evaluate(Batches(), verbose=0)), recorder
+    )
     _same(out, (plain, plain_eval))
     assert rec.n_inputs == 200  # both calls' inputs
     np.testing.assert_array_equal(_labels_of(rec, x)[:, 0], y)
@@ -259,8 +265,11 @@ def test_column_arrays_for_input_1_are_profiled_and_recorded_as_keras_takes_them
     as_matrix = tm.traces({k: v[:, None] for k, v in cols.items()})
     np.testing.assert_array_equal(as_columns.sa, as_matrix.sa)
     part = {k: v[:50] for k, v in cols.items()}
-    calls = (lambda: model.predict(part, verbose=0), lambda: model.evaluate(part, y[:50], verbose=0),
-             lambda: model.predict(tf.data.Dataset.from_tensor_slices((part, y[:50])).batch(20), verbose=0))
+    calls = (
+        lambda: model.predict(part, verbose=0),
+        lambda: model.evaluate(part, y[:50], verbose=0),
+        lambda: model.predict(tf.data.Dataset.from_tensor_slices((part, y[:50])).batch(20), verbose=0),
+    )
     plain = [c() for c in calls]
     out, rec = _recorded(model, lambda: [c() for c in calls])
     _same(out, plain)
@@ -272,7 +281,9 @@ def test_column_arrays_for_input_1_are_profiled_and_recorded_as_keras_takes_them
 def test_a_column_array_for_an_image_model_is_one_line(dense: Any) -> None:
     from pytest_sadl.errors import SadlDataError
 
-    with pytest.raises(SadlDataError, match=r"^training data has inputs of shape \(\) but the model expects \(8, 8, 1\)$"):
+    with pytest.raises(
+        SadlDataError, match=r"^training data has inputs of shape \(\) but the model expects \(8, 8, 1\)$"
+    ):
         TraceModel(dense, jit=False).traces(np.zeros(5, np.float32), what="training data")
 
 
@@ -286,8 +297,11 @@ def test_a_subclassed_model_takes_only_what_its_call_takes(kind_model_path: Any,
 
 
 @pytest.mark.filterwarnings("ignore:Your input ran out of data:UserWarning")  # Keras' own, for any finite generator
-@pytest.mark.skipif(keras.backend.backend() == "jax", reason="Keras' JAX predict purges the model's variables while it "
-                    "runs: a generator cannot call the model, recorded or not")
+@pytest.mark.skipif(
+    keras.backend.backend() == "jax",
+    reason="Keras' JAX predict purges the model's variables while it "
+    "runs: a generator cannot call the model, recorded or not",
+)
 def test_a_generator_that_calls_the_model_does_not_deadlock(dense: Any, digits: Any) -> None:
     """An attack written as a generator calls the model while Keras waits for its next
     batch, on TensorFlow from tf.data's own thread: the recorder must not hold its lock
@@ -303,7 +317,9 @@ def test_a_generator_that_calls_the_model_does_not_deadlock(dense: Any, digits: 
 
     plain = dense.predict(attacked(), verbose=0)
     done: list[Any] = []
-    worker = threading.Thread(target=lambda: done.append(_recorded(dense, lambda: dense.predict(attacked(), verbose=0))), daemon=True)
+    worker = threading.Thread(
+        target=lambda: done.append(_recorded(dense, lambda: dense.predict(attacked(), verbose=0))), daemon=True
+    )
     worker.start()
     worker.join(timeout=120)
     assert done, "model.predict(generator) hung while recorded"

@@ -30,7 +30,7 @@ INSTALL = 'pip install "pytest-sadl[tensorflow]"'
 
 BROKEN_KERAS = {
     "import-error": 'raise ImportError("this keras is broken: its native part is missing")\n',
-    "not-found": "raise ModuleNotFoundError(\"No module named 'keras'\", name=\"keras\")\n",
+    "not-found": 'raise ModuleNotFoundError("No module named \'keras\'", name="keras")\n',
 }
 
 
@@ -49,30 +49,72 @@ def _limit_memory(mib: int):
     return limit
 
 
-def _runs(cwd: Path, env: dict[str, str], preexec=None) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+def _runs(
+    cwd: Path, env: dict[str, str], preexec=None
+) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
     """(``pytest --sadl-coverage``, ``sadl profile build``) in ``cwd``."""
     pytest_run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--sadl-coverage"],
-        cwd=cwd, env=env, preexec_fn=preexec, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            "--sadl-coverage",
+        ],
+        cwd=cwd,
+        env=env,
+        preexec_fn=preexec,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     sadl_run = subprocess.run(
-        [sys.executable, "-m", "pytest_sadl", "profile", "build", "--model", "model.keras", "--train", "train.npz", "-q"],
-        cwd=cwd, env=env, preexec_fn=preexec, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest_sadl",
+            "profile",
+            "build",
+            "--model",
+            "model.keras",
+            "--train",
+            "train.npz",
+            "-q",
+        ],
+        cwd=cwd,
+        env=env,
+        preexec_fn=preexec,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     return pytest_run, sadl_run
 
 
-def _assert_one_line(pytest_run: subprocess.CompletedProcess, sadl_run: subprocess.CompletedProcess, cause: str) -> None:
+def _assert_one_line(
+    pytest_run: subprocess.CompletedProcess, sadl_run: subprocess.CompletedProcess, cause: str
+) -> None:
     out = pytest_run.stdout + pytest_run.stderr
     assert pytest_run.returncode == 4, out
     assert "Traceback" not in out and "INTERNALERROR" not in out, out
     errors = [line for line in out.splitlines() if "pytest-sadl" in line]
     assert len(errors) == 1, out
-    assert errors[0].startswith("ERROR: pytest-sadl: cannot import keras (") and INSTALL in errors[0] and cause in errors[0], out
+    assert (
+        errors[0].startswith("ERROR: pytest-sadl: cannot import keras (")
+        and INSTALL in errors[0]
+        and cause in errors[0]
+    ), out
     assert sadl_run.returncode == 2, sadl_run.stdout + sadl_run.stderr
     assert "Traceback" not in sadl_run.stderr, sadl_run.stderr
     lines = [line for line in sadl_run.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("sadl: error: cannot import keras (") and INSTALL in lines[0], sadl_run.stderr
+    assert len(lines) == 1 and lines[0].startswith("sadl: error: cannot import keras (") and INSTALL in lines[0], (
+        sadl_run.stderr
+    )
 
 
 @pytest.mark.tf
@@ -93,10 +135,17 @@ def test_a_low_ulimit_v_is_the_same_one_line(project):
     # 600 MiB of address space: Python, pytest and NumPy fit, TensorFlow's native library
     # cannot be mapped ("failed to map segment from shared object")
     probe = subprocess.run(
-        [sys.executable, "-c", "import keras"], env=_env(), preexec_fn=_limit_memory(600), capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", "import keras"],
+        env=_env(),
+        preexec_fn=_limit_memory(600),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if probe.returncode == 0 or "ImportError" not in probe.stderr:  # pragma: no cover - another platform
-        pytest.skip(f"importing keras under ulimit -v 600M does not fail with an ImportError here: {probe.stderr[-300:]}")
+        pytest.skip(
+            f"importing keras under ulimit -v 600M does not fail with an ImportError here: {probe.stderr[-300:]}"
+        )
     pytest_run, sadl_run = _runs(pytester.path, _env(), preexec=_limit_memory(600))
     _assert_one_line(pytest_run, sadl_run, "ImportError")
     assert "ulimit -v" in pytest_run.stdout + pytest_run.stderr
@@ -112,7 +161,7 @@ def test_only_a_backend_import_is_translated(monkeypatch):
     assert err is not None and 'pip install "pytest-sadl[jax]"' in str(err) and "\n" not in str(err)
 
 
-LOADER = '''
+LOADER = """
 import os
 import sys
 
@@ -121,13 +170,17 @@ def model():
     if os.environ["SADL_LOADER"] == "exit":
         sys.exit(3)
     raise KeyboardInterrupt  # Ctrl-C while a slow loader runs
-'''
+"""
 
 
 def _pytest(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -151,8 +204,23 @@ def test_a_loader_calling_sys_exit_is_a_usage_error_and_an_interrupt_ends_as_one
     assert res.returncode == 2, out  # pytest's exit status for an interrupted run
     assert "INTERNALERROR" not in out and "Traceback" not in out, out
     sadl = subprocess.run(
-        [sys.executable, "-m", "pytest_sadl", "profile", "build", "--model", "loaders:model", "--train", "train.npz", "-q"],
-        cwd=pytester.path, env={**env, "SADL_LOADER": "exit"}, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest_sadl",
+            "profile",
+            "build",
+            "--model",
+            "loaders:model",
+            "--train",
+            "train.npz",
+            "-q",
+        ],
+        cwd=pytester.path,
+        env={**env, "SADL_LOADER": "exit"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert sadl.returncode == 2 and "Traceback" not in sadl.stderr, sadl.stderr
     assert [line for line in sadl.stderr.splitlines() if line.startswith("sadl")] == [
@@ -176,9 +244,26 @@ def test_ctrl_c_while_the_reports_are_written_ends_as_an_interrupt_with_nothing_
     out = pytester.path / "out.txt"
     with open(out, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--sadl-coverage",
-             "--sadl-report=json:a.json", f"--sadl-report=markdown:{fifo}", "--sadl-report=html:b.html", "--sadl-report=term"],
-            cwd=pytester.path, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:randomly",
+                "-p",
+                "no:xdist",
+                "--sadl-coverage",
+                "--sadl-report=json:a.json",
+                f"--sadl-report=markdown:{fifo}",
+                "--sadl-report=html:b.html",
+                "--sadl-report=term",
+            ],
+            cwd=pytester.path,
+            env=_env(),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 240

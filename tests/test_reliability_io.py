@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - tests/ itself on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-HUGE_TESTS = '''
+HUGE_TESTS = """
 import numpy as np
 import pytest
 
@@ -47,7 +47,7 @@ def test_huge(sadl_model):
 @pytest.mark.sadl(group="plain")
 def test_plain(sadl_model):
     sadl_model.predict(X[:20], verbose=0)
-'''
+"""
 
 
 @pytest.mark.tf
@@ -55,7 +55,16 @@ def test_huge_inputs_under_w_error_keep_every_result(project):
     pytester = project(HUGE_TESTS)
     # -p no:benchmark: pytest-benchmark, where a machine has it, warns at configure time
     # when it sees xdist (this suite's workers), which -W error would make an INTERNALERROR
-    res = run(pytester, "-p", "no:benchmark", "-W", "error", "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=term")
+    res = run(
+        pytester,
+        "-p",
+        "no:benchmark",
+        "-W",
+        "error",
+        "--sadl-coverage",
+        "--sadl-report=json:out.json",
+        "--sadl-report=term",
+    )
     out = res.stdout.str()
     assert res.ret == 0, out
     assert "could not compute" not in out and "Warning" not in out, out
@@ -121,8 +130,13 @@ def test_reports_go_into_a_fifo_and_a_device_and_two_to_one_file_are_a_usage_err
     os.mkfifo(fifo)
     device = _null_device(pytester.path / "null")
     thread, got = _read_fifo_in_thread(fifo)
-    res = run(pytester, "--sadl-coverage", f"--sadl-report=json:{fifo}", f"--sadl-report=markdown:{device}",
-              "--sadl-report=badge:badges")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        f"--sadl-report=json:{fifo}",
+        f"--sadl-report=markdown:{device}",
+        "--sadl-report=badge:badges",
+    )
     thread.join(60)
     assert res.ret == 0, res.stdout.str()
     assert json.loads(got[0])["metrics"]["lsc"]["count"] == 60
@@ -130,8 +144,13 @@ def test_reports_go_into_a_fifo_and_a_device_and_two_to_one_file_are_a_usage_err
     assert f"sadl: json report written to {fifo}" in res.stdout.str()
     assert json.loads((pytester.path / "badges" / "sadl-badge-lsc.json").read_text())["label"] == "LSC"
 
-    res = run(pytester, "--sadl-coverage", "--sadl-report=json:same.out", "--sadl-report=markdown:sub/../same.out",
-              "--sadl-report=json:./same.out")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-report=json:same.out",
+        "--sadl-report=markdown:sub/../same.out",
+        "--sadl-report=json:./same.out",
+    )
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     line = res.stderr.str().strip().splitlines()[-1]
     assert "json:" in line and "markdown:" in line and "write the same file" in line, line
@@ -147,9 +166,23 @@ def test_dev_stdout_and_dev_null_in_a_subprocess(project):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--sadl-coverage",
-             "--sadl-report=markdown:/dev/stdout", "--sadl-report=json:/dev/null"],
-            cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:randomly",
+                "--sadl-coverage",
+                "--sadl-report=markdown:/dev/stdout",
+                "--sadl-report=json:/dev/null",
+            ],
+            cwd=pytester.path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     finally:
         null_ok = stat.S_ISCHR(os.lstat("/dev/null").st_mode)
@@ -217,7 +250,9 @@ def test_a_stopped_lock_holder_is_named_and_a_gone_one_taken_over(project):
     holder, _ = _hold_lock(lock, "plain")
     try:
         os.kill(holder.pid, signal.SIGSTOP)  # a hung job on a shared cache
-        res = run(pytester, "--sadl-coverage", "--sadl-lock-timeout=4", "--sadl-report=json:out.json", "--sadl-report=term")
+        res = run(
+            pytester, "--sadl-coverage", "--sadl-lock-timeout=4", "--sadl-report=json:out.json", "--sadl-report=term"
+        )
     finally:
         _end(holder, 0)
     out = res.stdout.str()

@@ -44,8 +44,18 @@ def _doc() -> dict[str, Any]:
 
 
 def test_report_writes_html_markdown_and_badge(tmp_path, capsys):
-    rc = sadl("report", RUN, "--html", tmp_path / "html", "--markdown", tmp_path / "s.md",
-              "--badge", tmp_path / "badges", "--compare", BASE)
+    rc = sadl(
+        "report",
+        RUN,
+        "--html",
+        tmp_path / "html",
+        "--markdown",
+        tmp_path / "s.md",
+        "--badge",
+        tmp_path / "badges",
+        "--compare",
+        BASE,
+    )
     assert rc == 0
     out = capsys.readouterr().out
     index = tmp_path / "html" / "index.html"
@@ -107,8 +117,7 @@ def test_compare_passes_and_prints_the_table(capsys):
 def test_compare_fail_exits_1_with_the_reason(capsys):
     assert sadl("compare", RUN, BASE, "--fail=dsc:-2") == 1
     out = capsys.readouterr().out
-    assert ("FAILED: DSC dropped by 2.60 points (27.70% → 25.10%), more than the 2 allowed by "
-            "--fail=dsc:-2") in out
+    assert ("FAILED: DSC dropped by 2.60 points (27.70% → 25.10%), more than the 2 allowed by --fail=dsc:-2") in out
     assert sadl("compare", RUN, BASE, "--fail=dsc:-3,lsc:-1") == 0
 
 
@@ -138,21 +147,29 @@ def test_compare_newer_schema_exits_2(tmp_path, capsys):
 # ------------------------------------------------------------------ reading results files
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(schema="coverage.py/json"),
-     "not a pytest-sadl results file: \"schema\" is 'coverage.py/json', expected 'pytest-sadl/results'"),
-    (lambda d: d.pop("schema"), "\"schema\" is None"),
-    (lambda d: d.update(version=3), "results schema version 3 is newer than this pytest-sadl reads"),
-    (lambda d: d.update(version="2.1"), "results schema version 2.1 is newer"),
-    (lambda d: d.update(version=0), "results schema version 0 is not a known version"),
-    (lambda d: d.update(version=True), "\"version\" is True, expected an integer"),
-    (lambda d: d.update(version="one"), "\"version\" is 'one', expected an integer"),
-    (lambda d: d.update(metrics=[]), "metrics must be an object, got a list []"),
-    (lambda d: d["metrics"].update(lsc=0.3), "metrics.lsc must be an object, got a number 0.3"),
-    (lambda d: d["metrics"]["lsc"].update(value="30%"), "metrics.lsc.value must be a number or null, got a string '30%'"),
-    (lambda d: d.update(tests={}), "tests must be a list, got an object {}"),
-    (lambda d: d.update(groups=["test"]), "groups[0] must be an object, got a string 'test'"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            lambda d: d.update(schema="coverage.py/json"),
+            "not a pytest-sadl results file: \"schema\" is 'coverage.py/json', expected 'pytest-sadl/results'",
+        ),
+        (lambda d: d.pop("schema"), '"schema" is None'),
+        (lambda d: d.update(version=3), "results schema version 3 is newer than this pytest-sadl reads"),
+        (lambda d: d.update(version="2.1"), "results schema version 2.1 is newer"),
+        (lambda d: d.update(version=0), "results schema version 0 is not a known version"),
+        (lambda d: d.update(version=True), '"version" is True, expected an integer'),
+        (lambda d: d.update(version="one"), "\"version\" is 'one', expected an integer"),
+        (lambda d: d.update(metrics=[]), "metrics must be an object, got a list []"),
+        (lambda d: d["metrics"].update(lsc=0.3), "metrics.lsc must be an object, got a number 0.3"),
+        (
+            lambda d: d["metrics"]["lsc"].update(value="30%"),
+            "metrics.lsc.value must be a number or null, got a string '30%'",
+        ),
+        (lambda d: d.update(tests={}), "tests must be a list, got an object {}"),
+        (lambda d: d.update(groups=["test"]), "groups[0] must be an object, got a string 'test'"),
+    ],
+)
 def test_bad_results_files_are_refused_clearly(tmp_path, mutate, message):
     doc = _doc()
     mutate(doc)
@@ -188,10 +205,18 @@ def test_minor_version_of_the_same_major_is_read():
 
 
 def test_through_python_m_pytest_sadl(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pytest_sadl", "report", str(RUN),
-                           "--html", str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_sadl", "report", str(RUN), "--html", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "index.html").read_text(encoding="utf-8") == render_html(load_results(RUN))
-    proc = subprocess.run([sys.executable, "-m", "pytest_sadl", "compare", str(RUN), str(BASE),
-                           "--fail=dsc:-2"], capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_sadl", "compare", str(RUN), str(BASE), "--fail=dsc:-2"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 1 and "FAILED: DSC dropped by 2.60 points" in proc.stdout

@@ -172,8 +172,9 @@ def test_hostile_names_everywhere_are_escaped(classifier):
     doc["tests"][0]["outcome"] = evil
     html = render_html(doc)
     page = _parse(html)
-    assert all(tag != "img" or attrs.get("src", "").startswith("data:image/png;base64,")
-               for tag, attrs in page.tags), "an injected <img> became an element"
+    assert all(tag != "img" or attrs.get("src", "").startswith("data:image/png;base64,") for tag, attrs in page.tags), (
+        "an injected <img> became an element"
+    )
     assert not any(k.startswith("on") for _, attrs in page.tags for k in attrs)
     assert evil in "".join(page.text)
 
@@ -190,7 +191,7 @@ def test_page_is_self_contained(classifier, baseline):
             value = attrs.get(key)
             if value is not None:
                 assert value.startswith(("#", "data:image/png;base64,")), (tag, key, value[:40])
-    css = html[html.index("<style>"):html.index("</style>")]
+    css = html[html.index("<style>") : html.index("</style>")]
     assert "@import" not in css and "url(" not in css
     assert not re.search(r"\bhttps?://", "".join(page.scripts))
     assert "fetch(" not in html and "XMLHttpRequest" not in html
@@ -199,8 +200,7 @@ def test_page_is_self_contained(classifier, baseline):
 def test_csp_allows_exactly_the_page_script(classifier):
     html = render_html(classifier)
     page = _parse(html)
-    csp = next(a["content"] for t, a in page.tags
-               if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
+    csp = next(a["content"] for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
     assert "default-src 'none'" in csp and "img-src data:" in csp
     script = "".join(page.scripts)
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
@@ -237,7 +237,7 @@ def test_cards_show_value_threshold_and_status(classifier):
     assert cards["nc"]["status"] == "pass" and cards["nc"]["threshold"] == 40.0
     assert cards["dsc"]["status"] == "none"
     html = render_html(classifier)
-    lsc = html[html.index('id="card-lsc"'):html.index('id="card-dsc"')]
+    lsc = html[html.index('id="card-lsc"') : html.index('id="card-dsc"')]
     assert "26.00%" in lsc and "threshold 30.00%" in lsc and "fail" in lsc
     assert "260 of 1,000 buckets" in lsc
     assert "FAILED · 1 threshold missed" in html
@@ -289,8 +289,8 @@ def test_histogram_bucket_edges_follow_lower_upper_semantics():
     from pytest_sadl.report.html import _histogram
 
     chart = _histogram([0.0, 0.5, 1.0, 1.0000001, 2.0, 2.5], lower=0.0, upper=2.0, bins=2)
-    assert chart["below"]["count"] == 1          # 0.0 is not in (0, 2]
-    assert [b["count"] for b in chart["bars"]] == [2, 2]   # (0, 1] = {0.5, 1.0}; (1, 2] = {1.0000001, 2.0}
+    assert chart["below"]["count"] == 1  # 0.0 is not in (0, 2]
+    assert [b["count"] for b in chart["bars"]] == [2, 2]  # (0, 1] = {0.5, 1.0}; (1, 2] = {1.0000001, 2.0}
     assert chart["above"]["count"] == 1
 
 
@@ -303,7 +303,9 @@ def test_table_vi_rows_are_cumulative_with_gains(classifier):
         for m, cell in zip(labels, row["cells"], strict=True):
             assert cell["value"] == group["cumulative"][m]
             if i:
-                assert cell["gain"] == pytest.approx(group["cumulative"][m] - classifier["groups"][i - 1]["cumulative"][m])
+                assert cell["gain"] == pytest.approx(
+                    group["cumulative"][m] - classifier["groups"][i - 1]["cumulative"][m]
+                )
     chart = ctx["chart"]
     assert [line["metric"] for line in chart["lines"]] == labels
     for line in chart["lines"]:
@@ -319,7 +321,9 @@ def test_static_totals_match_a_naive_sum(classifier):
     assert totals["inputs"] == sum(t["inputs"] for t in rows) == len(classifier["inputs"]["lsa"])
     assert totals["lsa_max"] == max(t["lsa_max"] for t in rows if t["lsa_max"] is not None)
     # the inputs-weighted mean of per-test means is the mean over all inputs
-    assert totals["lsa_mean"] == pytest.approx(sum(classifier["inputs"]["lsa"]) / len(classifier["inputs"]["lsa"]), abs=1e-3)
+    assert totals["lsa_mean"] == pytest.approx(
+        sum(classifier["inputs"]["lsa"]) / len(classifier["inputs"]["lsa"]), abs=1e-3
+    )
     for m in ("lsc", "dsc", "nc", "kmnc", "nbc", "snac"):
         assert totals[f"new.{m}"] == sum(t["new"][m] for t in rows)
     # new LSC buckets over all tests add up to the buckets covered
@@ -341,9 +345,9 @@ def _decode_png(url: str) -> tuple[int, int, int, bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
@@ -357,7 +361,7 @@ def _decode_png(url: str) -> tuple[int, int, int, bytes]:
     row = width * channels
     pixels = b""
     for r in range(height):
-        line = raw[r * (row + 1):(r + 1) * (row + 1)]
+        line = raw[r * (row + 1) : (r + 1) * (row + 1)]
         assert line[0] == 0
         pixels += line[1:]
     return width, height, channels, pixels
@@ -395,10 +399,15 @@ def test_hints_say_what_would_improve_the_tests(classifier):
     assert any("2 inputs had LSA above the upper bound 120" in h for h in hints)
     assert any(h.startswith("Layer dense is the least covered") for h in hints)
     # fgsm's gains (Table VI) are the largest after the first group, for LSC and DSC
-    gains = {g["name"]: g["cumulative"]["lsc"] - p["cumulative"]["lsc"]
-             for p, g in zip(classifier["groups"], classifier["groups"][1:], strict=False)}  # consecutive pairs: one shorter
+    gains = {
+        g["name"]: g["cumulative"]["lsc"] - p["cumulative"]["lsc"]
+        for p, g in zip(classifier["groups"], classifier["groups"][1:], strict=False)
+    }  # consecutive pairs: one shorter
     assert max(gains, key=gains.get) == "fgsm"
-    assert "Group fgsm added the most LSC (+8.6 points), DSC (+8.3 points) and MDSC (+12.0 points) after the first group" in " ".join(hints)
+    assert (
+        "Group fgsm added the most LSC (+8.6 points), DSC (+8.3 points) and MDSC (+12.0 points) after the first group"
+        in " ".join(hints)
+    )
 
 
 def test_hint_for_tests_and_groups_that_add_nothing(classifier):
@@ -418,8 +427,7 @@ def test_hint_for_tests_and_groups_that_add_nothing(classifier):
 
 
 def test_minimal_document_renders(tmp_path):
-    doc = {"schema": "pytest-sadl/results", "version": 1,
-           "metrics": {"lsc": {"value": 0.25, "applicable": True}}}
+    doc = {"schema": "pytest-sadl/results", "version": 1, "metrics": {"lsc": {"value": 0.25, "applicable": True}}}
     html = render_html(doc)
     assert "25.00%" in html and "PASSED" in html
     for section in ('id="surprise"', 'id="groups"', 'id="tests"', 'id="neurons"', 'id="inputs"'):
@@ -514,7 +522,9 @@ def test_mistakes_section_shows_the_figures_of_the_results(classifier, regressio
     m = ctx["mistakes"]
     assert [c["key"] for c in m["columns"]] == ["lsa", "dsa", "mdsa", "deepgini", "entropy", "margin"]
     assert [c["baseline"] for c in m["columns"]] == [False] * 3 + [True] * 3
-    assert m["rows"][0]["values"] == [found["overall"]["auc"][k] for k in ("lsa", "dsa", "mdsa", "deepgini", "entropy", "margin")]
+    assert m["rows"][0]["values"] == [
+        found["overall"]["auc"][k] for k in ("lsa", "dsa", "mdsa", "deepgini", "entropy", "margin")
+    ]
     assert [r["name"] for r in m["rows"][1:]] == [g["name"] for g in found["groups"]]
     page = render_html(classifier)
     for text in found["overall"]["sentences"]:
@@ -538,7 +548,9 @@ def test_tests_that_fed_nothing_are_said_the_same_way_in_every_report(classifier
     from pytest_sadl.report.terminal import render_terminal
 
     fed = sum(1 for t in classifier["tests"] if t["inputs"])
-    phrase = f"{fed} of {len(classifier['tests'])} marked tests fed the model ({len(classifier['tests']) - fed} fed nothing)"
+    phrase = (
+        f"{fed} of {len(classifier['tests'])} marked tests fed the model ({len(classifier['tests']) - fed} fed nothing)"
+    )
     assert fed < len(classifier["tests"])
     assert phrase in render_html(classifier)
     assert phrase in "\n".join(render_terminal(classifier))

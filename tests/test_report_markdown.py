@@ -109,8 +109,9 @@ def test_escape_md():
 
 
 def test_summary_tolerates_a_minimal_document():
-    md = render_markdown({"schema": "pytest-sadl/results", "version": 1,
-                          "metrics": {"nc": {"value": 0.5, "applicable": True}}})
+    md = render_markdown(
+        {"schema": "pytest-sadl/results", "version": 1, "metrics": {"nc": {"value": 0.5, "applicable": True}}}
+    )
     assert "| NC | 50.00% | – | – |" in md and "✅ passed" in md
 
 
@@ -130,11 +131,15 @@ def test_write_markdown_atomic_and_github_step_summary_appends(tmp_path, monkeyp
 def test_badge_is_a_shields_endpoint(classifier):
     lsc = render_badge(classifier, "lsc")
     assert lsc == {"schemaVersion": 1, "label": "LSC", "message": "26.0%", "color": "red"}
-    assert render_badge(classifier, "NC")["color"] == "brightgreen"          # threshold 40 met
-    assert render_badge(classifier, "kmnc") == {"schemaVersion": 1, "label": "KMNC",
-                                                 "message": "92.2%", "color": "brightgreen"}
-    assert render_badge(classifier, "nbc")["color"] == "red"                  # 7.5%, no threshold
-    assert render_badge(classifier, "dsc")["color"] == "orange"               # 25.1%
+    assert render_badge(classifier, "NC")["color"] == "brightgreen"  # threshold 40 met
+    assert render_badge(classifier, "kmnc") == {
+        "schemaVersion": 1,
+        "label": "KMNC",
+        "message": "92.2%",
+        "color": "brightgreen",
+    }
+    assert render_badge(classifier, "nbc")["color"] == "red"  # 7.5%, no threshold
+    assert render_badge(classifier, "dsc")["color"] == "orange"  # 25.1%
 
 
 def test_badge_threshold_boundary_uses_the_rounded_percent(classifier):
@@ -146,8 +151,12 @@ def test_badge_threshold_boundary_uses_the_rounded_percent(classifier):
 
 
 def test_badge_not_applicable_and_unknown(regression):
-    assert render_badge(regression, "dsc") == {"schemaVersion": 1, "label": "DSC",
-                                               "message": "n/a", "color": "lightgrey"}
+    assert render_badge(regression, "dsc") == {
+        "schemaVersion": 1,
+        "label": "DSC",
+        "message": "n/a",
+        "color": "lightgrey",
+    }
     with pytest.raises(ValueError, match="unknown metric 'lsx'.*lsc, dsc, mdsc, nc"):
         render_badge(regression, "lsx")
 
@@ -160,7 +169,11 @@ def test_badges_are_one_shields_endpoint_file_per_metric(tmp_path, classifier):
     assert files == sorted(BADGE_FILE.format(metric=m) for m in ["lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac"])
     for metric, doc in render_badges(classifier).items():
         written = json.loads((folder / f"sadl-badge-{metric}.json").read_text())
-        assert written == doc and written["schemaVersion"] == 1 and set(written) == {"schemaVersion", "label", "message", "color"}
+        assert (
+            written == doc
+            and written["schemaVersion"] == 1
+            and set(written) == {"schemaVersion", "label", "message", "color"}
+        )
     one = json.loads(write_badge(classifier, tmp_path / "lsc.json", "lsc").read_text())
     assert one == render_badge(classifier, "lsc")
     (tmp_path / "a-file").write_text("x")

@@ -94,17 +94,20 @@ def test_the_shipped_schema_is_valid_and_agrees_with_the_code():
 VALUE = '"value": 0.26'
 
 
-@pytest.mark.parametrize("replacement, message", [
-    ('"value": ' + "9" * 400, "metrics.lsc.value must be a fraction in [0, 1], got 9999"),
-    ('"value": 1e308', "metrics.lsc.value must be a fraction in [0, 1], got 1e+308"),
-    ('"value": 1e999', "metrics.lsc.value must be a fraction in [0, 1], got inf"),
-    ('"value": -5', "metrics.lsc.value must be a fraction in [0, 1], got -5"),
-    ('"value": 1e6', "metrics.lsc.value must be a fraction in [0, 1], got 1000000.0"),
-    ('"value": NaN', "NaN is not allowed"),
-    ('"value": -Infinity', "-Infinity is not allowed"),
-    ('"value": ' + "9" * 5000, "Exceeds the limit (4300 digits)"),
-    ('"value": "26%"', "metrics.lsc.value must be a number or null, got a string '26%'"),
-])
+@pytest.mark.parametrize(
+    "replacement, message",
+    [
+        ('"value": ' + "9" * 400, "metrics.lsc.value must be a fraction in [0, 1], got 9999"),
+        ('"value": 1e308', "metrics.lsc.value must be a fraction in [0, 1], got 1e+308"),
+        ('"value": 1e999', "metrics.lsc.value must be a fraction in [0, 1], got inf"),
+        ('"value": -5', "metrics.lsc.value must be a fraction in [0, 1], got -5"),
+        ('"value": 1e6', "metrics.lsc.value must be a fraction in [0, 1], got 1000000.0"),
+        ('"value": NaN', "NaN is not allowed"),
+        ('"value": -Infinity', "-Infinity is not allowed"),
+        ('"value": ' + "9" * 5000, "Exceeds the limit (4300 digits)"),
+        ('"value": "26%"', "metrics.lsc.value must be a number or null, got a string '26%'"),
+    ],
+)
 def test_hostile_numbers_name_the_field(tmp_path, replacement, message):
     text = RUN.read_text(encoding="utf-8")
     assert VALUE in text
@@ -122,16 +125,19 @@ def test_deep_nesting_is_refused_before_parsing(tmp_path):
     assert load_results(path)["tests"][0]["nodeid"] == doc["tests"][0]["nodeid"]
 
 
-@pytest.mark.parametrize("where, value, message", [
-    (("model", "fingerprint"), 12345, "model.fingerprint must be a string or null, got an integer 12345"),
-    (("groups", 0, "name"), {"a": 1}, "groups[0].name must be a string, got an object {'a': 1}"),
-    (("layers", 0, "nc"), "x", "layers[0].nc must be a number or null, got a string 'x'"),
-    (("config", "sa_layers"), 3, "config.sa_layers must be a list, got an integer 3"),
-    (("inputs", "lsa", 7), [1], "inputs.lsa[7] must be a number or null, got a list [1]"),
-    (("thresholds", "lsc"), 300, "thresholds.lsc must be in [0, 100], got 300"),
-    (("top_inputs", 0, "image", "pixels", 3), 256, "top_inputs[0].image.pixels[3] must be in [0, 255], got 256"),
-    (("tests", 2, "inputs"), -1, "tests[2].inputs must be a count (an integer >= 0), got -1"),
-])
+@pytest.mark.parametrize(
+    "where, value, message",
+    [
+        (("model", "fingerprint"), 12345, "model.fingerprint must be a string or null, got an integer 12345"),
+        (("groups", 0, "name"), {"a": 1}, "groups[0].name must be a string, got an object {'a': 1}"),
+        (("layers", 0, "nc"), "x", "layers[0].nc must be a number or null, got a string 'x'"),
+        (("config", "sa_layers"), 3, "config.sa_layers must be a list, got an integer 3"),
+        (("inputs", "lsa", 7), [1], "inputs.lsa[7] must be a number or null, got a list [1]"),
+        (("thresholds", "lsc"), 300, "thresholds.lsc must be in [0, 100], got 300"),
+        (("top_inputs", 0, "image", "pixels", 3), 256, "top_inputs[0].image.pixels[3] must be in [0, 255], got 256"),
+        (("tests", 2, "inputs"), -1, "tests[2].inputs must be a count (an integer >= 0), got -1"),
+    ],
+)
 def test_type_confused_fields_are_named(tmp_path, where, value, message):
     assert message in _refused(tmp_path, json.dumps(_put(_doc(), where, value)))
 
@@ -181,16 +187,42 @@ def test_every_field_with_a_wrong_type_is_refused_or_renders():
 
 # ------------------------------------------------------------------ properties
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10**400), max_value=10**400),
-                     st.floats(allow_nan=False), st.text(max_size=8))
-_json = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                     st.dictionaries(st.text(max_size=6), inner, max_size=4)),
-                     max_leaves=20)
-_fields = st.sampled_from([("metrics", "lsc", "value"), ("metrics", "nc"), ("model",), ("model", "fingerprint"),
-                           ("groups",), ("groups", 0), ("groups", 0, "name"), ("groups", 0, "cumulative"),
-                           ("tests", 0, "new"), ("tests", 0, "lsa_max"), ("config", "lsc"), ("config", "lsc", "upper"),
-                           ("inputs", "lsa"), ("inputs", "test", 0), ("top_inputs", 0, "image"), ("layers", 1),
-                           ("thresholds",), ("outcome", "warnings"), ("outcome", "missing"), ("version",)])
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=20,
+)
+_fields = st.sampled_from(
+    [
+        ("metrics", "lsc", "value"),
+        ("metrics", "nc"),
+        ("model",),
+        ("model", "fingerprint"),
+        ("groups",),
+        ("groups", 0),
+        ("groups", 0, "name"),
+        ("groups", 0, "cumulative"),
+        ("tests", 0, "new"),
+        ("tests", 0, "lsa_max"),
+        ("config", "lsc"),
+        ("config", "lsc", "upper"),
+        ("inputs", "lsa"),
+        ("inputs", "test", 0),
+        ("top_inputs", 0, "image"),
+        ("layers", 1),
+        ("thresholds",),
+        ("outcome", "warnings"),
+        ("outcome", "missing"),
+        ("version",),
+    ]
+)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -200,8 +232,9 @@ def test_property_any_value_anywhere_is_refused_or_renders(field, value):
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=st.one_of(st.text(max_size=200), _json.map(json.dumps),
-                      st.integers(1, 3000).map(lambda n: "[" * n + "]" * n)))
+@given(
+    text=st.one_of(st.text(max_size=200), _json.map(json.dumps), st.integers(1, 3000).map(lambda n: "[" * n + "]" * n))
+)
 def test_property_parse_json_raises_only_results_file_error(text):
     try:
         parse_json(text)
@@ -215,7 +248,11 @@ def test_sadl_report_and_compare_on_a_hostile_file_exit_2_with_one_line(tmp_path
 
     bad = tmp_path / "bad.json"
     bad.write_text(RUN.read_text(encoding="utf-8").replace(VALUE, '"value": ' + "9" * 400, 1), encoding="utf-8")
-    argv = ["report", str(bad), "--html", str(tmp_path / "out")] if command == "report" else ["compare", str(RUN), str(bad)]
+    argv = (
+        ["report", str(bad), "--html", str(tmp_path / "out")]
+        if command == "report"
+        else ["compare", str(RUN), str(bad)]
+    )
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}: metrics.lsc.value must be a fraction in [0, 1]" in err

@@ -38,7 +38,10 @@ def test_long_layer_lists_warnings_and_group_names_are_wrapped_or_cut():
     assert " ".join(text.split()).count("the training data changed") == 5, "a wrapped warning keeps all its words"
     assert "a-group-name" in text and "…" in text
     verbose = "\n".join(render_terminal(big, verbose=True))
-    assert "block_205_expand_relu" in verbose and "a-group-name-that-is-far-too-long-for-one-column-of-the-table" in verbose
+    assert (
+        "block_205_expand_relu" in verbose
+        and "a-group-name-that-is-far-too-long-for-one-column-of-the-table" in verbose
+    )
 
 
 def test_the_mistakes_table_keeps_the_surprise_measures_and_the_best_baseline():

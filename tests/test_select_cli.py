@@ -27,9 +27,21 @@ def setup(tmp_path_factory: pytest.TempPathFactory, conv_model_path: Path, digit
     np.savez(root / "train.npz", x=digits.x_train)
     np.savez(root / "pool.npz", x=digits.x_test, y=digits.y_test)
     np.save(root / "pool.npy", digits.x_test)
-    base = ["--model", "m.keras", "--train", "train.npz", "--sa-layers", "hidden", "--rootdir", str(root),
-            "--cache-dir", str(root / "cache")]
-    profile = load_or_build(str(root / "m.keras"), str(root / "train.npz"), ProfileOptions(sa_layers=("hidden",)), root / "cache")
+    base = [
+        "--model",
+        "m.keras",
+        "--train",
+        "train.npz",
+        "--sa-layers",
+        "hidden",
+        "--rootdir",
+        str(root),
+        "--cache-dir",
+        str(root / "cache"),
+    ]
+    profile = load_or_build(
+        str(root / "m.keras"), str(root / "train.npz"), ProfileOptions(sa_layers=("hidden",)), root / "cache"
+    )
     import keras
 
     model = keras.models.load_model(root / "m.keras")
@@ -54,7 +66,7 @@ def test_surprise_and_deepgini_pick_the_highest_and_write_the_inputs(setup, digi
         np.testing.assert_array_equal(npz["y"], digits.y_test[doc["indices"]])
         assert npz["index"].tolist() == doc["indices"]
     page = (setup["root"] / "out" / "index.html").read_text()
-    assert page.count("<img src=\"data:image/png;base64,") == 7
+    assert page.count('<img src="data:image/png;base64,') == 7
     assert "selected 7 of" in capsys.readouterr().out
     doc = _run(setup, "--strategy", "deepgini", "--budget", "5")
     p = setup["output"]
@@ -63,11 +75,16 @@ def test_surprise_and_deepgini_pick_the_highest_and_write_the_inputs(setup, digi
 
 def test_coverage_strategy_starts_from_the_tests_buckets_and_matches_naive_greedy(setup):
     scores = setup["scores"]
-    bounds = {"lsc": (0.0, float(np.nanmax(scores["lsa"])) * 1.2, 40), "dsc": (0.0, 2.0, 30),
-              "mdsc": (0.0, float(scores["mdsa"].max()) * 1.1, 25)}
+    bounds = {
+        "lsc": (0.0, float(np.nanmax(scores["lsa"])) * 1.2, 40),
+        "dsc": (0.0, 2.0, 30),
+        "mdsc": (0.0, float(scores["mdsa"].max()) * 1.1, 25),
+    }
     tested = np.arange(0, len(scores["lsa"]), 3)  # the inputs the current tests fed
     results = {
-        "schema": "pytest-sadl/results", "version": 1, "metrics": {},
+        "schema": "pytest-sadl/results",
+        "version": 1,
+        "metrics": {},
         "config": {m: {"lower": lo, "upper": up, "buckets": n} for m, (lo, up, n) in bounds.items()},
         "inputs": {k: scores[k][tested].tolist() for k in ("lsa", "dsa", "mdsa")},
     }
@@ -88,8 +105,26 @@ def test_coverage_strategy_starts_from_the_tests_buckets_and_matches_naive_greed
 @pytest.mark.parametrize("upto", ["0.25", "1"])
 def test_ranges_strategy_samples_inside_the_range_from_an_npy_pool(setup, upto):
     out = setup["root"] / "out-npy"
-    assert main(["select", str(setup["root"] / "pool.npy"), *setup["base"], "--out", str(out), "--strategy", "ranges",
-                 "--by", "dsa", "--upto", upto, "--budget", "15"]) == 0
+    assert (
+        main(
+            [
+                "select",
+                str(setup["root"] / "pool.npy"),
+                *setup["base"],
+                "--out",
+                str(out),
+                "--strategy",
+                "ranges",
+                "--by",
+                "dsa",
+                "--upto",
+                upto,
+                "--budget",
+                "15",
+            ]
+        )
+        == 0
+    )
     doc = json.loads((out / "selection.json").read_text())
     lower, top = doc["range"]
     dsa = setup["scores"]["dsa"]
@@ -128,10 +163,28 @@ def test_layers_and_cache_come_from_the_projects_ini(setup, tmp_path, capsys):
         shutil.copy(setup["root"] / name, tmp_path / name)
     cache = tmp_path / "my-cache"
     (tmp_path / "pyproject.toml").write_text(
-        "[tool.pytest.ini_options]\nsadl_layers = [\"conv2\"]\nsadl_cache_dir = \"my-cache\"\n")
+        '[tool.pytest.ini_options]\nsadl_layers = ["conv2"]\nsadl_cache_dir = "my-cache"\n'
+    )
     out = tmp_path / "out"
-    assert main(["select", str(tmp_path / "pool.npz"), "--model", "m.keras", "--train", "train.npz",
-                 "--rootdir", str(tmp_path), "--out", str(out), "--budget", "4"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "select",
+                str(tmp_path / "pool.npz"),
+                "--model",
+                "m.keras",
+                "--train",
+                "train.npz",
+                "--rootdir",
+                str(tmp_path),
+                "--out",
+                str(out),
+                "--budget",
+                "4",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     (info,) = list_profiles(cache)
     assert info.meta["sa_layers"] == ["conv2"]
     assert len(json.loads((out / "selection.json").read_text())["indices"]) == 4
@@ -140,8 +193,16 @@ def test_layers_and_cache_come_from_the_projects_ini(setup, tmp_path, capsys):
 def test_out_errors_come_before_the_model_is_loaded(setup, tmp_path, capsys):
     a_file = tmp_path / "a-file"
     a_file.write_text("")
-    args = ["select", str(setup["root"] / "pool.npz"), "--model", "nope.keras", "--train", "train.npz",
-            "--rootdir", str(setup["root"])]
+    args = [
+        "select",
+        str(setup["root"] / "pool.npz"),
+        "--model",
+        "nope.keras",
+        "--train",
+        "train.npz",
+        "--rootdir",
+        str(setup["root"]),
+    ]
     assert main([*args, "--out", str(a_file)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sadl: error: --out ") and "is a file" in err and "nope" not in err and err.count("\n") == 1
@@ -156,12 +217,29 @@ def test_out_errors_come_before_the_model_is_loaded(setup, tmp_path, capsys):
 
 
 def test_results_measured_with_other_layers_is_a_one_line_error(setup, capsys):
-    results = {"schema": "pytest-sadl/results", "version": 1, "metrics": {}, "inputs": {},
-               "config": {"sa_layers": ["conv1"]}}
+    results = {
+        "schema": "pytest-sadl/results",
+        "version": 1,
+        "metrics": {},
+        "inputs": {},
+        "config": {"sa_layers": ["conv1"]},
+    }
     path = setup["root"] / "other-layers.json"
     path.write_text(json.dumps(results))
-    assert main(["select", str(setup["root"] / "pool.npz"), *setup["base"], "--out", str(setup["root"] / "o2"),
-                 "--results", str(path)]) == 2
+    assert (
+        main(
+            [
+                "select",
+                str(setup["root"] / "pool.npz"),
+                *setup["base"],
+                "--out",
+                str(setup["root"] / "o2"),
+                "--results",
+                str(path),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--results was measured with sa_layers ['conv1']" in err and "'hidden'" in err and err.count("\n") == 1
 
@@ -174,11 +252,28 @@ def test_a_pool_for_a_two_input_model_is_bound_by_input_name(tmp_path, kind_mode
     np.savez(tmp_path / "pool.npz", **x_pool)
     out = tmp_path / "out"
     # the kind's training data has only 3 examples of class 6: too few for its KDE and MDSA
-    with pytest.warns(SadlWarning, match="class 6 has 3 training traces"), \
-            pytest.warns(SadlWarning, match="MDSA: the training covariance of class.es. 6 .rank 2, 3 traces"):
-        code = main(["select", str(tmp_path / "pool.npz"), "--model", str(kind_model_path("two_input")),
-                     "--train", str(tmp_path / "train.npz"), "--cache-dir", str(tmp_path / "cache"),
-                     "--rootdir", str(tmp_path), "--out", str(out), "--budget", "5"])
+    with (
+        pytest.warns(SadlWarning, match="class 6 has 3 training traces"),
+        pytest.warns(SadlWarning, match="MDSA: the training covariance of class.es. 6 .rank 2, 3 traces"),
+    ):
+        code = main(
+            [
+                "select",
+                str(tmp_path / "pool.npz"),
+                "--model",
+                str(kind_model_path("two_input")),
+                "--train",
+                str(tmp_path / "train.npz"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--rootdir",
+                str(tmp_path),
+                "--out",
+                str(out),
+                "--budget",
+                "5",
+            ]
+        )
     assert code == 0, capsys.readouterr().err
     doc = json.loads((out / "selection.json").read_text())
     with np.load(out / "selected.npz") as npz:

@@ -51,7 +51,10 @@ def test_coverage_strategy_starts_from_the_tests_buckets():
 
 def test_covered_from_results_buckets_the_tests_inputs_with_their_bounds():
     results = {
-        "config": {"lsc": {"lower": 0.0, "upper": 4.0, "buckets": 4}, "dsc": {"lower": None, "upper": None, "buckets": 10}},
+        "config": {
+            "lsc": {"lower": 0.0, "upper": 4.0, "buckets": 4},
+            "dsc": {"lower": None, "upper": None, "buckets": 10},
+        },
         "inputs": {"lsa": [0.5, 3.9, None, 7.0, 0.0], "dsa": [None] * 5},
     }
     bounds, covered = covered_from_results(results)

@@ -78,7 +78,10 @@ def _same_numbers(a: TrainingProfile, b: TrainingProfile) -> bool:
         if sorted(da) != sorted(db):
             return False
         pairs += [(np.asarray(da[k]), np.asarray(db[k])) for k in da]
-    return all(x.shape == y.shape and np.array_equal(x, y) for x, y in pairs) and a.meta() == {**b.meta(), "created": a.created}
+    return all(x.shape == y.shape and np.array_equal(x, y) for x, y in pairs) and a.meta() == {
+        **b.meta(),
+        "created": a.created,
+    }
 
 
 @contextlib.contextmanager
@@ -122,9 +125,17 @@ OPS = st.one_of(
     st.tuples(st.just("fifo"), st.integers(0, 99)),
     st.tuples(
         st.just("meta"),
-        st.sampled_from(["n_train", "var_threshold", "sa_sizes", "classifier", "refs", "fingerprint", "coverage_sizes"]),
-        st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=5),
-                  st.lists(st.integers(-1, 10), max_size=3)),
+        st.sampled_from(
+            ["n_train", "var_threshold", "sa_sizes", "classifier", "refs", "fingerprint", "coverage_sizes"]
+        ),
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-5, 10**6),
+            st.floats(allow_nan=True),
+            st.text(max_size=5),
+            st.lists(st.integers(-1, 10), max_size=3),
+        ),
         st.booleans(),
     ),
 )
@@ -172,7 +183,9 @@ def _apply(op: tuple[Any, ...], path: Path) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(OPS, min_size=1, max_size=3))
-def test_random_corruptions_never_crash_hang_or_load_other_numbers(valid: tuple[TrainingProfile, Path], ops: list[Any]) -> None:
+def test_random_corruptions_never_crash_hang_or_load_other_numbers(
+    valid: tuple[TrainingProfile, Path], ops: list[Any]
+) -> None:
     prof, path = valid
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / path.name

@@ -97,7 +97,9 @@ def sadl_train():
 """
 
 
-def _project(pytester: pytest.Pytester, kind: str, path: Path, *, fixture: bool = False, ini: str = "") -> pytest.Pytester:
+def _project(
+    pytester: pytest.Pytester, kind: str, path: Path, *, fixture: bool = False, ini: str = ""
+) -> pytest.Pytester:
     x_train, y_train, x_test = _models.kind_data(kind)
     if kind == "two_input":
         np.savez(pytester.path / "train.npz", **x_train, y=y_train["digit"])
@@ -142,7 +144,9 @@ def _assert_every_metric(data: dict[str, Any], classifier: bool, inputs: int) ->
     "kind, classifier",
     [("mnist", True), ("cifar", True), ("dave2", False), ("chauffeur", False)],
 )
-def test_the_papers_subjects_end_to_end(pytester: pytest.Pytester, kind_model_path: Any, kind: str, classifier: bool) -> None:
+def test_the_papers_subjects_end_to_end(
+    pytester: pytest.Pytester, kind_model_path: Any, kind: str, classifier: bool
+) -> None:
     data = _measure(_project(pytester, kind, kind_model_path(kind)))
     _assert_every_metric(data, classifier, 60)
     if kind == "chauffeur":  # a (n, t, h, w, c) and a (n, t, f) layer are measured
@@ -161,8 +165,12 @@ def test_subclassed_model_from_a_fixture(pytester: pytest.Pytester, kind_model_p
 # The small two-input model predicts some class for only a few training inputs (which
 # class and how few differs between the backends' trainings): too few for that class's
 # KDE, the profile build (in this process) says so; not what this test is about.
-@pytest.mark.filterwarnings("ignore:LSA. class [0-9]+ has [0-9]+ training traces, fewer than:pytest_sadl.errors.SadlWarning")
-def test_two_inputs_from_a_keras_file_and_npz_keyed_by_input_name(pytester: pytest.Pytester, kind_model_path: Any) -> None:
+@pytest.mark.filterwarnings(
+    "ignore:LSA. class [0-9]+ has [0-9]+ training traces, fewer than:pytest_sadl.errors.SadlWarning"
+)
+def test_two_inputs_from_a_keras_file_and_npz_keyed_by_input_name(
+    pytester: pytest.Pytester, kind_model_path: Any
+) -> None:
     pytester = _project(pytester, "two_input", kind_model_path("two_input"))
     data = _measure(pytester)
     _assert_every_metric(data, True, 60)
@@ -216,7 +224,10 @@ def test_tests_of_only_predict_dataset_and_evaluate_get_every_metric_and_the_mis
     data = _measure(pytester)
     _assert_every_metric(data, True, 120)
     assert {t["nodeid"].split("::")[1]: t["inputs"] for t in data["tests"]} == {
-        "test_accuracy": 40, "test_evaluate_noisy_dataset": 40, "test_predict_dataset": 40}
+        "test_accuracy": 40,
+        "test_evaluate_noisy_dataset": 40,
+        "test_predict_dataset": 40,
+    }
     # by node id: accuracy (0:40), evaluate_noisy (80:120), predict_dataset (40:80)
     expected = np.concatenate([digits.y_test[:40], digits.y_test[80:120], digits.y_test[40:80]])
     assert data["inputs"]["label"] == expected.tolist()
@@ -224,7 +235,9 @@ def test_tests_of_only_predict_dataset_and_evaluate_get_every_metric_and_the_mis
     assert mistakes["labelled"] == 120
     pred = np.array(data["inputs"]["pred"])
     assert mistakes["errors"] == int((pred != expected).sum()) > 0
-    assert [g["name"] for g in data["mistakes"]["groups"]] == ["held-out", "noisy"] and mistakes["auc"]["lsa"] is not None
+    assert [g["name"] for g in data["mistakes"]["groups"]] == ["held-out", "noisy"] and mistakes["auc"][
+        "lsa"
+    ] is not None
     assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w or "sadl_labels" in w]
 
 
@@ -306,7 +319,10 @@ def test_a_tabular_model_fed_column_arrays_a_pydataset_and_a_generator(pytester:
     data = _measure(pytester)
     _assert_every_metric(data, False, 100)
     assert {t["nodeid"].split("::")[1]: t["inputs"] for t in data["tests"]} == {
-        "test_evaluate_generator": 20, "test_evaluate_pydataset": 40, "test_predict_columns": 40}
+        "test_evaluate_generator": 20,
+        "test_evaluate_pydataset": 40,
+        "test_predict_columns": 40,
+    }
     assert data["mistakes"]["overall"]["labelled"] == 60  # evaluate's targets; predict's inputs have none
     assert not [w for w in data["outcome"]["warnings"] if "unrecorded" in w]
 
@@ -342,7 +358,12 @@ def sadl_model():
 
 @pytest.mark.parametrize("other", ["jax", "torch"])
 def test_both_backends_report_the_same_numbers(
-    pytester: pytest.Pytester, kind_model_path: Any, dense_model_path: Path, digits: Any, monkeypatch: pytest.MonkeyPatch, other: str
+    pytester: pytest.Pytester,
+    kind_model_path: Any,
+    dense_model_path: Path,
+    digits: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    other: str,
 ) -> None:
     """The same project measured on TensorFlow (in process) and on JAX (the MNIST-like
     ConvNet) or torch (the digits MLP) in a fresh process with ``KERAS_BACKEND``
@@ -363,8 +384,14 @@ def test_both_backends_report_the_same_numbers(
     mine = json.loads((pytester.path / "here.json").read_text())
     monkeypatch.setenv("KERAS_BACKEND", other)
     res = pytester.runpytest_subprocess(
-        "-p", "no:randomly", "-p", "no:cacheprovider", "--sadl-coverage", "--sadl-cache-dir=cache-other",
-        "--sadl-report=json:other.json", timeout=600,
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        "--sadl-coverage",
+        "--sadl-cache-dir=cache-other",
+        "--sadl-report=json:other.json",
+        timeout=600,
     )
     assert res.ret == 0, res.stdout.str()[-3000:]
     theirs = json.loads((pytester.path / "other.json").read_text())

@@ -369,7 +369,10 @@ def test_dsa_repeated_traces_equal_the_naive_loop(search, d):
     train = np.vstack([base] * 5 + [base[:50] + 0.5])  # every trace five times, some near-copies
     tp = np.concatenate([bp] * 5 + [bp[:50]])
     tests, pred = clustered(rng, 80, d, 3, spread=2.0)
-    tests[:10], pred[:10] = base[:10].astype(np.float32), bp[:10]  # inputs equal to (repeated) training traces: dist_a = 0
+    tests[:10], pred[:10] = (
+        base[:10].astype(np.float32),
+        bp[:10],
+    )  # inputs equal to (repeated) training traces: dist_a = 0
     dsa = DSA(train.astype(np.float32), tp, search=search)
     assert dsa.search == search
     ref = naive.dsa(train.astype(np.float32).astype(np.float64), tp, tests, pred)
@@ -546,7 +549,9 @@ def test_lsa_and_dsa_on_a_memmap_equal_in_memory_without_a_whole_copy(tmp_path):
         assert isinstance(arrays["train_ats"], np.memmap)
         expected = expected_lsa if isinstance(engine, LSA) else expected_dsa
         assert rel_err(got, expected) < 1e-9
-        assert peak < train.nbytes / 2, f"{type(engine).__name__} allocated {peak} bytes for a {train.nbytes}-byte memmap"
+        assert peak < train.nbytes / 2, (
+            f"{type(engine).__name__} allocated {peak} bytes for a {train.nbytes}-byte memmap"
+        )
 
 
 def test_dsa_approximate_faiss_search_is_deprecated_and_still_reports_its_recall():
@@ -566,7 +571,9 @@ def _check_faiss_recall():
     exact = DSA(train, tp)(tests, pred)
     with pytest.warns(DeprecationWarning, match=r"search='faiss'\) is deprecated .* use search='auto'"):
         approx = DSA(train.astype(np.float32), tp, search="faiss")
-    with pytest.warns(SadlWarning, match=r"faiss HNSW.*for (\d+) of 200 sampled inputs \(recall (0\.9\d\d|1\.000)\)") as caught:
+    with pytest.warns(
+        SadlWarning, match=r"faiss HNSW.*for (\d+) of 200 sampled inputs \(recall (0\.9\d\d|1\.000)\)"
+    ) as caught:
         got = approx(tests, pred)
     assert "use search='auto' for exact values" in str(caught[0].message)
     assert np.mean(np.isclose(got, exact, rtol=1e-5)) > 0.9
@@ -579,7 +586,10 @@ def test_memmapped_training_traces_with_nan_name_the_row(tmp_path):
     train[321, 1] = np.nan
     np.save(tmp_path / "bad.npy", train)
     mm = np.load(tmp_path / "bad.npy", mmap_mode="r")
-    for make in (lambda: LSA(mm, np.arange(500) % 2, chunk_bytes=1024), lambda: DSA(mm, np.arange(500) % 2, chunk_bytes=1024)):
+    for make in (
+        lambda: LSA(mm, np.arange(500) % 2, chunk_bytes=1024),
+        lambda: DSA(mm, np.arange(500) % 2, chunk_bytes=1024),
+    ):
         with pytest.raises(ValueError, match=r"train_ats contains NaN values in 1 row\(s\) \(first: row 321\)"):
             make()
 

@@ -46,8 +46,17 @@ def torch_mlp() -> Any:
 def torch_conv() -> Any:
     """The twin of ``_models.build_conv``."""
     return nn.Sequential(
-        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(),
-        nn.Flatten(), nn.Dropout(0.25), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10), nn.Softmax(dim=1),
+        nn.Conv2d(1, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Dropout(0.25),
+        nn.Linear(64, 32),
+        nn.ReLU(),
+        nn.Linear(32, 10),
+        nn.Softmax(dim=1),
     )
 
 
@@ -82,7 +91,10 @@ def chw(x: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def twins(dense_model: Any, conv_model: Any) -> dict[str, tuple[Any, Any]]:
-    return {"mlp": (dense_model, copy_weights(dense_model, torch_mlp())), "conv": (conv_model, copy_weights(conv_model, torch_conv()))}
+    return {
+        "mlp": (dense_model, copy_weights(dense_model, torch_mlp())),
+        "conv": (conv_model, copy_weights(conv_model, torch_conv())),
+    }
 
 
 # ----------------------------------------------------------------------------- rules
@@ -182,8 +194,11 @@ def test_training_data_as_tensor_array_dataset_and_dataloader(twins: Any, digits
     tm = TraceModel(mlp)
     want = tm.traces(x).sa
     tensor_x = torch.from_numpy(x).requires_grad_()
-    for source in (tensor_x, TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
-                   DataLoader(TensorDataset(torch.from_numpy(x)), batch_size=16)):
+    for source in (
+        tensor_x,
+        TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
+        DataLoader(TensorDataset(torch.from_numpy(x)), batch_size=16),
+    ):
         data = load_training_data(source)
         np.testing.assert_allclose(tm.traces(data).sa, want, atol=1e-6)
         assert data.fingerprint() == load_training_data(x).fingerprint()
@@ -210,11 +225,15 @@ def test_fingerprint_follows_the_weights_and_files_that_unpickle_are_refused(twi
         load_model(tmp_path / "model.pt")
 
 
-def test_sadl_profile_layers_lists_a_modules_paths_after_a_pass_on_its_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sadl_profile_layers_lists_a_modules_paths_after_a_pass_on_its_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pytest_sadl.cli.main import main
 
     np.save(tmp_path / "x.npy", np.zeros((3, 1, 8, 8), np.float32))
-    assert main(["profile", "layers", "--model", "tests.test_torch:torch_conv", "--train", str(tmp_path / "x.npy")]) == 0
+    assert (
+        main(["profile", "layers", "--model", "tests.test_torch:torch_conv", "--train", str(tmp_path / "x.npy")]) == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "model 'Sequential': inputs input; outputs output (measured: output, classifier)"
     row = {line.split()[0]: line for line in lines[1:]}
@@ -256,8 +275,13 @@ def test_the_same_weights_give_the_keras_traces_and_numbers(twins: Any, digits: 
         st = cls(tt_train.sa, tt_train.pred)(tt.sa, tt.pred)
         upper = float(np.quantile(sk, 0.99)) * 1.5
         lower = -50.0 if cls is LSA else 0.0
-        assert abs(surprise_coverage(sk, lower=lower, upper=upper, buckets=100)
-                   - surprise_coverage(st, lower=lower, upper=upper, buckets=100)) <= 1 / 100 + 1e-12
+        assert (
+            abs(
+                surprise_coverage(sk, lower=lower, upper=upper, buckets=100)
+                - surprise_coverage(st, lower=lower, upper=upper, buckets=100)
+            )
+            <= 1 / 100 + 1e-12
+        )
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -381,8 +405,16 @@ def test_a_native_module_from_a_fixture_with_a_dataloader_gives_the_keras_report
             (project / "conftest.py").write_text(CONFTEST)
             (project / "pytest.ini").write_text(f"[pytest]\n{BOUNDS}")
         res = pytester.runpytest_inprocess(
-            "-p", "no:cacheprovider", "--rootdir", str(project), "-c", str(project / "pytest.ini"), str(project),
-            "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-cache-dir=cache",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(project),
+            "-c",
+            str(project / "pytest.ini"),
+            str(project),
+            "--sadl-coverage",
+            "--sadl-report=json:out.json",
+            "--sadl-cache-dir=cache",
         )
         assert res.ret == 0, res.stdout.str()[-3000:]
     keras_report = json.loads((base / "keras" / "out.json").read_text())

@@ -27,7 +27,9 @@ from pytest_sadl.capture import (  # noqa: E402
 from pytest_sadl.capture.forward import has_accelerator  # noqa: E402
 from pytest_sadl.capture.model import load_model  # noqa: E402
 
-tf_backend = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)")
+tf_backend = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="TensorFlow backend only (GradientTape, XLA)"
+)
 
 
 def manual_layer(model: Any, name: str, x: np.ndarray) -> np.ndarray:
@@ -129,7 +131,9 @@ def test_is_classifier_rule() -> None:
 
 
 def test_sigmoid_binary_predictions(digits: Any) -> None:
-    model = keras.Sequential([keras.Input((8, 8, 1)), layers.Flatten(), layers.Dense(4, name="h"), layers.Dense(1, activation="sigmoid")])
+    model = keras.Sequential(
+        [keras.Input((8, 8, 1)), layers.Flatten(), layers.Dense(4, name="h"), layers.Dense(1, activation="sigmoid")]
+    )
     t = TraceModel(model).traces(digits.x_test[:40])
     np.testing.assert_array_equal(t.pred, (t.output[:, 0] > 0.5).astype(np.int64))
 
@@ -249,8 +253,13 @@ def test_call_tensors_runs_eagerly_a_model_that_cannot_be_traced(digits: Any) ->
             return x
 
     model = keras.Sequential(
-        [keras.Input(shape=(8, 8, 1)), layers.Flatten(), EagerOnly(), layers.Dense(4, activation="relu", name="h"),
-         layers.Dense(10, activation="softmax")]
+        [
+            keras.Input(shape=(8, 8, 1)),
+            layers.Flatten(),
+            EagerOnly(),
+            layers.Dense(4, activation="relu", name="h"),
+            layers.Dense(10, activation="softmax"),
+        ]
     )
     tm = TraceModel(model, sa_layers=["h"])
     for n in (5, 9):
@@ -379,7 +388,9 @@ def test_unbuilt_and_non_models_get_clear_errors() -> None:
 
 def test_load_model_keras_file(conv_model_path: Path, conv_model: Any, digits: Any) -> None:
     m = load_model(str(conv_model_path.name), base_dir=conv_model_path.parent)
-    np.testing.assert_allclose(m.predict(digits.x_test[:5], verbose=0), conv_model.predict(digits.x_test[:5], verbose=0), atol=1e-6)
+    np.testing.assert_allclose(
+        m.predict(digits.x_test[:5], verbose=0), conv_model.predict(digits.x_test[:5], verbose=0), atol=1e-6
+    )
     assert load_model(m) is m
 
 
@@ -430,7 +441,9 @@ def test_an_unrestorable_compile_configuration_loads_uncompiled_with_one_warning
     model.save(path)
     with pytest.raises(TypeError, match="unregistered_loss"):
         keras.saving.load_model(path)  # what a plain load does
-    with pytest.warns(SadlModelWarning, match="compile configuration .* cannot be restored.*register_keras_serializable") as caught:
+    with pytest.warns(
+        SadlModelWarning, match="compile configuration .* cannot be restored.*register_keras_serializable"
+    ) as caught:
         loaded = load_model(path)
     assert len(caught) == 1 and not loaded.compiled
     np.testing.assert_array_equal(loaded.get_weights()[0], model.get_weights()[0])

@@ -51,7 +51,6 @@ def test_mild_noise_rarely_flips_a_prediction(sadl_model, test_split, clean_prob
 
 def test_rotation_hurts_more_as_the_angle_grows(sadl_model, test_split):
     accs = [
-        accuracy(sadl_model.predict(attacks.rotate(test_split.x, deg), verbose=0), test_split.y)
-        for deg in (5, 15, 30)
+        accuracy(sadl_model.predict(attacks.rotate(test_split.x, deg), verbose=0), test_split.y) for deg in (5, 15, 30)
     ]
     assert accs[0] > accs[1] > accs[2], accs

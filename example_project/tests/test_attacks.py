@@ -29,7 +29,9 @@ def softmax_regression():
     import keras
 
     keras.utils.set_random_seed(5)
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
+    model = keras.Sequential(
+        [keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")]
+    )
     return model
 
 

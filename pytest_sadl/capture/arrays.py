@@ -18,6 +18,7 @@ __all__ = ["Traces", "Progress"]
 Progress = Callable[[int, "int | None"], None]
 """``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
 
+
 @dataclass
 class Traces:
     """Traces of ``n`` inputs: ``sa`` ``(n, d)`` float32 (the SA layers' traces

@@ -73,9 +73,7 @@ __all__ = [
 ]
 
 
-
 _HASH_CHUNK = 1 << 24  # 16 MiB per hash update
-
 
 
 def _is_dataset(obj: Any) -> bool:
@@ -99,8 +97,11 @@ def _is_stream(obj: Any) -> bool:
     if _is_dataset(obj) or _is_pydataset(obj):
         return True
     return (
-        hasattr(obj, "__iter__") and hasattr(obj, "__len__") and not hasattr(obj, "__next__")
-        and not isinstance(obj, (str, bytes, list, tuple, dict, Mapping, np.ndarray)) and not hasattr(obj, "shape")
+        hasattr(obj, "__iter__")
+        and hasattr(obj, "__len__")
+        and not hasattr(obj, "__next__")
+        and not isinstance(obj, (str, bytes, list, tuple, dict, Mapping, np.ndarray))
+        and not hasattr(obj, "shape")
     )
 
 
@@ -112,9 +113,7 @@ def _loaded_tf() -> Any:
 
 def shape_matches(actual: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
     """True when ``actual`` (one input, no batch axis) fits ``expected`` (``None`` = any)."""
-    return len(actual) == len(expected) and all(
-        e is None or a == e for a, e in zip(actual, expected, strict=True)
-    )
+    return len(actual) == len(expected) and all(e is None or a == e for a, e in zip(actual, expected, strict=True))
 
 
 def _fmt_shape(shape: tuple[int | None, ...]) -> str:
@@ -143,8 +142,7 @@ def _check_shape(actual: tuple[int, ...], expected: tuple[int | None, ...], what
     elif len(actual) == 1 and len(expected) > 1:
         hint = "; reshape the rows to the model's input shape"
     raise SadlDataError(
-        f"{what} has inputs of shape {_fmt_shape(actual)} but the model expects "
-        f"{_fmt_shape(expected)}{hint}"
+        f"{what} has inputs of shape {_fmt_shape(actual)} but the model expects {_fmt_shape(expected)}{hint}"
     )
 
 
@@ -166,9 +164,7 @@ def check_batch(
     if x.shape[0] == 0 and offset == 0:
         raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
     if x.dtype.kind not in "biuf":
-        raise SadlDataError(
-            f"{what} has dtype {x.dtype}, not a numeric array; convert it to float32"
-        )
+        raise SadlDataError(f"{what} has dtype {x.dtype}, not a numeric array; convert it to float32")
     if expected_shape is not None:
         _check_shape(tuple(x.shape[1:]), expected_shape, what)
     if finite and x.dtype.kind == "f" and x.size:
@@ -282,10 +278,15 @@ class TrainingData:
                 f"{self.source} holds arrays {sorted(x)} but the model's inputs are {names}: "
                 f"missing {missing}; key the arrays by input name"
             )
-        bound = {n: _numeric(np.asarray(x[n]) if not isinstance(x[n], np.ndarray) else x[n], f"{self.source} (input {n!r})") for n in names}
+        bound = {
+            n: _numeric(np.asarray(x[n]) if not isinstance(x[n], np.ndarray) else x[n], f"{self.source} (input {n!r})")
+            for n in names
+        }
         lengths = {n: int(a.shape[0]) for n, a in bound.items()}
         if len(set(lengths.values())) > 1:
-            raise SadlDataError(f"{self.source}: the inputs have different numbers of rows {lengths}; give one row per input in every array")
+            raise SadlDataError(
+                f"{self.source}: the inputs have different numbers of rows {lengths}; give one row per input in every array"
+            )
         return replace(self, x=bound, _fingerprint=None)
 
     def batches(self, batch_size: int) -> Iterator[Any]:
@@ -308,7 +309,9 @@ class TrainingData:
         yield from _dataset_batches(self.dataset, batch_size, labels)
         if labels and all(v is not None for v in labels):
             try:
-                self.y = np.concatenate([np.asarray(v).reshape(len(v), -1) if np.ndim(v) > 1 else np.asarray(v) for v in labels])
+                self.y = np.concatenate(
+                    [np.asarray(v).reshape(len(v), -1) if np.ndim(v) > 1 else np.asarray(v) for v in labels]
+                )
             except ValueError:  # targets of varying shapes: not labels
                 self.y = None
 
@@ -337,9 +340,11 @@ class TrainingData:
         if self._row_digests is None:
             n = self.n or 0
             first = _first(self.x)
-            row_bytes = sum(
-                int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in _arrays(self.x)
-            ) if first is not None else 1
+            row_bytes = (
+                sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in _arrays(self.x))
+                if first is not None
+                else 1
+            )
             step = max(1, _HASH_CHUNK // max(1, row_bytes))
             parts = [batch_row_digests(_slice_rows(self.x, i, i + step)) for i in range(0, n, step)]
             self._row_digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
@@ -558,7 +563,11 @@ def _check_magic(path: Path, source: str, kind: str) -> None:
         return  # np.load reports it
     if head.startswith(_ZIP_MAGIC) or head.startswith(_NPY_MAGIC):
         return
-    what = "a zip archive of arrays, as np.savez(path, x=x, y=y) writes" if kind == ".npz" else "a NumPy array file, as np.save writes"
+    what = (
+        "a zip archive of arrays, as np.savez(path, x=x, y=y) writes"
+        if kind == ".npz"
+        else "a NumPy array file, as np.save writes"
+    )
     raise SadlDataError(f"{source} is not a {kind} file ({what}); it starts with {head!r}")
 
 
@@ -647,9 +656,7 @@ def _from_value(value: Any, source: str) -> TrainingData:
     y = None
     if isinstance(value, tuple):
         if len(value) not in (1, 2):
-            raise SadlDataError(
-                f"{source} is a tuple of {len(value)} items; give x or (x, y)"
-            )
+            raise SadlDataError(f"{source} is a tuple of {len(value)} items; give x or (x, y)")
         value, y = value[0], (value[1] if len(value) == 2 else None)
     if isinstance(value, Mapping) or (isinstance(value, list) and value and all(hasattr(v, "shape") for v in value)):
         # ({input: array}, y) or ([arrays in model.inputs order], y)
@@ -676,9 +683,15 @@ def _from_iterator(it: Any, source: str) -> TrainingData:
             x: Any = {k: np.concatenate([np.asarray(b[k]) for b in xs]) for k in xs[0]}
         else:
             x = np.concatenate([_as_array(b, source) for b in xs])
-        y = None if any(v is None or isinstance(v, (dict, list, tuple)) for v in ys) else np.concatenate([np.asarray(v) for v in ys])
+        y = (
+            None
+            if any(v is None or isinstance(v, (dict, list, tuple)) for v in ys)
+            else np.concatenate([np.asarray(v) for v in ys])
+        )
     except ValueError as exc:
-        raise SadlDataError(f"{source}: the generator's batches cannot be joined ({exc}); yield batches of one shape") from None
+        raise SadlDataError(
+            f"{source}: the generator's batches cannot be joined ({exc}); yield batches of one shape"
+        ) from None
     return TrainingData(source=source, x=x, y=y)
 
 
@@ -692,9 +705,7 @@ def _as_array(value: Any, source: str) -> np.ndarray:
     try:
         x = np.asarray(value)
     except Exception as exc:
-        raise SadlDataError(
-            f"{source} ({type(value).__name__}) cannot be converted to an array: {exc}"
-        ) from exc
+        raise SadlDataError(f"{source} ({type(value).__name__}) cannot be converted to an array: {exc}") from exc
     if x.dtype == object:
         raise SadlDataError(
             f"{source} ({type(value).__name__}) is not a numeric array; give an array of "

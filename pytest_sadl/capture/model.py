@@ -42,7 +42,6 @@ from pytest_sadl.specs import call_spec, is_callable_spec, resolve_path
 __all__ = ["load_model", "SadlModelError", "SadlModelWarning"]
 
 
-
 def _is_keras_model(obj: Any) -> bool:
     import sys
 
@@ -59,9 +58,7 @@ def _is_torch_module(obj: Any) -> bool:
 _TORCH_SUFFIXES = (".pt", ".pth", ".pt2", ".bin", ".ckpt")
 
 
-def load_model(
-    source: Any, *, base_dir: str | os.PathLike[str] | None = None, what: str = "model"
-) -> Any:
+def load_model(source: Any, *, base_dir: str | os.PathLike[str] | None = None, what: str = "model") -> Any:
     """Return the Keras model or ``torch.nn.Module`` ``source`` names (see the module docstring)."""
     if _is_keras_model(source) or _is_torch_module(source):
         return source
@@ -69,8 +66,7 @@ def load_model(
         return _from_loader(source, what)
     if not isinstance(source, (str, os.PathLike)):
         raise SadlModelError(
-            f"{what}: expected a .keras path, 'package.module:function' or a keras.Model, "
-            f"got {type(source).__name__}"
+            f"{what}: expected a .keras path, 'package.module:function' or a keras.Model, got {type(source).__name__}"
         )
     return _from_file(resolve_path(source, base_dir), f"{what} {str(source)!r}")
 
@@ -115,8 +111,7 @@ def _from_file(path: Path, label: str) -> Any:
         return _load_h5(path, label)
     if suffix != ".keras":
         raise SadlModelError(
-            f"{label}: unknown model format {suffix or '(no suffix)'!r}; give a .keras file "
-            "(model.save('model.keras'))"
+            f"{label}: unknown model format {suffix or '(no suffix)'!r}; give a .keras file (model.save('model.keras'))"
         )
     if not zipfile.is_zipfile(path):
         raise SadlModelError(

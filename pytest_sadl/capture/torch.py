@@ -70,29 +70,127 @@ from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 __all__ = ["TorchTraceModel", "module_fingerprint", "is_pass_through", "is_activation"]
 
 _PASS_THROUGH = (
-    "Flatten", "Unflatten", "Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
-    "FeatureAlphaDropout", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
-    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d",
-    "CircularPad1d", "CircularPad2d", "CircularPad3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
-    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle",
+    "Flatten",
+    "Unflatten",
+    "Identity",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "AlphaDropout",
+    "FeatureAlphaDropout",
+    "ZeroPad1d",
+    "ZeroPad2d",
+    "ZeroPad3d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ConstantPad3d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReflectionPad3d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "ReplicationPad3d",
+    "CircularPad1d",
+    "CircularPad2d",
+    "CircularPad3d",
+    "Upsample",
+    "UpsamplingNearest2d",
+    "UpsamplingBilinear2d",
+    "PixelShuffle",
+    "PixelUnshuffle",
+    "ChannelShuffle",
 )
 _ACTIVATIONS = (
-    "ReLU", "ReLU6", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh",
-    "Softmax", "LogSoftmax", "Softmin", "Softplus", "Softsign", "Hardtanh", "Hardswish", "Hardsigmoid", "Hardshrink",
-    "Softshrink", "Tanhshrink", "Threshold", "LogSigmoid",
+    "ReLU",
+    "ReLU6",
+    "LeakyReLU",
+    "PReLU",
+    "RReLU",
+    "ELU",
+    "SELU",
+    "CELU",
+    "GELU",
+    "SiLU",
+    "Mish",
+    "Sigmoid",
+    "Tanh",
+    "Softmax",
+    "LogSoftmax",
+    "Softmin",
+    "Softplus",
+    "Softsign",
+    "Hardtanh",
+    "Hardswish",
+    "Hardsigmoid",
+    "Hardshrink",
+    "Softshrink",
+    "Tanhshrink",
+    "Threshold",
+    "LogSigmoid",
 )
 # element-wise modules: their output has their input's layout
-_ELEMENTWISE = _ACTIVATIONS + ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "Identity")
+_ELEMENTWISE = _ACTIVATIONS + (
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "AlphaDropout",
+    "FeatureAlphaDropout",
+    "Identity",
+)
 # modules whose rank > 2 output is channels-first (n, c, ...)
 _CHANNELS_FIRST = (
-    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d",
-    "LazyConv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
-    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
-    "LPPool1d", "LPPool2d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
-    "InstanceNorm3d", "GroupNorm", "LocalResponseNorm", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
-    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d",
-    "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d",
-    "ReplicationPad2d", "ReplicationPad3d", "Fold",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "LazyConv1d",
+    "LazyConv2d",
+    "LazyConv3d",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
+    "LPPool1d",
+    "LPPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
+    "GroupNorm",
+    "LocalResponseNorm",
+    "Upsample",
+    "UpsamplingNearest2d",
+    "UpsamplingBilinear2d",
+    "PixelShuffle",
+    "PixelUnshuffle",
+    "ChannelShuffle",
+    "ZeroPad1d",
+    "ZeroPad2d",
+    "ZeroPad3d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ConstantPad3d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReflectionPad3d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "ReplicationPad3d",
+    "Fold",
 )
 _RNNS = ("RNN", "LSTM", "GRU")
 
@@ -237,11 +335,17 @@ class TorchTraceModel:
         paths = list(self._modules)
         out = []
         for item in spec:
-            if isinstance(item, (int, np.integer)) and not isinstance(item, bool) or (isinstance(item, str) and item.lstrip("-").isdigit() and item not in self._modules):
+            if (
+                isinstance(item, (int, np.integer))
+                and not isinstance(item, bool)
+                or (isinstance(item, str) and item.lstrip("-").isdigit() and item not in self._modules)
+            ):
                 i = int(item)
                 top = [p for p in paths if "." not in p]
                 if not -len(top) <= i < len(top):
-                    raise SadlLayerError(f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}")
+                    raise SadlLayerError(
+                        f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}"
+                    )
                 out.append(top[i])
             elif item in self._modules:
                 out.append(str(item))
@@ -312,6 +416,7 @@ class TorchTraceModel:
                     layouts[id(main)] = layout
                     produced.setdefault(id(out), path)
                     outputs[path] = out
+
             return fn
 
         handles = [m.register_forward_hook(hook(p)) for p, m in self._modules.items()]
@@ -341,7 +446,9 @@ class TorchTraceModel:
         self.input_shapes = {"input": self.input_shape}
         self.input_dtype = str(first.dtype).replace("torch.", "")
         self._float_input = first.is_floating_point()
-        self.classifier = self._is_classifier(out_shape) if self._classifier_spec is None else bool(self._classifier_spec)
+        self.classifier = (
+            self._is_classifier(out_shape) if self._classifier_spec is None else bool(self._classifier_spec)
+        )
         if self.classifier and len(out_shape) != 2:
             raise SadlModelError(
                 f"model {self.name!r} has output {self.output_name!r} of shape {(None,) + out_shape[1:]}; a classifier "
@@ -420,7 +527,8 @@ class TorchTraceModel:
     def _ordered(self) -> list[str]:
         """Leaf modules that ran once and returned one tensor, in call order."""
         leaves = [
-            p for p, m in self._modules.items()
+            p
+            for p, m in self._modules.items()
             if not any(True for _ in m.children()) and self._seen[p].calls == 1 and not self._seen[p].structured
         ]
         return sorted(leaves, key=lambda p: self._seen[p].order)
@@ -482,8 +590,18 @@ class TorchTraceModel:
 
     def __getattr__(self, name: str) -> Any:
         # the layers, sizes and outputs exist once the probe ran (the first inputs seen)
-        if name in ("sa_layers", "coverage_layers", "sa_sizes", "coverage_sizes", "classifier", "output_names",
-                    "output_name", "input_shape", "input_shapes", "input_dtype"):
+        if name in (
+            "sa_layers",
+            "coverage_layers",
+            "sa_sizes",
+            "coverage_sizes",
+            "classifier",
+            "output_names",
+            "output_name",
+            "input_shape",
+            "input_shapes",
+            "input_dtype",
+        ):
             self._require_probe()
         raise AttributeError(name)
 
@@ -570,7 +688,9 @@ class TorchTraceModel:
         check_batch(a, self.input_shape, what=what, offset=offset)
         return self._to_tensor(a)
 
-    def traces(self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs") -> Traces:
+    def traces(
+        self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> Traces:
         """Traces of every input of ``x`` (an array, a tensor, a ``Dataset``/``DataLoader``
         or :class:`TrainingData`), ``batch_size`` at a time, in ``eval()`` mode under
         ``no_grad`` (the module's modes restored after)."""

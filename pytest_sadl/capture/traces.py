@@ -70,7 +70,20 @@ from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 __all__ = ["TraceModel", "default_sa_layers", "default_coverage_layers", "is_classifier"]
 
 _JIT_MIN_INPUTS = 2048
-_REGRESSION_LOSSES = ("mean_squared", "mse", "mae", "mean_absolute", "huber", "log_cosh", "logcosh", "poisson", "mape", "msle")
+_REGRESSION_LOSSES = (
+    "mean_squared",
+    "mse",
+    "mae",
+    "mean_absolute",
+    "huber",
+    "log_cosh",
+    "logcosh",
+    "poisson",
+    "mape",
+    "msle",
+)
+
+
 def _reduce(tensor: Any) -> Any:
     """The mean over every axis but the batch and the last, as float32 (rank 1: one neuron)."""
     import keras
@@ -89,7 +102,9 @@ def _extrema(tensor: Any) -> tuple[Any, Any]:
     import keras
 
     axes = tuple(range(1, len(tensor.shape)))
-    return keras.ops.cast(keras.ops.min(tensor, axis=axes), "float32"), keras.ops.cast(keras.ops.max(tensor, axis=axes), "float32")
+    return keras.ops.cast(keras.ops.min(tensor, axis=axes), "float32"), keras.ops.cast(
+        keras.ops.max(tensor, axis=axes), "float32"
+    )
 
 
 def _is_graph_model(model: Any) -> bool:
@@ -212,7 +227,9 @@ class TraceModel:
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:
-            spec, seen, owners = probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers)
+            spec, seen, owners = probe(
+                self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers
+            )
         except (SadlModelError, SadlLayerError):
             raise
         except Exception as exc:
@@ -346,7 +363,9 @@ class TraceModel:
     def _ordered(self) -> list[str]:
         """Leaves that ran once with one output: graph order for Sequential/functional
         models, call order for subclassed ones."""
-        nodes = [n for n in self._nodes if n.leaf and self._seen[n.path].calls == 1 and self._seen[n.path].shape is not None]
+        nodes = [
+            n for n in self._nodes if n.leaf and self._seen[n.path].calls == 1 and self._seen[n.path].shape is not None
+        ]
         if not _is_graph_model(self.model):
             nodes.sort(key=lambda n: self._seen[n.path].order)
         return [n.path for n in nodes]
@@ -366,8 +385,11 @@ class TraceModel:
         owner = next((p for p, layer in by_path.items() if layer is self._output_layer), None)
         if owner in candidates:
             # hidden: before the measured output's layer, and no other output's layer
-            candidates = [p for p in candidates[: candidates.index(owner) + 1]
-                          if p == owner or all(by_path[p] is not o for o in self._output_layers)]
+            candidates = [
+                p
+                for p in candidates[: candidates.index(owner) + 1]
+                if p == owner or all(by_path[p] is not o for o in self._output_layers)
+            ]
             candidates = candidates[: candidates.index(owner)]
             if is_activation_only(by_path[owner]):
                 while candidates and is_activation_only(by_path[candidates[-1]]):
@@ -554,7 +576,9 @@ class TraceModel:
             filled = [np.concatenate([p[i] for p in parts]) for i in range(len(parts[0]))]
         return outputs, self._split(filled)
 
-    def traces(self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs") -> Traces:
+    def traces(
+        self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> Traces:
         """Traces of every input of ``x``, ``batch_size`` at a time, one pass per batch.
 
         For arrays (or memmaps) the result arrays are allocated once and filled batch by
@@ -614,14 +638,16 @@ class TraceModel:
         out = []
         for n in self._nodes:
             s = self._seen[n.path]
-            out.append({
-                "path": n.path,
-                "class": type(n.layer).__name__,
-                "output_shape": None if s.shape is None else list(s.shape),
-                "calls": s.calls,
-                "sa": n.path in sa,
-                "coverage": n.path in cov,
-            })
+            out.append(
+                {
+                    "path": n.path,
+                    "class": type(n.layer).__name__,
+                    "output_shape": None if s.shape is None else list(s.shape),
+                    "calls": s.calls,
+                    "sa": n.path in sa,
+                    "coverage": n.path in cov,
+                }
+            )
         return out
 
 

@@ -41,17 +41,38 @@ def add_location(p: argparse.ArgumentParser) -> None:
 
 def add_profile_options(p: argparse.ArgumentParser) -> None:
     """The options that make up a profile's fingerprint; unset ones come from the ini."""
-    p.add_argument("--sa-layers", nargs="+", metavar="LAYER",
-                   help="layers for LSA/DSA/MDSA, by name or index (default: sadl_layers of the ini, else the last hidden layer)")
-    p.add_argument("--coverage-layers", nargs="+", metavar="LAYER",
-                   help="layers for NC/KMNC/NBC/SNAC (default: sadl_coverage_layers of the ini, else every layer with neurons)")
-    p.add_argument("--output", metavar="NAME",
-                   help="which output of a model with several gives the class (default: sadl_output of the ini, else the first)")
-    p.add_argument("--var-threshold", type=float, metavar="V", help="LSA/MDSA variance threshold (default: sadl_var_threshold, else 1e-5)")
-    p.add_argument("--lsa-near-singular", choices=("drop", "keep"),
-                   help="LSA on a nearly singular covariance: drop dependent neurons or keep the full covariance "
-                   "(default: sadl_lsa_near_singular, else drop)")
-    p.add_argument("--batch-size", type=int, metavar="N", help="inputs per forward pass (default: sadl_batch_size, else 256)")
+    p.add_argument(
+        "--sa-layers",
+        nargs="+",
+        metavar="LAYER",
+        help="layers for LSA/DSA/MDSA, by name or index (default: sadl_layers of the ini, else the last hidden layer)",
+    )
+    p.add_argument(
+        "--coverage-layers",
+        nargs="+",
+        metavar="LAYER",
+        help="layers for NC/KMNC/NBC/SNAC (default: sadl_coverage_layers of the ini, else every layer with neurons)",
+    )
+    p.add_argument(
+        "--output",
+        metavar="NAME",
+        help="which output of a model with several gives the class (default: sadl_output of the ini, else the first)",
+    )
+    p.add_argument(
+        "--var-threshold",
+        type=float,
+        metavar="V",
+        help="LSA/MDSA variance threshold (default: sadl_var_threshold, else 1e-5)",
+    )
+    p.add_argument(
+        "--lsa-near-singular",
+        choices=("drop", "keep"),
+        help="LSA on a nearly singular covariance: drop dependent neurons or keep the full covariance "
+        "(default: sadl_lsa_near_singular, else drop)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, metavar="N", help="inputs per forward pass (default: sadl_batch_size, else 256)"
+    )
 
 
 #: argparse destination -> the plugin's flag it stands for

@@ -51,7 +51,9 @@ class ProgressBar:
     messages of :meth:`status` are still printed then unless ``quiet``.
     """
 
-    def __init__(self, stream: TextIO | None = None, *, enabled: bool | None = None, quiet: bool = False, width: int = 30) -> None:
+    def __init__(
+        self, stream: TextIO | None = None, *, enabled: bool | None = None, quiet: bool = False, width: int = 30
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.enabled = (tty if enabled is None else enabled) and not quiet
@@ -186,14 +188,31 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
         tm.prepare(load_training_data(args.train, base_dir=base_dir, what="--train"))
     rows = tm.describe_layers()
     if args.json:
-        print(json.dumps({"model": tm.name, "inputs": tm.input_names, "outputs": tm.output_names,
-                          "output": tm.output_name, "classifier": tm.classifier, "layers": rows}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "model": tm.name,
+                    "inputs": tm.input_names,
+                    "outputs": tm.output_names,
+                    "output": tm.output_name,
+                    "classifier": tm.classifier,
+                    "layers": rows,
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
-    print(f"model {tm.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
-          f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})")
+    print(
+        f"model {tm.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
+        f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})"
+    )
     width = max(len(r["path"]) for r in rows) if rows else 4
     for r in rows:
-        shape = "-" if r["output_shape"] is None else "(" + ", ".join("n" if d is None else str(d) for d in r["output_shape"]) + ")"
+        shape = (
+            "-"
+            if r["output_shape"] is None
+            else "(" + ", ".join("n" if d is None else str(d) for d in r["output_shape"]) + ")"
+        )
         marks = ", ".join(m for m, on in (("SA default", r["sa"]), ("coverage default", r["coverage"])) if on)
         calls = f" [runs {r['calls']}x]" if r["calls"] > 1 else ""
         print(f"  {r['path']:<{width}}  {r['class']:<22} {shape:<20}{calls} {marks}".rstrip())
@@ -300,7 +319,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         epilog="example: sadl profile build --model models/digits.keras --train data/train.npz "
         "--sa-layers dense_hidden",
     )
-    build.add_argument("--model", required=True, metavar="M", help="the model: a .keras file or 'package.module:function'")
+    build.add_argument(
+        "--model", required=True, metavar="M", help="the model: a .keras file or 'package.module:function'"
+    )
     build.add_argument(
         "--train",
         required=True,
@@ -336,10 +357,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "path --sadl-layers takes, with its output shape and whether it is a default SA or "
         "coverage layer.",
     )
-    lay.add_argument("--model", required=True, metavar="M", help="the model: a .keras/.h5 file or 'package.module:function'")
+    lay.add_argument(
+        "--model", required=True, metavar="M", help="the model: a .keras/.h5 file or 'package.module:function'"
+    )
     lay.add_argument("--output", metavar="NAME", help="the measured output of a model with several (default the first)")
-    lay.add_argument("--train", metavar="T", help="inputs to run the model on first (needed for a PyTorch model: "
-                     "its shapes come from a pass): a .npz/.npy file or 'package.module:function'")
+    lay.add_argument(
+        "--train",
+        metavar="T",
+        help="inputs to run the model on first (needed for a PyTorch model: "
+        "its shapes come from a pass): a .npz/.npy file or 'package.module:function'",
+    )
     lay.add_argument("--json", action="store_true", help="print the layers as JSON")
     lay.add_argument("--rootdir", metavar="DIR", help="directory relative paths start from (default: the current one)")
     lay.set_defaults(func=cmd_profile_layers)

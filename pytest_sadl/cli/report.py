@@ -116,32 +116,49 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``report`` and ``compare`` to ``subparsers`` (from ``add_subparsers()``)."""
     rep = subparsers.add_parser(
-        "report", help="render a saved results JSON as HTML, Markdown or a badge",
+        "report",
+        help="render a saved results JSON as HTML, Markdown or a badge",
         description="Render a results file written by `pytest --sadl-report=json` as a "
-                    "self-contained HTML report, a Markdown summary and/or a badge JSON.")
+        "self-contained HTML report, a Markdown summary and/or a badge JSON.",
+    )
     rep.add_argument("results", metavar="RUN.json", help="results file of a run")
     rep.add_argument("--html", metavar="DIR", help="write DIR/index.html")
-    rep.add_argument("--markdown", metavar="PATH",
-                     help="write a Markdown summary (appends when PATH is $GITHUB_STEP_SUMMARY)")
-    rep.add_argument("--badge", metavar="DIR",
-                     help="write one shields.io endpoint file per metric into DIR "
-                          "(sadl-badge-lsc.json, ...); with --badge-metric, the one file DIR names")
-    rep.add_argument("--badge-metric", metavar="METRIC", choices=METRICS, default=None,
-                     help="write one metric's endpoint document to the --badge path "
-                          f"({', '.join(METRICS)})")
-    rep.add_argument("--compare", metavar="BASELINE.json",
-                     help="show the change of every metric against a baseline run")
+    rep.add_argument(
+        "--markdown", metavar="PATH", help="write a Markdown summary (appends when PATH is $GITHUB_STEP_SUMMARY)"
+    )
+    rep.add_argument(
+        "--badge",
+        metavar="DIR",
+        help="write one shields.io endpoint file per metric into DIR "
+        "(sadl-badge-lsc.json, ...); with --badge-metric, the one file DIR names",
+    )
+    rep.add_argument(
+        "--badge-metric",
+        metavar="METRIC",
+        choices=METRICS,
+        default=None,
+        help=f"write one metric's endpoint document to the --badge path ({', '.join(METRICS)})",
+    )
+    rep.add_argument(
+        "--compare", metavar="BASELINE.json", help="show the change of every metric against a baseline run"
+    )
     rep.set_defaults(func=cmd_report)
 
     cmp_ = subparsers.add_parser(
-        "compare", help="compare a run with a baseline run, optionally failing on a drop",
+        "compare",
+        help="compare a run with a baseline run, optionally failing on a drop",
         description="Print the change of every metric (in percentage points) between two "
-                    "results files; with --fail, exit 1 when a metric drops by more than allowed.")
+        "results files; with --fail, exit 1 when a metric drops by more than allowed.",
+    )
     cmp_.add_argument("current", metavar="CURRENT.json", help="results file of this run")
     cmp_.add_argument("baseline", metavar="BASELINE.json", help="results file to compare with")
-    cmp_.add_argument("--fail", metavar="METRIC:POINTS", default=None,
-                      help="e.g. lsc:-2,dsc:-1: fail when LSC drops by more than 2 points or "
-                           "DSC by more than 1 (all:-1 for every metric)")
+    cmp_.add_argument(
+        "--fail",
+        metavar="METRIC:POINTS",
+        default=None,
+        help="e.g. lsc:-2,dsc:-1: fail when LSC drops by more than 2 points or "
+        "DSC by more than 1 (all:-1 for every metric)",
+    )
     cmp_.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp_.set_defaults(func=cmd_compare)
 

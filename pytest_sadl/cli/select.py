@@ -80,8 +80,15 @@ def select_from_pool(
     else:
         bounds, covered = default_sc_bounds(view, options), {}
     chosen = select(
-        strategy, budget, scores=scores, by=by, output=np.asarray(traces.output) if profile.classifier else None,
-        bounds=bounds, covered=covered, upto=upto, seed=seed,
+        strategy,
+        budget,
+        scores=scores,
+        by=by,
+        output=np.asarray(traces.output) if profile.classifier else None,
+        bounds=bounds,
+        covered=covered,
+        upto=upto,
+        seed=seed,
     )
     if strategy == "deepgini":
         from pytest_sadl.criteria.mistakes import confidence_scores
@@ -109,13 +116,15 @@ def _gallery(chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.nda
     cells = []
     for rank, (i, thumb) in enumerate(zip(chosen.indices.tolist(), thumbs, strict=True), 1):
         h, w, c = thumb.shape
-        cells.append({
-            "rank": rank,
-            "index": i,
-            "src": png_data_url(w, h, c, thumb.reshape(-1).tolist()) or "",
-            "label": None if y is None else str(y[i].tolist()),
-            "values": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
-        })
+        cells.append(
+            {
+                "rank": rank,
+                "index": i,
+                "src": png_data_url(w, h, c, thumb.reshape(-1).tolist()) or "",
+                "label": None if y is None else str(y[i].tolist()),
+                "values": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
+            }
+        )
     title = f"sadl select: {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
     return render_template("select.html.j2", title=title, notes=" ".join(chosen.notes), cells=cells)
 
@@ -132,7 +141,9 @@ def check_out_dir(out: str | os.PathLike[str]) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SadlConfigError(f"--out {folder}: cannot create the directory ({exc.strerror or exc}); give a writable one") from None
+        raise SadlConfigError(
+            f"--out {folder}: cannot create the directory ({exc.strerror or exc}); give a writable one"
+        ) from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise SadlConfigError(f"--out {folder}: the directory is not writable; give a writable one")
     return folder
@@ -213,7 +224,11 @@ def cmd_select(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SadlConfigError(f"--results: {exc}") from None
         config = results.get("config") or {}
-        for dest, key in (("sa_layers", "sa_layers"), ("coverage_layers", "coverage_layers"), ("var_threshold", "var_threshold")):
+        for dest, key in (
+            ("sa_layers", "sa_layers"),
+            ("coverage_layers", "coverage_layers"),
+            ("var_threshold", "var_threshold"),
+        ):
             if getattr(args, dest) is None and config.get(key) is not None:  # the results' configuration, not the ini's
                 value = config[key]
                 setattr(args, dest, [",".join(str(v) for v in value)] if isinstance(value, list) else value)
@@ -222,10 +237,14 @@ def cmd_select(args: argparse.Namespace) -> int:
     base_dir = Path(args.rootdir) if args.rootdir else None  # flags are relative to the current directory
     pool = load_training_data(args.pool, base_dir=base_dir, what="the pool")
     if pool.x is None:
-        raise SadlConfigError(f"{args.pool}: the pool must be a .npz (key 'x' or one array per input name, optional 'y') or .npy file")
+        raise SadlConfigError(
+            f"{args.pool}: the pool must be a .npz (key 'x' or one array per input name, optional 'y') or .npy file"
+        )
     model = load_model(args.model, base_dir=base_dir)
     options = ProfileOptions.from_sadl(sadl)
-    profile = load_or_build(model, args.train, options, cache_dir_for(args, sadl), base_dir=base_dir, lock_timeout=sadl.lock_timeout)
+    profile = load_or_build(
+        model, args.train, options, cache_dir_for(args, sadl), base_dir=base_dir, lock_timeout=sadl.lock_timeout
+    )
     if results is not None:
         _check_results_config(results, profile, sadl)
     tm = profile.trace_model(model)
@@ -233,24 +252,45 @@ def cmd_select(args: argparse.Namespace) -> int:
     x = pool.x
     y = None if pool.y is None or isinstance(pool.y, dict) else np.asarray(pool.y)
     try:
-        chosen, scores = select_from_pool(profile, model, x, args.strategy, args.budget, by=args.by, results=results,
-                                          options=sadl, upto=args.upto, seed=args.seed, batch_size=sadl.batch_size)
+        chosen, scores = select_from_pool(
+            profile,
+            model,
+            x,
+            args.strategy,
+            args.budget,
+            by=args.by,
+            results=results,
+            options=sadl,
+            upto=args.upto,
+            seed=args.seed,
+            batch_size=sadl.batch_size,
+        )
     except ValueError as exc:
         raise SadlConfigError(str(exc)) from None
     try:
         written = write_selection(args.out, chosen, x, scores, y)
     except OSError as exc:
-        raise SadlConfigError(f"--out {args.out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory") from None
+        raise SadlConfigError(
+            f"--out {args.out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory"
+        ) from None
     head = f"selected {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
     if chosen.strategy in ("surprise", "ranges"):
         head += f" ({chosen.by.upper() if chosen.by else ''}"
-        head += f", range [{chosen.range[0]:.4g}, {chosen.range[1]:.4g}], {chosen.eligible} eligible)" if chosen.range else ")"
+        head += (
+            f", range [{chosen.range[0]:.4g}, {chosen.range[1]:.4g}], {chosen.eligible} eligible)"
+            if chosen.range
+            else ")"
+        )
     if chosen.new_buckets is not None:
         head += f": {sum(chosen.new_buckets)} new SC buckets"
     print(head)
     for note in chosen.notes:
         print(f"  {note}")
-    print("first picks: " + ", ".join(str(i) for i in chosen.indices[:10].tolist()) + (" …" if len(chosen.indices) > 10 else ""))
+    print(
+        "first picks: "
+        + ", ".join(str(i) for i in chosen.indices[:10].tolist())
+        + (" …" if len(chosen.indices) > 10 else "")
+    )
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -270,14 +310,29 @@ def register(sub: Any) -> None:
         epilog="example: sadl select data/pool.npz --model models/digits.keras --train data/train.npz "
         "--strategy coverage --results sadl-report.json --budget 100",
     )
-    p.add_argument("pool", help="the pool: a .npz (inputs 'x' or one array per model input name, optional labels 'y') or .npy file")
+    p.add_argument(
+        "pool", help="the pool: a .npz (inputs 'x' or one array per model input name, optional labels 'y') or .npy file"
+    )
     p.add_argument("--model", required=True, metavar="M", help="the model: a .keras file or 'package.module:function'")
     p.add_argument("--train", required=True, metavar="T", help="training inputs (as for 'sadl profile build')")
     p.add_argument("--budget", type=int, default=100, metavar="N", help="inputs to choose (default %(default)s)")
     p.add_argument("--strategy", choices=STRATEGIES, default="surprise", help="how to choose (default %(default)s)")
-    p.add_argument("--by", choices=("lsa", "dsa", "mdsa"), default="lsa", help="the SA of 'surprise' and 'ranges' (default %(default)s)")
-    p.add_argument("--results", metavar="JSON", help="results JSON of the current tests: SC bounds, covered buckets, layers")
-    p.add_argument("--upto", type=float, default=1.0, metavar="F", help="'ranges': sample from [lower, lower + F (U - lower)] (default 1)")
+    p.add_argument(
+        "--by",
+        choices=("lsa", "dsa", "mdsa"),
+        default="lsa",
+        help="the SA of 'surprise' and 'ranges' (default %(default)s)",
+    )
+    p.add_argument(
+        "--results", metavar="JSON", help="results JSON of the current tests: SC bounds, covered buckets, layers"
+    )
+    p.add_argument(
+        "--upto",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="'ranges': sample from [lower, lower + F (U - lower)] (default 1)",
+    )
     p.add_argument("--seed", type=int, default=0, help="'ranges': random seed (default 0)")
     p.add_argument("--out", default="sadl-select", metavar="DIR", help="output directory (default %(default)s)")
     add_profile_options(p)

@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 
-
 def warn(message: str) -> None:
     """Issue a :class:`SadlWarning` attributed to the caller of the public API."""
     warnings.warn(message, SadlWarning, stacklevel=4)
@@ -159,7 +158,9 @@ def usable_classes(who: str, classes: np.ndarray, members: list[np.ndarray], wha
         warn(f"{who}: class {lone[0]} has 1 training trace; {what} and its inputs score NaN")
     elif lone:
         they = what.replace("it has", "they have").replace("it gets", "they get")
-        warn(f"{who}: {len(lone):,d} classes have 1 training trace each (e.g. {examples(lone)}); {they} and their inputs score NaN")
+        warn(
+            f"{who}: {len(lone):,d} classes have 1 training trace each (e.g. {examples(lone)}); {they} and their inputs score NaN"
+        )
     usable = [i for i, m in enumerate(members) if len(m) >= 2]
     if not usable:
         raise ValueError(f"{who} needs at least one class with two or more training traces")
@@ -298,14 +299,18 @@ def as_pred(name: str, pred: object, n: int) -> np.ndarray:
     arr = arr.reshape(-1) if arr.ndim == 2 and arr.shape[1] == 1 else arr
     if arr.ndim != 1 or arr.shape[0] != n:
         raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {given}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer) and (
-        not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))
+    if (
+        arr.size
+        and not np.issubdtype(arr.dtype, np.integer)
+        and (not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)))
     ):
         raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
 
 
-def scoring_inputs(who: str, ats: object, pred: object | None, *, dims: int, classifier: bool) -> tuple[np.ndarray, np.ndarray]:
+def scoring_inputs(
+    who: str, ats: object, pred: object | None, *, dims: int, classifier: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """``(traces, classes)`` of the inputs a per-class measure (``who``: "LSA", "MDSA")
     scores: ``pred`` is required when it was built per class and refused when it was not
     (every input is then class 0)."""
@@ -366,7 +371,9 @@ def as_layers(
         if n is None:
             n = arr.shape[0]
         elif arr.shape[0] != n:
-            raise ValueError(f"{name}[{i}] has {arr.shape[0]} inputs but {name}[0] has {n}; all layers need the same inputs")
+            raise ValueError(
+                f"{name}[{i}] has {arr.shape[0]} inputs but {name}[0] has {n}; all layers need the same inputs"
+            )
         _finite_or_raise(f"{name}[{i}]", arr, chunk_bytes)
         arr = reduce_layer(arr)
         if arr.shape[1] == 0:

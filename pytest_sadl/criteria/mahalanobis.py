@@ -100,7 +100,13 @@ class MDSA:
             self._set_up(x, classes, members, usable, int(chunk_bytes), max_bytes)
 
     def _set_up(
-        self, x: np.ndarray, classes: np.ndarray, members: list[np.ndarray], usable: list[int], chunk_bytes: int, max_bytes: int | None
+        self,
+        x: np.ndarray,
+        classes: np.ndarray,
+        members: list[np.ndarray],
+        usable: list[int],
+        chunk_bytes: int,
+        max_bytes: int | None,
     ) -> None:
         d_all = x.shape[1]
         keep = len(usable) * d_all * d_all * 8 <= _KEEP_MATRICES
@@ -113,8 +119,12 @@ class MDSA:
         # a class of n_c traces has rank at most n_c - 1: no factor needs more columns
         width = min(d, max(len(members[i]) for i in usable) - 1)
         check_fits(
-            "MDSA", f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)",
-            classes=len(usable), neurons=d, columns=width, max_bytes=max_bytes,
+            "MDSA",
+            f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)",
+            classes=len(usable),
+            neurons=d,
+            columns=width,
+            max_bytes=max_bytes,
         )
         self.classes_: np.ndarray = classes[usable].astype(np.int64)
         self.means: np.ndarray = np.empty((len(usable), d))
@@ -187,7 +197,9 @@ class MDSA:
             z = (x[rows][:, self.kept] - self.means[i]) @ self.factors[i, :, : self.ranks[i]]
             out[rows] = np.sqrt(np.einsum("ij,ij->i", z, z))
         if missing:
-            warn(f"MDSA: no covariance for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN")
+            warn(
+                f"MDSA: no covariance for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN"
+            )
         return out
 
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -219,7 +231,13 @@ class MDSA:
         self.rcond = float(arrays["rcond"])
         k, d = len(self.classes_), self.kept.size
         shape = self.factors.shape
-        if self.means.shape != (k, d) or len(shape) != 3 or shape[:2] != (k, d) or shape[2] > d or self.ranks.shape != (k,) \
-                or (k and self.ranks.max() > shape[2]):
+        if (
+            self.means.shape != (k, d)
+            or len(shape) != 3
+            or shape[:2] != (k, d)
+            or shape[2] > d
+            or self.ranks.shape != (k,)
+            or (k and self.ranks.max() > shape[2])
+        ):
             raise ValueError("MDSA arrays have inconsistent shapes; rebuild the profile")
         return self

@@ -27,7 +27,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SCORE_LABELS", "BASELINES", "Analysis", "analyse", "roc_auc", "spearman", "probabilities", "confidence_scores"]
+__all__ = [
+    "SCORE_LABELS",
+    "BASELINES",
+    "Analysis",
+    "analyse",
+    "roc_auc",
+    "spearman",
+    "probabilities",
+    "confidence_scores",
+]
 
 SCORE_LABELS = {
     "lsa": "LSA",
@@ -180,7 +189,9 @@ def _one(
         else:
             a.spearman[key] = spearman(score[ok], abs_err[ok])  # type: ignore[index]
         if key not in BASELINES:
-            a.fifths[key] = _fifths(score[ok], None if correct is None else correct[ok], None if abs_err is None else abs_err[ok])
+            a.fifths[key] = _fifths(
+                score[ok], None if correct is None else correct[ok], None if abs_err is None else abs_err[ok]
+            )
     return a
 
 
@@ -271,7 +282,8 @@ def sentences(a: Analysis) -> list[str]:
         )
         if not a.errors or a.errors == a.labelled:
             out.append(
-                "Every labelled input is " + ("classified correctly" if not a.errors else "misclassified")
+                "Every labelled input is "
+                + ("classified correctly" if not a.errors else "misclassified")
                 + ", so no score can be judged on telling mistakes apart; label inputs the model gets wrong too."
             )
             return out
@@ -306,7 +318,11 @@ def sentences(a: Analysis) -> list[str]:
                 out.append(
                     f"By {SCORE_LABELS[key]}, accuracy {trend} from {100 * lo:.0f}% on the least surprising fifth of the "
                     f"inputs to {100 * hi:.0f}% on the most surprising fifth"
-                    + (" (as the paper's RQ1 expects)." if trend == "falls" else " (the paper's RQ1 expects it to fall).")
+                    + (
+                        " (as the paper's RQ1 expects)."
+                        if trend == "falls"
+                        else " (the paper's RQ1 expects it to fall)."
+                    )
                 )
                 break
     else:
@@ -316,7 +332,11 @@ def sentences(a: Analysis) -> list[str]:
             key, rho = ranked[0]
             label = SCORE_LABELS[key]
             if rho >= 0.1:
-                out.append(f"On this model, inputs with higher {label} tend to have larger errors (Spearman rho {rho:.2f}).")
+                out.append(
+                    f"On this model, inputs with higher {label} tend to have larger errors (Spearman rho {rho:.2f})."
+                )
             else:
-                out.append(f"On this model, no surprise measure rises with the error (best: {label}, Spearman rho {rho:.2f}).")
+                out.append(
+                    f"On this model, no surprise measure rises with the error (best: {label}, Spearman rho {rho:.2f})."
+                )
     return out

@@ -281,7 +281,9 @@ def _map_extrema(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _RangeCoverage(_LayerCoverage):
     def __init__(self, ranges: NeuronRanges) -> None:
         if not isinstance(ranges, NeuronRanges):
-            raise ValueError("pass the NeuronRanges fitted on the training set (pytest_sadl.criteria.neurons.fit_ranges)")
+            raise ValueError(
+                "pass the NeuronRanges fitted on the training set (pytest_sadl.criteria.neurons.fit_ranges)"
+            )
         super().__init__(ranges.sizes)
         self.ranges = ranges
 

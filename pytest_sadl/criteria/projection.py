@@ -56,7 +56,9 @@ class Projection:
         x = as_train_traces("train_ats", train_ats, chunk_bytes=chunk_bytes)
         n, d = x.shape
         if isinstance(components, bool) or not isinstance(components, (int, np.integer)) or not 1 <= components <= d:
-            raise ValueError(f"components must be an integer from 1 to the {d} neurons of the traces, got {components!r}")
+            raise ValueError(
+                f"components must be an integer from 1 to the {d} neurons of the traces, got {components!r}"
+            )
         if n < 2:
             raise ValueError("a projection needs at least two training traces")
         step = max(1, chunk_bytes // (8 * d))
@@ -79,7 +81,12 @@ class Projection:
     def __call__(self, ats: object, *, chunk_bytes: int = 16 * 2**20) -> np.ndarray:
         """The projected traces ``(n, components)``, float64; a memmap is read a chunk at a time."""
         d = self.mean.shape[0]
-        if isinstance(ats, np.ndarray) and ats.dtype in (np.float32, np.float64) and ats.ndim == 2 and ats.shape[1] == d:
+        if (
+            isinstance(ats, np.ndarray)
+            and ats.dtype in (np.float32, np.float64)
+            and ats.ndim == 2
+            and ats.shape[1] == d
+        ):
             x = as_train_traces("ats", ats, chunk_bytes=chunk_bytes)
         else:
             x = as_traces("ats", ats, dims=d, allow_empty=True)

@@ -95,7 +95,9 @@ def greedy_coverage(
     per metric, so a pick's gain is the number of metrics whose bucket it opens."""
     metrics = [m for m in bounds if m in pool_scores]
     if not metrics:
-        raise ValueError("the coverage strategy needs the pool's scores and SC bounds of at least one of LSC, DSC, MDSC")
+        raise ValueError(
+            "the coverage strategy needs the pool's scores and SC bounds of at least one of LSC, DSC, MDSC"
+        )
     n = len(next(iter(pool_scores[m] for m in metrics)))
     k = _check_budget(budget, n)
     ids = np.empty((n, len(metrics)), dtype=np.int64)
@@ -191,13 +193,17 @@ def select(
         return Selection(strategy, int(budget), _descending(gini)[:k], len(gini), by="deepgini")
     if strategy == "coverage":
         if not bounds:
-            raise ValueError("the coverage strategy needs SC bounds (a results JSON of the current tests, or the profile's defaults)")
+            raise ValueError(
+                "the coverage strategy needs SC bounds (a results JSON of the current tests, or the profile's defaults)"
+            )
         per_metric = {m: present[SURPRISE[m]] for m in bounds if SURPRISE.get(m) in present}
         picks, gains = greedy_coverage(per_metric, bounds, budget, covered)
         n = len(next(iter(per_metric.values())))
         notes = []
         if gains and gains[-1] == 0:
-            notes.append(f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left")
+            notes.append(
+                f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left"
+            )
         return Selection(strategy, int(budget), picks, n, by=",".join(per_metric), new_buckets=gains, notes=notes)
     if by not in present:
         raise ValueError(f"no {by!r} scores for the pool; available: {', '.join(present) or 'none'}")
@@ -220,4 +226,13 @@ def select(
         notes.append(f"only {eligible.size} input(s) lie in [{lower:g}, {top:g}]; all of them are chosen")
     rng = np.random.default_rng(seed)
     picks = rng.choice(eligible, size=min(k, eligible.size), replace=False) if eligible.size else np.zeros(0, np.int64)
-    return Selection(strategy, int(budget), picks.astype(np.int64), len(s), by=by, eligible=int(eligible.size), range=(lower, top), notes=notes)
+    return Selection(
+        strategy,
+        int(budget),
+        picks.astype(np.int64),
+        len(s),
+        by=by,
+        eligible=int(eligible.size),
+        range=(lower, top),
+        notes=notes,
+    )

@@ -258,8 +258,11 @@ class LSA:
         k = len(sizes)
         self._keep_aug = self._in_memory and sum(sizes) * (d + 2) * 8 <= _KEEP_WHITENED
         check_fits(
-            "LSA", f"{k:,d} KDEs over {d:,d} neurons (a {d:,d} x {d:,d} float64 whitening matrix each)",
-            classes=k, neurons=d, max_bytes=max_bytes,
+            "LSA",
+            f"{k:,d} KDEs over {d:,d} neurons (a {d:,d} x {d:,d} float64 whitening matrix each)",
+            classes=k,
+            neurons=d,
+            max_bytes=max_bytes,
         )
 
     def _fit(self, rows: np.ndarray, cols: np.ndarray, stats: tuple[Any, ...], strict: bool) -> _Kde | None:
@@ -346,7 +349,9 @@ class LSA:
                 continue
             out[m] = -self._log_density(kde, x[m][:, kde.cols])
         if missing:
-            warn(f"LSA: no KDE for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN")
+            warn(
+                f"LSA: no KDE for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN"
+            )
         return out
 
     def _training_blocks(self, kde: _Kde, rows_per_block: int) -> Iterator[np.ndarray]:
@@ -495,7 +500,9 @@ class DSA:
         else:
             other = np.array(dist_b, dtype=np.float64)
             if other.shape != (len(x),):
-                raise ValueError(f"dist_b must have one distance per training trace, shape ({len(x)},), got {other.shape}")
+                raise ValueError(
+                    f"dist_b must have one distance per training trace, shape ({len(x)},), got {other.shape}"
+                )
             if np.any(other < 0):
                 raise ValueError("dist_b holds negative distances; it is not what DSA.to_arrays() wrote")
             self._other = other
@@ -624,9 +631,17 @@ class DSA:
         return {"train_ats": self._x, "train_pred": self._pred, "other_dist": self._other[self._nn.rep]}
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES) -> DSA:
+    def from_arrays(
+        cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES
+    ) -> DSA:
         """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
-        return cls(arrays["train_ats"], arrays["train_pred"], search=search, dist_b=arrays["other_dist"], chunk_bytes=chunk_bytes)
+        return cls(
+            arrays["train_ats"],
+            arrays["train_pred"],
+            search=search,
+            dist_b=arrays["other_dist"],
+            chunk_bytes=chunk_bytes,
+        )
 
 
 def _parts(rows: np.ndarray, step: int) -> list[np.ndarray]:

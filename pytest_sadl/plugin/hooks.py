@@ -137,7 +137,9 @@ class SadlState:
 
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
             root = self.config.rootpath
-            status = None if tr is None or self.is_worker else (lambda msg: tr.write_line(f"sadl: {short_path(msg, root)}"))
+            status = (
+                None if tr is None or self.is_worker else (lambda msg: tr.write_line(f"sadl: {short_path(msg, root)}"))
+            )
             options = ProfileOptions.from_sadl(self.options)
             from pytest_sadl.errors import SadlCacheWarning
 
@@ -178,7 +180,9 @@ class SadlState:
             from pytest_sadl.profile.files import load_profile
 
             if len(set(self.worker_profiles)) > 1:
-                self.warnings.append("pytest-sadl: workers used different models or training data; using the first profile")
+                self.warnings.append(
+                    "pytest-sadl: workers used different models or training data; using the first profile"
+                )
             return load_profile(self.worker_profiles[0])
         if self.model_seen is not None:
             return self.load_profile(self.model_seen, self.train_for_profile())
@@ -199,7 +203,12 @@ class SadlState:
             try:  # the same layer resolution as the profile's; no XLA: outputs equal predict's;
                 # extrema: each conv map's min/max per input, for NC's scaling
                 return TraceModel(
-                    model, self.options.sa_layers, self.options.coverage_layers, output=self.options.output, jit=False, extrema=True
+                    model,
+                    self.options.sa_layers,
+                    self.options.coverage_layers,
+                    output=self.options.output,
+                    jit=False,
+                    extrema=True,
                 )
             except SadlConfigError as exc:
                 raise pytest.UsageError(f"pytest-sadl: {exc}") from None
@@ -255,7 +264,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if options.enabled:
         check_paths(options)
         state.make_recorder()
-        if not state.is_worker and config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
+        if (
+            not state.is_worker
+            and config.pluginmanager.hasplugin("xdist")
+            and getattr(config.option, "numprocesses", None)
+        ):
             config.pluginmanager.register(_XdistController(state), "sadl-xdist-controller")
     config.stash[STATE] = state
 
@@ -374,7 +387,10 @@ def _entry(state: SadlState, request: pytest.FixtureRequest) -> tuple[Any, Any]:
             _check_fixture_model(state, model)
         index = state.order.get(item.nodeid, len(state.order))
         attempt = item.stash.get(_ATTEMPT, 1)
-        entry = item.stash[_RECORD] = (state.recorder.record_for(item.nodeid, index, _group(_marker(item)), attempt), model)
+        entry = item.stash[_RECORD] = (
+            state.recorder.record_for(item.nodeid, index, _group(_marker(item)), attempt),
+            model,
+        )
     return entry
 
 
@@ -581,7 +597,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if kinds & {"term", "term-verbose"}:
         from pytest_sadl.report.terminal import write_terminal
 
-        write_terminal(state.data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=state.comparison)
+        write_terminal(
+            state.data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=state.comparison
+        )
     elif state.results.missing:  # no table asked for, but an incomplete run is never silent
         tr.write_line(state.results.warnings[0], yellow=True)
     for line in state.written:

@@ -22,6 +22,7 @@ from pytest_sadl.criteria.registry import METRICS
 if TYPE_CHECKING:
     import pytest
 
+
 def _usage_error() -> type[Exception]:
     """pytest's UsageError, imported when needed: the ``sadl`` commands read this table
     (``sadl --help`` must not import pytest)."""
@@ -35,7 +36,12 @@ def _usage(message: str) -> Exception:
 
 
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
-DEFAULT_REPORT_PATHS = {"json": "sadl-report.json", "html": "sadl-report", "markdown": "sadl-report.md", "badge": "sadl-badges"}
+DEFAULT_REPORT_PATHS = {
+    "json": "sadl-report.json",
+    "html": "sadl-report",
+    "markdown": "sadl-report.md",
+    "badge": "sadl-badges",
+}
 
 
 @dataclass(frozen=True)
@@ -56,46 +62,253 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("--sadl-coverage", "sadl_coverage", "measure surprise adequacy and neuron coverage of the model", "bool", False, "bool"),
-    Option("--sadl-model", "sadl_model", "the Keras model: a .keras file or 'package.module:function' (or define a sadl_model fixture)", kind="path", metavar="PATH"),
-    Option("--sadl-train", "sadl_train", "training data: a .npz/.npy file or 'package.module:function' (or define a sadl_train fixture)", kind="path", metavar="PATH"),
-    Option("--sadl-layers", "sadl_layers", "layers for LSA/DSA, names or indices, comma-separated (default: the last hidden layer)", "linelist", None, "list", "L1,L2"),
-    Option("--sadl-coverage-layers", "sadl_coverage_layers", "layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)", "linelist", None, "list", "L1,L2"),
-    Option("--sadl-output", "sadl_output", "which output of a model with several gives the class (or marks a regression): a name or an index (default: the first)", metavar="NAME"),
-    Option("--sadl-lsc-lower", "sadl_lsc_lower", "lower bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-lsc-upper", "sadl_lsc_upper", "upper bound of LSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-lsc-buckets", "sadl_lsc_buckets", "number of LSC buckets (default 1000)", None, 1000, "int", "N",
-           limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
-    Option("--sadl-dsc-lower", "sadl_dsc_lower", "lower bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-dsc-upper", "sadl_dsc_upper", "upper bound of DSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-dsc-buckets", "sadl_dsc_buckets", "number of DSC buckets (default 1000)", None, 1000, "int", "N",
-           limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
-    Option("--sadl-mdsc-lower", "sadl_mdsc_lower", "lower bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-mdsc-upper", "sadl_mdsc_upper", "upper bound of MDSC's buckets (default: from the training profile)", kind="float", metavar="X"),
-    Option("--sadl-mdsc-buckets", "sadl_mdsc_buckets", "number of MDSC buckets (default 1000)", None, 1000, "int", "N",
-           limit=1_000_000, limit_why="each run keeps a flag per bucket, for the total and for every group"),
-    Option("--sadl-nc-threshold", "sadl_nc_threshold", "NC activation threshold on the min-max scaled output (default 0.5)", None, 0.5, "float", "T"),
-    Option("--sadl-kmnc-k", "sadl_kmnc_k", "KMNC's number of sections per neuron (default 1000)", None, 1000, "int", "K",
-           limit=10_000, limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000"),
-    Option("--sadl-var-threshold", "sadl_var_threshold", "LSA drops neurons whose training variance is below this (default 1e-5)", None, 1e-5, "float", "V"),
-    Option("--sadl-lsa-near-singular", "sadl_lsa_near_singular", "LSA on a nearly singular covariance (softmax layers): drop dependent neurons (default) or keep the full covariance where it is positive definite, as SciPy and the paper's code do", None, "drop", "str", "drop|keep"),
-    Option("--sadl-dsa-precompute", "sadl_dsa_precompute", "compute every training trace's nearest other-class distance (DSA's dist_b) when the profile is built; default: only those the tests' inputs need, kept in the profile for the next run", "bool", False, "bool"),
-    Option("--sadl-batch-size", "sadl_batch_size", "inputs per forward pass when tracing the training set (default 256)", None, 256, "int", "N",
-           limit=65_536, limit_why="one batch of every traced layer's outputs is held in memory at once"),
-    Option("--sadl-groups", "sadl_groups", "the order of the groups in the cumulative table (Table VI), comma-separated; groups not named follow, by their first test id (default: every group by its first test id)", "linelist", None, "list", "G1,G2"),
-    Option("--sadl-report", "sadl_report", "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:DIR] (one shields.io file per metric); repeatable (default term)", "linelist", None, "append", "TYPE"),
-    Option("--sadl-fail-under", "sadl_fail_under", "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50", "linelist", None, "str", "SPEC"),
-    Option("--sadl-cache-dir", "sadl_cache_dir", "where training profiles are cached (default: .pytest_cache/d/sadl)", kind="path", metavar="DIR"),
-    Option("--sadl-lock-timeout", "sadl_lock_timeout", "seconds to wait for another process building the same training profile (its lock) before building it in memory, unsaved (default 300)", None, 300.0, "float", "S"),
-    Option("--sadl-compare", "sadl_compare", "a baseline results JSON to compare this run's metrics with", kind="path", metavar="BASELINE.json"),
-    Option("--sadl-compare-fail", "sadl_compare_fail", "fail when a metric drops by more than this many points from the baseline, e.g. lsc:-2", "linelist", None, "str", "SPEC"),
+    Option(
+        "--sadl-coverage",
+        "sadl_coverage",
+        "measure surprise adequacy and neuron coverage of the model",
+        "bool",
+        False,
+        "bool",
+    ),
+    Option(
+        "--sadl-model",
+        "sadl_model",
+        "the Keras model: a .keras file or 'package.module:function' (or define a sadl_model fixture)",
+        kind="path",
+        metavar="PATH",
+    ),
+    Option(
+        "--sadl-train",
+        "sadl_train",
+        "training data: a .npz/.npy file or 'package.module:function' (or define a sadl_train fixture)",
+        kind="path",
+        metavar="PATH",
+    ),
+    Option(
+        "--sadl-layers",
+        "sadl_layers",
+        "layers for LSA/DSA, names or indices, comma-separated (default: the last hidden layer)",
+        "linelist",
+        None,
+        "list",
+        "L1,L2",
+    ),
+    Option(
+        "--sadl-coverage-layers",
+        "sadl_coverage_layers",
+        "layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)",
+        "linelist",
+        None,
+        "list",
+        "L1,L2",
+    ),
+    Option(
+        "--sadl-output",
+        "sadl_output",
+        "which output of a model with several gives the class (or marks a regression): a name or an index (default: the first)",
+        metavar="NAME",
+    ),
+    Option(
+        "--sadl-lsc-lower",
+        "sadl_lsc_lower",
+        "lower bound of LSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-lsc-upper",
+        "sadl_lsc_upper",
+        "upper bound of LSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-lsc-buckets",
+        "sadl_lsc_buckets",
+        "number of LSC buckets (default 1000)",
+        None,
+        1000,
+        "int",
+        "N",
+        limit=1_000_000,
+        limit_why="each run keeps a flag per bucket, for the total and for every group",
+    ),
+    Option(
+        "--sadl-dsc-lower",
+        "sadl_dsc_lower",
+        "lower bound of DSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-dsc-upper",
+        "sadl_dsc_upper",
+        "upper bound of DSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-dsc-buckets",
+        "sadl_dsc_buckets",
+        "number of DSC buckets (default 1000)",
+        None,
+        1000,
+        "int",
+        "N",
+        limit=1_000_000,
+        limit_why="each run keeps a flag per bucket, for the total and for every group",
+    ),
+    Option(
+        "--sadl-mdsc-lower",
+        "sadl_mdsc_lower",
+        "lower bound of MDSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mdsc-upper",
+        "sadl_mdsc_upper",
+        "upper bound of MDSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mdsc-buckets",
+        "sadl_mdsc_buckets",
+        "number of MDSC buckets (default 1000)",
+        None,
+        1000,
+        "int",
+        "N",
+        limit=1_000_000,
+        limit_why="each run keeps a flag per bucket, for the total and for every group",
+    ),
+    Option(
+        "--sadl-nc-threshold",
+        "sadl_nc_threshold",
+        "NC activation threshold on the min-max scaled output (default 0.5)",
+        None,
+        0.5,
+        "float",
+        "T",
+    ),
+    Option(
+        "--sadl-kmnc-k",
+        "sadl_kmnc_k",
+        "KMNC's number of sections per neuron (default 1000)",
+        None,
+        1000,
+        "int",
+        "K",
+        limit=10_000,
+        limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000",
+    ),
+    Option(
+        "--sadl-var-threshold",
+        "sadl_var_threshold",
+        "LSA drops neurons whose training variance is below this (default 1e-5)",
+        None,
+        1e-5,
+        "float",
+        "V",
+    ),
+    Option(
+        "--sadl-lsa-near-singular",
+        "sadl_lsa_near_singular",
+        "LSA on a nearly singular covariance (softmax layers): drop dependent neurons (default) or keep the full covariance where it is positive definite, as SciPy and the paper's code do",
+        None,
+        "drop",
+        "str",
+        "drop|keep",
+    ),
+    Option(
+        "--sadl-dsa-precompute",
+        "sadl_dsa_precompute",
+        "compute every training trace's nearest other-class distance (DSA's dist_b) when the profile is built; default: only those the tests' inputs need, kept in the profile for the next run",
+        "bool",
+        False,
+        "bool",
+    ),
+    Option(
+        "--sadl-batch-size",
+        "sadl_batch_size",
+        "inputs per forward pass when tracing the training set (default 256)",
+        None,
+        256,
+        "int",
+        "N",
+        limit=65_536,
+        limit_why="one batch of every traced layer's outputs is held in memory at once",
+    ),
+    Option(
+        "--sadl-groups",
+        "sadl_groups",
+        "the order of the groups in the cumulative table (Table VI), comma-separated; groups not named follow, by their first test id (default: every group by its first test id)",
+        "linelist",
+        None,
+        "list",
+        "G1,G2",
+    ),
+    Option(
+        "--sadl-report",
+        "sadl_report",
+        "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:DIR] (one shields.io file per metric); repeatable (default term)",
+        "linelist",
+        None,
+        "append",
+        "TYPE",
+    ),
+    Option(
+        "--sadl-fail-under",
+        "sadl_fail_under",
+        "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50",
+        "linelist",
+        None,
+        "str",
+        "SPEC",
+    ),
+    Option(
+        "--sadl-cache-dir",
+        "sadl_cache_dir",
+        "where training profiles are cached (default: .pytest_cache/d/sadl)",
+        kind="path",
+        metavar="DIR",
+    ),
+    Option(
+        "--sadl-lock-timeout",
+        "sadl_lock_timeout",
+        "seconds to wait for another process building the same training profile (its lock) before building it in memory, unsaved (default 300)",
+        None,
+        300.0,
+        "float",
+        "S",
+    ),
+    Option(
+        "--sadl-compare",
+        "sadl_compare",
+        "a baseline results JSON to compare this run's metrics with",
+        kind="path",
+        metavar="BASELINE.json",
+    ),
+    Option(
+        "--sadl-compare-fail",
+        "sadl_compare_fail",
+        "fail when a metric drops by more than this many points from the baseline, e.g. lsc:-2",
+        "linelist",
+        None,
+        "str",
+        "SPEC",
+    ),
 )
 
 
 #: boolean options with a ``--no-`` twin that wins over the ini: (its destination, help)
 _NEGATED = {
     "sadl_coverage": ("sadl_no_coverage", "switch measuring off, even when sadl_coverage = true in the ini file"),
-    "sadl_dsa_precompute": ("sadl_no_dsa_precompute", "do not compute every dist_b at build, even when sadl_dsa_precompute = true in the ini file"),
+    "sadl_dsa_precompute": (
+        "sadl_no_dsa_precompute",
+        "do not compute every dist_b at build, even when sadl_dsa_precompute = true in the ini file",
+    ),
 }
 
 
@@ -112,7 +325,10 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(opt.flag, **kwargs)
         if opt.ini in _NEGATED:
             group.addoption(
-                "--no-" + opt.flag[2:], dest=_NEGATED[opt.ini][0], action="store_true", default=False,
+                "--no-" + opt.flag[2:],
+                dest=_NEGATED[opt.ini][0],
+                action="store_true",
+                default=False,
                 help=_NEGATED[opt.ini][1],
             )
         ini_default = opt.default if opt.ini_type in ("bool",) else None
@@ -299,7 +515,7 @@ _TOML_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "float": ((int, float, str), "a number"),
     "int": ((int, str), "an integer"),
     "path": ((str,), "a path or 'package.module:function' (a string)"),
-    "str": ((str, list), "a string such as \"lsc:30,nc:50\" or a list of them"),
+    "str": ((str, list), 'a string such as "lsc:30,nc:50" or a list of them'),
     "list": ((str, list), "a list of names or a comma-separated string"),
     "append": ((str, list), "a list of report types or a comma-separated string"),
 }
@@ -476,7 +692,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
         )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
     lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
-    nc_threshold = at_least("sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)")
+    nc_threshold = at_least(
+        "sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)"
+    )
     if nc_threshold >= 1:
         raise _usage(
             f"{r.label(opts['sadl_nc_threshold'])}={nc_threshold:g}: NC's threshold applies to outputs "
@@ -489,7 +707,11 @@ def read_options(config: pytest.Config) -> SadlOptions:
     reports = check_report_paths(reports, r.label(opts["sadl_report"]))
 
     groups_value, _ = r.raw(opts["sadl_groups"])
-    groups = tuple(dict.fromkeys(_split_list(groups_value if isinstance(groups_value, list) else [groups_value]))) if groups_value else ()
+    groups = (
+        tuple(dict.fromkeys(_split_list(groups_value if isinstance(groups_value, list) else [groups_value])))
+        if groups_value
+        else ()
+    )
 
     fail_value, _ = r.raw(opts["sadl_fail_under"])
     fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
@@ -506,7 +728,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
         train=path("sadl_train"),
         sa_layers=layers("sadl_layers"),
         coverage_layers=layers("sadl_coverage_layers"),
-        output=_layer(str(r.raw(opts["sadl_output"])[0]).strip()) if r.raw(opts["sadl_output"])[0] is not None else None,
+        output=_layer(str(r.raw(opts["sadl_output"])[0]).strip())
+        if r.raw(opts["sadl_output"])[0] is not None
+        else None,
         lsc=bounds("lsc"),
         dsc=bounds("dsc"),
         mdsc=bounds("mdsc"),

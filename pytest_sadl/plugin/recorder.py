@@ -64,7 +64,6 @@ from pytest_sadl.errors import SadlRecordingWarning
 THUMB_MAX = 32  # thumbnails of image-like inputs are at most this many pixels a side
 
 
-
 @dataclass
 class Batch:
     """The traces of one call to the model."""
@@ -329,7 +328,9 @@ class Recorder:
             if extrema is not None:
                 extrema = [None if e is None else (e[0][keep], e[1][keep]) for e in extrema]
         if len(sa):
-            batch = Batch(sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema, output=output, digests=digests)
+            batch = Batch(
+                sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema, output=output, digests=digests
+            )
             with self._lock:
                 rec.batches.append(batch)
 
@@ -359,7 +360,9 @@ class Recorder:
             traces = tm.traces(x, batch_size=batch_size, what="sadl_record(x)")
         self.add(traces, x, rec)
 
-    def _attempt(self, rec: TestRecord | None, x: Any, plain: Callable[[], Any], recorded: Callable[[], tuple[Any, Any]]) -> Any:
+    def _attempt(
+        self, rec: TestRecord | None, x: Any, plain: Callable[[], Any], recorded: Callable[[], tuple[Any, Any]]
+    ) -> Any:
         """One call of the recorded model: ``recorded()`` (the output and its traces, kept
         for ``rec``), or ``plain()`` where there is nothing to record or the plugin cannot
         record it, so the caller sees what the plain call gives: an empty batch's output,
@@ -399,15 +402,36 @@ class Recorder:
             with recorder._lock, recorder.paused():
                 return method(model, *args, **kwargs)
 
-        def predict(x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any) -> Any:
+        def predict(
+            x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any
+        ) -> Any:
             rec = recorder.target()
-            plain = lambda: original_cls.predict(model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)  # noqa: E731
+            plain = lambda: original_cls.predict(  # noqa: E731
+                model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw
+            )
             if rec is not None and kw:
                 why = "model.predict() was called with arguments Keras' predict does not take"
-                return unrecorded(rec, why, original_cls.predict, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw)
+                return unrecorded(
+                    rec,
+                    why,
+                    original_cls.predict,
+                    x,
+                    batch_size=batch_size,
+                    verbose=verbose,
+                    steps=steps,
+                    callbacks=callbacks,
+                    **kw,
+                )
             if rec is not None and _is_inputs(x) and steps is None and callbacks is None:
                 if not _finite(x):
-                    return unrecorded(rec, "model.predict() got non-finite values", original_cls.predict, x, batch_size=batch_size, verbose=verbose)
+                    return unrecorded(
+                        rec,
+                        "model.predict() got non-finite values",
+                        original_cls.predict,
+                        x,
+                        batch_size=batch_size,
+                        verbose=verbose,
+                    )
                 return recorder._attempt(rec, x, plain, lambda: tm.call_and_trace(x, batch_size=batch_size or 32))
             # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced
             return recorder._loop(rec, tm, "predict", x, plain, original_cls)
@@ -415,22 +439,49 @@ class Recorder:
         def predict_on_batch(x: Any) -> Any:
             rec = recorder.target()
             if rec is not None and (not _is_inputs(x) or not _finite(x)):
-                return unrecorded(rec, "model.predict_on_batch() got a non-array or non-finite input", original_cls.predict_on_batch, x)
-            return recorder._attempt(rec, x, lambda: original_cls.predict_on_batch(model, x), lambda: tm.call_and_trace(x))
+                return unrecorded(
+                    rec,
+                    "model.predict_on_batch() got a non-array or non-finite input",
+                    original_cls.predict_on_batch,
+                    x,
+                )
+            return recorder._attempt(
+                rec, x, lambda: original_cls.predict_on_batch(model, x), lambda: tm.call_and_trace(x)
+            )
 
-        def evaluate(x: Any = None, y: Any = None, batch_size: Any = None, verbose: Any = "auto", sample_weight: Any = None,
-                     steps: Any = None, callbacks: Any = None, return_dict: bool = False, **kw: Any) -> Any:
+        def evaluate(
+            x: Any = None,
+            y: Any = None,
+            batch_size: Any = None,
+            verbose: Any = "auto",
+            sample_weight: Any = None,
+            steps: Any = None,
+            callbacks: Any = None,
+            return_dict: bool = False,
+            **kw: Any,
+        ) -> Any:
             rec = recorder.target()
             plain = lambda: original_cls.evaluate(  # noqa: E731
-                model, x, y, batch_size=batch_size, verbose=verbose, sample_weight=sample_weight, steps=steps,
-                callbacks=callbacks, return_dict=return_dict, **kw)
+                model,
+                x,
+                y,
+                batch_size=batch_size,
+                verbose=verbose,
+                sample_weight=sample_weight,
+                steps=steps,
+                callbacks=callbacks,
+                return_dict=return_dict,
+                **kw,
+            )
             if kw or not getattr(model, "compiled", False):  # fit()'s validation pass; or Keras' own error
                 rec = None
             return recorder._loop(rec, tm, "test", x, plain, original_cls)
 
         def test_on_batch(x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False) -> Any:
             rec = recorder.target()
-            plain = lambda: original_cls.test_on_batch(model, x, y, sample_weight=sample_weight, return_dict=return_dict)  # noqa: E731
+            plain = lambda: original_cls.test_on_batch(  # noqa: E731
+                model, x, y, sample_weight=sample_weight, return_dict=return_dict
+            )
             if not getattr(model, "compiled", False):
                 rec = None
             return recorder._loop(rec, tm, "test", x, plain, original_cls)
@@ -448,11 +499,21 @@ class Recorder:
         recorded_cls = type(
             original_cls.__name__,
             (original_cls,),
-            {"__call__": call, "__module__": original_cls.__module__, "__qualname__": original_cls.__qualname__,
-             "_sadl_recording": True, **self._loop_dispatch(original_cls)},
+            {
+                "__call__": call,
+                "__module__": original_cls.__module__,
+                "__qualname__": original_cls.__qualname__,
+                "_sadl_recording": True,
+                **self._loop_dispatch(original_cls),
+            },
         )
         self.current = record
-        wrapped = {"predict": predict, "predict_on_batch": predict_on_batch, "evaluate": evaluate, "test_on_batch": test_on_batch}
+        wrapped = {
+            "predict": predict,
+            "predict_on_batch": predict_on_batch,
+            "evaluate": evaluate,
+            "test_on_batch": test_on_batch,
+        }
         for name, method in wrapped.items():
             object.__setattr__(model, name, method)
         object.__setattr__(model, "__class__", recorded_cls)
@@ -549,10 +610,13 @@ class Recorder:
                         object.__delattr__(model, "forward")
                 self.current = None
 
-    def _call(self, rec: TestRecord, tm: Any, original_cls: type, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _call(
+        self, rec: TestRecord, tm: Any, original_cls: type, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         x = args[0] if args else kwargs.get("inputs")
         training = kwargs.get("training", args[1] if len(args) > 1 else None)
         extra = set(kwargs) - {"training", "inputs"}
+
         def plain() -> Any:
             return original_cls.__call__(model, *args, **kwargs)
 
@@ -568,7 +632,9 @@ class Recorder:
                 return plain()
         return self._attempt(rec, x, plain, lambda: tm.call_tensors(x))
 
-    def _loop(self, rec: TestRecord | None, tm: Any, kind: str, x: Any, plain: Callable[[], Any], original_cls: type) -> Any:
+    def _loop(
+        self, rec: TestRecord | None, tm: Any, kind: str, x: Any, plain: Callable[[], Any], original_cls: type
+    ) -> Any:
         """``predict``/``evaluate``/``test_on_batch`` run by Keras' own loop with each step
         traced (:mod:`pytest_sadl.capture.loops`): the steps' traces kept for ``rec``, the
         targets of the steps as the inputs' labels, Keras' own result returned.
@@ -588,7 +654,9 @@ class Recorder:
         plain_step = functools.partial(getattr(original_cls, f"{kind}_step"), tm.model)
         try:
             with self.paused():
-                out, batches = run_traced(tm, kind, plain, plain_step=plain_step, activate=self._activating, lock=self._lock)
+                out, batches = run_traced(
+                    tm, kind, plain, plain_step=plain_step, activate=self._activating, lock=self._lock
+                )
         except Exception as exc:
             if _one_shot(x):  # a generator is consumed: running it again would see other data
                 raise
@@ -598,8 +666,12 @@ class Recorder:
             return out
         with self.paused():  # outside the except block: the model's own error, unchained
             out = plain()
-        self._warn_unrecorded(rec, "an input the model accepts could not be recorded ("
-                              + " ".join(f"{type(failure).__name__}: {failure}".split())[:300] + ")")
+        self._warn_unrecorded(
+            rec,
+            "an input the model accepts could not be recorded ("
+            + " ".join(f"{type(failure).__name__}: {failure}".split())[:300]
+            + ")",
+        )
         return out
 
     def _keep(self, rec: TestRecord, tm: Any, batches: list[Any]) -> None:
@@ -608,19 +680,26 @@ class Recorder:
             self.add(b.traces, b.x, rec)
             if b.y is None:
                 continue
-            labels = target_labels(b.y, n=len(b.traces), classifier=tm.classifier,
-                                   output=tm.output_name, outputs=tm.output_names)
+            labels = target_labels(
+                b.y, n=len(b.traces), classifier=tm.classifier, output=tm.output_name, outputs=tm.output_names
+            )
             digests = input_digests(b.x)
             if labels is None or digests is None or len(digests) != len(labels):
-                self._warn_once(f"labels:{rec.nodeid}", f"pytest-sadl: {rec.nodeid}: the targets y of its "
-                                "inputs could not be used as labels (not one numeric target per input)")
+                self._warn_once(
+                    f"labels:{rec.nodeid}",
+                    f"pytest-sadl: {rec.nodeid}: the targets y of its "
+                    "inputs could not be used as labels (not one numeric target per input)",
+                )
                 continue
             with self._lock:
                 rec.labels.append((digests, labels))
 
     def _warn_unrecorded(self, rec: TestRecord, why: str) -> None:
         """Once per test and reason: ``why`` inputs of ``rec``'s test ran unrecorded."""
-        self._warn_once(f"{why}\0{rec.nodeid}", f"pytest-sadl: {rec.nodeid}: {why}; those inputs ran unrecorded (use sadl_record(x))")
+        self._warn_once(
+            f"{why}\0{rec.nodeid}",
+            f"pytest-sadl: {rec.nodeid}: {why}; those inputs ran unrecorded (use sadl_record(x))",
+        )
 
     # -- transport (pytest-xdist) ---------------------------------------------
 
@@ -629,7 +708,19 @@ class Recorder:
         arrays: dict[str, np.ndarray] = {}
         meta = []
         for r, rec in enumerate(self.records.values() if records is None else records):
-            meta.append({"nodeid": rec.nodeid, "index": rec.index, "group": rec.group, "outcome": rec.outcome, "attempt": rec.attempt, "stale": rec.stale, "batches": len(rec.batches), "layers": len(rec.batches[0].coverage) if rec.batches else 0, "labels": len(rec.labels)})
+            meta.append(
+                {
+                    "nodeid": rec.nodeid,
+                    "index": rec.index,
+                    "group": rec.group,
+                    "outcome": rec.outcome,
+                    "attempt": rec.attempt,
+                    "stale": rec.stale,
+                    "batches": len(rec.batches),
+                    "layers": len(rec.batches[0].coverage) if rec.batches else 0,
+                    "labels": len(rec.labels),
+                }
+            )
             for j, (digests, values) in enumerate(rec.labels):
                 arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
             for b, batch in enumerate(rec.batches):
@@ -658,7 +749,14 @@ class Recorder:
             meta = json.loads(npz["meta"].tobytes().decode())
             out = []
             for r, m in enumerate(meta):
-                rec = TestRecord(m["nodeid"], m["index"], m["group"], m["outcome"], attempt=int(m.get("attempt", 1)), stale=bool(m.get("stale", False)))
+                rec = TestRecord(
+                    m["nodeid"],
+                    m["index"],
+                    m["group"],
+                    m["outcome"],
+                    attempt=int(m.get("attempt", 1)),
+                    stale=bool(m.get("stale", False)),
+                )
                 rec.labels = [(npz[f"labeldig_{r}_{j}"], npz[f"labelval_{r}_{j}"]) for j in range(m.get("labels", 0))]
                 for b in range(m["batches"]):
                     key = f"{r}_{b}"
@@ -669,10 +767,15 @@ class Recorder:
                         for i in layers
                     ]
                     rec.batches.append(
-                        Batch(npz[f"sa_{key}"], [npz[f"cov_{key}_{i}"] for i in layers], npz[f"pred_{key}"], thumbs,
-                              extrema if any(e is not None for e in extrema) else None,
-                              npz[f"output_{key}"] if f"output_{key}" in npz.files else None,
-                              npz[f"digests_{key}"] if f"digests_{key}" in npz.files else None)
+                        Batch(
+                            npz[f"sa_{key}"],
+                            [npz[f"cov_{key}_{i}"] for i in layers],
+                            npz[f"pred_{key}"],
+                            thumbs,
+                            extrema if any(e is not None for e in extrema) else None,
+                            npz[f"output_{key}"] if f"output_{key}" in npz.files else None,
+                            npz[f"digests_{key}"] if f"digests_{key}" in npz.files else None,
+                        )
                     )
                 out.append(rec)
         return out

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 REPORT_ERROR_EXIT = pytest.ExitCode.USAGE_ERROR
 
 
-
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         text = exc.strerror + (f": {exc.filename}" if exc.filename else "")

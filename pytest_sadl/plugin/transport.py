@@ -36,7 +36,11 @@ def pack(recorder: Recorder, records: list[TestRecord]) -> dict[str, Any]:
 def unpack(payload: Any) -> list[TestRecord]:
     """The records of a :func:`pack` payload; ``ValueError`` for another format or version
     (a worker running another pytest-sadl)."""
-    if not isinstance(payload, dict) or payload.get("format") != TRANSPORT or payload.get("version") != TRANSPORT_VERSION:
+    if (
+        not isinstance(payload, dict)
+        or payload.get("format") != TRANSPORT
+        or payload.get("version") != TRANSPORT_VERSION
+    ):
         seen = payload.get("version") if isinstance(payload, dict) else type(payload).__name__
         raise ValueError(
             f"a worker sent records in an unknown format ({seen!r}; this controller reads "

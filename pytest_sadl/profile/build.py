@@ -233,7 +233,6 @@ def profile_fingerprint(
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-
 # ----------------------------------------------------------------------------- profile
 
 
@@ -421,7 +420,12 @@ class TrainingProfile:
         from pytest_sadl.capture import TraceModel
 
         return TraceModel(
-            model, self.sa_layers, self.coverage_layers, classifier=self.classifier, output=self.options.output, extrema=True
+            model,
+            self.sa_layers,
+            self.coverage_layers,
+            classifier=self.classifier,
+            output=self.options.output,
+            extrema=True,
         )
 
     def meta(self) -> dict[str, Any]:
@@ -458,15 +462,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-def prepare(
-    model: Any, train: Any, options: ProfileOptions, base_dir: Any
-) -> tuple[Any, Any, TrainingData, str, str]:
+def prepare(model: Any, train: Any, options: ProfileOptions, base_dir: Any) -> tuple[Any, Any, TrainingData, str, str]:
     """(model, TraceModel, data, model fingerprint, profile fingerprint)."""
     from pytest_sadl.capture import TraceModel
     from pytest_sadl.capture.model import load_model
 
     model = load_model(model, base_dir=base_dir)
-    tm = TraceModel(model, options.sa_layers, options.coverage_layers, classifier=options.classifier, output=options.output)
+    tm = TraceModel(
+        model, options.sa_layers, options.coverage_layers, classifier=options.classifier, output=options.output
+    )
     data = tm.prepare(load_training_data(train, base_dir=base_dir))
     mfp = model_fingerprint(model)
     fp = profile_fingerprint(
@@ -498,9 +502,8 @@ def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
     if data.x is not None:  # traced in canonical order: the same batches whatever the order given
         x, order = data.x, canonical_order(data.row_digests())
         canonical = replace(data)
-        canonical.batches = lambda batch_size: (  # type: ignore[method-assign]
-            take_rows(x, order[i : i + batch_size])
-            for i in range(0, len(order), batch_size)
+        canonical.batches = (  # type: ignore[method-assign]
+            lambda batch_size: (take_rows(x, order[i : i + batch_size]) for i in range(0, len(order), batch_size))
         )
         return canonical, seen
 
@@ -592,7 +595,10 @@ def build_profile(
             say(f"DSA: nearest other-class distance of {n} training traces")
             dsa_arrays = dsa.to_arrays()
     resolved = replace(
-        options, sa_layers=tuple(tm.sa_layers), coverage_layers=tuple(tm.coverage_layers), classifier=tm.classifier,
+        options,
+        sa_layers=tuple(tm.sa_layers),
+        coverage_layers=tuple(tm.coverage_layers),
+        classifier=tm.classifier,
         output=tm.output_name,
     )
     profile = TrainingProfile(

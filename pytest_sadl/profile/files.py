@@ -25,6 +25,7 @@ from pytest_sadl.store.entry import Invalid
 
 __all__ = ["save_profile", "load_profile", "check_meta", "check_shapes"]
 
+
 class _Arrays(Mapping[str, np.ndarray]):
     """An engine's ``to_arrays()`` dict read from a file: entries stored once in the file
     (the training traces) are rebuilt from it only when the engine asks for them, so a
@@ -54,7 +55,10 @@ class _Arrays(Mapping[str, np.ndarray]):
 
 def _candidates(profile: TrainingProfile) -> dict[str, Callable[[], np.ndarray]]:
     """Arrays an engine array may duplicate (made on demand), so that it is stored once."""
-    out: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: profile.sa_traces, "sa_pred": lambda: profile.sa_pred}
+    out: dict[str, Callable[[], np.ndarray]] = {
+        "sa_traces": lambda: profile.sa_traces,
+        "sa_pred": lambda: profile.sa_pred,
+    }
     if profile.classifier:
         order = np.argsort(profile.sa_pred, kind="stable")
         out["sa_traces[order]"] = lambda: profile.sa_traces[order]
@@ -142,9 +146,17 @@ def check_meta(meta: dict[str, Any]) -> None:
         value = meta.get(key)
         if not isinstance(value, list) or not value or not all(_is_int(v, 1) for v in value):
             raise bad(key, "a list of integers >= 1")
-    for key, size_key in (("sa_layers", "sa_sizes"), ("coverage_layers", "coverage_sizes"), ("range_names", "coverage_sizes")):
+    for key, size_key in (
+        ("sa_layers", "sa_sizes"),
+        ("coverage_layers", "coverage_sizes"),
+        ("range_names", "coverage_sizes"),
+    ):
         value = meta.get(key)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) != len(meta[size_key]):
+        if (
+            not isinstance(value, list)
+            or not all(isinstance(v, str) for v in value)
+            or len(value) != len(meta[size_key])
+        ):
             raise bad(key, f"a list of {len(meta[size_key])} names")
     if not isinstance(meta.get("classifier"), bool):
         raise bad("classifier", "true or false")
@@ -261,7 +273,12 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         if name == "strings":
             continue
         group, _, sub = name.partition(".")
-        if not isinstance(ref, dict) or ref.get("ref") not in cands or group not in refs or ref.get("dtype") not in store.DTYPES:
+        if (
+            not isinstance(ref, dict)
+            or ref.get("ref") not in cands
+            or group not in refs
+            or ref.get("dtype") not in store.DTYPES
+        ):
             raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
         make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
 

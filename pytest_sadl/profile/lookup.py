@@ -183,8 +183,14 @@ def load_or_build(
             store.write_extra(target, name, value)
 
     profile, _stored = cycle.cached_build(
-        path, load=lambda p, warn: _try_load(p, fp, warn), ready=ready, make=make, save=save, rebuild=rebuild,
-        lock_timeout=lock_timeout, notice=status,
+        path,
+        load=lambda p, warn: _try_load(p, fp, warn),
+        ready=ready,
+        make=make,
+        save=save,
+        rebuild=rebuild,
+        lock_timeout=lock_timeout,
+        notice=status,
     )
     if profile.built:
         _note_data(cache_dir, profile)

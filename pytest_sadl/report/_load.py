@@ -22,8 +22,11 @@ from pytest_sadl.criteria.registry import METRICS, SA_LABELS, SURPRISE
 def thresholds_of(results: Mapping[str, Any]) -> dict[str, float]:
     """The numeric thresholds of the run, in percent (non-numbers are ignored)."""
     raw = results.get("thresholds") or {}
-    return {k: float(v) for k, v in raw.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(raw, dict) else {}
+    return (
+        {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if isinstance(raw, dict)
+        else {}
+    )
 
 
 def metric_entry(results: Mapping[str, Any], metric: str) -> dict[str, Any] | None:
@@ -90,15 +93,16 @@ def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]
     table = []
     for r in rows:
         err = fmt_pct(r.get("error_rate"), 1) if classifier else fmt_num(r.get("mean_abs_error"), 4)
-        table.append([str(r.get("name") or "all labelled"), str(r.get("labelled", "?")), err]
-                     + [fmt_num((r.get(per) or {}).get(k), 2) for k in keys])
+        table.append(
+            [str(r.get("name") or "all labelled"), str(r.get("labelled", "?")), err]
+            + [fmt_num((r.get(per) or {}).get(k), 2) for k in keys]
+        )
     return header, table
 
 
 def _values(results: Mapping[str, Any], key: str) -> list[float]:
     inputs = results.get("inputs") or {}
-    return [float(v) for v in (inputs.get(key) or []) if isinstance(v, (int, float))
-            and not isinstance(v, bool)]
+    return [float(v) for v in (inputs.get(key) or []) if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
 def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  complexity debt (issue 18): one function per kind of hint (thresholds, surprise range, above the bound, idle groups and tests, least-covered layer)
@@ -139,8 +143,12 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  comp
             hints.append(
                 f"{below} input{'s' if below != 1 else ''} had {name} at or below the lower bound "
                 f"{lower:g} and cover no {METRIC_LABELS[metric]} bucket"
-                + ("; LSA is negative wherever the density is above 1, so a lower bound of 0 "
-                   "can leave typical inputs out." if key == "lsa" and lower >= 0 else ".")
+                + (
+                    "; LSA is negative wherever the density is above 1, so a lower bound of 0 "
+                    "can leave typical inputs out."
+                    if key == "lsa" and lower >= 0
+                    else "."
+                )
             )
         above = entry.get("above")
         if isinstance(above, int) and above > 0:
@@ -154,8 +162,7 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  comp
     for i, group in enumerate(groups):
         cum = group.get("cumulative") or {}
         if i > 0:
-            gains = [(cum.get(m) or 0) - (prev.get(m) or 0) for m in METRICS
-                     if isinstance(cum.get(m), (int, float))]
+            gains = [(cum.get(m) or 0) - (prev.get(m) or 0) for m in METRICS if isinstance(cum.get(m), (int, float))]
             if gains and max(gains) < 0.01:
                 hints.append(
                     f"Group {group.get('name')!s} adds less than 1 point to any cumulative "
@@ -182,15 +189,21 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  comp
                 "inputs of that kind are the likeliest to cover further surprise buckets."
             )
     tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
-    idle = [t for t in tests if (t.get("inputs") or 0) > 0 and isinstance(t.get("new"), dict)
-            and not any(v for v in t["new"].values() if isinstance(v, (int, float)))]
+    idle = [
+        t
+        for t in tests
+        if (t.get("inputs") or 0) > 0
+        and isinstance(t.get("new"), dict)
+        and not any(v for v in t["new"].values() if isinstance(v, (int, float)))
+    ]
     if idle:
         hints.append(
             f"{len(idle)} of {len(tests)} tests covered no new bucket or neuron: they repeat "
-            "what earlier tests exercised (sort the test table by a \"new\" column)."
+            'what earlier tests exercised (sort the test table by a "new" column).'
         )
-    layers = [lay for lay in results.get("layers") or [] if isinstance(lay, dict)
-              and isinstance(lay.get("nc"), (int, float))]
+    layers = [
+        lay for lay in results.get("layers") or [] if isinstance(lay, dict) and isinstance(lay.get("nc"), (int, float))
+    ]
     if len(layers) > 1:
         worst = min(layers, key=lambda lay: (lay["nc"], lay.get("kmnc") or 0))
         hints.append(

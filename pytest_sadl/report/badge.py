@@ -28,8 +28,14 @@ __all__ = ["BADGE_FILE", "render_badge", "render_badges", "write_badge", "write_
 #: The file of one metric's badge in the badge folder.
 BADGE_FILE = "sadl-badge-{metric}.json"
 
-_SCALE = ((90.0, "brightgreen"), (75.0, "green"), (60.0, "yellowgreen"), (40.0, "yellow"),
-          (20.0, "orange"), (0.0, "red"))
+_SCALE = (
+    (90.0, "brightgreen"),
+    (75.0, "green"),
+    (60.0, "yellowgreen"),
+    (40.0, "yellow"),
+    (20.0, "orange"),
+    (0.0, "red"),
+)
 
 
 def _color(percent: float, threshold: float | None) -> str:
@@ -49,8 +55,7 @@ def render_badge(results: Mapping[str, Any], metric: str = "lsc") -> dict[str, A
     """
     key = metric.lower()
     if key not in METRICS:
-        raise ValueError(f"unknown metric {metric!r} for a badge; known metrics are "
-                         f"{', '.join(METRICS)}")
+        raise ValueError(f"unknown metric {metric!r} for a badge; known metrics are {', '.join(METRICS)}")
     label = METRIC_LABELS[key]
     entry = metric_entry(results, key)
     if entry is None or entry.get("applicable") is False or entry.get("value") is None:

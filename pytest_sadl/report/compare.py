@@ -114,10 +114,8 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparis
     bounds and buckets) differ: surprise coverage of two runs with other bounds counts
     other buckets, so a delta there says little.
     """
-    names = [m for m in METRICS
-             if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
-    extra = sorted((set(current.get("metrics") or {}) | set(baseline.get("metrics") or {}))
-                   - set(METRICS))
+    names = [m for m in METRICS if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
+    extra = sorted((set(current.get("metrics") or {}) | set(baseline.get("metrics") or {})) - set(METRICS))
     deltas: list[MetricDelta] = []
     missing: list[str] = []
     for m in [*names, *extra]:

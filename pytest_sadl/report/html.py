@@ -78,7 +78,7 @@ def _testid(value: Any) -> Markup:
     parameters, so a phone shows ``test_recall_per_digit`` / ``[1]``, not ``test_recall_per_digit[`` / ``1]``."""
     s = str(value)
     found = re.search(r"\[.*\]$", s)
-    head, param = (s[: found.start()], s[found.start():]) if found else (s, "")
+    head, param = (s[: found.start()], s[found.start() :]) if found else (s, "")
     html = Markup("<wbr>").join(escape(part) for part in re.split(r"(?<=/)|(?<=::)|(?<=_)", head) if part)
     if param:
         html += Markup('<wbr><span class="param">') + escape(param) + Markup("</span>")
@@ -114,8 +114,9 @@ def _thumbnail(image: Any) -> str | None:
     if not isinstance(image, dict):
         return None
     try:
-        return png_data_url(int(image["width"]), int(image["height"]), int(image.get("channels", 1)),
-                    list(image["pixels"]))
+        return png_data_url(
+            int(image["width"]), int(image["height"]), int(image.get("channels", 1)), list(image["pixels"])
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -123,13 +124,12 @@ def _thumbnail(image: Any) -> str | None:
 # --------------------------------------------------------------------------- charts
 
 
-_HW, _HH = 300.0, 112.0                     # histogram viewBox
+_HW, _HH = 300.0, 112.0  # histogram viewBox
 _HL, _HR, _HT, _HB = 48.0, 52.0, 12.0, 22.0  # margins: left (y labels, "<= lower"), right ("> upper"), top, bottom
-_HY = 22.0                                   # right edge of the y-axis labels
+_HY = 22.0  # right edge of the y-axis labels
 
 
-def _histogram(values: Sequence[float], lower: float, upper: float,
-               bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
+def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
     """Geometry of one histogram of ``values`` over ``(lower, upper]``.
 
     Values ``<= lower`` and ``> upper`` count for no bucket; they are drawn as two
@@ -153,24 +153,43 @@ def _histogram(values: Sequence[float], lower: float, upper: float,
     for i, c in enumerate(counts):
         h = plot_h * c / peak
         lo, hi = lower + i * width, lower + (i + 1) * width
-        bars.append({"x": round(_HL + i * bw, 2), "y": round(_HT + plot_h - h, 2),
-                     "w": round(max(bw - 1.0, 0.5), 2), "h": round(h, 2), "count": c,
-                     "lo": f"{lo:.4g}", "hi": f"{hi:.4g}"})
+        bars.append(
+            {
+                "x": round(_HL + i * bw, 2),
+                "y": round(_HT + plot_h - h, 2),
+                "w": round(max(bw - 1.0, 0.5), 2),
+                "h": round(h, 2),
+                "count": c,
+                "lo": f"{lo:.4g}",
+                "hi": f"{hi:.4g}",
+            }
+        )
 
     def side(count: int, x: float) -> dict[str, Any]:
         h = plot_h * count / peak
-        return {"count": count, "x": round(x, 2), "y": round(_HT + plot_h - h, 2),
-                "w": 14.0, "h": round(h, 2)}
+        return {"count": count, "x": round(x, 2), "y": round(_HT + plot_h - h, 2), "w": 14.0, "h": round(h, 2)}
 
     ticks = []
     for k in range(5):
         v = lower + (upper - lower) * k / 4
         ticks.append({"x": round(_HL + plot_w * k / 4, 2), "label": f"{v:.3g}"})
     return {
-        "bars": bars, "below": side(below, _HL - 20.0), "above": side(above, _HW - _HR + 8.0),
-        "ticks": ticks, "peak": peak, "n": len(values), "lower": f"{lower:g}",
-        "upper": f"{upper:g}", "upper_short": f"{upper:.4g}", "x0": _HL, "x1": round(_HW - _HR, 2), "y0": _HT,
-        "y1": round(_HT + plot_h, 2), "w": _HW, "h": _HH, "ylab": _HY,
+        "bars": bars,
+        "below": side(below, _HL - 20.0),
+        "above": side(above, _HW - _HR + 8.0),
+        "ticks": ticks,
+        "peak": peak,
+        "n": len(values),
+        "lower": f"{lower:g}",
+        "upper": f"{upper:g}",
+        "upper_short": f"{upper:.4g}",
+        "x0": _HL,
+        "x1": round(_HW - _HR, 2),
+        "y0": _HT,
+        "y1": round(_HT + plot_h, 2),
+        "w": _HW,
+        "h": _HH,
+        "ylab": _HY,
     }
 
 
@@ -190,8 +209,12 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         entry = metric_entry(results, metric)
         bounds = config.get(metric)
         values = inputs.get(key)
-        if (entry is None or entry.get("applicable") is False or not isinstance(bounds, dict)
-                or not isinstance(values, list)):
+        if (
+            entry is None
+            or entry.get("applicable") is False
+            or not isinstance(bounds, dict)
+            or not isinstance(values, list)
+        ):
             continue
         lower, upper = _num(bounds.get("lower")), _num(bounds.get("upper"))
         if lower is None or upper is None or upper <= lower:
@@ -208,12 +231,25 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 per_group.setdefault(group_of_test[t], []).append(fv)
         rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
         if len(per_group) > 1:
-            rows += [{"name": name, "all": False, "chart": _histogram(vals, lower, upper)}
-                     for name, vals in per_group.items()]
-        out.append({"metric": metric, "key": key, "label": SA_LABELS[key],
-                    "lower": f"{lower:g}", "upper": f"{upper:g}",
-                    "buckets": bounds.get("buckets"), "rule": bounds.get("rule"),
-                    "above": entry.get("above"), "below": entry.get("below"), "nan": entry.get("nan"), "rows": rows})
+            rows += [
+                {"name": name, "all": False, "chart": _histogram(vals, lower, upper)}
+                for name, vals in per_group.items()
+            ]
+        out.append(
+            {
+                "metric": metric,
+                "key": key,
+                "label": SA_LABELS[key],
+                "lower": f"{lower:g}",
+                "upper": f"{upper:g}",
+                "buckets": bounds.get("buckets"),
+                "rule": bounds.get("rule"),
+                "above": entry.get("above"),
+                "below": entry.get("below"),
+                "nan": entry.get("nan"),
+                "rows": rows,
+            }
+        )
     return out
 
 
@@ -240,17 +276,37 @@ def _line_chart(groups: list[dict[str, Any]], metrics: list[str]) -> dict[str, A
         for i, g in enumerate(groups):
             v = _num((g.get("cumulative") or {}).get(m))
             if v is not None:
-                pts.append({"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v,
-                            "group": g.get("name")})
+                pts.append({"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v, "group": g.get("name")})
         if pts:
-            lines.append({"metric": m, "label": METRIC_LABELS[m],
-                          "points": pts, "path": " ".join(f"{p['x']},{p['y']}" for p in pts)})
+            lines.append(
+                {
+                    "metric": m,
+                    "label": METRIC_LABELS[m],
+                    "points": pts,
+                    "path": " ".join(f"{p['x']},{p['y']}" for p in pts),
+                }
+            )
     grid = [{"y": y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
-    xlabels = [{"x": x(i), "label": str(g.get("name")), "short": _shorten(str(g.get("name")), 16),
-                "tiny": _shorten(str(g.get("name")), max(4, 48 // max(n, 1)))}
-               for i, g in enumerate(groups)]
-    return {"w": _LW, "h": _LH, "x0": _LL, "x1": round(_LW - _LR, 2), "y0": _LT,
-            "y1": round(_LT + plot_h, 2), "lines": lines, "grid": grid, "xlabels": xlabels}
+    xlabels = [
+        {
+            "x": x(i),
+            "label": str(g.get("name")),
+            "short": _shorten(str(g.get("name")), 16),
+            "tiny": _shorten(str(g.get("name")), max(4, 48 // max(n, 1))),
+        }
+        for i, g in enumerate(groups)
+    ]
+    return {
+        "w": _LW,
+        "h": _LH,
+        "x0": _LL,
+        "x1": round(_LW - _LR, 2),
+        "y0": _LT,
+        "y1": round(_LT + plot_h, 2),
+        "lines": lines,
+        "grid": grid,
+        "xlabels": xlabels,
+    }
 
 
 def _shorten(s: str, n: int) -> str:
@@ -262,7 +318,7 @@ def _shorten(s: str, n: int) -> str:
 
 UNIT_NOTES = {
     "nbc": "Each neuron has two corners: activations above the highest (upper corner) or below the "
-           "lowest (lower corner) value seen on the training set; a corner is covered when an input reaches it.",
+    "lowest (lower corner) value seen on the training set; a corner is covered when an input reaches it.",
     "snac": "Counts the upper corners only: neurons driven above the highest value seen on the training set.",
     "kmnc": "Each neuron's training range split into k equal sections; a section is covered when an input lands in it.",
 }
@@ -270,8 +326,7 @@ UNIT_NOTES = {
 
 def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[dict[str, Any]]:
     thresholds = thresholds_of(results)
-    failed = {f.get("metric") for f in (results.get("outcome") or {}).get("failures") or []
-              if isinstance(f, dict)}
+    failed = {f.get("metric") for f in (results.get("outcome") or {}).get("failures") or [] if isinstance(f, dict)}
     cards = []
     for m in METRICS:
         entry = metric_entry(results, m)
@@ -290,15 +345,25 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
             status = "pass"
         delta = comparison.get(m) if comparison is not None else None
         unit = "buckets" if KINDS.get(m) == "surprise" else {"kmnc": "sections", "nbc": "corners"}.get(m, "neurons")
-        cards.append({
-            "metric": m, "label": METRIC_LABELS[m], "title": METRIC_TITLES[m],
-            "value": value, "threshold": thr, "status": status,
-            "covered": entry.get("covered"), "total": entry.get("total"), "unit": unit,
-            "explain": UNIT_NOTES.get(m),
-            "above": entry.get("above"), "below": entry.get("below"), "nan": entry.get("nan"),
-            "delta": delta.delta if delta is not None else None,
-            "delta_status": delta.status if delta is not None else None,
-        })
+        cards.append(
+            {
+                "metric": m,
+                "label": METRIC_LABELS[m],
+                "title": METRIC_TITLES[m],
+                "value": value,
+                "threshold": thr,
+                "status": status,
+                "covered": entry.get("covered"),
+                "total": entry.get("total"),
+                "unit": unit,
+                "explain": UNIT_NOTES.get(m),
+                "above": entry.get("above"),
+                "below": entry.get("below"),
+                "nan": entry.get("nan"),
+                "delta": delta.delta if delta is not None else None,
+                "delta_status": delta.status if delta is not None else None,
+            }
+        )
     return cards
 
 
@@ -316,14 +381,22 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
     ]
     for metric, key in SURPRISE.items():
         if _applicable(results, metric):
-            columns += [{"key": f"{key}_mean", "label": f"{SA_LABELS[key]} mean", "kind": "float", "agg": "wmean"},
-                        {"key": f"{key}_max", "label": f"{SA_LABELS[key]} max", "kind": "float", "agg": "max"}]
+            columns += [
+                {"key": f"{key}_mean", "label": f"{SA_LABELS[key]} mean", "kind": "float", "agg": "wmean"},
+                {"key": f"{key}_max", "label": f"{SA_LABELS[key]} max", "kind": "float", "agg": "max"},
+            ]
     for m in METRICS:
         if KINDS.get(m) == "surprise" and not _applicable(results, m):
             continue
-        columns.append({"key": f"new.{m}", "label": f"+{METRIC_LABELS[m]}", "kind": "int",
-                        "agg": "sum",
-                        "title": f"{METRIC_TITLES[m]}: targets first covered by this test"})
+        columns.append(
+            {
+                "key": f"new.{m}",
+                "label": f"+{METRIC_LABELS[m]}",
+                "kind": "int",
+                "agg": "sum",
+                "title": f"{METRIC_TITLES[m]}: targets first covered by this test",
+            }
+        )
     rows: list[dict[str, Any]] = []
     for t in results.get("tests") or []:
         if not isinstance(t, dict):
@@ -335,9 +408,13 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
             key = c["key"]
             v = new.get(key[4:]) if key.startswith("new.") else t.get(key)
             cells.append({"value": v, "kind": c["kind"]})
-        rows.append({"cells": cells, "outcome": str(t.get("outcome", "")),
-                     "idle": (t.get("inputs") or 0) > 0 and not any(
-                         x for x in new.values() if isinstance(x, (int, float)))})
+        rows.append(
+            {
+                "cells": cells,
+                "outcome": str(t.get("outcome", "")),
+                "idle": (t.get("inputs") or 0) > 0 and not any(x for x in new.values() if isinstance(x, (int, float))),
+            }
+        )
     # Totals of every row (the page recomputes them for the rows a filter leaves).
     totals: list[Any] = []
     inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
@@ -361,8 +438,10 @@ def _layers(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     layers = [dict(lay) for lay in results.get("layers") or [] if isinstance(lay, dict)]
 
     def key(lay: dict[str, Any]) -> tuple[float, ...]:
-        return tuple(_num(lay.get(m)) if _num(lay.get(m)) is not None else 2.0  # type: ignore[misc]
-                     for m in NEURON)
+        return tuple(
+            _num(lay.get(m)) if _num(lay.get(m)) is not None else 2.0  # type: ignore[misc]
+            for m in NEURON
+        )
 
     layers.sort(key=key)
     return layers
@@ -379,16 +458,24 @@ def _top_inputs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         given = item.get("tests")
         fed = given if isinstance(given, list) else [ti]
         fed_by = [tests[t] for t in fed if isinstance(t, int) and 0 <= t < len(tests) and isinstance(tests[t], dict)]
-        groups.setdefault(str(item.get("by", "lsa")), []).append({
-            "rank": item.get("rank"), "input": item.get("input"), "pred": item.get("pred"),
-            "scores": [(SA_LABELS[k], _num(item.get(k)), 3 if k == "dsa" else 2) for k in SA_LABELS
-                       if _num(item.get(k)) is not None],
-            "nodeid": test.get("nodeid", "?"), "group": test.get("group", "?"),
-            "fed_by": [{"nodeid": t.get("nodeid", "?"), "group": t.get("group", "?")} for t in fed_by] or
-                      [{"nodeid": test.get("nodeid", "?"), "group": test.get("group", "?")}],
-            "copies": item.get("copies"),
-            "src": _thumbnail(item.get("image")),
-        })
+        groups.setdefault(str(item.get("by", "lsa")), []).append(
+            {
+                "rank": item.get("rank"),
+                "input": item.get("input"),
+                "pred": item.get("pred"),
+                "scores": [
+                    (SA_LABELS[k], _num(item.get(k)), 3 if k == "dsa" else 2)
+                    for k in SA_LABELS
+                    if _num(item.get(k)) is not None
+                ],
+                "nodeid": test.get("nodeid", "?"),
+                "group": test.get("group", "?"),
+                "fed_by": [{"nodeid": t.get("nodeid", "?"), "group": t.get("group", "?")} for t in fed_by]
+                or [{"nodeid": test.get("nodeid", "?"), "group": test.get("group", "?")}],
+                "copies": item.get("copies"),
+                "src": _thumbnail(item.get("image")),
+            }
+        )
     out = []
     for by in (*SA_LABELS, *sorted(set(groups) - set(SA_LABELS))):
         if by in groups:
@@ -410,26 +497,52 @@ def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
     per = "auc" if overall.get("kind") == "classifier" else "spearman"
     keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
     columns = [{"key": k, "label": labels.get(k, k), "baseline": k in baselines} for k in keys]
-    table = [{"name": r.get("name") or "all labelled inputs", "all": r is overall, "labelled": r.get("labelled"),
-              "errors": r.get("errors"), "error_rate": _num(r.get("error_rate")),
-              "mean_abs_error": _num(r.get("mean_abs_error")),
-              "values": [_num((r.get(per) or {}).get(k)) for k in keys]} for r in rows]
+    table = [
+        {
+            "name": r.get("name") or "all labelled inputs",
+            "all": r is overall,
+            "labelled": r.get("labelled"),
+            "errors": r.get("errors"),
+            "error_rate": _num(r.get("error_rate")),
+            "mean_abs_error": _num(r.get("mean_abs_error")),
+            "values": [_num((r.get(per) or {}).get(k)) for k in keys],
+        }
+        for r in rows
+    ]
     fifths = []
     for key, parts in (overall.get("fifths") or {}).items():
         if isinstance(parts, list) and parts:
-            fifths.append({"key": key, "label": labels.get(key, key), "parts": [
-                {"lowest": _num(p.get("lowest")), "highest": _num(p.get("highest")), "inputs": p.get("inputs"),
-                 "accuracy": _num(p.get("accuracy")), "mae": _num(p.get("mean_abs_error"))}
-                for p in parts if isinstance(p, dict)]})
-    return {"kind": overall.get("kind"), "per": per, "columns": columns, "rows": table, "fifths": fifths,
-            "sentences": [str(x) for x in overall.get("sentences") or []]}
+            fifths.append(
+                {
+                    "key": key,
+                    "label": labels.get(key, key),
+                    "parts": [
+                        {
+                            "lowest": _num(p.get("lowest")),
+                            "highest": _num(p.get("highest")),
+                            "inputs": p.get("inputs"),
+                            "accuracy": _num(p.get("accuracy")),
+                            "mae": _num(p.get("mean_abs_error")),
+                        }
+                        for p in parts
+                        if isinstance(p, dict)
+                    ],
+                }
+            )
+    return {
+        "kind": overall.get("kind"),
+        "per": per,
+        "columns": columns,
+        "rows": table,
+        "fifths": fifths,
+        "sentences": [str(x) for x in overall.get("sentences") or []],
+    }
 
 
 def build_context(results: Mapping[str, Any], *, comparison: Comparison | None = None) -> dict[str, Any]:
     """The plain data the template lays out (exposed for tests and other renderers)."""
     groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
-    group_metrics = [m for m in METRICS
-                     if any(_num((g.get("cumulative") or {}).get(m)) is not None for g in groups)]
+    group_metrics = [m for m in METRICS if any(_num((g.get("cumulative") or {}).get(m)) is not None for g in groups)]
     group_rows = []
     prev: dict[str, Any] = {}
     for g in groups:
@@ -438,10 +551,8 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         cells = []
         for m in group_metrics:
             v, p = _num(cum.get(m)), _num(prev.get(m))
-            cells.append({"value": v, "alone": _num(alone.get(m)),
-                          "gain": None if v is None or p is None else v - p})
-        group_rows.append({"name": g.get("name"), "tests": g.get("tests"),
-                           "inputs": g.get("inputs"), "cells": cells})
+            cells.append({"value": v, "alone": _num(alone.get(m)), "gain": None if v is None or p is None else v - p})
+        group_rows.append({"name": g.get("name"), "tests": g.get("tests"), "inputs": g.get("inputs"), "cells": cells})
         prev = cum
     outcome = results.get("outcome") or {}
     failures = [f for f in outcome.get("failures") or [] if isinstance(f, dict)]
@@ -492,15 +603,12 @@ def render_html(results: Mapping[str, Any], *, comparison: Comparison | None = N
     script, script_src = _script()
     css = Markup(_env().get_template("report.css").render())
     ctx = build_context(results, comparison=comparison)
-    return _env().get_template("report.html.j2").render(
-        **ctx, script=script, script_src=script_src, css=css)
+    return _env().get_template("report.html.j2").render(**ctx, script=script, script_src=script_src, css=css)
 
 
-def write_html(results: Mapping[str, Any], directory: str | Path, *,
-               comparison: Comparison | None = None) -> Path:
+def write_html(results: Mapping[str, Any], directory: str | Path, *, comparison: Comparison | None = None) -> Path:
     """Render the report into ``directory/index.html`` (atomically); return its path."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
-        raise ValueError(f"{directory} is a file; the HTML report needs a directory "
-                         "(it writes index.html in it)")
+        raise ValueError(f"{directory} is a file; the HTML report needs a directory (it writes index.html in it)")
     return atomic_write_text(directory / "index.html", render_html(results, comparison=comparison))

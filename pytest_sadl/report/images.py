@@ -17,16 +17,17 @@ def png_data_url(width: int, height: int, channels: int, pixels: Sequence[int]) 
         return None
     try:
         row = width * channels
-        raw = b"".join(b"\x00" + bytes(pixels[r * row:(r + 1) * row]) for r in range(height))
+        raw = b"".join(b"\x00" + bytes(pixels[r * row : (r + 1) * row]) for r in range(height))
     except (ValueError, TypeError):  # a value outside 0..255 or not an int
         return None
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    png = (b"\x89PNG\r\n\x1a\n"
-           + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw, 9))
-           + chunk(b"IEND", b""))
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")

@@ -58,8 +58,12 @@ def _delta(d: float | None, status: str | None) -> str:
     return "± 0.00"
 
 
-def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None = None,  # noqa: C901  complexity debt (issue 18): one helper per section (header, missing/stale notes, metrics, failures and warnings, groups, hints, top tests)
-                    max_tests: int = 10) -> str:
+def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per section (header, missing/stale notes, metrics, failures and warnings, groups, hints, top tests)
+    results: Mapping[str, Any],
+    *,
+    comparison: Comparison | None = None,
+    max_tests: int = 10,
+) -> str:
     """A compact Markdown summary of ``results``: verdict, metrics, groups, hints.
 
     With ``comparison``, the metrics table gains the baseline and the change in points.
@@ -73,7 +77,9 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
     passed = (not failures) if passed is None else bool(passed)
     failed_metrics = {f.get("metric") for f in failures}
     lines: list[str] = []
-    verdict = "✅ passed" if passed else f"❌ failed ({len(failures)} threshold{'s' if len(failures) != 1 else ''} missed)"
+    verdict = (
+        "✅ passed" if passed else f"❌ failed ({len(failures)} threshold{'s' if len(failures) != 1 else ''} missed)"
+    )
     lines.append(f"## pytest-sadl: test adequacy of {escape_md(model.get('name') or 'the model')}: {verdict}")
     lines.append("")
     fp = model.get("fingerprint")
@@ -91,17 +97,21 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         lines.append("")
     missing = [m for m in outcome.get("missing") or [] if isinstance(m, dict)]
     if missing:  # before the tables: the numbers below count without these tests' inputs
-        lines.append(f"> ⚠️ **Incomplete results:** the inputs of {len(missing)} test"
-                     f"{'' if len(missing) == 1 else 's'} never reached them:")
+        lines.append(
+            f"> ⚠️ **Incomplete results:** the inputs of {len(missing)} test"
+            f"{'' if len(missing) == 1 else 's'} never reached them:"
+        )
         for test in missing:
             reason = f": {escape_md(str(test['reason']))}" if test.get("reason") else ""
             lines.append(f"> - {escape_md(str(test.get('nodeid')))}{reason}")
         lines.append("")
     stale = [m for m in outcome.get("stale") or [] if isinstance(m, dict)]
     if stale:  # before the tables: measured on a changed model, counted in none of them
-        lines.append(f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} test"
-                     f"{'' if len(stale) == 1 else 's'} were measured on other weights or layers than the "
-                     "profile's (fit, set_weights, load_weights), so no metric below counts them:")
+        lines.append(
+            f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} test"
+            f"{'' if len(stale) == 1 else 's'} were measured on other weights or layers than the "
+            "profile's (fit, set_weights, load_weights), so no metric below counts them:"
+        )
         for test in stale:
             lines.append(f"> - {escape_md(str(test.get('nodeid')))}: {escape_md(str(test.get('inputs')))} inputs")
         lines.append("")
@@ -129,8 +139,10 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         row = [METRIC_LABELS[m], _pct(value), "–" if thr is None else f"{thr:.2f}%", status]
         if comparison is not None:
             md = comparison.get(m)
-            row += ["n/a" if md is None or md.baseline is None else f"{md.baseline:.2f}%",
-                    _delta(md.delta if md else None, md.status if md else None)]
+            row += [
+                "n/a" if md is None or md.baseline is None else f"{md.baseline:.2f}%",
+                _delta(md.delta if md else None, md.status if md else None),
+            ]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
 
@@ -145,8 +157,7 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         lines.append("")
 
     groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
-    gm = [m for m in METRICS if any(isinstance((g.get("cumulative") or {}).get(m), (int, float))
-                                    for g in groups)]
+    gm = [m for m in METRICS if any(isinstance((g.get("cumulative") or {}).get(m), (int, float)) for g in groups)]
     if groups and gm:
         lines.append("### Cumulative coverage by group (Table VI)")
         lines.append("")
@@ -154,10 +165,9 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         lines.append("|:--|--:|--:|" + "--:|" * len(gm))
         for i, g in enumerate(groups):
             cum = g.get("cumulative") or {}
-            name = ("+ " if i else "") + escape_md(g.get('name'))
+            name = ("+ " if i else "") + escape_md(g.get("name"))
             cells = [_pct(cum.get(m)) if isinstance(cum.get(m), (int, float)) else "n/a" for m in gm]
-            lines.append(f"| {name} | {g.get('tests', '–')} | {g.get('inputs', '–')} | "
-                         + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {g.get('tests', '–')} | {g.get('inputs', '–')} | " + " | ".join(cells) + " |")
         lines.append("")
 
     found = mistakes_rows(results)
@@ -171,8 +181,10 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
         lines.append("|:--|" + "--:|" * (len(header) - 1))
         lines.extend("| " + " | ".join(escape_md(c) for c in row) + " |" for row in table)
         lines.append("")
-        lines.append("AUC: how well a score tells misclassified inputs from correct ones (0.5 chance, 1 perfect); "
-                     "DeepGini, softmax entropy and margin are confidence baselines.")
+        lines.append(
+            "AUC: how well a score tells misclassified inputs from correct ones (0.5 chance, 1 perfect); "
+            "DeepGini, softmax entropy and margin are confidence baselines."
+        )
         lines.append("")
 
     hints = [h for h in adequacy_hints(results) if not h.startswith("Threshold missed")]
@@ -187,30 +199,37 @@ def render_markdown(results: Mapping[str, Any], *, comparison: Comparison | None
     def added(t: dict[str, Any]) -> tuple[int, int]:
         given = t.get("new")
         new = given if isinstance(given, dict) else {}
-        return (sum(v for k, v in new.items() if k in SURPRISE and isinstance(v, int)),
-                sum(v for k, v in new.items() if k == "nc" and isinstance(v, int)))
+        return (
+            sum(v for k, v in new.items() if k in SURPRISE and isinstance(v, int)),
+            sum(v for k, v in new.items() if k == "nc" and isinstance(v, int)),
+        )
 
     ranked = sorted(tests, key=lambda t: added(t), reverse=True)[:max_tests]
     if ranked:
         lines.append("<details><summary>Tests that added the most coverage</summary>")
         lines.append("")
-        measured = [METRIC_LABELS[m] for m in SURPRISE
-                    if (metric_entry(results, m) or {"applicable": False}).get("applicable") is not False]
+        measured = [
+            METRIC_LABELS[m]
+            for m in SURPRISE
+            if (metric_entry(results, m) or {"applicable": False}).get("applicable") is not False
+        ]
         buckets = f"new {'+'.join(measured)} buckets"
         lines.append(f"| Test | Group | Inputs | {buckets} | new NC neurons |")
         lines.append("|:--|:--|--:|--:|--:|")
         for t in ranked:
             a, b = added(t)
-            lines.append(f"| {escape_md(t.get('nodeid'))} | {escape_md(t.get('group'))} | "
-                         f"{t.get('inputs', '–')} | {a} | {b} |")
+            lines.append(
+                f"| {escape_md(t.get('nodeid'))} | {escape_md(t.get('group'))} | {t.get('inputs', '–')} | {a} | {b} |"
+            )
         lines.append("")
         lines.append("</details>")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_markdown(results: Mapping[str, Any], path: str | os.PathLike[str], *,
-                   comparison: Comparison | None = None) -> Path:
+def write_markdown(
+    results: Mapping[str, Any], path: str | os.PathLike[str], *, comparison: Comparison | None = None
+) -> Path:
     """Write :func:`render_markdown` to ``path`` atomically; return the path.
 
     ``path`` may be ``$GITHUB_STEP_SUMMARY``'s file: then the summary is *appended*, as

@@ -32,8 +32,9 @@ WIDTH = 80
 def _wrap(text: str, width: int | None, indent: str = "  ") -> list[str]:
     if width is None:
         return [text]
-    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False) or [""]
+    return textwrap.wrap(
+        text, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    ) or [""]
 
 
 def _names(names: list[str], room: int | None) -> str:
@@ -64,8 +65,7 @@ def _fold_baselines(header: list[str], table: list[list[str]]) -> tuple[list[str
         return max(values)[1] if values else "-"
 
     unit = header[base[0]].rsplit(" ", 1)[-1]
-    return ([header[i] for i in keep] + [f"best conf. {unit}"],
-            [[row[i] for i in keep] + [best(row)] for row in table])
+    return ([header[i] for i in keep] + [f"best conf. {unit}"], [[row[i] for i in keep] + [best(row)] for row in table])
 
 
 def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
@@ -107,7 +107,9 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     if n_inputs == 0:
         lines += _wrap("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl", width)
     else:
-        lines += _wrap(f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results['groups'])} group(s)", width)
+        lines += _wrap(
+            f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results['groups'])} group(s)", width
+        )
     warnings = results.get("outcome", {}).get("warnings", [])
     if warnings:  # before the tables: an incomplete run must not read as a complete one
         lines.append("")
@@ -169,7 +171,9 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
         if width is not None:
             header, table = _fold_baselines(header, table)
         lines.append("")
-        lines += _wrap("does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width)
+        lines += _wrap(
+            "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
+        )
         lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
         for text in results["mistakes"]["overall"].get("sentences") or []:
             lines += _wrap(f"  {text}", width, indent="    ")
@@ -177,7 +181,11 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     if verbose:
         lines += ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
         keys = [k for k in SA_LABELS if any(t.get(f"{k}_mean") is not None for t in results["tests"])] or ["lsa"]
-        rows = [["test", "group", "outcome", "inputs"] + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")] + ["new LSC", "new NC"]]
+        rows = [
+            ["test", "group", "outcome", "inputs"]
+            + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
+            + ["new LSC", "new NC"]
+        ]
         for t in results["tests"]:
             rows.append(
                 [t["nodeid"], t["group"], t["outcome"], str(t["inputs"])]
@@ -195,7 +203,12 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
 
 
 def write_terminal(
-    results: dict[str, Any], line: Callable[..., None], section: Callable[..., None], *, verbose: bool = False, comparison: Any = None
+    results: dict[str, Any],
+    line: Callable[..., None],
+    section: Callable[..., None],
+    *,
+    verbose: bool = False,
+    comparison: Any = None,
 ) -> None:
     section("pytest-sadl: surprise adequacy and neuron coverage", sep="-")
     for text in render_terminal(results, verbose=verbose, comparison=comparison):

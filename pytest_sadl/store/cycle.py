@@ -28,7 +28,11 @@ def uncached_warning(directory: Path, exc: BaseException) -> None:
             stacklevel=3,
         )
         return
-    reason = f"{type(exc).__name__}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+    reason = (
+        f"{type(exc).__name__}: {exc.strerror}"
+        if isinstance(exc, OSError) and exc.strerror
+        else f"{type(exc).__name__}: {exc}"
+    )
     warnings.warn(
         f"pytest-sadl: could not cache the training profile in {directory} ({reason}); "
         "it is built in memory for this run",

@@ -107,7 +107,6 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 T = TypeVar("T")
 
 
-
 class Invalid(Exception):
     """A cache entry that must not be trusted; the message says why (one line)."""
 

@@ -56,8 +56,7 @@ def _start_ticks(pid: int) -> str | None:
 
 
 def _holder_text() -> str:
-    return json.dumps({"pid": os.getpid(), "host": _host(), "since": time.time(),
-                       "start": _start_ticks(os.getpid())})
+    return json.dumps({"pid": os.getpid(), "host": _host(), "since": time.time(), "start": _start_ticks(os.getpid())})
 
 
 def read_holder(fd: int) -> dict[str, Any] | None:

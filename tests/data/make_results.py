@@ -61,11 +61,14 @@ def _image(pixels: np.ndarray) -> dict[str, Any]:
 def _sc_configs(regression: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The LSC and DSC bucket configurations of a document."""
     lsc_cfg = {"lower": 0.0, "upper": 120.0, "buckets": 1000, "rule": "configured"}
-    dsc_cfg = {"lower": 0.0, "upper": 2.0, "buckets": 1000,
-               "rule": "default: max DSA of the training traces (leave-one-out)"}
+    dsc_cfg = {
+        "lower": 0.0,
+        "upper": 2.0,
+        "buckets": 1000,
+        "rule": "default: max DSA of the training traces (leave-one-out)",
+    }
     if regression:
-        lsc_cfg = {"lower": 0.0, "upper": 80.0, "buckets": 500,
-                   "rule": "default: max LSA of the training traces"}
+        lsc_cfg = {"lower": 0.0, "upper": 80.0, "buckets": 500, "rule": "default: max LSA of the training traces"}
     return lsc_cfg, dsc_cfg
 
 
@@ -83,21 +86,41 @@ def make(
     digits = load_digits()
     groups: list[tuple[str, list[str], float, float]] = [
         # name, test ids, LSA scale, DSA scale
-        ("test", ["tests/test_model.py::test_accuracy",
-                  "tests/test_model.py::test_per_class_recall",
-                  "tests/test_model.py::test_confusion_matrix",
-                  "tests/test_model.py::test_calibration"], 18.0, 0.35),
-        ("fgsm", ["tests/test_adversarial.py::test_fgsm[eps=0.05]",
-                  "tests/test_adversarial.py::test_fgsm[eps=0.1]",
-                  "tests/test_adversarial.py::test_fgsm[eps=0.2]",
-                  "tests/test_adversarial.py::test_bim[eps=0.1]"], 32.0 * shift, 0.6 * shift),
-        ("deeptest", ["tests/test_transforms.py::test_rotation[15]",
-                      "tests/test_transforms.py::test_rotation[30]",
-                      "tests/test_transforms.py::test_shift",
-                      "tests/test_transforms.py::test_noise",
-                      "tests/test_transforms.py::test_contrast"], 26.0, 0.5),
-        (SCRIPT_GROUP, [SCRIPT_TEST,
-                        "tests/test_xss.py::test_plain"], 45.0, 0.9),
+        (
+            "test",
+            [
+                "tests/test_model.py::test_accuracy",
+                "tests/test_model.py::test_per_class_recall",
+                "tests/test_model.py::test_confusion_matrix",
+                "tests/test_model.py::test_calibration",
+            ],
+            18.0,
+            0.35,
+        ),
+        (
+            "fgsm",
+            [
+                "tests/test_adversarial.py::test_fgsm[eps=0.05]",
+                "tests/test_adversarial.py::test_fgsm[eps=0.1]",
+                "tests/test_adversarial.py::test_fgsm[eps=0.2]",
+                "tests/test_adversarial.py::test_bim[eps=0.1]",
+            ],
+            32.0 * shift,
+            0.6 * shift,
+        ),
+        (
+            "deeptest",
+            [
+                "tests/test_transforms.py::test_rotation[15]",
+                "tests/test_transforms.py::test_rotation[30]",
+                "tests/test_transforms.py::test_shift",
+                "tests/test_transforms.py::test_noise",
+                "tests/test_transforms.py::test_contrast",
+            ],
+            26.0,
+            0.5,
+        ),
+        (SCRIPT_GROUP, [SCRIPT_TEST, "tests/test_xss.py::test_plain"], 45.0, 0.9),
     ]
     lsc_cfg, dsc_cfg = _sc_configs(regression)
 
@@ -108,8 +131,8 @@ def make(
     in_dsa: list[float | None] = []
     in_img: list[int] = []
     outcomes = ["passed"] * 15
-    outcomes[6] = "failed"     # fgsm eps=0.2
-    outcomes[11] = "skipped"   # test_noise
+    outcomes[6] = "failed"  # fgsm eps=0.2
+    outcomes[11] = "skipped"  # test_noise
     seen_lsc: set[int] = set()
     seen_dsc: set[int] = set()
     group_rows: list[dict[str, Any]] = []
@@ -146,24 +169,26 @@ def make(
                 seen_dsc |= new_dsc
                 new_dsc_n = len(new_dsc)
             share = n / 40.0
-            tests.append({
-                "nodeid": nodeid,
-                "group": gname,
-                "outcome": outcome,
-                "inputs": n,
-                "lsa_mean": _r(lsa.mean()) if n else None,
-                "lsa_max": _r(lsa.max()) if n else None,
-                "dsa_mean": None if regression or not n else _r(dsa.mean()),
-                "dsa_max": None if regression or not n else _r(dsa.max()),
-                "new": {
-                    "lsc": len(new_lsc),
-                    "dsc": new_dsc_n,
-                    "nc": int(round(rng.uniform(0, 30) * share)) if ti % 5 != 3 else 0,
-                    "kmnc": int(round(rng.uniform(0, 40000) * share)),
-                    "nbc": int(round(rng.uniform(0, 12) * share)) if ti % 4 else 0,
-                    "snac": int(round(rng.uniform(0, 8) * share)) if ti % 4 else 0,
-                },
-            })
+            tests.append(
+                {
+                    "nodeid": nodeid,
+                    "group": gname,
+                    "outcome": outcome,
+                    "inputs": n,
+                    "lsa_mean": _r(lsa.mean()) if n else None,
+                    "lsa_max": _r(lsa.max()) if n else None,
+                    "dsa_mean": None if regression or not n else _r(dsa.mean()),
+                    "dsa_max": None if regression or not n else _r(dsa.max()),
+                    "new": {
+                        "lsc": len(new_lsc),
+                        "dsc": new_dsc_n,
+                        "nc": int(round(rng.uniform(0, 30) * share)) if ti % 5 != 3 else 0,
+                        "kmnc": int(round(rng.uniform(0, 40000) * share)),
+                        "nbc": int(round(rng.uniform(0, 12) * share)) if ti % 4 else 0,
+                        "snac": int(round(rng.uniform(0, 8) * share)) if ti % 4 else 0,
+                    },
+                }
+            )
             for k in range(n):
                 in_test.append(ti)
                 in_pred.append(None if regression else int(pred[k]))
@@ -175,56 +200,96 @@ def make(
             ti += 1
         ga = np.asarray(g_lsa)
         gd = np.asarray(g_dsa)
-        alone_lsc = len({int(b) for b in _buckets(ga, lsc_cfg["lower"], lsc_cfg["upper"],
-                                                  lsc_cfg["buckets"]) if b >= 0}) / lsc_cfg["buckets"]
-        alone_dsc = None if regression else len(
-            {int(b) for b in _buckets(gd, dsc_cfg["lower"], dsc_cfg["upper"],
-                                      dsc_cfg["buckets"]) if b >= 0}) / dsc_cfg["buckets"]
+        alone_lsc = (
+            len({int(b) for b in _buckets(ga, lsc_cfg["lower"], lsc_cfg["upper"], lsc_cfg["buckets"]) if b >= 0})
+            / lsc_cfg["buckets"]
+        )
+        alone_dsc = (
+            None
+            if regression
+            else len({int(b) for b in _buckets(gd, dsc_cfg["lower"], dsc_cfg["upper"], dsc_cfg["buckets"]) if b >= 0})
+            / dsc_cfg["buckets"]
+        )
         alone_n = tuple(v * neuron_scale for v in neuron_alone[gname])
         cum_neuron = [min(1.0, max(c, a) + a * 0.25) for c, a in zip(cum_neuron, alone_n, strict=True)]
-        group_rows.append({
-            "name": gname,
-            "tests": len(ids),
-            "inputs": int(len(ga)),
-            "metrics": {"lsc": _r(alone_lsc), "dsc": _r(alone_dsc),
-                        "nc": _r(alone_n[0]), "kmnc": _r(alone_n[1]),
-                        "nbc": _r(alone_n[2]), "snac": _r(alone_n[3])},
-            "cumulative": {"lsc": _r(len(seen_lsc) / lsc_cfg["buckets"]),
-                           "dsc": None if regression else _r(len(seen_dsc) / dsc_cfg["buckets"]),
-                           "nc": _r(cum_neuron[0]), "kmnc": _r(cum_neuron[1]),
-                           "nbc": _r(cum_neuron[2]), "snac": _r(cum_neuron[3])},
-        })
+        group_rows.append(
+            {
+                "name": gname,
+                "tests": len(ids),
+                "inputs": int(len(ga)),
+                "metrics": {
+                    "lsc": _r(alone_lsc),
+                    "dsc": _r(alone_dsc),
+                    "nc": _r(alone_n[0]),
+                    "kmnc": _r(alone_n[1]),
+                    "nbc": _r(alone_n[2]),
+                    "snac": _r(alone_n[3]),
+                },
+                "cumulative": {
+                    "lsc": _r(len(seen_lsc) / lsc_cfg["buckets"]),
+                    "dsc": None if regression else _r(len(seen_dsc) / dsc_cfg["buckets"]),
+                    "nc": _r(cum_neuron[0]),
+                    "kmnc": _r(cum_neuron[1]),
+                    "nbc": _r(cum_neuron[2]),
+                    "snac": _r(cum_neuron[3]),
+                },
+            }
+        )
 
     lsa_all = np.asarray(in_lsa)
     lsc_cov = len(seen_lsc)
     metrics: dict[str, dict[str, Any]] = {
-        "lsc": {"value": _r(lsc_cov / lsc_cfg["buckets"]), "covered": lsc_cov,
-                "total": lsc_cfg["buckets"], "applicable": True,
-                "below": int((lsa_all <= lsc_cfg["lower"]).sum()),
-                "above": int((lsa_all > lsc_cfg["upper"]).sum()), "count": int(lsa_all.size)},
+        "lsc": {
+            "value": _r(lsc_cov / lsc_cfg["buckets"]),
+            "covered": lsc_cov,
+            "total": lsc_cfg["buckets"],
+            "applicable": True,
+            "below": int((lsa_all <= lsc_cfg["lower"]).sum()),
+            "above": int((lsa_all > lsc_cfg["upper"]).sum()),
+            "count": int(lsa_all.size),
+        },
     }
     if regression:
-        metrics["dsc"] = {"value": None, "covered": None, "total": None, "applicable": False,
-                          "below": None, "above": None, "count": None}
+        metrics["dsc"] = {
+            "value": None,
+            "covered": None,
+            "total": None,
+            "applicable": False,
+            "below": None,
+            "above": None,
+            "count": None,
+        }
     else:
         dsa_all = np.asarray(in_dsa, dtype=float)
-        metrics["dsc"] = {"value": _r(len(seen_dsc) / dsc_cfg["buckets"]), "covered": len(seen_dsc),
-                          "total": dsc_cfg["buckets"], "applicable": True,
-                          "below": int((dsa_all <= dsc_cfg["lower"]).sum()),
-                          "above": int((dsa_all > dsc_cfg["upper"]).sum()), "count": int(dsa_all.size)}
-    for name, total, value in zip(("nc", "kmnc", "nbc", "snac"),
-                                  (nc_total, kmnc_total, nbc_total, snac_total), cum_neuron, strict=True):
+        metrics["dsc"] = {
+            "value": _r(len(seen_dsc) / dsc_cfg["buckets"]),
+            "covered": len(seen_dsc),
+            "total": dsc_cfg["buckets"],
+            "applicable": True,
+            "below": int((dsa_all <= dsc_cfg["lower"]).sum()),
+            "above": int((dsa_all > dsc_cfg["upper"]).sum()),
+            "count": int(dsa_all.size),
+        }
+    for name, total, value in zip(
+        ("nc", "kmnc", "nbc", "snac"), (nc_total, kmnc_total, nbc_total, snac_total), cum_neuron, strict=True
+    ):
         covered = int(round(value * total))
-        metrics[name] = {"value": _r(covered / total), "covered": covered, "total": total,
-                         "applicable": True}
+        metrics[name] = {"value": _r(covered / total), "covered": covered, "total": total, "applicable": True}
         group_rows[-1]["cumulative"][name] = metrics[name]["value"]
 
     layer_specs = [("conv2d", 16), ("conv2d_1", 32), ("dense", 256), ("dense_1", 16)]
     layers = []
     for (lname, neurons), f in zip(layer_specs, (0.9, 1.25, 0.8, 1.1), strict=True):
-        layers.append({"name": lname, "neurons": neurons,
-                       "nc": _r(min(1.0, cum_neuron[0] * f)), "kmnc": _r(min(1.0, cum_neuron[1] * f)),
-                       "nbc": _r(min(1.0, cum_neuron[2] * f)), "snac": _r(min(1.0, cum_neuron[3] * f))})
+        layers.append(
+            {
+                "name": lname,
+                "neurons": neurons,
+                "nc": _r(min(1.0, cum_neuron[0] * f)),
+                "kmnc": _r(min(1.0, cum_neuron[1] * f)),
+                "nbc": _r(min(1.0, cum_neuron[2] * f)),
+                "snac": _r(min(1.0, cum_neuron[3] * f)),
+            }
+        )
 
     top: list[dict[str, Any]] = []
     order_lsa = np.argsort(-lsa_all, kind="stable")[:12]
@@ -235,22 +300,34 @@ def make(
     for key, order in by:
         for rank, i in enumerate(order, start=1):
             i = int(i)
-            top.append({
-                "by": key, "rank": rank, "input": i, "test": in_test[i], "pred": in_pred[i],
-                "lsa": in_lsa[i], "dsa": in_dsa[i],
-                "image": None if regression else _image(digits.images[in_img[i]]),
-            })
+            top.append(
+                {
+                    "by": key,
+                    "rank": rank,
+                    "input": i,
+                    "test": in_test[i],
+                    "pred": in_pred[i],
+                    "lsa": in_lsa[i],
+                    "dsa": in_dsa[i],
+                    "image": None if regression else _image(digits.images[in_img[i]]),
+                }
+            )
 
     thresholds: dict[str, float] = {"lsc": 30.0, "nc": 40.0} if not regression else {"lsc": 20.0}
     failures = []
     for metric, thr in thresholds.items():
         value = metrics[metric]["value"]
         if value is not None and round(value * 100, 2) < thr:
-            failures.append({
-                "metric": metric, "value": round(value * 100, 2), "threshold": thr,
-                "message": (f"{metric.upper()} {value * 100:.2f}% is below "
-                            f"--sadl-fail-under={metric}:{thr:g} ({thr:.2f}%)"),
-            })
+            failures.append(
+                {
+                    "metric": metric,
+                    "value": round(value * 100, 2),
+                    "threshold": thr,
+                    "message": (
+                        f"{metric.upper()} {value * 100:.2f}% is below --sadl-fail-under={metric}:{thr:g} ({thr:.2f}%)"
+                    ),
+                }
+            )
     warnings = []
     if regression:
         warnings.append("DSA and DSC do not apply to a regression model; they are not reported")
@@ -326,9 +403,15 @@ def add_guidance(doc: dict[str, Any], seed: int) -> dict[str, Any]:
     for k, v in doc["metrics"].items():
         metrics[k] = v
         if k == "dsc":
-            metrics["mdsc"] = {"value": _r(len(seen) / cfg["buckets"]), "covered": len(seen), "total": cfg["buckets"],
-                               "applicable": True, "below": int((mdsa <= cfg["lower"]).sum()),
-                               "above": int((mdsa > cfg["upper"]).sum()), "count": int(n)}
+            metrics["mdsc"] = {
+                "value": _r(len(seen) / cfg["buckets"]),
+                "covered": len(seen),
+                "total": cfg["buckets"],
+                "applicable": True,
+                "below": int((mdsa <= cfg["lower"]).sum()),
+                "above": int((mdsa > cfg["upper"]).sum()),
+                "count": int(n),
+            }
     doc["metrics"] = metrics
     # Labels: every input but a few; mistakes likelier the more surprising the input.
     labelled = rng.random(n) > 0.1
@@ -337,8 +420,13 @@ def add_guidance(doc: dict[str, Any], seed: int) -> dict[str, Any]:
         truth = rng.normal(size=n)
         out = truth + rng.normal(size=n) * (0.2 + risk)
         inputs["label"] = [_r(v) if ok else None for v, ok in zip(truth, labelled, strict=True)]
-        found = analyse({"lsa": lsa, "mdsa": mdsa}, inputs["label"], classifier=False, output=out,
-                        groups=[group_of[t] for t in owner])
+        found = analyse(
+            {"lsa": lsa, "mdsa": mdsa},
+            inputs["label"],
+            classifier=False,
+            output=out,
+            groups=[group_of[t] for t in owner],
+        )
     else:
         pred = np.asarray(inputs["pred"])
         wrong = rng.random(n) < 0.05 + 0.6 * risk
@@ -348,20 +436,44 @@ def add_guidance(doc: dict[str, Any], seed: int) -> dict[str, Any]:
         probs /= probs.sum(axis=1, keepdims=True)
         inputs["label"] = [int(v) if ok else None for v, ok in zip(truth, labelled, strict=True)]
         dsa = np.asarray(inputs["dsa"], dtype=float)
-        found = analyse({"lsa": lsa, "dsa": dsa, "mdsa": mdsa}, inputs["label"], classifier=True, pred=pred,
-                        output=probs, groups=[group_of[t] for t in owner])
+        found = analyse(
+            {"lsa": lsa, "dsa": dsa, "mdsa": mdsa},
+            inputs["label"],
+            classifier=True,
+            pred=pred,
+            output=probs,
+            groups=[group_of[t] for t in owner],
+        )
     overall, per_group = found  # type: ignore[misc]
-    doc["mistakes"] = json.loads(json.dumps({
-        "overall": overall.to_dict(), "groups": [g.to_dict() for g in per_group],
-        "labels": dict(SCORE_LABELS), "baselines": list(BASELINES),
-    }, default=float), parse_float=lambda v: round(float(v), 4))
+    doc["mistakes"] = json.loads(
+        json.dumps(
+            {
+                "overall": overall.to_dict(),
+                "groups": [g.to_dict() for g in per_group],
+                "labels": dict(SCORE_LABELS),
+                "baselines": list(BASELINES),
+            },
+            default=float,
+        ),
+        parse_float=lambda v: round(float(v), 4),
+    )
     order = np.argsort(-mdsa, kind="stable")[:12]
     for rank, i in enumerate(order, start=1):
         i = int(i)
         first = next(t for t in doc["top_inputs"] if t["by"] == "lsa")
-        doc["top_inputs"].append({**{k: v for k, v in first.items() if k == "image"}, "by": "mdsa", "rank": rank,
-                                  "input": i, "test": inputs["test"][i], "pred": inputs["pred"][i],
-                                  "lsa": inputs["lsa"][i], "dsa": inputs["dsa"][i], "mdsa": inputs["mdsa"][i]})
+        doc["top_inputs"].append(
+            {
+                **{k: v for k, v in first.items() if k == "image"},
+                "by": "mdsa",
+                "rank": rank,
+                "input": i,
+                "test": inputs["test"][i],
+                "pred": inputs["pred"][i],
+                "lsa": inputs["lsa"][i],
+                "dsa": inputs["dsa"][i],
+                "mdsa": inputs["mdsa"][i],
+            }
+        )
     for item in doc["top_inputs"]:
         item["mdsa"] = inputs["mdsa"][item["input"]]
         item["tests"] = [item["test"]]
@@ -376,13 +488,13 @@ def main() -> None:
     """Write the fixture files next to this script."""
     fp = "3f2a" + "".join(f"{(i * 37 + 11) % 256:02x}" for i in range(30))
     docs = {
-        "results-classifier.json": add_guidance(make(seed=5, created="2026-12-01T18:00:00+00:00",
-                                                     fingerprint=fp), 5),
-        "results-baseline.json": make(seed=4, created="2026-11-24T09:30:00+00:00",
-                                      shift=1.3, fingerprint=fp, neuron_scale=0.93),
-        "results-regression.json": add_guidance(make(seed=6, regression=True,
-                                                     created="2026-12-01T18:05:00+00:00",
-                                                     fingerprint="77e0" + fp[4:]), 6),
+        "results-classifier.json": add_guidance(make(seed=5, created="2026-12-01T18:00:00+00:00", fingerprint=fp), 5),
+        "results-baseline.json": make(
+            seed=4, created="2026-11-24T09:30:00+00:00", shift=1.3, fingerprint=fp, neuron_scale=0.93
+        ),
+        "results-regression.json": add_guidance(
+            make(seed=6, regression=True, created="2026-12-01T18:05:00+00:00", fingerprint="77e0" + fp[4:]), 6
+        ),
     }
     for name, doc in docs.items():
         for value in doc["inputs"]["lsa"]:
