@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.errors import SadlLayerError
+from pytest_sadl.errors import SadlLayerError, SadlModelError
 
-__all__ = ["Traces", "Progress"]
+__all__ = ["Traces", "Progress", "resolve_output"]
 
 Progress = Callable[[int, "int | None"], None]
 """``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
@@ -67,3 +67,21 @@ class Traces:
             coverage_layers=list(first.coverage_layers),
             coverage_extrema=extrema,
         )
+
+
+def resolve_output(output: str | int | None, names: Sequence[str], model_name: str) -> int:
+    """The index of the measured output (``sadl_output``: a name, an index, an index as a
+    string, or ``None`` for the first), for the Keras and the PyTorch trace models alike."""
+    if output is None:
+        return 0
+    if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
+        output = int(output)
+    if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
+        if -len(names) <= int(output) < len(names):
+            return int(output) % len(names)
+    elif isinstance(output, str) and output in names:  # a bool is neither an index nor a name
+        return list(names).index(output)
+    raise SadlModelError(
+        f"sadl_output={output!r}: model {model_name!r} has outputs "
+        f"{', '.join(f'{i}:{n}' for i, n in enumerate(names))}; give one of these names or indices"
+    )

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.capture.arrays import Progress, Traces
+from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
 from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
@@ -296,20 +296,7 @@ class TraceModel:
         return [inputs[n] for n in self.input_names]
 
     def _resolve_output(self, output: str | int | None) -> int:
-        names = self.output_names
-        if output is None:
-            return 0
-        if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
-            output = int(output)
-        if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
-            if -len(names) <= int(output) < len(names):
-                return int(output) % len(names)
-        elif output in names:
-            return names.index(output)
-        raise SadlModelError(
-            f"sadl_output={output!r}: model {self.model.name!r} has outputs "
-            f"{', '.join(f'{i}:{n}' for i, n in enumerate(names))}; give one of these names or indices"
-        )
+        return resolve_output(output, self.output_names, self.model.name)
 
     def _is_classifier(self, shape: tuple[Any, ...]) -> bool:
         """See :func:`is_classifier`."""
