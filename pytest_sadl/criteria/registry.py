@@ -22,5 +22,7 @@ KINDS: dict[str, str] = {c.name: c.kind for c in CRITERIA}
 #: each surprise coverage and the per-input score it buckets (results' "inputs" keys)
 SURPRISE: dict[str, str] = {c.name: c.sa for c in CRITERIA if c.kind == SURPRISE_KIND and c.sa}
 SA_LABELS: dict[str, str] = {c.sa: c.sa_label or c.sa.upper() for c in CRITERIA if c.sa}
+#: the metrics reported when none are named, in report order
+DEFAULT_METRICS: tuple[str, ...] = tuple(c.name for c in CRITERIA if c.default)
 #: the neuron coverages, in report order
 NEURON: tuple[str, ...] = tuple(c.name for c in CRITERIA if c.kind == NEURON_KIND)

@@ -79,6 +79,9 @@ class Criterion:
     make: Callable[[Setup], Coverage | None]
     sa: str | None = None  # surprise kinds: the per-input score it buckets ("lsa")
     sa_label: str | None = None  # "LSA"
+    #: reported when the user names no metrics (``--sadl-metrics``): today's seven; a new
+    #: criterion is opt-in (``default=False``) so reports do not grow for users who did not ask
+    default: bool = True
 
 
 class SurpriseBuckets:
