@@ -29,6 +29,8 @@ def test_every_criterion_module_is_registered_once_in_report_order():
     assert len(set(registry.METRICS)) == len(registry.CRITERIA)
     assert registry.SURPRISE == {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
     assert registry.NEURON == ("nc", "kmnc", "nbc", "snac")
+    # a user who names no metrics gets today's seven, in report order; a new criterion is opt-in
+    assert registry.DEFAULT_METRICS == ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
     for c in registry.CRITERIA:
         assert c.kind in (SURPRISE_KIND, NEURON_KIND) and c.label and c.title and c.needs
         assert (c.sa is not None) == (c.kind == SURPRISE_KIND)
