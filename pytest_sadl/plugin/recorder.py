@@ -387,7 +387,7 @@ class Recorder:
             return out
 
     @contextlib.contextmanager
-    def recording(self, record: TestRecord, model: Any) -> Iterator[None]:  # noqa: C901  complexity debt (issue 18): the wrapped entry points (predict, predict_on_batch, evaluate, test_on_batch, __call__) as methods of one wrapper object, not closures
+    def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
         """Wrap ``model``'s entry points while the block runs; restore them after."""
         tm = self.trace_model(model)
         if getattr(tm, "records", "keras") == "forward":  # a torch.nn.Module
@@ -395,102 +395,10 @@ class Recorder:
                 yield
             return
         original_cls = type(model)
-        recorder = self
-
-        def unrecorded(rec: TestRecord, why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
-            recorder._warn_unrecorded(rec, why)
-            with recorder._lock, recorder.paused():
-                return method(model, *args, **kwargs)
-
-        def predict(
-            x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any
-        ) -> Any:
-            rec = recorder.target()
-            plain = lambda: original_cls.predict(  # noqa: E731
-                model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw
-            )
-            if rec is not None and kw:
-                why = "model.predict() was called with arguments Keras' predict does not take"
-                return unrecorded(
-                    rec,
-                    why,
-                    original_cls.predict,
-                    x,
-                    batch_size=batch_size,
-                    verbose=verbose,
-                    steps=steps,
-                    callbacks=callbacks,
-                    **kw,
-                )
-            if rec is not None and _is_inputs(x) and steps is None and callbacks is None:
-                if not _finite(x):
-                    return unrecorded(
-                        rec,
-                        "model.predict() got non-finite values",
-                        original_cls.predict,
-                        x,
-                        batch_size=batch_size,
-                        verbose=verbose,
-                    )
-                return recorder._attempt(rec, x, plain, lambda: tm.call_and_trace(x, batch_size=batch_size or 32))
-            # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced
-            return recorder._loop(rec, tm, "predict", x, plain, original_cls)
-
-        def predict_on_batch(x: Any) -> Any:
-            rec = recorder.target()
-            if rec is not None and (not _is_inputs(x) or not _finite(x)):
-                return unrecorded(
-                    rec,
-                    "model.predict_on_batch() got a non-array or non-finite input",
-                    original_cls.predict_on_batch,
-                    x,
-                )
-            return recorder._attempt(
-                rec, x, lambda: original_cls.predict_on_batch(model, x), lambda: tm.call_and_trace(x)
-            )
-
-        def evaluate(
-            x: Any = None,
-            y: Any = None,
-            batch_size: Any = None,
-            verbose: Any = "auto",
-            sample_weight: Any = None,
-            steps: Any = None,
-            callbacks: Any = None,
-            return_dict: bool = False,
-            **kw: Any,
-        ) -> Any:
-            rec = recorder.target()
-            plain = lambda: original_cls.evaluate(  # noqa: E731
-                model,
-                x,
-                y,
-                batch_size=batch_size,
-                verbose=verbose,
-                sample_weight=sample_weight,
-                steps=steps,
-                callbacks=callbacks,
-                return_dict=return_dict,
-                **kw,
-            )
-            if kw or not getattr(model, "compiled", False):  # fit()'s validation pass; or Keras' own error
-                rec = None
-            return recorder._loop(rec, tm, "test", x, plain, original_cls)
-
-        def test_on_batch(x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False) -> Any:
-            rec = recorder.target()
-            plain = lambda: original_cls.test_on_batch(  # noqa: E731
-                model, x, y, sample_weight=sample_weight, return_dict=return_dict
-            )
-            if not getattr(model, "compiled", False):
-                rec = None
-            return recorder._loop(rec, tm, "test", x, plain, original_cls)
+        entry = _EntryPoints(self, model, tm, original_cls)
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            rec = recorder.target() if self is model else None
-            if rec is None:
-                return original_cls.__call__(self, *args, **kwargs)
-            return recorder._call(rec, tm, original_cls, self, args, kwargs)
+            return entry.call(self, *args, **kwargs)
 
         # The same name, qualname and module as the model's class, so that Keras serialises
         # (model.save) and prints it as before; only __call__ differs, and the steps and
@@ -508,21 +416,15 @@ class Recorder:
             },
         )
         self.current = record
-        wrapped = {
-            "predict": predict,
-            "predict_on_batch": predict_on_batch,
-            "evaluate": evaluate,
-            "test_on_batch": test_on_batch,
-        }
-        for name, method in wrapped.items():
-            object.__setattr__(model, name, method)
+        for name in _EntryPoints.METHODS:
+            object.__setattr__(model, name, getattr(entry, name))
         object.__setattr__(model, "__class__", recorded_cls)
         try:
             yield
         finally:
             with self._lock:  # a call another thread is still making finishes first
                 object.__setattr__(model, "__class__", original_cls)
-                for name in wrapped:
+                for name in _EntryPoints.METHODS:
                     with contextlib.suppress(AttributeError):
                         object.__delattr__(model, name)
                 self.current = None
@@ -792,6 +694,94 @@ class Recorder:
                     mine.batches.extend(rec.batches)
                     mine.labels.extend(rec.labels)
                     mine.stale |= rec.stale
+
+
+class _EntryPoints:
+    """The recorded entry points of one Keras model while :meth:`Recorder.recording` runs:
+    ``predict``, ``predict_on_batch``, ``evaluate`` and ``test_on_batch`` are set on the
+    model instance as this object's bound methods, ``__call__`` on the recorded class
+    calls :meth:`call`. Each takes Keras' own signature and returns what Keras returns."""
+
+    METHODS = ("predict", "predict_on_batch", "evaluate", "test_on_batch")
+
+    def __init__(self, recorder: Recorder, model: Any, tm: Any, original_cls: type) -> None:
+        self.recorder, self.model, self.tm = recorder, model, tm
+        self.cls: Any = original_cls  # the model's own class: its methods are the plain calls
+
+    def _unrecorded(self, rec: TestRecord, why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """The model's own ``method``, unrecorded, with a warning naming ``why``."""
+        self.recorder._warn_unrecorded(rec, why)
+        with self.recorder._lock, self.recorder.paused():
+            return method(self.model, *args, **kwargs)
+
+    def predict(
+        self, x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any
+    ) -> Any:
+        rec = self.recorder.target()
+        model, own = self.model, self.cls.predict
+        args = {"batch_size": batch_size, "verbose": verbose, "steps": steps, "callbacks": callbacks, **kw}
+        if rec is not None and kw:
+            why = "model.predict() was called with arguments Keras' predict does not take"
+            return self._unrecorded(rec, why, own, x, **args)
+        if rec is not None and _is_inputs(x) and steps is None and callbacks is None:
+            if not _finite(x):
+                return self._unrecorded(rec, "model.predict() got non-finite values", own, x, **args)
+            return self.recorder._attempt(
+                rec, x, lambda: own(model, x, **args), lambda: self.tm.call_and_trace(x, batch_size=batch_size or 32)
+            )
+        # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced
+        return self.recorder._loop(rec, self.tm, "predict", x, lambda: own(model, x, **args), self.cls)
+
+    def predict_on_batch(self, x: Any) -> Any:
+        rec = self.recorder.target()
+        own = self.cls.predict_on_batch
+        if rec is not None and (not _is_inputs(x) or not _finite(x)):
+            return self._unrecorded(rec, "model.predict_on_batch() got a non-array or non-finite input", own, x)
+        return self.recorder._attempt(rec, x, lambda: own(self.model, x), lambda: self.tm.call_and_trace(x))
+
+    def evaluate(
+        self,
+        x: Any = None,
+        y: Any = None,
+        batch_size: Any = None,
+        verbose: Any = "auto",
+        sample_weight: Any = None,
+        steps: Any = None,
+        callbacks: Any = None,
+        return_dict: bool = False,
+        **kw: Any,
+    ) -> Any:
+        rec = self.recorder.target()
+        args = {
+            "batch_size": batch_size,
+            "verbose": verbose,
+            "sample_weight": sample_weight,
+            "steps": steps,
+            "callbacks": callbacks,
+            "return_dict": return_dict,
+            **kw,
+        }
+        if kw or not getattr(self.model, "compiled", False):  # fit()'s validation pass; or Keras' own error
+            rec = None
+        plain = lambda: self.cls.evaluate(self.model, x, y, **args)  # noqa: E731
+        return self.recorder._loop(rec, self.tm, "test", x, plain, self.cls)
+
+    def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False) -> Any:
+        rec = self.recorder.target()
+        plain = lambda: self.cls.test_on_batch(  # noqa: E731
+            self.model, x, y, sample_weight=sample_weight, return_dict=return_dict
+        )
+        if not getattr(self.model, "compiled", False):
+            rec = None
+        return self.recorder._loop(rec, self.tm, "test", x, plain, self.cls)
+
+    def call(self, instance: Any, *args: Any, **kwargs: Any) -> Any:
+        """``instance(*args, **kwargs)``: the recorded class's ``__call__`` (``instance`` is
+        the model, or an object of a subclass Keras made of it: those are not recorded)."""
+        rec = self.recorder.target() if instance is self.model else None
+        if rec is None:
+            return self.cls.__call__(instance, *args, **kwargs)
+        return self.recorder._call(rec, self.tm, self.cls, instance, args, kwargs)
 
 
 def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: list[str]) -> np.ndarray | None:
