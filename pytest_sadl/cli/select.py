@@ -71,7 +71,7 @@ def select_from_pool(
     from pytest_sadl.engine import ProfileView, default_sc_bounds
 
     traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
-    view = ProfileView.of(profile)
+    view = ProfileView.of(profile, getattr(options, "metrics", None), options)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()

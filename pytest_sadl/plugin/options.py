@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS
 
 if TYPE_CHECKING:
     import pytest
@@ -402,6 +402,8 @@ class SadlOptions:
     reports: tuple[Report, ...] = (Report("term"),)
     groups: tuple[str, ...] = ()  # the order of the groups (sadl_groups); the rest follow
     fail_under: dict[str, float] = field(default_factory=dict)
+    #: the metrics computed and reported (``--sadl-metrics``), in report order
+    metrics: tuple[str, ...] = DEFAULT_METRICS
     cache_dir: Path | None = None
     lock_timeout: float = 300.0
     compare: Path | None = None
