@@ -35,6 +35,8 @@ scikit-learn is imported when an ``MLSA`` is built, never when this module is im
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -63,6 +65,22 @@ def check_count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
     return int(value)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Every thread pool (BLAS and OpenMP: scikit-learn's k-means and mixtures) on one thread
+    for the block: the per-class fits are small, and waiting threads made them 17x slower
+    on a busy 2-core machine."""
+    from threadpoolctl import threadpool_limits
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # threadpoolctl's notes about the libraries it finds
+        limits = threadpool_limits(limits=1)
+    try:
+        yield
+    finally:
+        limits.restore_original_limits()
 
 
 def class_variances(x: np.ndarray, members: list[np.ndarray], usable: list[int]) -> list[np.ndarray]:
@@ -108,7 +126,7 @@ class MLSA:
             rows = members[i]
             xc = np.asarray(x[rows], dtype=np.float64)[:, self.kept]
             gmm = GaussianMixture(n_components=min(self.components, len(rows)), random_state=self.seed)
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), one_thread():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 gmm.fit(xc)
             if not gmm.converged_:
@@ -136,7 +154,8 @@ class MLSA:
             if gmm is None:
                 missing.append(int(c))
                 continue
-            out[rows] = -gmm.score_samples(x[rows][:, self.kept])
+            with one_thread():
+                out[rows] = -gmm.score_samples(x[rows][:, self.kept])
         if missing:
             warn(
                 f"MLSA: no mixture for predicted class(es) {class_list(missing)} "

@@ -51,7 +51,7 @@ from pytest_sadl.criteria.checks import (
     warn,
 )
 from pytest_sadl.criteria.mahalanobis import MDSA
-from pytest_sadl.criteria.mixture import check_count, class_variances
+from pytest_sadl.criteria.mixture import check_count, class_variances, one_thread
 
 __all__ = ["MMDSA", "MODES"]
 
@@ -99,10 +99,11 @@ class MMDSA:
         for i in usable:
             xc = np.asarray(x[members[i]], dtype=np.float64)[:, self.kept]
             km = KMeans(n_clusters=min(self.modes, len(xc)), n_init=10, max_iter=300, random_state=self.seed)
-            km.fit(xc)
+            with one_thread():
+                km.fit(xc)
+                ids.append(offset + km.predict(xc))
             self.kmeans[int(classes[i])] = (km, offset)
             parts.append(xc)
-            ids.append(offset + km.predict(xc))
             offset += km.n_clusters
         self.mode_sizes: np.ndarray = np.bincount(np.concatenate(ids), minlength=offset)
         with warnings.catch_warnings(record=True) as caught:
@@ -138,7 +139,8 @@ class MMDSA:
             if fitted is not None:
                 rows = np.flatnonzero(pred == c)
                 km, offset = fitted
-                out[rows] = offset + km.predict(ats[rows][:, self.kept])
+                with one_thread():
+                    out[rows] = offset + km.predict(ats[rows][:, self.kept])
         return out
 
     def __call__(self, ats: object, pred: object | None = None) -> np.ndarray:
