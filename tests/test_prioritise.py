@@ -77,6 +77,8 @@ def test_ctm_and_cam_by_registry_criteria_equal_the_naive_orders(name):
     assert counts == [len(sets[i]) for i in ctm]
     cam, gains = prioritise("cam", name, setup, batch)
     assert cam.tolist() == naive.cam(sets)
+    generic, generic_gains = cam_order(lambda: registry.BY_NAME[name].make(setup), batch)  # through update only
+    assert generic.tolist() == cam.tolist() and generic_gains == gains
     covered: set = set()
     for i, gain in zip(cam.tolist(), gains, strict=True):
         assert gain == len(sets[i] - covered)

@@ -21,9 +21,10 @@ Choices, each written down because the paper leaves them open:
   dnn-tip calls it, seeded (``random_state=seed``, default 0, for every class) so that runs
   repeat; the number of modes is fixed (dnn-tip can pick it per set by the silhouette
   score; a fixed number keeps the set-up one fit per class);
-* the covariance is the unbiased sample covariance (``ddof=1``), as MDSA's; dnn-tip's
-  ``EmpiricalCovariance`` is the maximum-likelihood one (``ddof=0``), so its distances are
-  ours times ``sqrt(n_m / (n_m - 1))``, ``n_m`` the mode's traces;
+* the distance, not its square, under the unbiased sample covariance (``ddof=1``), as
+  MDSA's; dnn-tip's ``MDSA`` is scikit-learn's ``EmpiricalCovariance.mahalanobis``, the
+  *squared* distance under the maximum-likelihood covariance (``ddof=0``): its values are
+  ours squared times ``n_m / (n_m - 1)``, ``n_m`` the mode's traces (the same order);
 * the neurons are LSA's and MDSA's (the variance filter over the classes, before k-means);
 * a class with fewer traces than ``modes`` has as many modes as traces; a mode with fewer
   than two traces has no covariance: inputs assigned to it, inputs of a class with fewer

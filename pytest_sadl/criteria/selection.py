@@ -386,7 +386,7 @@ def cam_order(
     picks: list[int] = []
     gains: list[int] = []
     while heap:
-        bound, i = heapq.heappop(heap)
+        _, i = heapq.heappop(heap)
         gain = int(copy.deepcopy(state).update(_one(batch, i)))
         if gain <= 0:
             continue
@@ -424,11 +424,83 @@ def prioritise(strategy: str, criterion: str, setup: Setup, batch: Batch) -> tup
             raise ValueError(f"{criterion.upper()} does not apply to this profile (no score or bounds for it)")
         return cov
 
-    make()  # one clear error before any work
+    if strategy not in ("ctm", "cam"):
+        raise ValueError(f"prioritise orders by 'ctm' or 'cam', not {strategy!r}")
+    targets = input_targets(make(), batch)  # one clear error before any work
+    if targets is not None:  # the registry's own shapes: each input's targets once, then plain arrays
+        counts = np.array([t.size for t in targets], dtype=np.int64)
+        if strategy == "ctm":
+            order = ctm_order(counts)
+            return order, [int(counts[i]) for i in order]
+        return cam_of_targets(targets)
     counts = input_counts(make, batch)
     if strategy == "ctm":
         order = ctm_order(counts)
         return order, [int(counts[i]) for i in order]
-    if strategy == "cam":
-        return cam_order(make, batch, counts)
-    raise ValueError(f"prioritise orders by 'ctm' or 'cam', not {strategy!r}")
+    return cam_order(make, batch, counts)
+
+
+def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
+    """The targets (integer ids) each input of ``batch`` covers on its own, for the shapes
+    of :mod:`~pytest_sadl.criteria.shape` whose targets are known here: a surprise
+    coverage's bucket, a neuron coverage's (neuron, section/corner) flags over traces that
+    are already one value per neuron; ``None`` for any other criterion (then the generic
+    path asks its ``update``). Equal to what ``update`` counts, input by input."""
+    from pytest_sadl.criteria.checks import as_layers
+    from pytest_sadl.criteria.neurons import _LayerCoverage
+    from pytest_sadl.criteria.shape import NeuronTargets, SurpriseBuckets
+
+    if isinstance(cov, SurpriseBuckets):
+        n = len(batch.layers[0]) if batch.layers else len(next(iter(batch.scores.values()), []))
+        scores = batch.scores.get(cov.sa)
+        if scores is None:
+            return [np.zeros(0, np.int64) for _ in range(n)]
+        sc = cov.sc
+        idx = bucket_index(np.asarray(scores, dtype=np.float64), bucket_edges(sc.lower, sc.upper, sc.buckets))
+        return [np.array([b], np.int64) if 0 <= b < sc.buckets else np.zeros(0, np.int64) for b in idx.tolist()]
+    inner = getattr(cov, "coverage", None)
+    if not isinstance(cov, NeuronTargets) or not isinstance(inner, _LayerCoverage):
+        return None
+    if any(np.ndim(a) != 2 for a in batch.layers):
+        return None  # unreduced maps: NC scales them whole; leave that to update
+    arrays = as_layers("layers", batch.layers, sizes=inner.sizes)
+    n = arrays[0].shape[0]
+    out: list[list[np.ndarray]] = [[] for _ in range(n)]
+    offset = 0
+    for li, values in enumerate(arrays):
+        valid = inner._valid(li)[:, None]
+        ext = batch.extrema[li] if cov.uses_extrema and li < len(batch.extrema) else None
+        for i in range(n):
+            one = None if ext is None else (ext[0][i : i + 1], ext[1][i : i + 1])
+            hit = inner._hits(li, values[i : i + 1], one) & valid
+            out[i].append(offset + np.flatnonzero(hit.reshape(-1)))
+        offset += inner.sizes[li] * inner.per_neuron
+    return [np.concatenate(parts) for parts in out]
+
+
+def cam_of_targets(targets: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
+    """:func:`cam_order` over known target ids: the same lazy greedy, a gain being the
+    number of an input's targets not yet covered."""
+    n = len(targets)
+    size = max((int(t.max()) + 1 for t in targets if t.size), default=0)
+    covered = np.zeros(size, dtype=bool)
+    total = np.array([t.size for t in targets], dtype=np.int64)
+    heap = [(-int(total[i]), i) for i in range(n) if total[i] > 0]
+    heapq.heapify(heap)
+    picks: list[int] = []
+    gains: list[int] = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        gain = int(np.count_nonzero(~covered[targets[i]]))
+        if gain <= 0:
+            continue
+        if heap and (-gain, i) > heap[0]:
+            heapq.heappush(heap, (-gain, i))
+            continue
+        covered[targets[i]] = True
+        picks.append(i)
+        gains.append(gain)
+    taken = np.zeros(n, dtype=bool)
+    taken[picks] = True
+    rest = [int(i) for i in ctm_order(total) if not taken[i]]
+    return np.array(picks + rest, dtype=np.int64), gains + [0] * len(rest)
