@@ -82,6 +82,10 @@ def traces(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
         mlp = MLPClassifier(hidden_layer_sizes=(32,), max_iter=300, random_state=seed).fit(x[:1200], y[:1200])
     noisy = np.clip(x[1200:] + np.random.default_rng(seed + 1).normal(scale=0.35, size=x[1200:].shape), 0, 1)
     x_test, y_test = np.vstack([x[1200:], noisy]), np.concatenate([y[1200:], y[1200:]])
+    # shuffled: CTM and CAM break ties by pool index, dnn-tip by its unstable sort; a pool
+    # with all noisy inputs last would make that tie rule decide APFD
+    mix = np.random.default_rng(seed + 2).permutation(len(x_test))
+    x_test, y_test = x_test[mix], y_test[mix]
 
     def hidden(a: np.ndarray) -> np.ndarray:
         return np.maximum(a @ mlp.coefs_[0] + mlp.intercepts_[0], 0.0)

@@ -67,20 +67,22 @@ def check_count(name: str, value: object) -> int:
     return int(value)
 
 
+_CONTROLLER: list[Any] = []
+
+
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Every thread pool (BLAS and OpenMP: scikit-learn's k-means and mixtures) on one thread
     for the block: the per-class fits are small, and waiting threads made them 17x slower
-    on a busy 2-core machine."""
-    from threadpoolctl import threadpool_limits
+    on a busy 2-core machine. The controller (a scan of the loaded libraries) is made once."""
+    from threadpoolctl import ThreadpoolController
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # threadpoolctl's notes about the libraries it finds
-        limits = threadpool_limits(limits=1)
-    try:
+    if not _CONTROLLER:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # threadpoolctl's notes about the libraries it finds
+            _CONTROLLER.append(ThreadpoolController())
+    with _CONTROLLER[0].limit(limits=1):
         yield
-    finally:
-        limits.restore_original_limits()
 
 
 def class_variances(x: np.ndarray, members: list[np.ndarray], usable: list[int]) -> list[np.ndarray]:
@@ -122,16 +124,16 @@ class MLSA:
         )
         self.mixtures: dict[int, Any] = {}
         unconverged = []
-        for i in usable:
-            rows = members[i]
-            xc = np.asarray(x[rows], dtype=np.float64)[:, self.kept]
-            gmm = GaussianMixture(n_components=min(self.components, len(rows)), random_state=self.seed)
-            with warnings.catch_warnings(), one_thread():
-                warnings.simplefilter("ignore", ConvergenceWarning)
+        with warnings.catch_warnings(), one_thread():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            for i in usable:
+                rows = members[i]
+                xc = np.asarray(x[rows], dtype=np.float64)[:, self.kept]
+                gmm = GaussianMixture(n_components=min(self.components, len(rows)), random_state=self.seed)
                 gmm.fit(xc)
-            if not gmm.converged_:
-                unconverged.append(int(classes[i]))
-            self.mixtures[int(classes[i])] = gmm
+                if not gmm.converged_:
+                    unconverged.append(int(classes[i]))
+                self.mixtures[int(classes[i])] = gmm
         if unconverged:
             warn(
                 f"MLSA: the Gaussian mixture of class(es) {examples(unconverged)} did not converge in "
@@ -148,13 +150,13 @@ class MLSA:
         x, p = scoring_inputs("MLSA", ats, pred, dims=self.n_features_in, classifier=self.classifier)
         out = np.full(len(x), np.nan)
         missing = []
-        for c in np.unique(p):
-            rows = np.flatnonzero(p == c)
-            gmm = self.mixtures.get(int(c))
-            if gmm is None:
-                missing.append(int(c))
-                continue
-            with one_thread():
+        with one_thread():
+            for c in np.unique(p):
+                rows = np.flatnonzero(p == c)
+                gmm = self.mixtures.get(int(c))
+                if gmm is None:
+                    missing.append(int(c))
+                    continue
                 out[rows] = -gmm.score_samples(x[rows][:, self.kept])
         if missing:
             warn(

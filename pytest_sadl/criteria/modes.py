@@ -97,15 +97,15 @@ class MMDSA:
         self.kmeans: dict[int, tuple[Any, int]] = {}
         parts, ids = [], []
         offset = 0
-        for i in usable:
-            xc = np.asarray(x[members[i]], dtype=np.float64)[:, self.kept]
-            km = KMeans(n_clusters=min(self.modes, len(xc)), n_init=10, max_iter=300, random_state=self.seed)
-            with one_thread():
+        with one_thread():
+            for i in usable:
+                xc = np.asarray(x[members[i]], dtype=np.float64)[:, self.kept]
+                km = KMeans(n_clusters=min(self.modes, len(xc)), n_init=10, max_iter=300, random_state=self.seed)
                 km.fit(xc)
                 ids.append(offset + km.predict(xc))
-            self.kmeans[int(classes[i])] = (km, offset)
-            parts.append(xc)
-            offset += km.n_clusters
+                self.kmeans[int(classes[i])] = (km, offset)
+                parts.append(xc)
+                offset += km.n_clusters
         self.mode_sizes: np.ndarray = np.bincount(np.concatenate(ids), minlength=offset)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -135,12 +135,12 @@ class MMDSA:
     def mode_of(self, ats: np.ndarray, pred: np.ndarray) -> np.ndarray:
         """Each input's global mode id (its class's nearest centroid), ``-1`` without one."""
         out = np.full(len(ats), -1, dtype=np.int64)
-        for c in np.unique(pred):
-            fitted = self.kmeans.get(int(c))
-            if fitted is not None:
-                rows = np.flatnonzero(pred == c)
-                km, offset = fitted
-                with one_thread():
+        with one_thread():
+            for c in np.unique(pred):
+                fitted = self.kmeans.get(int(c))
+                if fitted is not None:
+                    rows = np.flatnonzero(pred == c)
+                    km, offset = fitted
                     out[rows] = offset + km.predict(ats[rows][:, self.kept])
         return out
 
