@@ -167,7 +167,7 @@ def test_compute_notes_an_outlier_bound_only_when_the_bound_is_not_pinned():
     typical = np.resize(base, 999)  # a held-out sample of the default size, 1,000
     lower = min(0.0, float(typical.min()))
     spiked = np.append(typical, lower + 1e3 * (typical.max() - lower))  # one trace far above the rest
-    view.held_out = lambda: {"lsa": spiked, "dsa": held_dsa}
+    view.held_out = lambda keys=None, errors=None: {"lsa": spiked, "dsa": held_dsa}
     records = make_records(rng, centres, SPEC[:2])
     free = compute(view, records, options(lsc=Bounds(None, None, 100)), {})
     assert any("default LSC upper bound" in w for w in free.warnings)

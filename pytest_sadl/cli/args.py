@@ -20,7 +20,7 @@ from pytest_sadl.plugin.options import (
     parse_layers,  # the one layer-list parser, shared with the plugin
 )
 
-__all__ = ["parse_layers", "add_location", "project_options", "cache_dir_for"]
+__all__ = ["parse_layers", "add_location", "add_metrics", "project_options", "cache_dir_for"]
 
 
 def add_location(p: argparse.ArgumentParser) -> None:
@@ -75,8 +75,19 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_metrics(p: argparse.ArgumentParser) -> None:
+    """``--metrics``: the plugin's ``--sadl-metrics`` (the same parser, and the ini's
+    ``sadl_metrics`` when not given)."""
+    p.add_argument(
+        "--metrics",
+        metavar="LIST",
+        help="the metrics to compute, comma-separated, or all (default: sadl_metrics of the ini, else the default ones)",
+    )
+
+
 #: argparse destination -> the plugin's flag it stands for
 _FLAGS = {
+    "metrics": "--sadl-metrics",
     "sa_layers": "--sadl-layers",
     "coverage_layers": "--sadl-coverage-layers",
     "output": "--sadl-output",

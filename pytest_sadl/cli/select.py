@@ -30,11 +30,12 @@ import numpy as np
 
 from pytest_sadl.cli.args import (
     add_location,
+    add_metrics,
     add_profile_options,
     cache_dir_for,
     project_options,
 )
-from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, SCORES
 from pytest_sadl.criteria.selection import (
     STRATEGIES,
     Selection,
@@ -79,7 +80,12 @@ def select_from_pool(
     from pytest_sadl.engine import ProfileView, default_sc_bounds
 
     traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
-    view = ProfileView.of(profile)
+    metrics = list(getattr(options, "metrics", None) or DEFAULT_METRICS)
+    if by in SCORES and SCORES[by].name not in metrics:  # the score chosen by is always computed
+        metrics.append(SCORES[by].name)
+    if criterion is not None and criterion not in metrics:  # and the criterion ctm / cam order by
+        metrics.append(criterion)
+    view = ProfileView.of(profile, [m for m in METRICS if m in metrics], options)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
@@ -357,7 +363,7 @@ def register(sub: Any) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="surprise", help="how to choose (default %(default)s)")
     p.add_argument(
         "--by",
-        choices=("lsa", "dsa", "mdsa"),
+        choices=tuple(SCORES),
         default="lsa",
         help="the SA of 'surprise' and 'ranges' (default %(default)s)",
     )
@@ -380,5 +386,6 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="'ranges': random seed (default 0)")
     p.add_argument("--out", default="sadl-select", metavar="DIR", help="output directory (default %(default)s)")
     add_profile_options(p)
+    add_metrics(p)
     add_location(p)
     p.set_defaults(func=cmd_select)

@@ -13,11 +13,12 @@ import math
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS
 
 if TYPE_CHECKING:
     import pytest
@@ -327,6 +328,16 @@ OPTIONS: tuple[Option, ...] = (
         "TYPE",
     ),
     Option(
+        "--sadl-metrics",
+        "sadl_metrics",
+        "the metrics to compute and report, comma-separated, or all (every registered criterion); "
+        f"default: {','.join(DEFAULT_METRICS)}",
+        "linelist",
+        None,
+        "str",
+        "LIST",
+    ),
+    Option(
         "--sadl-fail-under",
         "sadl_fail_under",
         "fail when a metric is below a percentage, e.g. lsc:30,dsc:40,nc:50",
@@ -475,6 +486,8 @@ class SadlOptions:
     reports: tuple[Report, ...] = (Report("term"),)
     groups: tuple[str, ...] = ()  # the order of the groups (sadl_groups); the rest follow
     fail_under: dict[str, float] = field(default_factory=dict)
+    #: the metrics computed and reported (``--sadl-metrics``), in report order
+    metrics: tuple[str, ...] = DEFAULT_METRICS
     cache_dir: Path | None = None
     lock_timeout: float = 300.0
     compare: Path | None = None
@@ -485,13 +498,15 @@ class SadlOptions:
 _SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")
 
 
-def parse_metric_numbers(spec: str, option: str, *, drops: bool = False) -> dict[str, float]:
+def parse_metric_numbers(
+    spec: str, option: str, *, drops: bool = False, every: Sequence[str] = DEFAULT_METRICS
+) -> dict[str, float]:
     """The one ``METRIC:NUMBER,...`` parser; ``option`` names the option in every message.
 
     ``drops=False`` (``--sadl-fail-under``): ``"lsc:30,dsc:40"`` to ``{"lsc": 30.0, "dsc": 40.0}``,
     percentages in [0, 100]. ``drops=True`` (``--sadl-compare-fail``, ``sadl compare --fail``):
     the largest drop allowed in percentage points, written as a number <= 0; ``all:-1`` sets
-    every metric, and at least one limit is needed. ``:`` or ``=`` separates; a later item
+    every metric of ``every`` (the run's ``--sadl-metrics``), and at least one limit is needed. ``:`` or ``=`` separates; a later item
     overrides an earlier one. Raises a one-line ValueError naming the item and the fix.
     """
     unit, example = ("a number of percentage points", "-2") if drops else ("a percentage", "30")
@@ -528,7 +543,7 @@ def parse_metric_numbers(spec: str, option: str, *, drops: bool = False) -> dict
             )
         if not drops and not 0 <= value <= 100:
             raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
-        out.update(dict.fromkeys(METRICS, value) if name == "all" else {name: value})
+        out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
     if drops and not out:
         raise ValueError(f"{option} has no limits; write e.g. lsc:-2,dsc:-1")
     return out
@@ -698,16 +713,20 @@ def _path_or_spec(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else base / path)
 
 
-def _compare_fail(r: _Reader, opts: dict[str, Option], compare: str | None) -> dict[str, float]:
-    """``--sadl-compare-fail``'s allowed drops per metric, with the ``--sadl-compare``
-    baseline (``compare``, its path) checked as well."""
+def _compare_fail(
+    r: _Reader, opts: dict[str, Option], compare: str | None, metrics: tuple[str, ...] = METRICS
+) -> dict[str, float]:
+    """``--sadl-compare-fail``'s allowed drops per metric (``all``: every metric of the
+    run), with the ``--sadl-compare`` baseline (``compare``, its path) checked as well."""
     compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
     compare_fail: dict[str, float] = {}
     if compare_fail_value:
+        label = r.label(opts["sadl_compare_fail"])
         try:
-            compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
+            compare_fail = parse_metric_numbers(str(compare_fail_value), label, drops=True, every=metrics)
         except ValueError as exc:
             raise _usage(str(exc)) from None
+        check_chosen(compare_fail, metrics, label)
     if compare is not None:
         from pytest_sadl.resultsfile import load_results
 
@@ -788,10 +807,13 @@ def read_options(config: pytest.Config) -> SadlOptions:
         else ()
     )
 
+    metrics_value, _ = r.raw(opts["sadl_metrics"])
+    metrics = parse_metrics(metrics_value, r.label(opts["sadl_metrics"]))
     fail_value, _ = r.raw(opts["sadl_fail_under"])
     fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
+    check_chosen(fail_under, metrics, r.label(opts["sadl_fail_under"]))
     compare = path("sadl_compare")
-    compare_fail = _compare_fail(r, opts, compare)
+    compare_fail = _compare_fail(r, opts, compare, metrics)
     cache, _ = r.raw(opts["sadl_cache_dir"])
     cache_dir = None
     if cache is not None:
@@ -822,12 +844,38 @@ def read_options(config: pytest.Config) -> SadlOptions:
         reports=reports,
         groups=groups,
         fail_under=fail_under,
+        metrics=metrics,
         cache_dir=cache_dir,
         lock_timeout=lock_timeout,
         compare=Path(compare) if compare else None,
         compare_fail=compare_fail,
         base_dir=r.inidir,
     )
+
+
+def parse_metrics(value: Any, option: str = "--sadl-metrics") -> tuple[str, ...]:
+    """The one ``--sadl-metrics`` parser (also ``--metrics`` of the ``sadl`` commands): a
+    comma list (or a list of them) to the metrics in report order; ``all`` for every
+    registered criterion; nothing: the default ones. An unknown name is a usage error
+    whose one line lists the valid names."""
+    from pytest_sadl.criteria.registry import choose
+
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    try:
+        return choose(None if value is None else str(value))
+    except ValueError as exc:
+        raise _usage(f"{option}={value!r}: {exc}") from None
+
+
+def check_chosen(thresholds: dict[str, float], metrics: tuple[str, ...], option: str) -> None:
+    """A threshold on a metric the run does not compute is a usage error."""
+    missing = [m for m in thresholds if m not in metrics]
+    if missing:
+        raise _usage(
+            f"{option} sets {', '.join(missing)}, which this run does not compute "
+            f"(--sadl-metrics={','.join(metrics)}); add {', '.join(missing)} to --sadl-metrics or drop the threshold"
+        )
 
 
 def check_paths(options: SadlOptions) -> None:

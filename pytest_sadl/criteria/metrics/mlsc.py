@@ -32,4 +32,5 @@ CRITERION = Criterion(
     sa="mlsa",
     sa_label="MLSA",
     default=False,
+    fit=fit,
 )

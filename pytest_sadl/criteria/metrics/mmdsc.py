@@ -32,4 +32,5 @@ CRITERION = Criterion(
     sa="mmdsa",
     sa_label="MMDSA",
     default=False,
+    fit=fit,
 )
