@@ -987,3 +987,9 @@ def test_multimodal_surprise_metrics_end_to_end(project, digits):
     np.testing.assert_allclose(data["inputs"]["mmdsa"], mmdsa, rtol=1e-6)
     assert run(pytester, *args).ret == 0
     assert results(pytester)["inputs"]["mlsa"] == data["inputs"]["mlsa"], "seeded: a second run repeats"
+    # the held-out scores (default bounds) are stored under the options they depend on
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    assert sorted(p.name.split(".")[1] for p in folder.glob("extra.heldout-*")) == [
+        "heldout-mlsa-k3-1000",
+        "heldout-mmdsa-m3-1000",
+    ]

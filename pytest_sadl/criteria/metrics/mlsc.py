@@ -22,6 +22,13 @@ def fit(training: Any) -> Any:
     return MLSA(training.traces, training.pred, components=components, var_threshold=training.var_threshold)
 
 
+def params(options: Any) -> str:
+    """The option the score depends on, for the names of its stored held-out values."""
+    from pytest_sadl.criteria.mixture import COMPONENTS
+
+    return f"k{getattr(options, 'mlsa_components', COMPONENTS)}"
+
+
 CRITERION = Criterion(
     name="mlsc",
     label="MLSC",
@@ -33,4 +40,5 @@ CRITERION = Criterion(
     sa_label="MLSA",
     default=False,
     fit=fit,
+    params=params,
 )

@@ -22,6 +22,13 @@ def fit(training: Any) -> Any:
     return MMDSA(training.traces, training.pred, modes=modes, var_threshold=training.var_threshold)
 
 
+def params(options: Any) -> str:
+    """The option the score depends on, for the names of its stored held-out values."""
+    from pytest_sadl.criteria.modes import MODES
+
+    return f"m{getattr(options, 'mmdsa_modes', MODES)}"
+
+
 CRITERION = Criterion(
     name="mmdsc",
     label="MMDSC",
@@ -33,4 +40,5 @@ CRITERION = Criterion(
     sa_label="MMDSA",
     default=False,
     fit=fit,
+    params=params,
 )
