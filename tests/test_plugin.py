@@ -964,10 +964,18 @@ def test_multimodal_surprise_metrics_end_to_end(project, digits):
 
     pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_mmdsa_modes = 3")
     args = ("--sadl-coverage", "--sadl-metrics=mlsc,mmdsc", "--sadl-mlsa-components=3", "--sadl-report=json:out.json")
-    res = run(pytester, *args)
+    reports = ("--sadl-report=html:html", "--sadl-report=markdown:out.md", "--sadl-report=badge:badges")
+    res = run(pytester, *args, *reports, "--sadl-report=term")
     assert res.ret == 0, res.stdout.str()
     data = results(pytester)
     assert list(data["metrics"]) == ["mlsc", "mmdsc"]
+    assert re.search(r"^MLSC\s", res.stdout.str(), re.M) and re.search(r"^MMDSC\s", res.stdout.str(), re.M)
+    assert "| MLSC |" in (pytester.path / "out.md").read_text()
+    assert 'id="card-mmdsc"' in (pytester.path / "html" / "index.html").read_text()
+    assert sorted(p.name for p in (pytester.path / "badges").glob("*.json")) == [
+        "sadl-badge-mlsc.json",
+        "sadl-badge-mmdsc.json",
+    ]
     assert all(0 < data["metrics"][m]["value"] <= 1 for m in ("mlsc", "mmdsc"))
     profile = load_or_build(
         str(pytester.path / "model.keras"),
