@@ -297,6 +297,9 @@ def test_ctm_and_cam_order_the_pool_by_a_neuron_criterion_and_report_apfd(setup,
     assert f"APFD of the cam order of the pool: {doc['apfd']:.4f}" in out
     doc = _run(setup, "--strategy", "ctm", "--criterion", "nbc", "--budget", "6")
     assert doc["new_targets"] == sorted(doc["new_targets"], reverse=True)
+    # an opt-in surprise coverage: its score is set up for the order (each input opens one bucket at most)
+    doc = _run(setup, "--strategy", "cam", "--criterion", "mlsc", "--budget", "4")
+    assert doc["criterion"] == "mlsc" and doc["new_targets"] == [1, 1, 1, 1]
     doc = _run(setup, "--strategy", "surprise", "--by", "lsa", "--budget", "3")
     order = np.argsort(-setup["scores"]["lsa"], kind="stable")
     assert doc["apfd"] == pytest.approx(apfd(order, faults)), "APFD of the whole order by LSA"
