@@ -287,14 +287,18 @@ def stored_held_out_sa(
     out = {}
     for key in wanted:
         try:
-            out[key] = profile.cached_array(_held_out_name(key), lambda key=key: scores(key))
+            out[key] = profile.cached_array(_held_out_name(key, view().options), lambda key=key: scores(key))
         except ValueError as exc:
             failed.setdefault(key, str(exc))
     return out
 
 
-def _held_out_name(key: str) -> str:
-    return f"heldout-{key}-{HELD_OUT}"
+def _held_out_name(key: str, options: Any = None) -> str:
+    """The stored name of a score's held-out values: with the options it depends on
+    (``Criterion.params``: ``heldout-mlsa-k3-1000``)."""
+    params = SCORES[key].params if key in SCORES else None
+    tag = f"-{params(options)}" if params is not None else ""
+    return f"heldout-{key}{tag}-{HELD_OUT}"
 
 
 def _held_out(view: ProfileView, keys: Sequence[str], errors: dict[str, str]) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -399,7 +400,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
         (
             ["--sadl-fail-under=lsc:30,foo:2"],
-            "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac*",
+            "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, *nc, kmnc, nbc, snac*",
         ),
         (["--sadl-fail-under=lsc"], "*'lsc' is not METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
@@ -413,7 +414,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         (["--sadl-lsc-upper=1e400"], "*--sadl-lsc-upper='1e400' must be finite*"),
         (
             ["--sadl-metrics=lsc,foo"],
-            "--sadl-metrics='lsc,foo': unknown metric(s) 'foo'; choose from lsc, dsc, mdsc, nc, kmnc, nbc, snac*(or all)",
+            "--sadl-metrics='lsc,foo': unknown metric(s) 'foo'; choose from lsc, dsc, mdsc, *nc, kmnc, nbc, snac*(or all)",
         ),
         (
             ["--sadl-metrics=nc", "--sadl-fail-under=lsc:30"],
@@ -951,3 +952,52 @@ def test_the_documented_switch_quiets_tensorflows_start_up_lines():
     assert loud.stdout.strip() == quiet.stdout.strip() == "4.0"
     assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line docs/ci.md talks about: update docs/ci.md"
     assert quiet.stderr.strip() == "", quiet.stderr
+
+
+def test_multimodal_surprise_metrics_end_to_end(project, digits):
+    """--sadl-metrics=mlsc,mmdsc: MLSA and MMDSA set up with their options, the inputs'
+    scores equal to the criteria on the profile's traces, the same on a second run (seeded)."""
+    from pytest_sadl.criteria.mixture import MLSA
+    from pytest_sadl.criteria.modes import MMDSA
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_mmdsa_modes = 3")
+    args = ("--sadl-coverage", "--sadl-metrics=mlsc,mmdsc", "--sadl-mlsa-components=3", "--sadl-report=json:out.json")
+    reports = ("--sadl-report=html:html", "--sadl-report=markdown:out.md", "--sadl-report=badge:badges")
+    res = run(pytester, *args, *reports, "--sadl-report=term")
+    assert res.ret == 0, res.stdout.str()
+    data = results(pytester)
+    assert list(data["metrics"]) == ["mlsc", "mmdsc"]
+    assert re.search(r"^MLSC\s", res.stdout.str(), re.M) and re.search(r"^MMDSC\s", res.stdout.str(), re.M)
+    assert "| MLSC |" in (pytester.path / "out.md").read_text()
+    assert 'id="card-mmdsc"' in (pytester.path / "html" / "index.html").read_text()
+    assert sorted(p.name for p in (pytester.path / "badges").glob("*.json")) == [
+        "sadl-badge-mlsc.json",
+        "sadl-badge-mmdsc.json",
+    ]
+    assert all(0 < data["metrics"][m]["value"] <= 1 for m in ("mlsc", "mmdsc"))
+    profile = load_or_build(
+        str(pytester.path / "model.keras"),
+        str(pytester.path / "train.npz"),
+        ProfileOptions(sa_layers=("hidden",)),
+        pytester.path / ".sadl-cache",
+    )
+    import keras
+
+    traces = profile.trace_model(keras.models.load_model(pytester.path / "model.keras")).traces(digits.x_test[:60])
+    train, pred = profile.sa_traces, profile.sa_pred
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the singular modes' note: the run said it too
+        mlsa = MLSA(train, pred, components=3)(traces.sa, traces.pred)
+        mmdsa = MMDSA(train, pred, modes=3)(traces.sa, traces.pred)
+    np.testing.assert_allclose(data["inputs"]["mlsa"], mlsa, rtol=1e-6)
+    np.testing.assert_allclose(data["inputs"]["mmdsa"], mmdsa, rtol=1e-6)
+    assert run(pytester, *args).ret == 0
+    assert results(pytester)["inputs"]["mlsa"] == data["inputs"]["mlsa"], "seeded: a second run repeats"
+    # the held-out scores (default bounds) are stored under the options they depend on
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    assert sorted(p.name.split(".")[1] for p in folder.glob("extra.heldout-*")) == [
+        "heldout-mlsa-k3-1000",
+        "heldout-mmdsa-m3-1000",
+    ]

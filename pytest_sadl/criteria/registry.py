@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_sadl.criteria.metrics import dsc, kmnc, lsc, mdsc, nbc, nc, snac
+from pytest_sadl.criteria.metrics import dsc, kmnc, lsc, mdsc, mlsc, mmdsc, nbc, nc, snac
 from pytest_sadl.criteria.shape import NEURON_KIND, SURPRISE_KIND, Criterion
 
-CRITERIA: tuple[Criterion, ...] = tuple(m.CRITERION for m in (lsc, dsc, mdsc, nc, kmnc, nbc, snac))
+CRITERIA: tuple[Criterion, ...] = tuple(m.CRITERION for m in (lsc, dsc, mdsc, mlsc, mmdsc, nc, kmnc, nbc, snac))
 BY_NAME: dict[str, Criterion] = {c.name: c for c in CRITERIA}
 
 #: metric names in report order

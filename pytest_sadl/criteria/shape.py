@@ -110,6 +110,10 @@ class Criterion:
     #: not available, every other metric is still computed). Criteria that share a score
     #: share its set-up (the first in the registry that has ``fit`` gives it).
     fit: Callable[[Training], Scorer | None] | None = None
+    #: surprise kinds whose score depends on the run's options (MLSA's components): those
+    #: options as text (``"k3"``), part of the name under which a profile stores the score's
+    #: held-out values, so that other options never read another's bounds; ``None``: none
+    params: Callable[[Any], str] | None = None
 
 
 class SurpriseBuckets:

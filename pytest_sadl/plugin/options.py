@@ -185,6 +185,74 @@ OPTIONS: tuple[Option, ...] = (
         limit_why="each run keeps a flag per bucket, for the total and for every group",
     ),
     Option(
+        "--sadl-mlsc-lower",
+        "sadl_mlsc_lower",
+        "lower bound of MLSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mlsc-upper",
+        "sadl_mlsc_upper",
+        "upper bound of MLSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mlsc-buckets",
+        "sadl_mlsc_buckets",
+        "number of MLSC buckets (default 1000)",
+        None,
+        1000,
+        "int",
+        "N",
+        limit=1_000_000,
+        limit_why="each run keeps a flag per bucket, for the total and for every group",
+    ),
+    Option(
+        "--sadl-mmdsc-lower",
+        "sadl_mmdsc_lower",
+        "lower bound of MMDSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mmdsc-upper",
+        "sadl_mmdsc_upper",
+        "upper bound of MMDSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mmdsc-buckets",
+        "sadl_mmdsc_buckets",
+        "number of MMDSC buckets (default 1000)",
+        None,
+        1000,
+        "int",
+        "N",
+        limit=1_000_000,
+        limit_why="each run keeps a flag per bucket, for the total and for every group",
+    ),
+    Option(
+        "--sadl-mlsa-components",
+        "sadl_mlsa_components",
+        "MLSA: Gaussian mixture components per class (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
+        "--sadl-mmdsa-modes",
+        "sadl_mmdsa_modes",
+        "MMDSA: k-means modes per class (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
         "--sadl-nc-threshold",
         "sadl_nc_threshold",
         "NC activation threshold on the min-max scaled output (default 0.5)",
@@ -404,6 +472,11 @@ class SadlOptions:
     lsc: Bounds = Bounds(None, None, 1000)
     dsc: Bounds = Bounds(None, None, 1000)
     mdsc: Bounds = Bounds(None, None, 1000)
+    mlsc: Bounds = Bounds(None, None, 1000)
+    mmdsc: Bounds = Bounds(None, None, 1000)
+    #: MLSA's mixture components and MMDSA's k-means modes, per class
+    mlsa_components: int = 2
+    mmdsa_modes: int = 2
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
@@ -426,7 +499,7 @@ _SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")
 
 
 def parse_metric_numbers(
-    spec: str, option: str, *, drops: bool = False, every: Sequence[str] = METRICS
+    spec: str, option: str, *, drops: bool = False, every: Sequence[str] = DEFAULT_METRICS
 ) -> dict[str, float]:
     """The one ``METRIC:NUMBER,...`` parser; ``option`` names the option in every message.
 
@@ -701,6 +774,8 @@ def read_options(config: pytest.Config) -> SadlOptions:
         return value
 
     k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
+    components = at_least("sadl_mlsa_components", int, 1, "MLSA needs at least 1 mixture component per class")
+    modes = at_least("sadl_mmdsa_modes", int, 1, "MMDSA needs at least 1 k-means mode per class")
     var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
     near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
     lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
@@ -756,6 +831,10 @@ def read_options(config: pytest.Config) -> SadlOptions:
         lsc=bounds("lsc"),
         dsc=bounds("dsc"),
         mdsc=bounds("mdsc"),
+        mlsc=bounds("mlsc"),
+        mmdsc=bounds("mmdsc"),
+        mlsa_components=components,
+        mmdsa_modes=modes,
         nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,

@@ -181,7 +181,7 @@ def parse_compare_fail(
 
     Each limit is the largest drop allowed, in percentage points, written as a negative
     number (or 0: any drop fails): the run fails when the metric falls by *more* than
-    that. ``all:-1`` sets every metric (of ``every``: default every registered one); a later item overrides an earlier one. Raises
+    that. ``all:-1`` sets every metric (of ``every``: default the metrics a run reports when none are chosen; the plugin and ``sadl compare`` pass the runs' metrics); a later item overrides an earlier one. Raises
     ValueError naming ``option`` and the unknown metric or the bad number; the parser is
     :func:`pytest_sadl.plugin.options.parse_metric_numbers`, the one ``--sadl-fail-under`` uses.
     """
