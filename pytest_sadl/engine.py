@@ -67,6 +67,7 @@ class ProfileView:
     held_out: Callable[[], dict[str, np.ndarray]] | None = None
     mdsa: MDSA | None = None
     near_singular: str = "drop"
+    var_rule: str = "class"
 
     @classmethod
     def of(cls, profile: Any) -> ProfileView:
@@ -80,6 +81,7 @@ class ProfileView:
             row_keys=getattr(profile, "row_keys", None),
             mdsa=profile.mdsa(),
             near_singular=profile.options.lsa_near_singular,
+            var_rule=profile.options.var_rule,
         )
         view.held_out = lambda: stored_held_out_sa(profile, lambda: view)
         return view
@@ -133,13 +135,16 @@ def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
             None if pred is None else pred[~probe],
             var_threshold=view.var_threshold,
             near_singular=view.near_singular,
+            var_rule=view.var_rule,
         )
         lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
         out = {"lsa": lsa_scores}
         if view.dsa is not None and pred is not None:
             out["dsa"] = DSA(rest, pred[~probe])(x[probe], pred[probe])
         if view.mdsa is not None:
-            mdsa = MDSA(rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold)
+            mdsa = MDSA(
+                rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold, var_rule=view.var_rule
+            )
             out["mdsa"] = mdsa(x[probe], None if pred is None else pred[probe])
         del lsa, rest
     return out
@@ -523,6 +528,7 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
         "kmnc_k": options.kmnc_k,
         "var_threshold": options.var_threshold,
         "lsa_near_singular": options.lsa_near_singular,
+        "var_rule": options.var_rule,
     }
     for metric in SURPRISE:
         sc = total.made[metric]

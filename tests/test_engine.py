@@ -238,6 +238,22 @@ def test_records_round_trip_through_worker_bytes():
     assert again[0].labels == [] and again[0].batches[0].digests is None
 
 
+def test_var_rule_option_parses_and_reaches_the_fingerprint(pytester: pytest.Pytester):
+    from pytest_sadl.plugin.options import read_options
+    from pytest_sadl.profile.build import ProfileOptions, profile_fingerprint
+
+    pytester.makeini("[pytest]\nsadl_coverage = true\nsadl_var_rule = paper\n")
+    assert read_options(pytester.parseconfig()).var_rule == "paper"
+    assert read_options(pytester.parseconfig("--sadl-var-rule=class")).var_rule == "class"
+    with pytest.raises(pytest.UsageError, match=r"--sadl-var-rule='any': use 'class'.*or 'paper'"):
+        read_options(pytester.parseconfig("--sadl-var-rule=any"))
+    with pytest.raises(Exception, match="var_rule must be 'class' or 'paper'"):
+        ProfileOptions(var_rule="any")
+    assert ProfileOptions.from_sadl(read_options(pytester.parseconfig())).var_rule == "paper"
+    args = dict(sa_layers=["d"], coverage_layers=["d"], var_threshold=1e-5, classifier=True)
+    assert profile_fingerprint("m", "t", **args) != profile_fingerprint("m", "t", **args, var_rule="paper")
+
+
 def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(pytester: pytest.Pytester):
     from pytest_sadl.plugin.options import read_options
     from pytest_sadl.profile.build import ProfileOptions, profile_fingerprint

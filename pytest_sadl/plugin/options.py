@@ -213,6 +213,15 @@ OPTIONS: tuple[Option, ...] = (
         "V",
     ),
     Option(
+        "--sadl-var-rule",
+        "sadl_var_rule",
+        "which neurons LSA and MDSA drop for too little variance: 'class' (default: each class's KDE over the neurons that vary in that class) or 'paper' (a neuron below the threshold in any class is dropped from all, as the paper)",
+        None,
+        "class",
+        "str",
+        "class|paper",
+    ),
+    Option(
         "--sadl-lsa-near-singular",
         "sadl_lsa_near_singular",
         "LSA on a nearly singular covariance (softmax layers): drop dependent neurons (default) or keep the full covariance where it is positive definite, as SciPy and the paper's code do",
@@ -396,6 +405,7 @@ class SadlOptions:
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
+    var_rule: str = "class"
     lsa_near_singular: str = "drop"
     dsa_precompute: bool = False
     batch_size: int = 256
@@ -690,6 +700,13 @@ def read_options(config: pytest.Config) -> SadlOptions:
             f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
             "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
         )
+    rule_value, _ = r.raw(opts["sadl_var_rule"])
+    var_rule = "class" if rule_value is None else str(rule_value).strip()
+    if var_rule not in ("class", "paper"):
+        raise _usage(
+            f"{r.label(opts['sadl_var_rule'])}={rule_value!r}: use 'class' (drop, per class, the neurons "
+            "that do not vary in it) or 'paper' (drop a neuron that does not vary in any one class, from all)"
+        )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
     lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
     nc_threshold = at_least(
@@ -737,6 +754,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,
+        var_rule=var_rule,
         lsa_near_singular=lsa_near_singular,
         dsa_precompute=_switch(config, "sadl_dsa_precompute"),
         batch_size=batch_size,
