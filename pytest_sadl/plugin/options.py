@@ -206,7 +206,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--sadl-var-threshold",
         "sadl_var_threshold",
-        "LSA drops neurons whose training variance is below this (default 1e-5)",
+        "LSA and MDSA drop neurons whose training variance is below this, per class or in any class (see --sadl-var-rule) (default 1e-5)",
         None,
         1e-5,
         "float",
@@ -215,7 +215,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--sadl-var-rule",
         "sadl_var_rule",
-        "which neurons LSA and MDSA drop for too little variance: 'class' (default: each class's KDE over the neurons that vary in that class) or 'paper' (a neuron below the threshold in any class is dropped from all, as the paper)",
+        "which neurons LSA and MDSA drop for too little variance: 'class', each class's KDE over the neurons that vary in that class; 'paper', a neuron below the threshold in any class is dropped from all, as the paper (default class)",
         None,
         "class",
         "str",
