@@ -42,14 +42,20 @@ def kept_neurons(train: np.ndarray, train_pred: np.ndarray, var_threshold: float
     ]
 
 
-def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
-    """Equation 2 per class, after the variance filter (a neuron dropped if low in any class)."""
+def lsa(
+    train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5, var_rule: str = "class"
+) -> np.ndarray:
+    """Equation 2 per class, after the variance filter: ``"paper"``, a neuron dropped if low
+    in any class; ``"class"``, each class's KDE over the neurons not low in that class."""
     train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
     pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
     keep = kept_neurons(train, train_pred, var_threshold)
     out = []
     for x, c in zip(tests, pred, strict=True):
-        out.append(-kde_log_density(train[train_pred == c][:, keep], x[keep]))
+        rows = train[train_pred == c]
+        if var_rule == "class":
+            keep = [j for j in range(train.shape[1]) if np.var(rows[:, j]) >= var_threshold]
+        out.append(-kde_log_density(rows[:, keep], x[keep]))
     return np.array(out)
 
 

@@ -65,6 +65,12 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
         help="LSA/MDSA variance threshold (default: sadl_var_threshold, else 1e-5)",
     )
     p.add_argument(
+        "--var-rule",
+        choices=("class", "paper"),
+        help="which neurons LSA/MDSA drop for too little variance: per class, or the paper's rule "
+        "(default: sadl_var_rule, else class)",
+    )
+    p.add_argument(
         "--lsa-near-singular",
         choices=("drop", "keep"),
         help="LSA on a nearly singular covariance: drop dependent neurons or keep the full covariance "
@@ -92,6 +98,7 @@ _FLAGS = {
     "coverage_layers": "--sadl-coverage-layers",
     "output": "--sadl-output",
     "var_threshold": "--sadl-var-threshold",
+    "var_rule": "--sadl-var-rule",
     "lsa_near_singular": "--sadl-lsa-near-singular",
     "batch_size": "--sadl-batch-size",
     "cache_dir": "--sadl-cache-dir",

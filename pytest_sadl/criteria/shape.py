@@ -72,6 +72,8 @@ class Training:
     near_singular: str = "drop"
     options: Any = None
     profile: Any = None
+    #: which neurons a class's KDE / covariance is over (``"class"`` or ``"paper"``)
+    var_rule: str = "class"
 
 
 #: a set-up per-input surprise score: ``scorer(ats, pred)`` -> float64 ``(n,)``

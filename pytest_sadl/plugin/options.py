@@ -275,11 +275,20 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--sadl-var-threshold",
         "sadl_var_threshold",
-        "LSA drops neurons whose training variance is below this (default 1e-5)",
+        "LSA and MDSA drop neurons whose training variance is below this, per class or in any class (see --sadl-var-rule) (default 1e-5)",
         None,
         1e-5,
         "float",
         "V",
+    ),
+    Option(
+        "--sadl-var-rule",
+        "sadl_var_rule",
+        "which neurons LSA and MDSA drop for too little variance: 'class', each class's KDE over the neurons that vary in that class; 'paper', a neuron below the threshold in any class is dropped from all, as the paper (default class)",
+        None,
+        "class",
+        "str",
+        "class|paper",
     ),
     Option(
         "--sadl-lsa-near-singular",
@@ -480,6 +489,7 @@ class SadlOptions:
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
     var_threshold: float = 1e-5
+    var_rule: str = "class"
     lsa_near_singular: str = "drop"
     dsa_precompute: bool = False
     batch_size: int = 256
@@ -784,6 +794,13 @@ def read_options(config: pytest.Config) -> SadlOptions:
             f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
             "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
         )
+    rule_value, _ = r.raw(opts["sadl_var_rule"])
+    var_rule = "class" if rule_value is None else str(rule_value).strip()
+    if var_rule not in ("class", "paper"):
+        raise _usage(
+            f"{r.label(opts['sadl_var_rule'])}={rule_value!r}: use 'class' (drop, per class, the neurons "
+            "that do not vary in it) or 'paper' (drop a neuron that does not vary in any one class, from all)"
+        )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
     lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
     nc_threshold = at_least(
@@ -838,6 +855,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         nc_threshold=nc_threshold,
         kmnc_k=k,
         var_threshold=var_threshold,
+        var_rule=var_rule,
         lsa_near_singular=lsa_near_singular,
         dsa_precompute=_switch(config, "sadl_dsa_precompute"),
         batch_size=batch_size,

@@ -104,6 +104,7 @@ class ProfileOptions:
     var_threshold: float = 1e-5
     lsa_near_singular: str = "drop"
     batch_size: int = 256
+    var_rule: str = "class"
     classifier: bool | None = None
     dsa_precompute: bool = False
     output: str | int | None = None
@@ -118,6 +119,7 @@ class ProfileOptions:
             "output": options.output,
             "var_threshold": options.var_threshold,
             "lsa_near_singular": options.lsa_near_singular,
+            "var_rule": options.var_rule,
             "dsa_precompute": options.dsa_precompute,
             "batch_size": options.batch_size,
         }
@@ -137,6 +139,8 @@ class ProfileOptions:
             raise SadlConfigError(f"var_threshold must be a finite number >= 0, got {vt!r}")
         if self.lsa_near_singular not in ("drop", "keep"):
             raise SadlConfigError(f"lsa_near_singular must be 'drop' or 'keep', got {self.lsa_near_singular!r}")
+        if self.var_rule not in ("class", "paper"):
+            raise SadlConfigError(f"var_rule must be 'class' or 'paper', got {self.var_rule!r}")
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -207,6 +211,7 @@ def profile_fingerprint(
     classifier: bool,
     lsa_near_singular: str = "drop",
     keras_version: str | None = None,
+    var_rule: str = "class",
     output: str | None = None,
 ) -> str:
     """sha256 hex of everything that changes the profile's numbers: the format version,
@@ -225,6 +230,7 @@ def profile_fingerprint(
         "coverage_layers": list(coverage_layers),
         "var_threshold": float(var_threshold),
         "lsa_near_singular": lsa_near_singular,
+        "var_rule": var_rule,
         "classifier": bool(classifier),
         "keras": keras_version,
     }
@@ -373,6 +379,7 @@ class TrainingProfile:
                 engine_view(self.sa_traces),
                 engine_view(self.sa_pred) if self.classifier else None,
                 var_threshold=self.options.var_threshold,
+                var_rule=self.options.var_rule,
             )
         return self._mdsa
 
@@ -447,6 +454,7 @@ class TrainingProfile:
             "coverage_sizes": self.coverage_sizes,
             "var_threshold": self.options.var_threshold,
             "lsa_near_singular": self.options.lsa_near_singular,
+            "var_rule": self.options.var_rule,
             "dsa_precomputed": self.dsa_arrays is not None,
             "created": self.created,
             "versions": self.versions,
@@ -481,6 +489,7 @@ def prepare(model: Any, train: Any, options: ProfileOptions, base_dir: Any) -> t
         var_threshold=options.var_threshold,
         classifier=tm.classifier,
         lsa_near_singular=options.lsa_near_singular,
+        var_rule=options.var_rule,
         keras_version=tm.framework_version,
         output=tm.output_name if len(tm.output_names) > 1 else None,
     )
@@ -586,6 +595,7 @@ def build_profile(
         "train_ats": sa_traces,
         "var_threshold": np.array(float(options.var_threshold)),
         "near_singular": np.array(options.lsa_near_singular),
+        "var_rule": np.array(options.var_rule),
     }
     if tm.classifier:
         lsa_arrays["train_pred"] = sa_pred

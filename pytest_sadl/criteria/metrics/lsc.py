@@ -20,6 +20,7 @@ def fit(training: Training) -> Scorer:
         training.pred,
         var_threshold=training.var_threshold,
         near_singular=training.near_singular,
+        var_rule=training.var_rule,
     )
 
 

@@ -15,7 +15,7 @@ def fit(training: Training) -> Scorer:
         return mdsa
     from pytest_sadl.criteria.mahalanobis import MDSA
 
-    return MDSA(training.traces, training.pred, var_threshold=training.var_threshold)
+    return MDSA(training.traces, training.pred, var_threshold=training.var_threshold, var_rule=training.var_rule)
 
 
 CRITERION = Criterion(
