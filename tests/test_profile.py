@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1099,8 +1100,11 @@ def test_a_layer_whose_neurons_are_each_constant_in_one_class_gets_a_profile(tmp
     x = np.abs(rng.normal(size=(400, 2))).astype("float32") + 0.1
     x[:200, 1] *= -1  # class 0: neuron 1 never fires
     x[200:, 0] *= -1  # class 1: neuron 0 never fires
-    with pytest.raises(SadlDataError, match=r"LSA cannot be set up on SA layers \['hidden'\].*every one of the 2"):
-        load_or_build(model, x, ProfileOptions(var_rule="paper"), tmp_path / "paper")
+    # the paper's rule keeps no neuron: the profile is still built and cached, and a run
+    # reports LSA as not available (with why) while the other metrics are computed
+    paper = ProfileView.of(load_or_build(model, x, ProfileOptions(var_rule="paper"), tmp_path / "paper"))
+    assert paper.scorer("lsa") is None and paper.scorer("dsa") is not None
+    assert re.search(r"LSA cannot be set up on SA layers \['hidden'\].*every one of the 2", paper.unavailable["lsa"])
     prof = load_or_build(model, x, ProfileOptions(), tmp_path / "class")
     assert prof.sa_layers == ["hidden"] and prof.options.var_rule == "class"
     assert {c: v.tolist() for c, v in prof.lsa().kept_by_class.items()} == {0: [0], 1: [1]}
