@@ -25,9 +25,9 @@ def test_every_criterion_module_is_registered_once_in_report_order():
     defined = {m: importlib.import_module(f"pytest_sadl.criteria.metrics.{m}").CRITERION for m in modules}
     assert {c.name for c in defined.values()} == set(registry.METRICS)
     assert all(defined[m].name == m for m in modules), "a criterion module is named after its metric"
-    assert registry.METRICS == ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
+    assert registry.METRICS == ("lsc", "dsc", "mdsc", "mlsc", "mmdsc", "nc", "kmnc", "nbc", "snac")
     assert len(set(registry.METRICS)) == len(registry.CRITERIA)
-    assert registry.SURPRISE == {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
+    assert registry.SURPRISE == {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa", "mlsc": "mlsa", "mmdsc": "mmdsa"}
     assert registry.NEURON == ("nc", "kmnc", "nbc", "snac")
     # a user who names no metrics gets today's seven, in report order; a new criterion is opt-in
     assert registry.DEFAULT_METRICS == ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")

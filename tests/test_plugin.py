@@ -15,10 +15,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from pytest_sadl.criteria.registry import METRICS
 
 pytestmark = pytest.mark.tf
 
@@ -397,7 +400,7 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
         (
             ["--sadl-fail-under=lsc:30,foo:2"],
-            "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac*",
+            "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, *nc, kmnc, nbc, snac*",
         ),
         (["--sadl-fail-under=lsc"], "*'lsc' is not METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
@@ -409,6 +412,14 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         (["--sadl-lsc-buckets=10000000"], "*--sadl-lsc-buckets=10000000: at most 1,000,000*"),
         (["--sadl-batch-size=1000000"], "*--sadl-batch-size=1000000: at most 65,536*"),
         (["--sadl-lsc-upper=1e400"], "*--sadl-lsc-upper='1e400' must be finite*"),
+        (
+            ["--sadl-metrics=lsc,foo"],
+            "--sadl-metrics='lsc,foo': unknown metric(s) 'foo'; choose from lsc, dsc, mdsc, *nc, kmnc, nbc, snac*(or all)",
+        ),
+        (
+            ["--sadl-metrics=nc", "--sadl-fail-under=lsc:30"],
+            "--sadl-fail-under sets lsc, which this run does not compute (--sadl-metrics=nc); add lsc*",
+        ),
     ],
 )
 def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, message):
@@ -539,6 +550,45 @@ def test_regression_model_has_no_dsa(project, regression_model_path):
     assert data["metrics"]["lsc"]["count"] == 60 and data["model"]["classifier"] is False
     assert set(data["inputs"]["dsa"]) == {None} and set(data["inputs"]["pred"]) == {None}
     res.stdout.fnmatch_lines(["*DSC*not applicable*", "FAIL DSC is not applicable to this model*"])
+
+
+def test_chosen_metrics_only_are_computed_and_reported(project):
+    """--sadl-metrics: the run computes and every report shows only the chosen metrics; a
+    surprise measure not chosen is not set up (no held-out scores are stored for it)."""
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_metrics = nc,dsc")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-fail-under=nc:1",
+        "--sadl-compare-fail=all:-100",
+        "--sadl-compare=" + str(Path(__file__).parent / "data" / "results-classifier.json"),
+        "--sadl-report=json:out.json",
+        "--sadl-report=html:html",
+        "--sadl-report=markdown:out.md",
+        "--sadl-report=badge:badges",
+        "--sadl-report=term",
+    )
+    assert res.ret == 0, res.stdout.str()
+    data = results(pytester)
+    assert list(data["metrics"]) == ["dsc", "nc"]  # report order, whatever order was given
+    assert "lsa" not in data["inputs"] and "mdsa" not in data["inputs"] and len(data["inputs"]["dsa"]) == 60
+    assert set(data["layers"][0]) == {"name", "neurons", "nc"} and "lsc" not in data["config"]
+    assert set(data["groups"][0]["metrics"]) == {"dsc", "nc"} and set(data["tests"][0]["new"]) == {"dsc", "nc"}
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    assert [p.name.split(".")[1] for p in folder.glob("extra.heldout-*")] == ["heldout-dsa-1000"]
+    md = (pytester.path / "out.md").read_text()
+    assert "| DSC |" in md and "| NC |" in md and "| LSC |" not in md
+    assert sorted(p.name for p in (pytester.path / "badges").glob("*.json")) == [
+        "sadl-badge-dsc.json",
+        "sadl-badge-nc.json",
+    ]
+    html_text = (pytester.path / "html" / "index.html").read_text()
+    assert 'id="card-nc"' in html_text and 'id="card-lsc"' not in html_text
+    term = res.stdout.str()
+    assert re.search(r"^NC\s", term, re.M) and not re.search(r"^LSC\s", term, re.M)
+    # the command line wins over the ini
+    res = run(pytester, "--sadl-coverage", "--sadl-metrics=all", "--sadl-report=json:all.json")
+    assert list(results(pytester, "all.json")["metrics"]) == list(METRICS)
 
 
 MODEL_FIXTURE = """
@@ -813,7 +863,6 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pytest_sadl.criteria.registry import METRICS  # noqa: E402
 from pytest_sadl.plugin.options import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
 from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
 
@@ -886,7 +935,7 @@ def test_one_layer_list_parser_for_options_and_the_sadl_command():
 
 
 def test_the_documented_switch_quiets_tensorflows_start_up_lines():
-    """The README's switch for a quiet CI log holds on the TensorFlow this project locks:
+    """The switch for a quiet CI log (docs/ci.md) holds on the TensorFlow this project locks:
     without it TensorFlow prints its oneDNN and absl lines on stderr, with both variables
     it prints none (TF_CPP_MIN_LOG_LEVEL alone does not silence them on 2.21)."""
     code = "import keras, tensorflow as tf; print(float(tf.reduce_sum(tf.ones((2, 2)))))"
@@ -901,5 +950,54 @@ def test_the_documented_switch_quiets_tensorflows_start_up_lines():
         timeout=300,
     )
     assert loud.stdout.strip() == quiet.stdout.strip() == "4.0"
-    assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line the README talks about: update the README"
+    assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line docs/ci.md talks about: update docs/ci.md"
     assert quiet.stderr.strip() == "", quiet.stderr
+
+
+def test_multimodal_surprise_metrics_end_to_end(project, digits):
+    """--sadl-metrics=mlsc,mmdsc: MLSA and MMDSA set up with their options, the inputs'
+    scores equal to the criteria on the profile's traces, the same on a second run (seeded)."""
+    from pytest_sadl.criteria.mixture import MLSA
+    from pytest_sadl.criteria.modes import MMDSA
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_mmdsa_modes = 3")
+    args = ("--sadl-coverage", "--sadl-metrics=mlsc,mmdsc", "--sadl-mlsa-components=3", "--sadl-report=json:out.json")
+    reports = ("--sadl-report=html:html", "--sadl-report=markdown:out.md", "--sadl-report=badge:badges")
+    res = run(pytester, *args, *reports, "--sadl-report=term")
+    assert res.ret == 0, res.stdout.str()
+    data = results(pytester)
+    assert list(data["metrics"]) == ["mlsc", "mmdsc"]
+    assert re.search(r"^MLSC\s", res.stdout.str(), re.M) and re.search(r"^MMDSC\s", res.stdout.str(), re.M)
+    assert "| MLSC |" in (pytester.path / "out.md").read_text()
+    assert 'id="card-mmdsc"' in (pytester.path / "html" / "index.html").read_text()
+    assert sorted(p.name for p in (pytester.path / "badges").glob("*.json")) == [
+        "sadl-badge-mlsc.json",
+        "sadl-badge-mmdsc.json",
+    ]
+    assert all(0 < data["metrics"][m]["value"] <= 1 for m in ("mlsc", "mmdsc"))
+    profile = load_or_build(
+        str(pytester.path / "model.keras"),
+        str(pytester.path / "train.npz"),
+        ProfileOptions(sa_layers=("hidden",)),
+        pytester.path / ".sadl-cache",
+    )
+    import keras
+
+    traces = profile.trace_model(keras.models.load_model(pytester.path / "model.keras")).traces(digits.x_test[:60])
+    train, pred = profile.sa_traces, profile.sa_pred
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the singular modes' note: the run said it too
+        mlsa = MLSA(train, pred, components=3)(traces.sa, traces.pred)
+        mmdsa = MMDSA(train, pred, modes=3)(traces.sa, traces.pred)
+    np.testing.assert_allclose(data["inputs"]["mlsa"], mlsa, rtol=1e-6)
+    np.testing.assert_allclose(data["inputs"]["mmdsa"], mmdsa, rtol=1e-6)
+    assert run(pytester, *args).ret == 0
+    assert results(pytester)["inputs"]["mlsa"] == data["inputs"]["mlsa"], "seeded: a second run repeats"
+    # the held-out scores (default bounds) are stored under the options they depend on
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    assert sorted(p.name.split(".")[1] for p in folder.glob("extra.heldout-*")) == [
+        "heldout-mlsa-k3-1000",
+        "heldout-mmdsa-m3-1000",
+    ]

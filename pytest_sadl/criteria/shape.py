@@ -56,6 +56,30 @@ class Setup:
     bounds: dict[str, tuple[float, float, int]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Training:
+    """The training traces a per-input surprise score is set up on (a criterion's ``fit``).
+
+    ``pred``: the traces' predicted classes, ``None`` for a regression model. ``profile``:
+    the :class:`~pytest_sadl.profile.TrainingProfile` when the score is set up on the whole
+    training set (what it caches, LSA's arrays or DSA's kept distances, is reused), ``None``
+    for the default SC bounds' held-out set-up on the rest of the traces. ``options``: the
+    run's options (a new measure's parameters), ``None`` outside a run."""
+
+    traces: np.ndarray
+    pred: np.ndarray | None
+    var_threshold: float = 1e-5
+    near_singular: str = "drop"
+    options: Any = None
+    profile: Any = None
+    #: which neurons a class's KDE / covariance is over (``"class"`` or ``"paper"``)
+    var_rule: str = "class"
+
+
+#: a set-up per-input surprise score: ``scorer(ats, pred)`` -> float64 ``(n,)``
+Scorer = Callable[..., "np.ndarray"]
+
+
 class Coverage(Protocol):
     """A cumulative criterion of one run."""
 
@@ -82,6 +106,16 @@ class Criterion:
     #: reported when the user names no metrics (``--sadl-metrics``): today's seven; a new
     #: criterion is opt-in (``default=False``) so reports do not grow for users who did not ask
     default: bool = True
+    #: surprise kinds: sets the score ``sa`` up on training traces and returns its scorer;
+    #: ``None`` when it does not apply (DSA of a regression model); raises ``ValueError``
+    #: with the one-line reason when it cannot be set up (the metric is then reported as
+    #: not available, every other metric is still computed). Criteria that share a score
+    #: share its set-up (the first in the registry that has ``fit`` gives it).
+    fit: Callable[[Training], Scorer | None] | None = None
+    #: surprise kinds whose score depends on the run's options (MLSA's components): those
+    #: options as text (``"k3"``), part of the name under which a profile stores the score's
+    #: held-out values, so that other options never read another's bounds; ``None``: none
+    params: Callable[[Any], str] | None = None
 
 
 class SurpriseBuckets:

@@ -144,7 +144,7 @@ def finish(state: SadlState) -> None:
     messages = list(dict.fromkeys(([first] if first else []) + state.warnings + state.recorder.messages))
     with warnings.catch_warnings(record=True) as caught:  # e.g. kept DSA distances that cannot be used
         warnings.simplefilter("always")
-        view = ProfileView.of(profile)
+        view = ProfileView.of(profile, state.options.metrics, state.options)
     for w in caught:  # the engine's own warnings become lines of the report; others pass on
         if issubclass(w.category, SadlWarning):
             messages.append(str(w.message))

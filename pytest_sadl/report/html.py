@@ -434,6 +434,13 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
     return {"columns": columns, "rows": rows, "totals": totals, "outcomes": outcomes}
 
 
+#: With this many coverage layers or more (an EfficientNetB0 has 206), the per-layer table
+#: shows the :data:`LAYERS_SHOWN` least covered ones, with a control to show every layer
+#: and a search by layer name.
+LAYERS_COLLAPSE_AT = 100
+LAYERS_SHOWN = 20
+
+
 def _layers(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     layers = [dict(lay) for lay in results.get("layers") or [] if isinstance(lay, dict)]
 
@@ -580,6 +587,7 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "tests_summary": tests_summary(results),
         "surprise_metrics": [m for m in SURPRISE if isinstance((results.get("config") or {}).get(m), dict)],
         "layers": _layers(results),
+        "layers_shown": LAYERS_SHOWN if len(results.get("layers") or []) >= LAYERS_COLLAPSE_AT else None,
         "top": _top_inputs(results),
         "comparison": comparison,
         "metric_labels": METRIC_LABELS,
