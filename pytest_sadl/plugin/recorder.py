@@ -109,9 +109,10 @@ class TestRecord:
 def input_digests(x: Any) -> np.ndarray | None:
     """A 64-bit digest of each input (row of ``x``): BLAKE2b of its shape and its values as
     C-ordered float32, so the same values match whether they arrive as float64, float32 or a
-    tensor. How ``sadl_labels(x, y)`` finds the recorded inputs its labels belong to, and how
-    the reports tell one input fed by several tests from several inputs. ``None`` when ``x``
-    is not a numeric array. Several inputs (a dict, by sorted name, or a list) digest each
+    tensor (raw text: each row's strings as UTF-8, ``str`` or ``bytes`` alike). How
+    ``sadl_labels(x, y)`` finds the recorded inputs its labels belong to, and how the reports
+    tell one input fed by several tests from several inputs. ``None`` when ``x`` is neither
+    a numeric array nor one of strings. Several inputs (a dict, by sorted name, or a list) digest each
     row across all of them."""
     if isinstance(x, (dict, list, tuple)):
         each = [input_digests(x[k]) for k in sorted(x)] if isinstance(x, dict) else [input_digests(p) for p in x]
@@ -124,7 +125,14 @@ def input_digests(x: Any) -> np.ndarray | None:
             dtype=np.uint64,
         )
     try:
-        arr = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
+        raw = np.asarray(x)
+    except Exception:
+        return None
+    text = _text_digests(raw) if raw.ndim and raw.dtype.kind in "USO" else None
+    if text is not None:
+        return text
+    try:
+        arr = np.ascontiguousarray(raw, dtype=np.float32)
     except Exception:
         return None
     if arr.ndim == 0:
@@ -135,6 +143,20 @@ def input_digests(x: Any) -> np.ndarray | None:
     for i, row in enumerate(rows):
         out[i] = int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8, key=shape[:64]).digest(), "little")
     return out
+
+
+def _text_digests(x: np.ndarray) -> np.ndarray | None:
+    """:func:`input_digests` of raw text (a text model's inputs): each row's strings as
+    UTF-8, so ``str`` from NumPy and ``bytes`` from a TensorFlow string tensor match;
+    ``None`` for objects that are not all strings."""
+    from pytest_sadl.capture.data import is_text, text_rows
+
+    if not is_text(x):
+        return None
+    return np.array(
+        [int.from_bytes(hashlib.blake2b(row, digest_size=8, key=b"text").digest(), "little") for row in text_rows(x)],
+        dtype=np.uint64,
+    )
 
 
 def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
@@ -348,7 +370,9 @@ class Recorder:
             raise RuntimeError("sadl_labels(x, y) is for tests marked @pytest.mark.sadl, while they run")
         digests = input_digests(x)
         if digests is None:
-            raise ValueError("sadl_labels(x, y): x must be a numeric array of the inputs (one row per input)")
+            raise ValueError(
+                "sadl_labels(x, y): x must be an array of the inputs, numbers or strings (one row per input)"
+            )
         labels = np.asarray(y)
         if labels.dtype.kind not in "biuf" or labels.ndim == 0 or labels.shape[0] != digests.shape[0]:
             raise ValueError(
@@ -749,13 +773,14 @@ class _EntryPoints:
         if rec is not None and kw:
             why = "model.predict() was called with arguments Keras' predict does not take"
             return self._unrecorded(rec, why, own, x, **args)
-        if rec is not None and _is_inputs(x) and steps is None and callbacks is None:
+        if rec is not None and _is_inputs(x) and steps is None and callbacks is None and not _numpy_text(x):
             if not _finite(x):
                 return self._unrecorded(rec, "model.predict() got non-finite values", own, x, **args)
             return self.recorder._attempt(
                 rec, x, lambda: own(model, x, **args), lambda: self.tm.call_and_trace(x, batch_size=batch_size or 32)
             )
-        # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced
+        # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced;
+        # NumPy str/bytes arrays too, which Keras' predict refuses ("Invalid dtype: str288")
         return self.recorder._loop(rec, self.tm, "predict", x, lambda: own(model, x, **args), self.cls)
 
     def predict_on_batch(self, x: Any) -> Any:
@@ -871,6 +896,12 @@ def _finite(x: Any) -> bool:
         if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
             return False
     return True
+
+
+def _numpy_text(x: Any) -> bool:
+    """NumPy arrays of a ``str``/``bytes`` dtype among the inputs (``model(x)`` takes them,
+    Keras' ``predict`` does not: its own loop must answer)."""
+    return any(isinstance(p, np.ndarray) and p.dtype.kind in "US" for p in _parts(x))
 
 
 def _is_array_like(x: Any) -> bool:
