@@ -799,7 +799,7 @@ def _as_array(value: Any, source: str) -> np.ndarray:
         if any(isinstance(v, (list, tuple, np.ndarray)) for v in x.flat):
             raise _ragged(source)
         raise SadlDataError(
-            f"{source} ({type(value).__name__}) is not a numeric array; give an array of "
+            f"{source} ({type(value).__name__}) holds objects, neither numbers nor strings; give an array of "
             "shape (n, *input_shape), an (x, y) tuple, a path or a tf.data.Dataset"
         )
     return x
