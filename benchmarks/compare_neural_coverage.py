@@ -269,6 +269,13 @@ class Peers:
             rows.append((label, float(cov.current), norms, self.mine(NeuralCoverage, order, batch).value))
         return rows
 
+    def passes(self, tool) -> tuple[float, float]:  # noqa: ANN001
+        """The test pass alone, each tool's way: pytest-sadl's traces, NeuraL-Coverage's
+        ``tool.get_layer_output`` per batch of 256 (what its criteria call first)."""
+        _, t_mine = timed(lambda: self.tm.traces(self.x_test), self.reps)
+        _, t_theirs = timed(lambda: [tool.get_layer_output(self.model, x) for x, _ in self.loader()], self.reps)
+        return t_mine, t_theirs
+
     def nlc_time(self) -> tuple[float, float]:
         from pytest_sadl.criteria.metrics.nlc import NeuralCoverage
 
@@ -277,9 +284,13 @@ class Peers:
         return t_mine, t_theirs
 
 
-def report_peers(peers: Peers, args: argparse.Namespace) -> None:
+def report_peers(peers: Peers, tool: types.ModuleType, args: argparse.Namespace) -> None:
     print(
         f"\npeers' criteria (issue 17), coverage layers of {peers.widths} neurons; time: min of {args.reps}, test pass + metric"
+    )
+    t_mine, t_theirs = peers.passes(tool)
+    print(
+        f"the test pass alone: pytest-sadl {t_mine:.3f}s, NeuraL-Coverage {t_theirs:.3f}s, ratio {t_theirs / t_mine:.2f}"
     )
     print(f"{'metric':26} {'pytest-sadl':>12} {'NeuraL-Cov':>12} {'sadl s':>8} {'NLC s':>8} {'ratio':>6}")
 
@@ -320,6 +331,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--k", type=int, default=100, help="KMNC sections")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch's threads (1: steadier times on a shared machine)")
     ap.add_argument(
         "--topk", type=lambda v: [int(k) for k in v.split(",")], default=[2, 10], help="TKNC/TKNP k values, e.g. 2,10"
     )
@@ -337,6 +349,7 @@ def main() -> None:
     from pytest_sadl.capture import TraceModel
     from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac
 
+    torch.set_num_threads(args.threads)
     nlc, tool = load_nlc(args.repo)
     x_train, x_test, y_train, _ = digits(args.seed)
     model = build_model(args.seed)
@@ -392,7 +405,7 @@ def main() -> None:
         f"time (min of {args.reps}, ranges + test pass + 4 metrics): pytest-sadl {t_mine:.3f}s, "
         f"NeuraL-Coverage {t_theirs:.3f}s, ratio NeuraL-Coverage / pytest-sadl {t_theirs / t_mine:.2f}"
     )
-    report_peers(Peers(nlc, model, sizes, tm, x_test, args.reps), args)
+    report_peers(Peers(nlc, model, sizes, tm, x_test, args.reps), tool, args)
 
 
 if __name__ == "__main__":
