@@ -370,3 +370,60 @@ def test_layer_arguments() -> None:
     assert (
         args.sa_layers == ["x", "y"] and args.batch_size is None and not args.quiet
     )  # None: the ini (else 256) decides
+
+
+def test_the_plugins_flag_spellings_mean_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--sadl-layers=A,B` (the plugin's spelling) and `--sa-layers A B` give the same options."""
+    from pytest_sadl.cli.args import project_options
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\nsadl_batch_size = 64\n")
+    ours = ["profile", "build", "--sa-layers", "a", "b", "--coverage-layers", "c", "--batch-size", "32"]
+    ours += ["--var-threshold", "0.01", "--lsa-near-singular", "keep", "--cache-dir", "cache", "--model", "m"]
+    plugin = ["profile", "build", "--sadl-layers=a,b", "--sadl-coverage-layers=c", "--sadl-batch-size=32"]
+    plugin += ["--sadl-var-threshold=0.01", "--sadl-lsa-near-singular=keep", "--sadl-cache-dir=cache", "--sadl-model=m"]
+    one, two = (build_parser(argv).parse_args(argv) for argv in (ours, plugin))
+    options = project_options(two)
+    assert project_options(one) == options
+    assert options.sa_layers == ("a", "b") and options.coverage_layers == ("c",)
+    assert (options.batch_size, options.var_threshold, options.lsa_near_singular) == (32, 0.01, "keep")
+    assert (
+        options.batch_size
+        != project_options(build_parser(["profile", "build"]).parse_args(["profile", "build"])).batch_size
+    )
+
+
+def test_no_model_anywhere_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsadl_train = "t.npz"\n')
+    assert main(["profile", "build", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sadl: error: no model given: pass --model PATH, or set sadl_model")
+    assert str(tmp_path / "pyproject.toml") in err  # names the file the project's configuration is in
+    assert main(["select", "pool.npz", "--out", str(tmp_path / "o")]) == 2
+    assert "no model given" in capsys.readouterr().err
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    assert main(["profile", "build", "--model", "m.keras"]) == 2
+    assert "no train given: pass --train PATH, or set sadl_train" in capsys.readouterr().err
+
+
+@pytest.mark.tf
+def test_model_and_data_come_from_the_ini(project: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Where the project's pyproject names sadl_model and sadl_train, `sadl profile build`
+    needs no flag (from a subdirectory: found upwards as pytest finds it; the ini's paths
+    relative to the ini), builds the plugin's profile, and the flags' spelling finds it."""
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nsadl_model = "models/m.keras"\nsadl_train = "data/train.npz"\n'
+        'sadl_layers = ["hidden"]\n'
+    )
+    monkeypatch.chdir(project / "sub")
+    assert main(["profile", "build", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("built profile ") and "SA layers hidden;" in out
+    fingerprint = out.split()[2]
+    flags = ["--sadl-model=../models/m.keras", "--sadl-train=../data/train.npz", "--sadl-layers=hidden"]
+    assert main(["profile", "build", "-q", *flags]) == 0
+    assert capsys.readouterr().out.startswith(f"found cached profile {fingerprint}")
+    assert main(["profile", "layers", "--json"]) == 0
+    layers = json.loads(capsys.readouterr().out)
+    assert layers["model"] == "digits_conv" and any(row["path"] == "hidden" for row in layers["layers"])
