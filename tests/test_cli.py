@@ -56,16 +56,37 @@ def test_help_reads_well(tmp_path: Path) -> None:
     assert build.returncode == 0
     for opt in ("--model", "--train", "--sa-layers", "--coverage-layers", "--cache-dir", "--quiet", "--rebuild"):
         assert opt in build.stdout
+    for opt in ("--sadl-model", "--sadl-train", "--sadl-layers", "--sadl-coverage-layers", "sadl_model of the"):
+        assert opt in build.stdout  # the plugin's spellings, and where the defaults come from
     assert "Traceback" not in top.stderr + build.stderr
 
 
-def test_version_needs_no_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_needs_no_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from pytest_sadl import __version__
 
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"sadl (pytest-sadl) {__version__}\n"
+    done = run(["--version"], tmp_path)  # the console script itself
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"sadl (pytest-sadl) {__version__}\n", "")
+
+
+def test_profile_list_finds_the_ini_cache_dir_from_a_subdirectory(tmp_path: Path) -> None:
+    """`sadl profile list` looks where `pytest --sadl-coverage` would: the ini's
+    sadl_cache_dir, relative to the ini, from any directory below it; --cache-dir wins."""
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsadl_cache_dir = "store/sadl"\n')
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "store" / "sadl").mkdir(parents=True)
+    (tmp_path / "store" / "sadl" / "profile-feed.npz").write_bytes(b"not a profile")
+    listed = run(["profile", "list", "--json"], tmp_path / "a" / "b")
+    assert listed.returncode == 0, listed.stderr
+    js = json.loads(listed.stdout)
+    assert js["cache_dir"] == str(tmp_path / "store" / "sadl") and [r["fingerprint"] for r in js["profiles"]] == [
+        "feed"
+    ]
+    flag = run(["profile", "list", "--sadl-cache-dir=elsewhere"], tmp_path / "a")
+    assert flag.returncode == 0 and f"no training profiles in {tmp_path / 'a' / 'elsewhere'}" in flag.stdout
 
 
 HEAVY = ("numpy", "scipy", "pytest", "_pytest", "keras", "tensorflow", "jax", "jinja2")
@@ -379,14 +400,23 @@ def test_the_plugins_flag_spellings_mean_the_same(tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\nsadl_batch_size = 64\n")
     ours = ["profile", "build", "--sa-layers", "a", "b", "--coverage-layers", "c", "--batch-size", "32"]
-    ours += ["--var-threshold", "0.01", "--lsa-near-singular", "keep", "--cache-dir", "cache", "--model", "m"]
+    ours += ["--var-threshold", "0.01", "--var-rule", "paper", "--lsa-near-singular", "keep", "--cache-dir", "cache"]
     plugin = ["profile", "build", "--sadl-layers=a,b", "--sadl-coverage-layers=c", "--sadl-batch-size=32"]
-    plugin += ["--sadl-var-threshold=0.01", "--sadl-lsa-near-singular=keep", "--sadl-cache-dir=cache", "--sadl-model=m"]
-    one, two = (build_parser(argv).parse_args(argv) for argv in (ours, plugin))
+    plugin += ["--sadl-var-threshold=0.01", "--sadl-var-rule=paper", "--sadl-lsa-near-singular=keep"]
+    plugin += ["--sadl-cache-dir=cache", "--sadl-model=m", "--sadl-train=t"]
+    mixed = ["profile", "build", "--sa-layers=a,b", "--sadl-coverage-layers", "c", "--batch-size=32"]
+    mixed += ["--var-threshold=0.01", "--var-rule=paper", "--lsa-near-singular=keep", "--cache-dir=cache"]
+    one, two, three = (build_parser(argv).parse_args(argv) for argv in (ours + ["--model", "m"], plugin, mixed))
     options = project_options(two)
-    assert project_options(one) == options
+    assert project_options(one) == options == project_options(three)
+    assert (two.model, two.train, two.cache_dir) == ("m", "t", "cache")
     assert options.sa_layers == ("a", "b") and options.coverage_layers == ("c",)
     assert (options.batch_size, options.var_threshold, options.lsa_near_singular) == (32, 0.01, "keep")
+    assert options.var_rule == "paper"
+    select = ["select", "pool.npz", "--sadl-metrics=lsc,nc", "--sadl-layers=a,b", "--sadl-model=m"]
+    picked = build_parser(select).parse_args(select)
+    assert (picked.metrics, picked.sa_layers, picked.model) == ("lsc,nc", ["a,b"], "m")
+    assert project_options(picked).metrics == ("lsc", "nc")
     assert (
         options.batch_size
         != project_options(build_parser(["profile", "build"]).parse_args(["profile", "build"])).batch_size
@@ -404,7 +434,12 @@ def test_no_model_anywhere_is_a_one_line_error(tmp_path: Path, monkeypatch: pyte
     assert "no model given" in capsys.readouterr().err
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
     assert main(["profile", "build", "--model", "m.keras"]) == 2
-    assert "no train given: pass --train PATH, or set sadl_train" in capsys.readouterr().err
+    assert "no training data given: pass --train PATH, or set sadl_train" in capsys.readouterr().err
+    (tmp_path / "pyproject.toml").unlink()  # no configuration at all: both named, and where they could go
+    assert main(["profile", "build", "--rootdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no model and no training data given: pass --model PATH and --train PATH, or set sadl_model and" in err
+    assert "pyproject.toml [tool.pytest.ini_options], pytest.ini" in err and err.count("\n") == 1
 
 
 @pytest.mark.tf

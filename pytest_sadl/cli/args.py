@@ -224,19 +224,22 @@ def model_and_train(
     model = args.model if args.model is not None else options.model
     train = args.train if args.train is not None else options.train
     missing = [
-        (flag, ini)
-        for flag, ini, value in (("--model", "sadl_model", model), ("--train", "sadl_train", train))
+        (what, flag, ini)
+        for what, flag, ini, value in (
+            ("model", "--model", "sadl_model", model),
+            ("training data", "--train", "sadl_train", train),
+        )
         if value is None and (need_train or flag == "--model")
     ]
     if missing:
-        flags = " and ".join(f"{flag} PATH" for flag, _ in missing)
-        inis = " and ".join(ini for _, ini in missing)
+        flags = " and ".join(f"{flag} PATH" for _, flag, _ in missing)
+        inis = " and ".join(ini for _, _, ini in missing)
         where = (
             getattr(args, "project_inifile", None)
             or "pyproject.toml [tool.pytest.ini_options], pytest.ini, tox.ini or setup.cfg"
         )
         raise SadlConfigError(
-            f"no {' or '.join(f[2:] for f, _ in missing)} given: pass {flags}, "
+            f"no {' and no '.join(what for what, _, _ in missing)} given: pass {flags}, "
             f"or set {inis} in the project's pytest configuration ({where})"
         )
     base_dir = Path(args.rootdir) if getattr(args, "rootdir", None) else None
