@@ -72,7 +72,9 @@ def test_version_needs_no_command(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert (done.returncode, done.stdout, done.stderr) == (0, f"sadl (pytest-sadl) {__version__}\n", "")
 
 
-def test_profile_list_finds_the_ini_cache_dir_from_a_subdirectory(tmp_path: Path) -> None:
+def test_profile_list_finds_the_ini_cache_dir_from_a_subdirectory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`sadl profile list` looks where `pytest --sadl-coverage` would: the ini's
     sadl_cache_dir, relative to the ini, from any directory below it; --cache-dir wins."""
     (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsadl_cache_dir = "store/sadl"\n')
@@ -85,8 +87,9 @@ def test_profile_list_finds_the_ini_cache_dir_from_a_subdirectory(tmp_path: Path
     assert js["cache_dir"] == str(tmp_path / "store" / "sadl") and [r["fingerprint"] for r in js["profiles"]] == [
         "feed"
     ]
-    flag = run(["profile", "list", "--sadl-cache-dir=elsewhere"], tmp_path / "a")
-    assert flag.returncode == 0 and f"no training profiles in {tmp_path / 'a' / 'elsewhere'}" in flag.stdout
+    monkeypatch.chdir(tmp_path / "a")  # in process: a second console-script start would add nothing
+    assert main(["profile", "list", "--sadl-cache-dir=elsewhere"]) == 0
+    assert f"no training profiles in {tmp_path / 'a' / 'elsewhere'}" in capsys.readouterr().out
 
 
 HEAVY = ("numpy", "scipy", "pytest", "_pytest", "keras", "tensorflow", "jax", "jinja2")
