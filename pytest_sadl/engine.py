@@ -33,7 +33,7 @@ import numpy as np
 from pytest_sadl import __version__
 from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
 from pytest_sadl.criteria.neurons import NeuronRanges
-from pytest_sadl.criteria.registry import BY_NAME, LABELS, NEURON, SA_LABELS, SCORES, SURPRISE, choose
+from pytest_sadl.criteria.registry import BY_NAME, COUNT, LABELS, NEURON, SA_LABELS, SCORES, SURPRISE, choose
 from pytest_sadl.criteria.shape import Batch, Setup, Training
 from pytest_sadl.plugin.recorder import TestRecord
 from pytest_sadl.results import Failure, Metric, Results, percent
@@ -469,10 +469,14 @@ def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n
         elif metric is None or not metric.applicable:
             message = f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under"
         else:
-            value = percent(metric.value)
+            # a coverage is judged in percent; a count criterion (TKNP, NLC, CC) by its number
+            value = None if metric.value is None else round(metric.value, 2) if name in COUNT else percent(metric.value)
+            unit = "" if name in COUNT else "%"
             if value is not None and value < threshold:
                 failures.append(
-                    Failure(name, value, threshold, f"{label} {value:.2f}% is below {flag} ({threshold:.2f}%)")
+                    Failure(
+                        name, value, threshold, f"{label} {value:.2f}{unit} is below {flag} ({threshold:.2f}{unit})"
+                    )
                 )
             continue
         failures.append(Failure(name, None, threshold, message))
@@ -727,6 +731,9 @@ def _config(
         "lsa_near_singular": options.lsa_near_singular,
         "var_rule": options.var_rule,
     }
+    for name in total.names:  # an opt-in criterion's own parameters, when the run computed it
+        for key in BY_NAME[name].option_names:
+            config[key] = getattr(options, key)
     for metric in total.names:
         if metric not in SURPRISE:
             continue

@@ -347,3 +347,62 @@ def targets_of_input(kind: str, layers, i: int, lows=None, highs=None, k: int = 
                 if kind == "nbc" and x < lows[li][j]:
                     out.add((li, j, "lower"))
     return out
+
+
+def top_k_set(values, k: int) -> frozenset[int]:
+    """DeepGauge's top_k(x, i): the indices of the k largest outputs of one input's layer,
+    ties to the lower neuron index (sorted by value descending, then index ascending)."""
+    order = sorted(range(len(values)), key=lambda j: (-values[j], j))
+    return frozenset(order[:k])
+
+
+def tknc(layers, k: int) -> float:
+    """DeepGauge TKNC: |union over inputs and layers of top_k(x, i)| / |N|."""
+    covered = total = 0
+    for layer in layers:
+        v = _neuron_values(layer)
+        total += v.shape[1]
+        union: set[int] = set()
+        for i in range(len(v)):
+            union |= top_k_set(list(v[i]), k)
+        covered += len(union)
+    return covered / total
+
+
+def tknp(layers, k: int) -> int:
+    """DeepGauge TKNP: the number of distinct (top_k(x, 1), ..., top_k(x, l)) over the inputs."""
+    values = [_neuron_values(layer) for layer in layers]
+    patterns = {tuple(top_k_set(list(v[i]), k) for v in values) for i in range(len(values[0]))}
+    return len(patterns)
+
+
+def nlc(layers) -> float:
+    """NeuraL Coverage (Yuan et al. 2023, NeuraL-Coverage's code after its 2024 fix): per layer,
+    the covariance of the outputs over all inputs (divided by n), the mean of its absolute
+    entries; summed over the layers."""
+    total = 0.0
+    for layer in layers:
+        v = _neuron_values(layer).astype(float)
+        n, m = v.shape
+        mean = [sum(v[i, a] for i in range(n)) / n for a in range(m)]
+        entries = 0.0
+        for a in range(m):
+            for b in range(m):
+                cov = sum((v[i, a] - mean[a]) * (v[i, b] - mean[b]) for i in range(n)) / n
+                entries += abs(cov)
+        total += entries / (m * m)
+    return total
+
+
+def cc(layers, threshold: float) -> int:
+    """TensorFuzz cluster coverage: per layer, inputs in order; one farther than threshold
+    (Euclidean) from every centre so far becomes a centre; the centres of all layers."""
+    total = 0
+    for layer in layers:
+        v = _neuron_values(layer).astype(float)
+        centres: list[np.ndarray] = []
+        for x in v:
+            if all(math.dist(x, c) > threshold for c in centres):
+                centres.append(x)
+        total += len(centres)
+    return total

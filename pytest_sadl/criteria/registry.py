@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_sadl.criteria.metrics import dsc, kmnc, lsc, mdsc, mlsc, mmdsc, nbc, nc, snac
-from pytest_sadl.criteria.shape import NEURON_KIND, SURPRISE_KIND, Criterion
+from pytest_sadl.criteria.metrics import cc, dsc, kmnc, lsc, mdsc, mlsc, mmdsc, nbc, nc, nlc, snac, tknc, tknp
+from pytest_sadl.criteria.shape import COUNT_KIND, NEURON_KIND, SURPRISE_KIND, Criterion
 
-CRITERIA: tuple[Criterion, ...] = tuple(m.CRITERION for m in (lsc, dsc, mdsc, mlsc, mmdsc, nc, kmnc, nbc, snac))
+CRITERIA: tuple[Criterion, ...] = tuple(
+    m.CRITERION for m in (lsc, dsc, mdsc, mlsc, mmdsc, nc, kmnc, nbc, snac, tknc, tknp, nlc, cc)
+)
 BY_NAME: dict[str, Criterion] = {c.name: c for c in CRITERIA}
 
 #: metric names in report order
@@ -28,6 +30,8 @@ SA_LABELS: dict[str, str] = {c.sa: c.sa_label or c.sa.upper() for c in CRITERIA 
 DEFAULT_METRICS: tuple[str, ...] = tuple(c.name for c in CRITERIA if c.default)
 #: the neuron coverages, in report order
 NEURON: tuple[str, ...] = tuple(c.name for c in CRITERIA if c.kind == NEURON_KIND)
+#: the criteria whose value is a number, not a fraction (TKNP, NLC, CC), in report order
+COUNT: tuple[str, ...] = tuple(c.name for c in CRITERIA if c.kind == COUNT_KIND)
 #: each per-input surprise score and the criterion whose ``fit`` sets it up (the first in
 #: report order that has one: criteria that bucket the same score share its set-up)
 SCORES: dict[str, Criterion] = {}

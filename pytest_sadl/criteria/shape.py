@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 SURPRISE_KIND = "surprise"
 NEURON_KIND = "neuron"
+#: a number that is not a fraction of targets: TKNP's patterns and CC's clusters (integers),
+#: NLC's summed covariance (a real). Its ``Coverage.value`` and ``Metric.value`` are that
+#: number itself, not a percentage.
+COUNT_KIND = "count"
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ class Criterion:
     name: str
     label: str
     title: str
-    kind: str  # SURPRISE_KIND | NEURON_KIND
+    kind: str  # SURPRISE_KIND | NEURON_KIND | COUNT_KIND
     needs: tuple[str, ...]  # what it reads from the profile (documentation and checks)
     make: Callable[[Setup], Coverage | None]
     sa: str | None = None  # surprise kinds: the per-input score it buckets ("lsa")
@@ -116,6 +120,9 @@ class Criterion:
     #: options as text (``"k3"``), part of the name under which a profile stores the score's
     #: held-out values, so that other options never read another's bounds; ``None``: none
     params: Callable[[Any], str] | None = None
+    #: the run options (``SadlOptions`` fields) it reads, such as ``("tknc_k",)``: recorded in
+    #: the results' ``config`` when a run computes it, so a number is read with its parameters
+    option_names: tuple[str, ...] = ()
 
 
 class SurpriseBuckets:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS
+from pytest_sadl.criteria.registry import COUNT, DEFAULT_METRICS, METRICS
 
 if TYPE_CHECKING:
     import pytest
@@ -273,6 +273,33 @@ OPTIONS: tuple[Option, ...] = (
         limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000",
     ),
     Option(
+        "--sadl-tknc-k",
+        "sadl_tknc_k",
+        "TKNC: a neuron is covered when among the k most active of its layer for some input (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
+        "--sadl-tknp-k",
+        "sadl_tknp_k",
+        "TKNP: a pattern is the top-k set of every coverage layer (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
+        "--sadl-cc-threshold",
+        "sadl_cc_threshold",
+        "CC: an input farther than this Euclidean distance from every cluster centre of a layer starts a new one (default 10)",
+        None,
+        10.0,
+        "float",
+        "D",
+    ),
+    Option(
         "--sadl-var-threshold",
         "sadl_var_threshold",
         "LSA and MDSA drop neurons whose training variance is below this, per class or in any class (see --sadl-var-rule) (default 1e-5)",
@@ -488,6 +515,9 @@ class SadlOptions:
     mmdsa_modes: int = 2
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
+    tknc_k: int = 2
+    tknp_k: int = 2
+    cc_threshold: float = 10.0
     var_threshold: float = 1e-5
     var_rule: str = "class"
     lsa_near_singular: str = "drop"
@@ -514,7 +544,7 @@ def parse_metric_numbers(
     """The one ``METRIC:NUMBER,...`` parser; ``option`` names the option in every message.
 
     ``drops=False`` (``--sadl-fail-under``): ``"lsc:30,dsc:40"`` to ``{"lsc": 30.0, "dsc": 40.0}``,
-    percentages in [0, 100]. ``drops=True`` (``--sadl-compare-fail``, ``sadl compare --fail``):
+    percentages in [0, 100] (a count criterion's, TKNP/NLC/CC, a number >= 0). ``drops=True`` (``--sadl-compare-fail``, ``sadl compare --fail``):
     the largest drop allowed in percentage points, written as a number <= 0; ``all:-1`` sets
     every metric of ``every`` (the run's ``--sadl-metrics``), and at least one limit is needed. ``:`` or ``=`` separates; a later item
     overrides an earlier one. Raises a one-line ValueError naming the item and the fix.
@@ -551,7 +581,9 @@ def parse_metric_numbers(
                 f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
                 f"{name.upper()} drops by more than {number.lstrip('+')} points"
             )
-        if not drops and not 0 <= value <= 100:
+        if not drops and name in COUNT and value < 0:  # a count criterion's threshold is its own number
+            raise ValueError(f"{option}: {name} threshold {value:g} must be a number >= 0")
+        if not drops and name not in COUNT and not 0 <= value <= 100:
             raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
         out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
     if drops and not out:
@@ -786,6 +818,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
     k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
     components = at_least("sadl_mlsa_components", int, 1, "MLSA needs at least 1 mixture component per class")
     modes = at_least("sadl_mmdsa_modes", int, 1, "MMDSA needs at least 1 k-means mode per class")
+    tknc_k = at_least("sadl_tknc_k", int, 1, "TKNC needs k >= 1 neurons per layer")
+    tknp_k = at_least("sadl_tknp_k", int, 1, "TKNP needs k >= 1 neurons per layer")
+    cc_threshold = at_least("sadl_cc_threshold", float, 0, "CC's distance threshold must be >= 0")
     var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
     near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
     lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
@@ -854,6 +889,9 @@ def read_options(config: pytest.Config) -> SadlOptions:
         mmdsa_modes=modes,
         nc_threshold=nc_threshold,
         kmnc_k=k,
+        tknc_k=tknc_k,
+        tknp_k=tknp_k,
+        cc_threshold=cc_threshold,
         var_threshold=var_threshold,
         var_rule=var_rule,
         lsa_near_singular=lsa_near_singular,

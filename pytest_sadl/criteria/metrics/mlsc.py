@@ -41,4 +41,5 @@ CRITERION = Criterion(
     default=False,
     fit=fit,
     params=params,
+    option_names=("mlsa_components",),
 )
