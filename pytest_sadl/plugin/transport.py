@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_sadl.plugin.hooks import SadlState
     from pytest_sadl.plugin.recorder import Recorder, TestRecord
 
 TRANSPORT = "pytest-sadl/records"
@@ -82,42 +81,40 @@ def worker_id(report: Any) -> str:
     return str(getattr(getattr(node, "gateway", None), "id", None) or getattr(report, "worker_id", None) or "a worker")
 
 
-def arrived(state: SadlState, report: Any) -> None:
-    """Controller: take what a worker's test report carries (``pytest_runtest_logreport``)."""
-    arrivals: Arrivals = state.arrivals
+@dataclass
+class WorkerEnd:
+    """What a worker sent at its end (``workeroutput``)."""
+
+    records: Any  # a :func:`pack` payload
+    warnings: list[str]
+    profile: str | None  # the profile file it built for a project fixture's model
+    model_from_fixture: bool
+
+
+def note(arrivals: Arrivals, report: Any) -> Any:
+    """Controller (``pytest_runtest_logreport``): note what a worker's test report says, and
+    return the records payload it carries (None when it carries none)."""
     if getattr(report, "sadl_marked", False):
         arrivals.started[report.nodeid] = worker_id(report)
     if report.when == "???":  # pytest-xdist: the worker crashed while running this test
         arrivals.crashed_in[report.nodeid] = worker_id(report)
-    payload = getattr(report, "sadl_record", None)
-    if payload is None:
-        return
-    try:
-        state.recorder.merge(unpack(payload))  # none for a test skipped before it recorded
-    except ValueError as exc:
-        state.warnings.append(f"pytest-sadl: {exc}")
-        return
-    arrivals.received.add(report.nodeid)
+    return getattr(report, "sadl_record", None)
 
 
-def node_down(state: SadlState, node: Any, error: Any) -> None:
-    """Controller: a worker ended (``pytest_testnodedown``); take what it sent at its end."""
+def node_down(arrivals: Arrivals, node: Any, error: Any) -> WorkerEnd | None:
+    """Controller (``pytest_testnodedown``): a worker ended; what it sent at its end, or None
+    when it went down without sending it (noted in ``arrivals``)."""
     name = str(getattr(getattr(node, "gateway", None), "id", None) or "a worker")
     output = getattr(node, "workeroutput", None) or {}
     if error or "sadl" not in output:
-        state.arrivals.workers_down[name] = str(error or "no output")
-        return
-    try:
-        records = unpack(output["sadl"])
-    except ValueError as exc:
-        state.warnings.append(f"pytest-sadl: {exc}")
-        records = []
-    state.recorder.merge(records)
-    state.arrivals.received.update(r.nodeid for r in records)
-    if output.get("sadl_profile"):
-        state.worker_profiles.append(output["sadl_profile"])
-    state.model_from_fixture |= bool(output.get("sadl_model_from_fixture"))
-    state.warnings.extend(w for w in output.get("sadl_warnings", []) if w not in state.warnings)
+        arrivals.workers_down[name] = str(error or "no output")
+        return None
+    return WorkerEnd(
+        records=output["sadl"],
+        warnings=list(output.get("sadl_warnings", [])),
+        profile=output.get("sadl_profile") or None,
+        model_from_fixture=bool(output.get("sadl_model_from_fixture")),
+    )
 
 
 def missing_warning(missing: list[dict[str, str]], workers_down: dict[str, str]) -> str | None:
