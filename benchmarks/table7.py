@@ -22,7 +22,7 @@ Run from the repository root (takes a few minutes on two cores)::
 
     python benchmarks/table7.py [--seeds 5] [--epochs 5] [--n 100]
 
-Not part of the test suite: it prints the table; the README records what it showed.
+Not part of the test suite: it prints the table; docs/table7.md records what it showed.
 """
 
 from __future__ import annotations

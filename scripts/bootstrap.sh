@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything pytest-sadl needs on a fresh Debian machine with Python 3.10+ and pip:
 # the package with its test extra (TensorFlow CPU, JAX CPU, PyTorch CPU, pytest-xdist,
-# Playwright's Python driver) and Debian's chromium for the browser tests of the HTML report.
+# Playwright's Python driver), its docs extra (MkDocs Material, for the site's strict build)
+# and Debian's chromium for the browser tests of the HTML report.
 # Idempotent: a second run installs nothing new.
 # Usage: bash scripts/bootstrap.sh [--latest]
 set -euo pipefail
@@ -37,10 +38,10 @@ else
 fi
 if [ "${1:-}" = "--latest" ]; then
     echo "bootstrap: installing the newest releases the package allows (not the lock)" >&2
-    "${pip[@]}" --upgrade --upgrade-strategy eager -e '.[test]'
+    "${pip[@]}" --upgrade --upgrade-strategy eager -e '.[test,docs]'
 elif [ -f "$lock" ]; then
-    "${pip[@]}" -c "$lock" -e '.[test]'
+    "${pip[@]}" -c "$lock" -e '.[test,docs]'
 else
     echo "bootstrap: no lock for Python $version ($lock); installing the newest releases the package allows" >&2
-    "${pip[@]}" -e '.[test]'
+    "${pip[@]}" -e '.[test,docs]'
 fi

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The static checks CI runs before the tests, both configured in pyproject.toml and both
+# The static checks CI runs before the tests, all configured in the repository and all
 # expected to find nothing: ruff's lint rules ([tool.ruff]: pyflakes, pycodestyle, isort,
 # bugbear, pyupgrade, simplify, complexity at most 15) and ruff's formatter (check only) on
-# the whole project, and mypy in strict mode on the package ([tool.mypy]).
+# the whole project, mypy in strict mode on the package ([tool.mypy]), the options table of
+# docs/options.md against the option registry, and the documentation site (mkdocs.yml,
+# docs/) built with every warning an error.
 # Usage: bash scripts/check.sh   (PYTHON=... to use another interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,3 +12,7 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m ruff check .
 "$PYTHON" -m ruff format --check .
 "$PYTHON" -m mypy
+"$PYTHON" scripts/options_table.py --check
+site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
+NO_MKDOCS_2_WARNING=1 "$PYTHON" -m mkdocs build --strict --quiet --site-dir "$site"

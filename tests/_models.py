@@ -427,3 +427,137 @@ def ensure_saved_kind(directory: Path, kind: str) -> Path:
     """:func:`ensure_saved_model` for a model of another kind (``<kind>.keras``), trained
     once per session under the same file lock."""
     return _ensure_saved(directory, kind, lambda: train_kind(kind))
+
+
+# ----------------------------------------------------------------------------- PyTorch twins
+
+TWIN_KINDS = ("mnist", "cifar", "dave2", "chauffeur")
+
+
+def torch_kind(kind: str) -> Any:
+    """The untrained ``torch.nn.Module`` twin of the paper's subject ``kind``: the same
+    layers as :func:`build_kind`'s, channels first (inputs ``(n, c, h, w)``; Chauffeur's
+    ``(n, t, c, h, w)``), so that :func:`copy_into_twin` gives it the Keras model's numbers.
+    Keras' ``padding="same"`` with stride 2 pads one more row and column at the end than
+    at the start: an explicit ``ZeroPad2d`` before those convolutions. torch is imported
+    here only."""
+    from torch import nn
+
+    if kind == "mnist":
+        return nn.Sequential(
+            nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 10), nn.Softmax(dim=1),
+        )  # fmt: skip
+    if kind == "cifar":
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Dropout(0.25), nn.Linear(256, 32), nn.ReLU(), nn.Linear(32, 10), nn.Softmax(dim=1),
+        )  # fmt: skip
+    if kind == "dave2":
+        return nn.Sequential(
+            nn.ZeroPad2d((1, 2, 1, 2)), nn.Conv2d(3, 6, 5, stride=2), nn.ReLU(),
+            nn.ZeroPad2d((1, 2, 1, 2)), nn.Conv2d(6, 8, 5, stride=2), nn.ReLU(),
+            nn.ZeroPad2d((1, 2, 1, 2)), nn.Conv2d(8, 12, 5, stride=2), nn.ReLU(),
+            nn.Conv2d(12, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+            nn.Flatten(), nn.Linear(512, 100), nn.ReLU(), nn.Linear(100, 50), nn.ReLU(), nn.Linear(50, 10),
+            nn.ReLU(), nn.Linear(10, 1),
+        )  # fmt: skip
+    if kind == "chauffeur":
+        return _chauffeur_twin()
+    raise KeyError(kind)
+
+
+def _chauffeur_twin() -> Any:
+    import torch
+    from torch import nn
+
+    class LastStep(nn.Module):
+        """The last step of a sequence: Keras' ``LSTM(return_sequences=False)`` output."""
+
+        def forward(self, seq: torch.Tensor) -> torch.Tensor:
+            return seq[:, -1]
+
+    class Chauffeur(nn.Module):
+        """Frames through one conv and pool (as Keras' ``TimeDistributed``), flattened in
+        Keras' ``(h, w, c)`` order, then two LSTMs; the layers are named as the Keras
+        model's where they are measured (``lstm1``, ``lstm2``, ``steering``)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.td_conv = nn.Conv2d(1, 8, 3)
+            self.td_act = nn.ReLU()
+            self.td_pool = nn.MaxPool2d(2)
+            self.lstm1 = nn.LSTM(392, 16, batch_first=True)
+            self.rnn2 = nn.LSTM(16, 8, batch_first=True)
+            self.lstm2 = LastStep()
+            self.steering = nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            n, t = x.shape[:2]
+            h = self.td_pool(self.td_act(self.td_conv(x.reshape(n * t, *x.shape[2:]))))
+            h = h.permute(0, 2, 3, 1).reshape(n, t, -1)
+            seq, _ = self.lstm1(h)
+            seq, _ = self.rnn2(seq)
+            out: torch.Tensor = self.steering(self.lstm2(seq))
+            return out
+
+    return Chauffeur()
+
+
+#: the layers both twins of Chauffeur measure (its frame convolution runs once per frame
+#: in PyTorch, n * t rows: not a layer of the per-input kind)
+CHAUFFEUR_LAYERS = {"sa": ["lstm2"], "coverage": ["lstm1", "lstm2", "steering"]}
+
+
+def copy_into_twin(keras_model: Any, module: Any) -> Any:
+    """The Keras model's weights into its :func:`torch_kind` twin, layer by layer in
+    order: a Conv2D kernel ``(kh, kw, in, out)`` to ``(out, in, kh, kw)``, a Dense kernel
+    transposed (its rows permuted from the ``(h, w, c)`` order of the Flatten before it to
+    PyTorch's ``(c, h, w)``), an LSTM's kernels transposed (both order their gates
+    i, f, c, o; Keras has one bias, PyTorch two: the second is zero). Returns the module
+    in ``eval()`` mode."""
+    import torch
+    from keras import layers as kl
+    from torch import nn
+
+    weighted = [m for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM))]
+    layers = [layer for layer in keras_model.layers if layer.get_weights()]
+    assert len(weighted) == len(layers), (len(weighted), len(layers))
+    flat: tuple[int, ...] | None = None
+    pairs = iter(zip(layers, weighted, strict=True))
+    for layer in keras_model.layers:
+        if isinstance(layer, kl.Flatten) and len(layer.input.shape) == 4:
+            flat = tuple(int(d) for d in layer.input.shape[1:])
+        if not layer.get_weights():
+            continue
+        _, m = next(pairs)
+        params = [np.asarray(w) for w in layer.get_weights()]
+        if isinstance(m, nn.LSTM):
+            kernel, recurrent, bias = params
+            new = {
+                "weight_ih_l0": kernel.T,
+                "weight_hh_l0": recurrent.T,
+                "bias_ih_l0": bias,
+                "bias_hh_l0": np.zeros_like(bias),
+            }
+        elif isinstance(m, nn.Conv2d):
+            new = {"weight": params[0].transpose(3, 2, 0, 1), "bias": params[1]}
+        else:
+            kernel = params[0]
+            if flat is not None and kernel.shape[0] == int(np.prod(flat)):
+                h, w, c = flat
+                kernel = kernel.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(kernel.shape[0], -1)
+            flat = None
+            new = {"weight": kernel.T, "bias": params[1]}
+        with torch.no_grad():
+            for name, value in new.items():
+                getattr(m, name).copy_(torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)))
+    return module.eval()
+
+
+def channels_first(x: np.ndarray) -> np.ndarray:
+    """Keras' channels-last inputs in PyTorch's layout: ``(n, h, w, c)`` to ``(n, c, h, w)``,
+    frames ``(n, t, h, w, c)`` to ``(n, t, c, h, w)``."""
+    axes = (0, 3, 1, 2) if x.ndim == 4 else (0, 1, 4, 2, 3)
+    return np.ascontiguousarray(x.transpose(axes))

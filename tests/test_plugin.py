@@ -886,7 +886,7 @@ def test_one_layer_list_parser_for_options_and_the_sadl_command():
 
 
 def test_the_documented_switch_quiets_tensorflows_start_up_lines():
-    """The README's switch for a quiet CI log holds on the TensorFlow this project locks:
+    """The switch for a quiet CI log (docs/ci.md) holds on the TensorFlow this project locks:
     without it TensorFlow prints its oneDNN and absl lines on stderr, with both variables
     it prints none (TF_CPP_MIN_LOG_LEVEL alone does not silence them on 2.21)."""
     code = "import keras, tensorflow as tf; print(float(tf.reduce_sum(tf.ones((2, 2)))))"
@@ -901,5 +901,5 @@ def test_the_documented_switch_quiets_tensorflows_start_up_lines():
         timeout=300,
     )
     assert loud.stdout.strip() == quiet.stdout.strip() == "4.0"
-    assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line the README talks about: update the README"
+    assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line docs/ci.md talks about: update docs/ci.md"
     assert quiet.stderr.strip() == "", quiet.stderr

@@ -111,7 +111,7 @@ def test_bad_strategy_and_budget():
 
 
 def test_coverage_fallback_ranks_by_lsa_whatever_the_order_of_the_metrics():
-    """Once every bucket is covered the rest are the most surprising by LSA (as the README
+    """Once every bucket is covered the rest are the most surprising by LSA (as docs/select.md
     says), not by whichever metric happens to come first in the bounds."""
     lsa = np.array([0.5, 0.5, 9.0, 1.0, 5.0])  # inputs 0 and 1 open the only buckets
     dsa = np.array([0.5, 0.5, 1.0, 9.0, 5.0])  # by DSA the fallback would take 3 first

@@ -23,7 +23,10 @@ in a forward pass and returned one tensor, in call order:
   its own (name it to measure its pre-activation output). An activation applied as a
   function (``F.relu`` in ``forward``) is no module: the module before it is measured
   before the activation;
-* SA: the last of the coverage layers before the one that produces the measured output.
+* SA: the last of the coverage layers before the one that produces the measured output;
+* a module whose output does not have one row per input (it runs on a reshaped batch:
+  a convolution applied to ``(n * t, c, h, w)`` frames, a time-major Transformer layer)
+  is no default, and naming it is an error: its rows are not inputs.
 
 Modules that hold modules (``nn.Sequential``, blocks of your own) can be named too; their
 output is their ``forward``'s.
@@ -244,6 +247,7 @@ class _Seen:
     order: int = -1
     shape: tuple[int | None, ...] | None = None  # without the batch axis
     structured: bool = False
+    per_input: bool = True  # one output row per input (not a reshaped batch: frames, time-major)
     layout: str = "last"  # "first" (channels-first) or "last"
     after: str | None = None  # the path of the module whose output was this one's input
 
@@ -319,7 +323,7 @@ class TorchTraceModel:
         self.jit: bool | None = False
         self.jit_mode = False
         self.compiled_passes = 0
-        self.input_names = ["input"]
+        self.input_names = positional_inputs(model)
         self._probed = False
 
     # -- structure ------------------------------------------------------------------------
@@ -381,9 +385,11 @@ class TorchTraceModel:
         if self._probed:
             return
         torch = import_torch()
-        first = x[:2] if hasattr(x, "shape") else x
-        if not isinstance(first, torch.Tensor):
-            first = self._to_tensor(np.asarray(first))
+        firsts = tuple(
+            t[:2] if isinstance(t, torch.Tensor) else self._to_tensor(np.asarray(t)[:2]) for t in self._parts(x)
+        )
+        first = firsts[0]
+        rows = int(first.shape[0])
         seen = {p: _Seen() for p in self._modules}
         produced: dict[int, str] = {}  # id(output tensor) -> the path of the module that gave it
         layouts: dict[int, str] = {}
@@ -404,6 +410,7 @@ class TorchTraceModel:
                     s.after = produced.get(id(src))
                 if single:
                     s.shape = (None,) + tuple(int(d) for d in main.shape[1:])
+                    s.per_input = main.dim() >= 1 and int(main.shape[0]) == rows
                     if _is_torch_class(module, _CHANNELS_FIRST):
                         layout = "first"
                     elif _is_torch_class(module, _ELEMENTWISE) and src is not None and id(src) in layouts:
@@ -422,10 +429,11 @@ class TorchTraceModel:
         handles = [m.register_forward_hook(hook(p)) for p, m in self._modules.items()]
         try:
             with torch.no_grad(), _eval_mode(self.model):
-                out = self.model(first)
+                out = self.model(*firsts)
         except Exception as exc:
+            shapes = ", ".join(str(tuple(t.shape)) for t in firsts)
             raise SadlModelError(
-                f"model {self.name!r} cannot be run on inputs of shape {tuple(first.shape)} "
+                f"model {self.name!r} cannot be run on inputs of shape {shapes} "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
                 "runs on a batch of its inputs"
             ) from None
@@ -443,7 +451,9 @@ class TorchTraceModel:
         self._seen = seen
         out_shape = tuple(measured.shape)
         self.input_shape: tuple[int | None, ...] = tuple(int(d) for d in first.shape[1:])
-        self.input_shapes = {"input": self.input_shape}
+        self.input_shapes: dict[str, tuple[int | None, ...]] = {
+            n: tuple(int(d) for d in t.shape[1:]) for n, t in zip(self.input_names, firsts, strict=True)
+        }
         self.input_dtype = str(first.dtype).replace("torch.", "")
         self._float_input = first.is_floating_point()
         self.classifier = (
@@ -503,6 +513,11 @@ class TorchTraceModel:
             )
         if s.structured or s.shape is None:
             raise SadlLayerError(f"module {path!r} returns several tensors; choose a module that returns one")
+        if not s.per_input:
+            raise SadlLayerError(
+                f"module {path!r} does not give one output row per input (it runs on a reshaped batch, such as "
+                "frames or a time-major sequence); choose a module whose output has the batch axis first"
+            )
 
     def _size(self, path: str) -> int:
         s = self._seen[path]
@@ -512,11 +527,14 @@ class TorchTraceModel:
         return int(shape[-1] or 0) if len(shape) >= 2 else 1
 
     def _ordered(self) -> list[str]:
-        """Leaf modules that ran once and returned one tensor, in call order."""
+        """Leaf modules that ran once and returned one tensor of one row per input, in call order."""
         leaves = [
             p
             for p, m in self._modules.items()
-            if not any(True for _ in m.children()) and self._seen[p].calls == 1 and not self._seen[p].structured
+            if not any(True for _ in m.children())
+            and self._seen[p].calls == 1
+            and not self._seen[p].structured
+            and self._seen[p].per_input
         ]
         return sorted(leaves, key=lambda p: self._seen[p].order)
 
@@ -629,6 +647,12 @@ class TorchTraceModel:
         if missing:
             raise SadlLayerError(f"modules {missing} did not run in this forward pass; choose modules that always run")
         taps = {p: to_numpy(captured[p]) for p in self._taps}
+        uneven = [p for p, t in taps.items() if len(t) != len(out)]
+        if uneven:
+            raise SadlLayerError(
+                f"modules {uneven} gave {len(taps[uneven[0]])} rows for {len(out)} inputs; choose modules whose "
+                "output has one row per input"
+            )
         sa_parts = [taps[p] for p in self.sa_layers]
         sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
         extrema = None
@@ -656,24 +680,49 @@ class TorchTraceModel:
 
     # -- inputs -------------------------------------------------------------------------------
 
-    def _first_batch(self, data: TrainingData) -> np.ndarray:
+    def _parts(self, x: Any) -> tuple[Any, ...]:
+        """The model's positional inputs of one batch, in ``forward``'s order: one array or
+        tensor, or a tuple/list (positional) or dict (by parameter name) for several."""
+        n = len(self.input_names)
+        if isinstance(x, dict):
+            missing = [name for name in self.input_names if name not in x]
+            if missing:
+                raise SadlDataError(
+                    f"inputs hold {sorted(x)}; the model's forward takes {', '.join(self.input_names)}: "
+                    "key them by forward's parameter names"
+                )
+            return tuple(x[name] for name in self.input_names)
+        parts = tuple(x) if isinstance(x, (tuple, list)) and n > 1 else (x,)
+        if len(parts) != n:
+            raise SadlDataError(
+                f"the model's forward takes {n} inputs ({', '.join(self.input_names)}), got {len(parts)}; "
+                "give one array or tensor per input"
+            )
+        return parts
+
+    def _first_batch(self, data: TrainingData) -> Any:
         for batch in data.batches(2):
-            return np.asarray(batch if not isinstance(batch, dict) else next(iter(batch.values())))
+            return batch if isinstance(batch, dict) else np.asarray(batch)
         raise SadlDataError(f"{data.source} is empty (0 inputs); give at least one input")
 
     def prepare(self, data: TrainingData) -> TrainingData:
-        """``data`` for this model (one input), its shape checked against the probed one
-        (the probe runs on its first rows when no input was seen yet)."""
-        bound = data.bind(["input"])
+        """``data`` for this model (one array, or a dict by ``forward``'s parameter names
+        for several positional inputs), its shapes checked against the probed ones (the
+        probe runs on its first rows when no input was seen yet)."""
+        bound = data.bind(self.input_names)
         if not self._probed:
             self._ensure_probed(self._first_batch(bound))
-        bound.check_shape(self.input_shape)
+        bound.check_shape(self.input_shape if len(self.input_names) == 1 else self.input_shapes)
         return bound
 
-    def _as_tensor(self, batch: Any, what: str, offset: int) -> Any:
-        a = np.asarray(batch)
-        check_batch(a, self.input_shape, what=what, offset=offset)
-        return self._to_tensor(a)
+    def _as_tensors(self, batch: Any, what: str, offset: int) -> tuple[Any, ...]:
+        out = []
+        for name, part in zip(self.input_names, self._parts(batch), strict=True):
+            a = np.asarray(part)
+            label = what if len(self.input_names) == 1 else f"{what} (input {name!r})"
+            check_batch(a, self.input_shapes[name], what=label, offset=offset)
+            out.append(self._to_tensor(a))
+        return tuple(out)
 
     def traces(
         self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
@@ -692,10 +741,10 @@ class TorchTraceModel:
         done = 0
         with torch.no_grad(), _eval_mode(self.model):
             for batch in data.batches(batch_size):
-                t = self._as_tensor(batch, what, done)
+                ts = self._as_tensors(batch, what, done)
                 captured: dict[str, Any] = {}
                 with self._hooked(captured):
-                    output = self.model(t)
+                    output = self.model(*ts)
                 parts.append(self._split(output, captured))
                 done += len(parts[-1])
                 if progress is not None:
@@ -710,34 +759,59 @@ class TorchTraceModel:
         return t.output, t
 
     def unrecordable(self, x: Any) -> str | None:
-        """Why ``model(x)`` cannot be recorded now (``None``: it can)."""
+        """Why ``model(x)`` (``x`` a tuple for several positional inputs) cannot be recorded
+        now (``None``: it can)."""
         torch = import_torch()
         compiler = getattr(torch, "compiler", None)
         if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
             return "model(x) was called while torch.compile traces it (no values to record)"
         if torch.jit.is_tracing() or torch.jit.is_scripting():
             return "model(x) was called while torch.jit traces it (no values to record)"
-        if not isinstance(x, torch.Tensor) and not isinstance(x, np.ndarray):
-            return "model(x) was called with something other than one tensor"
-        if isinstance(x, torch.Tensor) and type(x).__name__ in ("FakeTensor", "FunctionalTensor"):
+        parts = tuple(x) if isinstance(x, tuple) else (x,)
+        if any(not isinstance(p, (torch.Tensor, np.ndarray)) for p in parts):
+            return "model(x) was called with something other than one tensor per input"
+        if any(isinstance(p, torch.Tensor) and type(p).__name__ in ("FakeTensor", "FunctionalTensor") for p in parts):
             return "model(x) was called on symbolic tensors"
         if self.model.training:
             return "model(x) was called in train() mode (dropout and batch statistics on); call model.eval() to record"
         return None
 
-    def host(self, x: Any) -> np.ndarray:
-        """The inputs of a call as NumPy (what the recorder digests)."""
-        return to_numpy(x)
+    def host(self, x: Any) -> Any:
+        """The inputs of a call as NumPy (what the recorder digests): one array, or a dict
+        by ``forward``'s parameter names for several positional inputs (as the training
+        data is bound, so that the digests of both agree)."""
+        if len(self.input_names) == 1:
+            return to_numpy(x)
+        return {n: to_numpy(p) for n, p in zip(self.input_names, self._parts(x), strict=True)}
 
     def call_tensors(self, x: Any, *, forward: Any = None, training: bool = False) -> tuple[Any, Traces]:
-        """``forward(x)`` (default ``model(x)``) once, with the hooks on: the model's own
-        output (gradients flow when grad mode is on) and the traces of that pass."""
-        torch = import_torch()
-        self._ensure_probed(x if isinstance(x, torch.Tensor) else np.asarray(x))
-        if tuple(x.shape[1:]) != tuple(self.input_shape):
-            check_batch(np.zeros((1,) + tuple(x.shape[1:]), np.float32), self.input_shape, what="model(x)", offset=0)
+        """``forward(x)`` (default ``model(x)``; ``forward(*x)`` for a tuple of several
+        positional inputs) once, with the hooks on: the model's own output (gradients flow
+        when grad mode is on) and the traces of that pass."""
+        parts = self._parts(x)
+        self._ensure_probed(parts if len(parts) > 1 else parts[0])
+        for name, part in zip(self.input_names, parts, strict=True):
+            if tuple(part.shape[1:]) != tuple(self.input_shapes[name]):
+                what = "model(x)" if len(parts) == 1 else f"model(...) (input {name!r})"
+                check_batch(
+                    np.zeros((1,) + tuple(part.shape[1:]), np.float32), self.input_shapes[name], what=what, offset=0
+                )
         captured: dict[str, Any] = {}
         call = forward if forward is not None else self.model
         with self._hooked(captured):
-            output = call(x)
+            output = call(*parts)
         return output, self._split(output, captured)
+
+
+def positional_inputs(model: Any) -> list[str]:
+    """The names of the required positional parameters of ``model.forward`` when it takes
+    several (``forward(self, image, aux)`` -> ``["image", "aux"]``), else ``["input"]``."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C forward: one input
+        return ["input"]
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return names if len(names) > 1 else ["input"]

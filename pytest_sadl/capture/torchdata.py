@@ -60,34 +60,80 @@ def to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def arrays_from_torch_data(value: Any, source: str) -> tuple[np.ndarray, np.ndarray | None]:
+_LABELS = ("y", "label", "labels", "target", "targets")
+
+
+def _split_batch(batch: Any, source: str) -> tuple[Any, Any]:
+    """``(x, y)`` of one item or batch: ``x``, ``(x,)``, ``(x, y)`` or a dict with ``x``
+    (or one tensor per input name) and ``y``; ``x`` itself a tuple or list of tensors for
+    a model with several positional inputs (``((image, aux), y)``)."""
+    if isinstance(batch, dict):
+        y = next((batch[k] for k in _LABELS if k in batch), None)
+        if "x" in batch:
+            return batch["x"], y
+        return {str(k): v for k, v in batch.items() if k not in _LABELS}, y
+    if isinstance(batch, (tuple, list)):
+        if not batch or len(batch) > 2:
+            raise SadlDataError(
+                f"{source} yields {len(batch)} items per batch; yield x or (x, y), and ((x1, x2, ...), y) "
+                "for a model with several positional inputs"
+            )
+        return batch[0], (batch[1] if len(batch) == 2 else None)
+    return batch, None
+
+
+def _parts(x: Any) -> dict[str, Any] | list[Any] | None:
+    if isinstance(x, dict):
+        return x
+    if isinstance(x, (tuple, list)):
+        return list(x)
+    return None
+
+
+def arrays_from_torch_data(
+    value: Any, source: str
+) -> tuple[np.ndarray | list[np.ndarray] | dict[str, np.ndarray], np.ndarray | None]:
     """``(x, y)`` as NumPy from a ``Dataset`` (items ``x`` or ``(x, y)``) or a ``DataLoader``
     (batches ``x`` or ``(x, y)``), read once in the order it yields; ``y`` is ``None``
-    when no labels come with the inputs."""
+    when no labels come with the inputs. For several positional inputs ``x`` is a list of
+    arrays (items ``((x1, x2), y)``) or a dict by name (items ``{"image": ..., "y": ...}``)."""
     torch = import_torch()
     data = torch.utils.data
     loader = value if isinstance(value, data.DataLoader) else data.DataLoader(value, batch_size=256, shuffle=False)
-    xs: list[np.ndarray] = []
+    xs: list[Any] = []
     ys: list[np.ndarray] = []
     labelled: bool | None = None
     for batch in loader:
-        if isinstance(batch, dict):
-            batch = (batch["x"], batch.get("y")) if "x" in batch else batch
-        if isinstance(batch, (tuple, list)):
-            if not batch or len(batch) > 2:
-                raise SadlDataError(f"{source} yields {len(batch)} items per batch; yield x or (x, y)")
-            x, y = batch[0], (batch[1] if len(batch) == 2 else None)
-        else:
-            x, y = batch, None
-        if not hasattr(x, "shape"):
-            raise SadlDataError(f"{source} yields {type(x).__name__}, not tensors; yield x or (x, y) tensors")
+        x, y = _split_batch(batch, source)
+        parts = _parts(x)
+        each = list(parts.values()) if isinstance(parts, dict) else (parts if parts is not None else [x])
+        if not each or any(not hasattr(p, "shape") for p in each):
+            raise SadlDataError(
+                f"{source} yields {type(x).__name__}, not tensors; yield x or (x, y) tensors "
+                "(((x1, x2), y) for several inputs)"
+            )
         if labelled is None:
             labelled = y is not None
-        xs.append(to_numpy(x))
+        if isinstance(parts, dict):
+            xs.append({k: to_numpy(v) for k, v in parts.items()})
+        elif parts is not None:
+            xs.append([to_numpy(v) for v in parts])
+        else:
+            xs.append(to_numpy(x))
         if labelled and y is not None:
             ys.append(to_numpy(y))
     if not xs:
         raise SadlDataError(f"{source} is empty (0 inputs); give at least one input")
-    x_all = np.concatenate(xs)
     y_all = np.concatenate(ys) if labelled and len(ys) == len(xs) else None
-    return x_all, y_all
+    return _joined(xs, source), y_all
+
+
+def _joined(xs: list[Any], source: str) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
+    first = xs[0]
+    if any(type(b) is not type(first) or (not isinstance(b, np.ndarray) and len(b) != len(first)) for b in xs):
+        raise SadlDataError(f"{source} yields batches of different structure; yield the same inputs in every batch")
+    if isinstance(first, dict):
+        return {k: np.concatenate([b[k] for b in xs]) for k in first}
+    if isinstance(first, list):
+        return [np.concatenate([b[i] for b in xs]) for i in range(len(first))]
+    return np.concatenate(xs)

@@ -101,7 +101,9 @@ def _score_label(name: str) -> str:
     return "DeepGini" if name == "deepgini" else name.upper()
 
 
-def _gallery(chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None) -> str | None:
+def _gallery(
+    chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None, *, channels_first: bool = False
+) -> str | None:
     """A self-contained HTML page of the chosen inputs' thumbnails; ``None`` for non-images
     (and for a model with several inputs)."""
     from pytest_sadl.plugin.recorder import thumbnails
@@ -110,7 +112,7 @@ def _gallery(chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.nda
 
     if not isinstance(x, np.ndarray) or not len(chosen.indices):
         return None
-    thumbs = thumbnails(x[chosen.indices])
+    thumbs = thumbnails(x[chosen.indices], channels_first=channels_first)
     if thumbs is None:
         return None
     cells = []
@@ -150,9 +152,16 @@ def check_out_dir(out: str | os.PathLike[str]) -> Path:
 
 
 def write_selection(
-    out: str | os.PathLike[str], chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None
+    out: str | os.PathLike[str],
+    chosen: Selection,
+    x: Any,
+    scores: dict[str, np.ndarray],
+    y: np.ndarray | None,
+    *,
+    channels_first: bool = False,
 ) -> list[Path]:
-    """Write ``selection.json``, ``selected.npz`` and (images) ``index.html`` into ``out``.
+    """Write ``selection.json``, ``selected.npz`` and (images) ``index.html`` into ``out``
+    (``channels_first``: image inputs are PyTorch's ``(n, c, h, w)``).
 
     ``selected.npz`` holds the chosen inputs as ``x`` (or, for a model with several inputs,
     one array per input name, as a pool is given), their ``y`` when known and pool ``index``."""
@@ -175,7 +184,7 @@ def write_selection(
     with atomic_open(folder / "selected.npz") as fh:
         np.savez(fh, **arrays)
     written.append(folder / "selected.npz")
-    page = _gallery(chosen, x, scores, y)
+    page = _gallery(chosen, x, scores, y, channels_first=channels_first)
     if page is not None:
         written.append(atomic_write_text(folder / "index.html", page))
     return written
@@ -268,7 +277,9 @@ def cmd_select(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SadlConfigError(str(exc)) from None
     try:
-        written = write_selection(args.out, chosen, x, scores, y)
+        written = write_selection(
+            args.out, chosen, x, scores, y, channels_first=getattr(tm, "backend", None) == "torch"
+        )
     except OSError as exc:
         raise SadlConfigError(
             f"--out {args.out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory"

@@ -137,19 +137,24 @@ def input_digests(x: Any) -> np.ndarray | None:
     return out
 
 
-def thumbnails(x: Any) -> np.ndarray | None:
-    """uint8 thumbnails ``(n, h, w, c)`` of image-like inputs (``(n, h, w)``, ``(n, h, w, 1|3|4)``),
-    each min-max scaled on its own and strided down to at most ``THUMB_MAX`` pixels a side.
-    Of several inputs (a dict or list), the first image-like one."""
+def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
+    """uint8 thumbnails ``(n, h, w, c)`` of image-like inputs (``(n, h, w)``, ``(n, h, w, 1|3|4)``,
+    or with ``channels_first`` PyTorch's ``(n, 1|3|4, h, w)``), each min-max scaled on its
+    own and strided down to at most ``THUMB_MAX`` pixels a side. Of several inputs (a dict
+    or list), the first image-like one."""
     if isinstance(x, (dict, list, tuple)):
         parts = list(x.values()) if isinstance(x, dict) else list(x)
-        return next((t for t in map(thumbnails, parts) if t is not None), None)
+        return next((t for t in (thumbnails(p, channels_first=channels_first) for p in parts) if t is not None), None)
     try:
         arr = np.asarray(x)
     except Exception:
         return None
     if arr.dtype.kind not in "fiub" or arr.ndim not in (3, 4) or arr.shape[0] == 0:
         return None
+    if channels_first and arr.ndim == 4:
+        if arr.shape[1] not in (1, 3, 4):
+            return None
+        arr = arr.transpose(0, 2, 3, 1)
     if arr.ndim == 3:
         arr = arr[..., None]
     if arr.shape[-1] not in (1, 3, 4) or min(arr.shape[1:3]) < 2:
@@ -296,9 +301,10 @@ class Recorder:
 
     # -- recording ------------------------------------------------------------
 
-    def add(self, traces: Any, x: Any, record: TestRecord | None = None) -> None:
+    def add(self, traces: Any, x: Any, record: TestRecord | None = None, *, channels_first: bool = False) -> None:
         """Keep ``traces`` (a :class:`~pytest_sadl.capture.Traces`) for ``record`` (default:
-        the running test's)."""
+        the running test's); ``channels_first``: image inputs are ``(n, c, h, w)``, as a
+        native PyTorch model takes them."""
         rec = record if record is not None else self.current
         if rec is None:
             return
@@ -308,7 +314,7 @@ class Recorder:
         finite = np.isfinite(sa).all(axis=1)
         for c in coverage:
             finite &= np.isfinite(c).all(axis=1)
-        thumbs = thumbnails(x)
+        thumbs = thumbnails(x, channels_first=channels_first)
         pred = np.asarray(traces.pred)
         digests = input_digests(x)
         if digests is not None and len(digests) != len(sa):
@@ -358,10 +364,16 @@ class Recorder:
         tm = self.trace_model(model)
         with self._lock, self.paused():
             traces = tm.traces(x, batch_size=batch_size, what="sadl_record(x)")
-        self.add(traces, x, rec)
+        self.add(traces, x, rec, channels_first=getattr(tm, "backend", None) == "torch")
 
     def _attempt(
-        self, rec: TestRecord | None, x: Any, plain: Callable[[], Any], recorded: Callable[[], tuple[Any, Any]]
+        self,
+        rec: TestRecord | None,
+        x: Any,
+        plain: Callable[[], Any],
+        recorded: Callable[[], tuple[Any, Any]],
+        *,
+        channels_first: bool = False,
     ) -> Any:
         """One call of the recorded model: ``recorded()`` (the output and its traces, kept
         for ``rec``), or ``plain()`` where there is nothing to record or the plugin cannot
@@ -378,7 +390,7 @@ class Recorder:
             except Exception as exc:  # bad input, or one the trace model cannot take
                 failure = exc
             else:
-                self.add(traces, x, rec)
+                self.add(traces, x, rec, channels_first=channels_first)
                 return out
             with self.paused():  # outside the except block: the model's own error, unchained
                 out = plain()
@@ -589,13 +601,27 @@ class Recorder:
             rec = recorder.target()
             if rec is None:
                 return inner(*args, **kwargs)
-            x = args[0] if len(args) == 1 and not kwargs else None
-            why = "model(x) was called with several arguments or keywords" if x is None else tm.unrecordable(x)
+            n = len(tm.input_names)
+            x = None if kwargs or len(args) != n else (args[0] if n == 1 else tuple(args))
+            if x is None:
+                why = (
+                    "model(x) was called with several arguments or keywords"
+                    if n == 1
+                    else f"model(...) was called with keywords or other than its {n} positional inputs"
+                )
+            else:
+                why = tm.unrecordable(x)
             if why is not None:
                 recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
                 with recorder._lock, recorder.paused():
                     return inner(*args, **kwargs)
-            return recorder._attempt(rec, tm.host(x), lambda: inner(x), lambda: tm.call_tensors(x, forward=inner))
+            return recorder._attempt(
+                rec,
+                tm.host(x),
+                lambda: inner(*args),
+                lambda: tm.call_tensors(x, forward=inner),
+                channels_first=True,
+            )
 
         self.current = record
         object.__setattr__(model, "forward", forward)

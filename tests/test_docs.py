@@ -1,0 +1,77 @@
+"""The documentation: the options table follows the option registry, the README keeps the
+commands CI runs, and every page the README and the site name exists.
+
+The site's strict build itself (`mkdocs build --strict`) is in scripts/check.sh."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _options_table_script() -> Any:
+    spec = importlib.util.spec_from_file_location("options_table", ROOT / "scripts" / "options_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_options_table_is_the_registry() -> None:
+    """The committed table is what scripts/options_table.py writes from OPTIONS."""
+    script = _options_table_script()
+    page = script.PAGE.read_text(encoding="utf-8")
+    assert script.render(page) == page, "docs/options.md is stale: run python scripts/options_table.py"
+
+
+def test_every_option_has_a_row() -> None:
+    from pytest_sadl.plugin.options import _NEGATED, OPTIONS
+
+    page = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `(--[a-z-]+)", page, flags=re.M))
+    flags = {o.flag for o in OPTIONS} | {"--no-" + o.flag[2:] for o in OPTIONS if o.ini in _NEGATED}
+    assert rows == flags
+
+
+def test_a_changed_help_makes_the_table_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail: a help text changed in the registry is a different table."""
+    from dataclasses import replace
+
+    from pytest_sadl.plugin import options
+
+    script = _options_table_script()
+    page = script.PAGE.read_text(encoding="utf-8")
+    changed = (replace(options.OPTIONS[0], help="something else entirely"), *options.OPTIONS[1:])
+    monkeypatch.setattr(options, "OPTIONS", changed)
+    assert script.render(page) != page
+    assert "something else entirely" in script.render(page)
+
+
+def test_readme_gives_the_commands_ci_runs() -> None:
+    """The README's two commands: the example project, and exactly what .ci/run runs first."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    test_command = "bash scripts/bootstrap.sh && bash scripts/check.sh && bash scripts/test.sh"
+    assert test_command in readme
+    assert test_command in ci
+    assert "python3 -m pytest example_project --sadl-coverage" in readme
+
+
+def test_linked_pages_exist() -> None:
+    """Every relative link of the README and the pages' links to other pages resolve."""
+    for source in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = source.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", text):
+            assert (source.parent / target).exists(), f"{source.relative_to(ROOT)} links to missing {target}"
+
+
+def test_every_page_is_in_the_site() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f" {page.name}" in nav, f"docs/{page.name} is not in mkdocs.yml's nav"
