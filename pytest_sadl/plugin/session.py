@@ -15,6 +15,9 @@ do): without it none of these hooks exist. Each holds its own state; what they s
 from __future__ import annotations
 
 import contextlib
+import shutil
+import socket
+import tempfile
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -271,28 +274,42 @@ class SerialSession(RecordingSession):
 class ControllerSession(SerialSession):
     """A pytest-xdist controller: runs no test, hears the workers, measures at the end."""
 
+    def __init__(self, config: pytest.Config, options: SadlOptions, sources: Sources, outcome: Outcome) -> None:
+        super().__init__(config, options, sources, outcome)
+        self.spool: Path | None = None  # where collocated workers put each test's records
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Tell each worker where to put its records (see :mod:`~pytest_sadl.plugin.transport`)."""
+        if self.spool is None:
+            self.spool = Path(tempfile.mkdtemp(prefix="pytest-sadl-spool-"))
+        node.workerinput[transport.SPOOL_KEY] = str(self.spool)
+        node.workerinput[transport.HOST_KEY] = socket.gethostname()
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = transport.note(self.arrivals, report)
         if payload is None:
             return
         try:
-            self.recorder.merge(transport.unpack(payload))  # none for a test skipped before it recorded
-        except ValueError as exc:
+            records = transport.read_reference(payload, self.spool)
+        except (ValueError, OSError) as exc:
             self.outcome.warnings.append(f"pytest-sadl: {exc}")
             return
-        self.arrivals.received.add(report.nodeid)
+        if records is not None:  # None: they come at the worker's end
+            self.recorder.merge(records)  # none for a test skipped before it recorded
+            self.arrivals.received.add(report.nodeid)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """A worker ended; take what it sent at its end (``workeroutput``)."""
-        end = transport.node_down(self.arrivals, node, error)
-        if end is None:
-            return
         try:
-            records = transport.unpack(end.records)
+            end = transport.node_down(self.arrivals, node, error)
+            records = [] if end is None else transport.unpack(end.records)
         except ValueError as exc:
             self.outcome.warnings.append(f"pytest-sadl: {exc}")
-            records = []
+            return
+        if end is None:
+            return
         self.recorder.merge(records)
         self.arrivals.received.update(r.nodeid for r in records)
         if end.profile:
@@ -301,9 +318,20 @@ class ControllerSession(SerialSession):
         for warning in end.warnings:
             self.outcome.warn(warning)
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.spool is not None:
+            shutil.rmtree(self.spool, ignore_errors=True)
+
 
 class WorkerSession(RecordingSession):
     """A pytest-xdist worker: records, and sends its records to the controller."""
+
+    def __init__(self, config: pytest.Config, options: SadlOptions, sources: Sources, outcome: Outcome) -> None:
+        super().__init__(config, options, sources, outcome)
+        workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+        self.spool = transport.spool_for(workerinput, str(workerinput.get("workerid", "gw")))
+        self.pending: list[Any] = []  # records to send at the end (no spool, or it failed)
+        self.sent = 0
 
     def stop(self, exc: pytest.UsageError) -> None:
         """pytest.exit in a pytest-xdist worker is the controller's INTERNALERROR: the test
@@ -311,29 +339,42 @@ class WorkerSession(RecordingSession):
 
     def reported(self, item: pytest.Item, report: pytest.TestReport) -> None:
         # The controller learns that a test may record as it starts, and gets its records
-        # as it ends; a test skipped before recording sends none.
+        # (or where they are) as it ends; a test skipped before recording sends none.
         recording = may_record(item)
         if report.when == "setup" and recording:
             report.sadl_marked = True  # type: ignore[attr-defined]
         elif report.when == "teardown" and (recording or item.nodeid in self.recorder.records):
             rec = self.recorder.records.pop(item.nodeid, None)
-            report.sadl_record = transport.pack(self.recorder, [] if rec is None else [rec])  # type: ignore[attr-defined]
+            report.sadl_record = self.reference([] if rec is None else [rec])  # type: ignore[attr-defined]
+
+    def reference(self, records: list[Any]) -> dict[str, Any]:
+        self.sent += 1
+        spool = self.spool
+        if spool is not None and records:
+            try:
+                spool.mkdir(exist_ok=True)
+                return transport.reference(self.recorder, records, spool, self.sent)
+            except OSError:  # a full or vanished temporary folder: send them at the end
+                self.spool = None
+        self.pending.extend(records)
+        return transport.reference(self.recorder, records, None, self.sent)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if session.config.option.collectonly or exitstatus == pytest.ExitCode.INTERRUPTED or self.outcome.fatal:
             return
-        out = self.config.workeroutput  # type: ignore[attr-defined]
         sources = self.sources
-        out["sadl_warnings"] = list(self.recorder.messages)
-        out["sadl_model_from_fixture"] = sources.model_seen is not None and not sources.is_configured(
-            sources.model_seen
-        )
+        profile = None
         try:
             # Only the workers have a project fixture's model (or data): they build the profile
             # (once, under the cache's lock) and say where it is.
             profile = sources.worker_profile()
-            if profile is not None:
-                out["sadl_profile"] = profile
-        finally:  # what no test report carried (inputs recorded outside a test)
-            out["sadl"] = transport.pack(self.recorder, list(self.recorder.records.values()))
+        finally:  # the records no test report referred to a file for, and those made outside a test
+            seen = sources.model_seen
+            self.config.workeroutput["sadl"] = transport.worker_end(  # type: ignore[attr-defined]
+                self.recorder,
+                self.pending + list(self.recorder.records.values()),
+                list(self.recorder.messages),
+                profile,
+                seen is not None and not sources.is_configured(seen),
+            )
