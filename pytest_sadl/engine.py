@@ -10,10 +10,11 @@ group (Table VI) and the same "newly covered by this test" counts.
 Default bounds of LSC and DSC (when not configured) come from the training profile only,
 never from the inputs measured, so that runs compare: up to 1,000 training traces (those
 with the smallest row keys, a sample that depends on the inputs' content, not their
-order) are held out, scored against the rest, and with ``m`` and ``M`` the
-smallest and largest of their SA values, ``lower = min(0, m)`` and
-``upper = lower + 2 (M - lower)``. Held-out training data fills about the lower half of
-the buckets; the upper half is room for inputs more surprising than any of it.
+order) are held out, scored against the rest, and with ``m`` the smallest of their SA
+values and ``q`` their 99th percentile, ``lower = min(0, m)`` and
+``upper = lower + 2 (q - lower)`` (rule version 2, :func:`default_bounds`). Ordinary
+held-out training data fills about the lower half of the buckets; the upper half is room
+for inputs more surprising than it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,8 @@ import numpy as np
 from pytest_sadl import __version__
 from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
 from pytest_sadl.criteria.neurons import NeuronRanges
-from pytest_sadl.criteria.registry import CRITERIA, LABELS, NEURON, SA_LABELS, SURPRISE
-from pytest_sadl.criteria.shape import Batch, Setup
-from pytest_sadl.criteria.surprise import DSA, LSA, MDSA
+from pytest_sadl.criteria.registry import BY_NAME, COUNT, LABELS, NEURON, SA_LABELS, SCORES, SURPRISE, choose
+from pytest_sadl.criteria.shape import Batch, Setup, Training
 from pytest_sadl.plugin.recorder import TestRecord
 from pytest_sadl.results import Failure, Metric, Results, percent
 
@@ -43,7 +43,15 @@ if TYPE_CHECKING:  # the options are plain data; the engine itself imports no py
 
 TOP_INPUTS = 12
 HELD_OUT = 1000
-BOUNDS_RULE = "default: min(0, m) to min(0, m) + 2 (M - min(0, m)), m/M the min/max SA of held-out training traces"
+#: The version of the default SC bounds' rule. 1: ``upper = lower + 2 (max - lower)``, so
+#: one atypical held-out training input decided it; 2: the 99th percentile in place of
+#: the maximum (:data:`BOUNDS_QUANTILE`), which the top 1% of the held-out traces cannot move.
+BOUNDS_RULE_VERSION = 2
+BOUNDS_QUANTILE = 0.99
+BOUNDS_RULE = (
+    f"default v{BOUNDS_RULE_VERSION}: min(0, m) to min(0, m) + 2 (q - min(0, m)), m the min and q the 99th "
+    "percentile of the SA of held-out training traces"
+)
 
 
 @dataclass
@@ -54,49 +62,130 @@ class ProfileView:
     only (:func:`pytest_sadl.profile.fingerprint.row_keys`); the held-out sample is the traces
     with the smallest keys, so the same inputs in any order give the same bounds.
     ``held_out``: returns the held-out scores stored with the profile (computing and
-    storing them the first time), instead of :func:`held_out_scores` in every session.
+    storing them the first time), instead of :func:`held_out_sa` in every session.
+
+    The per-input surprise scores are set up when first needed, each by its criterion's
+    ``fit`` (:data:`~pytest_sadl.criteria.registry.SCORES`), on ``profile`` (made by
+    :meth:`of`); one that cannot be set up is in ``unavailable`` with its one-line reason,
+    and the others are still computed. A view made by hand (no ``profile``) may give a
+    scorer as the field of its key (``lsa``, ``dsa``, ``mdsa``; ``None``: it has none).
     """
 
-    lsa: LSA
-    dsa: DSA | None
+    lsa: Any  # LSA | None (None: set up from ``profile``)
+    dsa: Any
     ranges: NeuronRanges
     sa_traces: np.ndarray
     sa_pred: np.ndarray | None
     var_threshold: float
     row_keys: np.ndarray | None = None
-    held_out: Callable[[], dict[str, np.ndarray]] | None = None
-    mdsa: MDSA | None = None
+    held_out: Callable[..., dict[str, np.ndarray]] | None = None
+    mdsa: Any = None
     near_singular: str = "drop"
+    profile: Any = None
+    #: the metrics of the run (``--sadl-metrics``); ``None``: the default ones
+    metrics: tuple[str, ...] | None = None
+    options: Any = None  # the run's SadlOptions, for a criterion's own parameters
+    sa_layers: list[str] = field(default_factory=list)
+    #: score key -> why it cannot be set up on this profile
+    unavailable: dict[str, str] = field(default_factory=dict)
+    _fitted: dict[str, Any] = field(default_factory=dict, repr=False)
+    var_rule: str = "class"
 
     @classmethod
-    def of(cls, profile: Any) -> ProfileView:
+    def of(cls, profile: Any, metrics: Sequence[str] | None = None, options: Any = None) -> ProfileView:
         view = cls(
-            lsa=profile.lsa(),
-            dsa=profile.dsa(),
+            lsa=None,
+            dsa=None,
             ranges=profile.ranges,
             sa_traces=profile.sa_traces,
             sa_pred=profile.sa_pred if profile.classifier else None,
             var_threshold=profile.options.var_threshold,
             row_keys=getattr(profile, "row_keys", None),
-            mdsa=profile.mdsa(),
             near_singular=profile.options.lsa_near_singular,
+            profile=profile,
+            metrics=None if metrics is None else tuple(metrics),
+            options=options,
+            sa_layers=list(getattr(profile, "sa_layers", [])),
+            var_rule=profile.options.var_rule,
         )
-        view.held_out = lambda: stored_held_out_sa(profile, lambda: view)
+        view.held_out = lambda keys=None, errors=None: stored_held_out_sa(profile, lambda: view, keys, errors)
         return view
 
+    @property
+    def classifier(self) -> bool:
+        return self.sa_pred is not None
+
+    def chosen(self) -> tuple[str, ...]:
+        """The metrics of the run, in report order."""
+        return choose(self.metrics)
+
+    def score_keys(self) -> list[str]:
+        """The per-input scores the run's metrics need, in report order (``"lsa"``...)."""
+        return score_keys(self.chosen())
+
+    def scorer(self, key: str) -> Any:
+        """The set-up scorer of ``key``; ``None`` when it does not apply (DSA of a
+        regression model) or cannot be set up (then ``unavailable[key]`` says why)."""
+        if key not in self._fitted:
+            self._fitted[key] = self._fit(key)
+        return self._fitted[key]
+
+    def _fit(self, key: str) -> Any:
+        given = getattr(self, key, None) if key in _GIVEN else None
+        if given is not None or (self.profile is None and key in _GIVEN):
+            return given
+        training = Training(
+            self.sa_traces,
+            self.sa_pred,
+            self.var_threshold,
+            self.near_singular,
+            self.options,
+            self.profile,
+            var_rule=self.var_rule,
+        )
+        criterion = SCORES[key]
+        assert criterion.fit is not None  # SCORES holds only criteria with a fit
+        try:
+            return criterion.fit(training)
+        except ValueError as exc:  # this measure only: the others are still computed
+            where = f" on SA layers {self.sa_layers}" if self.sa_layers else ""
+            self.unavailable[key] = f"{SA_LABELS[key]} cannot be set up{where}: {' '.join(str(exc).split())}"
+            return None
+
     def scorers(self) -> dict[str, Any]:
-        """The surprise measures this profile has, by results key (``"lsa"``, ``"dsa"``, ``"mdsa"``)."""
-        out = {"lsa": self.lsa, "dsa": self.dsa, "mdsa": self.mdsa}
+        """The surprise measures the run's metrics need that this profile has, by results key."""
+        out = {key: self.scorer(key) for key in self.score_keys()}
         return {k: v for k, v in out.items() if v is not None}
 
     def score(self, sa: np.ndarray, pred: np.ndarray) -> dict[str, np.ndarray]:
         """Every surprise measure of traces ``sa`` (``pred``: predicted classes; ignored for a
         regression model), by results key; DSA only for a classifier."""
-        classes = pred if self.dsa is not None else None
+        classes = pred if self.classifier else None
         out = {}
         for key, scorer in self.scorers().items():
             out[key] = scorer(sa, classes) if len(sa) else np.zeros(0)
         return out
+
+
+#: the scorers a view made by hand may give as fields
+_GIVEN = frozenset({"lsa", "dsa", "mdsa"})
+
+
+def score_keys(metrics: Sequence[str]) -> list[str]:
+    """The per-input scores ``metrics`` need, in report order."""
+    keys = (BY_NAME[m].sa for m in metrics if BY_NAME[m].sa in SCORES)
+    return [k for k in dict.fromkeys(keys) if k is not None]
+
+
+def _pass_on(caught: list[warnings.WarningMessage], notes: list[str]) -> None:
+    """pytest-sadl's own warnings become lines of the reports; others are warned again."""
+    from pytest_sadl.errors import SadlWarning
+
+    for w in caught:
+        if issubclass(w.category, SadlWarning):
+            notes.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def held_out_sample(n: int, row_keys: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
@@ -115,33 +204,54 @@ def held_out_sample(n: int, row_keys: np.ndarray | None = None, seed: int = 0) -
 def held_out_scores(view: ProfileView, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
     """LSA and DSA of up to ``HELD_OUT`` training traces scored against the others.
 
-    Raises ``ValueError`` when the remaining traces cannot make an LSA/DSA (a tiny class)."""
-    held = held_out_sa(view, seed)
+    Raises ``ValueError`` when the remaining traces cannot make an LSA (a tiny class)."""
+    errors: dict[str, str] = {}
+    held = held_out_sa(view, seed, ["lsa", "dsa"], errors)
+    if "lsa" not in held:
+        raise ValueError(errors.get("lsa", "LSA is not available"))
     return held["lsa"], held.get("dsa")
 
 
-def held_out_sa(view: ProfileView, seed: int = 0) -> dict[str, np.ndarray]:
+def held_out_keys(view: ProfileView) -> list[str]:
+    """The scores whose default bounds the held-out traces give: those of the run's
+    metrics that are set up on the whole training set."""
+    return [k for k in view.score_keys() if view.scorer(k) is not None]
+
+
+def held_out_sa(
+    view: ProfileView, seed: int = 0, keys: Sequence[str] | None = None, errors: dict[str, str] | None = None
+) -> dict[str, np.ndarray]:
     """Each surprise measure of up to ``HELD_OUT`` training traces scored against the others
-    (the default SC bounds' data), by results key."""
+    (the default SC bounds' data), by results key; ``keys``: which (default
+    :func:`held_out_keys`). A measure that cannot be set up on the rest (a tiny class) is
+    left out, its reason in ``errors``."""
+    keys = held_out_keys(view) if keys is None else list(keys)
     x, pred = view.sa_traces, view.sa_pred
     probe = held_out_sample(len(x), view.row_keys, seed)
+    out = {}
     with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="sadl-heldout-") as scratch:
         warnings.simplefilter("ignore")
         rest = _rows(x, ~probe, Path(scratch))
-        lsa = LSA(
+        training = Training(
             rest,
             None if pred is None else pred[~probe],
-            var_threshold=view.var_threshold,
-            near_singular=view.near_singular,
+            view.var_threshold,
+            view.near_singular,
+            view.options,
+            var_rule=view.var_rule,
         )
-        lsa_scores = lsa(x[probe], None if pred is None else pred[probe])
-        out = {"lsa": lsa_scores}
-        if view.dsa is not None and pred is not None:
-            out["dsa"] = DSA(rest, pred[~probe])(x[probe], pred[probe])
-        if view.mdsa is not None:
-            mdsa = MDSA(rest, None if pred is None else pred[~probe], var_threshold=view.var_threshold)
-            out["mdsa"] = mdsa(x[probe], None if pred is None else pred[probe])
-        del lsa, rest
+        for key in keys:
+            fit = SCORES[key].fit
+            assert fit is not None
+            try:
+                scorer = fit(training)
+                if scorer is not None:
+                    out[key] = scorer(x[probe], None if pred is None else pred[probe])
+            except ValueError as exc:
+                if errors is not None:
+                    errors[key] = str(exc)
+            scorer = None  # one set-up in memory at a time
+        del rest, training
     return out
 
 
@@ -170,31 +280,59 @@ def _rows(x: np.ndarray, keep: np.ndarray, scratch: Path) -> np.ndarray:
     return mapped
 
 
-def stored_held_out_sa(profile: Any, view: Callable[[], ProfileView]) -> dict[str, np.ndarray]:
+def stored_held_out_sa(
+    profile: Any,
+    view: Callable[[], ProfileView],
+    keys: Sequence[str] | None = None,
+    errors: dict[str, str] | None = None,
+) -> dict[str, np.ndarray]:
     """:func:`held_out_sa` kept in the profile (``profile.cached_array``): computed once
-    per profile (on ``view()``, made only then), loaded by every later session."""
+    per profile (on ``view()``, made only then), loaded by every later session. ``keys``:
+    which scores (default :func:`held_out_keys`); one that cannot be set up on the rest
+    is left out, its reason in ``errors``."""
     computed: list[dict[str, np.ndarray]] = []
+    failed: dict[str, str] = {} if errors is None else errors
+    wanted = held_out_keys(view()) if keys is None else list(keys)
 
-    def scores() -> dict[str, np.ndarray]:
+    def scores(key: str) -> np.ndarray:
         if not computed:
-            computed.append(held_out_sa(view()))
-        return computed[0]
+            # the first one not stored: this and every later one (a new profile has none yet)
+            computed.append(held_out_sa(view(), keys=wanted[wanted.index(key) :], errors=failed))
+        if key not in computed[0]:
+            raise ValueError(failed.get(key, f"{key} has no held-out scores"))
+        return computed[0][key]
 
-    keys = ["lsa", "dsa", "mdsa"] if profile.classifier else ["lsa", "mdsa"]
-    return {key: profile.cached_array(f"heldout-{key}-{HELD_OUT}", lambda key=key: scores()[key]) for key in keys}
+    out = {}
+    for key in wanted:
+        try:
+            out[key] = profile.cached_array(_held_out_name(key, view().options), lambda key=key: scores(key))
+        except ValueError as exc:
+            failed.setdefault(key, str(exc))
+    return out
 
 
-def _held_out(view: ProfileView) -> dict[str, np.ndarray]:
-    """The held-out scores: stored with the profile when the view has one, else computed."""
-    return view.held_out() if view.held_out is not None else held_out_sa(view)
+def _held_out_name(key: str, options: Any = None) -> str:
+    """The stored name of a score's held-out values: with the options it depends on
+    (``Criterion.params``: ``heldout-mlsa-k3-1000``)."""
+    params = SCORES[key].params if key in SCORES else None
+    tag = f"-{params(options)}" if params is not None else ""
+    return f"heldout-{key}{tag}-{HELD_OUT}"
+
+
+def _held_out(view: ProfileView, keys: Sequence[str], errors: dict[str, str]) -> dict[str, np.ndarray]:
+    """The held-out scores of ``keys``: stored with the profile when the view has one, else computed."""
+    if view.held_out is not None:
+        return view.held_out(keys, errors)
+    return held_out_sa(view, keys=keys, errors=errors)
 
 
 def default_sc_bounds(view: ProfileView, options: SadlOptions | None = None) -> dict[str, tuple[float, float, int]]:
     """Each surprise coverage's (lower, upper, buckets): configured where ``options`` sets
     them, else from the held-out training traces (:func:`default_bounds`), as a run uses."""
-    held = _held_out(view)
+    held = _held_out(view, held_out_keys(view), {})
     out = {}
-    for metric, key in SURPRISE.items():
+    for metric in view.chosen():
+        key = SURPRISE.get(metric)
         if key not in held:
             continue
         cfg = getattr(options, metric, None)
@@ -207,40 +345,52 @@ def default_sc_bounds(view: ProfileView, options: SadlOptions | None = None) -> 
 
 
 def default_bounds(scores: np.ndarray) -> tuple[float, float]:
+    """The default SC bounds (rule version :data:`BOUNDS_RULE_VERSION`) from held-out SA:
+    ``lower = min(0, m)`` and ``upper = lower + 2 (q - lower)``, ``m`` the smallest finite
+    score and ``q`` the :data:`BOUNDS_QUANTILE` quantile (linear interpolation, NumPy's
+    default). Why the quantile and not the maximum (version 1): one atypical training
+    input in the held-out sample (an LSA of ~68,000 on the example project, where 99% are
+    at most 424) made the upper bound ~137,000, every input fell into the lowest buckets
+    and LSC stayed near 1% for every group; the 99th percentile ignores the top 1% (up to
+    9 of the 1,000 held-out traces: one more reaches it), and doubling it keeps the room above the ordinary
+    training data for inputs more surprising than it. Held-out traces above the bound
+    count for no bucket, as any input there. Measured in ``benchmarks/sc_bounds.py``."""
     finite = scores[np.isfinite(scores)]
     if finite.size == 0:
         return 0.0, 1.0
     lower = min(0.0, float(finite.min()))
-    upper = lower + 2.0 * (float(finite.max()) - lower)
+    upper = lower + 2.0 * (float(np.quantile(finite, BOUNDS_QUANTILE)) - lower)
     if upper <= lower:
         upper = lower + 1.0
     return lower, upper
 
 
-#: A default upper bound set by held-out traces this many times farther above the lower
-#: bound than the 99th percentile of the rest is dominated by outliers: said in a note.
+#: A default upper bound this many times farther above the lower bound than the rule
+#: applied to the 90th percentile would put it is dominated by a tail of outliers (more
+#: than 1% of the held-out traces far above the rest): said in a note.
 OUTLIER_SPREAD = 10.0
-#: Fewer held-out scores than this cannot tell a few outliers from the tail.
+OUTLIER_QUANTILE = 0.9
+#: Fewer held-out scores than this cannot tell outliers from the tail.
 OUTLIER_MIN_SCORES = 100
 
 
 def outlier_bound_note(metric: str, scores: np.ndarray, lower: float | None = None) -> str | None:
-    """A note when the default upper bound of ``metric`` (``"lsc"``...) comes from a few
+    """A note when the default upper bound of ``metric`` (``"lsc"``...) still comes from
     held-out training traces far above the rest, so that nearly every input would fall
     into the lowest buckets and the coverage barely move; ``None`` otherwise.
 
-    The rule :func:`default_bounds` documents takes the largest held-out SA; one atypical
-    training input (an LSA of 65,600 where 99% are below 1,000) then sets the bound. The
-    note names the option to pin and a bound by the same rule from the 99th percentile.
-    ``lower``: the lower bound in use when it is configured (the note then suggests only
-    the upper one). It needs :data:`OUTLIER_MIN_SCORES` held-out scores (a training set of
-    about ten times as many inputs): below that the 99th percentile is the maximum's."""
+    The rule of :func:`default_bounds` ignores the top 1% of the held-out SA; more
+    atypical training inputs than that (a tail of over 1% far above the rest) still set
+    it. The note names the option to pin and a bound by the same rule from the 90th
+    percentile. ``lower``: the lower bound in use when it is configured (the note then
+    suggests only the upper one). It needs :data:`OUTLIER_MIN_SCORES` held-out scores (a
+    training set of about ten times as many inputs)."""
     finite = scores[np.isfinite(scores)]
     if finite.size < OUTLIER_MIN_SCORES:
         return None
     default_lower, upper = default_bounds(finite)
     low = default_lower if lower is None else float(lower)
-    q = float(np.quantile(finite, 0.99))
+    q = float(np.quantile(finite, OUTLIER_QUANTILE))
     if q <= low or (upper - low) <= OUTLIER_SPREAD * 2.0 * (q - low):
         return None
     suggested = low + 2.0 * (q - low)
@@ -248,8 +398,8 @@ def outlier_bound_note(metric: str, scores: np.ndarray, lower: float | None = No
     if lower is None:  # rounded down, so that no held-out score falls below it
         hint += f" (and sadl_{metric}_lower = {math.floor(low * 100) / 100:g})"
     return (
-        f"default {LABELS[metric]} upper bound {upper:,.4g} comes from a few held-out training traces far above "
-        f"the rest (99% are at most {q:,.4g}): most inputs will fall into its lowest buckets and {LABELS[metric]} "
+        f"default {LABELS[metric]} upper bound {upper:,.4g} comes from held-out training traces far above "
+        f"the rest (90% are at most {q:,.4g}): most inputs will fall into its lowest buckets and {LABELS[metric]} "
         f"will barely move; pin the bounds, e.g. {hint}"
     )
 
@@ -273,20 +423,27 @@ def _image(thumb: np.ndarray) -> dict[str, Any]:
 
 
 class _Criteria:
-    """Every criterion of the registry, made for this run (``None`` where the profile
-    cannot give what one needs: DSC of a regression model), updated together."""
+    """The run's criteria (``names``, in report order), made for this run and updated
+    together. ``None`` where the profile cannot give what one needs (DSC of a regression
+    model, a score that cannot be set up); a criterion whose ``make`` raises
+    ``ValueError`` is not available, its reason in ``unavailable``."""
 
-    def __init__(self, setup: Setup):
+    def __init__(self, setup: Setup, names: Sequence[str]):
         self.setup = setup
-        self.made: dict[str, Any] = {c.name: c.make(setup) for c in CRITERIA}
+        self.names = tuple(names)
+        self.unavailable: dict[str, str] = {}
+        self.made: dict[str, Any] = {}
+        for name in self.names:
+            try:
+                self.made[name] = BY_NAME[name].make(setup)
+            except ValueError as exc:
+                self.made[name] = None
+                self.unavailable[name] = f"{LABELS[name]} cannot be set up: {' '.join(str(exc).split())}"
 
     def fresh(self) -> _Criteria:
-        return _Criteria(self.setup)
+        return _Criteria(self.setup, self.names)
 
-    def update(
-        self, scores: dict[str, np.ndarray], layers: list[np.ndarray], extrema: list[Any] | None
-    ) -> dict[str, int]:
-        batch = Batch(scores, layers, list(extrema) if extrema is not None else [None] * len(layers))
+    def update(self, batch: Batch) -> dict[str, int]:
         return {name: cov.update(batch) for name, cov in self.made.items() if cov is not None}
 
     def values(self) -> dict[str, float | None]:
@@ -295,36 +452,34 @@ class _Criteria:
 
 def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n_inputs: int) -> list[Failure]:
     """One failure per metric below its threshold, judged on the same two-decimal
-    percentage the message prints."""
+    percentage the message prints; a threshold on a metric that is not available fails
+    with the reason."""
     failures = []
     for name, threshold in thresholds.items():
         label = LABELS[name]
         flag = f"--sadl-fail-under={name}:{threshold:g}"
         metric = metrics.get(name)
         if n_inputs == 0:
-            failures.append(
-                Failure(
-                    name,
-                    None,
-                    threshold,
-                    f"{label}: no inputs were recorded, so {flag} cannot be met (mark the tests that feed the model with @pytest.mark.sadl)",
-                )
+            message = (
+                f"{label}: no inputs were recorded, so {flag} cannot be met "
+                "(mark the tests that feed the model with @pytest.mark.sadl)"
             )
+        elif metric is not None and metric.reason:
+            message = f"{label} is not available, so {flag} cannot be met: {metric.reason}"
         elif metric is None or not metric.applicable:
-            failures.append(
-                Failure(
-                    name,
-                    None,
-                    threshold,
-                    f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under",
-                )
-            )
+            message = f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under"
         else:
-            value = percent(metric.value)
+            # a coverage is judged in percent; a count criterion (TKNP, NLC, CC) by its number
+            value = None if metric.value is None else round(metric.value, 2) if name in COUNT else percent(metric.value)
+            unit = "" if name in COUNT else "%"
             if value is not None and value < threshold:
                 failures.append(
-                    Failure(name, value, threshold, f"{label} {value:.2f}% is below {flag} ({threshold:.2f}%)")
+                    Failure(
+                        name, value, threshold, f"{label} {value:.2f}{unit} is below {flag} ({threshold:.2f}{unit})"
+                    )
                 )
+            continue
+        failures.append(Failure(name, None, threshold, message))
     return failures
 
 
@@ -338,125 +493,153 @@ def ordered(records: Sequence[TestRecord], groups: Sequence[str] = ()) -> tuple[
     return by_id, first + [g for g in present if g not in first]
 
 
-def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds (held-out defaults and notes), the joined batches, the per-test rows and the per-group rows
-    view: ProfileView,
-    records: Sequence[TestRecord],
-    options: SadlOptions,
-    model_info: dict[str, Any],
-    warnings_seen: Sequence[str] = (),
-) -> Results:
-    """The results of a session: overall, per group (alone and cumulatively, Table VI),
-    per test, per input, per layer; tests and groups in the order :func:`ordered` defines.
+@dataclass
+class ScBounds:
+    """The surprise coverages' bounds of a run: ``specs`` (lower, upper, buckets) and the
+    rule each came from, by metric name (only those whose score is set up), and the
+    notes for the reports (a held-out scoring that failed, an outlier bound)."""
 
-    A stale record (its test ended on a model that had changed since the profile's was
-    bound: ``fit``, ``set_weights``) counts in no metric, group or test row: it is listed
-    in ``Results.stale`` with its inputs, as if those inputs had never been fed."""
-    stale = [
-        {"nodeid": r.nodeid, "group": r.group, "outcome": r.outcome, "inputs": r.n_inputs}
-        for r in ordered([r for r in records if r.stale])[0]
-    ]
-    records, group_names = ordered([r for r in records if not r.stale], options.groups)
-    classifier = view.dsa is not None
-    messages: list[str] = list(warnings_seen)
-    scorers = view.scorers()
-    sc_options = {m: _sc_options(options, m) for m in SURPRISE}
+    specs: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    rules: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
-    bounds_needed = any(
-        b is None for m, key in SURPRISE.items() if key in scorers for b in (sc_options[m].lower, sc_options[m].upper)
-    )
-    held: dict[str, np.ndarray] = {}
-    if bounds_needed:
-        try:
+    @classmethod
+    def of(cls, view: ProfileView, options: SadlOptions, metrics: Sequence[str]) -> ScBounds:
+        """Configured bounds where ``options`` sets them; the others from the held-out
+        training traces, scored only for the metrics that need them."""
+        out = cls()
+        chosen = {m: SURPRISE[m] for m in metrics if m in SURPRISE and view.scorer(SURPRISE[m]) is not None}
+        configs = {m: _sc_options(options, m) for m in chosen}
+        needed = [key for m, key in chosen.items() if configs[m].lower is None or configs[m].upper is None]
+        errors: dict[str, str] = {}
+        held: dict[str, np.ndarray] = {}
+        if needed:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                held = _held_out(view)
-        except ValueError as exc:  # the training set minus the held-out traces is too small
-            messages.append(f"default SC bounds: held-out scoring failed ({exc}); using (0, 1]: configure the bounds")
-
-    def bounds(cfg: Any, held: np.ndarray | None) -> tuple[tuple[float, float, int], str]:
-        lo_d, up_d = default_bounds(held) if held is not None else (0.0, 1.0)
-        lower = cfg.lower if cfg.lower is not None else lo_d
-        upper = cfg.upper if cfg.upper is not None else up_d
-        if cfg.lower is not None and cfg.upper is None and upper <= lower:
-            upper = lower + abs(lower) + 1.0
-        if cfg.upper is not None and cfg.lower is None and lower >= upper:
-            lower = min(0.0, upper - 1.0)
-        rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
-        return (float(lower), float(upper), int(cfg.buckets)), rule
-
-    specs: dict[str, tuple[float, float, int]] = {}
-    rules: dict[str, str] = {}
-    for metric, key in SURPRISE.items():
-        if key in scorers:
-            specs[metric], rules[metric] = bounds(sc_options[metric], held.get(key))
-            cfg = sc_options[metric]
+                held = _held_out(view, list(dict.fromkeys(needed)), errors)
+        for metric, key in chosen.items():
+            cfg = configs[metric]
+            if key in errors:  # the training set minus the held-out traces is too small
+                out.notes.append(
+                    f"default {LABELS[metric]} bounds: held-out scoring failed ({errors[key]}); "
+                    "using (0, 1]: configure the bounds"
+                )
+                errors.pop(key)
+            out.specs[metric], out.rules[metric] = _bounds(cfg, held.get(key))
             note = outlier_bound_note(metric, held[key], cfg.lower) if key in held and cfg.upper is None else None
             if note:
-                messages.append(note)
-    total = _Criteria(Setup(view.ranges, options, bounds=specs))
+                out.notes.append(note)
+        return out
 
-    # Per-input SA, all at once (the engine is vectorised over inputs).
-    batches = [(t, b) for t, rec in enumerate(records) for b in rec.batches]
-    if batches:
-        sa = np.concatenate([b.sa for _, b in batches]).astype(np.float64)
-        pred = np.concatenate([b.pred for _, b in batches])
-        n_layers = len(view.ranges.sizes)
-        layers = [np.concatenate([b.coverage[i] for _, b in batches]) for i in range(n_layers)]
-        extrema: list[Any] = [_joined_extrema([b for _, b in batches], i) for i in range(n_layers)]
-        owner = np.concatenate([np.full(len(b), t) for t, b in batches])
-        digests = _joined([b for _, b in batches], "digests")
-        outputs = _joined([b for _, b in batches], "output")
-    else:
-        sa = np.zeros((0, view.sa_traces.shape[1]))
-        pred = np.zeros(0, dtype=np.int64)
-        layers = [np.zeros((0, s)) for s in view.ranges.sizes]
-        extrema = [None] * len(view.ranges.sizes)
-        owner = np.zeros(0, dtype=np.int64)
-        digests = outputs = None
 
-    def part(rows: np.ndarray) -> tuple[Any, ...]:
-        return (
-            {k: v[rows] for k, v in scores.items()},
-            [a[rows] for a in layers],
-            [None if e is None else (e[0][rows], e[1][rows]) for e in extrema],
+def _bounds(cfg: Any, held: np.ndarray | None) -> tuple[tuple[float, float, int], str]:
+    """One surprise coverage's bounds: the configured ones, the others by the default rule."""
+    lo_d, up_d = default_bounds(held) if held is not None else (0.0, 1.0)
+    lower = cfg.lower if cfg.lower is not None else lo_d
+    upper = cfg.upper if cfg.upper is not None else up_d
+    if cfg.lower is not None and cfg.upper is None and upper <= lower:
+        upper = lower + abs(lower) + 1.0
+    if cfg.upper is not None and cfg.lower is None and lower >= upper:
+        lower = min(0.0, upper - 1.0)
+    rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
+    return (float(lower), float(upper), int(cfg.buckets)), rule
+
+
+@dataclass
+class Joined:
+    """Every recorded input of the run's records, joined in their defined order: SA traces,
+    predicted classes, coverage-layer traces and extrema, the owning test's index, and
+    (where every batch has them) digests, outputs and thumbnails."""
+
+    sa: np.ndarray
+    pred: np.ndarray
+    layers: list[np.ndarray]
+    extrema: list[Any]
+    owner: np.ndarray
+    digests: np.ndarray | None = None
+    outputs: np.ndarray | None = None
+    thumbs: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, records: Sequence[TestRecord], view: ProfileView) -> Joined:
+        batches = [(t, b) for t, rec in enumerate(records) for b in rec.batches]
+        sizes = view.ranges.sizes
+        if not batches:
+            return cls(
+                sa=np.zeros((0, view.sa_traces.shape[1])),
+                pred=np.zeros(0, dtype=np.int64),
+                layers=[np.zeros((0, s)) for s in sizes],
+                extrema=[None] * len(sizes),
+                owner=np.zeros(0, dtype=np.int64),
+            )
+        only = [b for _, b in batches]
+        thumbs: list[Any] = []
+        for b in only:
+            thumbs.extend([None] * len(b) if b.thumbs is None else list(b.thumbs))
+        return cls(
+            sa=np.concatenate([b.sa for b in only]).astype(np.float64),
+            pred=np.concatenate([b.pred for b in only]),
+            layers=[np.concatenate([b.coverage[i] for b in only]) for i in range(len(sizes))],
+            extrema=[_joined_extrema(only, i) for i in range(len(sizes))],
+            owner=np.concatenate([np.full(len(b), t) for t, b in batches]),
+            digests=_joined(only, "digests"),
+            outputs=_joined(only, "output"),
+            thumbs=thumbs,
         )
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        scores = view.score(sa, pred)
-    messages.extend(dict.fromkeys(str(w.message) for w in caught))
+    def __len__(self) -> int:
+        return len(self.owner)
 
-    # Per test, by node id: what each newly covered.
-    tests_out = []
+    def part(self, rows: np.ndarray, scores: dict[str, np.ndarray]) -> Batch:
+        """The criteria's batch of the inputs at ``rows``."""
+        return Batch(
+            {k: v[rows] for k, v in scores.items()},
+            [a[rows] for a in self.layers],
+            [None if e is None else (e[0][rows], e[1][rows]) for e in self.extrema],
+        )
+
+
+def _test_rows(
+    records: Sequence[TestRecord], joined: Joined, scores: dict[str, np.ndarray], total: _Criteria, keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per test, by node id: its inputs' surprise and what each newly covered (``total``
+    is updated test by test)."""
+    rows_out = []
     for t, rec in enumerate(records):
-        rows = np.flatnonzero(owner == t)
-        new = total.update(*part(rows))
+        rows = np.flatnonzero(joined.owner == t)
+        new = total.update(joined.part(rows, scores))
         row: dict[str, Any] = {
             "nodeid": rec.nodeid,
             "group": rec.group,
             "outcome": rec.outcome,
             "inputs": int(rows.size),
         }
-        for key in SA_LABELS:
+        for key in keys:
             values = scores[key][rows] if key in scores else None
             row[f"{key}_mean"] = None if values is None else _stat(values, np.mean)
             row[f"{key}_max"] = None if values is None else _stat(values, np.max)
         row["new"] = {k: int(v) for k, v in new.items()}
-        tests_out.append(row)
+        rows_out.append(row)
+    return rows_out
 
-    # Per group: alone, and cumulatively in the defined order (Table VI).
-    unused = [g for g in dict.fromkeys(options.groups) if g not in group_names]
-    if unused:
-        messages.append(f"sadl_groups names {', '.join(map(repr, unused))}, which no recorded test is in")
+
+def _group_rows(
+    records: Sequence[TestRecord],
+    group_names: Sequence[str],
+    joined: Joined,
+    scores: dict[str, np.ndarray],
+    total: _Criteria,
+) -> list[dict[str, Any]]:
+    """Per group: alone, and cumulatively in the defined order (Table VI)."""
     cumulative = total.fresh()
-    groups_out = []
+    out = []
     for name in group_names:
         members = [t for t, rec in enumerate(records) if rec.group == name]
-        rows = np.flatnonzero(np.isin(owner, members))
+        rows = np.flatnonzero(np.isin(joined.owner, members))
         alone = total.fresh()
-        alone.update(*part(rows))
-        cumulative.update(*part(rows))
-        groups_out.append(
+        alone.update(joined.part(rows, scores))
+        cumulative.update(joined.part(rows, scores))
+        out.append(
             {
                 "name": name,
                 "tests": len(members),
@@ -465,28 +648,45 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
                 "cumulative": cumulative.values(),
             }
         )
+    return out
 
+
+def _metric_rows(total: _Criteria, view: ProfileView, options: SadlOptions) -> dict[str, Metric]:
+    """Each chosen metric's value; one the profile cannot give is not applicable (DSC of a
+    regression model) or, with its reason, not available."""
     metrics: dict[str, Metric] = {}
-    for criterion in CRITERIA:
-        made = total.made[criterion.name]
+    for name in total.names:
+        made = total.made[name]
         if made is not None:
-            metrics[criterion.name] = made.metric()
-        else:  # a surprise coverage the profile has no score for (DSC of a regression model)
-            metrics[criterion.name] = Metric(None, 0, sc_options[criterion.name].buckets, applicable=False)
+            metrics[name] = made.metric()
+            continue
+        criterion = BY_NAME[name]
+        reason = total.unavailable.get(name) or (view.unavailable.get(criterion.sa) if criterion.sa else None)
+        buckets = _sc_options(options, name).buckets if name in SURPRISE else 0
+        metrics[name] = Metric(None, 0, buckets, applicable=False, reason=reason)
+    return metrics
 
-    per_layer = {name: total.made[name].per_layer() for name in NEURON}
-    layer_names = list(view.ranges.names) or [f"layer_{i}" for i in range(len(view.ranges.sizes))]
-    layers_out = [
-        {"name": layer_names[i], "neurons": int(size), **{k: per_layer[k][i] for k in per_layer}}
+
+def _layer_rows(view: ProfileView, total: _Criteria) -> list[dict[str, Any]]:
+    """Per coverage layer: its neurons and each chosen neuron coverage on it."""
+    per_layer = {
+        name: total.made[name].per_layer()
+        for name in total.names
+        if name in NEURON and hasattr(total.made[name], "per_layer")
+    }
+    names = list(view.ranges.names) or [f"layer_{i}" for i in range(len(view.ranges.sizes))]
+    return [
+        {"name": names[i], "neurons": int(size), **{k: per_layer[k][i] for k in per_layer}}
         for i, size in enumerate(view.ranges.sizes)
     ]
 
-    # Most surprising inputs, with thumbnails where the inputs are images: each distinct input
-    # once (by its digest), with every test that fed it.
-    thumbs_of = []
-    for _, b in batches:
-        thumbs_of.extend([None] * len(b) if b.thumbs is None else list(b.thumbs))
-    same = _same_input(digests, len(owner))
+
+def _top_inputs(
+    joined: Joined, scores: dict[str, np.ndarray], classifier: bool, keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Most surprising inputs by each score, with thumbnails where the inputs are images:
+    each distinct input once (by its digest), with every test that fed it."""
+    same = _same_input(joined.digests, len(joined))
     top = []
     for by, values in scores.items():
         if not len(values):
@@ -501,21 +701,27 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
                 continue
             seen.add(int(same[i]))
             copies = np.flatnonzero(same == same[i])
-            thumb = thumbs_of[i]
+            thumb = joined.thumbs[i]
             top.append(
                 {
                     "by": by,
                     "rank": len(seen),
                     "input": int(i),
-                    "test": int(owner[i]),
-                    "tests": sorted({int(t) for t in owner[copies]}),
+                    "test": int(joined.owner[i]),
+                    "tests": sorted({int(t) for t in joined.owner[copies]}),
                     "copies": int(copies.size),
-                    "pred": int(pred[i]) if classifier else None,
-                    **{key: (float(scores[key][i]) if key in scores else None) for key in SA_LABELS},
+                    "pred": int(joined.pred[i]) if classifier else None,
+                    **{key: (float(scores[key][i]) if key in scores else None) for key in keys},
                     "image": None if thumb is None else _image(thumb),
                 }
             )
+    return top
 
+
+def _config(
+    model_info: dict[str, Any], options: SadlOptions, total: _Criteria, bounds: ScBounds, view: ProfileView
+) -> dict[str, Any]:
+    """The configuration the numbers came from: layers, thresholds, each SC's bounds."""
     config: dict[str, Any] = {
         "sa_layers": model_info.get("sa_layers", []),
         "coverage_layers": model_info.get("coverage_layers", []),
@@ -523,63 +729,131 @@ def compute(  # noqa: C901  complexity debt (issue 18): split out the SC bounds 
         "kmnc_k": options.kmnc_k,
         "var_threshold": options.var_threshold,
         "lsa_near_singular": options.lsa_near_singular,
+        "var_rule": options.var_rule,
     }
-    for metric in SURPRISE:
+    for name in total.names:  # an opt-in criterion's own parameters, when the run computed it
+        for key in BY_NAME[name].option_names:
+            config[key] = getattr(options, key)
+    for metric in total.names:
+        if metric not in SURPRISE:
+            continue
         sc = total.made[metric]
-        config[metric] = (
-            {**sc.bounds(), "rule": rules[metric]}
-            if sc is not None
-            else {
-                "lower": None,
-                "upper": None,
-                "buckets": sc_options[metric].buckets,
-                "rule": "not applicable (regression model)",
-            }
-        )
+        if sc is not None:
+            config[metric] = {**sc.bounds(), "rule": bounds.rules[metric]}
+            continue
+        reason = view.unavailable.get(SURPRISE[metric])
+        config[metric] = {
+            "lower": None,
+            "upper": None,
+            "buckets": _sc_options(options, metric).buckets,
+            "rule": f"not available: {reason}" if reason else "not applicable (regression model)",
+        }
+    return config
+
+
+def _inputs_and_mistakes(
+    records: Sequence[TestRecord],
+    joined: Joined,
+    scores: dict[str, np.ndarray],
+    classifier: bool,
+    keys: Sequence[str],
+    messages: list[str],
+) -> tuple[dict[str, list[Any]], dict[str, Any] | None]:
+    """Per input: its test, predicted class, scores and label; and, when tests gave
+    labels, whether surprise predicts the model's mistakes."""
+    n = len(joined)
     inputs: dict[str, list[Any]] = {
-        "test": owner.astype(int).tolist(),
-        "pred": pred.astype(int).tolist() if classifier else [None] * len(owner),
+        "test": joined.owner.astype(int).tolist(),
+        "pred": joined.pred.astype(int).tolist() if classifier else [None] * n,
     }
-    for key in SA_LABELS:
-        inputs[key] = scores[key].tolist() if key in scores else [None] * len(owner)
-    labels, label_notes = _labels(records, digests, len(owner))
+    for key in keys:
+        inputs[key] = scores[key].tolist() if key in scores else [None] * n
+    labels, label_notes = _labels(records, joined.digests, n)
     messages.extend(label_notes)
-    mistakes = None
-    if labels is not None:
-        inputs["label"] = [
-            None if v is None else ((int(v[0]) if classifier else v[0]) if len(v) == 1 else list(v)) for v in labels
-        ]
-        found = analyse(
-            scores,
-            labels,
-            classifier=classifier,
-            pred=pred if classifier else None,
-            output=outputs if classifier else pred,
-            groups=[records[t].group for t in owner],
-        )
-        if found is not None:
-            overall, per_group = found
-            mistakes = {
-                "overall": overall.to_dict(),
-                "groups": [g.to_dict() for g in per_group],
-                "labels": dict(SCORE_LABELS),
-                "baselines": list(BASELINES),
-            }
+    if labels is None:
+        return inputs, None
+    inputs["label"] = [
+        None if v is None else ((int(v[0]) if classifier else v[0]) if len(v) == 1 else list(v)) for v in labels
+    ]
+    found = analyse(
+        scores,
+        labels,
+        classifier=classifier,
+        pred=joined.pred if classifier else None,
+        output=joined.outputs if classifier else joined.pred,
+        groups=[records[t].group for t in joined.owner],
+    )
+    if found is None:
+        return inputs, None
+    overall, per_group = found
+    mistakes = {
+        "overall": overall.to_dict(),
+        "groups": [g.to_dict() for g in per_group],
+        "labels": dict(SCORE_LABELS),
+        "baselines": list(BASELINES),
+    }
+    return inputs, mistakes
+
+
+def compute(
+    view: ProfileView,
+    records: Sequence[TestRecord],
+    options: SadlOptions,
+    model_info: dict[str, Any],
+    warnings_seen: Sequence[str] = (),
+) -> Results:
+    """The results of a session: overall, per group (alone and cumulatively, Table VI),
+    per test, per input, per layer; tests and groups in the order :func:`ordered` defines.
+    Only the metrics of ``options.metrics`` (``--sadl-metrics``) are computed; a surprise
+    measure that cannot be set up is reported as not available, with its reason.
+
+    A stale record (its test ended on a model that had changed since the profile's was
+    bound: ``fit``, ``set_weights``) counts in no metric, group or test row: it is listed
+    in ``Results.stale`` with its inputs, as if those inputs had never been fed."""
+    stale = [
+        {"nodeid": r.nodeid, "group": r.group, "outcome": r.outcome, "inputs": r.n_inputs}
+        for r in ordered([r for r in records if r.stale])[0]
+    ]
+    records, group_names = ordered([r for r in records if not r.stale], options.groups)
+    metrics_chosen = choose(getattr(options, "metrics", None))
+    view.metrics, view.options = metrics_chosen, view.options if view.options is not None else options
+    keys = view.score_keys()
+    messages: list[str] = list(warnings_seen)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for key in keys:
+            view.scorer(key)  # set up first: what it says comes before the bounds' notes
+    _pass_on(caught, messages)
+    bounds = ScBounds.of(view, options, metrics_chosen)
+    messages.extend(bounds.notes)
+    total = _Criteria(Setup(view.ranges, options, bounds=bounds.specs), metrics_chosen)
+    joined = Joined.of(records, view)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scores = view.score(joined.sa, joined.pred)
+    messages.extend(dict.fromkeys(str(w.message) for w in caught))
+    tests_out = _test_rows(records, joined, scores, total, keys)
+    unused = [g for g in dict.fromkeys(options.groups) if g not in group_names]
+    if unused:
+        messages.append(f"sadl_groups names {', '.join(map(repr, unused))}, which no recorded test is in")
+    groups_out = _group_rows(records, group_names, joined, scores, total)
+    metrics = _metric_rows(total, view, options)
+    classifier = view.classifier
+    inputs, mistakes = _inputs_and_mistakes(records, joined, scores, classifier, keys, messages)
     model = {k: v for k, v in model_info.items() if k not in ("sa_layers", "coverage_layers")}
-    failures = check_thresholds(metrics, options.fail_under, len(owner))
     return Results(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         version=__version__,
         model=model,
-        config=config,
+        config=_config(model_info, options, total, bounds, view),
         thresholds=dict(options.fail_under),
         metrics=metrics,
-        layers=layers_out,
+        layers=_layer_rows(view, total),
         groups=groups_out,
         tests=tests_out,
         inputs=inputs,
-        top_inputs=top,
-        failures=failures,
+        top_inputs=_top_inputs(joined, scores, classifier, keys),
+        failures=check_thresholds(metrics, options.fail_under, len(joined)),
         warnings=messages,
         mistakes=mistakes,
         stale=stale,

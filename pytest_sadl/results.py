@@ -43,6 +43,9 @@ class Metric:
     above: int | None = None  # ... above the upper bound
     count: int | None = None  # ... scores in all
     nan: int | None = None  # ... scores that are NaN (a class with no training traces)
+    #: why the metric is not available (its score cannot be set up on the chosen layer);
+    #: ``None`` when it is computed, or merely not applicable (DSC of a regression model)
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "value"}

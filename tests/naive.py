@@ -42,14 +42,20 @@ def kept_neurons(train: np.ndarray, train_pred: np.ndarray, var_threshold: float
     ]
 
 
-def lsa(train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5) -> np.ndarray:
-    """Equation 2 per class, after the variance filter (a neuron dropped if low in any class)."""
+def lsa(
+    train: np.ndarray, train_pred, tests: np.ndarray, pred, var_threshold: float = 1e-5, var_rule: str = "class"
+) -> np.ndarray:
+    """Equation 2 per class, after the variance filter: ``"paper"``, a neuron dropped if low
+    in any class; ``"class"``, each class's KDE over the neurons not low in that class."""
     train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
     pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
     keep = kept_neurons(train, train_pred, var_threshold)
     out = []
     for x, c in zip(tests, pred, strict=True):
-        out.append(-kde_log_density(train[train_pred == c][:, keep], x[keep]))
+        rows = train[train_pred == c]
+        if var_rule == "class":
+            keep = [j for j in range(train.shape[1]) if np.var(rows[:, j]) >= var_threshold]
+        out.append(-kde_log_density(rows[:, keep], x[keep]))
     return np.array(out)
 
 
@@ -214,3 +220,189 @@ def greedy_bucket_cover(buckets_of, budget: int, fallback_scores, covered=()) ->
         chosen.append(best)
         covered |= set(buckets_of[best])
     return chosen
+
+
+def gaussian_log_density(x: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> float:
+    """log N(x; mean, cov), written out: -(d log 2 pi + log det cov + u^T cov^-1 u) / 2."""
+    d = len(x)
+    u = x - mean
+    _, logdet = np.linalg.slogdet(cov)
+    return -0.5 * (d * math.log(2 * math.pi) + logdet + u @ np.linalg.inv(cov) @ u)
+
+
+def mixture_surprise(x: np.ndarray, weights, means, covs) -> float:
+    """-log sum_j w_j N(x; mu_j, Sigma_j), the sum taken in a loop (log-sum-exp for range)."""
+    logs = [math.log(w) + gaussian_log_density(x, m, c) for w, m, c in zip(weights, means, covs, strict=True)]
+    top = max(logs)
+    return -(top + math.log(sum(math.exp(v - top) for v in logs)))
+
+
+def mlsa(train, train_pred, tests, pred, mixtures: dict, var_threshold: float = 1e-5) -> np.ndarray:
+    """MLSA: -log of the density of the mixture (weights, means, covariances) of each input's
+    predicted class, on the neurons of the variance filter; ``mixtures[c]`` gives the
+    class's fitted parameters (the EM fit itself is scikit-learn's)."""
+    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
+    pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
+    keep = kept_neurons(train, train_pred, var_threshold)
+    out = []
+    for x, c in zip(tests, pred, strict=True):
+        if c not in mixtures:
+            out.append(math.nan)
+            continue
+        weights, means, covs = mixtures[c]
+        out.append(mixture_surprise(x[keep], weights, means, covs))
+    return np.array(out)
+
+
+def nearest(centroids: np.ndarray, x: np.ndarray) -> int:
+    """The index of the centroid nearest to x (Euclidean; the first on a tie)."""
+    best, dist = 0, math.inf
+    for j, m in enumerate(centroids):
+        d = math.sqrt(sum((a - b) ** 2 for a, b in zip(x, m, strict=True)))
+        if d < dist:
+            best, dist = j, d
+    return best
+
+
+def mmdsa(train, train_pred, tests, pred, centroids: dict, var_threshold: float = 1e-5) -> np.ndarray:
+    """MMDSA: the Mahalanobis distance (pseudo-inverse, ddof=1 covariance) of each input to the
+    mode of its class whose centroid is nearest; a mode's traces are the class's training
+    traces nearest to its centroid; ``centroids[c]``: the class's k-means centroids."""
+    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
+    pred = np.zeros(len(tests), int) if pred is None else np.asarray(pred)
+    keep = kept_neurons(train, train_pred, var_threshold)
+    out = []
+    for x, c in zip(tests, pred, strict=True):
+        if c not in centroids:
+            out.append(math.nan)
+            continue
+        members = train[train_pred == c][:, keep]
+        m = nearest(centroids[c], x[keep])
+        mode = np.array([t for t in members if nearest(centroids[c], t) == m])
+        if len(mode) < 2:
+            out.append(math.nan)
+            continue
+        mu = mode.sum(axis=0) / len(mode)
+        cov = sum(np.outer(t - mu, t - mu) for t in mode) / (len(mode) - 1)
+        u = x[keep] - mu
+        out.append(math.sqrt(u @ np.linalg.pinv(cov, rcond=1e-10, hermitian=True) @ u))
+    return np.array(out)
+
+
+def apfd(order, faults) -> float:
+    """APFD = 1 - (TF_1 + ... + TF_k) / (k n) + 1 / (2 n), TF_i the 1-based position of the
+    i-th fault in the order."""
+    n = len(order)
+    positions = [pos for pos, i in enumerate(order, 1) if faults[i]]
+    k = len(positions)
+    return 1 - sum(positions) / (k * n) + 1 / (2 * n)
+
+
+def ctm(target_sets) -> list[int]:
+    """Coverage-total: inputs by the number of targets each covers, most first, ties by index."""
+    return sorted(range(len(target_sets)), key=lambda i: (-len(target_sets[i]), i))
+
+
+def cam(target_sets) -> list[int]:
+    """Coverage-additional: repeatedly the first input adding the most uncovered targets;
+    when none adds any, the rest in coverage-total order."""
+    covered: set = set()
+    chosen: list[int] = []
+    while True:
+        best, gain = None, 0
+        for i, t in enumerate(target_sets):
+            if i not in chosen and len(set(t) - covered) > gain:
+                best, gain = i, len(set(t) - covered)
+        if best is None:
+            break
+        chosen.append(best)
+        covered |= set(target_sets[best])
+    return chosen + [i for i in ctm(target_sets) if i not in chosen]
+
+
+def targets_of_input(kind: str, layers, i: int, lows=None, highs=None, k: int = 0, threshold: float = 0.5) -> set:
+    """The coverage targets input ``i`` covers on its own, by the definitions above:
+    ``nc`` (layer, neuron) scaled above the threshold; ``kmnc`` (layer, neuron, section);
+    ``nbc`` (layer, neuron, "lower" / "upper"); ``snac`` (layer, neuron)."""
+    out: set = set()
+    for li, layer in enumerate(layers):
+        v = _neuron_values(layer)
+        for j in range(v.shape[1]):
+            x = v[i, j]
+            if kind == "nc":
+                out_i = layer[i]
+                span = out_i.max() - out_i.min()
+                scaled = (out_i - out_i.min()) / span if span > 0 else np.zeros_like(out_i)
+                if scaled[..., j].mean() > threshold:
+                    out.add((li, j))
+            elif kind == "kmnc" and highs[li][j] > lows[li][j]:
+                for s in range(k):
+                    lo = lows[li][j] + (highs[li][j] - lows[li][j]) * s / k
+                    hi = lows[li][j] + (highs[li][j] - lows[li][j]) * (s + 1) / k
+                    if (lo <= x < hi) or (s == k - 1 and x == highs[li][j]):
+                        out.add((li, j, s))
+            elif kind in ("nbc", "snac"):
+                if x > highs[li][j]:
+                    out.add((li, j, "upper"))
+                if kind == "nbc" and x < lows[li][j]:
+                    out.add((li, j, "lower"))
+    return out
+
+
+def top_k_set(values, k: int) -> frozenset[int]:
+    """DeepGauge's top_k(x, i): the indices of the k largest outputs of one input's layer,
+    ties to the lower neuron index (sorted by value descending, then index ascending)."""
+    order = sorted(range(len(values)), key=lambda j: (-values[j], j))
+    return frozenset(order[:k])
+
+
+def tknc(layers, k: int) -> float:
+    """DeepGauge TKNC: |union over inputs and layers of top_k(x, i)| / |N|."""
+    covered = total = 0
+    for layer in layers:
+        v = _neuron_values(layer)
+        total += v.shape[1]
+        union: set[int] = set()
+        for i in range(len(v)):
+            union |= top_k_set(list(v[i]), k)
+        covered += len(union)
+    return covered / total
+
+
+def tknp(layers, k: int) -> int:
+    """DeepGauge TKNP: the number of distinct (top_k(x, 1), ..., top_k(x, l)) over the inputs."""
+    values = [_neuron_values(layer) for layer in layers]
+    patterns = {tuple(top_k_set(list(v[i]), k) for v in values) for i in range(len(values[0]))}
+    return len(patterns)
+
+
+def nlc(layers) -> float:
+    """NeuraL Coverage (Yuan et al. 2023, NeuraL-Coverage's code after its 2024 fix): per layer,
+    the covariance of the outputs over all inputs (divided by n), the mean of its absolute
+    entries; summed over the layers."""
+    total = 0.0
+    for layer in layers:
+        v = _neuron_values(layer).astype(float)
+        n, m = v.shape
+        mean = [sum(v[i, a] for i in range(n)) / n for a in range(m)]
+        entries = 0.0
+        for a in range(m):
+            for b in range(m):
+                cov = sum((v[i, a] - mean[a]) * (v[i, b] - mean[b]) for i in range(n)) / n
+                entries += abs(cov)
+        total += entries / (m * m)
+    return total
+
+
+def cc(layers, threshold: float) -> int:
+    """TensorFuzz cluster coverage: per layer, inputs in order; one farther than threshold
+    (Euclidean) from every centre so far becomes a centre; the centres of all layers."""
+    total = 0
+    for layer in layers:
+        v = _neuron_values(layer).astype(float)
+        centres: list[np.ndarray] = []
+        for x in v:
+            if all(math.dist(x, c) > threshold for c in centres):
+                centres.append(x)
+        total += len(centres)
+    return total

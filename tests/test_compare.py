@@ -150,7 +150,7 @@ def test_parse_compare_fail():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("lsx:-2", "unknown metric 'lsx'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac"),
+        ("lsx:-2", "unknown metric 'lsx'; known metrics are lsc, dsc, mdsc, mlsc, mmdsc, nc, kmnc, nbc, snac"),
         ("lsc:two", "'two' for lsc is not a number of percentage points"),
         ("lsc", "'lsc' is not METRIC:POINTS"),
         ("lsc:2", "lsc:2 is positive; a limit is the largest drop allowed, written negative: lsc:-2"),

@@ -14,10 +14,10 @@ import pytest
 import tests.naive as naive
 from pytest_sadl.criteria import registry
 from pytest_sadl.criteria.neurons import fit_ranges
-from pytest_sadl.criteria.shape import NEURON_KIND, SURPRISE_KIND, Batch, Setup
+from pytest_sadl.criteria.shape import COUNT_KIND, NEURON_KIND, SURPRISE_KIND, Batch, Setup
 
 METRICS_DIR = Path(registry.__file__).parent / "metrics"
-OPTIONS = SimpleNamespace(nc_threshold=0.5, kmnc_k=20)
+OPTIONS = SimpleNamespace(nc_threshold=0.5, kmnc_k=20, tknc_k=2, tknp_k=2, cc_threshold=1.5)
 
 
 def test_every_criterion_module_is_registered_once_in_report_order():
@@ -25,14 +25,29 @@ def test_every_criterion_module_is_registered_once_in_report_order():
     defined = {m: importlib.import_module(f"pytest_sadl.criteria.metrics.{m}").CRITERION for m in modules}
     assert {c.name for c in defined.values()} == set(registry.METRICS)
     assert all(defined[m].name == m for m in modules), "a criterion module is named after its metric"
-    assert registry.METRICS == ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
+    assert registry.METRICS == (
+        "lsc",
+        "dsc",
+        "mdsc",
+        "mlsc",
+        "mmdsc",
+        "nc",
+        "kmnc",
+        "nbc",
+        "snac",
+        "tknc",
+        "tknp",
+        "nlc",
+        "cc",
+    )
     assert len(set(registry.METRICS)) == len(registry.CRITERIA)
-    assert registry.SURPRISE == {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
-    assert registry.NEURON == ("nc", "kmnc", "nbc", "snac")
+    assert registry.SURPRISE == {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa", "mlsc": "mlsa", "mmdsc": "mmdsa"}
+    assert registry.NEURON == ("nc", "kmnc", "nbc", "snac", "tknc")
+    assert registry.COUNT == ("tknp", "nlc", "cc")
     # a user who names no metrics gets today's seven, in report order; a new criterion is opt-in
     assert registry.DEFAULT_METRICS == ("lsc", "dsc", "mdsc", "nc", "kmnc", "nbc", "snac")
     for c in registry.CRITERIA:
-        assert c.kind in (SURPRISE_KIND, NEURON_KIND) and c.label and c.title and c.needs
+        assert c.kind in (SURPRISE_KIND, NEURON_KIND, COUNT_KIND) and c.label and c.title and c.needs
         assert (c.sa is not None) == (c.kind == SURPRISE_KIND)
 
 
@@ -42,7 +57,7 @@ def test_importing_the_registry_imports_no_criterion_code():
 
     code = (
         "import sys; import pytest_sadl.criteria.registry; "
-        "print([m for m in ('scipy', 'pytest_sadl.criteria.surprise', 'pytest_sadl.criteria.neurons') if m in sys.modules])"
+        "print([m for m in ('numpy', 'scipy', 'pytest_sadl.criteria.surprise', 'pytest_sadl.criteria.neurons') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -77,6 +92,7 @@ def test_neuron_criteria_update_merge_and_read_as_the_definitions(name):
         "kmnc": lambda: naive.kmnc(tests, lows, highs, OPTIONS.kmnc_k),
         "nbc": lambda: naive.nbc(tests, lows, highs),
         "snac": lambda: naive.snac(tests, lows, highs),
+        "tknc": lambda: naive.tknc(tests, OPTIONS.tknc_k),
     }[name]()
     assert whole.value == pytest.approx(reference, abs=1e-12)
     assert len(whole.per_layer()) == 2

@@ -131,32 +131,50 @@ def test_default_bounds_come_from_the_profile_not_the_inputs():
     held_lsa, held_dsa = held_out_scores(view)
     assert len(held_lsa) == 60  # a tenth of 600 training traces
     lower, upper = default_bounds(held_lsa)
-    assert lower == min(0.0, held_lsa.min()) and upper == pytest.approx(lower + 2 * (held_lsa.max() - lower))
+    q99 = np.quantile(held_lsa, 0.99)
+    assert lower == min(0.0, held_lsa.min()) and upper == pytest.approx(lower + 2 * (q99 - lower))
     assert (calm["lsc"]["lower"], calm["lsc"]["upper"]) == (lower, upper)
-    assert calm["dsc"]["lower"] == 0.0 and calm["dsc"]["upper"] == pytest.approx(2 * held_dsa.max())
-    assert calm["lsc"]["rule"].startswith("default")
+    assert calm["dsc"]["lower"] == 0.0 and calm["dsc"]["upper"] == pytest.approx(2 * np.quantile(held_dsa, 0.99))
+    assert calm["lsc"]["rule"].startswith("default v2:") and "99th percentile" in calm["lsc"]["rule"]
+
+
+def test_one_or_a_few_atypical_held_out_traces_do_not_move_the_default_upper_bound():
+    """Rule version 2 (issue 17): the top 1% of the held-out SA cannot move the upper
+    bound; version 1 took the maximum, so one atypical training input decided it."""
+    rng = np.random.default_rng(7)
+    typical = rng.gamma(4.0, 50.0, size=990)
+    lower, upper = default_bounds(typical)
+    for k in (1, 5, 9):  # fewer than 1% of 1,000 held-out traces, each LSA ~65,600
+        lo, up = default_bounds(np.append(typical, np.full(k, 65_600.0)))
+        # at most what version 1 gave on the typical traces alone: the outliers do not set it
+        assert lo == lower and up <= lower + 2 * (typical.max() - lower), k
+    assert upper < 3 * np.quantile(typical, 0.99) and upper > typical.max() * 0.9
+    # a bound the ordinary held-out traces fill about half of: the room above is kept
+    assert np.mean(typical <= lower + (upper - lower) / 2) > 0.98
 
 
 def test_an_outlier_that_sets_the_default_upper_bound_is_noted():
     from pytest_sadl.engine import outlier_bound_note
 
     rng = np.random.default_rng(3)
-    typical = rng.gamma(4.0, 50.0, size=999)  # LSA-like: 99% well below ~600
-    q = np.quantile(np.append(typical, 65_600.0), 0.99)
-    note = outlier_bound_note("lsc", np.append(typical, 65_600.0))
+    typical = rng.gamma(4.0, 50.0, size=980)  # LSA-like: 99% well below ~600
+    tail = np.full(20, 65_600.0)  # 2% of the held-out traces: more than the 99th percentile ignores
+    q = np.quantile(np.append(typical, tail), 0.9)
+    note = outlier_bound_note("lsc", np.append(typical, tail))
     assert note is not None and "LSC upper bound 1.312e+05" in note and "sadl_lsc_upper = " in note
     suggested = float(note.split("sadl_lsc_upper = ")[1].split()[0])
-    assert suggested == pytest.approx(2 * q, rel=1e-3)  # the documented rule on the 99th percentile
+    assert suggested == pytest.approx(2 * q, rel=1e-3)  # the documented rule on the 90th percentile
     assert outlier_bound_note("lsc", typical) is None  # no outlier: no note
+    assert outlier_bound_note("lsc", np.append(typical, tail[:5])) is None  # 0.5%: the rule ignores them
     assert outlier_bound_note("dsc", np.append(typical, 2 * typical.max())) is None  # a mild tail is no outlier
-    assert outlier_bound_note("lsc", np.append(typical[:98], 65_600.0)) is None  # 99 scores: too few to tell
-    assert outlier_bound_note("lsc", np.append(typical[:99], 65_600.0)) is not None
+    assert outlier_bound_note("lsc", np.append(typical[:97], tail[:2])) is None  # 99 scores: too few to tell
+    assert outlier_bound_note("lsc", np.append(typical[:98], tail[:2])) is not None
     # the lower bound pinned: only the upper one is suggested, from the pinned lower bound
-    pinned = outlier_bound_note("lsc", np.append(typical, 65_600.0), lower=-500.0)
+    pinned = outlier_bound_note("lsc", np.append(typical, tail), lower=-500.0)
     assert pinned is not None and "sadl_lsc_lower" not in pinned
     assert float(pinned.split("sadl_lsc_upper = ")[1].split()[0]) == pytest.approx(-500 + 2 * (q + 500), rel=1e-3)
     # the suggested lower bound is rounded down: no held-out score falls below it
-    low = outlier_bound_note("lsc", np.append(typical - 55.4649, 65_600.0))
+    low = outlier_bound_note("lsc", np.append(typical - 55.4649, tail))
     assert float(low.split("sadl_lsc_lower = ")[1].rstrip(")")) <= (typical - 55.4649).min()
 
 
@@ -166,8 +184,8 @@ def test_compute_notes_an_outlier_bound_only_when_the_bound_is_not_pinned():
     base, held_dsa = held_out_scores(view)
     typical = np.resize(base, 999)  # a held-out sample of the default size, 1,000
     lower = min(0.0, float(typical.min()))
-    spiked = np.append(typical, lower + 1e3 * (typical.max() - lower))  # one trace far above the rest
-    view.held_out = lambda: {"lsa": spiked, "dsa": held_dsa}
+    spiked = np.append(typical, np.full(20, lower + 1e3 * (typical.max() - lower)))  # 2% far above the rest
+    view.held_out = lambda keys=None, errors=None: {"lsa": spiked, "dsa": held_dsa}
     records = make_records(rng, centres, SPEC[:2])
     free = compute(view, records, options(lsc=Bounds(None, None, 100)), {})
     assert any("default LSC upper bound" in w for w in free.warnings)
@@ -236,6 +254,22 @@ def test_records_round_trip_through_worker_bytes():
         np.array_equal(a, b) for a, b in zip(theirs.labels[0], mine.labels[0], strict=True)
     )
     assert again[0].labels == [] and again[0].batches[0].digests is None
+
+
+def test_var_rule_option_parses_and_reaches_the_fingerprint(pytester: pytest.Pytester):
+    from pytest_sadl.plugin.options import read_options
+    from pytest_sadl.profile.build import ProfileOptions, profile_fingerprint
+
+    pytester.makeini("[pytest]\nsadl_coverage = true\nsadl_var_rule = paper\n")
+    assert read_options(pytester.parseconfig()).var_rule == "paper"
+    assert read_options(pytester.parseconfig("--sadl-var-rule=class")).var_rule == "class"
+    with pytest.raises(pytest.UsageError, match=r"--sadl-var-rule='any': use 'class'.*or 'paper'"):
+        read_options(pytester.parseconfig("--sadl-var-rule=any"))
+    with pytest.raises(Exception, match="var_rule must be 'class' or 'paper'"):
+        ProfileOptions(var_rule="any")
+    assert ProfileOptions.from_sadl(read_options(pytester.parseconfig())).var_rule == "paper"
+    args = dict(sa_layers=["d"], coverage_layers=["d"], var_threshold=1e-5, classifier=True)
+    assert profile_fingerprint("m", "t", **args) != profile_fingerprint("m", "t", **args, var_rule="paper")
 
 
 def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(pytester: pytest.Pytester):

@@ -15,10 +15,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from pytest_sadl.criteria.registry import METRICS
 
 pytestmark = pytest.mark.tf
 
@@ -33,6 +36,8 @@ sadl_layers = hidden
 RECORDING_TESTS = """
 import numpy as np
 import pytest
+
+from pytest_sadl.criteria.registry import METRICS
 import tensorflow as tf
 
 X = np.load("inputs.npy")
@@ -234,6 +239,8 @@ def test_recording_groups_failures_and_values(project, digits):
 THRESHOLD_TESTS = """
 import numpy as np
 import pytest
+
+from pytest_sadl.criteria.registry import METRICS
 
 X = np.load("inputs.npy")
 
@@ -459,11 +466,14 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         (["--sadl-model=missing.keras"], "--sadl-model: '*missing.keras' does not exist*"),
         (
             ["--sadl-fail-under=lsc:30,foo:2"],
-            "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, nc, kmnc, nbc, snac*",
+            "*unknown metric 'foo'; known metrics are lsc, dsc, mdsc, *nc, kmnc, nbc, snac*",
         ),
         (["--sadl-fail-under=lsc"], "*'lsc' is not METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
         (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),
+        (["--sadl-tknc-k=0"], "*--sadl-tknc-k=0: TKNC needs k >= 1 neurons per layer*"),
+        (["--sadl-tknp-k=two"], "*--sadl-tknp-k='two' is not an integer*"),
+        (["--sadl-cc-threshold=-1"], "*--sadl-cc-threshold=-1: CC's distance threshold must be >= 0*"),
         (["--sadl-report=pdf"], "*unknown report type 'pdf'*"),
         (["--sadl-dsc-buckets=many"], "*--sadl-dsc-buckets='many' is not an integer*"),
         (["--sadl-kmnc-k=100000"], "*--sadl-kmnc-k=100000: at most 10,000 (KMNC keeps neurons x k flags*"),
@@ -471,6 +481,14 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         (["--sadl-lsc-buckets=10000000"], "*--sadl-lsc-buckets=10000000: at most 1,000,000*"),
         (["--sadl-batch-size=1000000"], "*--sadl-batch-size=1000000: at most 65,536*"),
         (["--sadl-lsc-upper=1e400"], "*--sadl-lsc-upper='1e400' must be finite*"),
+        (
+            ["--sadl-metrics=lsc,foo"],
+            "--sadl-metrics='lsc,foo': unknown metric(s) 'foo'; choose from lsc, dsc, mdsc, *nc, kmnc, nbc, snac*(or all)",
+        ),
+        (
+            ["--sadl-metrics=nc", "--sadl-fail-under=lsc:30"],
+            "--sadl-fail-under sets lsc, which this run does not compute (--sadl-metrics=nc); add lsc*",
+        ),
     ],
 )
 def test_bad_configuration_is_a_usage_error(pytester: pytest.Pytester, args, message):
@@ -581,6 +599,8 @@ REGRESSION_TESTS = """
 import numpy as np
 import pytest
 
+from pytest_sadl.criteria.registry import METRICS
+
 X = np.load("inputs.npy")
 
 
@@ -603,9 +623,180 @@ def test_regression_model_has_no_dsa(project, regression_model_path):
     res.stdout.fnmatch_lines(["*DSC*not applicable*", "FAIL DSC is not applicable to this model*"])
 
 
+def test_chosen_metrics_only_are_computed_and_reported(project):
+    """--sadl-metrics: the run computes and every report shows only the chosen metrics; a
+    surprise measure not chosen is not set up (no held-out scores are stored for it)."""
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_metrics = nc,dsc")
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-fail-under=nc:1",
+        "--sadl-compare-fail=all:-100",
+        "--sadl-compare=" + str(Path(__file__).parent / "data" / "results-classifier.json"),
+        "--sadl-report=json:out.json",
+        "--sadl-report=html:html",
+        "--sadl-report=markdown:out.md",
+        "--sadl-report=badge:badges",
+        "--sadl-report=term",
+    )
+    assert res.ret == 0, res.stdout.str()
+    data = results(pytester)
+    assert list(data["metrics"]) == ["dsc", "nc"]  # report order, whatever order was given
+    assert "lsa" not in data["inputs"] and "mdsa" not in data["inputs"] and len(data["inputs"]["dsa"]) == 60
+    assert set(data["layers"][0]) == {"name", "neurons", "nc"} and "lsc" not in data["config"]
+    assert set(data["groups"][0]["metrics"]) == {"dsc", "nc"} and set(data["tests"][0]["new"]) == {"dsc", "nc"}
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    assert [p.name.split(".")[1] for p in folder.glob("extra.heldout-*")] == ["heldout-dsa-1000"]
+    md = (pytester.path / "out.md").read_text()
+    assert "| DSC |" in md and "| NC |" in md and "| LSC |" not in md
+    assert sorted(p.name for p in (pytester.path / "badges").glob("*.json")) == [
+        "sadl-badge-dsc.json",
+        "sadl-badge-nc.json",
+    ]
+    html_text = (pytester.path / "html" / "index.html").read_text()
+    assert 'id="card-nc"' in html_text and 'id="card-lsc"' not in html_text
+    term = res.stdout.str()
+    assert re.search(r"^NC\s", term, re.M) and not re.search(r"^LSC\s", term, re.M)
+    # the command line wins over the ini
+    res = run(pytester, "--sadl-coverage", "--sadl-metrics=all", "--sadl-report=json:all.json")
+    assert list(results(pytester, "all.json")["metrics"]) == list(METRICS)
+
+
+def test_the_peers_criteria_run_end_to_end_and_counts_read_as_numbers(project):
+    """TKNC, TKNP, NLC and CC (opt-in): computed by a run, with their parameters in the
+    config; the count criteria (TKNP, NLC, CC) are numbers, not percentages, in every report
+    and in their thresholds, and the results file passes its schema."""
+    from pytest_sadl.resultsfile import validate_results
+
+    pytester = project(THRESHOLD_TESTS)
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-metrics=nc,tknc,tknp,nlc,cc",
+        "--sadl-tknc-k=1",
+        "--sadl-cc-threshold=0.5",
+        "--sadl-fail-under=tknc:1,tknp:1000000",
+        "--sadl-report=json:out.json",
+        "--sadl-report=html:html",
+        "--sadl-report=markdown:out.md",
+        "--sadl-report=badge:badges",
+        "--sadl-report=term",
+    )
+    assert res.ret == 1, res.stdout.str()  # the tests pass; TKNP's threshold fails
+    data = results(pytester)
+    validate_results(data)
+    assert list(data["metrics"]) == ["nc", "tknc", "tknp", "nlc", "cc"]
+    n = len(data["inputs"]["test"])
+    tknp, cc, nlc = (data["metrics"][m]["value"] for m in ("tknp", "cc", "nlc"))
+    assert 1 <= tknp <= n and float(tknp).is_integer() and data["metrics"]["tknp"]["covered"] == tknp
+    assert 1 <= cc <= n * len(data["config"]["coverage_layers"]) and float(cc).is_integer()
+    assert nlc > 0 and 0 < data["metrics"]["tknc"]["value"] <= 1
+    assert {k: data["config"][k] for k in ("tknc_k", "tknp_k", "cc_threshold")} == {
+        "tknc_k": 1,
+        "tknp_k": 2,
+        "cc_threshold": 0.5,
+    }
+    assert set(data["layers"][0]) == {"name", "neurons", "nc", "tknc"}
+    (failure,) = data["outcome"]["failures"]
+    assert failure["metric"] == "tknp" and failure["message"] == (
+        f"TKNP {tknp:.2f} is below --sadl-fail-under=tknp:1e+06 (1000000.00)"
+    )
+    term = res.stdout.str()
+    assert re.search(rf"^TKNP\s+{int(tknp)}\s", term, re.M), term
+    assert re.search(r"^TKNC\s+\d+\.\d\d%", term, re.M)
+    md = (pytester.path / "out.md").read_text()
+    assert f"| TKNP | {int(tknp):,} | 1000000.00 | ❌ fail |" in md
+    badge = json.loads((pytester.path / "badges" / "sadl-badge-tknp.json").read_text())
+    assert badge["message"] == f"{int(tknp):,}" and badge["color"] == "red"
+    page = (pytester.path / "html" / "index.html").read_text()
+    card = page[page.index('id="card-tknp"') :]
+    card = card[: card.index("vs baseline") if "vs baseline" in card else card.index("</div>\n</div>")]
+    assert f'<div class="value">{int(tknp):,}</div>' in card and 'class="meter"' not in card
+
+
+def test_a_metric_that_cannot_be_set_up_is_not_available_and_the_others_are_computed(project, monkeypatch):
+    """Issue 21: a variance threshold no neuron meets (as a briefly trained MobileNetV2's
+    pooled features meet the default one) leaves LSA and MDSA without a KDE or covariance:
+    they are reported as not available with the reason in every report, DSA and the neuron
+    coverages are computed, only the threshold on LSC fails, and the profile is cached, so
+    the next run traces nothing."""
+    from pytest_sadl.profile import lookup
+
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_var_threshold = 1e9")
+    args = ["--sadl-coverage", "--sadl-fail-under=lsc:10,nc:1", "--sadl-report=json:out.json"]
+    reports = [
+        "--sadl-report=html:html",
+        "--sadl-report=markdown:out.md",
+        "--sadl-report=badge:b",
+        "--sadl-report=term",
+    ]
+    res = run(pytester, *args, *reports)
+    assert res.ret == 1, res.stdout.str()  # the tests passed: the LSC threshold fails the run
+    res.assert_outcomes(passed=1)
+    data = results(pytester)
+    reason = "LSA cannot be set up on SA layers ['hidden']: LSA: every one of the"
+    for name in ("lsc", "mdsc"):
+        metric = data["metrics"][name]
+        assert metric["value"] is None and metric["applicable"] is False and "var_threshold=1e+09" in metric["reason"]
+    assert data["metrics"]["lsc"]["reason"].startswith(reason)
+    assert data["metrics"]["mdsc"]["reason"].startswith("MDSA cannot be set up on SA layers ['hidden']")
+    assert data["config"]["lsc"]["rule"].startswith("not available: " + reason)
+    for name in ("dsc", "nc", "kmnc", "nbc", "snac"):
+        assert data["metrics"][name]["applicable"] is True and data["metrics"][name]["value"] is not None, name
+    assert set(data["inputs"]["lsa"]) == {None} and None not in data["inputs"]["dsa"]
+    assert [f["metric"] for f in data["outcome"]["failures"]] == ["lsc"]
+    assert data["outcome"]["failures"][0]["message"].startswith(
+        "LSC is not available, so --sadl-fail-under=lsc:10 cannot be met: " + reason
+    )
+    from pytest_sadl.resultsfile import validate_results
+
+    validate_results(data)  # the schema knows "reason"
+    # (no brackets in the patterns: fnmatch reads them as character sets)
+    res.stdout.fnmatch_lines(
+        ["LSC: not available (LSA cannot be set up on SA layers *", "FAIL LSC is not available*every one of the*"]
+    )
+    md = (pytester.path / "out.md").read_text()
+    assert "n/a (not available)" in md and "- ⚠️ LSC not available: LSA cannot be set up on SA layers" in md
+    assert "not available: " + reason.replace("'", "&#39;") in (pytester.path / "html" / "index.html").read_text()
+    assert json.loads((pytester.path / "b" / "sadl-badge-lsc.json").read_text())["message"] == "n/a"
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    assert (folder / "meta.json").exists()
+
+    def never(*_a, **_k):
+        raise AssertionError("the training set was traced again")
+
+    monkeypatch.setattr(lookup, "build_profile", never)
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:again.json")
+    assert res.ret == 0, res.stdout.str()
+    again = results(pytester, "again.json")
+    assert again["metrics"]["dsc"] == data["metrics"]["dsc"] and again["metrics"]["lsc"]["reason"].startswith(reason)
+
+
+def test_training_data_of_one_predicted_class_leaves_only_dsa_out(project, conv_model_path, digits):
+    """DSA needs two predicted classes; with training inputs the model predicts as one
+    class only, DSC is not available and LSC, MDSC and the neuron coverages are computed."""
+    import keras
+
+    model = keras.saving.load_model(conv_model_path)
+    pred = model.predict(digits.x_train, verbose=0).argmax(axis=1)
+    pytester = project(THRESHOLD_TESTS)
+    np.savez(pytester.path / "train.npz", x=digits.x_train[pred == 0])
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json", "--sadl-report=term")
+    assert res.ret == 0, res.stdout.str()
+    data = results(pytester)
+    assert data["metrics"]["dsc"]["reason"].startswith(
+        "DSA cannot be set up on SA layers ['hidden']: DSA needs training traces of at least two predicted classes"
+    )
+    for name in ("lsc", "mdsc", "nc", "kmnc", "nbc", "snac"):
+        assert data["metrics"][name]["value"] is not None, name
+    res.stdout.fnmatch_lines(["DSC: not available (DSA cannot be set up*"])
+
+
 MODEL_FIXTURE = """
 import keras
 import pytest
+
+from pytest_sadl.criteria.registry import METRICS
 
 @pytest.fixture(scope="session")
 def sadl_model():
@@ -615,6 +806,8 @@ def sadl_model():
 TRAIN_FIXTURE = """
 import numpy as np
 import pytest
+
+from pytest_sadl.criteria.registry import METRICS
 
 @pytest.fixture(scope="session")
 def sadl_train():
@@ -647,6 +840,8 @@ CRASHING_TESTS = """
 import numpy as np
 import pytest
 
+from pytest_sadl.criteria.registry import METRICS
+
 X = np.load("inputs.npy")
 
 
@@ -667,6 +862,8 @@ def test_worker_dies(sadl_model):
 OTHER_WORKER_TESTS = """
 import numpy as np
 import pytest
+
+from pytest_sadl.criteria.registry import METRICS
 
 X = np.load("inputs.npy")
 
@@ -875,7 +1072,6 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pytest_sadl.criteria.registry import METRICS  # noqa: E402
 from pytest_sadl.plugin.options import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
 from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
 
@@ -897,13 +1093,18 @@ _specs = st.lists(_spec_parts, max_size=5).map(",".join)
 @settings(max_examples=300, deadline=None)
 @given(spec=_specs)
 def test_property_thresholds_are_percentages_or_a_usage_error(spec):
+    """A coverage's threshold is a percentage in [0, 100]; a count criterion's (TKNP, NLC,
+    CC) a finite number >= 0; anything else a one-line usage error."""
+    from pytest_sadl.criteria.registry import COUNT
+
     try:
         parsed = parse_thresholds(spec)
     except pytest.UsageError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("--sadl-fail-under")
         return
     assert set(parsed) <= set(METRICS)
-    assert all(0 <= v <= 100 for v in parsed.values())
+    assert all(0 <= v <= 100 for m, v in parsed.items() if m not in COUNT)
+    assert all(0 <= v < float("inf") for m, v in parsed.items() if m in COUNT)
 
 
 @settings(max_examples=300, deadline=None)
@@ -965,3 +1166,52 @@ def test_the_documented_switch_quiets_tensorflows_start_up_lines():
     assert loud.stdout.strip() == quiet.stdout.strip() == "4.0"
     assert "oneDNN" in loud.stderr, "TensorFlow no longer prints the line docs/ci.md talks about: update docs/ci.md"
     assert quiet.stderr.strip() == "", quiet.stderr
+
+
+def test_multimodal_surprise_metrics_end_to_end(project, digits):
+    """--sadl-metrics=mlsc,mmdsc: MLSA and MMDSA set up with their options, the inputs'
+    scores equal to the criteria on the profile's traces, the same on a second run (seeded)."""
+    from pytest_sadl.criteria.mixture import MLSA
+    from pytest_sadl.criteria.modes import MMDSA
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_mmdsa_modes = 3")
+    args = ("--sadl-coverage", "--sadl-metrics=mlsc,mmdsc", "--sadl-mlsa-components=3", "--sadl-report=json:out.json")
+    reports = ("--sadl-report=html:html", "--sadl-report=markdown:out.md", "--sadl-report=badge:badges")
+    res = run(pytester, *args, *reports, "--sadl-report=term")
+    assert res.ret == 0, res.stdout.str()
+    data = results(pytester)
+    assert list(data["metrics"]) == ["mlsc", "mmdsc"]
+    assert re.search(r"^MLSC\s", res.stdout.str(), re.M) and re.search(r"^MMDSC\s", res.stdout.str(), re.M)
+    assert "| MLSC |" in (pytester.path / "out.md").read_text()
+    assert 'id="card-mmdsc"' in (pytester.path / "html" / "index.html").read_text()
+    assert sorted(p.name for p in (pytester.path / "badges").glob("*.json")) == [
+        "sadl-badge-mlsc.json",
+        "sadl-badge-mmdsc.json",
+    ]
+    assert all(0 < data["metrics"][m]["value"] <= 1 for m in ("mlsc", "mmdsc"))
+    profile = load_or_build(
+        str(pytester.path / "model.keras"),
+        str(pytester.path / "train.npz"),
+        ProfileOptions(sa_layers=("hidden",)),
+        pytester.path / ".sadl-cache",
+    )
+    import keras
+
+    traces = profile.trace_model(keras.models.load_model(pytester.path / "model.keras")).traces(digits.x_test[:60])
+    train, pred = profile.sa_traces, profile.sa_pred
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the singular modes' note: the run said it too
+        mlsa = MLSA(train, pred, components=3)(traces.sa, traces.pred)
+        mmdsa = MMDSA(train, pred, modes=3)(traces.sa, traces.pred)
+    np.testing.assert_allclose(data["inputs"]["mlsa"], mlsa, rtol=1e-6)
+    np.testing.assert_allclose(data["inputs"]["mmdsa"], mmdsa, rtol=1e-6)
+    assert run(pytester, *args).ret == 0
+    assert results(pytester)["inputs"]["mlsa"] == data["inputs"]["mlsa"], "seeded: a second run repeats"
+    # the held-out scores (default bounds) are stored under the options they depend on
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    assert sorted(p.name.split(".")[1] for p in folder.glob("extra.heldout-*")) == [
+        "heldout-mlsa-k3-1000",
+        "heldout-mmdsa-m3-1000",
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -101,9 +102,7 @@ def test_regression_profile(regression_model: Any, digits: Any, tmp_path: Path) 
     said: list[str] = []
     prof = load_or_build(regression_model, digits.x_train, None, tmp_path, status=said.append)
     assert not prof.classifier and prof.dsa() is None and prof.dsa_arrays is None and prof.n_classes is None
-    assert "fitting neuron ranges and LSA (DSA needs a classifier)" in said and not any(
-        "LSA and DSA" in m for m in said
-    )
+    assert "fitting neuron ranges" in said and not any("DSA" in m for m in said)
     with _no_cache_warning():
         hit = load_or_build(regression_model, digits.x_train, None, tmp_path)
     assert not hit.built
@@ -1079,3 +1078,38 @@ def test_training_data_as_a_directory_dataset_a_pydataset_or_a_generator_gives_t
             np.testing.assert_array_equal(np.bincount(data.y), np.bincount(y))
         else:
             np.testing.assert_array_equal(data.y, y)
+
+
+@pytest.mark.filterwarnings("ignore:MDSA. the training covariance:pytest_sadl.errors.SadlWarning")
+def test_a_layer_whose_neurons_are_each_constant_in_one_class_gets_a_profile(tmp_path: Path):
+    """The failure mode of briefly trained keras.applications models (issue 21): every
+    neuron of the default SA layer is constant (a ReLU that never fires) in some predicted
+    class. The paper's variance rule keeps no neuron and the build used to stop; the
+    default rule (per class) sets LSA, DSA and MDSA up, and the held-out SC bounds too."""
+    import keras
+
+    from pytest_sadl.engine import ProfileView, default_sc_bounds
+
+    inputs = keras.Input((2,))
+    hidden = keras.layers.Dense(2, activation="relu", name="hidden")(inputs)
+    probs = keras.layers.Dense(2, activation="softmax", name="probs")(hidden)
+    model = keras.Model(inputs, probs)
+    model.get_layer("hidden").set_weights([np.eye(2, dtype="float32"), np.zeros(2, "float32")])
+    model.get_layer("probs").set_weights([5 * np.eye(2, dtype="float32"), np.zeros(2, "float32")])
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.normal(size=(400, 2))).astype("float32") + 0.1
+    x[:200, 1] *= -1  # class 0: neuron 1 never fires
+    x[200:, 0] *= -1  # class 1: neuron 0 never fires
+    # the paper's rule keeps no neuron: the profile is still built and cached, and a run
+    # reports LSA as not available (with why) while the other metrics are computed
+    paper = ProfileView.of(load_or_build(model, x, ProfileOptions(var_rule="paper"), tmp_path / "paper"))
+    assert paper.scorer("lsa") is None and paper.scorer("dsa") is not None
+    assert re.search(r"LSA cannot be set up on SA layers \['hidden'\].*every one of the 2", paper.unavailable["lsa"])
+    prof = load_or_build(model, x, ProfileOptions(), tmp_path / "class")
+    assert prof.sa_layers == ["hidden"] and prof.options.var_rule == "class"
+    assert {c: v.tolist() for c, v in prof.lsa().kept_by_class.items()} == {0: [0], 1: [1]}
+    assert prof.dsa() is not None and prof.mdsa().kept.tolist() == [0, 1]
+    again = load_or_build(model, x, ProfileOptions(), tmp_path / "class")
+    assert not again.built and again.lsa().var_rule == "class"
+    lsc = default_sc_bounds(ProfileView.of(again))["lsc"]
+    assert np.isfinite(lsc[0]) and lsc[1] > lsc[0]

@@ -289,3 +289,32 @@ def test_gallery_shows_each_input_once_with_the_tests_that_fed_it(browser, repor
     assert "fed by 2 tests (3 times)" in first and "test_accuracy" in first
     assert p.page.locator("#mistakes-table tbody tr").count() == 5  # all labelled inputs and 4 groups
     assert "misclassified" in p.page.locator("#mistakes-words").inner_text()
+
+
+def test_two_hundred_layers_collapsed_searchable_and_shown_on_request(browser, tmp_path):
+    try:
+        from tests.test_report_html import many_layers
+    except ImportError:  # tests/ itself on sys.path
+        from test_report_html import many_layers  # type: ignore[no-redef]
+
+    run = many_layers(load_results(DATA / "results-classifier.json"))
+    p = _open(browser, write_html(run, tmp_path))
+    rows = "#layers-table tbody tr:not([hidden]) td:first-child"
+
+    def names() -> list[str]:
+        return [t.strip() for t in p.page.locator(rows).all_text_contents()]
+
+    assert names()[:2] == ["block19_conv9", "block19_conv8"] and len(names()) == 20
+    assert p.page.text_content("#layers-count") == "20 of 200 layers shown"
+    p.page.click("#layers-all")
+    assert len(names()) == 200 and p.page.get_attribute("#layers-all", "aria-expanded") == "true"
+    p.page.click("#layers-all")
+    assert len(names()) == 20
+    p.page.fill("#layers-filter", "block3_")
+    assert names() == [f"block3_conv{i}" for i in range(9, -1, -1)]
+    assert p.page.text_content("#layers-count") == "10 of 200 layers shown"
+    p.page.fill("#layers-filter", "")
+    # sorting by name keeps the table collapsed, to the first rows of the new order
+    p.page.click("#layers-table thead th:first-child button")
+    assert len(names()) == 20 and names()[0] == "block0_conv0"
+    assert p.errors == [] and p.requests == [p.url]

@@ -574,3 +574,37 @@ def test_a_mistakes_section_of_the_wrong_type_is_a_clear_error(classifier):
     bad["mistakes"] = [1, 2]
     with pytest.raises(ResultsFileError, match=r"mistakes must be an object or null, got a list \[1, 2\]"):
         validate_results(bad)
+
+
+def many_layers(results: dict[str, Any], n: int = 200) -> dict[str, Any]:
+    """``results`` with ``n`` coverage layers (as an EfficientNetB0's 206), their coverage
+    decreasing with the index, so the least covered are the last ones."""
+    out = copy.deepcopy(results)
+    out["layers"] = [
+        {
+            "name": f"block{i // 10}_conv{i % 10}",
+            "neurons": 16 + i,
+            "nc": round(1 - i / (2 * n), 4),
+            "kmnc": round(0.9 - i / (2 * n), 4),
+            "nbc": 0.05,
+            "snac": 0.1,
+        }
+        for i in range(n)
+    ]
+    return out
+
+
+def test_a_hundred_layers_or_more_collapse_to_the_least_covered_with_search(classifier):
+    html = render_html(many_layers(classifier))
+    table = html[html.index('<table id="layers-table"') : html.index("</table>", html.index('id="layers-table"'))]
+    rows = re.findall(r"<tr( hidden)?><td><code>([^<]+)</code>", table)
+    assert len(rows) == 200
+    shown = [name for hidden, name in rows if not hidden]
+    # least covered first: NC falls with the index, so the last 20 layers lead, in that order
+    assert shown == [f"block{i // 10}_conv{i % 10}" for i in range(199, 179, -1)]
+    assert 'data-shown="20"' in table
+    assert 'id="layers-filter"' in html and "Show all 200 layers" in html
+    assert "20 of 200 layers shown" in html
+    # below a hundred layers: every row shown, no controls
+    few = render_html(many_layers(classifier, 99))
+    assert 'id="layers-filter"' not in few and "<tr hidden><td><code>" not in few

@@ -280,3 +280,28 @@ def test_a_pool_for_a_two_input_model_is_bound_by_input_name(tmp_path, kind_mode
         assert sorted(npz.files) == ["aux", "image", "index"]
         np.testing.assert_array_equal(npz["image"], x_pool["image"][doc["indices"]])
         np.testing.assert_array_equal(npz["aux"], x_pool["aux"][doc["indices"]])
+
+
+def test_ctm_and_cam_order_the_pool_by_a_neuron_criterion_and_report_apfd(setup, digits, capsys):
+    import keras
+
+    from pytest_sadl.criteria.selection import apfd, faults_of
+
+    doc = _run(setup, "--strategy", "cam", "--criterion", "nbc", "--budget", "6")
+    out = capsys.readouterr().out
+    assert doc["criterion"] == "nbc" and len(doc["indices"]) == 6 and doc["new_targets"][0] > 0
+    assert doc["new_targets"] == sorted(doc["new_targets"], reverse=True), "greedy: gains never grow"
+    model = keras.models.load_model(setup["root"] / "m.keras")
+    faults = faults_of(model.predict(digits.x_test, verbose=0).argmax(axis=1), digits.y_test)
+    assert doc["faults"] == int(faults.sum())
+    assert f"APFD of the cam order of the pool: {doc['apfd']:.4f}" in out
+    doc = _run(setup, "--strategy", "ctm", "--criterion", "nbc", "--budget", "6")
+    assert doc["new_targets"] == sorted(doc["new_targets"], reverse=True)
+    # an opt-in surprise coverage: its score is set up for the order (each input opens one bucket at most)
+    doc = _run(setup, "--strategy", "cam", "--criterion", "mlsc", "--budget", "4")
+    assert doc["criterion"] == "mlsc" and doc["new_targets"] == [1, 1, 1, 1]
+    doc = _run(setup, "--strategy", "surprise", "--by", "lsa", "--budget", "3")
+    order = np.argsort(-setup["scores"]["lsa"], kind="stable")
+    assert doc["apfd"] == pytest.approx(apfd(order, faults)), "APFD of the whole order by LSA"
+    assert main(["select", str(setup["root"] / "pool.npz"), *setup["base"], "--strategy", "ctm"]) == 2
+    assert "add --criterion" in capsys.readouterr().err

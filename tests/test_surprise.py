@@ -56,15 +56,63 @@ def test_lsa_without_classes_is_one_kde_over_all_traces():
         LSA(train, np.zeros(300, int))(tests)
 
 
-def test_lsa_variance_filter_drops_neurons_low_in_any_class():
+def test_lsa_paper_variance_rule_drops_neurons_low_in_any_class():
     rng = np.random.default_rng(2)
     train, tp = clustered(rng, 300, 5, 2)
     train[tp == 1, 2] = 0.7  # constant in class 1 only: dropped for every class
     train[:, 4] *= 1e-4  # variance ~1e-8 everywhere
-    lsa = LSA(train, tp, var_threshold=1e-5)
+    lsa = LSA(train, tp, var_threshold=1e-5, var_rule="paper")
     assert lsa.kept.tolist() == [0, 1, 3]
+    assert {c: v.tolist() for c, v in lsa.kept_by_class.items()} == {0: [0, 1, 3], 1: [0, 1, 3]}
     tests, pred = clustered(rng, 20, 5, 2)
+    want = naive.lsa(train, tp, tests, pred, var_rule="paper")
+    assert rel_err(lsa(tests, pred), want) < 1e-6
+    assert LSA.from_arrays(lsa.to_arrays()).var_rule == "paper"
+
+
+def test_lsa_default_variance_rule_drops_neurons_per_class():
+    """A neuron constant in one class (a ReLU that never fires for it) is dropped from
+    that class's KDE only; the others keep it; the values are the naive per-class KDEs."""
+    rng = np.random.default_rng(2)
+    train, tp = clustered(rng, 300, 5, 2)
+    train[tp == 1, 2] = 0.7  # constant in class 1 only
+    train[:, 4] *= 1e-4  # variance ~1e-8 everywhere: dropped from both
+    lsa = LSA(train, tp, var_threshold=1e-5)
+    assert lsa.var_rule == "class"
+    assert {c: v.tolist() for c, v in lsa.kept_by_class.items()} == {0: [0, 1, 2, 3], 1: [0, 1, 3]}
+    assert lsa.kept.tolist() == [0, 1, 2, 3]
+    tests, pred = clustered(rng, 20, 5, 2)
+    got = lsa(tests, pred)
+    assert rel_err(got, naive.lsa(train, tp, tests, pred)) < 1e-6
+    for c, cols in lsa.kept_by_class.items():  # exactly SciPy's KDE of the class on its neurons
+        ref = -scipy.stats.gaussian_kde(train[tp == c][:, cols].T).logpdf(tests[pred == c][:, cols].T)
+        assert rel_err(got[pred == c], ref) < 1e-6
+    assert not np.allclose(got, naive.lsa(train, tp, tests, pred, var_rule="paper"))
+    again = LSA.from_arrays(lsa.to_arrays())
+    assert again.var_rule == "class" and np.array_equal(again(tests, pred), got)
+    with pytest.raises(ValueError, match="var_rule must be 'class' or 'paper'"):
+        LSA(train, tp, var_rule="any")
+
+
+def test_lsa_every_neuron_constant_in_some_class_is_defined_per_class():
+    """The failure mode of briefly trained wide layers: every neuron is constant in some
+    class, so the paper's rule keeps none; per class every class still has a KDE."""
+    rng = np.random.default_rng(4)
+    tp = np.repeat([0, 1], 150)
+    train = np.abs(rng.normal(size=(300, 2))) + 0.1
+    train[tp == 0, 0] = 0.0  # dead for class 0
+    train[tp == 1, 1] = 0.0  # dead for class 1
+    with pytest.raises(ValueError, match="every one of the 2 neurons has a training variance below.*in some class"):
+        LSA(train, tp, var_rule="paper")
+    lsa = LSA(train, tp)
+    assert {c: v.tolist() for c, v in lsa.kept_by_class.items()} == {0: [1], 1: [0]}
+    tests = np.abs(rng.normal(size=(10, 2)))
+    pred = np.repeat([0, 1], 5)
     assert rel_err(lsa(tests, pred), naive.lsa(train, tp, tests, pred)) < 1e-6
+    train[:, 1] = 0.0  # now class 0 varies in nothing: no KDE for it, with a warning
+    with pytest.warns(SadlWarning, match=r"no neuron has a training variance .* in class\(es\) \[0\]"):
+        lsa = LSA(train, tp)
+    assert lsa.classes == [1]
 
 
 def test_lsa_every_neuron_filtered_is_a_clear_error():

@@ -20,7 +20,7 @@ from pytest_sadl.plugin.options import (
     parse_layers,  # the one layer-list parser, shared with the plugin
 )
 
-__all__ = ["parse_layers", "add_location", "project_options", "cache_dir_for"]
+__all__ = ["parse_layers", "add_location", "add_metrics", "project_options", "cache_dir_for"]
 
 
 def add_location(p: argparse.ArgumentParser) -> None:
@@ -65,6 +65,12 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
         help="LSA/MDSA variance threshold (default: sadl_var_threshold, else 1e-5)",
     )
     p.add_argument(
+        "--var-rule",
+        choices=("class", "paper"),
+        help="which neurons LSA/MDSA drop for too little variance: per class, or the paper's rule "
+        "(default: sadl_var_rule, else class)",
+    )
+    p.add_argument(
         "--lsa-near-singular",
         choices=("drop", "keep"),
         help="LSA on a nearly singular covariance: drop dependent neurons or keep the full covariance "
@@ -75,12 +81,24 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_metrics(p: argparse.ArgumentParser) -> None:
+    """``--metrics``: the plugin's ``--sadl-metrics`` (the same parser, and the ini's
+    ``sadl_metrics`` when not given)."""
+    p.add_argument(
+        "--metrics",
+        metavar="LIST",
+        help="the metrics to compute, comma-separated, or all (default: sadl_metrics of the ini, else the default ones)",
+    )
+
+
 #: argparse destination -> the plugin's flag it stands for
 _FLAGS = {
+    "metrics": "--sadl-metrics",
     "sa_layers": "--sadl-layers",
     "coverage_layers": "--sadl-coverage-layers",
     "output": "--sadl-output",
     "var_threshold": "--sadl-var-threshold",
+    "var_rule": "--sadl-var-rule",
     "lsa_near_singular": "--sadl-lsa-near-singular",
     "batch_size": "--sadl-batch-size",
     "cache_dir": "--sadl-cache-dir",

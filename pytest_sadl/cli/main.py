@@ -304,7 +304,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "profile",
         help="build or list cached training profiles",
         description="The training profile holds the activation traces of the training set "
-        "at the SA layers, the per-neuron ranges of the coverage layers and the DSA set-up. "
+        "at the SA layers and the per-neuron ranges of the coverage layers (the surprise measures are set up from it by a run). "
         "It is cached under a fingerprint of the model's architecture and weights, the "
         "training data and the options, so a change to any of them builds a new one.",
     )

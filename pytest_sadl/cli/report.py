@@ -101,6 +101,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comp = compare(load_results(args.current), load_results(args.baseline))
     except ResultsFileError as exc:
         return _error(prog, str(exc))
+    if limits:  # all:-1 means every metric the two runs have, not every registered one
+        limits = parse_compare_fail(args.fail, every=[m.metric for m in comp.metrics])
     failures = [f.replace("--sadl-compare-fail", "--fail") for f in compare_failures(comp, limits)]
     if args.json:
         doc: dict[str, Any] = comp.to_dict()

@@ -4,7 +4,7 @@
 
     sadl select POOL.npz --model M --train T --budget 100 --strategy coverage
                 [--results sadl-report.json] [--by lsa] [--upto 0.5] [--seed 0]
-                [--out DIR] [--sa-layers L ...] [--coverage-layers L ...] [--output NAME]
+                [--criterion METRIC] [--out DIR] [--sa-layers L ...] [--coverage-layers L ...] [--output NAME]
                 [--var-threshold V] [--lsa-near-singular drop|keep] [--batch-size N]
                 [--cache-dir D] [--rootdir R]
 
@@ -30,10 +30,12 @@ import numpy as np
 
 from pytest_sadl.cli.args import (
     add_location,
+    add_metrics,
     add_profile_options,
     cache_dir_for,
     project_options,
 )
+from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, SCORES
 from pytest_sadl.criteria.selection import (
     STRATEGIES,
     Selection,
@@ -57,6 +59,8 @@ def select_from_pool(
     upto: float = 1.0,
     seed: int = 0,
     batch_size: int = 256,
+    criterion: str | None = None,
+    y: np.ndarray | None = None,
 ) -> tuple[Selection, dict[str, np.ndarray]]:
     """Score the pool ``x`` with ``profile`` (a :class:`~pytest_sadl.profile.TrainingProfile`
     of ``model``) and choose ``budget`` inputs; returns the selection and the pool's scores.
@@ -66,12 +70,22 @@ def select_from_pool(
     are what the ``coverage`` strategy starts from (and the ``ranges`` strategy's ``U``).
     Without it the bounds are those of ``options`` (a :class:`~pytest_sadl.plugin.options.SadlOptions`,
     the project's ``sadl_{lsc,dsc,mdsc}_*``) where set, else the profile's defaults, as a run
-    uses; nothing counts as covered yet.
+    uses; nothing counts as covered yet. ``criterion``: the coverage criterion the ``ctm`` and
+    ``cam`` strategies order by (any in the registry), over the same bounds and ranges.
+    ``y``: the pool's labels (classes or one-hot rows); with them the APFD of the strategy's
+    order of the whole pool is computed (its faults: the inputs the model misclassifies).
     """
+    from pytest_sadl.criteria.selection import faults_of
+    from pytest_sadl.criteria.shape import Batch, Setup
     from pytest_sadl.engine import ProfileView, default_sc_bounds
 
     traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
-    view = ProfileView.of(profile)
+    metrics = list(getattr(options, "metrics", None) or DEFAULT_METRICS)
+    if by in SCORES and SCORES[by].name not in metrics:  # the score chosen by is always computed
+        metrics.append(SCORES[by].name)
+    if criterion is not None and criterion not in metrics:  # and the criterion ctm / cam order by
+        metrics.append(criterion)
+    view = ProfileView.of(profile, [m for m in METRICS if m in metrics], options)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
@@ -79,6 +93,10 @@ def select_from_pool(
         bounds, covered = covered_from_results(results)
     else:
         bounds, covered = default_sc_bounds(view, options), {}
+    layers = [np.asarray(a) for a in traces.coverage]
+    extrema = traces.coverage_extrema
+    batch = Batch(scores, layers, list(extrema) if extrema is not None else [None] * len(layers))
+    faults = faults_of(np.asarray(traces.pred), y) if y is not None and profile.classifier else None
     chosen = select(
         strategy,
         budget,
@@ -89,6 +107,10 @@ def select_from_pool(
         covered=covered,
         upto=upto,
         seed=seed,
+        criterion=criterion,
+        setup=Setup(profile.ranges, options, bounds=dict(bounds)),
+        batch=batch,
+        faults=faults,
     )
     if strategy == "deepgini":
         from pytest_sadl.criteria.mistakes import confidence_scores
@@ -211,6 +233,37 @@ def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -
         )
 
 
+def _print_selection(chosen: Selection) -> None:
+    """What ``sadl select`` chose, in a few lines."""
+    head = f"selected {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
+    if chosen.strategy in ("surprise", "ranges"):
+        head += f" ({chosen.by.upper() if chosen.by else ''}"
+        head += (
+            f", range [{chosen.range[0]:.4g}, {chosen.range[1]:.4g}], {chosen.eligible} eligible)"
+            if chosen.range
+            else ")"
+        )
+    if chosen.new_buckets is not None:
+        head += f": {sum(chosen.new_buckets)} new SC buckets"
+    if chosen.criterion is not None:
+        head += f" by {chosen.criterion.upper()}"
+    if chosen.new_targets is not None:
+        head += f": {sum(chosen.new_targets)} targets" + (" newly covered" if chosen.strategy == "cam" else " in all")
+    print(head)
+    if chosen.faults is not None:
+        value = "undefined" if chosen.apfd is None else f"{chosen.apfd:.4f}"
+        print(
+            f"APFD of the {chosen.strategy} order of the pool: {value} ({chosen.faults} misclassified of {chosen.pool})"
+        )
+    for note in chosen.notes:
+        print(f"  {note}")
+    print(
+        "first picks: "
+        + ", ".join(str(i) for i in chosen.indices[:10].tolist())
+        + (" …" if len(chosen.indices) > 10 else "")
+    )
+
+
 def cmd_select(args: argparse.Namespace) -> int:
     """``sadl select``: the handler."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -222,6 +275,10 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     if args.budget < 1:
         raise SadlConfigError(f"--budget={args.budget}: choose at least 1 input")
+    if args.strategy in ("ctm", "cam") and args.criterion is None:
+        raise SadlConfigError(
+            f"--strategy {args.strategy} orders by a coverage criterion: add --criterion, e.g. --criterion nbc"
+        )
     if args.strategy == "ranges" and not 0 < args.upto <= 1:
         raise SadlConfigError(f"--upto={args.upto}: give a fraction of U in (0, 1], e.g. 0.25 for [0, U/4]")
     results = None
@@ -273,6 +330,8 @@ def cmd_select(args: argparse.Namespace) -> int:
             upto=args.upto,
             seed=args.seed,
             batch_size=sadl.batch_size,
+            criterion=args.criterion,
+            y=y,
         )
     except ValueError as exc:
         raise SadlConfigError(str(exc)) from None
@@ -284,24 +343,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise SadlConfigError(
             f"--out {args.out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory"
         ) from None
-    head = f"selected {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
-    if chosen.strategy in ("surprise", "ranges"):
-        head += f" ({chosen.by.upper() if chosen.by else ''}"
-        head += (
-            f", range [{chosen.range[0]:.4g}, {chosen.range[1]:.4g}], {chosen.eligible} eligible)"
-            if chosen.range
-            else ")"
-        )
-    if chosen.new_buckets is not None:
-        head += f": {sum(chosen.new_buckets)} new SC buckets"
-    print(head)
-    for note in chosen.notes:
-        print(f"  {note}")
-    print(
-        "first picks: "
-        + ", ".join(str(i) for i in chosen.indices[:10].tolist())
-        + (" …" if len(chosen.indices) > 10 else "")
-    )
+    _print_selection(chosen)
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -311,11 +353,13 @@ def register(sub: Any) -> None:
     """Add ``select`` to the ``sadl`` subcommands."""
     p = sub.add_parser(
         "select",
-        help="choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
+        help="choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges, DeepGini, CTM or CAM)",
         description="Score a pool of inputs with the training profile's LSA, DSA and MDSA and choose a budget of them: "
         "'surprise' takes the most surprising; 'coverage' greedily covers the most surprise-coverage buckets the "
         "current tests leave uncovered (give --results); 'ranges' samples at random from [0, upto * U] of one SA as the "
-        "paper's Table VII does; 'deepgini' is the confidence baseline. The profile's options and the SC bounds come "
+        "paper's Table VII does; 'deepgini' is the confidence baseline; 'ctm' and 'cam' order the pool by a coverage "
+        "criterion (--criterion): the most targets covered, or the most newly covered targets first. With labels in the "
+        "pool ('y') the APFD of the order is printed and kept in selection.json. The profile's options and the SC bounds come "
         "from the project's pytest configuration (sadl_layers, sadl_lsc_upper, ...) unless given here; with --results, "
         "the layers and thresholds are the results' own.",
         epilog="example: sadl select data/pool.npz --model models/digits.keras --train data/train.npz "
@@ -330,9 +374,15 @@ def register(sub: Any) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="surprise", help="how to choose (default %(default)s)")
     p.add_argument(
         "--by",
-        choices=("lsa", "dsa", "mdsa"),
+        choices=tuple(SCORES),
         default="lsa",
         help="the SA of 'surprise' and 'ranges' (default %(default)s)",
+    )
+    p.add_argument(
+        "--criterion",
+        choices=METRICS,
+        metavar="METRIC",
+        help="'ctm' and 'cam': the coverage criterion to order by, any of " + ", ".join(METRICS),
     )
     p.add_argument(
         "--results", metavar="JSON", help="results JSON of the current tests: SC bounds, covered buckets, layers"
@@ -347,5 +397,6 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="'ranges': random seed (default 0)")
     p.add_argument("--out", default="sadl-select", metavar="DIR", help="output directory (default %(default)s)")
     add_profile_options(p)
+    add_metrics(p)
     add_location(p)
     p.set_defaults(func=cmd_select)

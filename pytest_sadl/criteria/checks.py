@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,6 +33,9 @@ __all__ = [
     "examples",
     "one_blas_thread",
     "low_variance_filter",
+    "VAR_RULES",
+    "check_var_rule",
+    "variance_filter",
     "reduce_layer",
     "row_chunks",
     "usable_classes",
@@ -165,6 +168,44 @@ def usable_classes(who: str, classes: np.ndarray, members: list[np.ndarray], wha
     if not usable:
         raise ValueError(f"{who} needs at least one class with two or more training traces")
     return usable
+
+
+#: How LSA/MDSA drop neurons of too little variance: ``"class"`` per class (the default),
+#: ``"paper"`` the paper's filter (below the threshold in any class: dropped from all).
+VAR_RULES = ("class", "paper")
+
+
+def check_var_rule(var_rule: object) -> str:
+    """``var_rule`` as given, or a clear error when it is not one of :data:`VAR_RULES`."""
+    if var_rule not in VAR_RULES:
+        raise ValueError(f"var_rule must be 'class' or 'paper', got {var_rule!r}")
+    return str(var_rule)
+
+
+def variance_filter(
+    who: str, variances: Mapping[int, np.ndarray], var_threshold: float, var_rule: str, hint: str
+) -> dict[int, np.ndarray]:
+    """The neurons each class keeps (variance ``>= var_threshold``): with ``"paper"`` one
+    set for all (:func:`low_variance_filter`); with ``"class"`` each class's own, a class
+    in which no neuron varies left out with one warning; none kept anywhere is an error."""
+    labels = list(variances)
+    if var_rule == "paper":
+        kept = low_variance_filter(who, [variances[c] for c in labels], var_threshold, hint)
+        return {c: kept for c in labels}
+    out = {c: np.flatnonzero(variances[c] >= var_threshold) for c in labels}
+    empty = [c for c in labels if out[c].size == 0]
+    if len(empty) == len(labels):
+        d = len(variances[labels[0]])
+        raise ValueError(
+            f"{who}: every one of the {d} neurons has a training variance below var_threshold={var_threshold:g} "
+            f"in every class (the layer's outputs do not vary with the input); lower var_threshold or {hint}"
+        )
+    if empty:
+        warn(
+            f"{who}: no neuron has a training variance of at least var_threshold={var_threshold:g} in class(es) "
+            f"{class_list(empty)}; their inputs score NaN"
+        )
+    return {c: v for c, v in out.items() if v.size}
 
 
 def low_variance_filter(who: str, variances: Sequence[np.ndarray], var_threshold: float, hint: str) -> np.ndarray:

@@ -16,9 +16,11 @@ Choices, each written down because the paper leaves them open:
 
 * the covariance is the unbiased sample covariance (``ddof=1``, as ``np.cov``), the one
   ``scipy.stats.gaussian_kde`` uses for LSA, accumulated in float64 chunks;
-* neurons whose training variance (``ddof=0``) is below ``var_threshold`` in any class
-  with two or more training traces are dropped: the same filter as LSA (one helper,
-  :func:`pytest_sadl.criteria.checks.low_variance_filter`), so that both measure the same neurons;
+* neurons of too little training variance (``ddof=0``, below ``var_threshold``) are
+  dropped by LSA's ``var_rule`` (:func:`pytest_sadl.criteria.checks.variance_filter`):
+  ``"class"`` (default) keeps every neuron that varies in at least one class with two or
+  more training traces (the pseudo-inverse below then ignores, per class, a direction the
+  class does not vary in), ``"paper"`` drops a neuron below the threshold in any class;
 * **a singular covariance** (a class whose traces lie in a subspace: fewer traces than
   neurons, or neurons that are linear combinations of others, as softmax outputs that sum
   to one) is inverted by the Moore-Penrose pseudo-inverse: eigenvalues at most
@@ -34,24 +36,28 @@ Neither TensorFlow nor pytest is imported here.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from pytest_sadl.criteria.checks import (
     as_pred,
     as_train_traces,
     check_fits,
+    check_var_rule,
     check_var_threshold,
     class_list,
     class_moments,
     class_scatter,
     classes_of,
     examples,
-    low_variance_filter,
     one_blas_thread,
     scoring_inputs,
     usable_classes,
+    variance_filter,
     warn,
 )
+from pytest_sadl.errors import SadlWarning
 
 __all__ = ["MDSA"]
 
@@ -79,11 +85,13 @@ class MDSA:
         train_pred: object | None = None,
         *,
         var_threshold: float = 1e-5,
+        var_rule: str = "class",
         rcond: float = RCOND,
         chunk_bytes: int = 16 * 2**20,
         max_bytes: int | None = None,
     ) -> None:
         var_threshold = check_var_threshold(var_threshold)
+        self.var_rule = check_var_rule(var_rule)
         if not (isinstance(rcond, (int, float)) and 0 <= rcond < 1):
             raise ValueError(f"rcond must be a number in [0, 1), got {rcond!r}")
         x = as_train_traces("train_ats", train_ats, chunk_bytes=chunk_bytes)
@@ -113,7 +121,16 @@ class MDSA:
         # One chunked pass per class (float64 sums), so a memory-mapped set is never copied
         # whole; the scatter matrices are kept for the factors only while they are small.
         stats = [class_moments(x, members[i], chunk_bytes, scatter=keep) for i in usable]
-        kept = low_variance_filter("MDSA", [var for _, _, var in stats], self.var_threshold, "measure another layer")
+        with warnings.catch_warnings():  # a class in which nothing varies still has a mean and a distance
+            warnings.simplefilter("ignore", SadlWarning)
+            per_class = variance_filter(
+                "MDSA",
+                dict(enumerate(var for _, _, var in stats)),
+                self.var_threshold,
+                self.var_rule,
+                "measure another layer",
+            )
+        kept = np.unique(np.concatenate(list(per_class.values())))
         self.kept: np.ndarray = kept
         d = kept.size
         # a class of n_c traces has rank at most n_c - 1: no factor needs more columns
@@ -213,6 +230,7 @@ class MDSA:
             "n_features_in": np.array(self.n_features_in),
             "classifier": np.array(self.classifier),
             "var_threshold": np.array(self.var_threshold),
+            "var_rule": np.array(self.var_rule),
             "rcond": np.array(self.rcond),
         }
 
@@ -228,6 +246,7 @@ class MDSA:
         self.n_features_in = int(arrays["n_features_in"])
         self.classifier = bool(arrays["classifier"])
         self.var_threshold = float(arrays["var_threshold"])
+        self.var_rule = str(arrays["var_rule"]) if "var_rule" in arrays else "paper"
         self.rcond = float(arrays["rcond"])
         k, d = len(self.classes_), self.kept.size
         shape = self.factors.shape

@@ -17,15 +17,26 @@ Four strategies, each given per-input scores of the pool (no TensorFlow, no pyte
 * ``deepgini`` — the baseline: the highest DeepGini impurity ``1 - sum p^2`` of the model's
   softmax output (Feng et al., ISSTA 2020), the prioritiser that Weiss and Tonella found
   hard to beat.
+* ``ctm`` — coverage-total prioritisation by any coverage criterion of the registry: the
+  inputs by the number of targets each covers on its own, most first, ties in pool order.
+* ``cam`` — coverage-additional prioritisation: each pick is the input that covers the
+  most targets the picks before it left uncovered (ties: the lowest pool index); once no
+  input adds a target, the rest in CTM order (Feng et al.'s CAM, as dnn-tip's ``cam``).
+
+:func:`apfd` measures an ordering when the faults (misclassified inputs) are known:
+``APFD = 1 - (sum of the faults' 1-based positions) / (k n) + 1 / (2 n)``, ``n`` inputs of
+which ``k`` are faults (Rothermel et al.; DeepGini's form, as dnn-tip's ``apfd_from_order``).
 
 :func:`select` returns a :class:`Selection` with the chosen pool indices in pick order.
 """
 
 from __future__ import annotations
 
+import copy
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,9 +44,24 @@ from pytest_sadl.criteria.mistakes import confidence_scores
 from pytest_sadl.criteria.registry import SURPRISE
 from pytest_sadl.criteria.surprise import bucket_edges, bucket_index
 
-__all__ = ["STRATEGIES", "Selection", "select", "covered_from_results", "greedy_coverage"]
+if TYPE_CHECKING:
+    from pytest_sadl.criteria.shape import Batch, Coverage, Setup
 
-STRATEGIES = ("surprise", "coverage", "ranges", "deepgini")
+__all__ = [
+    "STRATEGIES",
+    "Selection",
+    "select",
+    "covered_from_results",
+    "greedy_coverage",
+    "apfd",
+    "ctm_order",
+    "cam_order",
+    "prioritise",
+]
+
+STRATEGIES = ("surprise", "coverage", "ranges", "deepgini", "ctm", "cam")
+#: the strategies that order the whole pool (their APFD is defined)
+ORDERING = ("surprise", "deepgini", "ctm", "cam")
 
 Bounds = tuple[float, float, int]  # (lower, upper, buckets)
 
@@ -53,6 +79,15 @@ class Selection:
     eligible: int | None = None  # ranges: inputs inside the range
     range: tuple[float, float] | None = None  # ranges: the score interval sampled from
     notes: list[str] = field(default_factory=list)
+    #: ctm / cam: the coverage criterion ordered by, and the targets each pick newly covered
+    #: (cam) or covers alone (ctm)
+    criterion: str | None = None
+    new_targets: list[int] | None = None
+    #: the whole pool in the strategy's order (the strategies of ``ORDERING``)
+    order: np.ndarray | None = None
+    #: APFD of ``order`` when the pool's labels are known, and the faults it counts
+    apfd: float | None = None
+    faults: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +100,10 @@ class Selection:
             "eligible": self.eligible,
             "range": None if self.range is None else list(self.range),
             "notes": list(self.notes),
+            "criterion": self.criterion,
+            "new_targets": self.new_targets,
+            "apfd": self.apfd,
+            "faults": self.faults,
         }
 
 
@@ -173,6 +212,10 @@ def select(
     covered: Mapping[str, np.ndarray] | None = None,
     upto: float = 1.0,
     seed: int = 0,
+    criterion: str | None = None,
+    setup: Setup | None = None,
+    batch: Batch | None = None,
+    faults: np.ndarray | None = None,
 ) -> Selection:
     """Choose up to ``budget`` inputs of a pool (see the module docstring).
 
@@ -180,17 +223,54 @@ def select(
     ``surprise`` and ``ranges`` strategies use; ``output``: the model's outputs on the pool
     (``deepgini``); ``bounds``: SC bounds by metric (``coverage``, and ``ranges`` for U);
     ``covered``: buckets the current tests cover (``coverage``); ``upto``: the range's fraction
-    of U (``ranges``); ``seed``: the ``ranges`` sample's random seed.
+    of U (``ranges``); ``seed``: the ``ranges`` sample's random seed; ``criterion``,
+    ``setup`` and ``batch``: the coverage criterion ``ctm`` and ``cam`` order by, what it is
+    made for and the pool's traces; ``faults``: which pool inputs are misclassified (the
+    labels are known): the APFD of an ordering strategy's whole order is then computed.
     """
+    chosen = _select(strategy, budget, scores, by, output, bounds, covered, upto, seed, criterion, setup, batch)
+    if faults is not None and chosen.order is not None:
+        chosen.faults = int(np.count_nonzero(faults))
+        chosen.apfd = apfd(chosen.order, faults)
+        if chosen.apfd is None:
+            chosen.notes.append("no input of the pool is misclassified: APFD is undefined")
+    elif faults is not None:
+        chosen.notes.append(f"APFD needs an order of the whole pool: use one of {', '.join(ORDERING)}")
+    return chosen
+
+
+def _select(
+    strategy: str,
+    budget: int,
+    scores: Mapping[str, np.ndarray | None] | None,
+    by: str,
+    output: np.ndarray | None,
+    bounds: Mapping[str, Bounds] | None,
+    covered: Mapping[str, np.ndarray] | None,
+    upto: float,
+    seed: int,
+    criterion: str | None,
+    setup: Setup | None,
+    batch: Batch | None,
+) -> Selection:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    if strategy in ("ctm", "cam"):
+        if criterion is None or setup is None or batch is None:
+            raise ValueError(f"the {strategy} strategy needs a coverage criterion, its setup and the pool's traces")
+        order, counts = prioritise(strategy, criterion, setup, batch)
+        k = _check_budget(budget, len(order))
+        return Selection(
+            strategy, int(budget), order[:k], len(order), criterion=criterion, new_targets=counts[:k], order=order
+        )
     present = {k: np.asarray(v, dtype=np.float64) for k, v in (scores or {}).items() if v is not None}
     if strategy == "deepgini":
         if output is None:
             raise ValueError("the deepgini strategy needs the model's outputs on the pool")
         gini = confidence_scores(output)["deepgini"]
         k = _check_budget(budget, len(gini))
-        return Selection(strategy, int(budget), _descending(gini)[:k], len(gini), by="deepgini")
+        order = _descending(gini)
+        return Selection(strategy, int(budget), order[:k], len(gini), by="deepgini", order=order)
     if strategy == "coverage":
         if not bounds:
             raise ValueError(
@@ -210,7 +290,8 @@ def select(
     s = present[by]
     if strategy == "surprise":
         k = _check_budget(budget, len(s))
-        return Selection(strategy, int(budget), _descending(s)[:k], len(s), by=by)
+        order = _descending(s)
+        return Selection(strategy, int(budget), order[:k], len(s), by=by, order=order)
     # ranges
     if not (0 < upto <= 1):
         raise ValueError(f"upto must be in (0, 1] (a fraction of the SC upper bound U), got {upto!r}")
@@ -236,3 +317,190 @@ def select(
         range=(lower, top),
         notes=notes,
     )
+
+
+def apfd(order: object, faults: object) -> float | None:
+    """APFD of ``order`` (every pool index once) given ``faults`` (bool per pool input, True
+    for a misclassified one): ``1 - sum(TF_i) / (k n) + 1 / (2 n)``, ``TF_i`` the 1-based
+    position of the i-th fault in the order. ``None`` when there is no fault (undefined)."""
+    is_fault = np.asarray(faults, dtype=bool).reshape(-1)
+    idx = np.asarray(order, dtype=np.int64).reshape(-1)
+    n = is_fault.size
+    if idx.size != n or not np.array_equal(np.sort(idx), np.arange(n)):
+        raise ValueError(f"the order must hold every one of the {n} pool indices once, got {idx.size} indices")
+    k = int(is_fault.sum())
+    if k == 0:
+        return None
+    positions = np.flatnonzero(is_fault[idx]) + 1
+    return float(1.0 - positions.sum() / (k * n) + 1.0 / (2 * n))
+
+
+def faults_of(pred: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Misclassified inputs: the predicted class differs from the label (a class index, or a
+    one-hot / probability row, whose argmax is the class)."""
+    y = np.asarray(labels)
+    if y.ndim == 2 and y.shape[1] > 1:
+        y = y.argmax(axis=1)
+    y = y.reshape(-1)
+    if y.shape != np.shape(pred):
+        raise ValueError(f"the pool has {len(pred)} inputs but {y.size} labels")
+    return np.asarray(np.asarray(pred).reshape(-1) != y)
+
+
+def ctm_order(counts: object) -> np.ndarray:
+    """Coverage-total order: by ``counts`` (targets each input covers alone), most first,
+    ties in pool order."""
+    c = np.asarray(counts, dtype=np.float64).reshape(-1)
+    return np.argsort(-c, kind="stable").astype(np.int64)
+
+
+def _one(batch: Batch, i: int) -> Batch:
+    """Input ``i`` of ``batch`` as a batch of one."""
+    from pytest_sadl.criteria.shape import Batch
+
+    s = slice(i, i + 1)
+    return Batch(
+        {k: v[s] for k, v in batch.scores.items()},
+        [a[s] for a in batch.layers],
+        [None if e is None else (e[0][s], e[1][s]) for e in batch.extrema],
+    )
+
+
+def cam_order(
+    make: Any, batch: Batch, counts: object | None = None, start: Coverage | None = None
+) -> tuple[np.ndarray, list[int]]:
+    """Coverage-additional order of the inputs of ``batch`` under the criterion ``make``
+    (a :class:`~pytest_sadl.criteria.shape.Coverage` factory, ``make()`` a fresh one), and
+    the targets each pick newly covered (0 for the CTM-ordered rest).
+
+    Lazy greedy: a gain computed against fewer covered targets bounds the gain against more
+    (a coverage's newly covered targets only shrink as it grows), so each pick re-evaluates
+    only the inputs whose bound could still win; exactly the greedy order with ties to the
+    lowest index, each gain ``copy(covered).update(input)``. ``counts``: each input's CTM
+    count (computed when ``None``); ``start``: what counts as covered already."""
+    n = len(next(iter(batch.scores.values()))) if batch.scores else len(batch.layers[0])
+    total = input_counts(make, batch) if counts is None else np.asarray(counts, dtype=np.int64)
+    state = make() if start is None else copy.deepcopy(start)
+    heap = [(-int(total[i]), i) for i in range(n) if total[i] > 0]
+    heapq.heapify(heap)
+    picks: list[int] = []
+    gains: list[int] = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        gain = int(copy.deepcopy(state).update(_one(batch, i)))
+        if gain <= 0:
+            continue
+        if heap and (-gain, i) > heap[0]:
+            heapq.heappush(heap, (-gain, i))  # another input's bound may beat it: look again
+            continue
+        state.update(_one(batch, i))
+        picks.append(i)
+        gains.append(gain)
+    taken = np.zeros(n, dtype=bool)
+    taken[picks] = True
+    rest = [int(i) for i in ctm_order(total) if not taken[i]]
+    return np.array(picks + rest, dtype=np.int64), gains + [0] * len(rest)
+
+
+def input_counts(make: Any, batch: Batch) -> np.ndarray:
+    """The targets each input of ``batch`` covers on its own (a fresh coverage each)."""
+    n = len(next(iter(batch.scores.values()))) if batch.scores else len(batch.layers[0])
+    return np.array([make().update(_one(batch, i)) for i in range(n)], dtype=np.int64)
+
+
+def prioritise(strategy: str, criterion: str, setup: Setup, batch: Batch) -> tuple[np.ndarray, list[int]]:
+    """The whole pool's ``ctm`` or ``cam`` order by the registry's coverage ``criterion``
+    (``"nc"``, ``"lsc"``...), made for ``setup``, on the pool's ``batch``; and what each
+    input counted (ctm: the targets it covers alone; cam: the targets it newly covered)."""
+    from pytest_sadl.criteria.registry import BY_NAME
+
+    if criterion not in BY_NAME:
+        raise ValueError(f"unknown criterion {criterion!r}; use one of {', '.join(BY_NAME)}")
+    made = BY_NAME[criterion].make
+
+    def make() -> Any:
+        cov = made(setup)
+        if cov is None:
+            raise ValueError(f"{criterion.upper()} does not apply to this profile (no score or bounds for it)")
+        return cov
+
+    if strategy not in ("ctm", "cam"):
+        raise ValueError(f"prioritise orders by 'ctm' or 'cam', not {strategy!r}")
+    targets = input_targets(make(), batch)  # one clear error before any work
+    if targets is not None:  # the registry's own shapes: each input's targets once, then plain arrays
+        counts = np.array([t.size for t in targets], dtype=np.int64)
+        if strategy == "ctm":
+            order = ctm_order(counts)
+            return order, [int(counts[i]) for i in order]
+        return cam_of_targets(targets)
+    counts = input_counts(make, batch)
+    if strategy == "ctm":
+        order = ctm_order(counts)
+        return order, [int(counts[i]) for i in order]
+    return cam_order(make, batch, counts)
+
+
+def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
+    """The targets (integer ids) each input of ``batch`` covers on its own, for the shapes
+    of :mod:`~pytest_sadl.criteria.shape` whose targets are known here: a surprise
+    coverage's bucket, a neuron coverage's (neuron, section/corner) flags over traces that
+    are already one value per neuron; ``None`` for any other criterion (then the generic
+    path asks its ``update``). Equal to what ``update`` counts, input by input."""
+    from pytest_sadl.criteria.checks import as_layers
+    from pytest_sadl.criteria.neurons import _LayerCoverage
+    from pytest_sadl.criteria.shape import NeuronTargets, SurpriseBuckets
+
+    if isinstance(cov, SurpriseBuckets):
+        n = len(batch.layers[0]) if batch.layers else len(next(iter(batch.scores.values()), []))
+        scores = batch.scores.get(cov.sa)
+        if scores is None:
+            return [np.zeros(0, np.int64) for _ in range(n)]
+        sc = cov.sc
+        idx = bucket_index(np.asarray(scores, dtype=np.float64), bucket_edges(sc.lower, sc.upper, sc.buckets))
+        return [np.array([b], np.int64) if 0 <= b < sc.buckets else np.zeros(0, np.int64) for b in idx.tolist()]
+    inner = getattr(cov, "coverage", None)
+    if not isinstance(cov, NeuronTargets) or not isinstance(inner, _LayerCoverage):
+        return None
+    if any(np.ndim(a) != 2 for a in batch.layers):
+        return None  # unreduced maps: NC scales them whole; leave that to update
+    arrays = as_layers("layers", batch.layers, sizes=inner.sizes)
+    n = arrays[0].shape[0]
+    out: list[list[np.ndarray]] = [[] for _ in range(n)]
+    offset = 0
+    for li, values in enumerate(arrays):
+        valid = inner._valid(li)[:, None]
+        ext = batch.extrema[li] if cov.uses_extrema and li < len(batch.extrema) else None
+        for i in range(n):
+            one = None if ext is None else (ext[0][i : i + 1], ext[1][i : i + 1])
+            hit = inner._hits(li, values[i : i + 1], one) & valid
+            out[i].append(offset + np.flatnonzero(hit.reshape(-1)))
+        offset += inner.sizes[li] * inner.per_neuron
+    return [np.concatenate(parts) for parts in out]
+
+
+def cam_of_targets(targets: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
+    """:func:`cam_order` over known target ids: the same lazy greedy, a gain being the
+    number of an input's targets not yet covered."""
+    n = len(targets)
+    size = max((int(t.max()) + 1 for t in targets if t.size), default=0)
+    covered = np.zeros(size, dtype=bool)
+    total = np.array([t.size for t in targets], dtype=np.int64)
+    heap = [(-int(total[i]), i) for i in range(n) if total[i] > 0]
+    heapq.heapify(heap)
+    picks: list[int] = []
+    gains: list[int] = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        gain = int(np.count_nonzero(~covered[targets[i]]))
+        if gain <= 0:
+            continue
+        if heap and (-gain, i) > heap[0]:
+            heapq.heappush(heap, (-gain, i))
+            continue
+        covered[targets[i]] = True
+        picks.append(i)
+        gains.append(gain)
+    taken = np.zeros(n, dtype=bool)
+    taken[picks] = True
+    rest = [int(i) for i in ctm_order(total) if not taken[i]]
+    return np.array(picks + rest, dtype=np.int64), gains + [0] * len(rest)

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 SURPRISE_KIND = "surprise"
 NEURON_KIND = "neuron"
+#: a number that is not a fraction of targets: TKNP's patterns and CC's clusters (integers),
+#: NLC's summed covariance (a real). Its ``Coverage.value`` and ``Metric.value`` are that
+#: number itself, not a percentage.
+COUNT_KIND = "count"
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,30 @@ class Setup:
     bounds: dict[str, tuple[float, float, int]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Training:
+    """The training traces a per-input surprise score is set up on (a criterion's ``fit``).
+
+    ``pred``: the traces' predicted classes, ``None`` for a regression model. ``profile``:
+    the :class:`~pytest_sadl.profile.TrainingProfile` when the score is set up on the whole
+    training set (what it caches, LSA's arrays or DSA's kept distances, is reused), ``None``
+    for the default SC bounds' held-out set-up on the rest of the traces. ``options``: the
+    run's options (a new measure's parameters), ``None`` outside a run."""
+
+    traces: np.ndarray
+    pred: np.ndarray | None
+    var_threshold: float = 1e-5
+    near_singular: str = "drop"
+    options: Any = None
+    profile: Any = None
+    #: which neurons a class's KDE / covariance is over (``"class"`` or ``"paper"``)
+    var_rule: str = "class"
+
+
+#: a set-up per-input surprise score: ``scorer(ats, pred)`` -> float64 ``(n,)``
+Scorer = Callable[..., "np.ndarray"]
+
+
 class Coverage(Protocol):
     """A cumulative criterion of one run."""
 
@@ -74,7 +102,7 @@ class Criterion:
     name: str
     label: str
     title: str
-    kind: str  # SURPRISE_KIND | NEURON_KIND
+    kind: str  # SURPRISE_KIND | NEURON_KIND | COUNT_KIND
     needs: tuple[str, ...]  # what it reads from the profile (documentation and checks)
     make: Callable[[Setup], Coverage | None]
     sa: str | None = None  # surprise kinds: the per-input score it buckets ("lsa")
@@ -82,6 +110,19 @@ class Criterion:
     #: reported when the user names no metrics (``--sadl-metrics``): today's seven; a new
     #: criterion is opt-in (``default=False``) so reports do not grow for users who did not ask
     default: bool = True
+    #: surprise kinds: sets the score ``sa`` up on training traces and returns its scorer;
+    #: ``None`` when it does not apply (DSA of a regression model); raises ``ValueError``
+    #: with the one-line reason when it cannot be set up (the metric is then reported as
+    #: not available, every other metric is still computed). Criteria that share a score
+    #: share its set-up (the first in the registry that has ``fit`` gives it).
+    fit: Callable[[Training], Scorer | None] | None = None
+    #: surprise kinds whose score depends on the run's options (MLSA's components): those
+    #: options as text (``"k3"``), part of the name under which a profile stores the score's
+    #: held-out values, so that other options never read another's bounds; ``None``: none
+    params: Callable[[Any], str] | None = None
+    #: the run options (``SadlOptions`` fields) it reads, such as ``("tknc_k",)``: recorded in
+    #: the results' ``config`` when a run computes it, so a number is read with its parameters
+    option_names: tuple[str, ...] = ()
 
 
 class SurpriseBuckets:

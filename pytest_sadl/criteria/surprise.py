@@ -31,16 +31,17 @@ from pytest_sadl.criteria.checks import (
     as_traces,
     as_train_traces,
     check_fits,
+    check_var_rule,
     check_var_threshold,
     class_list,
     class_moments,
     class_scatter,
     classes_of,
     examples,
-    low_variance_filter,
     one_blas_thread,
     scoring_inputs,
     usable_classes,
+    variance_filter,
     warn,
 )
 from pytest_sadl.criteria.mahalanobis import (
@@ -94,8 +95,18 @@ class LSA:
     equal to ``-scipy.stats.gaussian_kde(train_c[:, cols].T).logpdf(x[:, cols].T)`` with
     ``cols = lsa.kept_by_class[c]`` (``lsa.kept`` for every class in ``"drop"`` mode).
 
-    Neurons whose training variance is below ``var_threshold`` in any class are dropped
-    (the paper's filter; variance with ``ddof=0`` as the reference implementation computes it).
+    ``var_rule`` says which neurons a class's KDE is over (variance with ``ddof=0``, as the
+    paper's reference implementation computes it):
+
+    * ``"class"`` (default): the neurons whose training variance *in that class* is at
+      least ``var_threshold``; a neuron constant in one class (a ReLU that never fires for
+      it) leaves the other classes' KDEs alone, and a class in which no neuron varies gets
+      no KDE (its inputs score ``NaN``, with a warning) instead of failing the set-up;
+    * ``"paper"``: the paper's filter, one set for every class: a neuron whose variance is
+      below ``var_threshold`` in *any* class is dropped from all. On a briefly trained or
+      wide layer (MobileNetV2's 1,280 pooled features) this can drop every neuron.
+
+    Both give the same KDEs when every neuron varies in every class or in none.
 
     ``near_singular`` decides what a covariance that is singular or nearly so gets (softmax
     outputs sum to one, so their covariance has a condition number near 1e13):
@@ -125,12 +136,15 @@ class LSA:
         *,
         var_threshold: float = 1e-5,
         near_singular: str = "drop",
+        var_rule: str = "class",
         chunk_bytes: int = _CHUNK_BYTES,
         max_bytes: int | None = None,
     ) -> None:
         var_threshold = check_var_threshold(var_threshold)
+        var_rule = check_var_rule(var_rule)
         if near_singular not in NEAR_SINGULAR:
             raise ValueError(f"near_singular must be 'drop' or 'keep', got {near_singular!r}")
+        self.var_rule = var_rule
         self.chunk_bytes = int(chunk_bytes)
         x = as_train_traces("train_ats", train_ats, chunk_bytes=self.chunk_bytes)
         self.n_features_in: int = x.shape[1]
@@ -156,80 +170,112 @@ class LSA:
         with one_blas_thread():
             usable = usable_classes("LSA", classes, members, "it gets no KDE")
             stats = {int(classes[i]): self._moments(members[i]) for i in usable}
-            kept = low_variance_filter(
+            start = variance_filter(
                 "LSA",
-                [stats[int(classes[i])][2] for i in usable],
+                {int(classes[i]): stats[int(classes[i])][2] for i in usable},
                 self.var_threshold,
+                var_rule,
                 "measure another layer (a layer whose outputs barely vary carries no density information)",
             )
-            too_small = [i for i in usable if len(members[i]) < kept.size + 1]
-            fix = "more training data, or a narrower layer, fixes this"
-            if len(too_small) == 1:
-                i = too_small[0]
-                warn(
-                    f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
-                    f"{kept.size + 1} a KDE over {kept.size} neurons needs; its inputs score NaN ({fix})"
-                )
-            elif too_small:
-                labels = [int(classes[i]) for i in too_small]
-                counts = [len(members[i]) for i in too_small]
-                warn(
-                    f"LSA: {len(too_small):,d} classes have fewer training traces than the {kept.size + 1} a KDE over "
-                    f"{kept.size} neurons needs (e.g. {examples(labels)}, with {examples(counts)} traces); their "
-                    f"inputs score NaN ({fix})"
-                )
-            small = set(too_small)
-            usable = [i for i in usable if i not in small]
-            if not usable:
-                raise ValueError(
-                    f"LSA: no class has more than {kept.size} training traces, the minimum for a KDE over "
-                    f"{kept.size} neurons; use more training data or a layer with fewer neurons"
-                )
-            self._check_memory(kept.size, [len(members[i]) for i in usable], max_bytes)
+            filtered = np.unique(np.concatenate(list(start.values())))
+            usable = [i for i in usable if int(classes[i]) in start]
+            usable = self._enough_traces(classes, members, usable, start)
+            self._check_memory(
+                max(start[int(classes[i])].size for i in usable), [len(members[i]) for i in usable], max_bytes
+            )
             rows = {int(classes[i]): members[i] for i in usable}
-            kdes: dict[int, _Kde] = {}
-            pending = list(rows)
-            if near_singular == "keep":  # every class whose full covariance is positive definite
-                for label in rows:
-                    kde = self._fit(rows[label], kept, stats[label], strict=False)
-                    if kde is not None:
-                        kdes[label] = kde
-                pending = [label for label in rows if label not in kdes]
-            shared = kept
-            while pending:  # fit; on a singular covariance drop the dependent neurons, refit
-                failed = []
-                for label in pending:
-                    kde = self._fit(rows[label], shared, stats[label], strict=True)
-                    if kde is None:
-                        failed.append(label)
-                    else:
-                        kdes[label] = kde
-                if not failed:
-                    break
-                # A dependency the failing classes share (softmax rows summing to one) shows in
-                # their pooled, class-centred traces: drop one neuron for all, not one per class.
-                traces = [self._gather(rows[label], shared) for label in failed]
-                pooled = np.vstack([xc - xc.mean(axis=0) for xc in traces])
-                rank, dependent = self._dependent(pooled, strict=False)
-                if not dependent:
-                    rank, dependent = self._dependent(traces[0])
-                drop = sorted(int(shared[j]) for j in dependent)
-                where = "from every class" if near_singular == "drop" else "from these classes only"
-                warn(
-                    f"LSA: the training traces of class(es) {failed} lie in a {rank}-dimensional subspace "
-                    f"of {shared.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
-                    f"dependent neuron(s) {drop} {where}"
-                )
-                shared = shared[~np.isin(shared, drop)]
-                if shared.size == 0:
-                    raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
-                if near_singular == "drop":
-                    kdes.clear()
-                    pending = list(rows)
+            cols = {label: start[label] for label in rows}
+            self._kdes = self._fit_all(rows, cols, stats)
+            if near_singular == "drop":
+                filtered = np.unique(np.concatenate([kde.cols for kde in self._kdes.values()]))
+            self.kept: np.ndarray = filtered
+
+    def _enough_traces(
+        self, classes: np.ndarray, members: list[np.ndarray], usable: list[int], cols: Mapping[int, np.ndarray]
+    ) -> list[int]:
+        """The usable classes with more training traces than neurons (a KDE over ``d``
+        neurons needs ``d + 1``); the others get one warning, and none left is an error."""
+        too_small = [i for i in usable if len(members[i]) < cols[int(classes[i])].size + 1]
+        fix = "more training data, or a narrower layer, fixes this"
+        if len(too_small) == 1:
+            i = too_small[0]
+            d = cols[int(classes[i])].size
+            warn(
+                f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
+                f"{d + 1} a KDE over {d} neurons needs; its inputs score NaN ({fix})"
+            )
+        elif too_small:
+            labels = [int(classes[i]) for i in too_small]
+            counts = [len(members[i]) for i in too_small]
+            d = max(cols[label].size for label in labels)
+            warn(
+                f"LSA: {len(too_small):,d} classes have fewer training traces than the {d + 1} a KDE over "
+                f"{d} neurons needs (e.g. {examples(labels)}, with {examples(counts)} traces); their "
+                f"inputs score NaN ({fix})"
+            )
+        small = set(too_small)
+        left = [i for i in usable if i not in small]
+        if not left:
+            d = min(cols[int(classes[i])].size for i in usable)
+            raise ValueError(
+                f"LSA: no class has more than {d} training traces, the minimum for a KDE over "
+                f"{d} neurons; use more training data or a layer with fewer neurons"
+            )
+        return left
+
+    def _fit_all(
+        self, rows: dict[int, np.ndarray], cols: dict[int, np.ndarray], stats: dict[int, Any]
+    ) -> dict[int, _Kde]:
+        """Every class's KDE over its neurons ``cols[label]``; on a singular covariance the
+        dependent neurons are dropped (``"drop"``: from every class; ``"keep"``: from the
+        failing classes only) and the classes refitted."""
+        kdes: dict[int, _Kde] = {}
+        pending = list(rows)
+        if self.near_singular == "keep":  # every class whose full covariance is positive definite
+            for label in rows:
+                kde = self._fit(rows[label], cols[label], stats[label], strict=False)
+                if kde is not None:
+                    kdes[label] = kde
+            pending = [label for label in rows if label not in kdes]
+        while pending:  # fit; on a singular covariance drop the dependent neurons, refit
+            failed = []
+            for label in pending:
+                kde = self._fit(rows[label], cols[label], stats[label], strict=True)
+                if kde is None:
+                    failed.append(label)
                 else:
-                    pending = failed
-            self.kept: np.ndarray = shared if near_singular == "drop" else kept
-            self._kdes = kdes
+                    kdes[label] = kde
+            if not failed:
+                break
+            # A dependency the failing classes share (softmax rows summing to one) shows in
+            # their pooled, class-centred traces: drop one neuron for all, not one per class.
+            common = cols[failed[0]]
+            for label in failed[1:]:
+                common = np.intersect1d(common, cols[label])
+            traces = [self._gather(rows[label], common) for label in failed]
+            pooled = np.vstack([xc - xc.mean(axis=0) for xc in traces])
+            space = common
+            rank, dependent = self._dependent(pooled, strict=False) if common.size else (0, [])
+            if not dependent:
+                space = cols[failed[0]]
+                rank, dependent = self._dependent(self._gather(rows[failed[0]], space))
+            drop = sorted(int(space[j]) for j in dependent)
+            where = "from every class" if self.near_singular == "drop" else "from these classes only"
+            warn(
+                f"LSA: the training traces of class(es) {failed} lie in a {rank}-dimensional subspace "
+                f"of {space.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
+                f"dependent neuron(s) {drop} {where}"
+            )
+            for label in rows if self.near_singular == "drop" else failed:
+                cols[label] = cols[label][~np.isin(cols[label], drop)]
+                if cols[label].size == 0:
+                    raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
+            if self.near_singular == "drop":
+                kdes.clear()
+                pending = list(rows)
+            else:
+                pending = failed
+        return kdes
 
     # -- set-up ---------------------------------------------------------------
 
@@ -331,7 +377,8 @@ class LSA:
 
     @property
     def kept_by_class(self) -> dict[int, np.ndarray]:
-        """The neurons each class's KDE is over (all equal to :attr:`kept` in ``"drop"`` mode)."""
+        """The neurons each class's KDE is over (all equal to :attr:`kept` with
+        ``var_rule="paper"`` in ``"drop"`` mode; :attr:`kept` is their union)."""
         return {label: kde.cols for label, kde in sorted(self._kdes.items())}
 
     def __call__(self, ats: object, pred: object | None = None) -> np.ndarray:
@@ -398,6 +445,7 @@ class LSA:
             "train_ats": self._x,
             "var_threshold": np.array(self.var_threshold),
             "near_singular": np.array(self.near_singular),
+            "var_rule": np.array(self.var_rule),
         }
         if self._train_pred is not None:
             arrays["train_pred"] = self._train_pred
@@ -411,6 +459,7 @@ class LSA:
             arrays.get("train_pred"),
             var_threshold=float(arrays["var_threshold"]),
             near_singular=mode,
+            var_rule=str(arrays["var_rule"]) if "var_rule" in arrays else "paper",  # stored before the rule existed
             chunk_bytes=chunk_bytes,
         )
 

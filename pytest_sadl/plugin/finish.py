@@ -154,7 +154,7 @@ def finish(
     messages = list(dict.fromkeys(([first] if first else []) + outcome.warnings + recorder.messages))
     with warnings.catch_warnings(record=True) as caught:  # e.g. kept DSA distances that cannot be used
         warnings.simplefilter("always")
-        view = ProfileView.of(profile)
+        view = ProfileView.of(profile, options.metrics, options)
     for w in caught:  # the engine's own warnings become lines of the report; others pass on
         if issubclass(w.category, SadlWarning):
             messages.append(str(w.message))

@@ -13,11 +13,12 @@ import math
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.criteria.registry import COUNT, DEFAULT_METRICS, METRICS
 
 if TYPE_CHECKING:
     import pytest
@@ -184,6 +185,74 @@ OPTIONS: tuple[Option, ...] = (
         limit_why="each run keeps a flag per bucket, for the total and for every group",
     ),
     Option(
+        "--sadl-mlsc-lower",
+        "sadl_mlsc_lower",
+        "lower bound of MLSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mlsc-upper",
+        "sadl_mlsc_upper",
+        "upper bound of MLSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mlsc-buckets",
+        "sadl_mlsc_buckets",
+        "number of MLSC buckets (default 1000)",
+        None,
+        1000,
+        "int",
+        "N",
+        limit=1_000_000,
+        limit_why="each run keeps a flag per bucket, for the total and for every group",
+    ),
+    Option(
+        "--sadl-mmdsc-lower",
+        "sadl_mmdsc_lower",
+        "lower bound of MMDSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mmdsc-upper",
+        "sadl_mmdsc_upper",
+        "upper bound of MMDSC's buckets (default: from the training profile)",
+        kind="float",
+        metavar="X",
+    ),
+    Option(
+        "--sadl-mmdsc-buckets",
+        "sadl_mmdsc_buckets",
+        "number of MMDSC buckets (default 1000)",
+        None,
+        1000,
+        "int",
+        "N",
+        limit=1_000_000,
+        limit_why="each run keeps a flag per bucket, for the total and for every group",
+    ),
+    Option(
+        "--sadl-mlsa-components",
+        "sadl_mlsa_components",
+        "MLSA: Gaussian mixture components per class (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
+        "--sadl-mmdsa-modes",
+        "sadl_mmdsa_modes",
+        "MMDSA: k-means modes per class (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
         "--sadl-nc-threshold",
         "sadl_nc_threshold",
         "NC activation threshold on the min-max scaled output (default 0.5)",
@@ -204,13 +273,49 @@ OPTIONS: tuple[Option, ...] = (
         limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000",
     ),
     Option(
+        "--sadl-tknc-k",
+        "sadl_tknc_k",
+        "TKNC: a neuron is covered when among the k most active of its layer for some input (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
+        "--sadl-tknp-k",
+        "sadl_tknp_k",
+        "TKNP: a pattern is the top-k set of every coverage layer (default 2)",
+        None,
+        2,
+        "int",
+        "K",
+    ),
+    Option(
+        "--sadl-cc-threshold",
+        "sadl_cc_threshold",
+        "CC: an input farther than this Euclidean distance from every cluster centre of a layer starts a new one (default 10)",
+        None,
+        10.0,
+        "float",
+        "D",
+    ),
+    Option(
         "--sadl-var-threshold",
         "sadl_var_threshold",
-        "LSA drops neurons whose training variance is below this (default 1e-5)",
+        "LSA and MDSA drop neurons whose training variance is below this, per class or in any class (see --sadl-var-rule) (default 1e-5)",
         None,
         1e-5,
         "float",
         "V",
+    ),
+    Option(
+        "--sadl-var-rule",
+        "sadl_var_rule",
+        "which neurons LSA and MDSA drop for too little variance: 'class', each class's KDE over the neurons that vary in that class; 'paper', a neuron below the threshold in any class is dropped from all, as the paper (default class)",
+        None,
+        "class",
+        "str",
+        "class|paper",
     ),
     Option(
         "--sadl-lsa-near-singular",
@@ -257,6 +362,16 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "append",
         "TYPE",
+    ),
+    Option(
+        "--sadl-metrics",
+        "sadl_metrics",
+        "the metrics to compute and report, comma-separated, or all (every registered criterion); "
+        f"default: {','.join(DEFAULT_METRICS)}",
+        "linelist",
+        None,
+        "str",
+        "LIST",
     ),
     Option(
         "--sadl-fail-under",
@@ -393,15 +508,26 @@ class SadlOptions:
     lsc: Bounds = Bounds(None, None, 1000)
     dsc: Bounds = Bounds(None, None, 1000)
     mdsc: Bounds = Bounds(None, None, 1000)
+    mlsc: Bounds = Bounds(None, None, 1000)
+    mmdsc: Bounds = Bounds(None, None, 1000)
+    #: MLSA's mixture components and MMDSA's k-means modes, per class
+    mlsa_components: int = 2
+    mmdsa_modes: int = 2
     nc_threshold: float = 0.5
     kmnc_k: int = 1000
+    tknc_k: int = 2
+    tknp_k: int = 2
+    cc_threshold: float = 10.0
     var_threshold: float = 1e-5
+    var_rule: str = "class"
     lsa_near_singular: str = "drop"
     dsa_precompute: bool = False
     batch_size: int = 256
     reports: tuple[Report, ...] = (Report("term"),)
     groups: tuple[str, ...] = ()  # the order of the groups (sadl_groups); the rest follow
     fail_under: dict[str, float] = field(default_factory=dict)
+    #: the metrics computed and reported (``--sadl-metrics``), in report order
+    metrics: tuple[str, ...] = DEFAULT_METRICS
     cache_dir: Path | None = None
     lock_timeout: float = 300.0
     compare: Path | None = None
@@ -412,13 +538,15 @@ class SadlOptions:
 _SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")
 
 
-def parse_metric_numbers(spec: str, option: str, *, drops: bool = False) -> dict[str, float]:
+def parse_metric_numbers(
+    spec: str, option: str, *, drops: bool = False, every: Sequence[str] = DEFAULT_METRICS
+) -> dict[str, float]:
     """The one ``METRIC:NUMBER,...`` parser; ``option`` names the option in every message.
 
     ``drops=False`` (``--sadl-fail-under``): ``"lsc:30,dsc:40"`` to ``{"lsc": 30.0, "dsc": 40.0}``,
-    percentages in [0, 100]. ``drops=True`` (``--sadl-compare-fail``, ``sadl compare --fail``):
+    percentages in [0, 100] (a count criterion's, TKNP/NLC/CC, a number >= 0). ``drops=True`` (``--sadl-compare-fail``, ``sadl compare --fail``):
     the largest drop allowed in percentage points, written as a number <= 0; ``all:-1`` sets
-    every metric, and at least one limit is needed. ``:`` or ``=`` separates; a later item
+    every metric of ``every`` (the run's ``--sadl-metrics``), and at least one limit is needed. ``:`` or ``=`` separates; a later item
     overrides an earlier one. Raises a one-line ValueError naming the item and the fix.
     """
     unit, example = ("a number of percentage points", "-2") if drops else ("a percentage", "30")
@@ -453,9 +581,11 @@ def parse_metric_numbers(spec: str, option: str, *, drops: bool = False) -> dict
                 f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
                 f"{name.upper()} drops by more than {number.lstrip('+')} points"
             )
-        if not drops and not 0 <= value <= 100:
+        if not drops and name in COUNT and value < 0:  # a count criterion's threshold is its own number
+            raise ValueError(f"{option}: {name} threshold {value:g} must be a number >= 0")
+        if not drops and name not in COUNT and not 0 <= value <= 100:
             raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
-        out.update(dict.fromkeys(METRICS, value) if name == "all" else {name: value})
+        out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
     if drops and not out:
         raise ValueError(f"{option} has no limits; write e.g. lsc:-2,dsc:-1")
     return out
@@ -625,16 +755,20 @@ def _path_or_spec(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else base / path)
 
 
-def _compare_fail(r: _Reader, opts: dict[str, Option], compare: str | None) -> dict[str, float]:
-    """``--sadl-compare-fail``'s allowed drops per metric, with the ``--sadl-compare``
-    baseline (``compare``, its path) checked as well."""
+def _compare_fail(
+    r: _Reader, opts: dict[str, Option], compare: str | None, metrics: tuple[str, ...] = METRICS
+) -> dict[str, float]:
+    """``--sadl-compare-fail``'s allowed drops per metric (``all``: every metric of the
+    run), with the ``--sadl-compare`` baseline (``compare``, its path) checked as well."""
     compare_fail_value, _ = r.raw(opts["sadl_compare_fail"])
     compare_fail: dict[str, float] = {}
     if compare_fail_value:
+        label = r.label(opts["sadl_compare_fail"])
         try:
-            compare_fail = parse_metric_numbers(str(compare_fail_value), r.label(opts["sadl_compare_fail"]), drops=True)
+            compare_fail = parse_metric_numbers(str(compare_fail_value), label, drops=True, every=metrics)
         except ValueError as exc:
             raise _usage(str(exc)) from None
+        check_chosen(compare_fail, metrics, label)
     if compare is not None:
         from pytest_sadl.resultsfile import load_results
 
@@ -682,6 +816,11 @@ def read_options(config: pytest.Config) -> SadlOptions:
         return value
 
     k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
+    components = at_least("sadl_mlsa_components", int, 1, "MLSA needs at least 1 mixture component per class")
+    modes = at_least("sadl_mmdsa_modes", int, 1, "MMDSA needs at least 1 k-means mode per class")
+    tknc_k = at_least("sadl_tknc_k", int, 1, "TKNC needs k >= 1 neurons per layer")
+    tknp_k = at_least("sadl_tknp_k", int, 1, "TKNP needs k >= 1 neurons per layer")
+    cc_threshold = at_least("sadl_cc_threshold", float, 0, "CC's distance threshold must be >= 0")
     var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
     near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
     lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
@@ -689,6 +828,13 @@ def read_options(config: pytest.Config) -> SadlOptions:
         raise _usage(
             f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
             "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
+        )
+    rule_value, _ = r.raw(opts["sadl_var_rule"])
+    var_rule = "class" if rule_value is None else str(rule_value).strip()
+    if var_rule not in ("class", "paper"):
+        raise _usage(
+            f"{r.label(opts['sadl_var_rule'])}={rule_value!r}: use 'class' (drop, per class, the neurons "
+            "that do not vary in it) or 'paper' (drop a neuron that does not vary in any one class, from all)"
         )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
     lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
@@ -713,10 +859,13 @@ def read_options(config: pytest.Config) -> SadlOptions:
         else ()
     )
 
+    metrics_value, _ = r.raw(opts["sadl_metrics"])
+    metrics = parse_metrics(metrics_value, r.label(opts["sadl_metrics"]))
     fail_value, _ = r.raw(opts["sadl_fail_under"])
     fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
+    check_chosen(fail_under, metrics, r.label(opts["sadl_fail_under"]))
     compare = path("sadl_compare")
-    compare_fail = _compare_fail(r, opts, compare)
+    compare_fail = _compare_fail(r, opts, compare, metrics)
     cache, _ = r.raw(opts["sadl_cache_dir"])
     cache_dir = None
     if cache is not None:
@@ -734,21 +883,55 @@ def read_options(config: pytest.Config) -> SadlOptions:
         lsc=bounds("lsc"),
         dsc=bounds("dsc"),
         mdsc=bounds("mdsc"),
+        mlsc=bounds("mlsc"),
+        mmdsc=bounds("mmdsc"),
+        mlsa_components=components,
+        mmdsa_modes=modes,
         nc_threshold=nc_threshold,
         kmnc_k=k,
+        tknc_k=tknc_k,
+        tknp_k=tknp_k,
+        cc_threshold=cc_threshold,
         var_threshold=var_threshold,
+        var_rule=var_rule,
         lsa_near_singular=lsa_near_singular,
         dsa_precompute=_switch(config, "sadl_dsa_precompute"),
         batch_size=batch_size,
         reports=reports,
         groups=groups,
         fail_under=fail_under,
+        metrics=metrics,
         cache_dir=cache_dir,
         lock_timeout=lock_timeout,
         compare=Path(compare) if compare else None,
         compare_fail=compare_fail,
         base_dir=r.inidir,
     )
+
+
+def parse_metrics(value: Any, option: str = "--sadl-metrics") -> tuple[str, ...]:
+    """The one ``--sadl-metrics`` parser (also ``--metrics`` of the ``sadl`` commands): a
+    comma list (or a list of them) to the metrics in report order; ``all`` for every
+    registered criterion; nothing: the default ones. An unknown name is a usage error
+    whose one line lists the valid names."""
+    from pytest_sadl.criteria.registry import choose
+
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    try:
+        return choose(None if value is None else str(value))
+    except ValueError as exc:
+        raise _usage(f"{option}={value!r}: {exc}") from None
+
+
+def check_chosen(thresholds: dict[str, float], metrics: tuple[str, ...], option: str) -> None:
+    """A threshold on a metric the run does not compute is a usage error."""
+    missing = [m for m in thresholds if m not in metrics]
+    if missing:
+        raise _usage(
+            f"{option} sets {', '.join(missing)}, which this run does not compute "
+            f"(--sadl-metrics={','.join(metrics)}); add {', '.join(missing)} to --sadl-metrics or drop the threshold"
+        )
 
 
 def check_paths(options: SadlOptions) -> None:

@@ -37,7 +37,7 @@ from pytest_sadl.capture.data import (
     row_format,
     take_rows,
 )
-from pytest_sadl.errors import SadlCacheWarning, SadlConfigError, SadlDataError
+from pytest_sadl.errors import SadlCacheWarning, SadlConfigError
 from pytest_sadl.store import cycle, locks
 from pytest_sadl.store import entry as store
 from pytest_sadl.store.entry import FORMAT, FORMAT_VERSION, Invalid
@@ -104,6 +104,7 @@ class ProfileOptions:
     var_threshold: float = 1e-5
     lsa_near_singular: str = "drop"
     batch_size: int = 256
+    var_rule: str = "class"
     classifier: bool | None = None
     dsa_precompute: bool = False
     output: str | int | None = None
@@ -118,6 +119,7 @@ class ProfileOptions:
             "output": options.output,
             "var_threshold": options.var_threshold,
             "lsa_near_singular": options.lsa_near_singular,
+            "var_rule": options.var_rule,
             "dsa_precompute": options.dsa_precompute,
             "batch_size": options.batch_size,
         }
@@ -137,6 +139,8 @@ class ProfileOptions:
             raise SadlConfigError(f"var_threshold must be a finite number >= 0, got {vt!r}")
         if self.lsa_near_singular not in ("drop", "keep"):
             raise SadlConfigError(f"lsa_near_singular must be 'drop' or 'keep', got {self.lsa_near_singular!r}")
+        if self.var_rule not in ("class", "paper"):
+            raise SadlConfigError(f"var_rule must be 'class' or 'paper', got {self.var_rule!r}")
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -207,6 +211,7 @@ def profile_fingerprint(
     classifier: bool,
     lsa_near_singular: str = "drop",
     keras_version: str | None = None,
+    var_rule: str = "class",
     output: str | None = None,
 ) -> str:
     """sha256 hex of everything that changes the profile's numbers: the format version,
@@ -225,6 +230,7 @@ def profile_fingerprint(
         "coverage_layers": list(coverage_layers),
         "var_threshold": float(var_threshold),
         "lsa_near_singular": lsa_near_singular,
+        "var_rule": var_rule,
         "classifier": bool(classifier),
         "keras": keras_version,
     }
@@ -373,6 +379,7 @@ class TrainingProfile:
                 engine_view(self.sa_traces),
                 engine_view(self.sa_pred) if self.classifier else None,
                 var_threshold=self.options.var_threshold,
+                var_rule=self.options.var_rule,
             )
         return self._mdsa
 
@@ -447,6 +454,7 @@ class TrainingProfile:
             "coverage_sizes": self.coverage_sizes,
             "var_threshold": self.options.var_threshold,
             "lsa_near_singular": self.options.lsa_near_singular,
+            "var_rule": self.options.var_rule,
             "dsa_precomputed": self.dsa_arrays is not None,
             "created": self.created,
             "versions": self.versions,
@@ -481,6 +489,7 @@ def prepare(model: Any, train: Any, options: ProfileOptions, base_dir: Any) -> t
         var_threshold=options.var_threshold,
         classifier=tm.classifier,
         lsa_near_singular=options.lsa_near_singular,
+        var_rule=options.var_rule,
         keras_version=tm.framework_version,
         output=tm.output_name if len(tm.output_names) > 1 else None,
     )
@@ -556,7 +565,7 @@ def build_profile(
     Lower-level than :func:`load_or_build` (no cache); ``fingerprint``/``model_fp`` are
     recorded as given."""
     from pytest_sadl.criteria.neurons import fit_ranges
-    from pytest_sadl.criteria.surprise import DSA, LSA
+    from pytest_sadl.criteria.surprise import DSA
     from pytest_sadl.profile.fingerprint import canonical_order, row_keys
 
     say = status or (lambda _msg: None)
@@ -565,7 +574,7 @@ def build_profile(
     traced, digests = _digesting(data)
     traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
     n = len(traces)
-    say(f"fitting neuron ranges and {'LSA and DSA' if tm.classifier else 'LSA (DSA needs a classifier)'}")
+    say("fitting neuron ranges")
     ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order
@@ -579,19 +588,24 @@ def build_profile(
         order = canonical_order(rows)
         sa_traces, sa_pred, keys = traces.sa[order], traces.pred[order], row_keys(rows[order])
     del traces, rows  # the coverage traces are done with: free them before the engine's set-up
-    pred = sa_pred if tm.classifier else None
-    try:
-        lsa = LSA(sa_traces, pred, var_threshold=options.var_threshold, near_singular=options.lsa_near_singular)
-    except ValueError as exc:
-        raise SadlDataError(f"LSA cannot be set up on SA layers {tm.sa_layers}: {exc}") from exc
-    dsa_arrays = None
-    dsa = None
+    # The surprise measures are set up when a run needs them (ProfileView): one that cannot
+    # be set up on these traces (too few classes, too little variance) is then reported as
+    # not available while the others are computed, and the profile is cached either way.
+    lsa_arrays = {
+        "train_ats": sa_traces,
+        "var_threshold": np.array(float(options.var_threshold)),
+        "near_singular": np.array(options.lsa_near_singular),
+        "var_rule": np.array(options.var_rule),
+    }
     if tm.classifier:
+        lsa_arrays["train_pred"] = sa_pred
+    dsa_arrays = None
+    if tm.classifier and options.dsa_precompute:
         try:
             dsa = DSA(sa_traces, sa_pred)
-        except ValueError as exc:
-            raise SadlDataError(f"DSA cannot be set up on SA layers {tm.sa_layers}: {exc}") from exc
-        if options.dsa_precompute:
+        except ValueError as exc:  # reported by the run as DSA's reason; nothing to precompute
+            say(f"DSA cannot be set up, nothing to precompute: {exc}")
+        else:
             say(f"DSA: nearest other-class distance of {n} training traces")
             dsa_arrays = dsa.to_arrays()
     resolved = replace(
@@ -619,13 +633,11 @@ def build_profile(
         sa_pred=sa_pred,
         ranges=ranges,
         row_keys=keys,
-        lsa_arrays=lsa.to_arrays(),
+        lsa_arrays=lsa_arrays,
         dsa_arrays=dsa_arrays,
         created=_now(),
         versions=_versions(),
         data_source=data.source,
         built=True,
     )
-    profile._lsa = lsa
-    profile._dsa = dsa
     return profile

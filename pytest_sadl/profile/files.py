@@ -293,6 +293,7 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         coverage_layers=tuple(meta["coverage_layers"]),
         var_threshold=float(meta["var_threshold"]),
         lsa_near_singular=str(meta.get("lsa_near_singular", "drop")),
+        var_rule=str(meta.get("var_rule", "paper")),  # a profile stored before the rule existed used the paper's
         classifier=classifier,
         dsa_precompute=bool(meta.get("dsa_precomputed")),
         output=meta.get("output"),

@@ -165,7 +165,11 @@ def load_or_build(
         if partial is not None:  # same numbers, DSA distances missing: complete the profile
             if status:
                 status(f"DSA: nearest other-class distance of {partial.n_train} training traces")
-            partial.dsa_arrays = partial.dsa().to_arrays()  # starts from the distances kept so far
+            try:
+                dsa = partial.dsa()  # starts from the distances kept so far
+            except ValueError:  # DSA cannot be set up on these traces: the run says why
+                return partial
+            partial.dsa_arrays = dsa.to_arrays()
             partial.options = replace(partial.options, dsa_precompute=True)
             carried.update(_derived_arrays(path))  # the held-out scores survive the rewrite
             return partial

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_sadl.criteria.registry import COUNT, METRICS, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
-from pytest_sadl.criteria.registry import METRICS, SA_LABELS, SURPRISE
 
 
 def thresholds_of(results: Mapping[str, Any]) -> dict[str, float]:
@@ -35,12 +35,35 @@ def metric_entry(results: Mapping[str, Any], metric: str) -> dict[str, Any] | No
     return entry if isinstance(entry, dict) else None
 
 
+def in_units(metric: str, value: float) -> float:
+    """A metric's value in the unit reports print and thresholds are given in: percent for
+    a coverage (a fraction in [0, 1]), the number itself for a count criterion (TKNP's
+    patterns, CC's clusters, NLC)."""
+    return float(value) if metric in COUNT else float(value) * 100.0
+
+
+def unit(metric: str) -> str:
+    """``"%"`` for a coverage, ``""`` for a count criterion."""
+    return "" if metric in COUNT else "%"
+
+
+def fmt_metric(metric: str, value: float | None, digits: int = 2) -> str:
+    """A metric's value as reports print it: a percentage, or a count criterion's number
+    (integers without decimals, NLC to four significant digits); ``"n/a"`` for None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a"
+    if metric not in COUNT:
+        return f"{value * 100:.{digits}f}%"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
+
+
 def metric_percent(results: Mapping[str, Any], metric: str) -> float | None:
-    """The value of ``metric`` in percent, or None when absent or not applicable."""
+    """The value of ``metric`` in its unit (:func:`in_units`: percent for a coverage), or
+    None when absent or not applicable."""
     entry = metric_entry(results, metric)
     if entry is None or entry.get("applicable") is False or entry.get("value") is None:
         return None
-    return float(entry["value"]) * 100.0
+    return in_units(metric, entry["value"])
 
 
 def fmt_pct(value: float | None, digits: int = 2) -> str:

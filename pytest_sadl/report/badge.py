@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sadl.atomic import atomic_write_text
+from pytest_sadl.criteria.registry import COUNT, METRICS
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
-from pytest_sadl.criteria.registry import METRICS
-from pytest_sadl.report._load import metric_entry
+from pytest_sadl.report._load import fmt_metric, metric_entry
 
 __all__ = ["BADGE_FILE", "render_badge", "render_badges", "write_badge", "write_badges"]
 
@@ -60,9 +60,13 @@ def render_badge(results: Mapping[str, Any], metric: str = "lsc") -> dict[str, A
     entry = metric_entry(results, key)
     if entry is None or entry.get("applicable") is False or entry.get("value") is None:
         return {"schemaVersion": 1, "label": label, "message": "n/a", "color": "lightgrey"}
-    percent = float(entry["value"]) * 100.0
     thr = (results.get("thresholds") or {}).get(key)
     thr = float(thr) if isinstance(thr, (int, float)) and not isinstance(thr, bool) else None
+    if key in COUNT:  # a number, not a share: coloured only by its threshold
+        number = float(entry["value"])
+        color = "blue" if thr is None else ("brightgreen" if round(number, 2) >= thr else "red")
+        return {"schemaVersion": 1, "label": label, "message": fmt_metric(key, number), "color": color}
+    percent = float(entry["value"]) * 100.0
     message = f"{percent:.1f}%"
     return {"schemaVersion": 1, "label": label, "message": message, "color": _color(percent, thr)}
 

@@ -8,7 +8,7 @@ so a message never says "-2.00 points" for a run that failed a ``-2`` limit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -173,13 +173,15 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparis
     )
 
 
-def parse_compare_fail(spec: str, option: str = "--sadl-compare-fail") -> dict[str, float]:
+def parse_compare_fail(
+    spec: str, option: str = "--sadl-compare-fail", every: Sequence[str] | None = None
+) -> dict[str, float]:
     """Parse ``--sadl-compare-fail`` (or ``sadl compare --fail``: pass ``option="--fail"``):
     ``"lsc:-2,dsc:-1"`` → ``{"lsc": -2.0, "dsc": -1.0}``.
 
     Each limit is the largest drop allowed, in percentage points, written as a negative
     number (or 0: any drop fails): the run fails when the metric falls by *more* than
-    that. ``all:-1`` sets every metric; a later item overrides an earlier one. Raises
+    that. ``all:-1`` sets every metric (of ``every``: default the metrics a run reports when none are chosen; the plugin and ``sadl compare`` pass the runs' metrics); a later item overrides an earlier one. Raises
     ValueError naming ``option`` and the unknown metric or the bad number; the parser is
     :func:`pytest_sadl.plugin.options.parse_metric_numbers`, the one ``--sadl-fail-under`` uses.
     """
@@ -189,7 +191,9 @@ def parse_compare_fail(spec: str, option: str = "--sadl-compare-fail") -> dict[s
 
     if not isinstance(spec, str):
         raise ValueError(f"{option} must be text like lsc:-2,dsc:-1, got {type(spec).__name__}")
-    return parse_metric_numbers(spec, option, drops=True)
+    if every is None:
+        return parse_metric_numbers(spec, option, drops=True)
+    return parse_metric_numbers(spec, option, drops=True, every=every)
 
 
 def compare_failures(comparison: Comparison, limits: Mapping[str, float]) -> list[str]:

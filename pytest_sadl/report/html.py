@@ -25,13 +25,15 @@ import jinja2
 from markupsafe import Markup, escape
 
 from pytest_sadl.atomic import atomic_write_text
-from pytest_sadl.criteria.registry import KINDS, METRICS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import COUNT, KINDS, METRICS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import TITLES as METRIC_TITLES
 from pytest_sadl.report._load import (
     adequacy_hints,
+    fmt_metric,
     fmt_num,
     fmt_pct,
+    in_units,
     metric_entry,
     tests_summary,
     thresholds_of,
@@ -324,6 +326,16 @@ UNIT_NOTES = {
 }
 
 
+#: what a card's "covered of total" counts, where it is not neurons (or buckets)
+_UNITS = {
+    "kmnc": "sections",
+    "nbc": "corners",
+    "tknp": "inputs: distinct top-k patterns",
+    "cc": "input-layer pairs: cluster centres",
+    "nlc": "(no targets)",
+}
+
+
 def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[dict[str, Any]]:
     thresholds = thresholds_of(results)
     failed = {f.get("metric") for f in (results.get("outcome") or {}).get("failures") or [] if isinstance(f, dict)}
@@ -339,20 +351,23 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
             status = "n/a"
         elif thr is None:
             status = "none"
-        elif m in failed or (value is not None and round(value * 100, 2) < thr):
+        elif m in failed or (value is not None and round(in_units(m, value), 2) < thr):
             status = "fail"
         else:
             status = "pass"
         delta = comparison.get(m) if comparison is not None else None
-        unit = "buckets" if KINDS.get(m) == "surprise" else {"kmnc": "sections", "nbc": "corners"}.get(m, "neurons")
+        unit = "buckets" if KINDS.get(m) == "surprise" else _UNITS.get(m, "neurons")
         cards.append(
             {
                 "metric": m,
                 "label": METRIC_LABELS[m],
                 "title": METRIC_TITLES[m],
                 "value": value,
+                "text": fmt_metric(m, value),
+                "percent": m not in COUNT,  # a share with a meter, else a number
                 "threshold": thr,
                 "status": status,
+                "reason": entry.get("reason") if not applicable else None,
                 "covered": entry.get("covered"),
                 "total": entry.get("total"),
                 "unit": unit,
@@ -386,7 +401,7 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
                 {"key": f"{key}_max", "label": f"{SA_LABELS[key]} max", "kind": "float", "agg": "max"},
             ]
     for m in METRICS:
-        if KINDS.get(m) == "surprise" and not _applicable(results, m):
+        if metric_entry(results, m) is None or (KINDS.get(m) == "surprise" and not _applicable(results, m)):
             continue
         columns.append(
             {
@@ -434,13 +449,26 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
     return {"columns": columns, "rows": rows, "totals": totals, "outcomes": outcomes}
 
 
+#: With this many coverage layers or more (an EfficientNetB0 has 206), the per-layer table
+#: shows the :data:`LAYERS_SHOWN` least covered ones, with a control to show every layer
+#: and a search by layer name.
+LAYERS_COLLAPSE_AT = 100
+LAYERS_SHOWN = 20
+
+
+def _neuron_metrics(results: Mapping[str, Any]) -> list[str]:
+    """The run's neuron coverages, in report order (an opt-in one only when it was computed)."""
+    return [m for m in NEURON if metric_entry(results, m) is not None]
+
+
 def _layers(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     layers = [dict(lay) for lay in results.get("layers") or [] if isinstance(lay, dict)]
+    shown = _neuron_metrics(results)
 
     def key(lay: dict[str, Any]) -> tuple[float, ...]:
         return tuple(
             _num(lay.get(m)) if _num(lay.get(m)) is not None else 2.0  # type: ignore[misc]
-            for m in NEURON
+            for m in shown
         )
 
     layers.sort(key=key)
@@ -550,8 +578,22 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         alone = g.get("metrics") or {}
         cells = []
         for m in group_metrics:
-            v, p = _num(cum.get(m)), _num(prev.get(m))
-            cells.append({"value": v, "alone": _num(alone.get(m)), "gain": None if v is None or p is None else v - p})
+            v, p, a = _num(cum.get(m)), _num(prev.get(m)), _num(alone.get(m))
+            gain = None if v is None or p is None else v - p
+            cells.append(
+                {
+                    "value": v,
+                    "text": fmt_metric(m, v),
+                    "alone": a,
+                    "alone_text": None if a is None else fmt_metric(m, a),
+                    "gain": gain,
+                    "gain_text": None
+                    if gain is None
+                    else f"{in_units(m, gain):+,.1f}"
+                    if m not in COUNT
+                    else f"{gain:+,.4g}",
+                }
+            )
         group_rows.append({"name": g.get("name"), "tests": g.get("tests"), "inputs": g.get("inputs"), "cells": cells})
         prev = cum
     outcome = results.get("outcome") or {}
@@ -574,16 +616,17 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "surprise": _surprise(results),
         "group_metrics": [{"key": m, "label": METRIC_LABELS[m]} for m in group_metrics],
         "group_rows": group_rows,
-        "chart": _line_chart(groups, group_metrics),
+        "chart": _line_chart(groups, [m for m in group_metrics if m not in COUNT]),  # percent axis
         "tests": _tests(results),
         "mistakes": _mistakes(results),
         "tests_summary": tests_summary(results),
         "surprise_metrics": [m for m in SURPRISE if isinstance((results.get("config") or {}).get(m), dict)],
         "layers": _layers(results),
+        "layers_shown": LAYERS_SHOWN if len(results.get("layers") or []) >= LAYERS_COLLAPSE_AT else None,
         "top": _top_inputs(results),
         "comparison": comparison,
         "metric_labels": METRIC_LABELS,
-        "neuron_metrics": NEURON,
+        "neuron_metrics": _neuron_metrics(results),
     }
 
 

@@ -18,10 +18,13 @@ from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import METRICS, SURPRISE
 from pytest_sadl.report._load import (
     adequacy_hints,
+    fmt_metric,
+    in_units,
     metric_entry,
     mistakes_rows,
     tests_summary,
     thresholds_of,
+    unit,
 )
 from pytest_sadl.report.compare import Comparison
 
@@ -42,10 +45,6 @@ def escape_md(text: Any) -> str:
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
     return " ".join(s.split())
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.2f}%"
 
 
 def _delta(d: float | None, status: str | None) -> str:
@@ -129,18 +128,18 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
         value = entry.get("value") if applicable else None
         thr = thresholds.get(m)
         if not applicable:
-            status = "n/a"
+            status = "n/a (not available)" if entry.get("reason") else "n/a"
         elif thr is None:
             status = "–"
-        elif m in failed_metrics or (value is not None and round(value * 100, 2) < thr):  # applicable: not None
+        elif m in failed_metrics or (value is not None and round(in_units(m, value), 2) < thr):  # applicable
             status = "❌ fail"
         else:
             status = "✅ pass"
-        row = [METRIC_LABELS[m], _pct(value), "–" if thr is None else f"{thr:.2f}%", status]
+        row = [METRIC_LABELS[m], fmt_metric(m, value), "–" if thr is None else f"{thr:.2f}{unit(m)}", status]
         if comparison is not None:
             md = comparison.get(m)
             row += [
-                "n/a" if md is None or md.baseline is None else f"{md.baseline:.2f}%",
+                "n/a" if md is None or md.baseline is None else f"{md.baseline:.2f}{unit(m)}",
                 _delta(md.delta if md else None, md.status if md else None),
             ]
         lines.append("| " + " | ".join(row) + " |")
@@ -148,12 +147,15 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
 
     for f in failures:
         lines.append(f"- ❌ {escape_md(f.get('message') or f.get('metric'))}")
+    unavailable = [(m, str(e["reason"])) for m in METRICS if (e := metric_entry(results, m)) and e.get("reason")]
+    for m, why in unavailable:
+        lines.append(f"- ⚠️ {METRIC_LABELS[m]} not available: {escape_md(why)}")
     for w in outcome.get("warnings") or []:
         lines.append(f"- ⚠️ {escape_md(w)}")
     if comparison is not None:
         for w in comparison.warnings:
             lines.append(f"- ⚠️ baseline: {escape_md(w)}")
-    if failures or outcome.get("warnings") or (comparison is not None and comparison.warnings):
+    if failures or unavailable or outcome.get("warnings") or (comparison is not None and comparison.warnings):
         lines.append("")
 
     groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
@@ -166,7 +168,7 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
         for i, g in enumerate(groups):
             cum = g.get("cumulative") or {}
             name = ("+ " if i else "") + escape_md(g.get("name"))
-            cells = [_pct(cum.get(m)) if isinstance(cum.get(m), (int, float)) else "n/a" for m in gm]
+            cells = [fmt_metric(m, cum.get(m)) for m in gm]
             lines.append(f"| {name} | {g.get('tests', '–')} | {g.get('inputs', '–')} | " + " | ".join(cells) + " |")
         lines.append("")
 

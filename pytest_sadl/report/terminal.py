@@ -14,7 +14,7 @@ from typing import Any
 
 from pytest_sadl.criteria.registry import LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
-from pytest_sadl.report._load import mistakes_rows, tests_summary
+from pytest_sadl.report._load import fmt_metric, mistakes_rows, tests_summary, unit
 
 
 def _pct(value: float | None) -> str:
@@ -128,21 +128,25 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
         header.append("vs baseline")
     rows = [header]
     not_applicable = []
+    not_available: list[str] = []
     for name in ORDER:
         m = metrics.get(name)
         if m is None:  # a results file from before this metric existed
             continue
         if not m.get("applicable", True):
             row = [LABELS[name], "n/a", "-", "", "", ""]
-            not_applicable.append(LABELS[name])
+            if m.get("reason"):  # its score cannot be set up on the chosen layer
+                not_available.append(f"{LABELS[name]}: not available ({m['reason']})")
+            else:
+                not_applicable.append(LABELS[name])
         else:
             bounds = above = ""
             if name in SURPRISE:
                 b = config[name]
                 bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
                 above = str(m.get("above", 0))
-            thr = f"{thresholds[name]:.2f}%" if name in thresholds else ""
-            row = [LABELS[name], _pct(m["value"]), f"{m['covered']} / {m['total']}", bounds, above, thr]
+            thr = f"{thresholds[name]:.2f}{unit(name)}" if name in thresholds else ""
+            row = [LABELS[name], fmt_metric(name, m["value"]), f"{m['covered']} / {m['total']}", bounds, above, thr]
         if deltas:
             d = deltas.get(name)
             row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
@@ -150,6 +154,8 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     lines += _table(rows, right={1, 2, 4, 5, 6}, width=width)
     if not_applicable:
         lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
+    for line in not_available:
+        lines += _wrap(line, width)
     rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
     if any(r.startswith("default") for r in rules):
         lines += _wrap("bounds: " + next(r for r in rules if r.startswith("default")), width)
@@ -161,7 +167,7 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
         for i, g in enumerate(results["groups"]):
             rows.append(
                 [("" if i == 0 else "+ ") + g["name"], str(g["tests"]), str(g["inputs"])]
-                + [_pct(g["cumulative"].get(k)).rstrip("%") for k in shown]
+                + [fmt_metric(k, g["cumulative"].get(k)).rstrip("%") for k in shown]
             )
         lines += _table(rows, right=set(range(1, 3 + len(shown))), width=width)
 
@@ -194,10 +200,11 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
             )
         lines += _table(rows, right=set(range(3, len(rows[0]))))
         lines += ["", "layers (least covered first by KMNC):"]
-        rows = [["layer", "neurons"] + [LABELS[k] for k in NEURON]]
-        for layer in sorted(results["layers"], key=lambda entry: entry["kmnc"]):
-            rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer[k]) for k in NEURON])
-        lines += _table(rows, right={1, 2, 3, 4, 5})
+        neuron = [k for k in NEURON if k in metrics]  # the run's neuron coverages
+        rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
+        for layer in sorted(results["layers"], key=lambda entry: entry.get("kmnc") or 0.0):
+            rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer.get(k)) for k in neuron])
+        lines += _table(rows, right=set(range(1, 2 + len(neuron))))
 
     return lines
 

@@ -5,7 +5,21 @@ input's class, ``dist_b`` from ``x_a`` to the nearest trace of another class:
 :class:`~pytest_sadl.criteria.surprise.DSA`); defined for classifiers only.
 """
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Training, surprise_make
+
+
+def fit(training: Training) -> Scorer | None:
+    """DSA on the training traces (the profile's, with the distances it kept); ``None``
+    for a regression model, which has no classes."""
+    if training.pred is None:
+        return None
+    if training.profile is not None:
+        dsa: Scorer | None = training.profile.dsa()
+        return dsa
+    from pytest_sadl.criteria.surprise import DSA
+
+    return DSA(training.traces, training.pred)
+
 
 CRITERION = Criterion(
     name="dsc",
@@ -16,4 +30,5 @@ CRITERION = Criterion(
     make=surprise_make("dsc", "dsa"),
     sa="dsa",
     sa_label="DSA",
+    fit=fit,
 )

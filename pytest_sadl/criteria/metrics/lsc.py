@@ -5,7 +5,24 @@ input's predicted class (:class:`~pytest_sadl.criteria.surprise.LSA`); LSC is th
 of the ``buckets`` equal segments of ``[lower, upper]`` that some input's LSA falls into.
 """
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Training, surprise_make
+
+
+def fit(training: Training) -> Scorer:
+    """LSA on the training traces: the profile's (set up once per profile), else a new one."""
+    if training.profile is not None:
+        lsa: Scorer = training.profile.lsa()
+        return lsa
+    from pytest_sadl.criteria.surprise import LSA
+
+    return LSA(
+        training.traces,
+        training.pred,
+        var_threshold=training.var_threshold,
+        near_singular=training.near_singular,
+        var_rule=training.var_rule,
+    )
+
 
 CRITERION = Criterion(
     name="lsc",
@@ -16,4 +33,5 @@ CRITERION = Criterion(
     make=surprise_make("lsc", "lsa"),
     sa="lsa",
     sa_label="LSA",
+    fit=fit,
 )

@@ -5,7 +5,18 @@ class's training mean under that class's covariance
 (:class:`~pytest_sadl.criteria.mahalanobis.MDSA`).
 """
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Training, surprise_make
+
+
+def fit(training: Training) -> Scorer:
+    """MDSA on the training traces (the profile's, fitted once per profile)."""
+    if training.profile is not None:
+        mdsa: Scorer = training.profile.mdsa()
+        return mdsa
+    from pytest_sadl.criteria.mahalanobis import MDSA
+
+    return MDSA(training.traces, training.pred, var_threshold=training.var_threshold, var_rule=training.var_rule)
+
 
 CRITERION = Criterion(
     name="mdsc",
@@ -16,4 +27,5 @@ CRITERION = Criterion(
     make=surprise_make("mdsc", "mdsa"),
     sa="mdsa",
     sa_label="MDSA",
+    fit=fit,
 )

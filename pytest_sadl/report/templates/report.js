@@ -156,9 +156,47 @@
     apply();
   }
 
+  // A table of a hundred layers or more: the least covered few (in the current sort
+  // order), every layer on request, or those whose name has every search term.
+  function setupLayers() {
+    var table = document.getElementById('layers-table');
+    if (!table || !table.getAttribute('data-shown')) { return; }
+    var limit = parseInt(table.getAttribute('data-shown'), 10);
+    var input = document.getElementById('layers-filter');
+    var all = document.getElementById('layers-all');
+    var count = document.getElementById('layers-count');
+    var body = table.tBodies[0];
+    var expanded = false;
+    var label = all ? all.textContent : '';
+
+    function apply() {
+      var terms = (input && input.value ? input.value : '').toLowerCase().split(/\s+/).filter(Boolean);
+      var shown = 0;
+      Array.prototype.forEach.call(body.rows, function (tr, i) {
+        var name = tr.cells[0] ? tr.cells[0].textContent.toLowerCase() : '';
+        var ok = terms.length ? terms.every(function (t) { return name.indexOf(t) !== -1; }) : (expanded || i < limit);
+        tr.hidden = !ok;
+        if (ok) { shown += 1; }
+      });
+      if (count) { count.textContent = shown + ' of ' + body.rows.length + ' layers shown'; }
+      if (all) {
+        all.textContent = expanded ? 'Show the ' + limit + ' least covered' : label;
+        all.setAttribute('aria-expanded', expanded ? 'true' : 'false');
+      }
+    }
+    if (input) { input.addEventListener('input', apply); }
+    if (all) { all.addEventListener('click', function () { expanded = !expanded; apply(); }); }
+    // after a sort (its handler runs first, on the header button), collapse to the new first rows
+    if (table.tHead) { table.tHead.addEventListener('click', apply); }
+    var controls = document.getElementById('layers-controls');
+    if (controls) { controls.hidden = false; }
+    apply();
+  }
+
   ready(function () {
     setupTheme();
     Array.prototype.forEach.call(document.querySelectorAll('table.sortable'), setupSort);
     setupFilter();
+    setupLayers();
   });
 }());

@@ -1,0 +1,206 @@
+"""Benchmark: the defaults on ``keras.applications`` models (issue 21), measured.
+
+MobileNetV2, EfficientNetB0 and ResNet50, built with ``weights=None`` at 32x32 with a
+3-class head, trained briefly (``--epochs``, batch 16, Adam) on scikit-learn's bundled
+digits 0-2 (537 images, 8x8 upscaled to 32x32 and repeated to three channels; no
+download). Each model is trained once and cached in ``benchmarks/.cache`` (or
+``$SADL_BENCH_CACHE``). For each model, in a fresh subprocess, printed:
+
+* the default SA layer and coverage layers the trace model picks (count, neurons);
+* the predicted classes of the training data (a briefly trained BatchNorm network in
+  inference mode often predicts one class: then DSA is undefined, whatever the rule);
+* what each variance rule leaves on the SA layer: ``paper`` (a neuron whose variance is
+  below ``var_threshold`` in any class is dropped from all, the paper's filter) and
+  ``class`` (each class's KDE over the neurons that vary in that class, the default), and
+  whether LSA, DSA and MDSA can be set up with it;
+* the default profile build (:func:`load_or_build` on an empty cache) against
+  ``model.predict`` over the same training data, both warmed up first, measured one
+  after the other in the same process (wall and process CPU time, the ratio against the
+  <= 1.3x target of ``bench_profile.py``), and the build's peak resident memory above the
+  process's before it (``VmHWM`` after a ``clear_refs`` reset; TensorFlow allocates
+  outside ``tracemalloc``);
+* the size of the JSON and HTML reports of a run that recorded 96 held-back digits
+  (the results computed by the engine from the profile and those inputs' traces).
+
+Usage::
+
+    python benchmarks/bench_applications.py [--models MobileNetV2,EfficientNetB0,ResNet50] [--epochs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("SADL_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
+MODELS = ("MobileNetV2", "EfficientNetB0", "ResNet50")
+
+CHILD = r"""
+import json, os, sys, tempfile, time, warnings
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+from pathlib import Path
+import numpy as np
+import keras
+from sklearn.datasets import load_digits
+
+name, cache, epochs = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+res = {"model": name}
+
+def status():
+    out = {}
+    for line in open("/proc/self/status"):
+        k, _, v = line.partition(":")
+        if k in ("VmRSS", "VmHWM"):
+            out[k] = int(v.split()[0]) * 1024
+    return out
+
+d = load_digits()
+keep = d.target < 3
+x_all = np.kron(d.images[keep] / 16.0, np.ones((4, 4)))[..., None].repeat(3, axis=-1).astype("float32")
+y_all = d.target[keep]
+x, y, x_test = x_all[:-96], y_all[:-96], x_all[-96:]
+path = cache / f"app-{name}-e{epochs}.keras"
+if not path.exists():
+    keras.utils.set_random_seed(0)
+    m = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=3)
+    m.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    t = time.perf_counter()
+    m.fit(x, y, epochs=epochs, batch_size=16, verbose=0)
+    res["fit_s"] = time.perf_counter() - t
+    cache.mkdir(parents=True, exist_ok=True)
+    m.save(path)
+model = keras.saving.load_model(path, compile=False)
+
+from pytest_sadl.capture import TraceModel
+from pytest_sadl.criteria.surprise import DSA, LSA, MDSA
+tm = TraceModel(model)
+res["sa_layers"] = tm.sa_layers
+res["sa_neurons"] = sum(tm.sa_sizes)
+res["coverage_layers"] = len(tm.coverage_layers)
+res["coverage_neurons"] = sum(tm.coverage_sizes)
+tr = tm.traces(x)
+pred = tr.pred
+res["train_accuracy"] = float((pred == y).mean())
+res["pred_classes"] = np.bincount(pred, minlength=3).tolist()
+sa = tr.sa
+t = 1e-5
+per_class = {int(c): int((sa[pred == c].astype(np.float64).var(0) >= t).sum()) for c in np.unique(pred) if (pred == c).sum() >= 2}
+res["varying_per_class"] = per_class
+res["paper_kept"] = int(np.all([sa[pred == c].astype(np.float64).var(0) >= t for c in per_class], axis=0).sum())
+def attempt(make):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            make()
+            return "ok"
+        except ValueError as exc:
+            return str(exc)[:160]
+for rule in ("paper", "class"):
+    res[f"lsa_{rule}"] = attempt(lambda: LSA(sa, pred, var_rule=rule))
+    res[f"mdsa_{rule}"] = attempt(lambda: MDSA(sa, pred, var_rule=rule))
+res["dsa"] = attempt(lambda: DSA(sa, pred))
+del tr
+
+# the default build against predict, same data, both warmed up, one after the other
+from pytest_sadl.profile.build import ProfileOptions
+from pytest_sadl.profile.lookup import load_or_build
+model.predict(x[:263], batch_size=256, verbose=0)
+TraceModel(model).traces(x[:263], batch_size=256)
+t0, c0 = time.perf_counter(), time.process_time()
+model.predict(x, batch_size=256, verbose=0)
+res["predict_s"], res["predict_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+with tempfile.TemporaryDirectory() as tmp:
+    before = status()["VmRSS"]
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            profile = load_or_build(model, x, ProfileOptions(), tmp, rebuild=True)
+        res["build"] = "ok"
+    except Exception as exc:
+        res["build"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        profile = None
+    res["build_s"], res["build_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+    res["build_peak_mib"] = (status()["VmHWM"] - before) / 2**20
+    if profile is not None:
+        from pytest_sadl.engine import ProfileView, compute
+        from pytest_sadl.plugin.options import SadlOptions
+        from pytest_sadl.plugin.recorder import Batch, TestRecord
+        from pytest_sadl.report.html import render_html
+        from pytest_sadl.results import write_json
+        ptm = profile.trace_model(model)
+        got = ptm.traces(x_test)
+        batch = Batch(got.sa, got.coverage, got.pred, extrema=got.coverage_extrema, output=got.output)
+        records = [TestRecord("tests/test_app.py::test_predict", 0, "default", batches=[batch])]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = compute(ProfileView.of(profile), records, SadlOptions(), {"name": name})
+        doc = json.loads(json.dumps(results.to_dict(), default=float))
+        write_json(results.to_dict(), Path(tmp) / "r.json")
+        doc = json.loads((Path(tmp) / "r.json").read_text())
+        html = render_html(doc)
+        res["json_kib"] = (Path(tmp) / "r.json").stat().st_size / 1024
+        res["html_kib"] = len(html.encode()) / 1024
+        res["metrics"] = {k: (None if m.value is None else round(100 * m.value, 2)) for k, m in results.metrics.items()}
+        res["warnings"] = [w[:160] for w in results.warnings]
+print("RESULT " + json.dumps(res))
+"""
+
+
+def measure(name: str, epochs: int) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CHILD), name, str(CACHE), str(epochs)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return result
+    raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated keras.applications names")
+    ap.add_argument("--epochs", type=int, default=4, help="training epochs of 34 steps (default %(default)s)")
+    args = ap.parse_args(argv)
+    for name in args.models.split(","):
+        r = measure(name, args.epochs)
+        print(f"\n== {name} (weights=None, 32x32, 3 classes, {args.epochs} epochs)")
+        print(f"  default SA layer      {r['sa_layers']} ({r['sa_neurons']:,d} neurons)")
+        print(f"  coverage layers       {r['coverage_layers']} ({r['coverage_neurons']:,d} neurons)")
+        print(f"  predicted classes     {r['pred_classes']} (training accuracy {100 * r['train_accuracy']:.1f}%)")
+        print(f"  varying per class     {r['varying_per_class']}; paper's rule keeps {r['paper_kept']}")
+        for rule in ("paper", "class"):
+            print(f"  LSA  var_rule={rule:5s}  {r[f'lsa_{rule}']}")
+            print(f"  MDSA var_rule={rule:5s}  {r[f'mdsa_{rule}']}")
+        print(f"  DSA                   {r['dsa']}")
+        ratio = r["build_s"] / r["predict_s"]
+        cpu = r["build_cpu_s"] / r["predict_cpu_s"]
+        print(
+            f"  build {r['build_s']:.2f} s / predict {r['predict_s']:.2f} s = {ratio:.2f}x wall, {cpu:.2f}x CPU "
+            f"(target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT MET'}); build: {r['build']}"
+        )
+        print(f"  build peak memory     {r['build_peak_mib']:.0f} MiB above the process's")
+        if "json_kib" in r:
+            print(f"  reports               JSON {r['json_kib']:.0f} KiB, HTML {r['html_kib']:.0f} KiB")
+            print(f"  metrics (%)           {r['metrics']}")
+            for w in r["warnings"]:
+                print(f"  warning               {w}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

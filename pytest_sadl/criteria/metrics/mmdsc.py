@@ -1,0 +1,45 @@
+"""MMDSC — multimodal Mahalanobis-distance surprise coverage (Kim and Yoo, AST 2021).
+
+The per-input score is MMDSA, the Mahalanobis distance of the input's trace to the
+nearest of ``modes`` (``--sadl-mmdsa-modes``, default 2) k-means modes of its predicted
+class's training traces, under that mode's covariance
+(:class:`~pytest_sadl.criteria.modes.MMDSA`); MMDSC buckets it as MDSC. Opt-in:
+``--sadl-metrics=mmdsc``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+
+
+def fit(training: Any) -> Any:
+    """MMDSA on the training traces, with the run's ``mmdsa_modes``."""
+    from pytest_sadl.criteria.modes import MMDSA, MODES
+
+    modes = getattr(training.options, "mmdsa_modes", MODES)
+    return MMDSA(training.traces, training.pred, modes=modes, var_threshold=training.var_threshold)
+
+
+def params(options: Any) -> str:
+    """The option the score depends on, for the names of its stored held-out values."""
+    from pytest_sadl.criteria.modes import MODES
+
+    return f"m{getattr(options, 'mmdsa_modes', MODES)}"
+
+
+CRITERION = Criterion(
+    name="mmdsc",
+    label="MMDSC",
+    title="Multimodal Mahalanobis-distance surprise coverage",
+    kind=SURPRISE_KIND,
+    needs=("mmdsa", "sc bounds"),
+    make=surprise_make("mmdsc", "mmdsa"),
+    sa="mmdsa",
+    sa_label="MMDSA",
+    default=False,
+    fit=fit,
+    params=params,
+    option_names=("mmdsa_modes",),
+)

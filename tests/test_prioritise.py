@@ -1,0 +1,124 @@
+"""APFD, CTM and CAM (``sadl select --strategy ctm|cam``) against their definitions (tests/naive.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import naive
+import numpy as np
+import pytest
+
+from pytest_sadl.criteria import registry
+from pytest_sadl.criteria.neurons import fit_ranges
+from pytest_sadl.criteria.selection import apfd, cam_order, ctm_order, faults_of, prioritise, select
+from pytest_sadl.criteria.shape import Batch, Setup
+
+OPTIONS = SimpleNamespace(nc_threshold=0.5, kmnc_k=8)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_apfd_is_its_definition(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    faults = rng.random(n) < 0.3
+    faults[rng.integers(n)] = True
+    order = rng.permutation(n)
+    assert apfd(order, faults) == pytest.approx(naive.apfd(order, faults), abs=1e-12)
+
+
+def test_apfd_bounds_and_dnn_tip_examples():
+    # dnn-tip's test_apfd examples: the first fault first is best, last is worst
+    assert apfd([0, 1, 2], [True, True, True]) == pytest.approx(1 - 6 / 9 + 1 / 6)
+    assert apfd([2, 1, 0], [False, False, True]) == pytest.approx(1 - 1 / 3 + 1 / 6)
+    assert apfd([0, 1, 2], [False, False, True]) == pytest.approx(1 / 6)
+    assert apfd([0, 1], [False, False]) is None  # no fault: undefined
+    with pytest.raises(ValueError, match="every one of the 3 pool indices once"):
+        apfd([0, 0, 1], [True, False, False])
+
+
+def test_faults_from_class_labels_and_one_hot():
+    pred = np.array([0, 1, 2, 1])
+    assert faults_of(pred, np.array([0, 1, 1, 1])).tolist() == [False, False, True, False]
+    assert faults_of(pred, np.eye(3)[[0, 2, 2, 1]]).tolist() == [False, True, False, False]
+
+
+def test_ctm_and_cam_on_deepginis_example():
+    # DeepGini's paper example (as dnn-tip's tests): A..D cover these of 8 targets
+    profile = [{0, 1, 2, 5, 6, 7}, {0, 1, 2, 6, 7}, {0, 1, 2, 3}, {4, 5, 6, 7}]
+    assert naive.ctm(profile) == [0, 1, 2, 3]
+    assert ctm_order([len(p) for p in profile]).tolist() == [0, 1, 2, 3]
+    assert naive.cam(profile) == [0, 2, 3, 1]  # A, then C and D tie on one new target: C first
+
+
+def _batch(rng, n):
+    layers = [rng.normal(size=(n, 5)) * 1.3, np.abs(rng.normal(size=(n, 3))) * 2.5]
+    return layers, {"lsa": rng.gamma(2.0, 3.0, size=n), "mdsa": rng.gamma(2.0, 1.0, size=n)}
+
+
+@pytest.mark.parametrize("name", ["lsc", "mdsc", "nc", "kmnc", "nbc", "snac"])
+def test_ctm_and_cam_by_registry_criteria_equal_the_naive_orders(name):
+    rng = np.random.default_rng(3)
+    train = [rng.normal(size=(200, 5)), np.abs(rng.normal(size=(200, 3))) * 2.0]
+    layers, scores = _batch(rng, 30)
+    bounds = {"lsc": (0.0, 30.0, 10), "mdsc": (0.0, 8.0, 6)}
+    setup = Setup(fit_ranges(train), OPTIONS, bounds=bounds)
+    batch = Batch(scores, layers, [None, None])
+    lows, highs = naive.ranges(train)
+    if name in bounds:
+        key = registry.SURPRISE[name]
+        sets = [set() if (b := naive.bucket_of(s, *bounds[name])) is None else {b} for s in scores[key].tolist()]
+    else:
+        sets = [
+            naive.targets_of_input(name, layers, i, lows, highs, OPTIONS.kmnc_k, OPTIONS.nc_threshold)
+            for i in range(30)
+        ]
+    ctm, counts = prioritise("ctm", name, setup, batch)
+    assert ctm.tolist() == naive.ctm(sets)
+    assert counts == [len(sets[i]) for i in ctm]
+    cam, gains = prioritise("cam", name, setup, batch)
+    assert cam.tolist() == naive.cam(sets)
+    generic, generic_gains = cam_order(lambda: registry.BY_NAME[name].make(setup), batch)  # through update only
+    assert generic.tolist() == cam.tolist() and generic_gains == gains
+    covered: set = set()
+    for i, gain in zip(cam.tolist(), gains, strict=True):
+        assert gain == len(sets[i] - covered)
+        covered |= sets[i]
+
+
+def test_cam_equals_the_plain_greedy_on_random_target_sets():
+    """The lazy greedy against the plain one on many overlapping sets (ties included)."""
+
+    class Sets:  # a minimal coverage over given target sets: the Coverage shape
+        def __init__(self, sets):
+            self.sets, self.done = sets, set()
+
+        def update(self, batch):
+            new = set().union(*(self.sets[int(i)] for i in batch.scores["id"])) - self.done
+            self.done |= new
+            return len(new)
+
+    rng = np.random.default_rng(11)
+    for _ in range(8):
+        sets = [set(rng.choice(25, size=rng.integers(0, 6), replace=False).tolist()) for _ in range(40)]
+        batch = Batch({"id": np.arange(40)}, [], [])
+        order, _ = cam_order(lambda sets=sets: Sets(sets), batch)
+        assert order.tolist() == naive.cam(sets)
+
+
+def test_select_ctm_cam_with_apfd_and_errors():
+    rng = np.random.default_rng(5)
+    train = [rng.normal(size=(100, 4))]
+    layers = [rng.normal(size=(20, 4)) * 1.5]
+    setup = Setup(fit_ranges(train), OPTIONS)
+    batch = Batch({}, layers, [None])
+    faults = rng.random(20) < 0.4
+    chosen = select("cam", 5, criterion="nbc", setup=setup, batch=batch, faults=faults)
+    assert len(chosen.indices) == 5 and sorted(chosen.order.tolist()) == list(range(20))
+    assert chosen.apfd == pytest.approx(naive.apfd(chosen.order.tolist(), faults))
+    assert chosen.to_dict()["apfd"] == chosen.apfd and chosen.to_dict()["faults"] == int(faults.sum())
+    by_lsa = select("surprise", 3, scores={"lsa": rng.random(20)}, faults=faults)
+    assert by_lsa.apfd == pytest.approx(naive.apfd(by_lsa.order.tolist(), faults))
+    with pytest.raises(ValueError, match="unknown criterion 'xyz'"):
+        select("ctm", 3, criterion="xyz", setup=setup, batch=batch)
+    with pytest.raises(ValueError, match="LSC does not apply"):
+        select("ctm", 3, criterion="lsc", setup=setup, batch=batch)
