@@ -3,8 +3,20 @@
 NeuraL-Coverage is not a dependency and is not fetched here: give a checkout of
 https://github.com/Yuanyuan-Yuan/NeuraL-Coverage with ``--repo``. Its ``coverage.py``,
 ``tool.py`` and ``constants.py`` are imported as they are, with stand-ins for the imports
-its NC, KMNC, NBC and SNAC do not need when they are not installed (``pyflann``, for its
-DSC; ``torchvision``; ``tqdm``'s progress bars).
+when they are not installed: ``torchvision`` (unused here), ``tqdm``'s progress bars, and
+``pyflann``'s ``FLANN``, which its CC consults for the nearest cluster centre, replaced by
+an exact search (CC also takes the exact minimum over all centres, so an approximate
+neighbour never changes its value; the time of FLANN's index is not measured).
+
+Besides NC, KMNC, NBC and SNAC it runs the peers' criteria of issue 17 with
+NeuraL-Coverage's ``TKNC``, ``TKNP``, ``NLC`` and ``CC`` classes: TKNC and TKNP at the
+same ``k``, CC at ``--cc-threshold`` (NeuraL-Coverage's ``hyper`` is its square: it
+compares squared distances). Two of them cannot run as committed (each is shown, with its
+error): ``TKNP.init_variable`` fills ``self.layer_pattern``, which it never creates, and
+``CC`` adds to ``self.current``, which it never sets; they run here with those two
+attributes created empty (0) and nothing else changed. NLC is run on several orders and
+batchings of the same test inputs, since NeuraL-Coverage keeps a layer's statistics of a
+batch only when they raise that layer's value.
 
 The model: a ConvNet on scikit-learn's digits (Conv2d-ReLU, MaxPool, Conv2d-ReLU,
 Linear-ReLU, Linear), trained for a few epochs here (seeded). Both tools get the same
@@ -29,13 +41,28 @@ from pathlib import Path
 import numpy as np
 
 
+class ExactFLANN:
+    """pyflann's ``FLANN`` as NeuraL-Coverage's CC uses it, by exact search: ``build_index``
+    of the points, ``nn_index`` returning the nearest one's index and squared distance."""
+
+    def build_index(self, points: np.ndarray, **_: object) -> None:
+        self.points = np.atleast_2d(np.asarray(points, dtype=np.float64))
+
+    def nn_index(self, query: np.ndarray, num_neighbors: int = 1, **_: object) -> tuple[np.ndarray, np.ndarray]:
+        q = np.atleast_2d(np.asarray(query, dtype=np.float64))
+        d2 = ((q[:, None, :] - self.points[None]) ** 2).sum(axis=2)
+        idx = np.argsort(d2, axis=1, kind="stable")[:, :num_neighbors]
+        dist = np.take_along_axis(d2, idx, axis=1)
+        return (idx[:, 0], dist[:, 0]) if num_neighbors == 1 else (idx, dist)
+
+
 def load_nlc(repo: Path) -> tuple[types.ModuleType, types.ModuleType]:
     """NeuraL-Coverage's ``coverage`` and ``tool`` modules from a checkout."""
     import torch  # noqa: F401  (before the stand-ins: torch looks some of these names up)
 
     stand_ins = []
     for name, attrs in (
-        ("pyflann", {"FLANN": object}),  # DSC's approximate neighbours only
+        ("pyflann", {"FLANN": ExactFLANN}),  # CC's (and DSC's) approximate neighbours
         ("torchvision", {}),  # tool.py imports it; unused here
         ("tqdm", {"tqdm": lambda it, **_: it}),  # progress bars
     ):
@@ -96,12 +123,224 @@ def train(model, x: np.ndarray, y: np.ndarray, epochs: int = 8) -> None:  # noqa
     model.eval()
 
 
+def timed(fn, reps: int):  # noqa: ANN001, ANN201
+    """``(value, seconds)``: the value of ``fn()`` and the minimum time of ``reps`` calls."""
+    best, value = float("inf"), None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - t0)
+    return value, best
+
+
+def quiet(fn):  # noqa: ANN001, ANN201
+    """``fn`` with NeuraL-Coverage's prints and progress bars silenced."""
+    import contextlib
+    import io
+
+    def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+class Peers:
+    """TKNC, TKNP, NLC and CC by NeuraL-Coverage's classes and by pytest-sadl's criteria
+    on the same model, layers and test inputs."""
+
+    def __init__(self, nlc, model, sizes, tm, x_test: np.ndarray, reps: int) -> None:  # noqa: ANN001
+        import torch
+
+        self.nlc, self.model, self.sizes, self.tm, self.reps = nlc, model, sizes, tm, reps
+        self.x_test = x_test
+        self.xt_test = torch.from_numpy(x_test)
+        self.layers = tm.traces(x_test).coverage
+        self.widths = [a.shape[1] for a in self.layers]
+
+        class RunnableTKNP(nlc.TKNP):  # type: ignore[misc, name-defined]
+            def init_variable(self, hyper):  # noqa: ANN001, ANN202
+                self.layer_pattern, self.network_pattern = {}, set()  # the stores it fills but never creates
+                super().init_variable(hyper)
+
+        class RunnableCC(nlc.CC):  # type: ignore[misc, name-defined]
+            def init_variable(self, hyper):  # noqa: ANN001, ANN202
+                self.current = 0  # what update() adds to, never set
+                super().init_variable(hyper)
+
+        self.tknp_cls, self.cc_cls = RunnableTKNP, RunnableCC
+
+    def loader(self, order: np.ndarray | None = None, batch: int = 256):  # noqa: ANN201
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        x = self.xt_test if order is None else self.xt_test[torch.from_numpy(order)]
+        return DataLoader(TensorDataset(x, torch.zeros(len(x))), batch_size=batch)
+
+    def theirs(self, cls, hyper, order: np.ndarray | None = None, batch: int = 256):  # noqa: ANN001, ANN201
+        """A NeuraL-Coverage criterion after assessing the test inputs."""
+        cov = cls(self.model, self.sizes, hyper=hyper)
+        quiet(cov.assess)(self.loader(order, batch))
+        return cov
+
+    def as_committed(self, cls, hyper) -> str:  # noqa: ANN001
+        try:
+            self.theirs(cls, hyper)
+        except Exception as e:  # noqa: BLE001  (what a user of the committed code meets)
+            return f"{type(e).__name__}: {e}"
+        return "runs"
+
+    def mine(self, make, order: np.ndarray | None = None, batch: int | None = None, traced: bool = False):  # noqa: ANN001, ANN201
+        """A pytest-sadl criterion updated with the test inputs (``traced``: tracing them
+        first, as the time comparison does)."""
+        from pytest_sadl.criteria.shape import Batch
+
+        layers = self.tm.traces(self.x_test).coverage if traced else self.layers
+        if order is not None:
+            layers = [a[order] for a in layers]
+        cov = make(self.widths)
+        n = len(layers[0])
+        step = batch or n
+        for s in range(0, n, step):
+            cov.update(Batch({}, [a[s : s + step] for a in layers], [None] * len(layers)))
+        return cov
+
+    def race(self, theirs, mine) -> tuple[float, float, float, float]:  # noqa: ANN001
+        """(pytest-sadl's value, NeuraL-Coverage's, their times), side by side."""
+        (a, ta), (b, tb) = timed(mine, self.reps), timed(theirs, self.reps)
+        return a, b, ta, tb
+
+    def tknc(self, k: int) -> tuple[float, float, float, float]:
+        from pytest_sadl.criteria.metrics.tknc import TopKCoverage
+
+        return self.race(
+            lambda: 100 * float(self.theirs(self.nlc.TKNC, k).current),
+            lambda: 100 * self.mine(lambda w: TopKCoverage(w, k), traced=True).value,
+        )
+
+    def tknp(self, k: int) -> dict[str, float]:
+        from pytest_sadl.criteria.metrics.tknp import TopKPatterns
+
+        n = len(self.x_test)
+        mine, theirs_all, t_mine, t_theirs = self.race(
+            lambda: self.theirs(self.tknp_cls, k, batch=n).current,
+            lambda: self.mine(lambda w: TopKPatterns(w, k), traced=True).value,
+        )
+        ordered = {  # each layer's top k as a list by value, as NeuraL-Coverage's patterns
+            tuple(row)
+            for row in np.concatenate([np.argsort(-a, axis=1, kind="stable")[:, :k] for a in self.layers], axis=1)
+        }
+        return {
+            "mine": mine,
+            "theirs_one_batch": theirs_all,
+            "theirs_256": self.theirs(self.tknp_cls, k).current,
+            "ordered": len(ordered),
+            "t_mine": t_mine,
+            "t_theirs": t_theirs,
+        }
+
+    def cc(self, threshold: float) -> tuple[float, float, float, float]:
+        from pytest_sadl.criteria.metrics.cc import ClusterCoverage
+
+        return self.race(
+            lambda: float(self.theirs(self.cc_cls, threshold**2).current),
+            lambda: self.mine(lambda w: ClusterCoverage(w, threshold), traced=True).value,
+        )
+
+    def nlc_orders(self, seed: int) -> list[tuple[str, float, float, float]]:
+        """Per order and batching: NeuraL-Coverage's ``current`` (which starts at 1), its
+        sum of the layers' norms, and pytest-sadl's NLC."""
+        from pytest_sadl.criteria.metrics.nlc import NeuralCoverage
+
+        n = len(self.x_test)
+        forward, backward = np.arange(n), np.arange(n)[::-1].copy()
+        shuffled = np.random.default_rng(seed).permutation(n)
+        rows = []
+        for label, order, batch in (
+            (f"test order, one batch of {n}", forward, n),
+            ("test order, batches of 256", forward, 256),
+            ("test order, batches of 32", forward, 32),
+            ("reversed, batches of 32", backward, 32),
+            (f"shuffled (seed {seed}), batches of 32", shuffled, 32),
+            ("test order, batches of 1", forward, 1),
+        ):
+            cov = self.theirs(self.nlc.NLC, None, order, batch)
+            norms = float(cov.coverage(cov.estimator_dict))
+            rows.append((label, float(cov.current), norms, self.mine(NeuralCoverage, order, batch).value))
+        return rows
+
+    def passes(self, tool) -> tuple[float, float]:  # noqa: ANN001
+        """The test pass alone, each tool's way: pytest-sadl's traces, NeuraL-Coverage's
+        ``tool.get_layer_output`` per batch of 256 (what its criteria call first)."""
+        _, t_mine = timed(lambda: self.tm.traces(self.x_test), self.reps)
+        _, t_theirs = timed(lambda: [tool.get_layer_output(self.model, x) for x, _ in self.loader()], self.reps)
+        return t_mine, t_theirs
+
+    def nlc_time(self) -> tuple[float, float]:
+        from pytest_sadl.criteria.metrics.nlc import NeuralCoverage
+
+        _, t_mine = timed(lambda: self.mine(NeuralCoverage, traced=True).value, self.reps)
+        _, t_theirs = timed(lambda: self.theirs(self.nlc.NLC, None).current, self.reps)
+        return t_mine, t_theirs
+
+
+def report_peers(peers: Peers, tool: types.ModuleType, args: argparse.Namespace) -> None:
+    print(
+        f"\npeers' criteria (issue 17), coverage layers of {peers.widths} neurons; time: min of {args.reps}, test pass + metric"
+    )
+    t_mine, t_theirs = peers.passes(tool)
+    print(
+        f"the test pass alone: pytest-sadl {t_mine:.3f}s, NeuraL-Coverage {t_theirs:.3f}s, ratio {t_theirs / t_mine:.2f}"
+    )
+    print(f"{'metric':26} {'pytest-sadl':>12} {'NeuraL-Cov':>12} {'sadl s':>8} {'NLC s':>8} {'ratio':>6}")
+
+    def row(name: str, a: float, b: float, ta: float, tb: float) -> None:
+        print(f"{name:26} {a:12.4f} {b:12.4f} {ta:8.3f} {tb:8.3f} {tb / ta:6.2f}")
+
+    for k in args.topk:
+        row(f"TKNC % (k = {k})", *peers.tknc(k))
+    print(f"TKNP as committed: {peers.as_committed(peers.nlc.TKNP, args.topk[0])}")
+    print(f"CC as committed: {peers.as_committed(peers.nlc.CC, args.cc_threshold[0] ** 2)}")
+    for k in args.topk:
+        t = peers.tknp(k)
+        row(f"TKNP (k = {k}, one batch)", t["mine"], t["theirs_one_batch"], t["t_mine"], t["t_theirs"])
+        print(
+            f"  TKNP k = {k}: NeuraL-Coverage in batches of 256 {t['theirs_256']:.0f} (the last batch's patterns); "
+            f"distinct top-k lists ordered by value {t['ordered']}"
+        )
+    for threshold in args.cc_threshold:
+        a, b, ta, tb = peers.cc(threshold)
+        row(f"CC (threshold {threshold:g})", a, b, ta, tb)
+        print(
+            f"  CC: pytest-sadl - {len(peers.widths)} layers = {a - len(peers.widths):.0f} (NeuraL-Coverage does not count a layer's first centre)"
+        )
+    t_mine, t_theirs = peers.nlc_time()
+    rows = peers.nlc_orders(args.seed)
+    print(
+        f"NLC time, batches of 256: pytest-sadl {t_mine:.3f}s, NeuraL-Coverage {t_theirs:.3f}s, ratio {t_theirs / t_mine:.2f}"
+    )
+    print("NLC: NeuraL-Coverage's `current` starts at 1; `norms` is its sum of the layers' norms, the NLC")
+    print(f"{'NLC: inputs fed':36} {'their current':>14} {'their norms':>12} {'pytest-sadl':>12}")
+    for label, current, norms, mine in rows:
+        print(f"{label:36} {current:14.6f} {norms:12.6f} {mine:12.6f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, required=True, help="a checkout of NeuraL-Coverage")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--k", type=int, default=100, help="KMNC sections")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch's threads (1: steadier times on a shared machine)")
+    ap.add_argument(
+        "--topk", type=lambda v: [int(k) for k in v.split(",")], default=[2, 10], help="TKNC/TKNP k values, e.g. 2,10"
+    )
+    ap.add_argument(
+        "--cc-threshold",
+        type=lambda v: [float(t) for t in v.split(",")],
+        default=[3.0, 10.0],
+        help="CC's Euclidean distance thresholds, e.g. 3,10 (10: pytest-sadl's default)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -110,6 +349,7 @@ def main() -> None:
     from pytest_sadl.capture import TraceModel
     from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac
 
+    torch.set_num_threads(args.threads)
     nlc, tool = load_nlc(args.repo)
     x_train, x_test, y_train, _ = digits(args.seed)
     model = build_model(args.seed)
@@ -148,19 +388,7 @@ def main() -> None:
             "snac": 100 * snac(te.coverage, ranges),
         }
 
-    def timed(fn):  # noqa: ANN001, ANN202
-        best, value = float("inf"), None
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            value = fn()
-            best = min(best, time.perf_counter() - t0)
-        return value, best
-
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # tqdm, prints
-        (mine, t_mine), (theirs, t_theirs) = timed(run_sadl), timed(run_nlc)
+    (mine, t_mine), (theirs, t_theirs) = timed(run_sadl, args.reps), quiet(timed)(run_nlc, args.reps)
 
     # the ranges and the neurons constant over the training set, which the definitions count differently
     tm = TraceModel(model, sa_layers=[modules[-2]], coverage_layers=modules)
@@ -177,6 +405,7 @@ def main() -> None:
         f"time (min of {args.reps}, ranges + test pass + 4 metrics): pytest-sadl {t_mine:.3f}s, "
         f"NeuraL-Coverage {t_theirs:.3f}s, ratio NeuraL-Coverage / pytest-sadl {t_theirs / t_mine:.2f}"
     )
+    report_peers(Peers(nlc, model, sizes, tm, x_test, args.reps), tool, args)
 
 
 if __name__ == "__main__":

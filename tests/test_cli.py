@@ -56,16 +56,40 @@ def test_help_reads_well(tmp_path: Path) -> None:
     assert build.returncode == 0
     for opt in ("--model", "--train", "--sa-layers", "--coverage-layers", "--cache-dir", "--quiet", "--rebuild"):
         assert opt in build.stdout
+    for opt in ("--sadl-model", "--sadl-train", "--sadl-layers", "--sadl-coverage-layers", "sadl_model of the"):
+        assert opt in build.stdout  # the plugin's spellings, and where the defaults come from
     assert "Traceback" not in top.stderr + build.stderr
 
 
-def test_version_needs_no_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_needs_no_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from pytest_sadl import __version__
 
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"sadl (pytest-sadl) {__version__}\n"
+    done = run(["--version"], tmp_path)  # the console script itself
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"sadl (pytest-sadl) {__version__}\n", "")
+
+
+def test_profile_list_finds_the_ini_cache_dir_from_a_subdirectory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sadl profile list` looks where `pytest --sadl-coverage` would: the ini's
+    sadl_cache_dir, relative to the ini, from any directory below it; --cache-dir wins."""
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsadl_cache_dir = "store/sadl"\n')
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "store" / "sadl").mkdir(parents=True)
+    (tmp_path / "store" / "sadl" / "profile-feed.npz").write_bytes(b"not a profile")
+    listed = run(["profile", "list", "--json"], tmp_path / "a" / "b")
+    assert listed.returncode == 0, listed.stderr
+    js = json.loads(listed.stdout)
+    assert js["cache_dir"] == str(tmp_path / "store" / "sadl") and [r["fingerprint"] for r in js["profiles"]] == [
+        "feed"
+    ]
+    monkeypatch.chdir(tmp_path / "a")  # in process: a second console-script start would add nothing
+    assert main(["profile", "list", "--sadl-cache-dir=elsewhere"]) == 0
+    assert f"no training profiles in {tmp_path / 'a' / 'elsewhere'}" in capsys.readouterr().out
 
 
 HEAVY = ("numpy", "scipy", "pytest", "_pytest", "keras", "tensorflow", "jax", "jinja2")
@@ -370,3 +394,74 @@ def test_layer_arguments() -> None:
     assert (
         args.sa_layers == ["x", "y"] and args.batch_size is None and not args.quiet
     )  # None: the ini (else 256) decides
+
+
+def test_the_plugins_flag_spellings_mean_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--sadl-layers=A,B` (the plugin's spelling) and `--sa-layers A B` give the same options."""
+    from pytest_sadl.cli.args import project_options
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\nsadl_batch_size = 64\n")
+    ours = ["profile", "build", "--sa-layers", "a", "b", "--coverage-layers", "c", "--batch-size", "32"]
+    ours += ["--var-threshold", "0.01", "--var-rule", "paper", "--lsa-near-singular", "keep", "--cache-dir", "cache"]
+    plugin = ["profile", "build", "--sadl-layers=a,b", "--sadl-coverage-layers=c", "--sadl-batch-size=32"]
+    plugin += ["--sadl-var-threshold=0.01", "--sadl-var-rule=paper", "--sadl-lsa-near-singular=keep"]
+    plugin += ["--sadl-cache-dir=cache", "--sadl-model=m", "--sadl-train=t"]
+    mixed = ["profile", "build", "--sa-layers=a,b", "--sadl-coverage-layers", "c", "--batch-size=32"]
+    mixed += ["--var-threshold=0.01", "--var-rule=paper", "--lsa-near-singular=keep", "--cache-dir=cache"]
+    one, two, three = (build_parser(argv).parse_args(argv) for argv in (ours + ["--model", "m"], plugin, mixed))
+    options = project_options(two)
+    assert project_options(one) == options == project_options(three)
+    assert (two.model, two.train, two.cache_dir) == ("m", "t", "cache")
+    assert options.sa_layers == ("a", "b") and options.coverage_layers == ("c",)
+    assert (options.batch_size, options.var_threshold, options.lsa_near_singular) == (32, 0.01, "keep")
+    assert options.var_rule == "paper"
+    select = ["select", "pool.npz", "--sadl-metrics=lsc,nc", "--sadl-layers=a,b", "--sadl-model=m"]
+    picked = build_parser(select).parse_args(select)
+    assert (picked.metrics, picked.sa_layers, picked.model) == ("lsc,nc", ["a,b"], "m")
+    assert project_options(picked).metrics == ("lsc", "nc")
+    assert (
+        options.batch_size
+        != project_options(build_parser(["profile", "build"]).parse_args(["profile", "build"])).batch_size
+    )
+
+
+def test_no_model_anywhere_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsadl_train = "t.npz"\n')
+    assert main(["profile", "build", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sadl: error: no model given: pass --model PATH, or set sadl_model")
+    assert str(tmp_path / "pyproject.toml") in err  # names the file the project's configuration is in
+    assert main(["select", "pool.npz", "--out", str(tmp_path / "o")]) == 2
+    assert "no model given" in capsys.readouterr().err
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    assert main(["profile", "build", "--model", "m.keras"]) == 2
+    assert "no training data given: pass --train PATH, or set sadl_train" in capsys.readouterr().err
+    (tmp_path / "pyproject.toml").unlink()  # no configuration at all: both named, and where they could go
+    assert main(["profile", "build", "--rootdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no model and no training data given: pass --model PATH and --train PATH, or set sadl_model and" in err
+    assert "pyproject.toml [tool.pytest.ini_options], pytest.ini" in err and err.count("\n") == 1
+
+
+@pytest.mark.tf
+def test_model_and_data_come_from_the_ini(project: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Where the project's pyproject names sadl_model and sadl_train, `sadl profile build`
+    needs no flag (from a subdirectory: found upwards as pytest finds it; the ini's paths
+    relative to the ini), builds the plugin's profile, and the flags' spelling finds it."""
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nsadl_model = "models/m.keras"\nsadl_train = "data/train.npz"\n'
+        'sadl_layers = ["hidden"]\n'
+    )
+    monkeypatch.chdir(project / "sub")
+    assert main(["profile", "build", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("built profile ") and "SA layers hidden;" in out
+    fingerprint = out.split()[2]
+    flags = ["--sadl-model=../models/m.keras", "--sadl-train=../data/train.npz", "--sadl-layers=hidden"]
+    assert main(["profile", "build", "-q", *flags]) == 0
+    assert capsys.readouterr().out.startswith(f"found cached profile {fingerprint}")
+    assert main(["profile", "layers", "--json"]) == 0
+    layers = json.loads(capsys.readouterr().out)
+    assert layers["model"] == "digits_conv" and any(row["path"] == "hidden" for row in layers["layers"])

@@ -99,6 +99,15 @@ def test_tknp_counts_deepgauges_distinct_patterns_and_merges_by_union(k, ties):
     assert swapped.value == naive.tknp([tests[0], np.roll(tests[1], 1, axis=0)], k)
 
 
+def test_tknp_patterns_are_sets_not_rankings():
+    """DeepGauge's pattern is each layer's top-k *set*: the same neurons on top in another
+    order of their values are one pattern (NeuraL-Coverage's ``topk(sorted=True)`` lists
+    count two; docs/metrics.md, "Beside NeuraL-Coverage")."""
+    layer = np.array([[3.0, 2.0, 0.0], [2.0, 3.0, 0.0], [0.0, 2.0, 3.0]])
+    cov = TopKPatterns([3], 2)
+    assert cov.update(_batch([layer])) == 2 and cov.value == 2 == naive.tknp([layer], 2)
+
+
 def test_nlc_is_the_summed_mean_absolute_covariance_and_merges_exactly():
     rng = np.random.default_rng(5)
     tests = _layers(rng, 90)

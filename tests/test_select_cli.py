@@ -305,3 +305,26 @@ def test_ctm_and_cam_order_the_pool_by_a_neuron_criterion_and_report_apfd(setup,
     assert doc["apfd"] == pytest.approx(apfd(order, faults)), "APFD of the whole order by LSA"
     assert main(["select", str(setup["root"] / "pool.npz"), *setup["base"], "--strategy", "ctm"]) == 2
     assert "add --criterion" in capsys.readouterr().err
+
+
+def test_the_model_training_data_layers_and_cache_come_from_the_projects_ini(setup, tmp_path, monkeypatch, capsys):
+    """In a project whose pyproject names them (paths relative to the ini), `sadl select`
+    needs no --model/--train/--sa-layers/--cache-dir, finds the same cached profile and
+    chooses what the flags choose."""
+    root = setup["root"]
+    (tmp_path / "nets").mkdir()
+    shutil.copy(root / "m.keras", tmp_path / "nets" / "m.keras")
+    shutil.copy(root / "train.npz", tmp_path / "nets" / "train.npz")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nsadl_model = "nets/m.keras"\nsadl_train = "nets/train.npz"\n'
+        f'sadl_layers = ["hidden"]\nsadl_cache_dir = "{root / "cache"}"\n'
+    )
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    entries = sorted(p.name for p in (root / "cache").iterdir())
+    pick = ["--strategy", "surprise", "--by", "mdsa", "--budget", "7"]
+    assert main(["select", str(root / "pool.npz"), "--out", str(tmp_path / "out"), *pick]) == 0
+    doc = json.loads((tmp_path / "out" / "selection.json").read_text())
+    assert doc["indices"] == _run(setup, *pick)["indices"]
+    assert sorted(p.name for p in (root / "cache").iterdir()) == entries  # the flags' profile, found
+    assert "selected 7 of" in capsys.readouterr().out

@@ -5,8 +5,12 @@ uses, so they read the project's pytest configuration (``pyproject.toml``
 ``[tool.pytest.ini_options]``, ``pytest.ini``, ``tox.ini``, ``setup.cfg``; rootdir and
 inifile found by pytest itself) through :func:`pytest_sadl.plugin.options.read_options`, the one
 parser of the plugin's options. Command-line flags are handed to it as the plugin's own
-``--sadl-*`` flags, so they override the ini exactly as they do under ``pytest``.
-Pure Python: no TensorFlow is imported here.
+``--sadl-*`` flags, so they override the ini exactly as they do under ``pytest``. The
+model and the training data come from the ini's ``sadl_model`` and ``sadl_train`` too when
+``--model``/``--train`` are not given. Every flag also takes the plugin's spelling
+(``--sadl-layers=A,B`` as well as ``--sa-layers A B``).
+Pure Python: no TensorFlow is imported here, and nothing but the standard library at
+import, so that ``sadl --help`` starts at once.
 """
 
 from __future__ import annotations
@@ -16,17 +20,31 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl.plugin.options import (
-    parse_layers,  # the one layer-list parser, shared with the plugin
-)
+__all__ = [
+    "parse_layers",
+    "add_location",
+    "add_metrics",
+    "add_model_options",
+    "add_profile_options",
+    "project_options",
+    "model_and_train",
+    "cache_dir_for",
+]
 
-__all__ = ["parse_layers", "add_location", "add_metrics", "project_options", "cache_dir_for"]
+
+def parse_layers(values: list[str] | str | None) -> tuple[str | int, ...] | None:
+    """The plugin's one layer-list parser (:func:`pytest_sadl.plugin.options.parse_layers`)."""
+    from pytest_sadl.plugin.options import parse_layers as parse
+
+    return parse(values)
 
 
 def add_location(p: argparse.ArgumentParser) -> None:
     """``--cache-dir`` and ``--rootdir``: where the profile cache and the project are."""
     p.add_argument(
         "--cache-dir",
+        "--sadl-cache-dir",
+        dest="cache_dir",
         metavar="DIR",
         help="profile cache directory (default: sadl_cache_dir of the project's pytest configuration, "
         "else .pytest_cache/d/sadl under the rootdir: the same place pytest --sadl-coverage uses)",
@@ -39,45 +57,78 @@ def add_location(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_model_options(p: argparse.ArgumentParser, train_help: str) -> None:
+    """``--model`` and ``--train`` (also ``--sadl-model``, ``--sadl-train``): optional where
+    the project's ini names ``sadl_model`` and ``sadl_train``."""
+    p.add_argument(
+        "--model",
+        "--sadl-model",
+        dest="model",
+        metavar="M",
+        help="the model: a .keras file or 'package.module:function' (default: sadl_model of the project's ini)",
+    )
+    p.add_argument("--train", "--sadl-train", dest="train", metavar="T", help=train_help)
+
+
 def add_profile_options(p: argparse.ArgumentParser) -> None:
-    """The options that make up a profile's fingerprint; unset ones come from the ini."""
+    """The options that make up a profile's fingerprint; unset ones come from the ini.
+
+    Each takes this command's spelling and the plugin's (``--sa-layers A B`` or
+    ``--sadl-layers=A,B``; a comma-separated list works in both)."""
     p.add_argument(
         "--sa-layers",
+        "--sadl-layers",
+        dest="sa_layers",
         nargs="+",
         metavar="LAYER",
         help="layers for LSA/DSA/MDSA, by name or index (default: sadl_layers of the ini, else the last hidden layer)",
     )
     p.add_argument(
         "--coverage-layers",
+        "--sadl-coverage-layers",
+        dest="coverage_layers",
         nargs="+",
         metavar="LAYER",
         help="layers for NC/KMNC/NBC/SNAC (default: sadl_coverage_layers of the ini, else every layer with neurons)",
     )
     p.add_argument(
         "--output",
+        "--sadl-output",
+        dest="output",
         metavar="NAME",
         help="which output of a model with several gives the class (default: sadl_output of the ini, else the first)",
     )
     p.add_argument(
         "--var-threshold",
+        "--sadl-var-threshold",
+        dest="var_threshold",
         type=float,
         metavar="V",
         help="LSA/MDSA variance threshold (default: sadl_var_threshold, else 1e-5)",
     )
     p.add_argument(
         "--var-rule",
+        "--sadl-var-rule",
+        dest="var_rule",
         choices=("class", "paper"),
         help="which neurons LSA/MDSA drop for too little variance: per class, or the paper's rule "
         "(default: sadl_var_rule, else class)",
     )
     p.add_argument(
         "--lsa-near-singular",
+        "--sadl-lsa-near-singular",
+        dest="lsa_near_singular",
         choices=("drop", "keep"),
         help="LSA on a nearly singular covariance: drop dependent neurons or keep the full covariance "
         "(default: sadl_lsa_near_singular, else drop)",
     )
     p.add_argument(
-        "--batch-size", type=int, metavar="N", help="inputs per forward pass (default: sadl_batch_size, else 256)"
+        "--batch-size",
+        "--sadl-batch-size",
+        dest="batch_size",
+        type=int,
+        metavar="N",
+        help="inputs per forward pass (default: sadl_batch_size, else 256)",
     )
 
 
@@ -86,6 +137,8 @@ def add_metrics(p: argparse.ArgumentParser) -> None:
     ``sadl_metrics`` when not given)."""
     p.add_argument(
         "--metrics",
+        "--sadl-metrics",
+        dest="metrics",
         metavar="LIST",
         help="the metrics to compute, comma-separated, or all (default: sadl_metrics of the ini, else the default ones)",
     )
@@ -149,12 +202,48 @@ def project_options(args: argparse.Namespace) -> Any:
         except ValueError:
             pytest_cache = None
         args.project_rootdir = Path(config.rootpath)
+        args.project_inifile = None if config.inipath is None else str(config.inipath)
         args.pytest_cache_dir = pytest_cache or None
     except pytest.UsageError as exc:
         raise SadlConfigError(_our_flags(str(exc))) from None
     finally:
         config._ensure_unconfigure()
     return options
+
+
+def model_and_train(
+    args: argparse.Namespace, options: Any, *, need_train: bool = True
+) -> tuple[str, str | None, Path | None]:
+    """The model and training data to use, and the directory the flags' relative paths start
+    from: ``--model``/``--train`` where given (relative to ``--rootdir``, else the current
+    directory), else the ini's ``sadl_model``/``sadl_train`` (relative to the ini file, as
+    the plugin takes them). A one-line :class:`~pytest_sadl.errors.SadlConfigError` when
+    neither names one."""
+    from pytest_sadl.errors import SadlConfigError
+
+    model = args.model if args.model is not None else options.model
+    train = args.train if args.train is not None else options.train
+    missing = [
+        (what, flag, ini)
+        for what, flag, ini, value in (
+            ("model", "--model", "sadl_model", model),
+            ("training data", "--train", "sadl_train", train),
+        )
+        if value is None and (need_train or flag == "--model")
+    ]
+    if missing:
+        flags = " and ".join(f"{flag} PATH" for _, flag, _ in missing)
+        inis = " and ".join(ini for _, _, ini in missing)
+        where = (
+            getattr(args, "project_inifile", None)
+            or "pyproject.toml [tool.pytest.ini_options], pytest.ini, tox.ini or setup.cfg"
+        )
+        raise SadlConfigError(
+            f"no {' and no '.join(what for what, _, _ in missing)} given: pass {flags}, "
+            f"or set {inis} in the project's pytest configuration ({where})"
+        )
+    base_dir = Path(args.rootdir) if getattr(args, "rootdir", None) else None
+    return str(model), None if train is None else str(train), base_dir
 
 
 def cache_dir_for(args: argparse.Namespace, options: Any | None = None) -> Path:

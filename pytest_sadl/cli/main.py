@@ -2,16 +2,22 @@
 
 Subcommands::
 
-    sadl profile build --model M --train T [--sa-layers L ...] [--coverage-layers L ...]
+    sadl profile build [--model M] [--train T] [--sa-layers L ...] [--coverage-layers L ...]
                        [--output NAME] [--var-threshold V] [--lsa-near-singular drop|keep]
                        [--batch-size N] [--cache-dir D] [--rootdir R]
                        [--rebuild] [--[no-]dsa-precompute] [--lock-timeout S] [--quiet]
     sadl profile list  [--cache-dir D] [--rootdir R] [--json]
-    sadl profile layers --model M [--train T] [--output NAME] [--json] [--rootdir R]
+    sadl profile layers [--model M] [--train T] [--output NAME] [--json] [--rootdir R]
     sadl report ...    (pytest_sadl.cli.report)
     sadl compare ...
-    sadl select POOL --model M --train T [--strategy surprise|coverage|ranges|deepgini] ...
+    sadl select POOL [--model M] [--train T] [--strategy surprise|coverage|ranges|deepgini] ...
                        (pytest_sadl.cli.select: inputs to label or test next)
+
+``--model`` and ``--train`` default to the project's ``sadl_model`` and ``sadl_train`` (its
+pytest configuration, found from the current directory upwards as pytest finds it), and
+every option also takes the plugin's spelling (``--sadl-layers=A,B``). ``sadl --help``
+imports nothing but the standard library: each subcommand's module is imported only when
+that subcommand runs (``benchmarks/bench_cli_startup.py`` times it).
 
 Every subcommand stores its handler as ``func`` in the parsed namespace; the handler
 returns the exit status. Exit status: 0 on success, 2 for a usage error (one line on
@@ -28,15 +34,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import TextIO
-
-from pytest_sadl.cli.args import (
-    add_location,
-    add_profile_options,
-    cache_dir_for,
-    project_options,
-)
-from pytest_sadl.cli.report import register as register_report
+from typing import Any, TextIO
 
 __all__ = ["main", "build_parser", "ProgressBar"]
 
@@ -124,16 +122,17 @@ def _human_age(seconds: float) -> str:
 def cmd_profile_build(args: argparse.Namespace) -> int:
     """``sadl profile build``: build (or find) the cached training profile."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from pytest_sadl.cli.args import cache_dir_for, model_and_train, project_options
     from pytest_sadl.profile.build import ProfileOptions
     from pytest_sadl.profile.lookup import load_or_build
 
     bar = ProgressBar(sys.stderr, quiet=args.quiet)
     sadl = project_options(args)  # the ini's values, the flags overriding them: the plugin's fingerprint
+    model, train, base_dir = model_and_train(args, sadl)  # flags are relative to the current directory
     options = ProfileOptions.from_sadl(
         sadl, dsa_precompute=sadl.dsa_precompute if args.dsa_precompute is None else args.dsa_precompute
     )
     cache_dir = cache_dir_for(args, sadl)
-    base_dir = Path(args.rootdir) if args.rootdir else None  # flags are relative to the current directory
     start = time.monotonic()
     if not args.quiet:
         bar.status("importing TensorFlow")
@@ -141,12 +140,12 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
 
     imported = time.monotonic() - start
     if not args.quiet:
-        bar.status(f"loading model {args.model} and training data {args.train}")
+        bar.status(f"loading model {model} and training data {train}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         profile = load_or_build(
-            args.model,
-            args.train,
+            model,
+            train,
             options,
             cache_dir,
             progress=bar,
@@ -180,12 +179,19 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     from pytest_sadl.capture.model import load_model
 
     base_dir = Path(args.rootdir) if args.rootdir else None
-    model = load_model(args.model, base_dir=base_dir, what="--model")
-    tm = TraceModel(model, output=args.output)
-    if args.train is not None:  # a PyTorch model's shapes come from a pass on its inputs
+    spec, train, output = args.model, args.train, args.output
+    if spec is None:  # the project's model, as the plugin would measure it
+        from pytest_sadl.cli.args import model_and_train, project_options
+
+        sadl = project_options(args)
+        spec, train, base_dir = model_and_train(args, sadl, need_train=False)
+        output = sadl.output if output is None else output
+    model = load_model(spec, base_dir=base_dir, what="--model")
+    tm = TraceModel(model, output=output)
+    if train is not None:  # a PyTorch model's shapes come from a pass on its inputs
         from pytest_sadl.capture.data import load_training_data
 
-        tm.prepare(load_training_data(args.train, base_dir=base_dir, what="--train"))
+        tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
     rows = tm.describe_layers()
     if args.json:
         print(
@@ -221,6 +227,7 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
 
 def cmd_profile_list(args: argparse.Namespace) -> int:
     """``sadl profile list``: the stored profiles with fingerprints, sizes and ages."""
+    from pytest_sadl.cli.args import cache_dir_for, project_options
     from pytest_sadl.profile.lookup import list_profiles
 
     cache_dir = cache_dir_for(args, None if args.cache_dir else project_options(args))
@@ -267,9 +274,13 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: Subcommands whose modules are heavy to import (NumPy, SciPy): registered in full only
-#: when they are the command run, so that ``sadl --help`` starts at once.
+#: Every subcommand: the module whose ``register`` adds it in full, and its one-line help.
+#: Only the subcommand run is registered in full (``sadl --help`` lists the others by this
+#: line), so no subcommand's imports (the option registry, NumPy, pytest) slow the others.
 LAZY = {
+    "profile": ("pytest_sadl.cli.main", "build or list cached training profiles, list a model's layers"),
+    "report": ("pytest_sadl.cli.report", "render a saved results JSON as HTML, Markdown or a badge"),
+    "compare": ("pytest_sadl.cli.report", "compare two saved runs' metrics (exit 1 on a drop beyond --fail)"),
     "select": (
         "pytest_sadl.cli.select",
         "choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
@@ -299,6 +310,23 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"sadl (pytest-sadl) {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    wanted = _command(argv) if argv is not None else None
+    wanted_module = LAZY[wanted][0] if wanted in LAZY else None
+    for name, (module, help_text) in LAZY.items():
+        if name in sub.choices:  # report.register adds report and compare
+            continue
+        if argv is not None and module != wanted_module:
+            sub.add_parser(name, help=help_text)
+        else:
+            import importlib
+
+            importlib.import_module(module).register(sub)
+    return parser
+
+
+def register(sub: Any) -> None:
+    """Add ``profile`` (build, layers, list) to the ``sadl`` subcommands."""
+    from pytest_sadl.cli.args import add_location, add_model_options, add_profile_options
 
     prof = sub.add_parser(
         "profile",
@@ -319,20 +347,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         epilog="example: sadl profile build --model models/digits.keras --train data/train.npz "
         "--sa-layers dense_hidden",
     )
-    build.add_argument(
-        "--model", required=True, metavar="M", help="the model: a .keras file or 'package.module:function'"
-    )
-    build.add_argument(
-        "--train",
-        required=True,
-        metavar="T",
-        help="training inputs: a .npz (key 'x') or .npy file, or 'package.module:function' "
-        "returning an array, (x, y) or a tf.data.Dataset",
+    add_model_options(
+        build,
+        "training inputs: a .npz (key 'x') or .npy file, or 'package.module:function' "
+        "returning an array, (x, y) or a tf.data.Dataset (default: sadl_train of the project's ini)",
     )
     add_profile_options(build)
     build.add_argument("--rebuild", action="store_true", help="rebuild even when a matching profile is cached")
     build.add_argument(
         "--dsa-precompute",
+        "--sadl-dsa-precompute",
+        dest="dsa_precompute",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="compute every training trace's nearest other-class distance (DSA's dist_b) now "
@@ -341,6 +366,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     build.add_argument(
         "--lock-timeout",
+        "--sadl-lock-timeout",
+        dest="lock_timeout",
         type=float,
         metavar="S",
         help="seconds to wait for another process building the same profile (its lock) before building "
@@ -357,15 +384,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "path --sadl-layers takes, with its output shape and whether it is a default SA or "
         "coverage layer.",
     )
-    lay.add_argument(
-        "--model", required=True, metavar="M", help="the model: a .keras/.h5 file or 'package.module:function'"
-    )
-    lay.add_argument("--output", metavar="NAME", help="the measured output of a model with several (default the first)")
-    lay.add_argument(
-        "--train",
-        metavar="T",
-        help="inputs to run the model on first (needed for a PyTorch model: "
+    add_model_options(
+        lay,
+        "inputs to run the model on first (needed for a PyTorch model: "
         "its shapes come from a pass): a .npz/.npy file or 'package.module:function'",
+    )
+    lay.add_argument(
+        "--output",
+        "--sadl-output",
+        dest="output",
+        metavar="NAME",
+        help="the measured output of a model with several (default: sadl_output of the ini, else the first)",
     )
     lay.add_argument("--json", action="store_true", help="print the layers as JSON")
     lay.add_argument("--rootdir", metavar="DIR", help="directory relative paths start from (default: the current one)")
@@ -379,17 +408,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     lst.add_argument("--json", action="store_true", help="print the list as JSON")
     add_location(lst)
     lst.set_defaults(func=cmd_profile_list)
-
-    register_report(sub)
-    wanted = _command(argv) if argv is not None else None
-    for name, (module, help_text) in LAZY.items():
-        if argv is None or wanted == name:
-            import importlib
-
-            importlib.import_module(module).register(sub)
-        else:
-            sub.add_parser(name, help=help_text)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 ::
 
-    sadl select POOL.npz --model M --train T --budget 100 --strategy coverage
+    sadl select POOL.npz [--model M] [--train T] --budget 100 --strategy coverage
                 [--results sadl-report.json] [--by lsa] [--upto 0.5] [--seed 0]
                 [--criterion METRIC] [--out DIR] [--sa-layers L ...] [--coverage-layers L ...] [--output NAME]
                 [--var-threshold V] [--lsa-near-singular drop|keep] [--batch-size N]
@@ -31,8 +31,10 @@ import numpy as np
 from pytest_sadl.cli.args import (
     add_location,
     add_metrics,
+    add_model_options,
     add_profile_options,
     cache_dir_for,
+    model_and_train,
     project_options,
 )
 from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, SCORES
@@ -300,16 +302,16 @@ def cmd_select(args: argparse.Namespace) -> int:
                 setattr(args, dest, [",".join(str(v) for v in value)] if isinstance(value, list) else value)
     check_out_dir(args.out)  # before the model is loaded and the pool traced
     sadl = project_options(args)
-    base_dir = Path(args.rootdir) if args.rootdir else None  # flags are relative to the current directory
+    model_spec, train, base_dir = model_and_train(args, sadl)  # flags are relative to the current directory
     pool = load_training_data(args.pool, base_dir=base_dir, what="the pool")
     if pool.x is None:
         raise SadlConfigError(
             f"{args.pool}: the pool must be a .npz (key 'x' or one array per input name, optional 'y') or .npy file"
         )
-    model = load_model(args.model, base_dir=base_dir)
+    model = load_model(model_spec, base_dir=base_dir)
     options = ProfileOptions.from_sadl(sadl)
     profile = load_or_build(
-        model, args.train, options, cache_dir_for(args, sadl), base_dir=base_dir, lock_timeout=sadl.lock_timeout
+        model, train, options, cache_dir_for(args, sadl), base_dir=base_dir, lock_timeout=sadl.lock_timeout
     )
     if results is not None:
         _check_results_config(results, profile, sadl)
@@ -368,8 +370,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "pool", help="the pool: a .npz (inputs 'x' or one array per model input name, optional labels 'y') or .npy file"
     )
-    p.add_argument("--model", required=True, metavar="M", help="the model: a .keras file or 'package.module:function'")
-    p.add_argument("--train", required=True, metavar="T", help="training inputs (as for 'sadl profile build')")
+    add_model_options(p, "training inputs, as for 'sadl profile build' (default: sadl_train of the project's ini)")
     p.add_argument("--budget", type=int, default=100, metavar="N", help="inputs to choose (default %(default)s)")
     p.add_argument("--strategy", choices=STRATEGIES, default="surprise", help="how to choose (default %(default)s)")
     p.add_argument(

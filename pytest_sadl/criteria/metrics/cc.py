@@ -6,8 +6,9 @@ above ``cc_threshold`` becomes a new centre (the first input of a layer always d
 CC is the number of centres of all layers: a count, not a percentage.
 
 The result depends on the order of the inputs, so the order is fixed: the run's inputs in
-test order (the order the tests ran in, each test's inputs in the order it fed them), as
-the engine updates the criteria. Distances are exact (float64, no approximate nearest
+test order, as the engine updates the criteria: the tests by node id (not the order they
+ran in, so ``-n 2`` or a shuffled run gives the same CC), each test's inputs in the order
+it fed them. Distances are exact (float64, no approximate nearest
 neighbour index; NeuraL-Coverage consults FLANN but then also takes the exact minimum).
 TensorFuzz and NeuraL-Coverage compare the *squared* distance with their threshold: their
 ``threshold`` is this one squared. Merging (xdist workers, groups) takes the other
