@@ -815,18 +815,37 @@ def sadl_train():
 """
 
 
+ELSEWHERE = """
+import json
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure_node(node):  # as a worker started with --tx ssh=... would see it
+    node.workerinput["sadl_host"] = "another-machine"
+
+
+def pytest_runtest_logreport(report):
+    ref = getattr(report, "sadl_record", None)
+    if ref is not None:
+        with open("refs.txt", "a") as fh:
+            fh.write(json.dumps(ref) + "\\n")
+"""
+
+
 @pytest.mark.parametrize("from_fixture", ["model", "train"])
 def test_project_fixtures_under_xdist(pytester: pytest.Pytester, conv_model_path, digits, from_fixture):
-    """Only the workers have a project fixture's model or data: they build the profile."""
+    """Only the workers have a project fixture's model or data: they build the profile.
+    (With the data from a fixture, the workers also act as if on another machine: their
+    records travel once, at their end, not through the spool folder.)"""
     np.savez(pytester.path / "train.npz", x=digits.x_train)
     np.save(pytester.path / "inputs.npy", digits.x_test[:20])
     shutil.copy(conv_model_path, pytester.path / "model.keras")
     if from_fixture == "model":
         pytester.makefile(".ini", pytest="[pytest]\nsadl_train = train.npz\n")
         pytester.makeconftest(MODEL_FIXTURE.format(path=str(pytester.path / "model.keras")))
-    else:
+    else:  # and the workers as if on another machine: their records come at their end
         pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\n")
-        pytester.makeconftest(TRAIN_FIXTURE)
+        pytester.makeconftest(TRAIN_FIXTURE + ELSEWHERE)
     pytester.makepyfile(test_project=THRESHOLD_TESTS)
     dist = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:dist.json")
     assert dist.ret == 0, dist.stdout.str() + dist.stderr.str()
@@ -834,6 +853,11 @@ def test_project_fixtures_under_xdist(pytester: pytest.Pytester, conv_model_path
     assert data["metrics"]["lsc"]["count"] == 20 and data["model"]["n_train"] == len(digits.x_train)
     assert data["model"]["name"] == "digits_conv" and data["config"]["sa_layers"] == ["hidden"]
     assert data["model"]["source"] == ("fixture" if from_fixture == "model" else str(pytester.path / "model.keras"))
+    assert not data["outcome"]["missing"] and not any("pytest-sadl:" in w for w in data["outcome"]["warnings"])
+    if from_fixture == "train":
+        refs = [json.loads(line) for line in (pytester.path / "refs.txt").read_text().splitlines()]
+        assert any(r["records"] for r in refs)
+        assert all(r.get("at_end") and "file" not in r for r in refs if r["records"])
 
 
 CRASHING_TESTS = """
