@@ -465,3 +465,69 @@ def test_model_and_data_come_from_the_ini(project: Path, capsys: pytest.CaptureF
     assert main(["profile", "layers", "--json"]) == 0
     layers = json.loads(capsys.readouterr().out)
     assert layers["model"] == "digits_conv" and any(row["path"] == "hidden" for row in layers["layers"])
+
+
+@pytest.mark.tf
+def test_profile_layers_usable_says_which_layers_each_sa_measure_can_use(
+    project: Path, capsys: pytest.CaptureFixture[str], digits: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sadl profile layers --usable` traces the training data and sets LSA, DSA and MDSA up
+    on every coverage layer: with a variance threshold no neuron meets, LSA and MDSA fit
+    nowhere (the run's own reason given), DSA everywhere; on training inputs of one predicted
+    class, DSA nowhere. The verdicts are the engine's: a run on the same layer computes a
+    metric exactly when this says it can."""
+    import keras
+
+    from pytest_sadl.engine import ProfileView
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    monkeypatch.chdir(project)
+    base = ["profile", "layers", "--model", "models/m.keras", "--train", "data/train.npz", "--usable", "--json"]
+    assert main(base) == 0
+    rows = {r["path"]: r for r in json.loads(capsys.readouterr().out)["layers"]}
+    checked = {p: r["usable"] for p, r in rows.items() if "usable" in r}
+    assert checked and set(checked) == {p for p, r in rows.items() if r["coverage"]}
+    view = ProfileView.of(
+        load_or_build(
+            keras.saving.load_model(project / "models" / "m.keras"),
+            digits.x_train,
+            ProfileOptions(sa_layers=("hidden",)),
+            project / "cache",
+        )
+    )
+    for key in ("lsa", "dsa", "mdsa"):
+        assert (checked["hidden"][key] is None) == (view.scorer(key) is not None), key
+
+    assert main([*base, "--var-threshold=1e9"]) == 0
+    strict = [r["usable"] for r in json.loads(capsys.readouterr().out)["layers"] if "usable" in r]
+    assert all("var_threshold=1e+09" in u["lsa"] and "var_threshold=1e+09" in u["mdsa"] for u in strict)
+    assert all(u["dsa"] is None for u in strict)
+
+    pred = keras.saving.load_model(project / "models" / "m.keras").predict(digits.x_train, verbose=0).argmax(axis=1)
+    np.save(project / "data" / "one.npy", digits.x_train[pred == 0])
+    assert main(["profile", "layers", "--model", "models/m.keras", "--train", "data/one.npy", "--usable"]) == 0
+    out = capsys.readouterr().out
+    assert f"DSA can be set up on 0 of {len(checked)} layers" in out
+    assert "not on the default SA layer hidden: DSA needs training traces of at least two predicted classes" in out
+    assert re.search(r"^LSA can be set up on [1-9]\d* of", out, re.M)
+
+
+@pytest.mark.tf
+def test_a_module_function_of_the_project_loads_as_under_pytest(project: Path) -> None:
+    """`sadl_train = "loaders:train"` names a module of the project, which pytest imports
+    from the rootdir; the console script (whose sys.path starts at its bin folder) finds
+    it too, from the project and from a subdirectory."""
+    (project / "loaders.py").write_text(
+        "from pathlib import Path\n\nimport numpy as np\n\n\ndef train():\n"
+        "    return np.load(Path(__file__).parent / 'data' / 'train.npz')['x'][:200]\n"
+    )
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nsadl_model = "models/m.keras"\nsadl_train = "loaders:train"\n'
+    )
+    done = run(["profile", "build", "-q"], project)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("built profile ") and "(200 inputs" in done.stdout, done.stdout
+    again = run(["profile", "build", "-q"], project / "sub")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("found cached profile " + done.stdout.split()[2]), again.stdout

@@ -459,3 +459,30 @@ def test_load_model_from_callable(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert load_model("mk_model_mod:make").output_shape == (None, 2)
     with pytest.raises(SadlModelError, match="not a keras.Model"):
         load_model("mk_model_mod:bad")
+
+
+def test_mixed_precision_traces_are_the_float16_activations_in_float32(digits: Any, tmp_path: Path) -> None:
+    """A ``mixed_float16`` model (its layers compute in float16, the softmax in float32, as
+    Keras' mixed-precision guide builds one): traces are float32 arrays holding exactly the
+    layer's float16 activations (a cast, no rounding beyond float16's own ~3 significant
+    digits), and a profile of them gives finite LSA (computed in float64)."""
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    inputs = keras.Input((64,))
+    hidden = layers.Dense(32, activation="relu", name="hidden", dtype="mixed_float16")(inputs)
+    logits = layers.Dense(10, name="logits", dtype="mixed_float16")(hidden)
+    probs = layers.Activation("softmax", dtype="float32", name="probs")(logits)
+    model = keras.Model(inputs, probs)
+    model.save(tmp_path / "mp.keras")
+    model = load_model(str(tmp_path / "mp.keras"))
+    assert model.get_layer("hidden").dtype_policy.name == "mixed_float16"
+    x = digits.x_train.reshape(len(digits.x_train), -1)[:300].astype("float32")
+    t = TraceModel(model, ["hidden"]).traces(x)
+    direct = keras.ops.convert_to_numpy(keras.Model(inputs=model.inputs, outputs=model.get_layer("hidden").output)(x))
+    assert direct.dtype == np.float16 and t.sa.dtype == np.float32
+    np.testing.assert_array_equal(t.sa, direct.astype(np.float32))
+    assert all(c.dtype == np.float32 for c in t.coverage)
+    prof = load_or_build(model, x, ProfileOptions(sa_layers=("hidden",)), tmp_path / "cache")
+    assert prof.sa_traces.dtype == np.float32
+    assert np.isfinite(prof.lsa()(t.sa[:20], t.pred[:20])).any()

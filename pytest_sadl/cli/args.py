@@ -243,7 +243,19 @@ def model_and_train(
             f"or set {inis} in the project's pytest configuration ({where})"
         )
     base_dir = Path(args.rootdir) if getattr(args, "rootdir", None) else None
+    _importable_from_project(args)
     return str(model), None if train is None else str(train), base_dir
+
+
+def _importable_from_project(args: argparse.Namespace) -> None:
+    """Make ``module:function`` specs importable as under pytest: the project's rootdir
+    (where a rootdir ``conftest.py`` puts pytest's imports) and the current directory
+    first on ``sys.path`` (a console script's own is its ``bin`` folder)."""
+    import sys
+
+    for folder in (getattr(args, "project_rootdir", None), getattr(args, "rootdir", None), os.getcwd()):
+        if folder and str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
 
 
 def cache_dir_for(args: argparse.Namespace, options: Any | None = None) -> Path:

@@ -177,6 +177,7 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pytest_sadl.capture import TraceModel
     from pytest_sadl.capture.model import load_model
+    from pytest_sadl.cli.args import parse_layers
 
     base_dir = Path(args.rootdir) if args.rootdir else None
     spec, train, output = args.model, args.train, args.output
@@ -187,12 +188,16 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
         spec, train, base_dir = model_and_train(args, sadl, need_train=False)
         output = sadl.output if output is None else output
     model = load_model(spec, base_dir=base_dir, what="--model")
-    tm = TraceModel(model, output=output)
+    tm = TraceModel(model, parse_layers(args.sa_layers), parse_layers(args.coverage_layers), output=output)
     if train is not None:  # a PyTorch model's shapes come from a pass on its inputs
         from pytest_sadl.capture.data import load_training_data
 
         tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
     rows = tm.describe_layers()
+    fit = _usable_layers(args, model, train, base_dir, output) if args.usable else None
+    for r in rows:
+        if fit is not None and r["path"] in fit:
+            r["usable"] = fit[r["path"]]
     if args.json:
         print(
             json.dumps(
@@ -221,8 +226,61 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
         )
         marks = ", ".join(m for m, on in (("SA default", r["sa"]), ("coverage default", r["coverage"])) if on)
         calls = f" [runs {r['calls']}x]" if r["calls"] > 1 else ""
-        print(f"  {r['path']:<{width}}  {r['class']:<22} {shape:<20}{calls} {marks}".rstrip())
+        ok = ""
+        if "usable" in r:
+            ok = " SA: " + (" ".join(k.upper() for k, why in r["usable"].items() if why is None) or "none")
+        print(f"  {r['path']:<{width}}  {r['class']:<22} {shape:<20}{calls} {marks}{ok}".rstrip())
+    if fit is not None:
+        for line in _usable_summary(rows):
+            print(line)
     return EXIT_OK
+
+
+def _usable_layers(
+    args: argparse.Namespace, model: Any, train: str | None, base_dir: Path | None, output: str | None
+) -> dict[str, dict[str, str | None]]:
+    """Per candidate layer: for LSA, DSA and MDSA, ``None`` when it can be set up on the
+    layer's training traces (the run's options: variance threshold and rule), else why not."""
+    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.capture.data import load_training_data
+    from pytest_sadl.cli.args import model_and_train, parse_layers, project_options
+    from pytest_sadl.criteria.usable import usable
+    from pytest_sadl.errors import SadlConfigError
+
+    sadl = project_options(args)
+    if train is None:
+        _, train, _ = model_and_train(args, sadl)  # the ini's sadl_train, or a one-line error
+    if train is None:  # pragma: no cover - model_and_train raises first
+        raise SadlConfigError("--usable needs training data: pass --train PATH or set sadl_train in the ini")
+    tm = TraceModel(model, parse_layers(args.sa_layers), parse_layers(args.coverage_layers), output=output)
+    data = tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
+    traces = tm.traces(data, batch_size=sadl.batch_size, what="training data")
+    pred = traces.pred if tm.classifier else None
+    return {
+        name: usable(
+            traces.layer(name),
+            pred,
+            var_threshold=sadl.var_threshold,
+            var_rule=sadl.var_rule,
+            near_singular=sadl.lsa_near_singular,
+        )
+        for name in tm.coverage_layers
+    }
+
+
+def _usable_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Per SA measure: how many checked layers can use it and the last of them, and why the
+    default SA layer cannot, when it cannot."""
+    checked = [r for r in rows if "usable" in r]
+    lines = []
+    for key in ("lsa", "dsa", "mdsa"):
+        ok = [r["path"] for r in checked if r["usable"][key] is None]
+        last = f" (the last: {ok[-1]})" if ok else ""
+        lines.append(f"{key.upper()} can be set up on {len(ok)} of {len(checked)} layers{last}")
+        for r in checked:
+            if r["sa"] and r["usable"][key] is not None:
+                lines.append(f"  not on the default SA layer {r['path']}: {r['usable'][key]}")
+    return lines
 
 
 def cmd_profile_list(args: argparse.Namespace) -> int:
@@ -389,12 +447,12 @@ def register(sub: Any) -> None:
         "inputs to run the model on first (needed for a PyTorch model: "
         "its shapes come from a pass): a .npz/.npy file or 'package.module:function'",
     )
+    add_profile_options(lay)
     lay.add_argument(
-        "--output",
-        "--sadl-output",
-        dest="output",
-        metavar="NAME",
-        help="the measured output of a model with several (default: sadl_output of the ini, else the first)",
+        "--usable",
+        action="store_true",
+        help="trace the training data and say, for every coverage layer (or those of --coverage-layers), "
+        "whether LSA, DSA and MDSA can be set up on it, and why not",
     )
     lay.add_argument("--json", action="store_true", help="print the layers as JSON")
     lay.add_argument("--rootdir", metavar="DIR", help="directory relative paths start from (default: the current one)")

@@ -156,6 +156,8 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
         lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
     for line in not_available:
         lines += _wrap(line, width)
+    if not_available:
+        lines += _wrap("(`sadl profile layers --usable` says which layers each SA measure can use)", width)
     rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
     if any(r.startswith("default") for r in rules):
         lines += _wrap("bounds: " + next(r for r in rules if r.startswith("default")), width)
