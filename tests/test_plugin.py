@@ -1239,3 +1239,56 @@ def test_multimodal_surprise_metrics_end_to_end(project, digits):
         "heldout-mlsa-k3-1000",
         "heldout-mmdsa-m3-1000",
     ]
+
+
+def test_the_profile_lines_come_after_pytests_header_and_before_the_tests(project):
+    """The profile is built when the session starts, before pytest writes its header; its
+    status lines are held and written with the header (the plugins' lines), and with -q,
+    which has no header, before the first test's result: never above "test session starts"."""
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache")
+    res = run(pytester, "--sadl-coverage")
+    assert res.ret == 0, res.stdout.str()
+    out = res.stdout.lines
+    start = next(i for i, line in enumerate(out) if "test session starts" in line)
+    tracing = next(i for i, line in enumerate(out) if line.startswith("sadl: tracing "))
+    collected = next(i for i, line in enumerate(out) if line.startswith("collected "))
+    assert start < tracing < collected, "\n".join(out[:20])
+    shutil.rmtree(pytester.path / ".sadl-cache")
+    res = run(pytester, "--sadl-coverage", "-q")
+    out = res.stdout.lines
+    tracing = next(i for i, line in enumerate(out) if line.startswith("sadl: tracing "))
+    first_result = next(i for i, line in enumerate(out) if line.startswith("."))
+    assert tracing < first_result and not any("test session starts" in line for line in out)
+
+
+def test_a_progress_bar_is_drawn_on_a_terminal_and_erased_and_none_in_a_log(pytester: pytest.Pytester):
+    """The tracing pass's bar: redrawn in place on a TTY (pytest's own terminal reporter on
+    a stream that is a terminal) and erased at the end; on a log stream there is none."""
+    import io
+
+    from _pytest.terminal import TerminalReporter
+
+    from pytest_sadl.plugin.status import Status
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    config = pytester.parseconfigure()
+    for stream, expect_bar in ((Tty(), True), (io.StringIO(), False)):
+        config.pluginmanager.unregister(name="terminalreporter")
+        config.pluginmanager.register(TerminalReporter(config, stream), "terminalreporter")
+        status = Status(config)
+        status.header()  # the header is out: lines are written at once
+        draw = status.progress()
+        assert (draw is not None) == expect_bar
+        if draw is not None:
+            draw(0, 600)
+            draw(600, 600)  # the end: always drawn, then erased
+        status.say("writing /x/profile", False)
+        text = stream.getvalue()
+        assert text.endswith("sadl: writing /x/profile\n")
+        if expect_bar:
+            assert "sadl: [" in text and "600/600 inputs 100%" in text and "\r" in text
+        else:
+            assert "\r" not in text and "inputs" not in text

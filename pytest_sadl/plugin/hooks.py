@@ -30,9 +30,9 @@ from pytest_sadl.plugin.session import (
     SerialSession,
     WorkerSession,
     marker,
-    short_path,
 )
 from pytest_sadl.plugin.sources import Sources, make_recorder
+from pytest_sadl.plugin.status import Status
 
 SOURCES = pytest.StashKey[Sources]()
 SESSION = pytest.StashKey[RecordingSession]()
@@ -67,14 +67,10 @@ def pytest_configure(config: pytest.Config) -> None:
     options = read_options(config)
     worker = hasattr(config, "workerinput")
 
-    def say(line: str, warning: bool) -> None:  # the profile's status lines (not on a worker)
-        tr = config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None:
-            tr.write_line(f"sadl: {line if warning else short_path(line, config.rootpath)}", yellow=warning)
-
     outcome = Outcome()
     recorder = make_recorder(options) if options.enabled else None
-    sources = config.stash[SOURCES] = Sources(config, options, recorder, outcome, None if worker else say)
+    status = None if worker else Status(config)  # the profile's status lines, after pytest's header
+    sources = config.stash[SOURCES] = Sources(config, options, recorder, outcome, status)
     if options.enabled:
         check_paths(options)
         session = config.stash[SESSION] = session_class(config)(config, options, sources, outcome)

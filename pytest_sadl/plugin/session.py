@@ -30,6 +30,7 @@ from pytest_sadl.plugin import transport
 from pytest_sadl.plugin.options import SadlOptions
 from pytest_sadl.plugin.outcome import Outcome
 from pytest_sadl.plugin.sources import Sources
+from pytest_sadl.plugin.status import short_path
 
 _RECORD = pytest.StashKey[tuple[Any, Any]]()  # (the TestRecord, the model)
 _ATTEMPT = pytest.StashKey[int]()  # how many times this item's setup has begun (reruns)
@@ -53,12 +54,6 @@ def backend_errors() -> Iterator[None]:
         if err is None:
             raise
         raise pytest.UsageError(f"pytest-sadl: {err}") from None
-
-
-def short_path(text: str, rootdir: Path) -> str:
-    """``text`` with the rootdir's absolute prefix dropped from every path in it."""
-    prefix = str(rootdir).rstrip("/\\") + "/"
-    return text.replace(prefix, "")
 
 
 def header_lines(parts: list[str], width: int = LINE_WIDTH) -> list[str]:
@@ -203,7 +198,8 @@ class SerialSession(RecordingSession):
         ]
         if o.fail_under:
             parts.append("fail-under=" + ",".join(f"{k}:{v:g}" for k, v in o.fail_under.items()))
-        return header_lines([short_path(p, config.rootpath) for p in parts])
+        held = [] if self.sources.status is None else self.sources.status.header()
+        return header_lines([short_path(p, config.rootpath) for p in parts]) + held
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -211,12 +207,25 @@ class SerialSession(RecordingSession):
         the profile cache (pytest-xdist workers then load it instead of building it)."""
         if session.config.option.collectonly or self.options.model is None:
             return  # a model from a project fixture is checked when first used
-        with backend_errors():
-            model = self.sources.model()
-            if self.options.train is None:
-                self.recorder.trace_model(model)  # resolves (and checks) the layers
-                return
-            self.sources.load_profile(model, self.sources.train())
+        try:
+            with backend_errors():
+                model = self.sources.model()
+                if self.options.train is None:
+                    self.recorder.trace_model(model)  # resolves (and checks) the layers
+                    return
+                self.sources.load_profile(model, self.sources.train())
+        except BaseException:  # the run ends here: what was done so far, before the error
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self.sources.status is not None:
+            self.sources.status.release()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """The status lines no header took (``-q``), before the first test."""
+        self._release()
 
     def measures(self, session: pytest.Session, exitstatus: int) -> bool:
         """Whether this session's end computes results (not for --collect-only or Ctrl-C)."""

@@ -11,7 +11,6 @@ profile's layer options resolve to.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 
 from pytest_sadl.plugin.options import SadlOptions
 from pytest_sadl.plugin.outcome import Outcome
+from pytest_sadl.plugin.status import Status
 
 
 def usage_error(exc: Exception) -> pytest.UsageError:
@@ -58,13 +58,13 @@ class Sources:
         options: SadlOptions,
         recorder: Any,
         outcome: Outcome,
-        say: Callable[[str, bool], None] | None = None,
+        status: Status | None = None,
     ) -> None:
         self.config = config
         self.options = options
         self.recorder = recorder
         self.outcome = outcome
-        self.say = say  # a status line (and whether it is a warning); None: quiet (a worker)
+        self.status = status  # the status lines and progress bar; None: quiet (a worker)
         self._model: Any = None
         self._train: Any = None
         self._profiles: dict[tuple[int, int], Any] = {}
@@ -141,14 +141,21 @@ class Sources:
             from pytest_sadl.profile.build import ProfileOptions
             from pytest_sadl.profile.lookup import load_or_build
 
-            say = self.say
+            shown = self.status
+            say = None if shown is None else shown.say
             status = None if say is None else (lambda msg: say(msg, False))
             options = ProfileOptions.from_sadl(self.options)
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", SadlCacheWarning)
                     self._profiles[key] = load_or_build(
-                        model, train, options, self.cache_dir(), status=status, lock_timeout=self.options.lock_timeout
+                        model,
+                        train,
+                        options,
+                        self.cache_dir(),
+                        progress=None if shown is None else shown.progress(),
+                        status=status,
+                        lock_timeout=self.options.lock_timeout,
                     )
             except SadlConfigError as exc:
                 raise usage_error(exc) from None
