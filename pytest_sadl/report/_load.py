@@ -112,7 +112,7 @@ def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]
     per = "auc" if classifier else "spearman"
     keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
     header = ["inputs", "labelled", "error rate" if classifier else "mean abs error"]
-    header += [f"{labels.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
+    header += [f"{labels.get(k) or SA_LABELS.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
     table = []
     for r in rows:
         err = fmt_pct(r.get("error_rate"), 1) if classifier else fmt_num(r.get("mean_abs_error"), 4)

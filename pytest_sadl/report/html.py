@@ -524,7 +524,7 @@ def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
     rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
     per = "auc" if overall.get("kind") == "classifier" else "spearman"
     keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
-    columns = [{"key": k, "label": labels.get(k, k), "baseline": k in baselines} for k in keys]
+    columns = [{"key": k, "label": labels.get(k) or SA_LABELS.get(k, k), "baseline": k in baselines} for k in keys]
     table = [
         {
             "name": r.get("name") or "all labelled inputs",
@@ -543,7 +543,7 @@ def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
             fifths.append(
                 {
                     "key": key,
-                    "label": labels.get(key, key),
+                    "label": labels.get(key) or SA_LABELS.get(key, key),
                     "parts": [
                         {
                             "lowest": _num(p.get("lowest")),
