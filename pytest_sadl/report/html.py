@@ -29,6 +29,7 @@ from pytest_sadl.criteria.registry import COUNT, KINDS, METRICS, NEURON, SA_LABE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import TITLES as METRIC_TITLES
 from pytest_sadl.report._load import (
+    COUNT_PARTS,
     adequacy_hints,
     fmt_metric,
     fmt_num,
@@ -332,7 +333,7 @@ _UNITS = {
     "nbc": "corners",
     "tknp": "inputs: distinct top-k patterns",
     "cc": "input-layer pairs: cluster centres",
-    "nlc": "(no targets)",
+    "nlc": "inputs (no targets)",
 }
 
 
@@ -368,7 +369,7 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
                 "threshold": thr,
                 "status": status,
                 "reason": entry.get("reason") if not applicable else None,
-                "covered": entry.get("covered"),
+                "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.get("covered"),
                 "total": entry.get("total"),
                 "unit": unit,
                 "explain": UNIT_NOTES.get(m),
