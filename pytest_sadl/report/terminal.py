@@ -145,7 +145,7 @@ def _group_tables(groups: list[dict[str, Any]], shown: list[str], width: int | N
     return out
 
 
-def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per section (header and warnings, metrics, notes, groups, the verbose tests and layers)
+def render_terminal(
     results: dict[str, Any], *, verbose: bool = False, comparison: Any = None, width: int | None = WIDTH
 ) -> list[str]:
     """Lines of the summary: model, warnings, the metrics, Table VI by group (and, verbose,
@@ -153,7 +153,19 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     no limit)."""
     if verbose:
         width = None
-    model, config, metrics = results["model"], results["config"], results["metrics"]
+    lines = _header(results, width)
+    lines += _metrics_table(results, comparison, width)
+    lines += _groups_table(results, width)
+    lines += _mistakes_table(results, width)
+    if verbose:
+        lines += _tests_table(results)
+        lines += _layers_table(results)
+    return lines
+
+
+def _header(results: dict[str, Any], width: int | None) -> list[str]:
+    """The model, the layers, what was recorded, the run's warnings and the left-out tests."""
+    model, config = results["model"], results["config"]
     n_inputs = len(results["inputs"]["test"])
     lines = _wrap(
         f"model {model.get('name', '?')} (fingerprint {str(model.get('fingerprint', ''))[:12]}), "
@@ -178,10 +190,25 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     for m in stale:  # measured on a changed model: listed, counted in no table below
         lines += _wrap(f"  left out (model changed): {m.get('nodeid')}, {m.get('inputs')} inputs", width, "    ")
     lines.append("")
+    return lines
+
+
+def _metric_row(name: str, m: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    """One metric's row of the table (an applicable one)."""
+    bounds = above = ""
+    if name in SURPRISE:
+        b = results["config"][name]
+        bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
+        above = str(m.get("above", 0))
     thresholds = results.get("thresholds", {})
-    deltas = {}
-    if comparison is not None:
-        deltas = {d.metric: d for d in comparison.metrics}
+    thr = f"{thresholds[name]:.2f}{unit(name)}" if name in thresholds else ""
+    return [LABELS[name], fmt_metric(name, m["value"]), _covered(name, m), bounds, above, thr]
+
+
+def _metrics_table(results: dict[str, Any], comparison: Any, width: int | None) -> list[str]:
+    """The metrics, with what is not applicable or not available and the bounds' rule."""
+    metrics, config = results["metrics"], results["config"]
+    deltas = {d.metric: d for d in comparison.metrics} if comparison is not None else {}
     header = ["metric", "coverage", "covered / total", "bounds", "above upper", "threshold"]
     if deltas:
         header.append("vs baseline")
@@ -190,7 +217,7 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     not_available: list[str] = []
     for name in ORDER:
         m = metrics.get(name)
-        if m is None:  # a results file from before this metric existed
+        if m is None:  # a results file from before this metric existed, or a metric not chosen
             continue
         if not m.get("applicable", True):
             row = [LABELS[name], "n/a", "-", "", "", ""]
@@ -199,18 +226,12 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
             else:
                 not_applicable.append(LABELS[name])
         else:
-            bounds = above = ""
-            if name in SURPRISE:
-                b = config[name]
-                bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
-                above = str(m.get("above", 0))
-            thr = f"{thresholds[name]:.2f}{unit(name)}" if name in thresholds else ""
-            row = [LABELS[name], fmt_metric(name, m["value"]), _covered(name, m), bounds, above, thr]
+            row = _metric_row(name, m, results)
         if deltas:
             d = deltas.get(name)
             row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
         rows.append(row)
-    lines += _table(rows, right={1, 2, 4, 5, 6}, width=width)
+    lines = _table(rows, right={1, 2, 4, 5, 6}, width=width)
     if not_applicable:
         lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
     for line in not_available:
@@ -223,48 +244,62 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
     if any(r.startswith("default") for r in rules):
         lines += _wrap("bounds: " + next(r for r in rules if r.startswith("default")), width)
-
-    if results["groups"]:
-        lines += ["", "cumulative coverage by group (Table VI of the paper):"]
-        lines += _group_tables(results["groups"], [k for k in ORDER if k in metrics], width)
-
-    found = mistakes_rows(results)
-    if found is not None:
-        header, table = found
-        if width is not None:
-            header, table = _fold_baselines(header, table)
-            header = _short_units(header, table, width)
-        lines.append("")
-        lines += _wrap(
-            "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
-        )
-        lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
-        for text in results["mistakes"]["overall"].get("sentences") or []:
-            lines += _wrap(f"  {text}", width, indent="    ")
-
-    if verbose:
-        lines += ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
-        keys = [k for k in SA_LABELS if any(t.get(f"{k}_mean") is not None for t in results["tests"])] or ["lsa"]
-        rows = [
-            ["test", "group", "outcome", "inputs"]
-            + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
-            + ["new LSC", "new NC"]
-        ]
-        for t in results["tests"]:
-            rows.append(
-                [t["nodeid"], t["group"], t["outcome"], str(t["inputs"])]
-                + [_num(t.get(f"{k}_{s}")) for k in keys for s in ("mean", "max")]
-                + [str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
-            )
-        lines += _table(rows, right=set(range(3, len(rows[0]))))
-        lines += ["", "layers (least covered first by KMNC):"]
-        neuron = [k for k in NEURON if k in metrics]  # the run's neuron coverages
-        rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
-        for layer in sorted(results["layers"], key=lambda entry: entry.get("kmnc") or 0.0):
-            rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer.get(k)) for k in neuron])
-        lines += _table(rows, right=set(range(1, 2 + len(neuron))))
-
     return lines
+
+
+def _groups_table(results: dict[str, Any], width: int | None) -> list[str]:
+    """Table VI: each group's cumulative coverage."""
+    if not results["groups"]:
+        return []
+    metrics = results["metrics"]
+    lines = ["", "cumulative coverage by group (Table VI of the paper):"]
+    return lines + _group_tables(results["groups"], [k for k in ORDER if k in metrics], width)
+
+
+def _mistakes_table(results: dict[str, Any], width: int | None) -> list[str]:
+    """Whether surprise predicts the model's mistakes (when tests gave labels)."""
+    found = mistakes_rows(results)
+    if found is None:
+        return []
+    header, table = found
+    if width is not None:
+        header, table = _fold_baselines(header, table)
+        header = _short_units(header, table, width)
+    lines = [""]
+    lines += _wrap(
+        "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
+    )
+    lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
+    for text in results["mistakes"]["overall"].get("sentences") or []:
+        lines += _wrap(f"  {text}", width, indent="    ")
+    return lines
+
+
+def _tests_table(results: dict[str, Any]) -> list[str]:
+    """Verbose: every test with its inputs, surprise and first-covered targets."""
+    lines = ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
+    keys = [k for k in SA_LABELS if any(t.get(f"{k}_mean") is not None for t in results["tests"])] or ["lsa"]
+    rows = [
+        ["test", "group", "outcome", "inputs"]
+        + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
+        + ["new LSC", "new NC"]
+    ]
+    for t in results["tests"]:
+        rows.append(
+            [t["nodeid"], t["group"], t["outcome"], str(t["inputs"])]
+            + [_num(t.get(f"{k}_{s}")) for k in keys for s in ("mean", "max")]
+            + [str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
+        )
+    return lines + _table(rows, right=set(range(3, len(rows[0]))))
+
+
+def _layers_table(results: dict[str, Any]) -> list[str]:
+    """Verbose: every coverage layer, least covered first by KMNC."""
+    neuron = [k for k in NEURON if k in results["metrics"]]  # the run's neuron coverages
+    rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
+    for layer in sorted(results["layers"], key=lambda entry: entry.get("kmnc") or 0.0):
+        rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer.get(k)) for k in neuron])
+    return ["", "layers (least covered first by KMNC):", *_table(rows, right=set(range(1, 2 + len(neuron))))]
 
 
 def write_terminal(
