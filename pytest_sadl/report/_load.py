@@ -57,6 +57,15 @@ def fmt_metric(metric: str, value: float | None, digits: int = 2) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
 
 
+#: what a count criterion's ``covered`` and ``total`` count (``None``: it has no targets,
+#: its ``covered`` is always 0), for the reports' "covered / total"
+COUNT_PARTS: dict[str, tuple[str, str] | None] = {
+    "tknp": ("distinct top-k patterns", "inputs"),
+    "cc": ("cluster centres", "inputs x coverage layers"),
+    "nlc": None,
+}
+
+
 def metric_percent(results: Mapping[str, Any], metric: str) -> float | None:
     """The value of ``metric`` in its unit (:func:`in_units`: percent for a coverage), or
     None when absent or not applicable."""
@@ -112,7 +121,7 @@ def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]
     per = "auc" if classifier else "spearman"
     keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
     header = ["inputs", "labelled", "error rate" if classifier else "mean abs error"]
-    header += [f"{labels.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
+    header += [f"{labels.get(k) or SA_LABELS.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
     table = []
     for r in rows:
         err = fmt_pct(r.get("error_rate"), 1) if classifier else fmt_num(r.get("mean_abs_error"), 4)

@@ -12,9 +12,9 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from pytest_sadl.criteria.registry import LABELS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import COUNT, LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
-from pytest_sadl.report._load import fmt_metric, mistakes_rows, tests_summary, unit
+from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
 
 
 def _pct(value: float | None) -> str:
@@ -27,6 +27,27 @@ def _num(value: float | None) -> str:
 
 #: The width of the ``term`` summary (a CI log's, and pytest's own default).
 WIDTH = 80
+
+
+def _covered(name: str, m: dict[str, Any]) -> str:
+    """The "covered / total" cell: "-" for a count criterion with no targets (NLC)."""
+    if name in COUNT and COUNT_PARTS.get(name, ("", "")) is None:
+        return "-"
+    return f"{m['covered']} / {m['total']}"
+
+
+def _count_note(names: list[str]) -> str | None:
+    """What "covered / total" counts for the count criteria of the table, or ``None``."""
+    parts = []
+    for name in names:
+        if name not in COUNT:
+            continue
+        what = COUNT_PARTS.get(name, ("", ""))
+        if what is None:
+            parts.append(f"{LABELS[name]} is a number with no targets")
+        elif what[0]:
+            parts.append(f"{LABELS[name]}: {what[0]} / {what[1]}")
+    return "counts: " + "; ".join(parts) if parts else None
 
 
 def _wrap(text: str, width: int | None, indent: str = "  ") -> list[str]:
@@ -68,6 +89,16 @@ def _fold_baselines(header: list[str], table: list[list[str]]) -> tuple[list[str
     return ([header[i] for i in keep] + [f"best conf. {unit}"], [[row[i] for i in keep] + [best(row)] for row in table])
 
 
+def _short_units(header: list[str], table: list[list[str]], width: int) -> list[str]:
+    """The mistakes table's score columns headed without their unit ("LSA" for "LSA AUC";
+    the title says it) when the table would not fit ``width`` otherwise (MLSA, MMDSA)."""
+    cols = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    cols[0] = min(cols[0], 12)  # the group names are cut to fit, down to 12 characters
+    if sum(cols) + 2 * (len(cols) - 1) <= width:
+        return header
+    return header[:3] + [h.rsplit(" ", 1)[0] for h in header[3:]]
+
+
 def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
     """Aligned columns; with ``width``, the first column (names: groups, tests) is cut with
     an ellipsis so the table fits, down to 12 characters."""
@@ -83,6 +114,34 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
         out.append("  ".join(cells).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def _group_tables(groups: list[dict[str, Any]], shown: list[str], width: int | None) -> list[str]:
+    """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
+    =all``), several stacked, each with the group column and as many metrics as fit."""
+    names = [("" if i == 0 else "+ ") + g["name"] for i, g in enumerate(groups)]
+    cols = {k: [LABELS[k]] + [fmt_metric(k, g["cumulative"].get(k)).rstrip("%") for g in groups] for k in shown}
+    first = [["group", *names], ["tests"] + [str(g["tests"]) for g in groups]]
+    first.append(["inputs"] + [str(g["inputs"]) for g in groups])
+    name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
+    room = None if width is None else width - name_w - 2
+    chunks: list[list[str]] = [[]]
+    used = sum(max(map(len, c)) + 2 for c in first[1:])
+    for k in shown:
+        need = max(map(len, cols[k])) + 2
+        if room is not None and chunks[-1] and used + need > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(k)
+        used += need
+    if len(chunks) > 1:  # the parts' group columns cut alike, so the parts line up
+        first[0] = [c if len(c) <= name_w else c[: name_w - 1] + "…" for c in first[0]]
+    out: list[str] = []
+    for n, chunk in enumerate(chunks):
+        columns = (first if n == 0 else first[:1]) + [cols[k] for k in chunk]
+        rows = [list(r) for r in zip(*columns, strict=True)]
+        out += ([""] if n else []) + _table(rows, right=set(range(1, len(columns))), width=width)
     return out
 
 
@@ -143,7 +202,7 @@ def _metric_row(name: str, m: dict[str, Any], results: dict[str, Any]) -> list[s
         above = str(m.get("above", 0))
     thresholds = results.get("thresholds", {})
     thr = f"{thresholds[name]:.2f}{unit(name)}" if name in thresholds else ""
-    return [LABELS[name], fmt_metric(name, m["value"]), f"{m['covered']} / {m['total']}", bounds, above, thr]
+    return [LABELS[name], fmt_metric(name, m["value"]), _covered(name, m), bounds, above, thr]
 
 
 def _metrics_table(results: dict[str, Any], comparison: Any, width: int | None) -> list[str]:
@@ -177,6 +236,9 @@ def _metrics_table(results: dict[str, Any], comparison: Any, width: int | None) 
         lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
     for line in not_available:
         lines += _wrap(line, width)
+    note = _count_note([r for r in ORDER if r in metrics and metrics[r].get("applicable", True)])
+    if note:
+        lines += _wrap(note, width)
     if not_available:
         lines += _wrap("(`sadl profile layers --usable` says which layers each SA measure can use)", width)
     rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
@@ -191,14 +253,7 @@ def _groups_table(results: dict[str, Any], width: int | None) -> list[str]:
         return []
     metrics = results["metrics"]
     lines = ["", "cumulative coverage by group (Table VI of the paper):"]
-    shown = [k for k in ORDER if k in metrics]
-    rows = [["group", "tests", "inputs"] + [LABELS[k] for k in shown]]
-    for i, g in enumerate(results["groups"]):
-        rows.append(
-            [("" if i == 0 else "+ ") + g["name"], str(g["tests"]), str(g["inputs"])]
-            + [fmt_metric(k, g["cumulative"].get(k)).rstrip("%") for k in shown]
-        )
-    return lines + _table(rows, right=set(range(1, 3 + len(shown))), width=width)
+    return lines + _group_tables(results["groups"], [k for k in ORDER if k in metrics], width)
 
 
 def _mistakes_table(results: dict[str, Any], width: int | None) -> list[str]:
@@ -209,6 +264,7 @@ def _mistakes_table(results: dict[str, Any], width: int | None) -> list[str]:
     header, table = found
     if width is not None:
         header, table = _fold_baselines(header, table)
+        header = _short_units(header, table, width)
     lines = [""]
     lines += _wrap(
         "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
