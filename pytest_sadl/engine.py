@@ -559,6 +559,7 @@ class Joined:
     digests: np.ndarray | None = None
     outputs: np.ndarray | None = None
     thumbs: list[Any] = field(default_factory=list)
+    texts: list[str | None] = field(default_factory=list)  # a snippet of each text input, else None
 
     @classmethod
     def of(cls, records: Sequence[TestRecord], view: ProfileView) -> Joined:
@@ -574,8 +575,10 @@ class Joined:
             )
         only = [b for _, b in batches]
         thumbs: list[Any] = []
+        texts: list[str | None] = []
         for b in only:
             thumbs.extend([None] * len(b) if b.thumbs is None else list(b.thumbs))
+            texts.extend([None] * len(b) if b.texts is None else [str(t) for t in b.texts])
         return cls(
             sa=np.concatenate([b.sa for b in only]).astype(np.float64),
             pred=np.concatenate([b.pred for b in only]),
@@ -585,6 +588,7 @@ class Joined:
             digests=_joined(only, "digests"),
             outputs=_joined(only, "output"),
             thumbs=thumbs,
+            texts=texts,
         )
 
     def __len__(self) -> int:
@@ -713,6 +717,7 @@ def _top_inputs(
                     "pred": int(joined.pred[i]) if classifier else None,
                     **{key: (float(scores[key][i]) if key in scores else None) for key in keys},
                     "image": None if thumb is None else _image(thumb),
+                    **({"text": joined.texts[i]} if joined.texts[i] is not None else {}),
                 }
             )
     return top

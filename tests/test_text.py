@@ -9,6 +9,7 @@ pipeline, not inside a model."""
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import textwrap
@@ -244,3 +245,24 @@ def test_a_text_project_end_to_end(pytester: pytest.Pytester, text_model_path: P
         [text.x_test[:10], text.x_test[25:40], text.x_train[:8], text.x_test[10:20], text.x_test[20:25]]
     )
     assert data["inputs"]["pred"] == model.predict(x_in, verbose=0).argmax(1).tolist()
+    # the most surprising inputs are shown by their text (no thumbnail), in the JSON and the HTML
+    texts = {str(s) for s in x_in}
+    top = [t for t in data["top_inputs"] if t["by"] == "lsa"]
+    assert top and all(t["image"] is None and t["text"] in texts for t in top)
+    assert top[0]["text"] == str(x_in[top[0]["input"]])
+    res = pytester.runpytest_inprocess(*base, "--sadl-coverage", "--sadl-report=html:html")
+    page = (pytester.path / "html" / "index.html").read_text()
+    assert f'<blockquote class="snippet">{html.escape(top[0]["text"])}</blockquote>' in page
+
+
+def test_snippets_are_the_start_of_each_text_input() -> None:
+    """A text input's snippet: its strings joined by " | ", whitespace collapsed, cut at 80
+    characters with an ellipsis; str and bytes alike; nothing for numbers."""
+    from pytest_sadl.plugin.recorder import SNIPPET_MAX, snippets
+
+    long = "word " * 40
+    got = snippets(np.array([["a  b", "c"], [long, b"d"]], dtype=object))
+    assert got is not None and got[0] == "a b | c"
+    assert len(got[1]) == SNIPPET_MAX and got[1].endswith("\u2026") and got[1].startswith("word word")
+    assert snippets(np.zeros((3, 4), np.float32)) is None
+    assert snippets({"ids": np.zeros((2, 3)), "text": np.array(["x", "y"])}).tolist() == ["x", "y"]

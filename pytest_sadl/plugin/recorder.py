@@ -76,6 +76,7 @@ class Batch:
     extrema: list[tuple[np.ndarray, np.ndarray] | None] | None = None
     output: np.ndarray | None = None  # (n, k) float32: a classifier's outputs (the confidence baselines)
     digests: np.ndarray | None = None  # (n,) uint64: each input's digest (input_digests), None if unhashable
+    texts: np.ndarray | None = None  # (n,) str: a short snippet of each text input (raw-string models)
 
     def __len__(self) -> int:
         return int(self.sa.shape[0])
@@ -157,6 +158,32 @@ def _text_digests(x: np.ndarray) -> np.ndarray | None:
         [int.from_bytes(hashlib.blake2b(row, digest_size=8, key=b"text").digest(), "little") for row in text_rows(x)],
         dtype=np.uint64,
     )
+
+
+SNIPPET_MAX = 80  # characters of a text input the reports show in place of a thumbnail
+
+
+def snippets(x: Any) -> np.ndarray | None:
+    """``(n,)`` str: the start of each text input (its strings joined by `` | ``, cut at
+    ``SNIPPET_MAX`` characters with an ellipsis), for inputs that are strings; of several
+    inputs, the first that is text; ``None`` for anything else."""
+    if isinstance(x, (dict, list, tuple)):
+        parts = list(x.values()) if isinstance(x, dict) else list(x)
+        return next((t for t in (snippets(p) for p in parts) if t is not None), None)
+    from pytest_sadl.capture.data import is_text, text_bytes
+
+    try:
+        arr = np.asarray(x)
+    except Exception:
+        return None
+    if arr.ndim == 0 or arr.shape[0] == 0 or not is_text(arr):
+        return None
+    rows = []
+    for row in arr.reshape(arr.shape[0], -1):
+        text = " | ".join(text_bytes(v).decode("utf-8", "replace") for v in row)
+        text = " ".join(text.split())
+        rows.append(text if len(text) <= SNIPPET_MAX else text[: SNIPPET_MAX - 1] + "\u2026")
+    return np.array(rows, dtype=f"<U{SNIPPET_MAX}")
 
 
 def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
@@ -337,6 +364,7 @@ class Recorder:
         for c in coverage:
             finite &= np.isfinite(c).all(axis=1)
         thumbs = thumbnails(x, channels_first=channels_first)
+        texts = None if thumbs is not None else snippets(x)
         pred = np.asarray(traces.pred)
         digests = input_digests(x)
         if digests is not None and len(digests) != len(sa):
@@ -351,13 +379,21 @@ class Recorder:
             keep = np.flatnonzero(finite)
             sa, pred, coverage = sa[keep], pred[keep], [c[keep] for c in coverage]
             thumbs = None if thumbs is None else thumbs[keep]
+            texts = None if texts is None else texts[keep]
             digests = None if digests is None else digests[keep]
             output = None if output is None else output[keep]
             if extrema is not None:
                 extrema = [None if e is None else (e[0][keep], e[1][keep]) for e in extrema]
         if len(sa):
             batch = Batch(
-                sa=sa, coverage=coverage, pred=pred, thumbs=thumbs, extrema=extrema, output=output, digests=digests
+                sa=sa,
+                coverage=coverage,
+                pred=pred,
+                thumbs=thumbs,
+                extrema=extrema,
+                output=output,
+                digests=digests,
+                texts=texts,
             )
             with self._lock:
                 rec.batches.append(batch)
@@ -690,6 +726,8 @@ class Recorder:
                     arrays[f"output_{key}"] = batch.output
                 if batch.digests is not None:
                     arrays[f"digests_{key}"] = batch.digests
+                if batch.texts is not None:
+                    arrays[f"texts_{key}"] = batch.texts  # a str array: no pickle
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         buf = io.BytesIO()
         np.savez(buf, **arrays)  # type: ignore[arg-type]  # the keys are array names, never savez's allow_pickle
@@ -727,6 +765,7 @@ class Recorder:
                             extrema if any(e is not None for e in extrema) else None,
                             npz[f"output_{key}"] if f"output_{key}" in npz.files else None,
                             npz[f"digests_{key}"] if f"digests_{key}" in npz.files else None,
+                            npz[f"texts_{key}"] if f"texts_{key}" in npz.files else None,
                         )
                     )
                 out.append(rec)

@@ -503,6 +503,7 @@ def _top_inputs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 or [{"nodeid": test.get("nodeid", "?"), "group": test.get("group", "?")}],
                 "copies": item.get("copies"),
                 "src": _thumbnail(item.get("image")),
+                "text": str(item["text"]) if isinstance(item.get("text"), str) else None,
             }
         )
     out = []
