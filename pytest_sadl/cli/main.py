@@ -147,6 +147,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
             rebuild=args.rebuild,
             base_dir=base_dir,
             lock_timeout=sadl.lock_timeout,
+            dask=args.dask,
         )
     for w in caught:  # one line each (the profile's own warnings say what happened)
         if w.category.__module__.startswith("pytest_sadl"):
@@ -424,6 +425,12 @@ def register(sub: Any) -> None:
         metavar="S",
         help="seconds to wait for another process building the same profile (its lock) before building "
         "it in memory, unsaved (default: sadl_lock_timeout of the ini, else 300)",
+    )
+    build.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="trace the training data on the workers of the Dask scheduler at ADDRESS (tcp://host:8786); "
+        "the same profile as a local build (needs pytest-sadl[dask]; see docs/profile.md)",
     )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
     add_location(build)

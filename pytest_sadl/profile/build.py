@@ -559,11 +559,14 @@ def build_profile(
     model_fp: str,
     progress: Progress | None = None,
     status: Status | None = None,
+    tracer: Any = None,
 ) -> TrainingProfile:
     """Trace the training data through ``tm`` (a :class:`TraceModel`) and set the criteria up.
 
     Lower-level than :func:`load_or_build` (no cache); ``fingerprint``/``model_fp`` are
-    recorded as given."""
+    recorded as given. ``tracer(tm, x, order, batch_size, progress)``, when given, makes the
+    traces of array data's rows in canonical ``order`` in its place (the Dask build,
+    :mod:`pytest_sadl.profile.distributed`: the same batches, so the same traces)."""
     from pytest_sadl.criteria.neurons import fit_ranges
     from pytest_sadl.criteria.surprise import DSA
     from pytest_sadl.profile.fingerprint import canonical_order, row_keys
@@ -572,7 +575,16 @@ def build_profile(
     total = data.n
     say(f"tracing {'all' if total is None else total} training inputs through {tm.name!r}")
     traced, digests = _digesting(data)
-    traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
+    if tracer is not None:
+        if data.x is None:
+            raise SadlConfigError(
+                f"a Dask build needs the training data as arrays, not a dataset ({data.source}); "
+                "return an array or (x, y) from sadl_train, or build without --dask"
+            )
+        order = canonical_order(data.row_digests())
+        traces = tracer(tm, data.x, order, options.batch_size, progress)
+    else:
+        traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
     n = len(traces)
     say("fitting neuron ranges")
     ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)

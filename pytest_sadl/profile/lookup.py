@@ -131,6 +131,7 @@ def load_or_build(
     rebuild: bool = False,
     base_dir: str | os.PathLike[str] | None = None,
     lock_timeout: float | None = locks.DEFAULT_LOCK_TIMEOUT,
+    dask: str | None = None,
 ) -> TrainingProfile:
     """The training profile of ``model`` on ``train``: loaded when cached, else built.
 
@@ -144,12 +145,21 @@ def load_or_build(
     process's build lock says so through ``status`` after a few seconds (naming the
     holder), takes over the lock of a holder that is gone, and after ``lock_timeout``
     seconds builds the profile in memory with a :class:`SadlCacheWarning`, unsaved.
+    ``dask``: the address of a Dask scheduler whose workers trace the training data
+    (:mod:`pytest_sadl.profile.distributed`; the same profile as a local build).
     """
     options = options or ProfileOptions()
+    tracer = None
+    if dask:
+        from pytest_sadl.profile.distributed import DaskTracer
+
+        tracer = DaskTracer(dask, model, base_dir)
     model, tm, data, mfp, fp = prepare(model, train, options, base_dir)
 
     def build() -> TrainingProfile:
-        return build_profile(tm, data, options, fingerprint=fp, model_fp=mfp, progress=progress, status=status)
+        return build_profile(
+            tm, data, options, fingerprint=fp, model_fp=mfp, progress=progress, status=status, tracer=tracer
+        )
 
     if cache_dir is None:
         return build()
