@@ -3,6 +3,8 @@ of the training data and the profile equals a local build's bit for bit."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +67,12 @@ def test_unreachable_scheduler_is_one_line(
     message = str(info.value)
     assert "\n" not in message and "tcp://127.0.0.1:9" in message and "--dask" in message
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_dask_is_imported_only_for_a_dask_build() -> None:
+    code = (
+        "import sys, pytest_sadl.plugin.hooks, pytest_sadl.profile.lookup, pytest_sadl.cli.main; "
+        "print([m for m in ('dask', 'distributed') if m in sys.modules])"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert run.stdout.strip() == "[]"

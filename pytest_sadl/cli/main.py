@@ -147,7 +147,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
             rebuild=args.rebuild,
             base_dir=base_dir,
             lock_timeout=sadl.lock_timeout,
-            dask=args.dask,
+            dask=args.dask or sadl.dask,
         )
     for w in caught:  # one line each (the profile's own warnings say what happened)
         if w.category.__module__.startswith("pytest_sadl"):
@@ -430,7 +430,7 @@ def register(sub: Any) -> None:
         "--dask",
         metavar="ADDRESS",
         help="trace the training data on the workers of the Dask scheduler at ADDRESS (tcp://host:8786); "
-        "the same profile as a local build (needs pytest-sadl[dask]; see docs/profile.md)",
+        "the same profile as a local build (default: sadl_dask of the ini; needs pytest-sadl[dask]; see docs/profile.md)",
     )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
     add_location(build)

@@ -399,6 +399,12 @@ OPTIONS: tuple[Option, ...] = (
         "S",
     ),
     Option(
+        "--sadl-dask",
+        "sadl_dask",
+        "build the training profile on the workers of the Dask scheduler at this address, e.g. tcp://host:8786 (the same profile as a local build; needs pytest-sadl[dask])",
+        metavar="ADDRESS",
+    ),
+    Option(
         "--sadl-compare",
         "sadl_compare",
         "a baseline results JSON to compare this run's metrics with",
@@ -530,6 +536,7 @@ class SadlOptions:
     metrics: tuple[str, ...] = DEFAULT_METRICS
     cache_dir: Path | None = None
     lock_timeout: float = 300.0
+    dask: str | None = None  # a Dask scheduler's address: the profile is traced on its workers
     compare: Path | None = None
     compare_fail: dict[str, float] = field(default_factory=dict)
     base_dir: Path = Path(".")
@@ -866,6 +873,8 @@ def read_options(config: pytest.Config) -> SadlOptions:
     check_chosen(fail_under, metrics, r.label(opts["sadl_fail_under"]))
     compare = path("sadl_compare")
     compare_fail = _compare_fail(r, opts, compare, metrics)
+    dask_value, _ = r.raw(opts["sadl_dask"])
+    dask = (str(dask_value).strip() or None) if dask_value is not None else None
     cache, _ = r.raw(opts["sadl_cache_dir"])
     cache_dir = None
     if cache is not None:
@@ -903,6 +912,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         metrics=metrics,
         cache_dir=cache_dir,
         lock_timeout=lock_timeout,
+        dask=dask,
         compare=Path(compare) if compare else None,
         compare_fail=compare_fail,
         base_dir=r.inidir,

@@ -156,6 +156,7 @@ class Sources:
                         progress=None if shown is None else shown.progress(),
                         status=status,
                         lock_timeout=self.options.lock_timeout,
+                        dask=self.options.dask,
                     )
             except SadlConfigError as exc:
                 raise usage_error(exc) from None
