@@ -74,13 +74,14 @@ class DaskTracer:
 
     def _client(self) -> Any:
         try:
-            from distributed import Client
+            from distributed import Client as _Client
         except ImportError:
             raise SadlConfigError(
                 'sadl_dask needs Dask: pip install "pytest-sadl[dask]" (or "dask[distributed]")'
             ) from None
+        client: Any = _Client  # untyped in distributed
         try:
-            return Client(self.address, timeout=self.connect_timeout)
+            return client(self.address, timeout=self.connect_timeout)
         except (OSError, TimeoutError, ValueError) as exc:
             raise SadlConfigError(
                 f"cannot reach the Dask scheduler at {self.address} ({type(exc).__name__}); start it "
