@@ -272,7 +272,6 @@ def test_no_recorded_inputs_fails_a_threshold(project):
 
 REPORT_LOG = """
 import json
-import os
 
 CONFIG = []
 
@@ -284,9 +283,10 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     # what --report-log (pytest-reportlog) writes of each report, on the controller (xdist
     # sets report.node there: pytest-reportlog writes what JSON cannot hold as a string)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    config = CONFIG[-1]
+    if hasattr(config, "workerinput"):  # not the environment: this suite may run under xdist itself
         return
-    data = CONFIG[0].hook.pytest_report_to_serializable(config=CONFIG[0], report=report)
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
     with open("report-log.jsonl", "a") as fh:
         fh.write(json.dumps(data, default=str) + "\\n")  # as pytest-reportlog cleans up
 """
