@@ -13,9 +13,15 @@ PYTHON=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+"$PYTHON" -m venv "$work/venv"
+python="$work/venv/bin/python"
+pip=("$python" -m pip install --quiet --disable-pip-version-check)
+# Python 3.10 reads TOML with tomli
+"$python" -c 'import tomllib' 2>/dev/null || "${pip[@]}" tomli
+
 # pyproject.toml's floors as pins: the runtime dependencies, the jax extra, and the test
 # extra's hypothesis (the tests below use it)
-pins=$("$PYTHON" - <<'EOF'
+pins=$("$python" - <<'EOF'
 import re
 import sys
 
@@ -36,9 +42,6 @@ for requirement in wanted:
 EOF
 )
 echo "lowest: installing" $pins >&2
-"$PYTHON" -m venv "$work/venv"
-python="$work/venv/bin/python"
-pip=("$python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" --no-deps -e .
 # shellcheck disable=SC2086  # one argument per pin
 "${pip[@]}" $pins
