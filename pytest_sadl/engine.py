@@ -789,7 +789,7 @@ def _inputs_and_mistakes(
     mistakes = {
         "overall": overall.to_dict(),
         "groups": [g.to_dict() for g in per_group],
-        "labels": dict(SCORE_LABELS),
+        "labels": {**SA_LABELS, **SCORE_LABELS},  # every score the run may have, MLSA and MMDSA too
         "baselines": list(BASELINES),
     }
     return inputs, mistakes

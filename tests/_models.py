@@ -43,6 +43,13 @@ data made by :func:`kind_data`; no downloads, seconds of training):
     Chauffeur-like: ``TimeDistributed`` conv and pooling over 4 frames of 16x16, an
     LSTM (``return_sequences``) and an LSTM, ``Dense(1)`` steering; synthetic moving
     dots whose steering is the horizontal speed.
+
+The raw-text classifier (:func:`build_text`, :func:`train_text` on :func:`text_data`):
+
+``text``
+    ``TextVectorization -> Embedding -> GlobalAveragePooling1D "pool" -> Dense "hidden" ->
+    Dense(2, softmax) "probs"`` on synthetic positive/negative sentences given as raw
+    strings (object arrays of ``str``).
 """
 
 from __future__ import annotations
@@ -427,6 +434,75 @@ def ensure_saved_kind(directory: Path, kind: str) -> Path:
     """:func:`ensure_saved_model` for a model of another kind (``<kind>.keras``), trained
     once per session under the same file lock."""
     return _ensure_saved(directory, kind, lambda: train_kind(kind))
+
+
+# ----------------------------------------------------------------------------- raw text
+
+POSITIVE = ("good", "great", "fine", "nice", "happy", "love", "bright", "warm")
+NEGATIVE = ("bad", "awful", "poor", "sad", "hate", "ugly", "dull", "cold")
+FILLER = ("the", "film", "was", "a", "day", "really", "very", "this", "so", "and", "it", "felt")
+
+
+class Text(NamedTuple):
+    """Sentences as object arrays of ``str`` (how Keras takes raw text) and int64 labels
+    (1: more positive than negative words)."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def text_data(seed: int = SEED, n_train: int = 240, n_test: int = 40) -> Text:
+    """Synthetic two-class sentences of 3 to 8 words: filler words and a majority of
+    positive or negative ones (a few of the other kind mixed in)."""
+    rng = np.random.default_rng(seed)
+    n = n_train + n_test
+    y = rng.integers(0, 2, n).astype(np.int64)
+    sentences = []
+    for label in y:
+        major, minor = (POSITIVE, NEGATIVE) if label else (NEGATIVE, POSITIVE)
+        k = int(rng.integers(1, 4))
+        words = [*rng.choice(FILLER, int(rng.integers(2, 5))), *rng.choice(major, k)]
+        words += list(rng.choice(minor, int(rng.integers(0, k))))
+        rng.shuffle(words)
+        sentences.append(" ".join(words))
+    x = np.array(sentences, dtype=object)
+    return Text(x[:n_train], y[:n_train], x[n_train:], y[n_train:])
+
+
+def build_text(adapt_on: np.ndarray, input_shape: tuple[int, ...] = (1,)) -> Any:
+    """``TextVectorization "vectorize" -> Embedding(24, 8) "embed" -> GlobalAveragePooling1D
+    "pool" -> Dense(12, tanh) "hidden" -> Dense(2, softmax) "probs"``, its vocabulary adapted
+    on ``adapt_on`` (a handful of sentences); the input takes raw strings of ``input_shape``
+    (``(1,)`` as Keras' text guides write it, or ``()``)."""
+    import keras
+    from keras import layers
+
+    vectorize = layers.TextVectorization(max_tokens=24, output_sequence_length=8, name="vectorize")
+    vectorize.adapt(adapt_on)
+    inp = keras.Input(input_shape, dtype="string", name="text")
+    h = layers.Embedding(24, 8, name="embed")(vectorize(inp))
+    h = layers.GlobalAveragePooling1D(name="pool")(h)
+    h = layers.Dense(12, activation="tanh", name="hidden")(h)
+    return keras.Model(inp, layers.Dense(2, activation="softmax", name="probs")(h), name="text_classifier")
+
+
+def train_text(seed: int = SEED, epochs: int = 12) -> Any:
+    """The text classifier, trained for a few epochs on :func:`text_data`."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    d = text_data(seed)
+    model = build_text(d.x_train[:40])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(d.x_train, d.y_train, epochs=epochs, batch_size=32, verbose=0)
+    return model
+
+
+def ensure_saved_text(directory: Path) -> Path:
+    """:func:`ensure_saved_model` for the text classifier (``text.keras``)."""
+    return _ensure_saved(directory, "text", train_text)
 
 
 # ----------------------------------------------------------------------------- PyTorch twins

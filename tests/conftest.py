@@ -16,6 +16,9 @@ Fixtures (all session scoped; TensorFlow is imported only by the ones that need 
     a private copy with ``tests._models.load_model(conv_model_path)``.
 ``dense_model_path``, ``conv_model_path``, ``functional_model_path``, ``regression_model_path``
     the ``.keras`` files.
+``text``, ``text_model_path``, ``text_model``
+    :class:`tests._models.Text` sentences (object arrays of ``str``) and labels; the raw-text
+    classifier (``TextVectorization`` first) trained on them, its file and the model (shared).
 
 See ``tests/_models.py`` for the architectures and their layer names.
 """
@@ -110,6 +113,24 @@ def functional_model(functional_model_path: Path) -> Any:
 def regression_model(regression_model_path: Path) -> Any:
     """The trained regression model (shared: do not modify)."""
     return _models.load_model(regression_model_path)
+
+
+@pytest.fixture(scope="session")
+def text() -> _models.Text:
+    """Synthetic positive/negative sentences as object arrays of ``str``, with labels."""
+    return _models.text_data()
+
+
+@pytest.fixture(scope="session")
+def text_model_path(models_dir: Path) -> Path:
+    """``.keras`` file of the raw-text classifier (``TextVectorization`` first)."""
+    return _models.ensure_saved_text(models_dir)
+
+
+@pytest.fixture(scope="session")
+def text_model(text_model_path: Path) -> Any:
+    """The trained raw-text classifier (shared: do not modify)."""
+    return _models.load_model(text_model_path)
 
 
 @pytest.fixture(scope="session")

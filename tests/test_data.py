@@ -108,9 +108,10 @@ def test_arrays_and_tuples(x: np.ndarray) -> None:
     "bad, match",
     [
         (np.zeros((0, 8, 8, 1)), "empty"),
-        (np.array([["a", "b"]]), "dtype <U1, not a numeric array"),
+        (np.array([[1 + 2j]]), "dtype complex128, neither numbers nor strings"),  # strings are text inputs
+        (np.array([[1, 2], [3]], dtype=object), "ragged .* pad the rows to one length"),
         ({"y": 1}, "needs an 'x' key"),
-        (object(), "not a numeric array"),
+        (object(), "holds objects, neither numbers nor strings"),
         (np.float32(3.0), "a scalar"),
     ],
 )

@@ -351,6 +351,8 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
     )
     assert data["mistakes"]["overall"] == overall.to_dict()
     assert [g["name"] for g in data["mistakes"]["groups"]] == ["test", "fgsm"]
+    # every score a run may analyse is named, the opt-in ones too (they were printed "mlsa")
+    assert data["mistakes"]["labels"]["mlsa"] == "MLSA" and data["mistakes"]["labels"]["mmdsa"] == "MMDSA"
     assert any("3 labelled input(s) never reached the model" in w for w in data["outcome"]["warnings"])
     failures = check_thresholds(res.metrics, {"mdsc": 99.0}, len(pred))
     assert failures and failures[0].message.startswith("MDSC ")

@@ -270,14 +270,76 @@ def test_no_recorded_inputs_fails_a_threshold(project):
     res.stdout.fnmatch_lines(["*no inputs were recorded*", "FAIL LSC: no inputs were recorded*"])
 
 
-def test_xdist_equals_serial(project):
+REPORT_LOG = """
+import json
+import os
+
+CONFIG = []
+
+
+def pytest_configure(config):
+    CONFIG.append(config)
+
+
+def pytest_runtest_logreport(report):
+    # what --report-log (pytest-reportlog) writes of each report, on the controller (xdist
+    # sets report.node there: pytest-reportlog writes what JSON cannot hold as a string)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    data = CONFIG[0].hook.pytest_report_to_serializable(config=CONFIG[0], report=report)
+    with open("report-log.jsonl", "a") as fh:
+        fh.write(json.dumps(data, default=str) + "\\n")  # as pytest-reportlog cleans up
+"""
+
+
+def test_xdist_equals_serial_and_its_reports_stay_small(project):
+    """``-n 2`` gives the serial run's numbers, and the workers' records travel outside the
+    test reports: a ``--report-log`` of the run is as small as without measuring."""
     pytester = project()
+    pytester.makeconftest(REPORT_LOG)
     serial = run(pytester, "--sadl-coverage", "--sadl-report=json:serial.json")
+    serial_log = (pytester.path / "report-log.jsonl").read_text().splitlines()
+    (pytester.path / "report-log.jsonl").unlink()
     dist = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:dist.json")
     assert serial.ret == dist.ret == 1
     a, b = results(pytester, "serial.json"), results(pytester, "dist.json")
     for key in ("metrics", "groups", "tests", "inputs", "layers", "config"):
         assert a[key] == b[key], key
+    log = (pytester.path / "report-log.jsonl").read_text().splitlines()
+    lines = [json.loads(line) for line in log]
+    assert len(lines) == len(serial_log) >= 3 * len(a["tests"])  # setup, call, teardown of each test
+    # a reference is a few hundred bytes; one test's records as base64 were tens of KB
+    assert sum(map(len, log)) < sum(map(len, serial_log)) + 500 * len(log), "no recording rides on a report"
+    refs = [line["sadl_record"] for line in lines if "sadl_record" in line]
+    assert len(refs) >= len(a["tests"]) and all(r["version"] == 3 for r in refs)
+    assert sum("file" in r for r in refs) == sum(t["inputs"] > 0 for t in a["tests"])  # collocated: spooled
+
+
+def test_the_xdist_payload_travels_by_file_or_at_the_end_and_refuses_strangers(tmp_path):
+    """The transport without pytest: a collocated worker's reference names a spool file the
+    controller reads once (and removes); without a spool the records wait for the worker's
+    end; a payload of another version, or a file outside the spool, is a one-line error."""
+    from pytest_sadl.plugin import transport
+    from pytest_sadl.plugin.recorder import Batch, Recorder
+
+    rec = Recorder(lambda m: None, lambda m: "w")
+    r = rec.record_for("t.py::a", 0, "g")
+    r.batches.append(Batch(np.arange(6, dtype=np.float32).reshape(2, 3), [], np.zeros(2, np.int64)))
+    spool = tmp_path / "gw0"
+    spool.mkdir()
+    ref = transport.reference(rec, [r], spool, 1)
+    assert ref["file"] == "gw0/000001.npz" and len(json.dumps(ref)) < 200
+    [back] = transport.read_reference(ref, tmp_path)
+    assert back.nodeid == "t.py::a" and np.array_equal(back.batches[0].sa, r.batches[0].sa)
+    assert not list(spool.iterdir())  # read once, then gone
+    assert transport.read_reference(transport.reference(rec, [], spool, 2), tmp_path) == []
+    assert transport.read_reference(transport.reference(rec, [r], None, 3), tmp_path) is None  # at the end
+    [end] = transport.unpack(transport.worker_end(rec, [r], ["w1"], None, False))
+    assert end.nodeid == "t.py::a"
+    with pytest.raises(ValueError, match="outside this controller's spool"):
+        transport.read_reference({**ref, "file": "../x.npz"}, tmp_path)
+    with pytest.raises(ValueError, match="unknown format.*run one pytest-sadl version everywhere"):
+        transport.read_reference({**ref, "version": 2}, tmp_path)
 
 
 def test_dsa_distances_are_kept_between_runs_and_equal_a_full_precompute(project):
@@ -753,18 +815,37 @@ def sadl_train():
 """
 
 
+ELSEWHERE = """
+import json
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure_node(node):  # as a worker started with --tx ssh=... would see it
+    node.workerinput["sadl_host"] = "another-machine"
+
+
+def pytest_runtest_logreport(report):
+    ref = getattr(report, "sadl_record", None)
+    if ref is not None:
+        with open("refs.txt", "a") as fh:
+            fh.write(json.dumps(ref) + "\\n")
+"""
+
+
 @pytest.mark.parametrize("from_fixture", ["model", "train"])
 def test_project_fixtures_under_xdist(pytester: pytest.Pytester, conv_model_path, digits, from_fixture):
-    """Only the workers have a project fixture's model or data: they build the profile."""
+    """Only the workers have a project fixture's model or data: they build the profile.
+    (With the data from a fixture, the workers also act as if on another machine: their
+    records travel once, at their end, not through the spool folder.)"""
     np.savez(pytester.path / "train.npz", x=digits.x_train)
     np.save(pytester.path / "inputs.npy", digits.x_test[:20])
     shutil.copy(conv_model_path, pytester.path / "model.keras")
     if from_fixture == "model":
         pytester.makefile(".ini", pytest="[pytest]\nsadl_train = train.npz\n")
         pytester.makeconftest(MODEL_FIXTURE.format(path=str(pytester.path / "model.keras")))
-    else:
+    else:  # and the workers as if on another machine: their records come at their end
         pytester.makefile(".ini", pytest="[pytest]\nsadl_model = model.keras\n")
-        pytester.makeconftest(TRAIN_FIXTURE)
+        pytester.makeconftest(TRAIN_FIXTURE + ELSEWHERE)
     pytester.makepyfile(test_project=THRESHOLD_TESTS)
     dist = run(pytester, "--sadl-coverage", "-n", "2", "--sadl-report=json:dist.json")
     assert dist.ret == 0, dist.stdout.str() + dist.stderr.str()
@@ -772,6 +853,11 @@ def test_project_fixtures_under_xdist(pytester: pytest.Pytester, conv_model_path
     assert data["metrics"]["lsc"]["count"] == 20 and data["model"]["n_train"] == len(digits.x_train)
     assert data["model"]["name"] == "digits_conv" and data["config"]["sa_layers"] == ["hidden"]
     assert data["model"]["source"] == ("fixture" if from_fixture == "model" else str(pytester.path / "model.keras"))
+    assert not data["outcome"]["missing"] and not any("pytest-sadl:" in w for w in data["outcome"]["warnings"])
+    if from_fixture == "train":
+        refs = [json.loads(line) for line in (pytester.path / "refs.txt").read_text().splitlines()]
+        assert any(r["records"] for r in refs)
+        assert all(r.get("at_end") and "file" not in r for r in refs if r["records"])
 
 
 CRASHING_TESTS = """
@@ -1153,3 +1239,56 @@ def test_multimodal_surprise_metrics_end_to_end(project, digits):
         "heldout-mlsa-k3-1000",
         "heldout-mmdsa-m3-1000",
     ]
+
+
+def test_the_profile_lines_come_after_pytests_header_and_before_the_tests(project):
+    """The profile is built when the session starts, before pytest writes its header; its
+    status lines are held and written with the header (the plugins' lines), and with -q,
+    which has no header, before the first test's result: never above "test session starts"."""
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache")
+    res = run(pytester, "--sadl-coverage")
+    assert res.ret == 0, res.stdout.str()
+    out = res.stdout.lines
+    start = next(i for i, line in enumerate(out) if "test session starts" in line)
+    tracing = next(i for i, line in enumerate(out) if line.startswith("sadl: tracing "))
+    collected = next(i for i, line in enumerate(out) if line.startswith("collected "))
+    assert start < tracing < collected, "\n".join(out[:20])
+    shutil.rmtree(pytester.path / ".sadl-cache")
+    res = run(pytester, "--sadl-coverage", "-q")
+    out = res.stdout.lines
+    tracing = next(i for i, line in enumerate(out) if line.startswith("sadl: tracing "))
+    first_result = next(i for i, line in enumerate(out) if line.startswith("."))
+    assert tracing < first_result and not any("test session starts" in line for line in out)
+
+
+def test_a_progress_bar_is_drawn_on_a_terminal_and_erased_and_none_in_a_log(pytester: pytest.Pytester):
+    """The tracing pass's bar: redrawn in place on a TTY (pytest's own terminal reporter on
+    a stream that is a terminal) and erased at the end; on a log stream there is none."""
+    import io
+
+    from _pytest.terminal import TerminalReporter
+
+    from pytest_sadl.plugin.status import Status
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    config = pytester.parseconfigure()
+    for stream, expect_bar in ((Tty(), True), (io.StringIO(), False)):
+        config.pluginmanager.unregister(name="terminalreporter")
+        config.pluginmanager.register(TerminalReporter(config, stream), "terminalreporter")
+        status = Status(config)
+        status.header()  # the header is out: lines are written at once
+        draw = status.progress()
+        assert (draw is not None) == expect_bar
+        if draw is not None:
+            draw(0, 600)
+            draw(600, 600)  # the end: always drawn, then erased
+        status.say("writing /x/profile", False)
+        text = stream.getvalue()
+        assert text.endswith("sadl: writing /x/profile\n")
+        if expect_bar:
+            assert "sadl: [" in text and "600/600 inputs 100%" in text and "\r" in text
+        else:
+            assert "\r" not in text and "inputs" not in text

@@ -375,125 +375,173 @@ def _set_array_raw(path: Path, name: str, value: np.ndarray) -> None:
         np.save(fh, value)
 
 
-def _damage(damage: str, path: Path, other: Path) -> None:  # noqa: C901  complexity debt (issue 18): one elif per damage kind; a dict of one small function per kind
-    meta_file = path / "meta.json"
-    traces = path / "sa_traces.npy"
-    if damage == "garbage":
-        meta_file.write_bytes(b"\x00" * 1000)
-    elif damage == "truncated":  # what a non-atomic, interrupted write would leave
-        raw = traces.read_bytes()
-        traces.write_bytes(raw[: len(raw) // 2])
-    elif damage == "empty":
-        meta_file.write_bytes(b"")
-    elif damage == "missing-array":
-        traces.unlink()
-    elif damage == "wrong-fingerprint":
-        shutil.rmtree(path)
-        shutil.copytree(other, path)
-    elif damage == "tampered-numbers":  # a valid .npy with changed numbers, digests untouched
-        a = np.load(traces)
-        a[0, 0] += 1.0
-        _set_array_raw(path, "sa_traces", a)
-    elif damage == "tampered-metadata":  # a plausible value, digest untouched
-        doc = json.loads(meta_file.read_text())
-        doc["meta"]["var_threshold"] = 0.5
-        meta_file.write_text(json.dumps(doc))
-    elif damage == "pickled":
-        with open(path / "sa_pred.npy", "wb") as fh:
-            np.save(fh, np.array([{"run": "code"}], dtype=object), allow_pickle=True)
-    elif damage == "dtype-O-in-metadata":
-        doc = json.loads(meta_file.read_text())
-        doc["arrays"]["sa_pred"]["dtype"] = "|O"
-        meta_file.write_text(json.dumps(doc))
-    elif damage == "old-version":
-        doc = json.loads(meta_file.read_text())
-        doc["version"] = FORMAT_VERSION + 1
-        meta_file.write_text(json.dumps(doc))
-    elif damage == "impossible-shape":  # a header claiming 10^12 rows in a file of a few KiB
-        a = np.load(traces)
-        with open(traces, "r+b") as fh:
-            header = fh.read(128).decode("latin1")
-            fh.seek(0)
-            fh.write(header.replace(f"({a.shape[0]}, ", f"({10**12}, ").encode("latin1")[:128])
-    elif damage == "sparse-bomb":  # consistent metadata, a 4 GiB sparse file: never read
-        _, arrays = _arrays_of(path)
-        n = (4 << 30) // (4 * arrays["sa_traces"].shape[1])
-        from pytest_sadl.store import entry as store
-
-        meta, _ = _arrays_of(path)
-        doc = json.loads(meta_file.read_text())
-        with open(traces, "r+b") as fh:
-            header = np.lib.format.header_data_from_array_1_0(arrays["sa_traces"])
-            header["shape"] = (n, arrays["sa_traces"].shape[1])
-            fh.seek(0)
-            fh.truncate()
-            np.lib.format.write_array_header_1_0(fh, header)
-            fh.truncate(fh.tell() + n * arrays["sa_traces"].shape[1] * 4)
-        doc["arrays"]["sa_traces"]["shape"] = [n, arrays["sa_traces"].shape[1]]
-        doc["meta"]["n_train"] = n
-        doc["digest"] = store._meta_digest(doc)
-        meta_file.write_text(json.dumps(doc))
-    elif damage == "fifo-meta":
-        meta_file.unlink()
-        os.mkfifo(meta_file)
-    elif damage == "fifo-array":
-        traces.unlink()
-        os.mkfifo(traces)
-    elif damage == "fifo-profile":
-        shutil.rmtree(path)
-        os.mkfifo(path)
-    elif damage == "crafted-nan-ranges":
-        _, arrays = _arrays_of(path)
-        low = arrays["ranges.low"].copy()
-        low[3] = np.nan
-        _craft(path, **{"ranges.low": low})
-    elif damage == "crafted-nan-traces":
-        _, arrays = _arrays_of(path)
-        sa = arrays["sa_traces"].copy()
-        sa[7, 1] = np.inf
-        _craft(path, sa_traces=sa)
-    elif damage == "crafted-nan-var-threshold":  # JSON NaN, digest recomputed as a crafter would
-        doc = json.loads(meta_file.read_text())
-        doc["meta"]["var_threshold"] = float("nan")
-        body = {k: doc[k] for k in ("format", "version", "meta", "arrays")}
-        import hashlib
-
-        doc["digest"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        meta_file.write_text(json.dumps(doc))
-    elif damage == "crafted-short-traces":
-        _, arrays = _arrays_of(path)
-        _craft(path, sa_traces=arrays["sa_traces"][:-1])
-    elif damage == "crafted-class-out-of-range":
-        _, arrays = _arrays_of(path)
-        pred = arrays["sa_pred"].copy()
-        pred[0] = 99
-        _craft(path, sa_pred=pred)
-    else:  # pragma: no cover
-        raise AssertionError(damage)
+def _damage_garbage(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    meta_file.write_bytes(b"\x00" * 1000)
 
 
-DAMAGES = [
-    "garbage",
-    "truncated",
-    "empty",
-    "missing-array",
-    "wrong-fingerprint",
-    "tampered-numbers",
-    "tampered-metadata",
-    "pickled",
-    "dtype-O-in-metadata",
-    "old-version",
-    "impossible-shape",
-    "sparse-bomb",
-    "fifo-meta",
-    "fifo-array",
-    "fifo-profile",
-    "crafted-nan-ranges",
-    "crafted-nan-traces",
-    "crafted-nan-var-threshold",
-    "crafted-short-traces",
-    "crafted-class-out-of-range",
-]
+def _damage_truncated(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    """What a non-atomic, interrupted write would leave."""
+    raw = traces.read_bytes()
+    traces.write_bytes(raw[: len(raw) // 2])
+
+
+def _damage_empty(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    meta_file.write_bytes(b"")
+
+
+def _damage_missing_array(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    traces.unlink()
+
+
+def _damage_wrong_fingerprint(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    shutil.rmtree(path)
+    shutil.copytree(other, path)
+
+
+def _damage_tampered_numbers(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    """A valid .npy with changed numbers, digests untouched."""
+    a = np.load(traces)
+    a[0, 0] += 1.0
+    _set_array_raw(path, "sa_traces", a)
+
+
+def _damage_tampered_metadata(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    """A plausible value, digest untouched."""
+    doc = json.loads(meta_file.read_text())
+    doc["meta"]["var_threshold"] = 0.5
+    meta_file.write_text(json.dumps(doc))
+
+
+def _damage_pickled(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    with open(path / "sa_pred.npy", "wb") as fh:
+        np.save(fh, np.array([{"run": "code"}], dtype=object), allow_pickle=True)
+
+
+def _damage_dtype_O_in_metadata(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    doc = json.loads(meta_file.read_text())
+    doc["arrays"]["sa_pred"]["dtype"] = "|O"
+    meta_file.write_text(json.dumps(doc))
+
+
+def _damage_old_version(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    doc = json.loads(meta_file.read_text())
+    doc["version"] = FORMAT_VERSION + 1
+    meta_file.write_text(json.dumps(doc))
+
+
+def _damage_impossible_shape(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    """A header claiming 10^12 rows in a file of a few KiB."""
+    a = np.load(traces)
+    with open(traces, "r+b") as fh:
+        header = fh.read(128).decode("latin1")
+        fh.seek(0)
+        fh.write(header.replace(f"({a.shape[0]}, ", f"({10**12}, ").encode("latin1")[:128])
+
+
+def _damage_sparse_bomb(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    """Consistent metadata, a 4 GiB sparse file: never read."""
+    _, arrays = _arrays_of(path)
+    n = (4 << 30) // (4 * arrays["sa_traces"].shape[1])
+    from pytest_sadl.store import entry as store
+
+    meta, _ = _arrays_of(path)
+    doc = json.loads(meta_file.read_text())
+    with open(traces, "r+b") as fh:
+        header = np.lib.format.header_data_from_array_1_0(arrays["sa_traces"])
+        header["shape"] = (n, arrays["sa_traces"].shape[1])
+        fh.seek(0)
+        fh.truncate()
+        np.lib.format.write_array_header_1_0(fh, header)
+        fh.truncate(fh.tell() + n * arrays["sa_traces"].shape[1] * 4)
+    doc["arrays"]["sa_traces"]["shape"] = [n, arrays["sa_traces"].shape[1]]
+    doc["meta"]["n_train"] = n
+    doc["digest"] = store._meta_digest(doc)
+    meta_file.write_text(json.dumps(doc))
+
+
+def _damage_fifo_meta(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    meta_file.unlink()
+    os.mkfifo(meta_file)
+
+
+def _damage_fifo_array(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    traces.unlink()
+    os.mkfifo(traces)
+
+
+def _damage_fifo_profile(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    shutil.rmtree(path)
+    os.mkfifo(path)
+
+
+def _damage_crafted_nan_ranges(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    _, arrays = _arrays_of(path)
+    low = arrays["ranges.low"].copy()
+    low[3] = np.nan
+    _craft(path, **{"ranges.low": low})
+
+
+def _damage_crafted_nan_traces(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    _, arrays = _arrays_of(path)
+    sa = arrays["sa_traces"].copy()
+    sa[7, 1] = np.inf
+    _craft(path, sa_traces=sa)
+
+
+def _damage_crafted_nan_var_threshold(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    """JSON NaN, digest recomputed as a crafter would."""
+    doc = json.loads(meta_file.read_text())
+    doc["meta"]["var_threshold"] = float("nan")
+    body = {k: doc[k] for k in ("format", "version", "meta", "arrays")}
+    import hashlib
+
+    doc["digest"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    meta_file.write_text(json.dumps(doc))
+
+
+def _damage_crafted_short_traces(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    _, arrays = _arrays_of(path)
+    _craft(path, sa_traces=arrays["sa_traces"][:-1])
+
+
+def _damage_crafted_class_out_of_range(path: Path, other: Path, meta_file: Path, traces: Path) -> None:
+    _, arrays = _arrays_of(path)
+    pred = arrays["sa_pred"].copy()
+    pred[0] = 99
+    _craft(path, sa_pred=pred)
+
+
+_DAMAGES = {
+    "garbage": _damage_garbage,
+    "truncated": _damage_truncated,
+    "empty": _damage_empty,
+    "missing-array": _damage_missing_array,
+    "wrong-fingerprint": _damage_wrong_fingerprint,
+    "tampered-numbers": _damage_tampered_numbers,
+    "tampered-metadata": _damage_tampered_metadata,
+    "pickled": _damage_pickled,
+    "dtype-O-in-metadata": _damage_dtype_O_in_metadata,
+    "old-version": _damage_old_version,
+    "impossible-shape": _damage_impossible_shape,
+    "sparse-bomb": _damage_sparse_bomb,
+    "fifo-meta": _damage_fifo_meta,
+    "fifo-array": _damage_fifo_array,
+    "fifo-profile": _damage_fifo_profile,
+    "crafted-nan-ranges": _damage_crafted_nan_ranges,
+    "crafted-nan-traces": _damage_crafted_nan_traces,
+    "crafted-nan-var-threshold": _damage_crafted_nan_var_threshold,
+    "crafted-short-traces": _damage_crafted_short_traces,
+    "crafted-class-out-of-range": _damage_crafted_class_out_of_range,
+}
+
+
+def _damage(damage: str, path: Path, other: Path) -> None:
+    """Damage the stored profile at ``path`` the way ``damage`` names (``other``: another
+    profile's folder, for a wrong fingerprint)."""
+    _DAMAGES[damage](path, other, path / "meta.json", path / "sa_traces.npy")
+
+
+DAMAGES = list(_DAMAGES)
 
 
 @pytest.fixture(scope="module")

@@ -318,3 +318,25 @@ def test_two_hundred_layers_collapsed_searchable_and_shown_on_request(browser, t
     p.page.click("#layers-table thead th:first-child button")
     assert len(names()) == 20 and names()[0] == "block0_conv0"
     assert p.errors == [] and p.requests == [p.url]
+
+
+def test_card_status_stays_inside_its_card_at_every_width(browser, tmp_path):
+    # "NO THRESHOLD" beside a long label (MDSC, KMNC, MMDSC) ran past the card's edge
+    run = load_results(DATA / "results-classifier.json")
+    run["thresholds"] = {}
+    run["outcome"]["failures"] = []
+    report = write_html(run, tmp_path)
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = Page(ctx.new_page(), report.as_uri())
+    page.goto()
+    for width in (1280, 1100, 820, 640, 420):
+        page.page.set_viewport_size({"width": width, "height": 800})
+        out = page.page.eval_on_selector_all(
+            "#summary .card",
+            """cards => cards.flatMap(c => {
+                const r = c.getBoundingClientRect(), s = c.querySelector('.status').getBoundingClientRect();
+                return s.right <= r.right - 1 && s.left >= r.left ? [] : [c.querySelector('.name').textContent];
+            })""",
+        )
+        assert out == [], f"at {width}px the status of {out} leaves its card"
+    ctx.close()

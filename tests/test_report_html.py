@@ -608,3 +608,31 @@ def test_a_hundred_layers_or_more_collapse_to_the_least_covered_with_search(clas
     # below a hundred layers: every row shown, no controls
     few = render_html(many_layers(classifier, 99))
     assert 'id="layers-filter"' not in few and "<tr hidden><td><code>" not in few
+
+
+def test_every_charted_criterion_has_its_colour_in_every_palette():
+    # the cumulative chart draws every criterion that is a share; one without a colour
+    # rule got an invisible line and black dots (MLSC, MMDSC and TKNC did)
+    from pytest_sadl.criteria.registry import COUNT, METRICS
+
+    css = (TEMPLATES / "report.css").read_text()
+    palettes = css.count("--c-lsc:")
+    assert palettes == 4  # light, dark by preference, dark by toggle, print
+    for m in (m for m in METRICS if m not in COUNT):
+        assert css.count(f"--c-{m}:") == palettes, m
+        assert re.search(
+            rf"^\.m-{m} \{{ stroke: var\(--c-{m}\); fill: var\(--c-{m}\); color: var\(--c-{m}\); \}}", css, re.M
+        ), m
+    assert 'svg polyline[class^="m-"] { fill: none; }' in css  # a line is never a filled shape
+
+
+def test_count_cards_say_what_they_count_and_nlc_has_no_targets(classifier):
+    try:
+        from tests.test_report_terminal import _every_metric
+    except ImportError:  # pragma: no cover - tests/ itself on sys.path (rootdir not)
+        from test_report_terminal import _every_metric  # type: ignore[no-redef]
+
+    html = render_html(_every_metric(classifier))
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "3,644 of 12,312 inputs: distinct top-k patterns" in text
+    assert "over 12,312 inputs (no targets)" in text and "0 of 12,312" not in text

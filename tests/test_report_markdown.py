@@ -81,6 +81,22 @@ def test_metrics_table(classifier, baseline):
     assert by["DSC"][2:4] == ["–", "–"]
 
 
+def test_mistakes_table_names_the_opt_in_scores_in_capitals(classifier):
+    # a results file whose labels lack MLSA and MMDSA (written before they were named)
+    # still heads their columns as the other scores are, in the Markdown and HTML tables
+    from pytest_sadl.report.html import render_html
+
+    run = copy.deepcopy(classifier)
+    for row in [run["mistakes"]["overall"], *run["mistakes"]["groups"]]:
+        row["auc"].update(mlsa=0.7, mmdsa=0.6)
+    run["mistakes"]["overall"]["fifths"]["mlsa"] = run["mistakes"]["overall"]["fifths"]["lsa"]
+    assert "mlsa" not in run["mistakes"]["labels"]
+    header = _table(render_markdown(run), "| Group | labelled")[0]
+    assert "MLSA AUC" in header and "MMDSA AUC" in header and "mlsa AUC" not in header
+    html = render_html(run)
+    assert ">MLSA<" in html and ">mlsa<" not in html and ">mmdsa<" not in html
+
+
 def test_regression_summary_says_not_applicable(regression):
     md = render_markdown(regression)
     by = {r[0]: r for r in _table(md, "| Metric")[1:]}

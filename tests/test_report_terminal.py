@@ -55,3 +55,50 @@ def test_the_mistakes_table_keeps_the_surprise_measures_and_the_best_baseline():
     best = max(overall[k] for k in baselines if overall.get(k) is not None)
     row = next(line for line in text.splitlines() if line.startswith("all labelled"))
     assert row.split()[-1] == f"{best:.2f}"
+
+
+def _every_metric(results: dict) -> dict:
+    """``results`` as a ``--sadl-metrics=all`` run would have it: the opt-in criteria
+    added to the metrics, the groups and the mistakes analysis."""
+    run = copy.deepcopy(results)
+    extra = {
+        "mlsc": {"value": 0.351, "covered": 351, "total": 1000, "applicable": True, "above": 5},
+        "mmdsc": {"value": 0.795, "covered": 795, "total": 1000, "applicable": True, "above": 3},
+        "tknc": {"value": 0.6594, "covered": 91, "total": 138, "applicable": True},
+        "tknp": {"value": 3644.0, "covered": 3644, "total": 12312, "applicable": True},
+        "nlc": {"value": 0.505155, "covered": 0, "total": 12312, "applicable": True},
+        "cc": {"value": 31.0, "covered": 31, "total": 61560, "applicable": True},
+    }
+    run["metrics"].update(extra)
+    run["config"]["mlsc"] = run["config"]["mmdsc"] = dict(run["config"]["lsc"])
+    for i, g in enumerate(run["groups"]):
+        g["cumulative"].update({k: (v["value"] * (i + 1) / len(run["groups"])) for k, v in extra.items()})
+    for row in [run["mistakes"]["overall"], *run["mistakes"]["groups"]]:
+        row["auc"].update(mlsa=0.99, mmdsa=0.98)  # above every baseline: never taken for one
+    return run
+
+
+def test_every_metric_fits_80_columns_with_the_group_table_split():
+    results = json.loads((DATA / "results-classifier.json").read_text())
+    lines = render_terminal(_every_metric(results))
+    assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    text = "\n".join(lines)
+    heads = [line.split() for line in lines if line.startswith("group ") and "labelled" not in line]
+    assert len(heads) >= 2 and heads[0][:3] == ["group", "tests", "inputs"]
+    assert all(h[0] == "group" for h in heads)  # each part of the table names its groups
+    labels = ["LSC", "DSC", "MDSC", "MLSC", "MMDSC", "NC", "KMNC", "NBC", "SNAC", "TKNC", "TKNP", "NLC", "CC"]
+    assert heads[0][3:] + [m for h in heads[1:] for m in h[1:]] == labels  # every metric once, in report order
+    # the last group's row of each part (its name, cut, is one word here)
+    cells = [c for line in lines if line.startswith("+ <script>") for c in line.split()[2:]][2:]
+    last = dict(zip(labels, cells, strict=True))
+    assert last["KMNC"] == "92.25" and (last["TKNP"], last["NLC"], last["CC"]) == ("3,644", "0.5052", "31")
+    # the count criteria say what they count; NLC has no targets, so no "0 / n"
+    assert "NLC       0.5052                -" in text and "0 / 12312" not in text
+    assert "counts: TKNP: distinct top-k patterns / inputs;" in " ".join(text.split())
+    # MLSA and MMDSA are surprise measures beside LSA, never folded into the baselines
+    mistakes = next(line for line in lines if line.startswith("group ") and "labelled" in line)
+    assert mistakes.split()[4:] == ["LSA", "DSA", "MDSA", "MLSA", "MMDSA", "best", "conf."]
+    overall = results["mistakes"]["overall"]["auc"]
+    best = max(overall[k] for k in results["mistakes"]["baselines"] if overall.get(k) is not None)
+    row = next(line for line in lines if line.startswith("all labelled"))
+    assert row.split()[-3:] == ["0.99", "0.98", f"{best:.2f}"]

@@ -49,6 +49,7 @@ Errors (all subclass :class:`ValueError`, so callers can turn them into a usage 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -70,6 +71,8 @@ __all__ = [
     "check_batch",
     "shape_matches",
     "adjust_rank",
+    "is_text",
+    "text_rows",
 ]
 
 
@@ -120,6 +123,64 @@ def _fmt_shape(shape: tuple[int | None, ...]) -> str:
     return "(" + ", ".join("any" if s is None else str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
+def is_text(x: Any) -> bool:
+    """An array of strings: a ``str``/``bytes`` dtype, or objects that are all ``str`` or
+    ``bytes`` (how Keras takes raw text: ``np.array([...], dtype=object)``)."""
+    if not isinstance(x, np.ndarray):
+        return False
+    if x.dtype.kind in "US":
+        return True
+    return x.dtype == object and x.size > 0 and all(isinstance(v, (str, bytes)) for v in x.flat)
+
+
+RAGGED_FIX = (
+    "pad the rows to one length (keras.utils.pad_sequences, or padded_batch for a dataset), "
+    "or give raw strings to a model whose first layer is TextVectorization"
+)
+
+
+def _ragged(what: str) -> SadlDataError:
+    return SadlDataError(
+        f"{what} is ragged (rows of different lengths), which pytest-sadl does not measure; {RAGGED_FIX}"
+    )
+
+
+def _is_ragged_tensor(value: Any) -> bool:
+    return type(value).__name__ in ("RaggedTensor", "RaggedTensorValue")
+
+
+def text_bytes(value: Any) -> bytes:
+    """One string as UTF-8 (``bytes`` as they are): the same text gives the same bytes
+    whether NumPy holds it as ``str`` or TensorFlow hands it back as ``bytes``."""
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")
+
+
+def text_rows(x: np.ndarray) -> list[bytes]:
+    """Each row of an array of strings as one canonical byte string (each string's length
+    and UTF-8 bytes, and the row's shape): independent of the array's dtype and width."""
+    n = int(x.shape[0])
+    shape = repr(tuple(int(d) for d in x.shape[1:])).encode()
+    flat = x.reshape(n, -1)
+    out = []
+    for row in flat:
+        parts = [shape]
+        for v in row:
+            b = text_bytes(v)
+            parts += [len(b).to_bytes(8, "little"), b]
+        out.append(b"".join(parts))
+    return out
+
+
+def _text_row_digests(x: np.ndarray) -> np.ndarray:
+    """``(n, 16)`` uint8 digests of the rows of an array of strings (:func:`text_rows`),
+    as :func:`pytest_sadl.profile.fingerprint.row_digests` gives of numbers."""
+    n = int(x.shape[0])
+    out = np.empty((n, 16), dtype=np.uint8)
+    joined = b"".join(hashlib.sha256(b"text\0" + r).digest()[:16] for r in text_rows(x))
+    out[:] = np.frombuffer(joined, dtype=np.uint8).reshape(n, 16)
+    return out
+
+
 def adjust_rank(x: np.ndarray, expected: tuple[int | None, ...]) -> np.ndarray:
     """``x`` (one input, batch axis first) with the rank the model expects, by the rule
     Keras' functional models apply to their inputs: a column array ``(n,)`` for an
@@ -163,11 +224,12 @@ def check_batch(
         raise SadlDataError(f"{what}: a scalar, not a batch of inputs; expected shape (n, ...)")
     if x.shape[0] == 0 and offset == 0:
         raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
-    if x.dtype.kind not in "biuf":
-        raise SadlDataError(f"{what} has dtype {x.dtype}, not a numeric array; convert it to float32")
+    text = x.dtype.kind not in "biuf" and is_text(x)
+    if x.dtype.kind not in "biuf" and not text:
+        _refuse_objects(x, what)
     if expected_shape is not None:
         _check_shape(tuple(x.shape[1:]), expected_shape, what)
-    if finite and x.dtype.kind == "f" and x.size:
+    if finite and not text and x.dtype.kind == "f" and x.size:
         bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -383,24 +445,35 @@ def row_format(x: Any) -> tuple[str, tuple[int, ...]]:
     if isinstance(x, (dict, list)):
         named = x.items() if isinstance(x, dict) else enumerate(x)
         text = ";".join(
-            f"{name}:{np.asarray(a).dtype.str}:{tuple(int(d) for d in np.shape(a)[1:])}" for name, a in named
+            f"{name}:{_dtype_text(np.asarray(a))}:{tuple(int(d) for d in np.shape(a)[1:])}" for name, a in named
         )
         return f"inputs[{text}]", ()
     a = np.asarray(x)
-    return a.dtype.str, tuple(int(d) for d in a.shape[1:])
+    return _dtype_text(a), tuple(int(d) for d in a.shape[1:])
 
 
 def batch_row_digests(x: Any) -> np.ndarray:
     """``(n, 16)`` uint8 row digests of one batch: of the array's rows, or, for several
     inputs (a dict by name or a list), the digest of each row's inputs' digests in order."""
-    from pytest_sadl.profile.fingerprint import row_digests
-
     if not isinstance(x, (dict, list)):
-        return row_digests(np.asarray(x))
-    per_input = [row_digests(a) for a in _arrays(x)]
+        return _digests_of(np.asarray(x))
+    per_input = [_digests_of(a) for a in _arrays(x)]
     if not per_input:
         return np.zeros((0, 16), np.uint8)
+    from pytest_sadl.profile.fingerprint import row_digests
+
     return row_digests(np.concatenate(per_input, axis=1))
+
+
+def _digests_of(x: np.ndarray) -> np.ndarray:
+    from pytest_sadl.profile.fingerprint import row_digests
+
+    return _text_row_digests(x) if is_text(x) else row_digests(x)
+
+
+def _dtype_text(a: np.ndarray) -> str:
+    """The dtype the fingerprint records: ``"text"`` for strings of any width or kind."""
+    return "text" if is_text(a) else a.dtype.str
 
 
 def digest_batches(batches: Iterator[Any]) -> tuple[str, np.ndarray]:
@@ -431,9 +504,21 @@ def _first(x: Any) -> Any:
 
 
 def _numeric(x: np.ndarray, source: str) -> np.ndarray:
-    if x.dtype.kind not in "biuf":
-        raise SadlDataError(f"{source} has dtype {x.dtype}, not a numeric array; convert it to float32")
+    """``x`` when it holds numbers or strings (a text model's inputs), else one line saying why not."""
+    if x.dtype.kind not in "biuf" and not is_text(x):
+        _refuse_objects(x, source)
     return x
+
+
+def _refuse_objects(x: np.ndarray, what: str) -> None:
+    """The error for inputs that are neither numbers nor strings: rows of sequences of
+    different lengths (ragged) or other objects."""
+    if x.dtype == object and any(isinstance(v, (list, tuple, np.ndarray)) or _is_ragged_tensor(v) for v in x.flat):
+        raise _ragged(what)
+    raise SadlDataError(
+        f"{what} has dtype {x.dtype}, neither numbers nor strings; convert it to float32 "
+        "(or to strings, for a model whose first layer is TextVectorization or StringLookup)"
+    )
 
 
 def _dataset_element_x(element: Any) -> Any:
@@ -597,7 +682,7 @@ def _from_npz(path: Path, source: str) -> TrainingData:
         if "pickle" in str(exc).lower():
             raise SadlDataError(
                 f"{source} holds Python objects (pickled); pytest-sadl loads data with "
-                "allow_pickle=False: save plain numeric arrays"
+                "allow_pickle=False: save plain numeric arrays, and text as strings (x.astype(str))"
             ) from exc
         raise SadlDataError(f"{source} is not a readable .npz file: {exc}") from exc
     except Exception as exc:  # zipfile.BadZipFile, OSError, EOFError...
@@ -613,7 +698,7 @@ def _from_npy(path: Path, source: str) -> TrainingData:
         if "pickle" in str(exc).lower() or "object" in str(exc).lower():
             raise SadlDataError(
                 f"{source} holds Python objects; pytest-sadl loads data with "
-                "allow_pickle=False: save a plain numeric array"
+                "allow_pickle=False: save a plain numeric array, or text as strings (x.astype(str))"
             ) from exc
         raise SadlDataError(f"{source} is not a readable .npy file: {exc}") from exc
     except Exception as exc:
@@ -702,13 +787,19 @@ def _as_array(value: Any, source: str) -> np.ndarray:
         # tensor raises here, and np.asarray below names the problem
         with contextlib.suppress(Exception):
             value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
+    if _is_ragged_tensor(value):
+        raise _ragged(f"{source} (a tf.RaggedTensor)")
     try:
         x = np.asarray(value)
     except Exception as exc:
+        if "inhomogeneous" in str(exc):  # NumPy on rows of different lengths
+            raise _ragged(source) from None
         raise SadlDataError(f"{source} ({type(value).__name__}) cannot be converted to an array: {exc}") from exc
-    if x.dtype == object:
+    if x.dtype == object and not is_text(x):
+        if any(isinstance(v, (list, tuple, np.ndarray)) for v in x.flat):
+            raise _ragged(source)
         raise SadlDataError(
-            f"{source} ({type(value).__name__}) is not a numeric array; give an array of "
+            f"{source} ({type(value).__name__}) holds objects, neither numbers nor strings; give an array of "
             "shape (n, *input_shape), an (x, y) tuple, a path or a tf.data.Dataset"
         )
     return x

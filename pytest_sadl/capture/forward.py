@@ -155,8 +155,15 @@ class Forward:
 
     # -- the compiled functions -------------------------------------------------
 
-    def _tf(self, jit: bool) -> Any:
-        key = "tf-jit" if jit else "tf"
+    def _tf(self, jit: bool, x: Any) -> Any:
+        """The ``tf.function`` of the pass for inputs of ``x``'s ranks: one per rank, as
+        ``reduce_retracing`` relaxes inputs of two ranks to an unknown shape, on which
+        layers such as ``TextVectorization`` cannot be traced (``model(x)`` on a column of
+        strings ``(n,)``, then the profile's ``(n, 1)``)."""
+        from keras import tree
+
+        ranks = ",".join(str(len(getattr(a, "shape", ()))) for a in tree.flatten(x))
+        key = f"{'tf-jit' if jit else 'tf'}:{ranks}"
         fn = self._fns.get(key)
         if fn is None:
             import tensorflow as tf
@@ -197,14 +204,14 @@ class Forward:
             out = None
             if jit and self.jit is not False:
                 try:
-                    out = self._tf(True)(x)
+                    out = self._tf(True, x)(x)
                     self.jit = True
                 except Exception:  # XLA could not compile (or run) this graph
                     if self.jit:  # it worked before: a genuine error, not XLA's
                         raise
                     self.jit = False
             if out is None:
-                out = self._tf(False)(x)
+                out = self._tf(False, x)(x)
         elif self.backend == "jax":
             model = self.model
             out = self._jax()(
@@ -243,7 +250,7 @@ class Forward:
             failed = False
             if self._graph_calls is not False:
                 try:
-                    output, flat = self._tf(False)(x)
+                    output, flat = self._tf(False, x)(x)
                     self._graph_calls = True
                     return output, [to_numpy(v) for v in flat]
                 except Exception:  # untraceable Python, or a bad input: the eager call says which

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
-from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, load_training_data
+from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, is_text, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
     backend,
@@ -442,8 +442,8 @@ class TraceModel:
         ones on convolutions (8.3 s of CPU against 6.0 s for 60,000 MNIST inputs through
         a small ConvNet, ``benchmarks/bench_profile.py``), which is why Keras' ``predict``
         turns XLA off there too."""
-        if self.jit_mode is False or self._forward.jit is False:
-            return False
+        if self.jit_mode is False or self._forward.jit is False or "string" in self._dtypes.values():
+            return False  # (XLA compiles no string ops)
         if self.jit_mode is True:
             return True
         return (total is None or total >= _JIT_MIN_INPUTS) and has_accelerator()
@@ -490,8 +490,26 @@ class TraceModel:
                 a = adjust_rank(a, self.input_shapes[name])
             label = what if len(self.input_names) == 1 else f"{what} (input {name!r})"
             check_batch(a, self.input_shapes[name], what=label, offset=offset)
-            out[name] = a if a.dtype == self._dtypes[name] else a.astype(self._dtypes[name])
+            out[name] = self._cast(a, name, label)
         return out
+
+    def _cast(self, a: np.ndarray, name: str, label: str) -> np.ndarray:
+        """One input as the model's input dtype; strings (a ``TextVectorization`` or
+        ``StringLookup`` first layer) as an object array of ``str``/``bytes``, as Keras
+        takes them."""
+        dtype, text = self._dtypes[name], is_text(a)
+        if dtype == "string":
+            if not text:
+                raise SadlDataError(
+                    f"{label} has dtype {a.dtype} but the model's input {name!r} takes strings; give the raw text"
+                )
+            return a if a.dtype == object else a.astype(object)
+        if text:
+            raise SadlDataError(
+                f"{label} holds strings but the model's input {name!r} takes {dtype}; give numbers "
+                "(token ids), or make a TextVectorization or StringLookup layer the model's first layer"
+            )
+        return a if a.dtype == dtype else a.astype(dtype)
 
     def predictions(self, output: np.ndarray) -> np.ndarray:
         """Predicted classes (int64 argmax; threshold 0.5 for one sigmoid unit) or the raw output."""

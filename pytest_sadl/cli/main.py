@@ -78,15 +78,9 @@ class ProgressBar:
         if not final and now - self._last < 0.1:
             return
         self._last = now
-        elapsed = now - self._start
-        if total:
-            frac = min(1.0, done / total)
-            fill = int(round(frac * self.width))
-            bar = "#" * fill + "." * (self.width - fill)
-            eta = f" eta {elapsed / frac - elapsed:4.0f}s" if 0 < frac < 1 else ""
-            line = f"[{bar}] {done}/{total} inputs {frac:4.0%} {elapsed:5.1f}s{eta}"
-        else:
-            line = f"{done} inputs {elapsed:5.1f}s"
+        from pytest_sadl.plugin.status import bar_line  # the plugin's bar, stdlib only
+
+        line = bar_line(done, total, now - self._start, self.width)
         self.stream.write("\r" + line + "\x1b[K")
         self.stream.flush()
         self._drawn = True

@@ -109,9 +109,10 @@ class TestRecord:
 def input_digests(x: Any) -> np.ndarray | None:
     """A 64-bit digest of each input (row of ``x``): BLAKE2b of its shape and its values as
     C-ordered float32, so the same values match whether they arrive as float64, float32 or a
-    tensor. How ``sadl_labels(x, y)`` finds the recorded inputs its labels belong to, and how
-    the reports tell one input fed by several tests from several inputs. ``None`` when ``x``
-    is not a numeric array. Several inputs (a dict, by sorted name, or a list) digest each
+    tensor (raw text: each row's strings as UTF-8, ``str`` or ``bytes`` alike). How
+    ``sadl_labels(x, y)`` finds the recorded inputs its labels belong to, and how the reports
+    tell one input fed by several tests from several inputs. ``None`` when ``x`` is neither
+    a numeric array nor one of strings. Several inputs (a dict, by sorted name, or a list) digest each
     row across all of them."""
     if isinstance(x, (dict, list, tuple)):
         each = [input_digests(x[k]) for k in sorted(x)] if isinstance(x, dict) else [input_digests(p) for p in x]
@@ -124,7 +125,14 @@ def input_digests(x: Any) -> np.ndarray | None:
             dtype=np.uint64,
         )
     try:
-        arr = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
+        raw = np.asarray(x)
+    except Exception:
+        return None
+    text = _text_digests(raw) if raw.ndim and raw.dtype.kind in "USO" else None
+    if text is not None:
+        return text
+    try:
+        arr = np.ascontiguousarray(raw, dtype=np.float32)
     except Exception:
         return None
     if arr.ndim == 0:
@@ -135,6 +143,20 @@ def input_digests(x: Any) -> np.ndarray | None:
     for i, row in enumerate(rows):
         out[i] = int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8, key=shape[:64]).digest(), "little")
     return out
+
+
+def _text_digests(x: np.ndarray) -> np.ndarray | None:
+    """:func:`input_digests` of raw text (a text model's inputs): each row's strings as
+    UTF-8, so ``str`` from NumPy and ``bytes`` from a TensorFlow string tensor match;
+    ``None`` for objects that are not all strings."""
+    from pytest_sadl.capture.data import is_text, text_rows
+
+    if not is_text(x):
+        return None
+    return np.array(
+        [int.from_bytes(hashlib.blake2b(row, digest_size=8, key=b"text").digest(), "little") for row in text_rows(x)],
+        dtype=np.uint64,
+    )
 
 
 def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
@@ -348,7 +370,9 @@ class Recorder:
             raise RuntimeError("sadl_labels(x, y) is for tests marked @pytest.mark.sadl, while they run")
         digests = input_digests(x)
         if digests is None:
-            raise ValueError("sadl_labels(x, y): x must be a numeric array of the inputs (one row per input)")
+            raise ValueError(
+                "sadl_labels(x, y): x must be an array of the inputs, numbers or strings (one row per input)"
+            )
         labels = np.asarray(y)
         if labels.dtype.kind not in "biuf" or labels.ndim == 0 or labels.shape[0] != digests.shape[0]:
             raise ValueError(
@@ -399,7 +423,7 @@ class Recorder:
             return out
 
     @contextlib.contextmanager
-    def recording(self, record: TestRecord, model: Any) -> Iterator[None]:  # noqa: C901  complexity debt (issue 18): the wrapped entry points (predict, predict_on_batch, evaluate, test_on_batch, __call__) as methods of one wrapper object, not closures
+    def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
         """Wrap ``model``'s entry points while the block runs; restore them after."""
         tm = self.trace_model(model)
         if getattr(tm, "records", "keras") == "forward":  # a torch.nn.Module
@@ -407,102 +431,10 @@ class Recorder:
                 yield
             return
         original_cls = type(model)
-        recorder = self
-
-        def unrecorded(rec: TestRecord, why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
-            recorder._warn_unrecorded(rec, why)
-            with recorder._lock, recorder.paused():
-                return method(model, *args, **kwargs)
-
-        def predict(
-            x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any
-        ) -> Any:
-            rec = recorder.target()
-            plain = lambda: original_cls.predict(  # noqa: E731
-                model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **kw
-            )
-            if rec is not None and kw:
-                why = "model.predict() was called with arguments Keras' predict does not take"
-                return unrecorded(
-                    rec,
-                    why,
-                    original_cls.predict,
-                    x,
-                    batch_size=batch_size,
-                    verbose=verbose,
-                    steps=steps,
-                    callbacks=callbacks,
-                    **kw,
-                )
-            if rec is not None and _is_inputs(x) and steps is None and callbacks is None:
-                if not _finite(x):
-                    return unrecorded(
-                        rec,
-                        "model.predict() got non-finite values",
-                        original_cls.predict,
-                        x,
-                        batch_size=batch_size,
-                        verbose=verbose,
-                    )
-                return recorder._attempt(rec, x, plain, lambda: tm.call_and_trace(x, batch_size=batch_size or 32))
-            # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced
-            return recorder._loop(rec, tm, "predict", x, plain, original_cls)
-
-        def predict_on_batch(x: Any) -> Any:
-            rec = recorder.target()
-            if rec is not None and (not _is_inputs(x) or not _finite(x)):
-                return unrecorded(
-                    rec,
-                    "model.predict_on_batch() got a non-array or non-finite input",
-                    original_cls.predict_on_batch,
-                    x,
-                )
-            return recorder._attempt(
-                rec, x, lambda: original_cls.predict_on_batch(model, x), lambda: tm.call_and_trace(x)
-            )
-
-        def evaluate(
-            x: Any = None,
-            y: Any = None,
-            batch_size: Any = None,
-            verbose: Any = "auto",
-            sample_weight: Any = None,
-            steps: Any = None,
-            callbacks: Any = None,
-            return_dict: bool = False,
-            **kw: Any,
-        ) -> Any:
-            rec = recorder.target()
-            plain = lambda: original_cls.evaluate(  # noqa: E731
-                model,
-                x,
-                y,
-                batch_size=batch_size,
-                verbose=verbose,
-                sample_weight=sample_weight,
-                steps=steps,
-                callbacks=callbacks,
-                return_dict=return_dict,
-                **kw,
-            )
-            if kw or not getattr(model, "compiled", False):  # fit()'s validation pass; or Keras' own error
-                rec = None
-            return recorder._loop(rec, tm, "test", x, plain, original_cls)
-
-        def test_on_batch(x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False) -> Any:
-            rec = recorder.target()
-            plain = lambda: original_cls.test_on_batch(  # noqa: E731
-                model, x, y, sample_weight=sample_weight, return_dict=return_dict
-            )
-            if not getattr(model, "compiled", False):
-                rec = None
-            return recorder._loop(rec, tm, "test", x, plain, original_cls)
+        entry = _EntryPoints(self, model, tm, original_cls)
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            rec = recorder.target() if self is model else None
-            if rec is None:
-                return original_cls.__call__(self, *args, **kwargs)
-            return recorder._call(rec, tm, original_cls, self, args, kwargs)
+            return entry.call(self, *args, **kwargs)
 
         # The same name, qualname and module as the model's class, so that Keras serialises
         # (model.save) and prints it as before; only __call__ differs, and the steps and
@@ -520,21 +452,15 @@ class Recorder:
             },
         )
         self.current = record
-        wrapped = {
-            "predict": predict,
-            "predict_on_batch": predict_on_batch,
-            "evaluate": evaluate,
-            "test_on_batch": test_on_batch,
-        }
-        for name, method in wrapped.items():
-            object.__setattr__(model, name, method)
+        for name in _EntryPoints.METHODS:
+            object.__setattr__(model, name, getattr(entry, name))
         object.__setattr__(model, "__class__", recorded_cls)
         try:
             yield
         finally:
             with self._lock:  # a call another thread is still making finishes first
                 object.__setattr__(model, "__class__", original_cls)
-                for name in wrapped:
+                for name in _EntryPoints.METHODS:
                     with contextlib.suppress(AttributeError):
                         object.__delattr__(model, name)
                 self.current = None
@@ -820,6 +746,95 @@ class Recorder:
                     mine.stale |= rec.stale
 
 
+class _EntryPoints:
+    """The recorded entry points of one Keras model while :meth:`Recorder.recording` runs:
+    ``predict``, ``predict_on_batch``, ``evaluate`` and ``test_on_batch`` are set on the
+    model instance as this object's bound methods, ``__call__`` on the recorded class
+    calls :meth:`call`. Each takes Keras' own signature and returns what Keras returns."""
+
+    METHODS = ("predict", "predict_on_batch", "evaluate", "test_on_batch")
+
+    def __init__(self, recorder: Recorder, model: Any, tm: Any, original_cls: type) -> None:
+        self.recorder, self.model, self.tm = recorder, model, tm
+        self.cls: Any = original_cls  # the model's own class: its methods are the plain calls
+
+    def _unrecorded(self, rec: TestRecord, why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """The model's own ``method``, unrecorded, with a warning naming ``why``."""
+        self.recorder._warn_unrecorded(rec, why)
+        with self.recorder._lock, self.recorder.paused():
+            return method(self.model, *args, **kwargs)
+
+    def predict(
+        self, x: Any, batch_size: Any = None, verbose: Any = "auto", steps: Any = None, callbacks: Any = None, **kw: Any
+    ) -> Any:
+        rec = self.recorder.target()
+        model, own = self.model, self.cls.predict
+        args = {"batch_size": batch_size, "verbose": verbose, "steps": steps, "callbacks": callbacks, **kw}
+        if rec is not None and kw:
+            why = "model.predict() was called with arguments Keras' predict does not take"
+            return self._unrecorded(rec, why, own, x, **args)
+        if rec is not None and _is_inputs(x) and steps is None and callbacks is None and not _numpy_text(x):
+            if not _finite(x):
+                return self._unrecorded(rec, "model.predict() got non-finite values", own, x, **args)
+            return self.recorder._attempt(
+                rec, x, lambda: own(model, x, **args), lambda: self.tm.call_and_trace(x, batch_size=batch_size or 32)
+            )
+        # a dataset, generator or PyDataset, steps= or callbacks: Keras' own loop, traced;
+        # NumPy str/bytes arrays too, which Keras' predict refuses ("Invalid dtype: str288")
+        return self.recorder._loop(rec, self.tm, "predict", x, lambda: own(model, x, **args), self.cls)
+
+    def predict_on_batch(self, x: Any) -> Any:
+        rec = self.recorder.target()
+        own = self.cls.predict_on_batch
+        if rec is not None and (not _is_inputs(x) or not _finite(x)):
+            return self._unrecorded(rec, "model.predict_on_batch() got a non-array or non-finite input", own, x)
+        return self.recorder._attempt(rec, x, lambda: own(self.model, x), lambda: self.tm.call_and_trace(x))
+
+    def evaluate(
+        self,
+        x: Any = None,
+        y: Any = None,
+        batch_size: Any = None,
+        verbose: Any = "auto",
+        sample_weight: Any = None,
+        steps: Any = None,
+        callbacks: Any = None,
+        return_dict: bool = False,
+        **kw: Any,
+    ) -> Any:
+        rec = self.recorder.target()
+        args = {
+            "batch_size": batch_size,
+            "verbose": verbose,
+            "sample_weight": sample_weight,
+            "steps": steps,
+            "callbacks": callbacks,
+            "return_dict": return_dict,
+            **kw,
+        }
+        if kw or not getattr(self.model, "compiled", False):  # fit()'s validation pass; or Keras' own error
+            rec = None
+        plain = lambda: self.cls.evaluate(self.model, x, y, **args)  # noqa: E731
+        return self.recorder._loop(rec, self.tm, "test", x, plain, self.cls)
+
+    def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False) -> Any:
+        rec = self.recorder.target()
+        plain = lambda: self.cls.test_on_batch(  # noqa: E731
+            self.model, x, y, sample_weight=sample_weight, return_dict=return_dict
+        )
+        if not getattr(self.model, "compiled", False):
+            rec = None
+        return self.recorder._loop(rec, self.tm, "test", x, plain, self.cls)
+
+    def call(self, instance: Any, *args: Any, **kwargs: Any) -> Any:
+        """``instance(*args, **kwargs)``: the recorded class's ``__call__`` (``instance`` is
+        the model, or an object of a subclass Keras made of it: those are not recorded)."""
+        rec = self.recorder.target() if instance is self.model else None
+        if rec is None:
+            return self.cls.__call__(instance, *args, **kwargs)
+        return self.recorder._call(rec, self.tm, self.cls, instance, args, kwargs)
+
+
 def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: list[str]) -> np.ndarray | None:
     """The labels ``(n, k)`` float64 of ``n`` inputs from the targets ``y`` a test gave Keras
     (``evaluate(x, y)``, a dataset's ``(x, y)``): class ids for a classifier (one-hot or
@@ -881,6 +896,12 @@ def _finite(x: Any) -> bool:
         if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
             return False
     return True
+
+
+def _numpy_text(x: Any) -> bool:
+    """NumPy arrays of a ``str``/``bytes`` dtype among the inputs (``model(x)`` takes them,
+    Keras' ``predict`` does not: its own loop must answer)."""
+    return any(isinstance(p, np.ndarray) and p.dtype.kind in "US" for p in _parts(x))
 
 
 def _is_array_like(x: Any) -> bool:

@@ -1,182 +1,389 @@
-"""The session's work outside the hooks: the results, the comparison, the reports, the exit status.
+"""The session objects: a serial run, a pytest-xdist controller, a pytest-xdist worker.
 
-:mod:`pytest_sadl.plugin.hooks` keeps the hooks and the per-session state (``SadlState``); the
-hooks call these functions. What travels from pytest-xdist workers to the controller, and
-how, is :mod:`pytest_sadl.plugin.transport`.
+:func:`pytest_sadl.plugin.hooks.pytest_configure` chooses one, once, and registers it as a
+pytest plugin only when ``--sadl-coverage`` is on (as pytest's junitxml and pytest-cov
+do): without it none of these hooks exist. Each holds its own state; what they share is
+:class:`RecordingSession` (which test fed which inputs):
 
-The end (:func:`finish`): the results are computed once; each report is written on its
-own, and one that cannot be written is a one-line error naming its path, never the loss
-of the others or of the terminal table; the exit status then says so
-(:data:`REPORT_ERROR_EXIT`).
+* :class:`SerialSession`: records, and at its end computes the results, writes the
+  reports and decides the exit status (:class:`~pytest_sadl.plugin.outcome.Outcome`);
+* :class:`ControllerSession`: a serial session that records nothing itself but hears the
+  workers (:mod:`pytest_sadl.plugin.transport`);
+* :class:`WorkerSession`: records, and sends what it recorded to the controller.
 """
 
 from __future__ import annotations
 
 import contextlib
-import warnings
+import shutil
+import socket
+import tempfile
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from pytest_sadl.plugin import finish as ending
 from pytest_sadl.plugin import transport
+from pytest_sadl.plugin.options import SadlOptions
+from pytest_sadl.plugin.outcome import Outcome
+from pytest_sadl.plugin.sources import Sources
+from pytest_sadl.plugin.status import short_path
 
-if TYPE_CHECKING:
-    from pytest_sadl.plugin.hooks import SadlState
-    from pytest_sadl.plugin.options import Report
-
-#: The exit status of a run whose tests and thresholds passed (or failed) but one of whose
-#: reports could not be written: pytest's usage error, as for any other path the command
-#: line gives that cannot be used. Interrupted, internal-error and no-tests runs keep theirs.
-REPORT_ERROR_EXIT = pytest.ExitCode.USAGE_ERROR
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
-    else:
-        text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split())
+_RECORD = pytest.StashKey[tuple[Any, Any]]()  # (the TestRecord, the model)
+_ATTEMPT = pytest.StashKey[int]()  # how many times this item's setup has begun (reruns)
+DEFAULT_GROUP = "default"
+#: The width the plugin's own lines keep to (the header, status lines), as the summary does.
+LINE_WIDTH = 80
 
 
-def write_report(report: Report, data: dict[str, Any], comparison: Any) -> Path:
-    """Write one report; return the file a user opens. Every kind goes through the one
-    atomic writer of :mod:`pytest_sadl.report._load` (via its module)."""
-    assert report.path is not None
-    if report.kind == "json":
-        from pytest_sadl.results import write_json
-
-        return write_json(data, report.path)
-    if report.kind == "html":
-        from pytest_sadl.report.html import write_html
-
-        return write_html(data, report.path, comparison=comparison)
-    if report.kind == "markdown":
-        from pytest_sadl.report.markdown import write_markdown
-
-        return write_markdown(data, report.path, comparison=comparison)
-    if report.kind == "badge":
-        from pytest_sadl.report.badge import write_badges
-
-        return write_badges(data, report.path)
-    raise ValueError(f"unknown report kind {report.kind!r}")  # config.py refuses it first
-
-
-def write_reports(state: SadlState) -> None:
-    """Every file report, each on its own: ``state.written`` and ``state.report_errors``."""
-    for report in state.options.reports:
-        if report.path is None:
-            continue
-        try:
-            target = write_report(report, state.data, state.comparison)  # type: ignore[arg-type]
-        except Exception as exc:  # a full disk, a bad path, a renderer's bug: this report only
-            state.report_errors.append(
-                f"pytest-sadl: could not write the {report.kind} report to {report.path}: {_one_line(exc)}"
-            )
-        else:
-            state.written.append(f"sadl: {report.kind} report written to {target}")
-
-
-def interrupted_message(state: SadlState) -> str:
-    """The one line for a Ctrl-C while the results were computed or the reports written.
-    Each report file is whole or absent (the atomic writer removes its temporary file on
-    any exception, an interrupt too), so the line says which are which."""
-    files = [r for r in state.options.reports if r.path is not None]
-    done = len(state.written) + len(state.report_errors) if state.data is not None else 0
-    left = ", ".join(f"{r.kind}:{r.path}" for r in files[done:])
-    while_ = "writing the reports" if state.data is not None else "computing the results"
-    parts = [f"pytest-sadl: interrupted (Ctrl-C) while {while_}"]
-    if state.written:
-        parts.append("written: " + ", ".join(line.rpartition(" written to ")[2] for line in state.written))
-    if left:
-        parts.append(f"not written: {left}")
-    return "; ".join(parts)
-
-
-def model_info(state: SadlState, profile: Any) -> dict[str, Any]:
-    """What the results say about the model, from the profile the metrics used."""
-    from_fixture = state.model_from_fixture or state.model_seen not in (None, state._model)
-    return {
-        "name": profile.model_name,
-        "source": "fixture" if from_fixture else state.options.model,
-        "fingerprint": profile.model_fingerprint,
-        "profile_fingerprint": profile.fingerprint,
-        "classifier": profile.classifier,
-        "n_classes": profile.n_classes,
-        "input_shape": list(profile.input_shape),
-        "n_train": profile.n_train,
-        "sa_layers": list(profile.sa_layers),
-        "coverage_layers": list(profile.coverage_layers),
-    }
-
-
-def compare_with_baseline(state: SadlState) -> None:
-    """The comparison with ``--sadl-compare`` (checked when the run started). A baseline
-    that became unreadable since is a one-line warning and, with ``--sadl-compare-fail``,
-    a failure: a gate that cannot be checked does not pass."""
-    from pytest_sadl.errors import ResultsFileError
-    from pytest_sadl.report.compare import compare, compare_failures
-    from pytest_sadl.resultsfile import load_results
-
+@contextlib.contextmanager
+def backend_errors() -> Iterator[None]:
+    """Keras, TensorFlow or JAX missing or broken, wherever the plugin first needs them:
+    a usage error in one line saying what to install (``capture.backend.backend_error``)."""
     try:
-        state.comparison = compare(state.data, load_results(state.options.compare))  # type: ignore[arg-type]
-    except Exception as exc:  # never lose the reports for it
-        reason = str(exc) if isinstance(exc, ResultsFileError) else _one_line(exc)
-        message = f"pytest-sadl: cannot compare with the baseline: {reason}"
-        state.warnings_after.append(message)
-        if state.options.compare_fail:
-            state.comparison_failures.append(f"--sadl-compare-fail cannot be checked: {message}")
-        return
-    state.comparison_failures = compare_failures(state.comparison, state.options.compare_fail)
+        yield
+    except pytest.UsageError:
+        raise
+    except Exception as exc:
+        from pytest_sadl.capture.backend import backend_error
+
+        err = backend_error(exc)
+        if err is None:
+            raise
+        raise pytest.UsageError(f"pytest-sadl: {err}") from None
 
 
-def finish(state: SadlState) -> None:
-    """Controller or serial run: the results, the comparison, the reports."""
-    from pytest_sadl.engine import ProfileView, compute
-    from pytest_sadl.errors import SadlWarning
-
-    records = list(state.recorder.records.values())
-    for rec in records:
-        rec.index = state.order.get(rec.nodeid, rec.index)
-    missing = state.arrivals.missing()
-    first = transport.missing_warning(missing, state.arrivals.workers_down)
-    profile = state.resolve_profile()
-    messages = list(dict.fromkeys(([first] if first else []) + state.warnings + state.recorder.messages))
-    with warnings.catch_warnings(record=True) as caught:  # e.g. kept DSA distances that cannot be used
-        warnings.simplefilter("always")
-        view = ProfileView.of(profile, state.options.metrics, state.options)
-    for w in caught:  # the engine's own warnings become lines of the report; others pass on
-        if issubclass(w.category, SadlWarning):
-            messages.append(str(w.message))
+def header_lines(parts: list[str], width: int = LINE_WIDTH) -> list[str]:
+    """``sadl: a; b; ...`` in as few lines of at most ``width`` columns as the parts allow."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += "; " + part
         else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    state.results = compute(view, records, state.options, model_info(state, profile), messages)
-    keep_dsa_distances(profile)
-    state.results.missing = missing
-    state.data = state.results.to_dict()
-    if state.options.compare is not None:
-        compare_with_baseline(state)
-        if state.warnings_after:
-            state.data["outcome"]["warnings"].extend(state.warnings_after)
-    write_reports(state)
+            lines.append("sadl: " + part)
+    return lines
 
 
-def keep_dsa_distances(profile: Any) -> None:
-    """Store the DSA distances this session computed in the profile, for the next one.
-    A cache that cannot be written (read-only in CI) changes nothing but the next run's
-    time, so it is not an error."""
-    with contextlib.suppress(OSError):
-        profile.keep_dsa_distances()
+def marker(item: pytest.Item) -> pytest.Mark | None:
+    return item.get_closest_marker("sadl")
 
 
-def exit_status(state: SadlState, current: int) -> int:
-    """The session's exit status after measuring: a missed threshold, a broken comparison
-    gate or a failure to compute fails a passing run; a report that could not be written
-    makes a passing or failing run :data:`REPORT_ERROR_EXIT`."""
-    failed = state.error or (state.results is not None and not state.results.passed) or state.comparison_failures
-    status = current
-    if failed and status == pytest.ExitCode.OK:
-        status = pytest.ExitCode.TESTS_FAILED
-    if state.report_errors and status in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        status = REPORT_ERROR_EXIT
-    return status
+def group_of(mark: pytest.Mark | None) -> str:
+    if mark is None:
+        return DEFAULT_GROUP
+    return str(mark.kwargs.get("group", mark.args[0] if mark.args else DEFAULT_GROUP))
+
+
+def may_record(item: pytest.Item) -> bool:
+    """Whether a test may record inputs: marked, or using ``sadl_record``."""
+    return marker(item) is not None or "sadl_record" in getattr(item, "fixturenames", ())
+
+
+class RecordingSession:
+    """What every process measuring with ``--sadl-coverage`` does: which test fed which inputs."""
+
+    def __init__(self, config: pytest.Config, options: SadlOptions, sources: Sources, outcome: Outcome) -> None:
+        self.config = config
+        self.options = options
+        self.sources = sources
+        self.outcome = outcome
+        self.recorder = sources.recorder
+        self.order: dict[str, int] = {}
+
+    def stop(self, exc: pytest.UsageError) -> None:
+        """A usage error of a project fixture's model or data ends the run (exit status 4)."""
+        self.outcome.stop(exc)
+
+    # -- per test ---------------------------------------------------------------
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.order = {item.nodeid: i for i, item in enumerate(items)}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A test run again (pytest-rerunfailures) starts a new record: only the last attempt's
+        inputs and outcome count, serially and under pytest-xdist alike (the controller keeps
+        the record of the highest attempt, see ``Recorder.merge``)."""
+        attempt = item.stash.get(_ATTEMPT, 0) + 1
+        item.stash[_ATTEMPT] = attempt
+        if attempt > 1 and _RECORD in item.stash:
+            del item.stash[_RECORD]  # made again, as attempt `attempt`, on first need
+
+    def check_fixture_model(self, model: Any) -> None:
+        """A model (or data) from a project's fixture that cannot be traced ends the run as a
+        usage error (exit code 4, one line) before any marked test runs against it, as a
+        configured one does at the session's start: the layers resolve, and the profile is
+        built (or loaded) now when the training data is known."""
+        try:
+            with backend_errors():
+                self.recorder.trace_model(model)
+                self.recorder.bind(model)  # before its profile is made from it
+                if self.sources.train_seen is not None:
+                    self.sources.load_profile(model, self.sources.train_seen)
+        except pytest.UsageError as exc:
+            self.outcome.stop(exc)
+
+    def entry(self, request: pytest.FixtureRequest) -> tuple[Any, Any]:
+        """(record, model) of the current test, made on first need."""
+        item: pytest.Item = request.node
+        found = item.stash.get(_RECORD, None)
+        if found is not None:
+            return found
+        try:
+            model = request.getfixturevalue("sadl_model")
+        except pytest.UsageError as exc:  # no model configured, or it cannot be loaded
+            self.stop(exc)
+            raise
+        sources = self.sources
+        sources.model_seen = model
+        if sources.train_seen is None:  # the configured data, or a project's own sadl_train
+            with contextlib.suppress(pytest.UsageError):  # neither: reported when needed
+                sources.train_seen = request.getfixturevalue("sadl_train")
+        if not sources.is_configured(model):
+            self.check_fixture_model(model)
+        index = self.order.get(item.nodeid, len(self.order))
+        attempt = item.stash.get(_ATTEMPT, 1)
+        record = self.recorder.record_for(item.nodeid, index, group_of(marker(item)), attempt)
+        item.stash[_RECORD] = (record, model)
+        return record, model
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        found = item.stash.get(_RECORD, None)
+        if found is None:
+            yield
+            return
+        record, model = found
+        with self.recorder.recording(record, model):
+            yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        result: Any = yield
+        report: pytest.TestReport = result.get_result()
+        rec = self.recorder.records.get(item.nodeid)
+        found = item.stash.get(_RECORD, None)
+        if call.when == "call" and found is not None and found[0] is rec:
+            self.recorder.check_model(found[1], rec)  # the model changed (fit, set_weights)?
+        if rec is not None:
+            if report.failed:
+                rec.outcome = "failed" if report.when == "call" else "error"
+            elif report.skipped and rec.outcome == "passed" and report.when != "teardown":
+                rec.outcome = "skipped"
+        self.reported(item, report)
+
+    def reported(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """A test's report is made (a worker sends its records with it)."""
+
+
+class SerialSession(RecordingSession):
+    """A run in one process (or a pytest-xdist controller): measures, reports, decides."""
+
+    def __init__(self, config: pytest.Config, options: SadlOptions, sources: Sources, outcome: Outcome) -> None:
+        super().__init__(config, options, sources, outcome)
+        self.arrivals = transport.Arrivals()  # what workers sent (none in a serial run)
+        self.ending = ending.Ending()
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        o = self.options
+        reports = ", ".join(r.kind + (f":{r.path}" if r.path else "") for r in o.reports)
+        parts = [
+            f"model={o.model or 'fixture sadl_model'}",
+            f"train={o.train or 'fixture sadl_train'}",
+            f"SA layers={','.join(map(str, o.sa_layers)) if o.sa_layers else 'last hidden'}",
+            f"reports={reports}",
+        ]
+        if o.fail_under:
+            parts.append("fail-under=" + ",".join(f"{k}:{v:g}" for k, v in o.fail_under.items()))
+        held = [] if self.sources.status is None else self.sources.status.header()
+        return header_lines([short_path(p, config.rootpath) for p in parts]) + held
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Validate the model, its layers and the training data before any test runs, and warm
+        the profile cache (pytest-xdist workers then load it instead of building it)."""
+        if session.config.option.collectonly or self.options.model is None:
+            return  # a model from a project fixture is checked when first used
+        try:
+            with backend_errors():
+                model = self.sources.model()
+                if self.options.train is None:
+                    self.recorder.trace_model(model)  # resolves (and checks) the layers
+                    return
+                self.sources.load_profile(model, self.sources.train())
+        except BaseException:  # the run ends here: what was done so far, before the error
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self.sources.status is not None:
+            self.sources.status.release()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """The status lines no header took (``-q``), before the first test."""
+        self._release()
+
+    def measures(self, session: pytest.Session, exitstatus: int) -> bool:
+        """Whether this session's end computes results (not for --collect-only or Ctrl-C)."""
+        return (
+            not session.config.option.collectonly
+            and exitstatus != pytest.ExitCode.INTERRUPTED
+            and not self.outcome.fatal
+        )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self.measures(session, exitstatus):
+            return
+        outcome = self.outcome
+        try:
+            with backend_errors():
+                ending.finish(
+                    self.options, self.sources, self.recorder, self.order, self.arrivals, outcome, self.ending
+                )
+        except KeyboardInterrupt:  # Ctrl-C at the end: as pytest ends an interrupt, no traceback
+            outcome.interrupt(ending.interrupted_message(self.options, self.ending, outcome))
+        except pytest.UsageError as exc:
+            outcome.fail(str(exc))
+        except Exception as exc:  # never take pytest (and the plugins after this hook) down
+            outcome.fail(
+                f"pytest-sadl: could not compute the results: {type(exc).__name__}: {exc}", traceback.format_exc()
+            )
+        session.exitstatus = outcome.exit_status(session.exitstatus, self.ending.results)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        tr, outcome, end = terminalreporter, self.outcome, self.ending
+        if outcome.error:
+            tr.section("pytest-sadl", sep="-", red=True)
+            if outcome.error_detail and config.option.verbose > 0:
+                tr.write(outcome.error_detail)
+            tr.write_line(outcome.error, red=True)
+            return
+        if end.results is None or end.data is None:
+            return
+        kinds = {r.kind for r in self.options.reports}
+        if kinds & {"term", "term-verbose"}:
+            from pytest_sadl.report.terminal import write_terminal
+
+            write_terminal(
+                end.data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=end.comparison
+            )
+        elif end.results.missing:  # no table asked for, but an incomplete run is never silent
+            tr.write_line(end.results.warnings[0], yellow=True)
+        for line in outcome.written:
+            tr.write_line(line)
+        for line in outcome.failure_lines(end.results):
+            tr.write_line(line, red=True, bold=True)
+
+
+class ControllerSession(SerialSession):
+    """A pytest-xdist controller: runs no test, hears the workers, measures at the end."""
+
+    def __init__(self, config: pytest.Config, options: SadlOptions, sources: Sources, outcome: Outcome) -> None:
+        super().__init__(config, options, sources, outcome)
+        self.spool: Path | None = None  # where collocated workers put each test's records
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Tell each worker where to put its records (see :mod:`~pytest_sadl.plugin.transport`)."""
+        if self.spool is None:
+            self.spool = Path(tempfile.mkdtemp(prefix="pytest-sadl-spool-"))
+        node.workerinput[transport.SPOOL_KEY] = str(self.spool)
+        node.workerinput[transport.HOST_KEY] = socket.gethostname()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        payload = transport.note(self.arrivals, report)
+        if payload is None:
+            return
+        try:
+            records = transport.read_reference(payload, self.spool)
+        except (ValueError, OSError) as exc:
+            self.outcome.warnings.append(f"pytest-sadl: {exc}")
+            return
+        if records is not None:  # None: they come at the worker's end
+            self.recorder.merge(records)  # none for a test skipped before it recorded
+            self.arrivals.received.add(report.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """A worker ended; take what it sent at its end (``workeroutput``)."""
+        try:
+            end = transport.node_down(self.arrivals, node, error)
+            records = [] if end is None else transport.unpack(end.records)
+        except ValueError as exc:
+            self.outcome.warnings.append(f"pytest-sadl: {exc}")
+            return
+        if end is None:
+            return
+        self.recorder.merge(records)
+        self.arrivals.received.update(r.nodeid for r in records)
+        if end.profile:
+            self.sources.worker_profiles.append(end.profile)
+        self.sources.model_from_fixture |= end.model_from_fixture
+        for warning in end.warnings:
+            self.outcome.warn(warning)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.spool is not None:
+            shutil.rmtree(self.spool, ignore_errors=True)
+
+
+class WorkerSession(RecordingSession):
+    """A pytest-xdist worker: records, and sends its records to the controller."""
+
+    def __init__(self, config: pytest.Config, options: SadlOptions, sources: Sources, outcome: Outcome) -> None:
+        super().__init__(config, options, sources, outcome)
+        workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+        self.spool = transport.spool_for(workerinput, str(workerinput.get("workerid", "gw")))
+        self.pending: list[Any] = []  # records to send at the end (no spool, or it failed)
+        self.sent = 0
+
+    def stop(self, exc: pytest.UsageError) -> None:
+        """pytest.exit in a pytest-xdist worker is the controller's INTERNALERROR: the test
+        errors with the usage error instead."""
+
+    def reported(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        # The controller learns that a test may record as it starts, and gets its records
+        # (or where they are) as it ends; a test skipped before recording sends none.
+        recording = may_record(item)
+        if report.when == "setup" and recording:
+            report.sadl_marked = True  # type: ignore[attr-defined]
+        elif report.when == "teardown" and (recording or item.nodeid in self.recorder.records):
+            rec = self.recorder.records.pop(item.nodeid, None)
+            report.sadl_record = self.reference([] if rec is None else [rec])  # type: ignore[attr-defined]
+
+    def reference(self, records: list[Any]) -> dict[str, Any]:
+        self.sent += 1
+        spool = self.spool
+        if spool is not None and records:
+            try:
+                spool.mkdir(exist_ok=True)
+                return transport.reference(self.recorder, records, spool, self.sent)
+            except OSError:  # a full or vanished temporary folder: send them at the end
+                self.spool = None
+        self.pending.extend(records)
+        return transport.reference(self.recorder, records, None, self.sent)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if session.config.option.collectonly or exitstatus == pytest.ExitCode.INTERRUPTED or self.outcome.fatal:
+            return
+        sources = self.sources
+        profile = None
+        try:
+            # Only the workers have a project fixture's model (or data): they build the profile
+            # (once, under the cache's lock) and say where it is.
+            profile = sources.worker_profile()
+        finally:  # the records no test report referred to a file for, and those made outside a test
+            seen = sources.model_seen
+            self.config.workeroutput["sadl"] = transport.worker_end(  # type: ignore[attr-defined]
+                self.recorder,
+                self.pending + list(self.recorder.records.values()),
+                list(self.recorder.messages),
+                profile,
+                seen is not None and not sources.is_configured(seen),
+            )

@@ -1,30 +1,56 @@
 """The pytest-xdist transport of the recordings, and what the controller heard.
 
-pytest-xdist transport (versioned, no pickles). A worker attaches each test's record to
-that test's *teardown report* (``report.sadl_record``, :func:`pack`); pytest serialises
-a report's attributes (``pytest_report_to_serializable``) and pytest-xdist sends the
-report to the controller as soon as the test ends, so a worker that crashes loses only
-the inputs of the test it was running. A test that may record says so in its *setup*
-report (``report.sadl_marked``); the controller (:class:`Arrivals`) can then name every
-test whose inputs never arrived, and why (pytest-xdist reports the test a worker
-crashed in with ``when="???"``). What a worker holds at its end (records made outside a
-test, warnings, the profile it built for a project fixture's model) still goes through
-``workeroutput``, as pytest-cov sends its data.
+Versioned, no pickles, and never MBs on a test report. The controller names a spool
+folder in each worker's ``workerinput`` (``pytest_configure_node``, with its host name).
+A worker on the same machine (*collocated*, as pytest-cov says) writes each test's
+records to a file of its own there as the test ends (atomically), and the test's
+*teardown report* carries only a small reference to it (``report.sadl_record``,
+:func:`reference`: a few hundred bytes, so ``--report-log``, junitxml and the terminal's
+kept reports stay small); the controller reads the file when the report arrives and
+removes it, so a worker that crashes loses only the inputs of the test it was running.
+A worker elsewhere (``--tx ssh=...``) keeps its records and sends them once, at its end,
+in ``workeroutput`` (:func:`worker_end`), as pytest-cov sends its data; its reports say
+how many records are to come. The end payload also carries the records made outside a
+test, the warnings and the profile a worker built for a project fixture's model.
+
+A test that may record says so in its *setup* report (``report.sadl_marked``); the
+controller (:class:`Arrivals`) can then name every test whose inputs never arrived, and
+why (pytest-xdist reports the test a worker crashed in with ``when="???"``).
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_sadl.plugin.hooks import SadlState
     from pytest_sadl.plugin.recorder import Recorder, TestRecord
 
 TRANSPORT = "pytest-sadl/records"
-TRANSPORT_VERSION = 2  # 2: a record says whether it is stale (the model changed before it)
+#: 2: a record says whether it is stale (the model changed before it);
+#: 3: reports carry a reference (a spool file, or records to come at the worker's end),
+#: the records themselves go through a file or once at the worker's end.
+TRANSPORT_VERSION = 3
 MISSING_SHOWN = 5  # test ids named in the warning line; the results list all of them
+SPOOL_KEY, HOST_KEY = "sadl_spool", "sadl_host"  # what the controller puts in workerinput
+
+
+def _check(payload: Any) -> dict[str, Any]:
+    if (
+        not isinstance(payload, dict)
+        or payload.get("format") != TRANSPORT
+        or payload.get("version") != TRANSPORT_VERSION
+    ):
+        seen = payload.get("version") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(
+            f"a worker sent records in an unknown format ({seen!r}; this controller reads "
+            f"{TRANSPORT} version {TRANSPORT_VERSION}): run one pytest-sadl version everywhere"
+        )
+    return payload
 
 
 def pack(recorder: Recorder, records: list[TestRecord]) -> dict[str, Any]:
@@ -36,19 +62,61 @@ def pack(recorder: Recorder, records: list[TestRecord]) -> dict[str, Any]:
 def unpack(payload: Any) -> list[TestRecord]:
     """The records of a :func:`pack` payload; ``ValueError`` for another format or version
     (a worker running another pytest-sadl)."""
-    if (
-        not isinstance(payload, dict)
-        or payload.get("format") != TRANSPORT
-        or payload.get("version") != TRANSPORT_VERSION
-    ):
-        seen = payload.get("version") if isinstance(payload, dict) else type(payload).__name__
-        raise ValueError(
-            f"a worker sent records in an unknown format ({seen!r}; this controller reads "
-            f"{TRANSPORT} version {TRANSPORT_VERSION}): run one pytest-sadl version everywhere"
-        )
     from pytest_sadl.plugin.recorder import Recorder
 
-    return Recorder.records_from_bytes(base64.b64decode(payload["npz"]))
+    return Recorder.records_from_bytes(base64.b64decode(_check(payload)["npz"]))
+
+
+def spool_for(workerinput: dict[str, Any], worker: str) -> Path | None:
+    """A worker: its spool folder when it runs on the controller's machine, else None."""
+    spool, host = workerinput.get(SPOOL_KEY), workerinput.get(HOST_KEY)
+    if not spool or host != socket.gethostname() or not os.path.isdir(spool):
+        return None
+    return Path(spool) / worker
+
+
+def reference(recorder: Recorder, records: list[TestRecord], spool: Path | None, seq: int) -> dict[str, Any]:
+    """A worker, at a test's end: the small payload its teardown report carries. With a
+    spool, the records are written to a file of their own first (atomically)."""
+    ref: dict[str, Any] = {"format": TRANSPORT, "version": TRANSPORT_VERSION, "records": len(records)}
+    if records and spool is not None:
+        from pytest_sadl.atomic import atomic_write_bytes
+
+        name = f"{seq:06d}.npz"
+        atomic_write_bytes(spool / name, recorder.to_bytes(records))
+        ref["file"] = f"{spool.name}/{name}"
+    elif records:
+        ref["at_end"] = True
+    return ref
+
+
+def read_reference(payload: Any, spool: Path | None) -> list[TestRecord] | None:
+    """Controller: the records a teardown report's reference points to (the file is removed);
+    None when they come at the worker's end. ``ValueError`` for another format or version,
+    ``OSError`` for a file that cannot be read."""
+    ref = _check(payload)
+    if "file" not in ref:
+        return None if ref.get("at_end") else []
+    if spool is None or "/" not in ref["file"] or ".." in ref["file"]:
+        raise ValueError(f"a worker referred to records in {ref['file']!r}, outside this controller's spool")
+    path = spool / ref["file"]
+    from pytest_sadl.plugin.recorder import Recorder
+
+    records = Recorder.records_from_bytes(path.read_bytes())
+    path.unlink()
+    return records
+
+
+def worker_end(
+    recorder: Recorder, records: list[TestRecord], warnings: list[str], profile: str | None, from_fixture: bool
+) -> dict[str, Any]:
+    """A worker, at its end: everything it sends in ``workeroutput["sadl"]``, one versioned structure."""
+    return {
+        **pack(recorder, records),
+        "warnings": list(warnings),
+        "profile": profile,
+        "model_from_fixture": from_fixture,
+    }
 
 
 @dataclass
@@ -82,42 +150,42 @@ def worker_id(report: Any) -> str:
     return str(getattr(getattr(node, "gateway", None), "id", None) or getattr(report, "worker_id", None) or "a worker")
 
 
-def arrived(state: SadlState, report: Any) -> None:
-    """Controller: take what a worker's test report carries (``pytest_runtest_logreport``)."""
-    arrivals: Arrivals = state.arrivals
+@dataclass
+class WorkerEnd:
+    """What a worker sent at its end (``workeroutput``)."""
+
+    records: Any  # a :func:`pack` payload
+    warnings: list[str]
+    profile: str | None  # the profile file it built for a project fixture's model
+    model_from_fixture: bool
+
+
+def note(arrivals: Arrivals, report: Any) -> Any:
+    """Controller (``pytest_runtest_logreport``): note what a worker's test report says, and
+    return the records payload it carries (None when it carries none)."""
     if getattr(report, "sadl_marked", False):
         arrivals.started[report.nodeid] = worker_id(report)
     if report.when == "???":  # pytest-xdist: the worker crashed while running this test
         arrivals.crashed_in[report.nodeid] = worker_id(report)
-    payload = getattr(report, "sadl_record", None)
-    if payload is None:
-        return
-    try:
-        state.recorder.merge(unpack(payload))  # none for a test skipped before it recorded
-    except ValueError as exc:
-        state.warnings.append(f"pytest-sadl: {exc}")
-        return
-    arrivals.received.add(report.nodeid)
+    return getattr(report, "sadl_record", None)
 
 
-def node_down(state: SadlState, node: Any, error: Any) -> None:
-    """Controller: a worker ended (``pytest_testnodedown``); take what it sent at its end."""
+def node_down(arrivals: Arrivals, node: Any, error: Any) -> WorkerEnd | None:
+    """Controller (``pytest_testnodedown``): a worker ended; what it sent at its end, or None
+    when it went down without sending it (noted in ``arrivals``). ``ValueError`` for an end
+    payload of another format or version."""
     name = str(getattr(getattr(node, "gateway", None), "id", None) or "a worker")
     output = getattr(node, "workeroutput", None) or {}
     if error or "sadl" not in output:
-        state.arrivals.workers_down[name] = str(error or "no output")
-        return
-    try:
-        records = unpack(output["sadl"])
-    except ValueError as exc:
-        state.warnings.append(f"pytest-sadl: {exc}")
-        records = []
-    state.recorder.merge(records)
-    state.arrivals.received.update(r.nodeid for r in records)
-    if output.get("sadl_profile"):
-        state.worker_profiles.append(output["sadl_profile"])
-    state.model_from_fixture |= bool(output.get("sadl_model_from_fixture"))
-    state.warnings.extend(w for w in output.get("sadl_warnings", []) if w not in state.warnings)
+        arrivals.workers_down[name] = str(error or "no output")
+        return None
+    end = _check(output["sadl"])
+    return WorkerEnd(
+        records=end,
+        warnings=[str(w) for w in end.get("warnings", [])],
+        profile=end.get("profile") or None,
+        model_from_fixture=bool(end.get("model_from_fixture")),
+    )
 
 
 def missing_warning(missing: list[dict[str, str]], workers_down: dict[str, str]) -> str | None:

@@ -57,6 +57,15 @@ def fmt_metric(metric: str, value: float | None, digits: int = 2) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
 
 
+#: what a count criterion's ``covered`` and ``total`` count (``None``: it has no targets,
+#: its ``covered`` is always 0), for the reports' "covered / total"
+COUNT_PARTS: dict[str, tuple[str, str] | None] = {
+    "tknp": ("distinct top-k patterns", "inputs"),
+    "cc": ("cluster centres", "inputs x coverage layers"),
+    "nlc": None,
+}
+
+
 def metric_percent(results: Mapping[str, Any], metric: str) -> float | None:
     """The value of ``metric`` in its unit (:func:`in_units`: percent for a coverage), or
     None when absent or not applicable."""
@@ -112,7 +121,7 @@ def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]
     per = "auc" if classifier else "spearman"
     keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
     header = ["inputs", "labelled", "error rate" if classifier else "mean abs error"]
-    header += [f"{labels.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
+    header += [f"{labels.get(k) or SA_LABELS.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
     table = []
     for r in rows:
         err = fmt_pct(r.get("error_rate"), 1) if classifier else fmt_num(r.get("mean_abs_error"), 4)
@@ -128,89 +137,128 @@ def _values(results: Mapping[str, Any], key: str) -> list[float]:
     return [float(v) for v in (inputs.get(key) or []) if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
-def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  complexity debt (issue 18): one function per kind of hint (thresholds, surprise range, above the bound, idle groups and tests, least-covered layer)
+def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
     """Plain-text observations that say what would improve the tests, most useful first.
 
     Derived from the results only (missed thresholds, how much of the surprise range the
     inputs reach, inputs above the upper bound, groups and tests that add nothing, the
     least-covered layer); no metric is recomputed. The renderers escape the text.
     """
+    hints = _threshold_hints(results)
+    for metric, key in SURPRISE.items():
+        hints += _surprise_hints(results, metric, key)
+    groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
+    hints += _idle_group_hints(groups)
+    hints += _best_group_hints(groups)
+    hints += _idle_test_hints(results)
+    hints += _layer_hints(results)
+    return hints
+
+
+def _threshold_hints(results: Mapping[str, Any]) -> list[str]:
+    """One per threshold missed."""
     hints: list[str] = []
     outcome = results.get("outcome") or {}
     for failure in outcome.get("failures") or []:
         if isinstance(failure, dict) and failure.get("message"):
             hints.append(f"Threshold missed: {str(failure['message']).rstrip('.')}.")
+    return hints
+
+
+def _surprise_hints(results: Mapping[str, Any], metric: str, key: str) -> list[str]:
+    """How far the recorded scores reach into the bounds, and the inputs outside them."""
+    hints: list[str] = []
     config = results.get("config") or {}
-    for metric, key in SURPRISE.items():
-        name = SA_LABELS[key]
-        entry = metric_entry(results, metric)
-        bounds = config.get(metric)
-        if entry is None or entry.get("applicable") is False or not isinstance(bounds, dict):
-            continue
-        lower, upper = bounds.get("lower"), bounds.get("upper")
-        if not isinstance(lower, (int, float)) or not isinstance(upper, (int, float)) or upper <= lower:
-            continue
-        values = _values(results, key)
-        inside = [v for v in values if lower < v <= upper]
-        if inside:
-            reach = (max(inside) - lower) / (upper - lower)
-            if reach < 0.75:
-                hints.append(
-                    f"The recorded {name} values reach {max(inside):.3g}, {reach * 100:.0f}% of "
-                    f"the way through ({lower:g}, {upper:g}]: {METRIC_LABELS[metric]} buckets "
-                    f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
-                    "adversarial inputs would cover them."
-                )
-        below = entry.get("below")
-        if isinstance(below, int) and below > 0:
+    name = SA_LABELS[key]
+    entry = metric_entry(results, metric)
+    bounds = config.get(metric)
+    if entry is None or entry.get("applicable") is False or not isinstance(bounds, dict):
+        return []
+    lower, upper = bounds.get("lower"), bounds.get("upper")
+    if not isinstance(lower, (int, float)) or not isinstance(upper, (int, float)) or upper <= lower:
+        return []
+    values = _values(results, key)
+    inside = [v for v in values if lower < v <= upper]
+    if inside:
+        reach = (max(inside) - lower) / (upper - lower)
+        if reach < 0.75:
             hints.append(
-                f"{below} input{'s' if below != 1 else ''} had {name} at or below the lower bound "
-                f"{lower:g} and cover no {METRIC_LABELS[metric]} bucket"
-                + (
-                    "; LSA is negative wherever the density is above 1, so a lower bound of 0 "
-                    "can leave typical inputs out."
-                    if key == "lsa" and lower >= 0
-                    else "."
-                )
+                f"The recorded {name} values reach {max(inside):.3g}, {reach * 100:.0f}% of "
+                f"the way through ({lower:g}, {upper:g}]: {METRIC_LABELS[metric]} buckets "
+                f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
+                "adversarial inputs would cover them."
             )
-        above = entry.get("above")
-        if isinstance(above, int) and above > 0:
-            hints.append(
-                f"{above} input{'s' if above != 1 else ''} had {name} above the upper bound "
-                f"{upper:g} and cover no {METRIC_LABELS[metric]} bucket; if such inputs are "
-                "expected, raise the upper bound (runs with other bounds do not compare)."
+    below = entry.get("below")
+    if isinstance(below, int) and below > 0:
+        hints.append(
+            f"{below} input{'s' if below != 1 else ''} had {name} at or below the lower bound "
+            f"{lower:g} and cover no {METRIC_LABELS[metric]} bucket"
+            + (
+                "; LSA is negative wherever the density is above 1, so a lower bound of 0 can leave typical inputs out."
+                if key == "lsa" and lower >= 0
+                else "."
             )
-    groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
+        )
+    above = entry.get("above")
+    if isinstance(above, int) and above > 0:
+        hints.append(
+            f"{above} input{'s' if above != 1 else ''} had {name} above the upper bound "
+            f"{upper:g} and cover no {METRIC_LABELS[metric]} bucket; if such inputs are "
+            "expected, raise the upper bound (runs with other bounds do not compare)."
+        )
+    return hints
+
+
+def _idle_group_hints(groups: list[dict[str, Any]]) -> list[str]:
+    """Groups that add less than a point to every cumulative coverage."""
+    hints: list[str] = []
     prev: dict[str, Any] = {}
     for i, group in enumerate(groups):
         cum = group.get("cumulative") or {}
         if i > 0:
-            gains = [(cum.get(m) or 0) - (prev.get(m) or 0) for m in METRICS if isinstance(cum.get(m), (int, float))]
+            gains = [
+                (cum.get(m) or 0) - (prev.get(m) or 0)
+                for m in METRICS
+                if m not in COUNT and isinstance(cum.get(m), (int, float))
+            ]
             if gains and max(gains) < 0.01:
                 hints.append(
                     f"Group {group.get('name')!s} adds less than 1 point to any cumulative "
                     "metric: its inputs behave like those of earlier groups."
                 )
         prev = cum
-    if len(groups) > 1:
-        best_of: dict[str, list[str]] = {}
-        for metric in SURPRISE:
-            steps: list[tuple[float, str]] = []  # (gain, group name)
-            before = 0.0
-            for group in groups:
-                v = (group.get("cumulative") or {}).get(metric)
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    steps.append((v - before, str(group.get("name"))))
-                    before = v
-            if len(steps) > 1:
-                gain, name = max(steps[1:], key=lambda g: g[0])  # the first group starts from nothing
-                if gain >= 0.01:
-                    best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
-        for name, what in best_of.items():
-            hints.append(
-                f"Group {name} added the most {_and(what)} after the first group: more "
-                "inputs of that kind are the likeliest to cover further surprise buckets."
-            )
+    return hints
+
+
+def _best_group_hints(groups: list[dict[str, Any]]) -> list[str]:
+    """The group that added the most surprise coverage after the first."""
+    hints: list[str] = []
+    if len(groups) < 2:
+        return hints
+    best_of: dict[str, list[str]] = {}
+    for metric in SURPRISE:
+        steps: list[tuple[float, str]] = []  # (gain, group name)
+        before = 0.0
+        for group in groups:
+            v = (group.get("cumulative") or {}).get(metric)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                steps.append((v - before, str(group.get("name"))))
+                before = v
+        if len(steps) > 1:
+            gain, name = max(steps[1:], key=lambda g: g[0])  # the first group starts from nothing
+            if gain >= 0.01:
+                best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
+    for name, what in best_of.items():
+        hints.append(
+            f"Group {name} added the most {_and(what)} after the first group: more "
+            "inputs of that kind are the likeliest to cover further surprise buckets."
+        )
+    return hints
+
+
+def _idle_test_hints(results: Mapping[str, Any]) -> list[str]:
+    """Tests that covered nothing new."""
+    hints: list[str] = []
     tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
     idle = [
         t
@@ -224,6 +272,12 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:  # noqa: C901  comp
             f"{len(idle)} of {len(tests)} tests covered no new bucket or neuron: they repeat "
             'what earlier tests exercised (sort the test table by a "new" column).'
         )
+    return hints
+
+
+def _layer_hints(results: Mapping[str, Any]) -> list[str]:
+    """The least covered layer by NC."""
+    hints: list[str] = []
     layers = [
         lay for lay in results.get("layers") or [] if isinstance(lay, dict) and isinstance(lay.get("nc"), (int, float))
     ]

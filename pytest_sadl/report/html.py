@@ -29,6 +29,7 @@ from pytest_sadl.criteria.registry import COUNT, KINDS, METRICS, NEURON, SA_LABE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import TITLES as METRIC_TITLES
 from pytest_sadl.report._load import (
+    COUNT_PARTS,
     adequacy_hints,
     fmt_metric,
     fmt_num,
@@ -332,7 +333,7 @@ _UNITS = {
     "nbc": "corners",
     "tknp": "inputs: distinct top-k patterns",
     "cc": "input-layer pairs: cluster centres",
-    "nlc": "(no targets)",
+    "nlc": "inputs (no targets)",
 }
 
 
@@ -368,7 +369,7 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
                 "threshold": thr,
                 "status": status,
                 "reason": entry.get("reason") if not applicable else None,
-                "covered": entry.get("covered"),
+                "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.get("covered"),
                 "total": entry.get("total"),
                 "unit": unit,
                 "explain": UNIT_NOTES.get(m),
@@ -524,7 +525,7 @@ def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
     rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
     per = "auc" if overall.get("kind") == "classifier" else "spearman"
     keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
-    columns = [{"key": k, "label": labels.get(k, k), "baseline": k in baselines} for k in keys]
+    columns = [{"key": k, "label": labels.get(k) or SA_LABELS.get(k, k), "baseline": k in baselines} for k in keys]
     table = [
         {
             "name": r.get("name") or "all labelled inputs",
@@ -543,7 +544,7 @@ def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
             fifths.append(
                 {
                     "key": key,
-                    "label": labels.get(key, key),
+                    "label": labels.get(key) or SA_LABELS.get(key, key),
                     "parts": [
                         {
                             "lowest": _num(p.get("lowest")),

@@ -57,7 +57,7 @@ def _delta(d: float | None, status: str | None) -> str:
     return "± 0.00"
 
 
-def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per section (header, missing/stale notes, metrics, failures and warnings, groups, hints, top tests)
+def render_markdown(
     results: Mapping[str, Any],
     *,
     comparison: Comparison | None = None,
@@ -68,17 +68,26 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
     With ``comparison``, the metrics table gains the baseline and the change in points.
     ``max_tests`` caps the table of the tests that added the most coverage.
     """
-    model = results.get("model") or {}
     outcome = results.get("outcome") or {}
-    thresholds = thresholds_of(results)
     failures = [f for f in outcome.get("failures") or [] if isinstance(f, dict)]
     passed = outcome.get("passed")
     passed = (not failures) if passed is None else bool(passed)
-    failed_metrics = {f.get("metric") for f in failures}
+    lines = _header(results, passed, len(failures))
+    lines += _notes(outcome)
+    lines += _metrics_table(results, {f.get("metric") for f in failures}, comparison)
+    lines += _failures_and_warnings(results, failures, outcome, comparison)
+    lines += _groups(results)
+    lines += _mistakes(results)
+    lines += _hints(results)
+    lines += _top_tests(results, max_tests)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _header(results: Mapping[str, Any], passed: bool, n_failures: int) -> list[str]:
+    """The title with the verdict, and the run in one line."""
+    model = results.get("model") or {}
     lines: list[str] = []
-    verdict = (
-        "✅ passed" if passed else f"❌ failed ({len(failures)} threshold{'s' if len(failures) != 1 else ''} missed)"
-    )
+    verdict = "✅ passed" if passed else f"❌ failed ({n_failures} threshold{'s' if n_failures != 1 else ''} missed)"
     lines.append(f"## pytest-sadl: test adequacy of {escape_md(model.get('name') or 'the model')}: {verdict}")
     lines.append("")
     fp = model.get("fingerprint")
@@ -94,6 +103,12 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
     if bits:
         lines.append(" · ".join(bits))
         lines.append("")
+    return lines
+
+
+def _notes(outcome: Mapping[str, Any]) -> list[str]:
+    """Before the tables: tests whose inputs never came, and tests measured on a changed model."""
+    lines: list[str] = []
     missing = [m for m in outcome.get("missing") or [] if isinstance(m, dict)]
     if missing:  # before the tables: the numbers below count without these tests' inputs
         lines.append(
@@ -115,6 +130,13 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
             lines.append(f"> - {escape_md(str(test.get('nodeid')))}: {escape_md(str(test.get('inputs')))} inputs")
         lines.append("")
 
+    return lines
+
+
+def _metrics_table(results: Mapping[str, Any], failed_metrics: set[Any], comparison: Comparison | None) -> list[str]:
+    """Each metric: value, threshold, status (and the baseline and change)."""
+    thresholds = thresholds_of(results)
+    lines: list[str] = []
     head = ["Metric", "Value", "Threshold", "Status"]
     if comparison is not None:
         head += ["Baseline", "Change (pts)"]
@@ -145,6 +167,17 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
 
+    return lines
+
+
+def _failures_and_warnings(
+    results: Mapping[str, Any],
+    failures: list[dict[str, Any]],
+    outcome: Mapping[str, Any],
+    comparison: Comparison | None,
+) -> list[str]:
+    """The thresholds missed, the metrics not available, the warnings."""
+    lines: list[str] = []
     for f in failures:
         lines.append(f"- ❌ {escape_md(f.get('message') or f.get('metric'))}")
     unavailable = [(m, str(e["reason"])) for m in METRICS if (e := metric_entry(results, m)) and e.get("reason")]
@@ -158,6 +191,12 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
     if failures or unavailable or outcome.get("warnings") or (comparison is not None and comparison.warnings):
         lines.append("")
 
+    return lines
+
+
+def _groups(results: Mapping[str, Any]) -> list[str]:
+    """Table VI: each group's cumulative coverage."""
+    lines: list[str] = []
     groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
     gm = [m for m in METRICS if any(isinstance((g.get("cumulative") or {}).get(m), (int, float)) for g in groups)]
     if groups and gm:
@@ -172,6 +211,12 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
             lines.append(f"| {name} | {g.get('tests', '–')} | {g.get('inputs', '–')} | " + " | ".join(cells) + " |")
         lines.append("")
 
+    return lines
+
+
+def _mistakes(results: Mapping[str, Any]) -> list[str]:
+    """Whether surprise predicts the model's mistakes (when tests gave labels)."""
+    lines: list[str] = []
     found = mistakes_rows(results)
     if found is not None:
         header, table = found
@@ -189,6 +234,12 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
         )
         lines.append("")
 
+    return lines
+
+
+def _hints(results: Mapping[str, Any]) -> list[str]:
+    """What would improve the tests."""
+    lines: list[str] = []
     hints = [h for h in adequacy_hints(results) if not h.startswith("Threshold missed")]
     if hints:
         lines.append("### What would improve the tests")
@@ -196,6 +247,12 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
         lines.extend(f"- {escape_md(h)}" for h in hints)
         lines.append("")
 
+    return lines
+
+
+def _top_tests(results: Mapping[str, Any], max_tests: int) -> list[str]:
+    """The tests that added the most coverage, folded."""
+    lines: list[str] = []
     tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
 
     def added(t: dict[str, Any]) -> tuple[int, int]:
@@ -226,7 +283,7 @@ def render_markdown(  # noqa: C901  complexity debt (issue 18): one helper per s
         lines.append("")
         lines.append("</details>")
         lines.append("")
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return lines
 
 
 def write_markdown(

@@ -12,9 +12,9 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from pytest_sadl.criteria.registry import LABELS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import COUNT, LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
-from pytest_sadl.report._load import fmt_metric, mistakes_rows, tests_summary, unit
+from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
 
 
 def _pct(value: float | None) -> str:
@@ -27,6 +27,27 @@ def _num(value: float | None) -> str:
 
 #: The width of the ``term`` summary (a CI log's, and pytest's own default).
 WIDTH = 80
+
+
+def _covered(name: str, m: dict[str, Any]) -> str:
+    """The "covered / total" cell: "-" for a count criterion with no targets (NLC)."""
+    if name in COUNT and COUNT_PARTS.get(name, ("", "")) is None:
+        return "-"
+    return f"{m['covered']} / {m['total']}"
+
+
+def _count_note(names: list[str]) -> str | None:
+    """What "covered / total" counts for the count criteria of the table, or ``None``."""
+    parts = []
+    for name in names:
+        if name not in COUNT:
+            continue
+        what = COUNT_PARTS.get(name, ("", ""))
+        if what is None:
+            parts.append(f"{LABELS[name]} is a number with no targets")
+        elif what[0]:
+            parts.append(f"{LABELS[name]}: {what[0]} / {what[1]}")
+    return "counts: " + "; ".join(parts) if parts else None
 
 
 def _wrap(text: str, width: int | None, indent: str = "  ") -> list[str]:
@@ -68,6 +89,16 @@ def _fold_baselines(header: list[str], table: list[list[str]]) -> tuple[list[str
     return ([header[i] for i in keep] + [f"best conf. {unit}"], [[row[i] for i in keep] + [best(row)] for row in table])
 
 
+def _short_units(header: list[str], table: list[list[str]], width: int) -> list[str]:
+    """The mistakes table's score columns headed without their unit ("LSA" for "LSA AUC";
+    the title says it) when the table would not fit ``width`` otherwise (MLSA, MMDSA)."""
+    cols = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    cols[0] = min(cols[0], 12)  # the group names are cut to fit, down to 12 characters
+    if sum(cols) + 2 * (len(cols) - 1) <= width:
+        return header
+    return header[:3] + [h.rsplit(" ", 1)[0] for h in header[3:]]
+
+
 def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
     """Aligned columns; with ``width``, the first column (names: groups, tests) is cut with
     an ellipsis so the table fits, down to 12 characters."""
@@ -86,7 +117,35 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
     return out
 
 
-def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per section (header and warnings, metrics, notes, groups, the verbose tests and layers)
+def _group_tables(groups: list[dict[str, Any]], shown: list[str], width: int | None) -> list[str]:
+    """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
+    =all``), several stacked, each with the group column and as many metrics as fit."""
+    names = [("" if i == 0 else "+ ") + g["name"] for i, g in enumerate(groups)]
+    cols = {k: [LABELS[k]] + [fmt_metric(k, g["cumulative"].get(k)).rstrip("%") for g in groups] for k in shown}
+    first = [["group", *names], ["tests"] + [str(g["tests"]) for g in groups]]
+    first.append(["inputs"] + [str(g["inputs"]) for g in groups])
+    name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
+    room = None if width is None else width - name_w - 2
+    chunks: list[list[str]] = [[]]
+    used = sum(max(map(len, c)) + 2 for c in first[1:])
+    for k in shown:
+        need = max(map(len, cols[k])) + 2
+        if room is not None and chunks[-1] and used + need > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(k)
+        used += need
+    if len(chunks) > 1:  # the parts' group columns cut alike, so the parts line up
+        first[0] = [c if len(c) <= name_w else c[: name_w - 1] + "…" for c in first[0]]
+    out: list[str] = []
+    for n, chunk in enumerate(chunks):
+        columns = (first if n == 0 else first[:1]) + [cols[k] for k in chunk]
+        rows = [list(r) for r in zip(*columns, strict=True)]
+        out += ([""] if n else []) + _table(rows, right=set(range(1, len(columns))), width=width)
+    return out
+
+
+def render_terminal(
     results: dict[str, Any], *, verbose: bool = False, comparison: Any = None, width: int | None = WIDTH
 ) -> list[str]:
     """Lines of the summary: model, warnings, the metrics, Table VI by group (and, verbose,
@@ -94,7 +153,19 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     no limit)."""
     if verbose:
         width = None
-    model, config, metrics = results["model"], results["config"], results["metrics"]
+    lines = _header(results, width)
+    lines += _metrics_table(results, comparison, width)
+    lines += _groups_table(results, width)
+    lines += _mistakes_table(results, width)
+    if verbose:
+        lines += _tests_table(results)
+        lines += _layers_table(results)
+    return lines
+
+
+def _header(results: dict[str, Any], width: int | None) -> list[str]:
+    """The model, the layers, what was recorded, the run's warnings and the left-out tests."""
+    model, config = results["model"], results["config"]
     n_inputs = len(results["inputs"]["test"])
     lines = _wrap(
         f"model {model.get('name', '?')} (fingerprint {str(model.get('fingerprint', ''))[:12]}), "
@@ -119,10 +190,25 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     for m in stale:  # measured on a changed model: listed, counted in no table below
         lines += _wrap(f"  left out (model changed): {m.get('nodeid')}, {m.get('inputs')} inputs", width, "    ")
     lines.append("")
+    return lines
+
+
+def _metric_row(name: str, m: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    """One metric's row of the table (an applicable one)."""
+    bounds = above = ""
+    if name in SURPRISE:
+        b = results["config"][name]
+        bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
+        above = str(m.get("above", 0))
     thresholds = results.get("thresholds", {})
-    deltas = {}
-    if comparison is not None:
-        deltas = {d.metric: d for d in comparison.metrics}
+    thr = f"{thresholds[name]:.2f}{unit(name)}" if name in thresholds else ""
+    return [LABELS[name], fmt_metric(name, m["value"]), _covered(name, m), bounds, above, thr]
+
+
+def _metrics_table(results: dict[str, Any], comparison: Any, width: int | None) -> list[str]:
+    """The metrics, with what is not applicable or not available and the bounds' rule."""
+    metrics, config = results["metrics"], results["config"]
+    deltas = {d.metric: d for d in comparison.metrics} if comparison is not None else {}
     header = ["metric", "coverage", "covered / total", "bounds", "above upper", "threshold"]
     if deltas:
         header.append("vs baseline")
@@ -131,7 +217,7 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
     not_available: list[str] = []
     for name in ORDER:
         m = metrics.get(name)
-        if m is None:  # a results file from before this metric existed
+        if m is None:  # a results file from before this metric existed, or a metric not chosen
             continue
         if not m.get("applicable", True):
             row = [LABELS[name], "n/a", "-", "", "", ""]
@@ -140,75 +226,80 @@ def render_terminal(  # noqa: C901  complexity debt (issue 18): one helper per s
             else:
                 not_applicable.append(LABELS[name])
         else:
-            bounds = above = ""
-            if name in SURPRISE:
-                b = config[name]
-                bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
-                above = str(m.get("above", 0))
-            thr = f"{thresholds[name]:.2f}{unit(name)}" if name in thresholds else ""
-            row = [LABELS[name], fmt_metric(name, m["value"]), f"{m['covered']} / {m['total']}", bounds, above, thr]
+            row = _metric_row(name, m, results)
         if deltas:
             d = deltas.get(name)
             row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
         rows.append(row)
-    lines += _table(rows, right={1, 2, 4, 5, 6}, width=width)
+    lines = _table(rows, right={1, 2, 4, 5, 6}, width=width)
     if not_applicable:
         lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
     for line in not_available:
         lines += _wrap(line, width)
+    note = _count_note([r for r in ORDER if r in metrics and metrics[r].get("applicable", True)])
+    if note:
+        lines += _wrap(note, width)
     if not_available:
         lines += _wrap("(`sadl profile layers --usable` says which layers each SA measure can use)", width)
     rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
     if any(r.startswith("default") for r in rules):
         lines += _wrap("bounds: " + next(r for r in rules if r.startswith("default")), width)
-
-    if results["groups"]:
-        lines += ["", "cumulative coverage by group (Table VI of the paper):"]
-        shown = [k for k in ORDER if k in metrics]
-        rows = [["group", "tests", "inputs"] + [LABELS[k] for k in shown]]
-        for i, g in enumerate(results["groups"]):
-            rows.append(
-                [("" if i == 0 else "+ ") + g["name"], str(g["tests"]), str(g["inputs"])]
-                + [fmt_metric(k, g["cumulative"].get(k)).rstrip("%") for k in shown]
-            )
-        lines += _table(rows, right=set(range(1, 3 + len(shown))), width=width)
-
-    found = mistakes_rows(results)
-    if found is not None:
-        header, table = found
-        if width is not None:
-            header, table = _fold_baselines(header, table)
-        lines.append("")
-        lines += _wrap(
-            "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
-        )
-        lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
-        for text in results["mistakes"]["overall"].get("sentences") or []:
-            lines += _wrap(f"  {text}", width, indent="    ")
-
-    if verbose:
-        lines += ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
-        keys = [k for k in SA_LABELS if any(t.get(f"{k}_mean") is not None for t in results["tests"])] or ["lsa"]
-        rows = [
-            ["test", "group", "outcome", "inputs"]
-            + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
-            + ["new LSC", "new NC"]
-        ]
-        for t in results["tests"]:
-            rows.append(
-                [t["nodeid"], t["group"], t["outcome"], str(t["inputs"])]
-                + [_num(t.get(f"{k}_{s}")) for k in keys for s in ("mean", "max")]
-                + [str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
-            )
-        lines += _table(rows, right=set(range(3, len(rows[0]))))
-        lines += ["", "layers (least covered first by KMNC):"]
-        neuron = [k for k in NEURON if k in metrics]  # the run's neuron coverages
-        rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
-        for layer in sorted(results["layers"], key=lambda entry: entry.get("kmnc") or 0.0):
-            rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer.get(k)) for k in neuron])
-        lines += _table(rows, right=set(range(1, 2 + len(neuron))))
-
     return lines
+
+
+def _groups_table(results: dict[str, Any], width: int | None) -> list[str]:
+    """Table VI: each group's cumulative coverage."""
+    if not results["groups"]:
+        return []
+    metrics = results["metrics"]
+    lines = ["", "cumulative coverage by group (Table VI of the paper):"]
+    return lines + _group_tables(results["groups"], [k for k in ORDER if k in metrics], width)
+
+
+def _mistakes_table(results: dict[str, Any], width: int | None) -> list[str]:
+    """Whether surprise predicts the model's mistakes (when tests gave labels)."""
+    found = mistakes_rows(results)
+    if found is None:
+        return []
+    header, table = found
+    if width is not None:
+        header, table = _fold_baselines(header, table)
+        header = _short_units(header, table, width)
+    lines = [""]
+    lines += _wrap(
+        "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
+    )
+    lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
+    for text in results["mistakes"]["overall"].get("sentences") or []:
+        lines += _wrap(f"  {text}", width, indent="    ")
+    return lines
+
+
+def _tests_table(results: dict[str, Any]) -> list[str]:
+    """Verbose: every test with its inputs, surprise and first-covered targets."""
+    lines = ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
+    keys = [k for k in SA_LABELS if any(t.get(f"{k}_mean") is not None for t in results["tests"])] or ["lsa"]
+    rows = [
+        ["test", "group", "outcome", "inputs"]
+        + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
+        + ["new LSC", "new NC"]
+    ]
+    for t in results["tests"]:
+        rows.append(
+            [t["nodeid"], t["group"], t["outcome"], str(t["inputs"])]
+            + [_num(t.get(f"{k}_{s}")) for k in keys for s in ("mean", "max")]
+            + [str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
+        )
+    return lines + _table(rows, right=set(range(3, len(rows[0]))))
+
+
+def _layers_table(results: dict[str, Any]) -> list[str]:
+    """Verbose: every coverage layer, least covered first by KMNC."""
+    neuron = [k for k in NEURON if k in results["metrics"]]  # the run's neuron coverages
+    rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
+    for layer in sorted(results["layers"], key=lambda entry: entry.get("kmnc") or 0.0):
+        rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer.get(k)) for k in neuron])
+    return ["", "layers (least covered first by KMNC):", *_table(rows, right=set(range(1, 2 + len(neuron))))]
 
 
 def write_terminal(

@@ -1,0 +1,179 @@
+"""The session's end: the results, the comparison, the reports.
+
+:mod:`pytest_sadl.plugin.session` keeps the session objects (serial, xdist controller,
+xdist worker) and calls :func:`finish` at a controller's or serial run's end. The results
+are computed once; each report is written on its own, and one that cannot be written is
+a one-line error naming its path (:attr:`Outcome.report_errors`), never the loss of the
+others or of the terminal table; :meth:`Outcome.exit_status` then says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_sadl.plugin import transport
+from pytest_sadl.plugin.outcome import Outcome
+
+if TYPE_CHECKING:
+    from pytest_sadl.plugin.options import Report, SadlOptions
+    from pytest_sadl.plugin.sources import Sources
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
+
+
+@dataclass
+class Ending:
+    """What the end made: the results, their document, the comparison with a baseline."""
+
+    results: Any = None
+    data: dict[str, Any] | None = None
+    comparison: Any = None
+
+
+def write_report(report: Report, data: dict[str, Any], comparison: Any) -> Path:
+    """Write one report; return the file a user opens. Every kind goes through the one
+    atomic writer of :mod:`pytest_sadl.report._load` (via its module)."""
+    assert report.path is not None
+    if report.kind == "json":
+        from pytest_sadl.results import write_json
+
+        return write_json(data, report.path)
+    if report.kind == "html":
+        from pytest_sadl.report.html import write_html
+
+        return write_html(data, report.path, comparison=comparison)
+    if report.kind == "markdown":
+        from pytest_sadl.report.markdown import write_markdown
+
+        return write_markdown(data, report.path, comparison=comparison)
+    if report.kind == "badge":
+        from pytest_sadl.report.badge import write_badges
+
+        return write_badges(data, report.path)
+    raise ValueError(f"unknown report kind {report.kind!r}")  # config.py refuses it first
+
+
+def write_reports(options: SadlOptions, ending: Ending, outcome: Outcome) -> None:
+    """Every file report, each on its own: ``outcome.written`` and ``outcome.report_errors``."""
+    assert ending.data is not None
+    for report in options.reports:
+        if report.path is None:
+            continue
+        try:
+            target = write_report(report, ending.data, ending.comparison)
+        except Exception as exc:  # a full disk, a bad path, a renderer's bug: this report only
+            outcome.report_errors.append(
+                f"pytest-sadl: could not write the {report.kind} report to {report.path}: {_one_line(exc)}"
+            )
+        else:
+            outcome.written.append(f"sadl: {report.kind} report written to {target}")
+
+
+def interrupted_message(options: SadlOptions, ending: Ending, outcome: Outcome) -> str:
+    """The one line for a Ctrl-C while the results were computed or the reports written.
+    Each report file is whole or absent (the atomic writer removes its temporary file on
+    any exception, an interrupt too), so the line says which are which."""
+    files = [r for r in options.reports if r.path is not None]
+    done = len(outcome.written) + len(outcome.report_errors) if ending.data is not None else 0
+    left = ", ".join(f"{r.kind}:{r.path}" for r in files[done:])
+    while_ = "writing the reports" if ending.data is not None else "computing the results"
+    parts = [f"pytest-sadl: interrupted (Ctrl-C) while {while_}"]
+    if outcome.written:
+        parts.append("written: " + ", ".join(line.rpartition(" written to ")[2] for line in outcome.written))
+    if left:
+        parts.append(f"not written: {left}")
+    return "; ".join(parts)
+
+
+def model_info(options: SadlOptions, sources: Sources, profile: Any) -> dict[str, Any]:
+    """What the results say about the model, from the profile the metrics used."""
+    return {
+        "name": profile.model_name,
+        "source": "fixture" if sources.from_fixture() else options.model,
+        "fingerprint": profile.model_fingerprint,
+        "profile_fingerprint": profile.fingerprint,
+        "classifier": profile.classifier,
+        "n_classes": profile.n_classes,
+        "input_shape": list(profile.input_shape),
+        "n_train": profile.n_train,
+        "sa_layers": list(profile.sa_layers),
+        "coverage_layers": list(profile.coverage_layers),
+    }
+
+
+def compare_with_baseline(options: SadlOptions, ending: Ending, outcome: Outcome) -> None:
+    """The comparison with ``--sadl-compare`` (checked when the run started). A baseline
+    that became unreadable since is a one-line warning and, with ``--sadl-compare-fail``,
+    a failure: a gate that cannot be checked does not pass."""
+    from pytest_sadl.errors import ResultsFileError
+    from pytest_sadl.report.compare import compare, compare_failures
+    from pytest_sadl.resultsfile import load_results
+
+    assert options.compare is not None
+    try:
+        ending.comparison = compare(ending.data, load_results(options.compare))  # type: ignore[arg-type]
+    except Exception as exc:  # never lose the reports for it
+        reason = str(exc) if isinstance(exc, ResultsFileError) else _one_line(exc)
+        message = f"pytest-sadl: cannot compare with the baseline: {reason}"
+        outcome.warnings_after.append(message)
+        if options.compare_fail:
+            outcome.comparison_failures.append(f"--sadl-compare-fail cannot be checked: {message}")
+        return
+    outcome.comparison_failures = compare_failures(ending.comparison, options.compare_fail)
+
+
+def finish(
+    options: SadlOptions,
+    sources: Sources,
+    recorder: Any,
+    order: dict[str, int],
+    arrivals: transport.Arrivals,
+    outcome: Outcome,
+    ending: Ending,
+) -> None:
+    """Controller or serial run: the results, the comparison, the reports (into ``ending``)."""
+    from pytest_sadl.engine import ProfileView, compute
+    from pytest_sadl.errors import SadlWarning
+
+    records = list(recorder.records.values())
+    for rec in records:
+        rec.index = order.get(rec.nodeid, rec.index)
+    missing = arrivals.missing()
+    first = transport.missing_warning(missing, arrivals.workers_down)
+    profile = sources.resolve_profile()
+    messages = list(dict.fromkeys(([first] if first else []) + outcome.warnings + recorder.messages))
+    with warnings.catch_warnings(record=True) as caught:  # e.g. kept DSA distances that cannot be used
+        warnings.simplefilter("always")
+        view = ProfileView.of(profile, options.metrics, options)
+    for w in caught:  # the engine's own warnings become lines of the report; others pass on
+        if issubclass(w.category, SadlWarning):
+            messages.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    ending.results = compute(view, records, options, model_info(options, sources, profile), messages)
+    keep_dsa_distances(profile)
+    ending.results.missing = missing
+    ending.data = ending.results.to_dict()
+    if options.compare is not None:
+        compare_with_baseline(options, ending, outcome)
+        if outcome.warnings_after:
+            ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
+    write_reports(options, ending, outcome)
+
+
+def keep_dsa_distances(profile: Any) -> None:
+    """Store the DSA distances this session computed in the profile, for the next one.
+    A cache that cannot be written (read-only in CI) changes nothing but the next run's
+    time, so it is not an error."""
+    with contextlib.suppress(OSError):
+        profile.keep_dsa_distances()
