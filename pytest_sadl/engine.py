@@ -806,11 +806,14 @@ def compute(
     options: SadlOptions,
     model_info: dict[str, Any],
     warnings_seen: Sequence[str] = (),
+    phase: Callable[[str], None] | None = None,
 ) -> Results:
     """The results of a session: overall, per group (alone and cumulatively, Table VI),
     per test, per input, per layer; tests and groups in the order :func:`ordered` defines.
     Only the metrics of ``options.metrics`` (``--sadl-metrics``) are computed; a surprise
     measure that cannot be set up is reported as not available, with its reason.
+    ``phase`` is told what is being done as each step starts (the plugin shows it when
+    the end of a session takes more than a moment).
 
     A stale record (its test ended on a model that had changed since the profile's was
     bound: ``fit``, ``set_weights``) counts in no metric, group or test row: it is listed
@@ -824,19 +827,25 @@ def compute(
     view.metrics, view.options = metrics_chosen, view.options if view.options is not None else options
     keys = view.score_keys()
     messages: list[str] = list(warnings_seen)
+    tell = phase if phase is not None else (lambda _what: None)
+    n_train = len(view.sa_traces)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for key in keys:
+            tell(f"setting {SA_LABELS[key]} up on {n_train} training traces")
             view.scorer(key)  # set up first: what it says comes before the bounds' notes
     _pass_on(caught, messages)
+    tell("the SC bounds (held-out training traces, once per profile)")
     bounds = ScBounds.of(view, options, metrics_chosen)
     messages.extend(bounds.notes)
     total = _Criteria(Setup(view.ranges, options, bounds=bounds.specs), metrics_chosen)
     joined = Joined.of(records, view)
+    tell(f"scoring {len(joined)} recorded inputs ({', '.join(SA_LABELS[k] for k in keys) or 'no surprise'})")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         scores = view.score(joined.sa, joined.pred)
     messages.extend(dict.fromkeys(str(w.message) for w in caught))
+    tell(f"coverage of {len(records)} tests and {len(group_names)} groups")
     tests_out = _test_rows(records, joined, scores, total, keys)
     unused = [g for g in dict.fromkeys(options.groups) if g not in group_names]
     if unused:

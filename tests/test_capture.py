@@ -128,14 +128,14 @@ def test_a_recorded_call_with_more_arrays_than_inputs_fails_as_the_model_does(di
     keras.utils.set_random_seed(5)
     model = _models.build_kind("two_input")
     aux, image = digits.x_test[:8].mean(axis=2)[..., 0], digits.x_test[:8]
-    with pytest.raises(ValueError, match="expects 2"):
+    with pytest.raises(ValueError, match=r"expect(s|ed) 2"):
         model([aux, image, aux])
     with pytest.raises(ValueError):
         TraceModel(model, jit=False).call_tensors([aux, image, aux])
     recorder = Recorder(lambda m: TraceModel(m, jit=False, extrema=True))
     rec = recorder.record_for("t.py::test", 0, "g")
     with recorder.recording(rec, model):
-        with pytest.raises(ValueError, match="expects 2"):
+        with pytest.raises(ValueError, match=r"expect(s|ed) 2"):
             model([aux, image, aux])
         model([aux, image])
     assert rec.n_inputs == 8  # the call with the right arrays only

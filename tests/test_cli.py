@@ -517,7 +517,7 @@ def test_profile_layers_usable_says_which_layers_each_sa_measure_can_use(
 def test_a_module_function_of_the_project_loads_as_under_pytest(project: Path) -> None:
     """`sadl_train = "loaders:train"` names a module of the project, which pytest imports
     from the rootdir; the console script (whose sys.path starts at its bin folder) finds
-    it too, from the project and from a subdirectory."""
+    it too, from a subdirectory of the project."""
     (project / "loaders.py").write_text(
         "from pathlib import Path\n\nimport numpy as np\n\n\ndef train():\n"
         "    return np.load(Path(__file__).parent / 'data' / 'train.npz')['x'][:200]\n"
@@ -525,9 +525,7 @@ def test_a_module_function_of_the_project_loads_as_under_pytest(project: Path) -
     (project / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\nsadl_model = "models/m.keras"\nsadl_train = "loaders:train"\n'
     )
-    done = run(["profile", "build", "-q"], project)
+    # from a subdirectory, where only the rootdir (found upwards, as pytest finds it) holds it
+    done = run(["profile", "build", "-q"], project / "sub")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("built profile ") and "(200 inputs" in done.stdout, done.stdout
-    again = run(["profile", "build", "-q"], project / "sub")
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("found cached profile " + done.stdout.split()[2]), again.stdout

@@ -272,7 +272,6 @@ def test_no_recorded_inputs_fails_a_threshold(project):
 
 REPORT_LOG = """
 import json
-import os
 
 CONFIG = []
 
@@ -284,9 +283,10 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     # what --report-log (pytest-reportlog) writes of each report, on the controller (xdist
     # sets report.node there: pytest-reportlog writes what JSON cannot hold as a string)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    config = CONFIG[-1]
+    if hasattr(config, "workerinput"):  # not the environment: this suite may run under xdist itself
         return
-    data = CONFIG[0].hook.pytest_report_to_serializable(config=CONFIG[0], report=report)
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
     with open("report-log.jsonl", "a") as fh:
         fh.write(json.dumps(data, default=str) + "\\n")  # as pytest-reportlog cleans up
 """
@@ -1292,3 +1292,27 @@ def test_a_progress_bar_is_drawn_on_a_terminal_and_erased_and_none_in_a_log(pyte
             assert "sadl: [" in text and "600/600 inputs 100%" in text and "\r" in text
         else:
             assert "\r" not in text and "inputs" not in text
+
+
+def test_the_end_of_a_session_says_what_it_is_doing_only_when_it_takes_a_while():
+    """``Phases``: nothing for an end quicker than ``after`` seconds; past it, the step in
+    progress at once (from the timer thread) and every later step as it starts."""
+    import time
+
+    from pytest_sadl.plugin.status import Phases
+
+    said: list[str] = []
+    with Phases(said.append, after=5.0) as phase:
+        phase("setting LSA up")
+        phase("scoring 10 recorded inputs")
+    assert said == []
+    with Phases(said.append, after=0.05) as phase:
+        phase("setting LSA up")
+        phase("setting DSA up")
+        deadline = time.monotonic() + 5
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        phase("scoring 10 recorded inputs")
+    assert said == ["setting DSA up", "scoring 10 recorded inputs"]
+    time.sleep(0.1)
+    assert len(said) == 2  # the timer is gone

@@ -321,7 +321,7 @@ def test_model_xla_cannot_compile_falls_back(digits: Any) -> None:
 
 
 def test_datasets_and_memmaps_equal_arrays(conv_model: Any, digits: Any, tmp_path: Path) -> None:
-    import tensorflow as tf
+    tf = pytest.importorskip("tensorflow")  # tf.data (a Keras-on-JAX install may have no TensorFlow)
 
     tm = TraceModel(conv_model)
     x = digits.x_test[:90]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,34 @@ def class_variances(x: np.ndarray, members: list[np.ndarray], usable: list[int])
     return [np.var(np.asarray(x[members[i]], dtype=np.float64), axis=0) for i in usable]
 
 
+@dataclass
+class ClassSplit:
+    """Training traces split by predicted class, as MLSA and MMDSA set up on them: the
+    traces ``x``, each class's rows (``members``), the classes with two traces or more
+    (``usable``, indices into ``members``) and the neurons the paper's variance rule keeps."""
+
+    x: np.ndarray
+    classifier: bool
+    classes: np.ndarray
+    members: list[np.ndarray]
+    usable: list[int]
+    kept: np.ndarray
+
+
+def split_by_class(
+    who: str, train_ats: object, train_pred: object | None, var_threshold: float, what: str
+) -> ClassSplit:
+    """Check the training traces and classes, and split them (``who`` names the measure in
+    warnings and errors; ``what``: what a class with too few traces lacks)."""
+    x = as_train_traces("train_ats", train_ats)
+    classifier = train_pred is not None
+    pred = as_pred("train_pred", train_pred, len(x)) if classifier else np.zeros(len(x), np.int64)
+    classes, members = classes_of(pred)
+    usable = usable_classes(who, classes, members, what)
+    kept = low_variance_filter(who, class_variances(x, members, usable), var_threshold, "measure another layer")
+    return ClassSplit(x, classifier, classes, members, usable, kept)
+
+
 class MLSA:
     """Gaussian-mixture LSA.
 
@@ -113,15 +142,11 @@ class MLSA:
         self.components = check_count("components", components)
         self.var_threshold = check_var_threshold(var_threshold)
         self.seed = int(seed)
-        x = as_train_traces("train_ats", train_ats)
+        split = split_by_class("MLSA", train_ats, train_pred, self.var_threshold, "it has no mixture")
+        x, classes, members, usable = split.x, split.classes, split.members, split.usable
         self.n_features_in: int = x.shape[1]
-        self.classifier = train_pred is not None
-        pred = as_pred("train_pred", train_pred, len(x)) if self.classifier else np.zeros(len(x), np.int64)
-        classes, members = classes_of(pred)
-        usable = usable_classes("MLSA", classes, members, "it has no mixture")
-        self.kept: np.ndarray = low_variance_filter(
-            "MLSA", class_variances(x, members, usable), self.var_threshold, "measure another layer"
-        )
+        self.classifier = split.classifier
+        self.kept: np.ndarray = split.kept
         self.mixtures: dict[int, Any] = {}
         unconverged = []
         with warnings.catch_warnings(), one_thread():

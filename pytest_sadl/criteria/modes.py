@@ -41,18 +41,13 @@ from typing import Any
 import numpy as np
 
 from pytest_sadl.criteria.checks import (
-    as_pred,
-    as_train_traces,
     check_var_threshold,
     class_list,
-    classes_of,
-    low_variance_filter,
     scoring_inputs,
-    usable_classes,
     warn,
 )
 from pytest_sadl.criteria.mahalanobis import MDSA
-from pytest_sadl.criteria.mixture import check_count, class_variances, one_thread
+from pytest_sadl.criteria.mixture import check_count, one_thread, split_by_class
 
 __all__ = ["MMDSA", "MODES"]
 
@@ -83,15 +78,11 @@ class MMDSA:
         self.modes = check_count("modes", modes)
         self.var_threshold = check_var_threshold(var_threshold)
         self.seed = int(seed)
-        x = as_train_traces("train_ats", train_ats)
+        split = split_by_class("MMDSA", train_ats, train_pred, self.var_threshold, "it has no modes")
+        x, classes, members, usable = split.x, split.classes, split.members, split.usable
         self.n_features_in: int = x.shape[1]
-        self.classifier = train_pred is not None
-        pred = as_pred("train_pred", train_pred, len(x)) if self.classifier else np.zeros(len(x), np.int64)
-        classes, members = classes_of(pred)
-        usable = usable_classes("MMDSA", classes, members, "it has no modes")
-        self.kept: np.ndarray = low_variance_filter(
-            "MMDSA", class_variances(x, members, usable), self.var_threshold, "measure another layer"
-        )
+        self.classifier = split.classifier
+        self.kept: np.ndarray = split.kept
         #: each class's k-means and the global id of its first mode (modes are numbered
         #: class by class: mode j of a class is ``offset + j``)
         self.kmeans: dict[int, tuple[Any, int]] = {}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_sadl.plugin import transport
 from pytest_sadl.plugin.outcome import Outcome
+from pytest_sadl.plugin.status import Phases
 
 if TYPE_CHECKING:
     from pytest_sadl.plugin.options import Report, SadlOptions
@@ -160,7 +161,10 @@ def finish(
             messages.append(str(w.message))
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    ending.results = compute(view, records, options, model_info(options, sources, profile), messages)
+    status = sources.status
+    phases = Phases(lambda what: status.say(what + " ...", False) if status is not None else None)
+    with phases:
+        ending.results = compute(view, records, options, model_info(options, sources, profile), messages, phases)
     keep_dsa_distances(profile)
     ending.results.missing = missing
     ending.data = ending.results.to_dict()

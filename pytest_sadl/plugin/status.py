@@ -11,6 +11,7 @@ no bar, only the status lines.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # stdlib only at run time: `sadl`'s progress bar uses bar_line
     import pytest
 
-__all__ = ["Status", "bar_line", "short_path"]
+__all__ = ["Phases", "Status", "bar_line", "short_path"]
 
 
 def short_path(text: str, rootdir: Path) -> str:
@@ -102,3 +103,41 @@ class Status:
             if tr is not None:
                 tr.rewrite("", erase=True)
             self._drawn = False
+
+
+class Phases:
+    """What the end of a session is doing, said once it has taken more than ``after``
+    seconds: silent for a quick end, then the step in progress and each next one.
+
+    Used as ``with Phases(say) as phase: compute(..., phase=phase)``; a timer thread wakes
+    after ``after`` seconds (the main thread is computing then, not writing)."""
+
+    def __init__(self, say: Callable[[str], None], after: float = 2.0) -> None:
+        self.say = say
+        self.after = after
+        self.current: str | None = None
+        self.loud = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def __call__(self, what: str) -> None:
+        with self._lock:
+            self.current = what
+            if self.loud:
+                self.say(what)
+
+    def _wake(self) -> None:
+        with self._lock:
+            self.loud = True
+            if self.current is not None:
+                self.say(self.current)
+
+    def __enter__(self) -> Phases:
+        self._timer = threading.Timer(self.after, self._wake)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
