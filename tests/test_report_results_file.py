@@ -176,13 +176,16 @@ def test_every_field_with_a_wrong_type_is_refused_or_renders():
     # field and halves the cost of the ~1,100 documents validated and rendered below
     original["top_inputs"] = original["top_inputs"][-2:]
     refused = rendered = 0
-    for path in list(_leaves(original))[1:]:
-        for wrong in ("x", {"a": 1}, -5, None):
+    wrongs = ("x", {"a": 1}, -5, None)
+    # each field gets two of the four kinds of wrong value, taken in turn, so that every kind
+    # meets every part of the document (half the ~1,100 documents of all four per field)
+    for i, path in enumerate(list(_leaves(original))[1:]):
+        for wrong in (wrongs[i % 4], wrongs[(i + 2) % 4]):
             if _accepted_docs_render(_put(copy.deepcopy(original), path, wrong)):
                 rendered += 1
             else:
                 refused += 1
-    assert refused > 150 and rendered > 30  # both branches were exercised
+    assert refused > 75 and rendered > 15  # both branches were exercised
 
 
 # ------------------------------------------------------------------ properties
