@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -378,24 +378,38 @@ def cam_order(
     only the inputs whose bound could still win; exactly the greedy order with ties to the
     lowest index, each gain ``copy(covered).update(input)``. ``counts``: each input's CTM
     count (computed when ``None``); ``start``: what counts as covered already."""
-    n = len(next(iter(batch.scores.values()))) if batch.scores else len(batch.layers[0])
     total = input_counts(make, batch) if counts is None else np.asarray(counts, dtype=np.int64)
     state = make() if start is None else copy.deepcopy(start)
+    return _lazy_greedy(
+        total,
+        gain=lambda i: int(copy.deepcopy(state).update(_one(batch, i))),
+        take=lambda i: state.update(_one(batch, i)),
+    )
+
+
+def _lazy_greedy(
+    total: np.ndarray, gain: Callable[[int], int], take: Callable[[int], object]
+) -> tuple[np.ndarray, list[int]]:
+    """The coverage-additional order: inputs by their bound ``total`` (what each covers
+    alone) in a heap; the top input's ``gain(i)`` is recomputed and, when it still beats
+    every other bound, the input is taken (``take(i)``); ties to the lowest index. Inputs
+    that add nothing follow in coverage-total order. Returns the order and each pick's gain."""
+    n = len(total)
     heap = [(-int(total[i]), i) for i in range(n) if total[i] > 0]
     heapq.heapify(heap)
     picks: list[int] = []
     gains: list[int] = []
     while heap:
         _, i = heapq.heappop(heap)
-        gain = int(copy.deepcopy(state).update(_one(batch, i)))
-        if gain <= 0:
+        g = int(gain(i))
+        if g <= 0:
             continue
-        if heap and (-gain, i) > heap[0]:
-            heapq.heappush(heap, (-gain, i))  # another input's bound may beat it: look again
+        if heap and (-g, i) > heap[0]:
+            heapq.heappush(heap, (-g, i))  # another input's bound may beat it: look again
             continue
-        state.update(_one(batch, i))
+        take(i)
         picks.append(i)
-        gains.append(gain)
+        gains.append(g)
     taken = np.zeros(n, dtype=bool)
     taken[picks] = True
     rest = [int(i) for i in ctm_order(total) if not taken[i]]
@@ -481,26 +495,11 @@ def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
 def cam_of_targets(targets: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
     """:func:`cam_order` over known target ids: the same lazy greedy, a gain being the
     number of an input's targets not yet covered."""
-    n = len(targets)
     size = max((int(t.max()) + 1 for t in targets if t.size), default=0)
     covered = np.zeros(size, dtype=bool)
-    total = np.array([t.size for t in targets], dtype=np.int64)
-    heap = [(-int(total[i]), i) for i in range(n) if total[i] > 0]
-    heapq.heapify(heap)
-    picks: list[int] = []
-    gains: list[int] = []
-    while heap:
-        _, i = heapq.heappop(heap)
-        gain = int(np.count_nonzero(~covered[targets[i]]))
-        if gain <= 0:
-            continue
-        if heap and (-gain, i) > heap[0]:
-            heapq.heappush(heap, (-gain, i))
-            continue
+
+    def take(i: int) -> None:
         covered[targets[i]] = True
-        picks.append(i)
-        gains.append(gain)
-    taken = np.zeros(n, dtype=bool)
-    taken[picks] = True
-    rest = [int(i) for i in ctm_order(total) if not taken[i]]
-    return np.array(picks + rest, dtype=np.int64), gains + [0] * len(rest)
+
+    total = np.array([t.size for t in targets], dtype=np.int64)
+    return _lazy_greedy(total, gain=lambda i: int(np.count_nonzero(~covered[targets[i]])), take=take)
