@@ -176,20 +176,25 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
 
     base_dir = Path(args.rootdir) if args.rootdir else None
     spec, train, output = args.model, args.train, args.output
-    if spec is None:  # the project's model, as the plugin would measure it
+    sadl: Any = None
+    if spec is None or args.usable:  # the project's configuration, as the plugin reads it
         from pytest_sadl.cli.args import model_and_train, project_options
 
         sadl = project_options(args)
+    if spec is None:  # the project's model, as the plugin would measure it
         spec, train, base_dir = model_and_train(args, sadl, need_train=False)
         output = sadl.output if output is None else output
+    if args.usable and train is None:  # the ini's sadl_train, or a one-line error
+        _, train, _ = model_and_train(args, sadl)
     model = load_model(spec, base_dir=base_dir, what="--model")
     tm = TraceModel(model, parse_layers(args.sa_layers), parse_layers(args.coverage_layers), output=output)
+    data = None
     if train is not None:  # a PyTorch model's shapes come from a pass on its inputs
         from pytest_sadl.capture.data import load_training_data
 
-        tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
+        data = tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
     rows = tm.describe_layers()
-    fit = _usable_layers(args, model, train, base_dir, output) if args.usable else None
+    fit = _usable_layers(sadl, tm, data) if sadl is not None and args.usable and data is not None else None
     for r in rows:
         if fit is not None and r["path"] in fit:
             r["usable"] = fit[r["path"]]
@@ -231,24 +236,12 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _usable_layers(
-    args: argparse.Namespace, model: Any, train: str | None, base_dir: Path | None, output: str | None
-) -> dict[str, dict[str, str | None]]:
-    """Per candidate layer: for LSA, DSA and MDSA, ``None`` when it can be set up on the
-    layer's training traces (the run's options: variance threshold and rule), else why not."""
-    from pytest_sadl.capture import TraceModel
-    from pytest_sadl.capture.data import load_training_data
-    from pytest_sadl.cli.args import model_and_train, parse_layers, project_options
+def _usable_layers(sadl: Any, tm: Any, data: Any) -> dict[str, dict[str, str | None]]:
+    """Per coverage layer of ``tm``: for LSA, DSA and MDSA, ``None`` when it can be set up on
+    the layer's traces of the training ``data`` with the run's options ``sadl`` (variance
+    threshold and rule), else why not."""
     from pytest_sadl.criteria.usable import usable
-    from pytest_sadl.errors import SadlConfigError
 
-    sadl = project_options(args)
-    if train is None:
-        _, train, _ = model_and_train(args, sadl)  # the ini's sadl_train, or a one-line error
-    if train is None:  # pragma: no cover - model_and_train raises first
-        raise SadlConfigError("--usable needs training data: pass --train PATH or set sadl_train in the ini")
-    tm = TraceModel(model, parse_layers(args.sa_layers), parse_layers(args.coverage_layers), output=output)
-    data = tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
     traces = tm.traces(data, batch_size=sadl.batch_size, what="training data")
     pred = traces.pred if tm.classifier else None
     return {
