@@ -87,7 +87,7 @@ def render_template(name: str, **context: Any) -> str:
     return _env().get_template(name).render(**context)
 
 
-def _testid(value: Any) -> Markup:
+def _testid(value: object) -> Markup:
     """A test id that wraps only between its parts (after ``/``, ``::`` and the ``_`` between
     the words of a name, before its ``[parameters]``), never inside a word or inside the
     parameters, so a phone shows ``test_recall_per_digit`` / ``[1]``, not ``test_recall_per_digit[`` / ``1]``."""
@@ -100,14 +100,14 @@ def _testid(value: Any) -> Markup:
     return html
 
 
-def _sig(value: Any, digits: int = 6) -> str:
+def _sig(value: object, digits: int = 6) -> str:
     """A bound for display: ``digits`` significant digits (``-55.2113``), else as is."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "?" if value is None else str(value)
     return f"{value:.{digits}g}"
 
 
-def _sortkey(value: Any) -> str:
+def _sortkey(value: object) -> str:
     """The ``data-v`` attribute of a numeric cell: a number, or empty for missing."""
     if value is None or isinstance(value, bool):
         return ""
@@ -116,7 +116,7 @@ def _sortkey(value: Any) -> str:
     return ""
 
 
-def _num(x: Any) -> float | None:
+def _num(x: object) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     return float(x) if math.isfinite(x) else None
