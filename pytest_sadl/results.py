@@ -263,7 +263,7 @@ class RunConfig:
         for key, value in data.items():
             if key in known:
                 continue
-            if isinstance(value, Mapping):
+            if isinstance(value, Mapping) and {"lower", "upper"} <= set(value):  # a surprise coverage's bounds
                 bounds[key] = ScBounds.from_dict(value)
             else:
                 params[key] = _clean(value)

@@ -111,9 +111,12 @@ def test_a_file_with_newer_fields_and_fewer_metrics_reads_and_renders():
     newer["tests"][0]["a_new_field"] = "text"
     newer["top_inputs"][0]["a_new_list"] = [1, 2]
     newer["outcome"]["a_new_count"] = 3
+    newer["config"]["a_new_setting"] = {"nested": [1, 2]}  # kept as it is, not read as SC bounds
     for section in (newer["metrics"], older["metrics"]):
         del section["mdsc"]
     typed_new, typed_old = Results.from_dict(newer), Results.from_dict(older)
+    assert typed_new.config.params.pop("a_new_setting") == {"nested": [1, 2]}
+    assert typed_new.config.bounds.keys() == {"lsc", "dsc", "mdsc"}
     assert typed_new == typed_old and "mdsc" not in typed_new.metrics
     assert "a_new_section" not in typed_new.to_dict() and "a_new_field" not in typed_new.to_dict()["tests"][0]
     for typed in (typed_new, Results.from_dict({"schema": doc["schema"], "version": 1, "metrics": {}})):
