@@ -136,7 +136,7 @@ with tempfile.TemporaryDirectory() as tmp:
         from pytest_sadl.plugin.options import SadlOptions
         from pytest_sadl.plugin.recorder import Batch, TestRecord
         from pytest_sadl.report.html import render_html
-        from pytest_sadl.results import write_json
+        from pytest_sadl.results import Results, write_json
         ptm = profile.trace_model(model)
         got = ptm.traces(x_test)
         batch = Batch(got.sa, got.coverage, got.pred, extrema=got.coverage_extrema, output=got.output)
@@ -147,7 +147,7 @@ with tempfile.TemporaryDirectory() as tmp:
         doc = json.loads(json.dumps(results.to_dict(), default=float))
         write_json(results.to_dict(), Path(tmp) / "r.json")
         doc = json.loads((Path(tmp) / "r.json").read_text())
-        html = render_html(doc)
+        html = render_html(Results.from_dict(doc))
         res["json_kib"] = (Path(tmp) / "r.json").stat().st_size / 1024
         res["html_kib"] = len(html.encode()) / 1024
         res["metrics"] = {k: (None if m.value is None else round(100 * m.value, 2)) for k, m in results.metrics.items()}

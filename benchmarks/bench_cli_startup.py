@@ -9,7 +9,7 @@ a fresh interpreter for:
 * ``python -c pass``: the interpreter's own start, the floor;
 * ``sadl --help`` (``python -m pytest_sadl --help``);
 * ``sadl profile build --help``;
-* ``sadl select --help`` (its module needs NumPy and the criteria);
+* ``sadl select --help`` (NumPy and the selection imported only when a selection runs);
 * ``import numpy, scipy, pytest``: what ``sadl --help`` paid before (issue 18: 1.5 s);
 
 and each one's ratio to the floor. Usage::

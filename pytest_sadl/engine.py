@@ -37,7 +37,20 @@ from pytest_sadl.criteria.projection import Projected, Projection
 from pytest_sadl.criteria.registry import BY_NAME, COUNT, LABELS, NEURON, SA_LABELS, SCORES, SURPRISE, choose
 from pytest_sadl.criteria.shape import Batch, Setup, Training
 from pytest_sadl.plugin.recorder import TestRecord
-from pytest_sadl.results import Failure, Metric, Results, percent
+from pytest_sadl.results import (
+    Failure,
+    GroupRow,
+    LayerRow,
+    Metric,
+    Mistakes,
+    ModelInfo,
+    Results,
+    RunConfig,
+    StaleTest,
+    TestRow,
+    TopInput,
+    percent,
+)
 
 if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
     from pytest_sadl.plugin.options import SadlOptions
@@ -916,19 +929,19 @@ def compute(
     return Results(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         version=__version__,
-        model=model,
-        config=_config(model_info, options, total, bounds, view),
+        model=ModelInfo.from_dict(model),
+        config=RunConfig.from_dict(_config(model_info, options, total, bounds, view)),
         thresholds=dict(options.fail_under),
         metrics=metrics,
-        layers=_layer_rows(view, total),
-        groups=groups_out,
-        tests=tests_out,
+        layers=[LayerRow.from_dict(r) for r in _layer_rows(view, total)],
+        groups=[GroupRow.from_dict(r) for r in groups_out],
+        tests=[TestRow.from_dict(r) for r in tests_out],
         inputs=inputs,
-        top_inputs=_top_inputs(joined, scores, classifier, keys),
+        top_inputs=[TopInput.from_dict(r) for r in _top_inputs(joined, scores, classifier, keys)],
         failures=check_thresholds(metrics, options.fail_under, len(joined)),
         warnings=messages,
-        mistakes=mistakes,
-        stale=stale,
+        mistakes=None if mistakes is None else Mistakes.from_dict(mistakes),
+        stale=[StaleTest.from_dict(r) for r in stale],
     )
 
 

@@ -1,6 +1,6 @@
 """Results files from outside (a baseline, ``sadl report``'s input): read, bounded, validated.
 
-:func:`load_results` reads a file through :func:`parse_json`, which bounds the nesting
+:func:`load_results` (and :func:`read_results`, the same as typed results) reads a file through :func:`parse_json`, which bounds the nesting
 depth and the size of every number before anything else sees the data, and then
 validates it against the JSON Schema shipped as ``pytest_sadl/results.schema.json``
 (:data:`JSON_SCHEMA`) with ``jsonschema``: a hostile or type-confused file is one
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sadl.errors import ResultsFileError
-from pytest_sadl.results import SCHEMA, VERSION
+from pytest_sadl.results import SCHEMA, VERSION, Results
 
 MAX_DEPTH = 32  # nesting of objects and arrays; a results file nests 5 deep
 MAX_INT = 2**53  # integers beyond what a double holds exactly are not counts of anything
@@ -281,3 +281,9 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ResultsFileError as exc:
         raise ResultsFileError(f"{p}: {exc}") from None
     return validate_results(data, source=p)
+
+
+def read_results(path: str | os.PathLike[str]) -> Results:
+    """:func:`load_results`, as the typed :class:`~pytest_sadl.results.Results` every
+    renderer takes (``sadl report``, ``sadl compare``, a ``--sadl-compare`` baseline)."""
+    return Results.from_dict(load_results(path))

@@ -104,11 +104,13 @@ HEAVY = ("numpy", "scipy", "pytest", "_pytest", "keras", "tensorflow", "jax", "j
         ["compare", "--help"],
         ["profile", "--help"],
         ["profile", "build", "--help"],
+        ["select", "--help"],
     ],
 )
 def test_help_and_version_import_nothing_heavy(args: list[str]) -> None:
     """`sadl --help` starts at once: it imports no NumPy, SciPy, pytest or backend (they took
-    1.5 s); `select`, whose module needs NumPy, is registered in full only when it runs."""
+    1.5 s); `select`, whose module needs NumPy, is registered in full only when it runs, and
+    its module imports NumPy and the selection only when a selection runs (1.7 s before)."""
     code = (
         "import contextlib, io, sys\n"
         "from pytest_sadl.cli.main import main\n"
@@ -118,6 +120,15 @@ def test_help_and_version_import_nothing_heavy(args: list[str]) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[] True", done.stdout + done.stderr
+
+
+def test_select_help_names_the_selections_strategies() -> None:
+    """`sadl select` names the strategies without importing the selection (NumPy): the
+    two lists are the same."""
+    from pytest_sadl.cli.select import STRATEGIES
+    from pytest_sadl.criteria.selection import STRATEGIES as SELECTION_STRATEGIES
+
+    assert STRATEGIES == SELECTION_STRATEGIES
 
 
 def test_select_help_still_lists_its_own_options(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,13 +10,24 @@ from typing import Any
 
 import pytest
 
+from pytest_sadl.report import compare as _compare
 from pytest_sadl.report.compare import (
     Comparison,
-    compare,
     compare_failures,
     parse_compare_fail,
 )
+from pytest_sadl.results import Results
 from pytest_sadl.resultsfile import load_results
+
+
+def _typed(doc: Any) -> Results:
+    """The renderers take typed results: a test's document (a fixture file, altered) read as a run's."""
+    return doc if isinstance(doc, Results) else Results.from_dict(doc)
+
+
+def compare(current: Any, baseline: Any) -> Comparison:
+    return _compare.compare(_typed(current), _typed(baseline))
+
 
 DATA = Path(__file__).parent / "data"
 

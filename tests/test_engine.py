@@ -125,8 +125,8 @@ def test_default_bounds_come_from_the_profile_not_the_inputs():
     rng = np.random.default_rng(1)
     view, centres = make_view(rng)
     opts = options(lsc=Bounds(None, None, 100), dsc=Bounds(None, None, 100))
-    calm = compute(view, make_records(rng, centres, SPEC[:2]), opts, {}).config
-    wild = compute(view, make_records(rng, centres, [("x::y", "g", 50, 9.0)]), opts, {}).config
+    calm = compute(view, make_records(rng, centres, SPEC[:2]), opts, {}).to_dict()["config"]
+    wild = compute(view, make_records(rng, centres, [("x::y", "g", 50, 9.0)]), opts, {}).to_dict()["config"]
     assert calm["lsc"] == wild["lsc"] and calm["dsc"] == wild["dsc"]
     held_lsa, held_dsa = held_out_scores(view)
     assert len(held_lsa) == 60  # a tenth of 600 training traces

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from pytest_sadl.criteria.registry import METRICS
+from pytest_sadl.results import Results
 
 pytestmark = pytest.mark.tf
 
@@ -126,7 +127,9 @@ def _warm_imports(conv_model_path: Path, digits, tmp_path_factory: pytest.TempPa
     cache = tmp_path_factory.mktemp("warm-cache")
     prof = lookup.load_or_build(model, digits.x_train, ProfileOptions(sa_layers=("hidden",)), cache)
     files.load_profile(prof.path)
-    html.render_html(json.loads((Path(__file__).parent / "data" / "results-classifier.json").read_text()))
+    html.render_html(
+        Results.from_dict(json.loads((Path(__file__).parent / "data" / "results-classifier.json").read_text()))
+    )
 
 
 @pytest.fixture

@@ -15,9 +15,24 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report.compare import compare
-from pytest_sadl.report.html import write_html
+from pytest_sadl.report import compare as _compare
+from pytest_sadl.report import html as _html
+from pytest_sadl.results import Results
 from pytest_sadl.resultsfile import load_results
+
+
+def _typed(doc: Any) -> Results:
+    """The renderers take typed results: a test's document (a fixture file, altered) read as a run's."""
+    return doc if isinstance(doc, Results) else Results.from_dict(doc)
+
+
+def compare(current: Any, baseline: Any) -> Any:
+    return _compare.compare(_typed(current), _typed(baseline))
+
+
+def write_html(doc: Any, directory: Any, **kw: Any) -> Path:
+    return _html.write_html(_typed(doc), directory, **kw)
+
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [

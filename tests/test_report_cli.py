@@ -20,7 +20,7 @@ import pytest
 from pytest_sadl.cli.report import register
 from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.report.html import render_html
-from pytest_sadl.resultsfile import load_results, validate_results
+from pytest_sadl.resultsfile import load_results, read_results, validate_results
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "results-classifier.json"
@@ -72,7 +72,7 @@ def test_report_writes_html_markdown_and_badge(tmp_path, capsys):
 
 def test_report_html_only_equals_render_html(tmp_path):
     assert sadl("report", RUN, "--html", tmp_path) == 0
-    assert (tmp_path / "index.html").read_text(encoding="utf-8") == render_html(load_results(RUN))
+    assert (tmp_path / "index.html").read_text(encoding="utf-8") == render_html(read_results(RUN))
 
 
 def test_report_single_badge_metric(tmp_path):
@@ -212,7 +212,7 @@ def test_through_python_m_pytest_sadl(tmp_path):
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "index.html").read_text(encoding="utf-8") == render_html(load_results(RUN))
+    assert (tmp_path / "index.html").read_text(encoding="utf-8") == render_html(read_results(RUN))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest_sadl", "compare", str(RUN), str(BASE), "--fail=dsc:-2"],
         capture_output=True,

@@ -22,14 +22,51 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report.compare import compare
-from pytest_sadl.report.html import (
-    HISTOGRAM_BINS,
-    build_context,
-    render_html,
-    write_html,
-)
+from pytest_sadl.report import compare as _compare
+from pytest_sadl.report import html as _html
+from pytest_sadl.report.html import HISTOGRAM_BINS
+from pytest_sadl.results import Results, Thumbnail
 from pytest_sadl.resultsfile import load_results
+
+
+def _typed(doc: Any) -> Results:
+    """The renderers take typed results: a test's document (a fixture file, altered) read as a run's."""
+    return doc if isinstance(doc, Results) else Results.from_dict(doc)
+
+
+def compare(current: Any, baseline: Any) -> Any:
+    return _compare.compare(_typed(current), _typed(baseline))
+
+
+def build_context(doc: Any, **kw: Any) -> dict[str, Any]:
+    return _html.build_context(_typed(doc), **kw)
+
+
+def render_html(doc: Any, **kw: Any) -> str:
+    return _html.render_html(_typed(doc), **kw)
+
+
+def write_html(doc: Any, directory: Any, **kw: Any) -> Path:
+    return _html.write_html(_typed(doc), directory, **kw)
+
+
+def render_markdown(doc: Any, **kw: Any) -> str:
+    from pytest_sadl.report.markdown import render_markdown
+
+    return render_markdown(_typed(doc), **kw)
+
+
+def render_terminal(doc: Any, **kw: Any) -> list[str]:
+    from pytest_sadl.report.terminal import render_terminal
+
+    return render_terminal(_typed(doc), **kw)
+
+
+def render_badges(doc: Any) -> Any:
+    from pytest_sadl.report.badge import render_badges
+
+    return render_badges(_typed(doc))
+
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = Path(__file__).parent / "golden"
@@ -382,7 +419,10 @@ def test_thumbnails_are_the_recorded_pixels(classifier):
 
 
 def test_rgb_thumbnail_and_malformed_images():
-    from pytest_sadl.report.html import _thumbnail
+    from pytest_sadl.report.html import _thumbnail as thumbnail
+
+    def _thumbnail(image: Any) -> str | None:
+        return thumbnail(None if image is None else Thumbnail.from_dict(image))
 
     rgb = list(range(2 * 3 * 3))
     w, h, c, pixels = _decode_png(_thumbnail({"width": 2, "height": 3, "channels": 3, "pixels": rgb}))
@@ -490,8 +530,6 @@ def _variants(doc: dict[str, Any]):
 
 
 def test_every_optional_field_may_be_absent_or_null(classifier, regression):
-    from pytest_sadl.report.badge import render_badges
-    from pytest_sadl.report.markdown import render_markdown
 
     def small(doc: dict[str, Any]) -> dict[str, Any]:
         # the same shape with fewer rows, so that ~400 renders stay fast
@@ -544,8 +582,6 @@ def test_nbc_card_says_what_a_corner_is(classifier):
 
 
 def test_tests_that_fed_nothing_are_said_the_same_way_in_every_report(classifier):
-    from pytest_sadl.report.markdown import render_markdown
-    from pytest_sadl.report.terminal import render_terminal
 
     fed = sum(1 for t in classifier["tests"] if t["inputs"])
     phrase = (

@@ -12,16 +12,53 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.report.badge import (
-    BADGE_FILE,
-    render_badge,
-    render_badges,
-    write_badge,
-    write_badges,
-)
-from pytest_sadl.report.compare import compare
-from pytest_sadl.report.markdown import escape_md, render_markdown, write_markdown
+from pytest_sadl.report import badge as _badge
+from pytest_sadl.report import compare as _compare
+from pytest_sadl.report import markdown as _markdown
+from pytest_sadl.report.badge import BADGE_FILE
+from pytest_sadl.report.markdown import escape_md
+from pytest_sadl.results import Results
 from pytest_sadl.resultsfile import load_results
+
+
+def _typed(doc: Any) -> Results:
+    """The renderers take typed results: a test's document (a fixture file, altered) read as a run's."""
+    return doc if isinstance(doc, Results) else Results.from_dict(doc)
+
+
+def compare(current: Any, baseline: Any) -> Any:
+    return _compare.compare(_typed(current), _typed(baseline))
+
+
+def render_markdown(doc: Any, **kw: Any) -> str:
+    return _markdown.render_markdown(_typed(doc), **kw)
+
+
+def render_html(doc: Any, **kw: Any) -> str:
+    from pytest_sadl.report.html import render_html
+
+    return render_html(_typed(doc), **kw)
+
+
+def write_markdown(doc: Any, path: Any, **kw: Any) -> Path:
+    return _markdown.write_markdown(_typed(doc), path, **kw)
+
+
+def render_badge(doc: Any, *args: Any) -> dict[str, Any]:
+    return _badge.render_badge(_typed(doc), *args)
+
+
+def render_badges(doc: Any) -> dict[str, Any]:
+    return dict(_badge.render_badges(_typed(doc)))
+
+
+def write_badge(doc: Any, *args: Any) -> Path:
+    return _badge.write_badge(_typed(doc), *args)
+
+
+def write_badges(doc: Any, *args: Any) -> Path:
+    return _badge.write_badges(_typed(doc), *args)
+
 
 try:
     from tests.test_report_html import check_golden
@@ -84,8 +121,6 @@ def test_metrics_table(classifier, baseline):
 def test_mistakes_table_names_the_opt_in_scores_in_capitals(classifier):
     # a results file whose labels lack MLSA and MMDSA (written before they were named)
     # still heads their columns as the other scores are, in the Markdown and HTML tables
-    from pytest_sadl.report.html import render_html
-
     run = copy.deepcopy(classifier)
     for row in [run["mistakes"]["overall"], *run["mistakes"]["groups"]]:
         row["auc"].update(mlsa=0.7, mmdsa=0.6)

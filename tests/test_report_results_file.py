@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_sadl.errors import ResultsFileError
-from pytest_sadl.report.badge import render_badges
-from pytest_sadl.report.compare import compare
-from pytest_sadl.report.html import render_html
-from pytest_sadl.report.markdown import render_markdown
-from pytest_sadl.results import SCHEMA, VERSION
+from pytest_sadl.report import badge as _badge
+from pytest_sadl.report import compare as _compare
+from pytest_sadl.report import html as _html
+from pytest_sadl.report import markdown as _markdown
+from pytest_sadl.results import SCHEMA, VERSION, Results
 from pytest_sadl.resultsfile import (
     JSON_SCHEMA,
     MAX_FLOAT,
@@ -35,6 +35,28 @@ from pytest_sadl.resultsfile import (
     parse_json,
     validate_results,
 )
+
+
+def _typed(doc: Any) -> Results:
+    """The renderers take typed results: a test's document (a fixture file, altered) read as a run's."""
+    return doc if isinstance(doc, Results) else Results.from_dict(doc)
+
+
+def compare(current: Any, baseline: Any) -> Any:
+    return _compare.compare(_typed(current), _typed(baseline))
+
+
+def render_html(doc: Any, **kw: Any) -> str:
+    return _html.render_html(_typed(doc), **kw)
+
+
+def render_markdown(doc: Any, **kw: Any) -> str:
+    return _markdown.render_markdown(_typed(doc), **kw)
+
+
+def render_badges(doc: Any) -> Any:
+    return _badge.render_badges(_typed(doc))
+
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "results-classifier.json"

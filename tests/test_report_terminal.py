@@ -6,10 +6,23 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_sadl.report.terminal import WIDTH, render_terminal
+from pytest_sadl.report import terminal as _terminal
+from pytest_sadl.report.terminal import WIDTH
+from pytest_sadl.results import Results
+
+
+def _typed(doc: Any) -> Results:
+    """The renderers take typed results: a test's document (a fixture file, altered) read as a run's."""
+    return doc if isinstance(doc, Results) else Results.from_dict(doc)
+
+
+def render_terminal(doc: Any, **kw: Any) -> list[str]:
+    return _terminal.render_terminal(_typed(doc), **kw)
+
 
 DATA = Path(__file__).parent / "data"
 FILES = ("results-classifier.json", "results-regression.json", "results-baseline.json")

@@ -31,7 +31,7 @@ from pytest_sadl.report.compare import (
     compare_failures,
     parse_compare_fail,
 )
-from pytest_sadl.resultsfile import load_results
+from pytest_sadl.resultsfile import read_results
 
 __all__ = ["register", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -62,8 +62,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not (args.html or args.markdown or args.badge):
         return _error(prog, "nothing to write: give --html DIR, --markdown PATH and/or --badge DIR")
     try:
-        results = load_results(args.results)
-        comparison = compare(results, load_results(args.compare)) if args.compare else None
+        results = read_results(args.results)
+        comparison = compare(results, read_results(args.compare)) if args.compare else None
     except ResultsFileError as exc:
         return _error(prog, str(exc))
     try:
@@ -98,7 +98,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _error(prog, str(exc).replace("--sadl-compare-fail", "--fail"))
     try:
-        comp = compare(load_results(args.current), load_results(args.baseline))
+        comp = compare(read_results(args.current), read_results(args.baseline))
     except ResultsFileError as exc:
         return _error(prog, str(exc))
     if limits:  # all:-1 means every metric the two runs have, not every registered one

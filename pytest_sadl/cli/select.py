@@ -24,9 +24,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from pytest_sadl.cli.args import (
     add_location,
@@ -39,12 +37,15 @@ from pytest_sadl.cli.args import (
     project_options,
 )
 from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, SCORES
-from pytest_sadl.criteria.selection import (
-    STRATEGIES,
-    Selection,
-    covered_from_results,
-    select,
-)
+
+if TYPE_CHECKING:  # NumPy and the selection are imported when a selection runs, not for --help
+    import numpy as np
+
+    from pytest_sadl.criteria.selection import Selection
+
+#: The strategies of :data:`pytest_sadl.criteria.selection.STRATEGIES`, named here so that
+#: ``sadl select --help`` imports no NumPy (``tests/test_cli.py`` checks they are the same).
+STRATEGIES = ("surprise", "coverage", "ranges", "deepgini", "ctm", "cam")
 
 __all__ = ["register", "select_from_pool", "write_selection"]
 
@@ -78,7 +79,9 @@ def select_from_pool(
     ``y``: the pool's labels (classes or one-hot rows); with them the APFD of the strategy's
     order of the whole pool is computed (its faults: the inputs the model misclassifies).
     """
-    from pytest_sadl.criteria.selection import faults_of
+    import numpy as np
+
+    from pytest_sadl.criteria.selection import covered_from_results, faults_of, select
     from pytest_sadl.criteria.shape import Batch, Setup
     from pytest_sadl.engine import ProfileView, default_sc_bounds
 
@@ -131,6 +134,8 @@ def _gallery(
 ) -> str | None:
     """A self-contained HTML page of the chosen inputs' thumbnails; ``None`` for non-images
     (and for a model with several inputs)."""
+    import numpy as np
+
     from pytest_sadl.plugin.recorder import thumbnails
     from pytest_sadl.report.html import render_template
     from pytest_sadl.report.images import png_data_url
@@ -190,6 +195,8 @@ def write_selection(
 
     ``selected.npz`` holds the chosen inputs as ``x`` (or, for a model with several inputs,
     one array per input name, as a pool is given), their ``y`` when known and pool ``index``."""
+    import numpy as np
+
     from pytest_sadl.atomic import (  # the project's one durable writer
         atomic_open,
         atomic_write_text,
@@ -218,6 +225,8 @@ def write_selection(
 def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -> None:
     """The profile must be the one the results were measured with: same layers and
     variance threshold; a one-line error naming both otherwise."""
+    import numpy as np
+
     from pytest_sadl.errors import SadlConfigError
 
     config = results.get("config") or {}
@@ -269,6 +278,8 @@ def _print_selection(chosen: Selection) -> None:
 
 def cmd_select(args: argparse.Namespace) -> int:
     """``sadl select``: the handler."""
+    import numpy as np
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pytest_sadl.capture.data import load_training_data
     from pytest_sadl.capture.model import load_model

@@ -22,6 +22,8 @@ from pytest_sadl.plugin.status import Phases
 if TYPE_CHECKING:
     from pytest_sadl.plugin.options import Report, SadlOptions
     from pytest_sadl.plugin.sources import Sources
+    from pytest_sadl.report.compare import Comparison
+    from pytest_sadl.results import Results
 
 
 def _one_line(exc: BaseException) -> str:
@@ -36,14 +38,16 @@ def _one_line(exc: BaseException) -> str:
 class Ending:
     """What the end made: the results, their document, the comparison with a baseline."""
 
-    results: Any = None
+    results: Results | None = None
+    #: the results' JSON form (``results.to_dict()``), once they are computed
     data: dict[str, Any] | None = None
-    comparison: Any = None
+    comparison: Comparison | None = None
 
 
-def write_report(report: Report, data: dict[str, Any], comparison: Any) -> Path:
+def write_report(report: Report, results: Results, data: dict[str, Any], comparison: Comparison | None) -> Path:
     """Write one report; return the file a user opens. Every kind goes through the one
-    atomic writer of :mod:`pytest_sadl.report._load` (via its module)."""
+    atomic writer of :mod:`pytest_sadl.report._load` (via its module); the renderers
+    take the engine's typed ``results``, the JSON report is their JSON form ``data``."""
     assert report.path is not None
     if report.kind == "json":
         from pytest_sadl.results import write_json
@@ -52,26 +56,26 @@ def write_report(report: Report, data: dict[str, Any], comparison: Any) -> Path:
     if report.kind == "html":
         from pytest_sadl.report.html import write_html
 
-        return write_html(data, report.path, comparison=comparison)
+        return write_html(results, report.path, comparison=comparison)
     if report.kind == "markdown":
         from pytest_sadl.report.markdown import write_markdown
 
-        return write_markdown(data, report.path, comparison=comparison)
+        return write_markdown(results, report.path, comparison=comparison)
     if report.kind == "badge":
         from pytest_sadl.report.badge import write_badges
 
-        return write_badges(data, report.path)
+        return write_badges(results, report.path)
     raise ValueError(f"unknown report kind {report.kind!r}")  # config.py refuses it first
 
 
 def write_reports(options: SadlOptions, ending: Ending, outcome: Outcome) -> None:
     """Every file report, each on its own: ``outcome.written`` and ``outcome.report_errors``."""
-    assert ending.data is not None
+    assert ending.data is not None and ending.results is not None
     for report in options.reports:
         if report.path is None:
             continue
         try:
-            target = write_report(report, ending.data, ending.comparison)
+            target = write_report(report, ending.results, ending.data, ending.comparison)
         except Exception as exc:  # a full disk, a bad path, a renderer's bug: this report only
             outcome.report_errors.append(
                 f"pytest-sadl: could not write the {report.kind} report to {report.path}: {_one_line(exc)}"
@@ -118,11 +122,11 @@ def compare_with_baseline(options: SadlOptions, ending: Ending, outcome: Outcome
     a failure: a gate that cannot be checked does not pass."""
     from pytest_sadl.errors import ResultsFileError
     from pytest_sadl.report.compare import compare, compare_failures
-    from pytest_sadl.resultsfile import load_results
+    from pytest_sadl.resultsfile import read_results
 
-    assert options.compare is not None
+    assert options.compare is not None and ending.results is not None
     try:
-        ending.comparison = compare(ending.data, load_results(options.compare))  # type: ignore[arg-type]
+        ending.comparison = compare(ending.results, read_results(options.compare))
     except Exception as exc:  # never lose the reports for it
         reason = str(exc) if isinstance(exc, ResultsFileError) else _one_line(exc)
         message = f"pytest-sadl: cannot compare with the baseline: {reason}"
@@ -145,6 +149,7 @@ def finish(
     """Controller or serial run: the results, the comparison, the reports (into ``ending``)."""
     from pytest_sadl.engine import ProfileView, compute
     from pytest_sadl.errors import SadlWarning
+    from pytest_sadl.results import MissingTest
 
     records = list(recorder.records.values())
     for rec in records:
@@ -166,11 +171,12 @@ def finish(
     with phases:
         ending.results = compute(view, records, options, model_info(options, sources, profile), messages, phases)
     keep_dsa_distances(profile)
-    ending.results.missing = missing
+    ending.results.missing = [MissingTest.from_dict(m) for m in missing]
     ending.data = ending.results.to_dict()
     if options.compare is not None:
         compare_with_baseline(options, ending, outcome)
-        if outcome.warnings_after:
+        if outcome.warnings_after:  # in the results every report renders, and in their JSON form
+            ending.results.warnings.extend(outcome.warnings_after)
             ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
     write_reports(options, ending, outcome)
 

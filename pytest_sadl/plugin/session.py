@@ -270,7 +270,7 @@ class SerialSession(RecordingSession):
             from pytest_sadl.report.terminal import write_terminal
 
             write_terminal(
-                end.data, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=end.comparison
+                end.results, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=end.comparison
             )
         elif end.results.missing:  # no table asked for, but an incomplete run is never silent
             tr.write_line(end.results.warnings[0], yellow=True)

@@ -1,8 +1,8 @@
 """Reports of a run: HTML, Markdown (CI job summary), badge JSON, baseline comparison.
 
-Every report renders the results document of ``docs/results-schema.md`` (a plain
-``dict``, as the plugin builds it or :func:`pytest_sadl.resultsfile.load_results`
-reads it); none recomputes a metric.
+Every report renders a typed :class:`pytest_sadl.results.Results` (the engine's own
+object in a run; :func:`pytest_sadl.resultsfile.read_results` of a results file, the
+document of ``docs/results-schema.md``); none recomputes a metric.
 
 - :mod:`pytest_sadl.report.html`: ``render_html`` / ``write_html`` (one self-contained file)
 - :mod:`pytest_sadl.report.markdown`: ``render_markdown`` / ``write_markdown``

@@ -1,38 +1,29 @@
 """Helpers the reports share: formatting, hints; reading results files (the one file
 writer is :mod:`pytest_sadl.atomic`).
 
-Every report renders the plain ``dict`` that :func:`pytest_sadl.resultsfile.load_results` returns (or that the
-plugin builds in memory); none recomputes a metric. Reading and validating a results
-file against its JSON Schema is :mod:`pytest_sadl.resultsfile`: a file that passes has
-the types the renderers rely on. The metrics' names, labels and titles come from
-:mod:`pytest_sadl.criteria.registry`. Optional
-sections (``groups``, ``tests``, ``inputs``, ``top_inputs``, ...) may be absent; the
-renderers show what there is.
+Every report renders a :class:`pytest_sadl.results.Results`: the engine's own object in
+a run, or :meth:`Results.from_dict` of a results file (``sadl report``, a baseline:
+:func:`pytest_sadl.resultsfile.read_results` validates the file against its JSON Schema
+first); none recomputes a metric. The metrics' names, labels and titles come from
+:mod:`pytest_sadl.criteria.registry`. Optional sections (``groups``, ``tests``,
+``inputs``, ``top_inputs``, ...) may be empty; the renderers show what there is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pytest_sadl.criteria.registry import COUNT, METRICS, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.results import JSON, Analysis, GroupRow, Metric, Results
 
 
-def thresholds_of(results: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric thresholds of the run, in percent (non-numbers are ignored)."""
-    raw = results.get("thresholds") or {}
-    return (
-        {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if isinstance(raw, dict)
-        else {}
-    )
+def thresholds_of(results: Results) -> dict[str, float]:
+    """The thresholds of the run, in percent."""
+    return {k: float(v) for k, v in results.thresholds.items()}
 
 
-def metric_entry(results: Mapping[str, Any], metric: str) -> dict[str, Any] | None:
+def metric_entry(results: Results, metric: str) -> Metric | None:
     """The ``metrics`` entry of ``metric``, or None when the run has none."""
-    entry = (results.get("metrics") or {}).get(metric)
-    return entry if isinstance(entry, dict) else None
+    return results.metrics.get(metric)
 
 
 def in_units(metric: str, value: float) -> float:
@@ -66,13 +57,13 @@ COUNT_PARTS: dict[str, tuple[str, str] | None] = {
 }
 
 
-def metric_percent(results: Mapping[str, Any], metric: str) -> float | None:
+def metric_percent(results: Results, metric: str) -> float | None:
     """The value of ``metric`` in its unit (:func:`in_units`: percent for a coverage), or
     None when absent or not applicable."""
-    entry = metric_entry(results, metric)
-    if entry is None or entry.get("applicable") is False or entry.get("value") is None:
+    entry = results.metrics.get(metric)
+    if entry is None or not entry.applicable or entry.value is None:
         return None
-    return in_units(metric, entry["value"])
+    return in_units(metric, entry.value)
 
 
 def fmt_pct(value: float | None, digits: int = 2) -> str:
@@ -96,10 +87,10 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def tests_summary(results: Mapping[str, Any]) -> str:
+def tests_summary(results: Results) -> str:
     """How many marked tests fed the model, said the same way in every report."""
-    tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
-    fed = sum(1 for t in tests if isinstance(t.get("inputs"), int) and t["inputs"] > 0)
+    tests = results.tests
+    fed = sum(1 for t in tests if t.inputs > 0)
     text = f"{fed} of {len(tests)} marked test{'' if len(tests) == 1 else 's'} fed the model"
     if len(tests) > fed:
         idle = len(tests) - fed
@@ -107,37 +98,45 @@ def tests_summary(results: Mapping[str, Any]) -> str:
     return text
 
 
-def mistakes_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+def per_score(analysis: Analysis, classifier: bool) -> dict[str, float | None]:
+    """How well each score predicts the mistakes: AUC for a classifier, Spearman's rho
+    for a regression model (``classifier``: the overall analysis's kind)."""
+    return analysis.auc if classifier else analysis.spearman
+
+
+def mistakes_rows(results: Results) -> tuple[list[str], list[list[str]]] | None:
     """The "does surprise predict mistakes" table as text cells (header, rows), overall first
     then per group, for the text reports; ``None`` without labels."""
-    found = results.get("mistakes")
-    if not isinstance(found, dict) or not isinstance(found.get("overall"), dict):
+    found = results.mistakes
+    if found is None:
         return None
-    given = found.get("labels")
-    labels = given if isinstance(given, dict) else {}
-    overall = found["overall"]
-    rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
-    classifier = overall.get("kind") == "classifier"
-    per = "auc" if classifier else "spearman"
-    keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
+    labels = found.labels
+    overall = found.overall
+    rows = [overall, *found.groups]
+    classifier = overall.classifier
+    keys = list(dict.fromkeys(k for r in rows for k in per_score(r, classifier)))
     header = ["inputs", "labelled", "error rate" if classifier else "mean abs error"]
     header += [f"{labels.get(k) or SA_LABELS.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
     table = []
     for r in rows:
-        err = fmt_pct(r.get("error_rate"), 1) if classifier else fmt_num(r.get("mean_abs_error"), 4)
+        err = fmt_pct(r.error_rate, 1) if classifier else fmt_num(r.mean_abs_error, 4)
+        labelled = "?" if r.labelled is None else str(r.labelled)
         table.append(
-            [str(r.get("name") or "all labelled"), str(r.get("labelled", "?")), err]
-            + [fmt_num((r.get(per) or {}).get(k), 2) for k in keys]
+            [str(r.name or "all labelled"), labelled, err] + [fmt_num(per_score(r, classifier).get(k), 2) for k in keys]
         )
     return header, table
 
 
-def _values(results: Mapping[str, Any], key: str) -> list[float]:
-    inputs = results.get("inputs") or {}
-    return [float(v) for v in (inputs.get(key) or []) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+def numbers(values: list[JSON]) -> list[float]:
+    """The numbers of a per-input list (``None`` and anything else left out)."""
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
-def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
+def _values(results: Results, key: str) -> list[float]:
+    return numbers(results.inputs.get(key) or [])
+
+
+def adequacy_hints(results: Results) -> list[str]:
     """Plain-text observations that say what would improve the tests, most useful first.
 
     Derived from the results only (missed thresholds, how much of the surprise range the
@@ -147,7 +146,7 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
     hints = _threshold_hints(results)
     for metric, key in SURPRISE.items():
         hints += _surprise_hints(results, metric, key)
-    groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
+    groups = results.groups
     hints += _idle_group_hints(groups)
     hints += _best_group_hints(groups)
     hints += _idle_test_hints(results)
@@ -155,27 +154,21 @@ def adequacy_hints(results: Mapping[str, Any]) -> list[str]:
     return hints
 
 
-def _threshold_hints(results: Mapping[str, Any]) -> list[str]:
+def _threshold_hints(results: Results) -> list[str]:
     """One per threshold missed."""
-    hints: list[str] = []
-    outcome = results.get("outcome") or {}
-    for failure in outcome.get("failures") or []:
-        if isinstance(failure, dict) and failure.get("message"):
-            hints.append(f"Threshold missed: {str(failure['message']).rstrip('.')}.")
-    return hints
+    return [f"Threshold missed: {f.message.rstrip('.')}." for f in results.failures if f.message]
 
 
-def _surprise_hints(results: Mapping[str, Any], metric: str, key: str) -> list[str]:
+def _surprise_hints(results: Results, metric: str, key: str) -> list[str]:
     """How far the recorded scores reach into the bounds, and the inputs outside them."""
     hints: list[str] = []
-    config = results.get("config") or {}
     name = SA_LABELS[key]
-    entry = metric_entry(results, metric)
-    bounds = config.get(metric)
-    if entry is None or entry.get("applicable") is False or not isinstance(bounds, dict):
+    entry = results.metrics.get(metric)
+    bounds = results.config.bounds.get(metric)
+    if entry is None or not entry.applicable or bounds is None:
         return []
-    lower, upper = bounds.get("lower"), bounds.get("upper")
-    if not isinstance(lower, (int, float)) or not isinstance(upper, (int, float)) or upper <= lower:
+    lower, upper = bounds.lower, bounds.upper
+    if lower is None or upper is None or upper <= lower:
         return []
     values = _values(results, key)
     inside = [v for v in values if lower < v <= upper]
@@ -188,8 +181,8 @@ def _surprise_hints(results: Mapping[str, Any], metric: str, key: str) -> list[s
                 f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
                 "adversarial inputs would cover them."
             )
-    below = entry.get("below")
-    if isinstance(below, int) and below > 0:
+    below = entry.below
+    if below is not None and below > 0:
         hints.append(
             f"{below} input{'s' if below != 1 else ''} had {name} at or below the lower bound "
             f"{lower:g} and cover no {METRIC_LABELS[metric]} bucket"
@@ -199,8 +192,8 @@ def _surprise_hints(results: Mapping[str, Any], metric: str, key: str) -> list[s
                 else "."
             )
         )
-    above = entry.get("above")
-    if isinstance(above, int) and above > 0:
+    above = entry.above
+    if above is not None and above > 0:
         hints.append(
             f"{above} input{'s' if above != 1 else ''} had {name} above the upper bound "
             f"{upper:g} and cover no {METRIC_LABELS[metric]} bucket; if such inputs are "
@@ -209,28 +202,26 @@ def _surprise_hints(results: Mapping[str, Any], metric: str, key: str) -> list[s
     return hints
 
 
-def _idle_group_hints(groups: list[dict[str, Any]]) -> list[str]:
+def _idle_group_hints(groups: list[GroupRow]) -> list[str]:
     """Groups that add less than a point to every cumulative coverage."""
     hints: list[str] = []
-    prev: dict[str, Any] = {}
+    prev: dict[str, float | None] = {}
     for i, group in enumerate(groups):
-        cum = group.get("cumulative") or {}
+        cum = group.cumulative
         if i > 0:
             gains = [
-                (cum.get(m) or 0) - (prev.get(m) or 0)
-                for m in METRICS
-                if m not in COUNT and isinstance(cum.get(m), (int, float))
+                (cum.get(m) or 0) - (prev.get(m) or 0) for m in METRICS if m not in COUNT and cum.get(m) is not None
             ]
             if gains and max(gains) < 0.01:
                 hints.append(
-                    f"Group {group.get('name')!s} adds less than 1 point to any cumulative "
+                    f"Group {group.name!s} adds less than 1 point to any cumulative "
                     "metric: its inputs behave like those of earlier groups."
                 )
         prev = cum
     return hints
 
 
-def _best_group_hints(groups: list[dict[str, Any]]) -> list[str]:
+def _best_group_hints(groups: list[GroupRow]) -> list[str]:
     """The group that added the most surprise coverage after the first."""
     hints: list[str] = []
     if len(groups) < 2:
@@ -240,9 +231,9 @@ def _best_group_hints(groups: list[dict[str, Any]]) -> list[str]:
         steps: list[tuple[float, str]] = []  # (gain, group name)
         before = 0.0
         for group in groups:
-            v = (group.get("cumulative") or {}).get(metric)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                steps.append((v - before, str(group.get("name"))))
+            v = group.cumulative.get(metric)
+            if v is not None:
+                steps.append((v - before, group.name))
                 before = v
         if len(steps) > 1:
             gain, name = max(steps[1:], key=lambda g: g[0])  # the first group starts from nothing
@@ -256,17 +247,11 @@ def _best_group_hints(groups: list[dict[str, Any]]) -> list[str]:
     return hints
 
 
-def _idle_test_hints(results: Mapping[str, Any]) -> list[str]:
+def _idle_test_hints(results: Results) -> list[str]:
     """Tests that covered nothing new."""
     hints: list[str] = []
-    tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
-    idle = [
-        t
-        for t in tests
-        if (t.get("inputs") or 0) > 0
-        and isinstance(t.get("new"), dict)
-        and not any(v for v in t["new"].values() if isinstance(v, (int, float)))
-    ]
+    tests = results.tests
+    idle = [t for t in tests if t.inputs > 0 and not any(t.new.values())]
     if idle:
         hints.append(
             f"{len(idle)} of {len(tests)} tests covered no new bucket or neuron: they repeat "
@@ -275,16 +260,14 @@ def _idle_test_hints(results: Mapping[str, Any]) -> list[str]:
     return hints
 
 
-def _layer_hints(results: Mapping[str, Any]) -> list[str]:
+def _layer_hints(results: Results) -> list[str]:
     """The least covered layer by NC."""
     hints: list[str] = []
-    layers = [
-        lay for lay in results.get("layers") or [] if isinstance(lay, dict) and isinstance(lay.get("nc"), (int, float))
-    ]
+    layers = [(nc, lay) for lay in results.layers if (nc := lay.coverage.get("nc")) is not None]
     if len(layers) > 1:
-        worst = min(layers, key=lambda lay: (lay["nc"], lay.get("kmnc") or 0))
+        worst_nc, worst = min(layers, key=lambda pair: (pair[0], pair[1].coverage.get("kmnc") or 0))
         hints.append(
-            f"Layer {worst.get('name')!s} is the least covered (NC {worst['nc'] * 100:.2f}%): "
+            f"Layer {worst.name!s} is the least covered (NC {worst_nc * 100:.2f}%): "
             "inputs that activate its neurons would raise neuron coverage most."
         )
     return hints

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pytest_sadl.atomic import atomic_write_text
 from pytest_sadl.criteria.registry import COUNT, METRICS
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.report._load import fmt_metric, metric_entry
+from pytest_sadl.results import Results
+
+#: A shields.io endpoint document: ``schemaVersion`` (1), ``label``, ``message``, ``color``.
+Badge = dict[str, int | str]
 
 __all__ = ["BADGE_FILE", "render_badge", "render_badges", "write_badge", "write_badges"]
 
@@ -47,7 +49,7 @@ def _color(percent: float, threshold: float | None) -> str:
     return "red"
 
 
-def render_badge(results: Mapping[str, Any], metric: str = "lsc") -> dict[str, Any]:
+def render_badge(results: Results, metric: str = "lsc") -> Badge:
     """The shields.io endpoint document of ``metric`` (``"lsc"``, ``"dsc"``, ``"nc"``, ...).
 
     Raises ValueError for an unknown metric. A metric the run does not have or that
@@ -58,30 +60,30 @@ def render_badge(results: Mapping[str, Any], metric: str = "lsc") -> dict[str, A
         raise ValueError(f"unknown metric {metric!r} for a badge; known metrics are {', '.join(METRICS)}")
     label = METRIC_LABELS[key]
     entry = metric_entry(results, key)
-    if entry is None or entry.get("applicable") is False or entry.get("value") is None:
+    if entry is None or entry.value is None or not entry.applicable:
         return {"schemaVersion": 1, "label": label, "message": "n/a", "color": "lightgrey"}
-    thr = (results.get("thresholds") or {}).get(key)
-    thr = float(thr) if isinstance(thr, (int, float)) and not isinstance(thr, bool) else None
+    given = results.thresholds.get(key)
+    thr = None if given is None else float(given)
     if key in COUNT:  # a number, not a share: coloured only by its threshold
-        number = float(entry["value"])
+        number = float(entry.value)
         color = "blue" if thr is None else ("brightgreen" if round(number, 2) >= thr else "red")
         return {"schemaVersion": 1, "label": label, "message": fmt_metric(key, number), "color": color}
-    percent = float(entry["value"]) * 100.0
+    percent = float(entry.value) * 100.0
     message = f"{percent:.1f}%"
     return {"schemaVersion": 1, "label": label, "message": message, "color": _color(percent, thr)}
 
 
-def render_badges(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def render_badges(results: Results) -> dict[str, Badge]:
     """One endpoint document per metric the run has, keyed by metric name."""
     return {m: render_badge(results, m) for m in METRICS if metric_entry(results, m) is not None}
 
 
-def write_badge(results: Mapping[str, Any], path: str | os.PathLike[str], metric: str) -> Path:
+def write_badge(results: Results, path: str | os.PathLike[str], metric: str) -> Path:
     """Write one metric's endpoint document to ``path`` atomically."""
     return atomic_write_text(path, json.dumps(render_badge(results, metric), indent=2) + "\n")
 
 
-def write_badges(results: Mapping[str, Any], directory: str | os.PathLike[str]) -> Path:
+def write_badges(results: Results, directory: str | os.PathLike[str]) -> Path:
     """Write :data:`BADGE_FILE` for every metric the run has into ``directory`` (made when
     missing), each atomically; returns the folder. A path that exists and is not a folder
     is refused (the badges are several files)."""

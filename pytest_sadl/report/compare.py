@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import METRICS, SURPRISE
 from pytest_sadl.report._load import metric_entry, metric_percent
+from pytest_sadl.results import JSON, Results, RunConfig, ScBounds
 
 #: Decimals of a delta, in percentage points, for the decision and the message alike.
 DELTA_DIGITS = 2
@@ -65,12 +65,13 @@ class Comparison:
                 return m
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         """Plain data, for JSON."""
-        return asdict(self)
+        data: dict[str, JSON] = asdict(self)
+        return data
 
 
-def _num(x: Any) -> str:
+def _num(x: object) -> str:
     if isinstance(x, float):
         return f"{x:g}"
     return repr(x) if isinstance(x, str) else str(x)
@@ -80,32 +81,36 @@ def _short(fp: str | None) -> str:
     return "none" if not fp else (fp[:12] + "…" if len(fp) > 12 else fp)
 
 
-def _bounds(b: Any) -> str:
-    if not isinstance(b, dict):
-        return "none"
-    return f"({_num(b.get('lower'))}, {_num(b.get('upper'))}] in {_num(b.get('buckets'))} buckets"
+def _setting(config: RunConfig, key: str) -> object:
+    """One of :data:`_CONFIG_KEYS` of a configuration (``None``: the run does not say)."""
+    value: object = getattr(config, key)
+    return value
 
 
-def _config_differences(cur: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
+def _config_differences(cur: RunConfig, base: RunConfig) -> list[str]:
     diffs: list[str] = []
     for key in _CONFIG_KEYS:
-        if (key in cur or key in base) and cur.get(key) != base.get(key):
-            diffs.append(f"{key} {_num(base.get(key))} → {_num(cur.get(key))}")
+        c, b = _setting(cur, key), _setting(base, key)
+        if c != b:
+            diffs.append(f"{key} {_num(b)} → {_num(c)}")
     for metric in SURPRISE:
-        cb = cur.get(metric)
-        bb = base.get(metric)
+        cb = cur.bounds.get(metric)
+        bb = base.bounds.get(metric)
         if cb is None or bb is None:  # a metric one run does not have (an older results file)
             continue
-        if not isinstance(cb, dict) or not isinstance(bb, dict):
-            diffs.append(f"{metric} bounds {_bounds(bb)} → {_bounds(cb)}")
-            continue
         for key in _BOUND_KEYS:
-            if (key in cb or key in bb) and cb.get(key) != bb.get(key):
-                diffs.append(f"{metric}.{key} {_num(bb.get(key))} → {_num(cb.get(key))}")
+            cv, bv = _bound(cb, key), _bound(bb, key)
+            if cv != bv:
+                diffs.append(f"{metric}.{key} {_num(bv)} → {_num(cv)}")
     return diffs
 
 
-def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparison:
+def _bound(bounds: ScBounds, key: str) -> float | int | None:
+    value: float | int | None = getattr(bounds, key)
+    return value
+
+
+def compare(current: Results, baseline: Results) -> Comparison:
     """Compare two results documents (already validated) metric by metric.
 
     Returns a :class:`Comparison` with one :class:`MetricDelta` per known metric present
@@ -115,7 +120,7 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparis
     other buckets, so a delta there says little.
     """
     names = [m for m in METRICS if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
-    extra = sorted((set(current.get("metrics") or {}) | set(baseline.get("metrics") or {})) - set(METRICS))
+    extra = sorted((set(current.metrics) | set(baseline.metrics)) - set(METRICS))
     deltas: list[MetricDelta] = []
     missing: list[str] = []
     for m in [*names, *extra]:
@@ -123,11 +128,11 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparis
         cv, bv = metric_percent(current, m), metric_percent(baseline, m)
         if ce is None or be is None:
             status = "missing in baseline" if be is None else "missing in current"
-        elif ce.get("applicable") is False and be.get("applicable") is False:
+        elif not ce.applicable and not be.applicable:
             status = "not applicable"
-        elif be.get("applicable") is False:
+        elif not be.applicable:
             status = "not applicable in baseline"
-        elif ce.get("applicable") is False:
+        elif not ce.applicable:
             status = "not applicable in current"
         elif cv is None or bv is None:
             status = "missing in baseline" if bv is None else "missing in current"
@@ -145,29 +150,28 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> Comparis
         deltas.append(MetricDelta(m, bv, cv, delta, status))
 
     warnings: list[str] = []
-    cm = current.get("model") or {}
-    bm = baseline.get("model") or {}
-    cfp, bfp = cm.get("fingerprint"), bm.get("fingerprint")
+    cm, bm = current.model, baseline.model
+    cfp, bfp = cm.fingerprint, bm.fingerprint
     if cfp != bfp:
         warnings.append(
             f"the runs are of different models (fingerprint {_short(bfp)} in the baseline, "
             f"{_short(cfp)} now): the deltas compare two models, not two test suites"
         )
-    cpf, bpf = cm.get("profile_fingerprint"), bm.get("profile_fingerprint")
+    cpf, bpf = cm.profile_fingerprint, bm.profile_fingerprint
     if cfp == bfp and cpf != bpf:
         warnings.append(
             f"the runs used different training profiles (profile {_short(bpf)} in the baseline, "
             f"{_short(cpf)} now): surprise is measured against other training traces"
         )
-    diffs = _config_differences(current.get("config") or {}, baseline.get("config") or {})
+    diffs = _config_differences(current.config, baseline.config)
     if diffs:
         warnings.append("the configuration differs from the baseline's: " + "; ".join(diffs))
     return Comparison(
         metrics=deltas,
         missing=missing,
         warnings=warnings,
-        baseline_created=baseline.get("created"),
-        current_created=current.get("created"),
+        baseline_created=baseline.created,
+        current_created=current.created,
         baseline_fingerprint=bfp,
         current_fingerprint=cfp,
     )

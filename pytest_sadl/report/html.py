@@ -5,8 +5,10 @@ name such as ``<script>…</script>`` is shown as text. The page makes no networ
 charts are inline SVG, thumbnails are PNG ``data:`` URLs, and a Content-Security-Policy
 allows only the page's own script (by its SHA-256 hash) and ``data:`` images.
 
-The module prepares plain view data (geometry of the charts, formatted cells) and the
-templates lay it out; nothing here recomputes a metric, it only bins the recorded
+The module prepares plain view data (geometry of the charts, formatted cells) from the
+typed :class:`~pytest_sadl.results.Results` and the templates lay it out (the plain
+mappings a template indexes, the configuration and the layers, are built in
+:func:`build_context` only); nothing here recomputes a metric, it only bins the recorded
 LSA/DSA values for the histograms and sums table columns for the totals.
 """
 
@@ -16,7 +18,7 @@ import base64
 import hashlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,16 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison
 from pytest_sadl.report.images import png_data_url
+from pytest_sadl.results import (
+    JSON,
+    SCHEMA,
+    VERSION,
+    Analysis,
+    GroupRow,
+    Results,
+    TestRow,
+    Thumbnail,
+)
 
 __all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
 
@@ -75,7 +87,7 @@ def render_template(name: str, **context: Any) -> str:
     return _env().get_template(name).render(**context)
 
 
-def _testid(value: Any) -> Markup:
+def _testid(value: object) -> Markup:
     """A test id that wraps only between its parts (after ``/``, ``::`` and the ``_`` between
     the words of a name, before its ``[parameters]``), never inside a word or inside the
     parameters, so a phone shows ``test_recall_per_digit`` / ``[1]``, not ``test_recall_per_digit[`` / ``1]``."""
@@ -88,14 +100,14 @@ def _testid(value: Any) -> Markup:
     return html
 
 
-def _sig(value: Any, digits: int = 6) -> str:
+def _sig(value: object, digits: int = 6) -> str:
     """A bound for display: ``digits`` significant digits (``-55.2113``), else as is."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "?" if value is None else str(value)
     return f"{value:.{digits}g}"
 
 
-def _sortkey(value: Any) -> str:
+def _sortkey(value: object) -> str:
     """The ``data-v`` attribute of a numeric cell: a number, or empty for missing."""
     if value is None or isinstance(value, bool):
         return ""
@@ -104,7 +116,7 @@ def _sortkey(value: Any) -> str:
     return ""
 
 
-def _num(x: Any) -> float | None:
+def _num(x: object) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     return float(x) if math.isfinite(x) else None
@@ -113,13 +125,11 @@ def _num(x: Any) -> float | None:
 # --------------------------------------------------------------------------- images
 
 
-def _thumbnail(image: Any) -> str | None:
-    if not isinstance(image, dict):
+def _thumbnail(image: Thumbnail | None) -> str | None:
+    if image is None:
         return None
     try:
-        return png_data_url(
-            int(image["width"]), int(image["height"]), int(image.get("channels", 1)), list(image["pixels"])
-        )
+        return png_data_url(image.width, image.height, 1 if image.channels is None else image.channels, image.pixels)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -196,30 +206,23 @@ def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = 
     }
 
 
-def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _surprise(results: Results) -> list[dict[str, Any]]:
     """Histograms of LSA and DSA, all inputs first, then per group in group order."""
-    inputs = results.get("inputs") or {}
-    tests = results.get("tests") or []
-    config = results.get("config") or {}
+    inputs = results.inputs
     owner = inputs.get("test") or []
-    group_of_test = [t.get("group", "default") if isinstance(t, dict) else "default" for t in tests]
-    group_names: list[Any] = [g.get("name") for g in results.get("groups") or [] if isinstance(g, dict)]
+    group_of_test = [t.group for t in results.tests]
+    group_names: list[str] = [g.name for g in results.groups]
     for name in group_of_test:
         if name not in group_names:
             group_names.append(name)
     out = []
     for metric, key in SURPRISE.items():
         entry = metric_entry(results, metric)
-        bounds = config.get(metric)
+        bounds = results.config.bounds.get(metric)
         values = inputs.get(key)
-        if (
-            entry is None
-            or entry.get("applicable") is False
-            or not isinstance(bounds, dict)
-            or not isinstance(values, list)
-        ):
+        if entry is None or not entry.applicable or bounds is None or values is None:
             continue
-        lower, upper = _num(bounds.get("lower")), _num(bounds.get("upper"))
+        lower, upper = _num(bounds.lower), _num(bounds.upper)
         if lower is None or upper is None or upper <= lower:
             continue
         per_group: dict[str, list[float]] = {name: [] for name in group_names}
@@ -230,7 +233,7 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 continue
             everything.append(fv)
             t = owner[i] if i < len(owner) else None
-            if isinstance(t, int) and 0 <= t < len(group_of_test):
+            if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < len(group_of_test):
                 per_group.setdefault(group_of_test[t], []).append(fv)
         rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
         if len(per_group) > 1:
@@ -245,11 +248,11 @@ def _surprise(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "label": SA_LABELS[key],
                 "lower": f"{lower:g}",
                 "upper": f"{upper:g}",
-                "buckets": bounds.get("buckets"),
-                "rule": bounds.get("rule"),
-                "above": entry.get("above"),
-                "below": entry.get("below"),
-                "nan": entry.get("nan"),
+                "buckets": bounds.buckets,
+                "rule": bounds.rule,
+                "above": entry.above,
+                "below": entry.below,
+                "nan": entry.nan,
                 "rows": rows,
             }
         )
@@ -260,7 +263,7 @@ _LW, _LH = 560.0, 210.0
 _LL, _LR, _LT, _LB = 40.0, 16.0, 12.0, 26.0
 
 
-def _line_chart(groups: list[dict[str, Any]], metrics: list[str]) -> dict[str, Any] | None:
+def _line_chart(groups: list[GroupRow], metrics: list[str]) -> dict[str, Any] | None:
     """Geometry of the cumulative coverage (Table VI) line chart, in percent."""
     if not groups:
         return None
@@ -277,9 +280,9 @@ def _line_chart(groups: list[dict[str, Any]], metrics: list[str]) -> dict[str, A
     for m in metrics:
         pts = []
         for i, g in enumerate(groups):
-            v = _num((g.get("cumulative") or {}).get(m))
+            v = _num(g.cumulative.get(m))
             if v is not None:
-                pts.append({"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v, "group": g.get("name")})
+                pts.append({"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v, "group": g.name})
         if pts:
             lines.append(
                 {
@@ -293,9 +296,9 @@ def _line_chart(groups: list[dict[str, Any]], metrics: list[str]) -> dict[str, A
     xlabels = [
         {
             "x": x(i),
-            "label": str(g.get("name")),
-            "short": _shorten(str(g.get("name")), 16),
-            "tiny": _shorten(str(g.get("name")), max(4, 48 // max(n, 1))),
+            "label": g.name,
+            "short": _shorten(g.name, 16),
+            "tiny": _shorten(g.name, max(4, 48 // max(n, 1))),
         }
         for i, g in enumerate(groups)
     ]
@@ -337,16 +340,16 @@ _UNITS = {
 }
 
 
-def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[dict[str, Any]]:
+def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, Any]]:
     thresholds = thresholds_of(results)
-    failed = {f.get("metric") for f in (results.get("outcome") or {}).get("failures") or [] if isinstance(f, dict)}
+    failed = {f.metric for f in results.failures}
     cards = []
     for m in METRICS:
         entry = metric_entry(results, m)
         if entry is None:
             continue
-        applicable = entry.get("applicable") is not False and entry.get("value") is not None
-        value = _num(entry.get("value")) if applicable else None
+        applicable = entry.measured
+        value = _num(entry.value) if applicable else None
         thr = _num(thresholds.get(m))
         if not applicable:
             status = "n/a"
@@ -368,14 +371,14 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
                 "percent": m not in COUNT,  # a share with a meter, else a number
                 "threshold": thr,
                 "status": status,
-                "reason": entry.get("reason") if not applicable else None,
-                "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.get("covered"),
-                "total": entry.get("total"),
+                "reason": entry.reason if not applicable else None,
+                "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.covered,
+                "total": entry.total,
                 "unit": unit,
                 "explain": UNIT_NOTES.get(m),
-                "above": entry.get("above"),
-                "below": entry.get("below"),
-                "nan": entry.get("nan"),
+                "above": entry.above,
+                "below": entry.below,
+                "nan": entry.nan,
                 "delta": delta.delta if delta is not None else None,
                 "delta_status": delta.status if delta is not None else None,
             }
@@ -383,12 +386,24 @@ def _cards(results: Mapping[str, Any], comparison: Comparison | None) -> list[di
     return cards
 
 
-def _applicable(results: Mapping[str, Any], metric: str) -> bool:
+def _applicable(results: Results, metric: str) -> bool:
     entry = metric_entry(results, metric)
-    return entry is not None and entry.get("applicable") is not False
+    return entry is not None and entry.applicable
 
 
-def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
+def _cell(t: TestRow, key: str) -> str | int | float | None:
+    """One column of the tests table (:func:`_tests`) of a test."""
+    if key.startswith("new."):
+        return t.new.get(key[4:])
+    if key.endswith("_mean"):
+        return t.mean.get(key[: -len("_mean")])
+    if key.endswith("_max"):
+        return t.max.get(key[: -len("_max")])
+    plain: dict[str, str | int] = {"nodeid": t.nodeid, "group": t.group, "outcome": t.outcome, "inputs": t.inputs}
+    return plain[key]
+
+
+def _tests(results: Results) -> dict[str, Any]:
     columns: list[dict[str, Any]] = [
         {"key": "nodeid", "label": "Test", "kind": "text", "agg": "label"},
         {"key": "group", "label": "Group", "kind": "text", "agg": "none"},
@@ -414,23 +429,9 @@ def _tests(results: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
     rows: list[dict[str, Any]] = []
-    for t in results.get("tests") or []:
-        if not isinstance(t, dict):
-            continue
-        given = t.get("new")
-        new = given if isinstance(given, dict) else {}
-        cells = []
-        for c in columns:
-            key = c["key"]
-            v = new.get(key[4:]) if key.startswith("new.") else t.get(key)
-            cells.append({"value": v, "kind": c["kind"]})
-        rows.append(
-            {
-                "cells": cells,
-                "outcome": str(t.get("outcome", "")),
-                "idle": (t.get("inputs") or 0) > 0 and not any(x for x in new.values() if isinstance(x, (int, float))),
-            }
-        )
+    for t in results.tests:
+        cells = [{"value": _cell(t, c["key"]), "kind": c["kind"]} for c in columns]
+        rows.append({"cells": cells, "outcome": t.outcome, "idle": t.inputs > 0 and not any(t.new.values())})
     # Totals of every row (the page recomputes them for the rows a filter leaves).
     totals: list[Any] = []
     inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
@@ -457,53 +458,49 @@ LAYERS_COLLAPSE_AT = 100
 LAYERS_SHOWN = 20
 
 
-def _neuron_metrics(results: Mapping[str, Any]) -> list[str]:
+def _neuron_metrics(results: Results) -> list[str]:
     """The run's neuron coverages, in report order (an opt-in one only when it was computed)."""
     return [m for m in NEURON if metric_entry(results, m) is not None]
 
 
-def _layers(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    layers = [dict(lay) for lay in results.get("layers") or [] if isinstance(lay, dict)]
+def _layers(results: Results) -> list[dict[str, JSON]]:
+    """The layers, least covered first, as the mappings the template indexes by metric."""
     shown = _neuron_metrics(results)
 
-    def key(lay: dict[str, Any]) -> tuple[float, ...]:
-        return tuple(
-            _num(lay.get(m)) if _num(lay.get(m)) is not None else 2.0  # type: ignore[misc]
-            for m in shown
-        )
+    def key(coverage: dict[str, float | None]) -> tuple[float, ...]:
+        return tuple(2.0 if (v := _num(coverage.get(m))) is None else v for m in shown)
 
-    layers.sort(key=key)
-    return layers
+    return [lay.to_dict() for lay in sorted(results.layers, key=lambda lay: key(lay.coverage))]
 
 
-def _top_inputs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    tests = results.get("tests") or []
+def _top_inputs(results: Results) -> list[dict[str, Any]]:
+    tests = results.tests
+
+    def test_of(index: int | None) -> dict[str, str]:
+        if index is None or not 0 <= index < len(tests):
+            return {"nodeid": "?", "group": "?"}
+        return {"nodeid": tests[index].nodeid, "group": tests[index].group}
+
     groups: dict[str, list[dict[str, Any]]] = {}
-    for item in results.get("top_inputs") or []:
-        if not isinstance(item, dict):
-            continue
-        ti = item.get("test")
-        test = tests[ti] if isinstance(ti, int) and 0 <= ti < len(tests) and isinstance(tests[ti], dict) else {}
-        given = item.get("tests")
-        fed = given if isinstance(given, list) else [ti]
-        fed_by = [tests[t] for t in fed if isinstance(t, int) and 0 <= t < len(tests) and isinstance(tests[t], dict)]
-        groups.setdefault(str(item.get("by", "lsa")), []).append(
+    for item in results.top_inputs:
+        ti = item.test
+        fed = item.tests if item.tests is not None else [ti]
+        fed_by = [test_of(t) for t in fed if t is not None and 0 <= t < len(tests)]
+        groups.setdefault(item.by or "lsa", []).append(
             {
-                "rank": item.get("rank"),
-                "input": item.get("input"),
-                "pred": item.get("pred"),
+                "rank": item.rank,
+                "input": item.input,
+                "pred": item.pred,
                 "scores": [
-                    (SA_LABELS[k], _num(item.get(k)), 3 if k == "dsa" else 2)
+                    (SA_LABELS[k], v, 3 if k == "dsa" else 2)
                     for k in SA_LABELS
-                    if _num(item.get(k)) is not None
+                    if (v := _num(item.scores.get(k))) is not None
                 ],
-                "nodeid": test.get("nodeid", "?"),
-                "group": test.get("group", "?"),
-                "fed_by": [{"nodeid": t.get("nodeid", "?"), "group": t.get("group", "?")} for t in fed_by]
-                or [{"nodeid": test.get("nodeid", "?"), "group": test.get("group", "?")}],
-                "copies": item.get("copies"),
-                "src": _thumbnail(item.get("image")),
-                "text": str(item["text"]) if isinstance(item.get("text"), str) else None,
+                **test_of(ti),
+                "fed_by": fed_by or [test_of(ti)],
+                "copies": item.copies,
+                "src": _thumbnail(item.image),
+                "text": item.text,
             }
         )
     out = []
@@ -514,70 +511,74 @@ def _top_inputs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _mistakes(results: Mapping[str, Any]) -> dict[str, Any] | None:
+def _mistakes(results: Results) -> dict[str, Any] | None:
     """View data of the "does surprise predict mistakes" section (figures from the results)."""
-    found = results.get("mistakes")
-    if not isinstance(found, dict) or not isinstance(found.get("overall"), dict):
+    found = results.mistakes
+    if found is None:
         return None
-    given = found.get("labels")
-    labels = given if isinstance(given, dict) else {}
-    baselines = set(found.get("baselines") or [])
-    overall = found["overall"]
-    rows = [overall] + [g for g in found.get("groups") or [] if isinstance(g, dict)]
-    per = "auc" if overall.get("kind") == "classifier" else "spearman"
-    keys = list(dict.fromkeys(k for r in rows if isinstance(r.get(per), dict) for k in r[per]))
+    labels = found.labels
+    baselines = set(found.baselines)
+    overall = found.overall
+    rows: list[Analysis] = [overall, *found.groups]
+    classifier = overall.classifier
+    per = "auc" if classifier else "spearman"
+
+    def values(r: Analysis) -> dict[str, float | None]:
+        return r.auc if classifier else r.spearman
+
+    keys = list(dict.fromkeys(k for r in rows for k in values(r)))
     columns = [{"key": k, "label": labels.get(k) or SA_LABELS.get(k, k), "baseline": k in baselines} for k in keys]
     table = [
         {
-            "name": r.get("name") or "all labelled inputs",
+            "name": r.name or "all labelled inputs",
             "all": r is overall,
-            "labelled": r.get("labelled"),
-            "errors": r.get("errors"),
-            "error_rate": _num(r.get("error_rate")),
-            "mean_abs_error": _num(r.get("mean_abs_error")),
-            "values": [_num((r.get(per) or {}).get(k)) for k in keys],
+            "labelled": r.labelled,
+            "errors": r.errors,
+            "error_rate": _num(r.error_rate),
+            "mean_abs_error": _num(r.mean_abs_error),
+            "values": [_num(values(r).get(k)) for k in keys],
         }
         for r in rows
     ]
-    fifths = []
-    for key, parts in (overall.get("fifths") or {}).items():
-        if isinstance(parts, list) and parts:
-            fifths.append(
+    fifths = [
+        {
+            "key": key,
+            "label": labels.get(key) or SA_LABELS.get(key, key),
+            "parts": [
                 {
-                    "key": key,
-                    "label": labels.get(key) or SA_LABELS.get(key, key),
-                    "parts": [
-                        {
-                            "lowest": _num(p.get("lowest")),
-                            "highest": _num(p.get("highest")),
-                            "inputs": p.get("inputs"),
-                            "accuracy": _num(p.get("accuracy")),
-                            "mae": _num(p.get("mean_abs_error")),
-                        }
-                        for p in parts
-                        if isinstance(p, dict)
-                    ],
+                    "lowest": _num(p.lowest),
+                    "highest": _num(p.highest),
+                    "inputs": p.inputs,
+                    "accuracy": _num(p.accuracy),
+                    "mae": _num(p.mean_abs_error),
                 }
-            )
+                for p in parts
+            ],
+        }
+        for key, parts in overall.fifths.items()
+        if parts
+    ]
     return {
-        "kind": overall.get("kind"),
+        "kind": overall.kind,
         "per": per,
         "columns": columns,
         "rows": table,
         "fifths": fifths,
-        "sentences": [str(x) for x in overall.get("sentences") or []],
+        "sentences": list(overall.sentences),
     }
 
 
-def build_context(results: Mapping[str, Any], *, comparison: Comparison | None = None) -> dict[str, Any]:
-    """The plain data the template lays out (exposed for tests and other renderers)."""
-    groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
-    group_metrics = [m for m in METRICS if any(_num((g.get("cumulative") or {}).get(m)) is not None for g in groups)]
+def build_context(results: Results, *, comparison: Comparison | None = None) -> dict[str, Any]:
+    """The plain data the template lays out (exposed for tests and other renderers): the
+    one place the typed results become the mappings a template indexes (``r``,
+    ``model``, ``config``, ``layers``)."""
+    groups = results.groups
+    group_metrics = [m for m in METRICS if any(_num(g.cumulative.get(m)) is not None for g in groups)]
     group_rows = []
-    prev: dict[str, Any] = {}
+    prev: dict[str, float | None] = {}
     for g in groups:
-        cum = g.get("cumulative") or {}
-        alone = g.get("metrics") or {}
+        cum = g.cumulative
+        alone = g.metrics
         cells = []
         for m in group_metrics:
             v, p, a = _num(cum.get(m)), _num(prev.get(m)), _num(alone.get(m))
@@ -596,23 +597,20 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
                     else f"{gain:+,.4g}",
                 }
             )
-        group_rows.append({"name": g.get("name"), "tests": g.get("tests"), "inputs": g.get("inputs"), "cells": cells})
+        group_rows.append({"name": g.name, "tests": g.tests, "inputs": g.inputs, "cells": cells})
         prev = cum
-    outcome = results.get("outcome") or {}
-    failures = [f for f in outcome.get("failures") or [] if isinstance(f, dict)]
-    passed = outcome.get("passed")
-    if passed is None:
-        passed = not failures
+    config = results.config.to_dict()
+    run = {"created": results.created, "pytest_sadl_version": results.version, "schema": SCHEMA, "version": VERSION}
     return {
-        "r": results,
-        "model": results.get("model") or {},
-        "config": results.get("config") or {},
+        "r": run,
+        "model": results.model.to_dict(),
+        "config": config,
         "thresholds": thresholds_of(results),
-        "passed": bool(passed),
-        "failures": failures,
-        "warnings": [str(w) for w in outcome.get("warnings") or []],
-        "missing": [m for m in outcome.get("missing") or [] if isinstance(m, dict)],
-        "stale": [m for m in outcome.get("stale") or [] if isinstance(m, dict)],
+        "passed": results.passed,
+        "failures": list(results.failures),
+        "warnings": list(results.warnings),
+        "missing": list(results.missing),
+        "stale": list(results.stale),
         "hints": adequacy_hints(results),
         "cards": _cards(results, comparison),
         "surprise": _surprise(results),
@@ -622,9 +620,9 @@ def build_context(results: Mapping[str, Any], *, comparison: Comparison | None =
         "tests": _tests(results),
         "mistakes": _mistakes(results),
         "tests_summary": tests_summary(results),
-        "surprise_metrics": [m for m in SURPRISE if isinstance((results.get("config") or {}).get(m), dict)],
+        "surprise_metrics": [m for m in SURPRISE if m in results.config.bounds],
         "layers": _layers(results),
-        "layers_shown": LAYERS_SHOWN if len(results.get("layers") or []) >= LAYERS_COLLAPSE_AT else None,
+        "layers_shown": LAYERS_SHOWN if len(results.layers) >= LAYERS_COLLAPSE_AT else None,
         "top": _top_inputs(results),
         "comparison": comparison,
         "metric_labels": METRIC_LABELS,
@@ -639,7 +637,7 @@ def _script() -> tuple[Markup, str]:
     return Markup(js), Markup(f"'sha256-{digest}'")
 
 
-def render_html(results: Mapping[str, Any], *, comparison: Comparison | None = None) -> str:
+def render_html(results: Results, *, comparison: Comparison | None = None) -> str:
     """The report of ``results`` (a validated results document) as one HTML string.
 
     The output depends on ``results`` (and ``comparison``) only: no clock, no paths, so
@@ -651,7 +649,7 @@ def render_html(results: Mapping[str, Any], *, comparison: Comparison | None = N
     return _env().get_template("report.html.j2").render(**ctx, script=script, script_src=script_src, css=css)
 
 
-def write_html(results: Mapping[str, Any], directory: str | Path, *, comparison: Comparison | None = None) -> Path:
+def write_html(results: Results, directory: str | Path, *, comparison: Comparison | None = None) -> Path:
     """Render the report into ``directory/index.html`` (atomically); return its path."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():

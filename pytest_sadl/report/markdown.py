@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pytest_sadl.atomic import atomic_write_text
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
@@ -27,6 +25,7 @@ from pytest_sadl.report._load import (
     unit,
 )
 from pytest_sadl.report.compare import Comparison
+from pytest_sadl.results import Failure, Results, TestRow
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
 
@@ -35,7 +34,7 @@ __all__ = ["render_markdown", "write_markdown", "escape_md"]
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
-def escape_md(text: Any) -> str:
+def escape_md(text: object) -> str:
     """``text`` safe as plain Markdown text (and GitHub's HTML-in-Markdown), on one line.
 
     HTML is entity-escaped and Markdown punctuation backslash-escaped, so the result must
@@ -58,7 +57,7 @@ def _delta(d: float | None, status: str | None) -> str:
 
 
 def render_markdown(
-    results: Mapping[str, Any],
+    results: Results,
     *,
     comparison: Comparison | None = None,
     max_tests: int = 10,
@@ -68,14 +67,11 @@ def render_markdown(
     With ``comparison``, the metrics table gains the baseline and the change in points.
     ``max_tests`` caps the table of the tests that added the most coverage.
     """
-    outcome = results.get("outcome") or {}
-    failures = [f for f in outcome.get("failures") or [] if isinstance(f, dict)]
-    passed = outcome.get("passed")
-    passed = (not failures) if passed is None else bool(passed)
-    lines = _header(results, passed, len(failures))
-    lines += _notes(outcome)
-    lines += _metrics_table(results, {f.get("metric") for f in failures}, comparison)
-    lines += _failures_and_warnings(results, failures, outcome, comparison)
+    failures = results.failures
+    lines = _header(results, results.passed, len(failures))
+    lines += _notes(results)
+    lines += _metrics_table(results, {f.metric for f in failures}, comparison)
+    lines += _failures_and_warnings(results, failures, comparison)
     lines += _groups(results)
     lines += _mistakes(results)
     lines += _hints(results)
@@ -83,22 +79,22 @@ def render_markdown(
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _header(results: Mapping[str, Any], passed: bool, n_failures: int) -> list[str]:
+def _header(results: Results, passed: bool, n_failures: int) -> list[str]:
     """The title with the verdict, and the run in one line."""
-    model = results.get("model") or {}
+    model = results.model
     lines: list[str] = []
     verdict = "✅ passed" if passed else f"❌ failed ({n_failures} threshold{'s' if n_failures != 1 else ''} missed)"
-    lines.append(f"## pytest-sadl: test adequacy of {escape_md(model.get('name') or 'the model')}: {verdict}")
+    lines.append(f"## pytest-sadl: test adequacy of {escape_md(model.name or 'the model')}: {verdict}")
     lines.append("")
-    fp = model.get("fingerprint")
+    fp = model.fingerprint
     bits = []
-    if results.get("created"):
-        bits.append(f"run of {escape_md(results['created'])}")
+    if results.created:
+        bits.append(f"run of {escape_md(results.created)}")
     if fp:
-        bits.append(f"model fingerprint {escape_md(str(fp)[:12])}")
-    if model.get("n_train") is not None:
-        bits.append(f"{model['n_train']} training inputs")
-    if results.get("tests"):
+        bits.append(f"model fingerprint {escape_md(fp[:12])}")
+    if model.n_train is not None:
+        bits.append(f"{model.n_train} training inputs")
+    if results.tests:
         bits.append(tests_summary(results))
     if bits:
         lines.append(" · ".join(bits))
@@ -106,34 +102,34 @@ def _header(results: Mapping[str, Any], passed: bool, n_failures: int) -> list[s
     return lines
 
 
-def _notes(outcome: Mapping[str, Any]) -> list[str]:
+def _notes(results: Results) -> list[str]:
     """Before the tables: tests whose inputs never came, and tests measured on a changed model."""
     lines: list[str] = []
-    missing = [m for m in outcome.get("missing") or [] if isinstance(m, dict)]
+    missing = results.missing
     if missing:  # before the tables: the numbers below count without these tests' inputs
         lines.append(
             f"> ⚠️ **Incomplete results:** the inputs of {len(missing)} test"
             f"{'' if len(missing) == 1 else 's'} never reached them:"
         )
         for test in missing:
-            reason = f": {escape_md(str(test['reason']))}" if test.get("reason") else ""
-            lines.append(f"> - {escape_md(str(test.get('nodeid')))}{reason}")
+            reason = f": {escape_md(test.reason)}" if test.reason else ""
+            lines.append(f"> - {escape_md(test.nodeid)}{reason}")
         lines.append("")
-    stale = [m for m in outcome.get("stale") or [] if isinstance(m, dict)]
+    stale = results.stale
     if stale:  # before the tables: measured on a changed model, counted in none of them
         lines.append(
             f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} test"
             f"{'' if len(stale) == 1 else 's'} were measured on other weights or layers than the "
             "profile's (fit, set_weights, load_weights), so no metric below counts them:"
         )
-        for test in stale:
-            lines.append(f"> - {escape_md(str(test.get('nodeid')))}: {escape_md(str(test.get('inputs')))} inputs")
+        for changed in stale:
+            lines.append(f"> - {escape_md(changed.nodeid)}: {escape_md(changed.inputs)} inputs")
         lines.append("")
 
     return lines
 
 
-def _metrics_table(results: Mapping[str, Any], failed_metrics: set[Any], comparison: Comparison | None) -> list[str]:
+def _metrics_table(results: Results, failed_metrics: set[str], comparison: Comparison | None) -> list[str]:
     """Each metric: value, threshold, status (and the baseline and change)."""
     thresholds = thresholds_of(results)
     lines: list[str] = []
@@ -146,11 +142,11 @@ def _metrics_table(results: Mapping[str, Any], failed_metrics: set[Any], compari
         entry = metric_entry(results, m)
         if entry is None:
             continue
-        applicable = entry.get("applicable") is not False and entry.get("value") is not None
-        value = entry.get("value") if applicable else None
+        applicable = entry.measured
+        value = entry.value if applicable else None
         thr = thresholds.get(m)
         if not applicable:
-            status = "n/a (not available)" if entry.get("reason") else "n/a"
+            status = "n/a (not available)" if entry.reason else "n/a"
         elif thr is None:
             status = "–"
         elif m in failed_metrics or (value is not None and round(in_units(m, value), 2) < thr):  # applicable
@@ -171,58 +167,57 @@ def _metrics_table(results: Mapping[str, Any], failed_metrics: set[Any], compari
 
 
 def _failures_and_warnings(
-    results: Mapping[str, Any],
-    failures: list[dict[str, Any]],
-    outcome: Mapping[str, Any],
+    results: Results,
+    failures: list[Failure],
     comparison: Comparison | None,
 ) -> list[str]:
     """The thresholds missed, the metrics not available, the warnings."""
     lines: list[str] = []
     for f in failures:
-        lines.append(f"- ❌ {escape_md(f.get('message') or f.get('metric'))}")
-    unavailable = [(m, str(e["reason"])) for m in METRICS if (e := metric_entry(results, m)) and e.get("reason")]
+        lines.append(f"- ❌ {escape_md(f.message or f.metric)}")
+    unavailable = [(m, e.reason) for m in METRICS if (e := metric_entry(results, m)) and e.reason]
     for m, why in unavailable:
         lines.append(f"- ⚠️ {METRIC_LABELS[m]} not available: {escape_md(why)}")
-    for w in outcome.get("warnings") or []:
+    for w in results.warnings:
         lines.append(f"- ⚠️ {escape_md(w)}")
     if comparison is not None:
         for w in comparison.warnings:
             lines.append(f"- ⚠️ baseline: {escape_md(w)}")
-    if failures or unavailable or outcome.get("warnings") or (comparison is not None and comparison.warnings):
+    if failures or unavailable or results.warnings or (comparison is not None and comparison.warnings):
         lines.append("")
 
     return lines
 
 
-def _groups(results: Mapping[str, Any]) -> list[str]:
+def _groups(results: Results) -> list[str]:
     """Table VI: each group's cumulative coverage."""
     lines: list[str] = []
-    groups = [g for g in results.get("groups") or [] if isinstance(g, dict)]
-    gm = [m for m in METRICS if any(isinstance((g.get("cumulative") or {}).get(m), (int, float)) for g in groups)]
+    groups = results.groups
+    gm = [m for m in METRICS if any(g.cumulative.get(m) is not None for g in groups)]
     if groups and gm:
         lines.append("### Cumulative coverage by group (Table VI)")
         lines.append("")
         lines.append("| Group | Tests | Inputs | " + " | ".join(METRIC_LABELS[m] for m in gm) + " |")
         lines.append("|:--|--:|--:|" + "--:|" * len(gm))
         for i, g in enumerate(groups):
-            cum = g.get("cumulative") or {}
-            name = ("+ " if i else "") + escape_md(g.get("name"))
+            cum = g.cumulative
+            name = ("+ " if i else "") + escape_md(g.name)
             cells = [fmt_metric(m, cum.get(m)) for m in gm]
-            lines.append(f"| {name} | {g.get('tests', '–')} | {g.get('inputs', '–')} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {g.tests} | {g.inputs} | " + " | ".join(cells) + " |")
         lines.append("")
 
     return lines
 
 
-def _mistakes(results: Mapping[str, Any]) -> list[str]:
+def _mistakes(results: Results) -> list[str]:
     """Whether surprise predicts the model's mistakes (when tests gave labels)."""
     lines: list[str] = []
     found = mistakes_rows(results)
-    if found is not None:
+    if found is not None and results.mistakes is not None:
         header, table = found
         lines.append("### Does surprise predict this model's mistakes?")
         lines.append("")
-        lines.extend(escape_md(text) for text in (results["mistakes"]["overall"].get("sentences") or []))
+        lines.extend(escape_md(text) for text in results.mistakes.overall.sentences)
         lines.append("")
         lines.append("| Group | " + " | ".join(header[1:]) + " |")
         lines.append("|:--|" + "--:|" * (len(header) - 1))
@@ -237,7 +232,7 @@ def _mistakes(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _hints(results: Mapping[str, Any]) -> list[str]:
+def _hints(results: Results) -> list[str]:
     """What would improve the tests."""
     lines: list[str] = []
     hints = [h for h in adequacy_hints(results) if not h.startswith("Threshold missed")]
@@ -250,45 +245,32 @@ def _hints(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _top_tests(results: Mapping[str, Any], max_tests: int) -> list[str]:
+def _top_tests(results: Results, max_tests: int) -> list[str]:
     """The tests that added the most coverage, folded."""
     lines: list[str] = []
-    tests = [t for t in results.get("tests") or [] if isinstance(t, dict)]
+    tests = results.tests
 
-    def added(t: dict[str, Any]) -> tuple[int, int]:
-        given = t.get("new")
-        new = given if isinstance(given, dict) else {}
-        return (
-            sum(v for k, v in new.items() if k in SURPRISE and isinstance(v, int)),
-            sum(v for k, v in new.items() if k == "nc" and isinstance(v, int)),
-        )
+    def added(t: TestRow) -> tuple[int, int]:
+        return (sum(v for k, v in t.new.items() if k in SURPRISE), sum(v for k, v in t.new.items() if k == "nc"))
 
     ranked = sorted(tests, key=lambda t: added(t), reverse=True)[:max_tests]
     if ranked:
         lines.append("<details><summary>Tests that added the most coverage</summary>")
         lines.append("")
-        measured = [
-            METRIC_LABELS[m]
-            for m in SURPRISE
-            if (metric_entry(results, m) or {"applicable": False}).get("applicable") is not False
-        ]
+        measured = [METRIC_LABELS[m] for m in SURPRISE if (e := metric_entry(results, m)) is not None and e.applicable]
         buckets = f"new {'+'.join(measured)} buckets"
         lines.append(f"| Test | Group | Inputs | {buckets} | new NC neurons |")
         lines.append("|:--|:--|--:|--:|--:|")
         for t in ranked:
             a, b = added(t)
-            lines.append(
-                f"| {escape_md(t.get('nodeid'))} | {escape_md(t.get('group'))} | {t.get('inputs', '–')} | {a} | {b} |"
-            )
+            lines.append(f"| {escape_md(t.nodeid)} | {escape_md(t.group)} | {t.inputs} | {a} | {b} |")
         lines.append("")
         lines.append("</details>")
         lines.append("")
     return lines
 
 
-def write_markdown(
-    results: Mapping[str, Any], path: str | os.PathLike[str], *, comparison: Comparison | None = None
-) -> Path:
+def write_markdown(results: Results, path: str | os.PathLike[str], *, comparison: Comparison | None = None) -> Path:
     """Write :func:`render_markdown` to ``path`` atomically; return the path.
 
     ``path`` may be ``$GITHUB_STEP_SUMMARY``'s file: then the summary is *appended*, as

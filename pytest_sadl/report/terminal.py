@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
-from typing import Any
 
 from pytest_sadl.criteria.registry import COUNT, LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
 from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
+from pytest_sadl.report.compare import Comparison
+from pytest_sadl.results import GroupRow, Metric, Results
 
 
 def _pct(value: float | None) -> str:
@@ -29,11 +30,11 @@ def _num(value: float | None) -> str:
 WIDTH = 80
 
 
-def _covered(name: str, m: dict[str, Any]) -> str:
+def _covered(name: str, m: Metric) -> str:
     """The "covered / total" cell: "-" for a count criterion with no targets (NLC)."""
     if name in COUNT and COUNT_PARTS.get(name, ("", "")) is None:
         return "-"
-    return f"{m['covered']} / {m['total']}"
+    return f"{m.covered} / {m.total}"
 
 
 def _count_note(names: list[str]) -> str | None:
@@ -117,13 +118,13 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
     return out
 
 
-def _group_tables(groups: list[dict[str, Any]], shown: list[str], width: int | None) -> list[str]:
+def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -> list[str]:
     """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
     =all``), several stacked, each with the group column and as many metrics as fit."""
-    names = [("" if i == 0 else "+ ") + g["name"] for i, g in enumerate(groups)]
-    cols = {k: [LABELS[k]] + [fmt_metric(k, g["cumulative"].get(k)).rstrip("%") for g in groups] for k in shown}
-    first = [["group", *names], ["tests"] + [str(g["tests"]) for g in groups]]
-    first.append(["inputs"] + [str(g["inputs"]) for g in groups])
+    names = [("" if i == 0 else "+ ") + g.name for i, g in enumerate(groups)]
+    cols = {k: [LABELS[k]] + [fmt_metric(k, g.cumulative.get(k)).rstrip("%") for g in groups] for k in shown}
+    first = [["group", *names], ["tests"] + [str(g.tests) for g in groups]]
+    first.append(["inputs"] + [str(g.inputs) for g in groups])
     name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
     room = None if width is None else width - name_w - 2
     chunks: list[list[str]] = [[]]
@@ -146,7 +147,7 @@ def _group_tables(groups: list[dict[str, Any]], shown: list[str], width: int | N
 
 
 def render_terminal(
-    results: dict[str, Any], *, verbose: bool = False, comparison: Any = None, width: int | None = WIDTH
+    results: Results, *, verbose: bool = False, comparison: Comparison | None = None, width: int | None = WIDTH
 ) -> list[str]:
     """Lines of the summary: model, warnings, the metrics, Table VI by group (and, verbose,
     the tests and layers). Without ``verbose`` every line fits ``width`` columns (``None``:
@@ -163,51 +164,51 @@ def render_terminal(
     return lines
 
 
-def _header(results: dict[str, Any], width: int | None) -> list[str]:
+def _header(results: Results, width: int | None) -> list[str]:
     """The model, the layers, what was recorded, the run's warnings and the left-out tests."""
-    model, config = results["model"], results["config"]
-    n_inputs = len(results["inputs"]["test"])
+    model, config = results.model, results.config
+    n_inputs = results.n_inputs
     lines = _wrap(
-        f"model {model.get('name', '?')} (fingerprint {str(model.get('fingerprint', ''))[:12]}), "
-        f"{model.get('n_train', '?')} training inputs, {'classifier' if model.get('classifier') else 'regression'}",
+        f"model {'?' if model.name is None else model.name} (fingerprint {(model.fingerprint or '')[:12]}), "
+        f"{'?' if model.n_train is None else model.n_train} training inputs, "
+        f"{'classifier' if model.classifier else 'regression'}",
         width,
     )
-    coverage = list(config["coverage_layers"])
-    head = f"SA layers: {', '.join(config['sa_layers'])}; coverage layers: {len(coverage)} ("
+    coverage = list(config.coverage_layers)
+    head = f"SA layers: {', '.join(config.sa_layers)}; coverage layers: {len(coverage)} ("
     lines += _wrap(head + _names(coverage, None if width is None else max(20, width - len(head) - 1)) + ")", width)
     if n_inputs == 0:
         lines += _wrap("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl", width)
     else:
         lines += _wrap(
-            f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results['groups'])} group(s)", width
+            f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results.groups)} group(s)", width
         )
-    warnings = results.get("outcome", {}).get("warnings", [])
+    warnings = results.warnings
     if warnings:  # before the tables: an incomplete run must not read as a complete one
         lines.append("")
         for w in warnings:
             lines += _wrap(f"warning: {w}", width)
-    stale = [m for m in results.get("outcome", {}).get("stale") or [] if isinstance(m, dict)]
-    for m in stale:  # measured on a changed model: listed, counted in no table below
-        lines += _wrap(f"  left out (model changed): {m.get('nodeid')}, {m.get('inputs')} inputs", width, "    ")
+    for m in results.stale:  # measured on a changed model: listed, counted in no table below
+        lines += _wrap(f"  left out (model changed): {m.nodeid}, {m.inputs} inputs", width, "    ")
     lines.append("")
     return lines
 
 
-def _metric_row(name: str, m: dict[str, Any], results: dict[str, Any]) -> list[str]:
+def _metric_row(name: str, m: Metric, results: Results) -> list[str]:
     """One metric's row of the table (an applicable one)."""
     bounds = above = ""
     if name in SURPRISE:
-        b = results["config"][name]
-        bounds = f"({_num(b['lower'])}, {_num(b['upper'])}]"
-        above = str(m.get("above", 0))
-    thresholds = results.get("thresholds", {})
+        b = results.config.bounds.get(name)
+        bounds = "" if b is None else f"({_num(b.lower)}, {_num(b.upper)}]"
+        above = str(0 if m.above is None else m.above)
+    thresholds = results.thresholds
     thr = f"{thresholds[name]:.2f}{unit(name)}" if name in thresholds else ""
-    return [LABELS[name], fmt_metric(name, m["value"]), _covered(name, m), bounds, above, thr]
+    return [LABELS[name], fmt_metric(name, m.value), _covered(name, m), bounds, above, thr]
 
 
-def _metrics_table(results: dict[str, Any], comparison: Any, width: int | None) -> list[str]:
+def _metrics_table(results: Results, comparison: Comparison | None, width: int | None) -> list[str]:
     """The metrics, with what is not applicable or not available and the bounds' rule."""
-    metrics, config = results["metrics"], results["config"]
+    metrics, config = results.metrics, results.config
     deltas = {d.metric: d for d in comparison.metrics} if comparison is not None else {}
     header = ["metric", "coverage", "covered / total", "bounds", "above upper", "threshold"]
     if deltas:
@@ -219,10 +220,10 @@ def _metrics_table(results: dict[str, Any], comparison: Any, width: int | None) 
         m = metrics.get(name)
         if m is None:  # a results file from before this metric existed, or a metric not chosen
             continue
-        if not m.get("applicable", True):
+        if not m.applicable:
             row = [LABELS[name], "n/a", "-", "", "", ""]
-            if m.get("reason"):  # its score cannot be set up on the chosen layer
-                not_available.append(f"{LABELS[name]}: not available ({m['reason']})")
+            if m.reason:  # its score cannot be set up on the chosen layer
+                not_available.append(f"{LABELS[name]}: not available ({m.reason})")
             else:
                 not_applicable.append(LABELS[name])
         else:
@@ -236,30 +237,30 @@ def _metrics_table(results: dict[str, Any], comparison: Any, width: int | None) 
         lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
     for line in not_available:
         lines += _wrap(line, width)
-    note = _count_note([r for r in ORDER if r in metrics and metrics[r].get("applicable", True)])
+    note = _count_note([r for r in ORDER if r in metrics and metrics[r].applicable])
     if note:
         lines += _wrap(note, width)
     if not_available:
         lines += _wrap("(`sadl profile layers --usable` says which layers each SA measure can use)", width)
-    rules = {config[k].get("rule", "") for k in SURPRISE if config.get(k)}
+    rules = {b.rule or "" for k in SURPRISE if (b := config.bounds.get(k)) is not None}
     if any(r.startswith("default") for r in rules):
         lines += _wrap("bounds: " + next(r for r in rules if r.startswith("default")), width)
     return lines
 
 
-def _groups_table(results: dict[str, Any], width: int | None) -> list[str]:
+def _groups_table(results: Results, width: int | None) -> list[str]:
     """Table VI: each group's cumulative coverage."""
-    if not results["groups"]:
+    if not results.groups:
         return []
-    metrics = results["metrics"]
+    metrics = results.metrics
     lines = ["", "cumulative coverage by group (Table VI of the paper):"]
-    return lines + _group_tables(results["groups"], [k for k in ORDER if k in metrics], width)
+    return lines + _group_tables(results.groups, [k for k in ORDER if k in metrics], width)
 
 
-def _mistakes_table(results: dict[str, Any], width: int | None) -> list[str]:
+def _mistakes_table(results: Results, width: int | None) -> list[str]:
     """Whether surprise predicts the model's mistakes (when tests gave labels)."""
     found = mistakes_rows(results)
-    if found is None:
+    if found is None or results.mistakes is None:
         return []
     header, table = found
     if width is not None:
@@ -270,45 +271,45 @@ def _mistakes_table(results: dict[str, Any], width: int | None) -> list[str]:
         "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
     )
     lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
-    for text in results["mistakes"]["overall"].get("sentences") or []:
+    for text in results.mistakes.overall.sentences:
         lines += _wrap(f"  {text}", width, indent="    ")
     return lines
 
 
-def _tests_table(results: dict[str, Any]) -> list[str]:
+def _tests_table(results: Results) -> list[str]:
     """Verbose: every test with its inputs, surprise and first-covered targets."""
     lines = ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
-    keys = [k for k in SA_LABELS if any(t.get(f"{k}_mean") is not None for t in results["tests"])] or ["lsa"]
+    keys = [k for k in SA_LABELS if any(t.mean.get(k) is not None for t in results.tests)] or ["lsa"]
     rows = [
         ["test", "group", "outcome", "inputs"]
         + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
         + ["new LSC", "new NC"]
     ]
-    for t in results["tests"]:
+    for t in results.tests:
         rows.append(
-            [t["nodeid"], t["group"], t["outcome"], str(t["inputs"])]
-            + [_num(t.get(f"{k}_{s}")) for k in keys for s in ("mean", "max")]
-            + [str(t["new"].get("lsc", 0)), str(t["new"].get("nc", 0))]
+            [t.nodeid, t.group, t.outcome, str(t.inputs)]
+            + [_num(stat.get(k)) for k in keys for stat in (t.mean, t.max)]
+            + [str(t.new.get("lsc", 0)), str(t.new.get("nc", 0))]
         )
     return lines + _table(rows, right=set(range(3, len(rows[0]))))
 
 
-def _layers_table(results: dict[str, Any]) -> list[str]:
+def _layers_table(results: Results) -> list[str]:
     """Verbose: every coverage layer, least covered first by KMNC."""
-    neuron = [k for k in NEURON if k in results["metrics"]]  # the run's neuron coverages
+    neuron = [k for k in NEURON if k in results.metrics]  # the run's neuron coverages
     rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
-    for layer in sorted(results["layers"], key=lambda entry: entry.get("kmnc") or 0.0):
-        rows.append([layer["name"], str(layer["neurons"])] + [_pct(layer.get(k)) for k in neuron])
+    for layer in sorted(results.layers, key=lambda entry: entry.coverage.get("kmnc") or 0.0):
+        rows.append([layer.name, str(layer.neurons)] + [_pct(layer.coverage.get(k)) for k in neuron])
     return ["", "layers (least covered first by KMNC):", *_table(rows, right=set(range(1, 2 + len(neuron))))]
 
 
 def write_terminal(
-    results: dict[str, Any],
+    results: Results,
     line: Callable[..., None],
     section: Callable[..., None],
     *,
     verbose: bool = False,
-    comparison: Any = None,
+    comparison: Comparison | None = None,
 ) -> None:
     section("pytest-sadl: surprise adequacy and neuron coverage", sep="-")
     for text in render_terminal(results, verbose=verbose, comparison=comparison):
