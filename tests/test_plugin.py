@@ -684,8 +684,10 @@ def test_sa_components_project_lsa_and_mdsa_onto_the_principal_axes(project, con
         "--sadl-metrics=lsc,dsc,mdsc",
         "--sadl-sa-components=4",
         "--sadl-report=json:out.json",
+        "--sadl-report=term",
     )
     assert res.ret == 0, res.stdout.str()
+    assert "SA layers: hidden (LSA/MDSA on 4 principal axes)" in res.stdout.str()
     data, plain = results(pytester), results(pytester, "plain.json")
     assert data["config"]["sa_components"] == 4 and "sa_components" not in plain["config"]
     tm = TraceModel(conv_model, sa_layers=["hidden"])
