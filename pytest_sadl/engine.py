@@ -24,7 +24,7 @@ import math
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ import numpy as np
 from pytest_sadl import __version__
 from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
 from pytest_sadl.criteria.neurons import NeuronRanges
+from pytest_sadl.criteria.projection import Projected, Projection
 from pytest_sadl.criteria.registry import BY_NAME, COUNT, LABELS, NEURON, SA_LABELS, SCORES, SURPRISE, choose
 from pytest_sadl.criteria.shape import Batch, Setup, Training
 from pytest_sadl.plugin.recorder import TestRecord
@@ -103,6 +104,7 @@ class ProfileView:
     unavailable: dict[str, str] = field(default_factory=dict)
     _fitted: dict[str, Any] = field(default_factory=dict, repr=False)
     var_rule: str = "class"
+    _pca: Any = field(default=None, repr=False)  # (Projection, projected SA traces)
 
     @classmethod
     def of(cls, profile: Any, metrics: Sequence[str] | None = None, options: Any = None) -> ProfileView:
@@ -159,11 +161,52 @@ class ProfileView:
         criterion = SCORES[key]
         assert criterion.fit is not None  # SCORES holds only criteria with a fit
         try:
+            if key in PROJECTED and self.components is not None:
+                projection, projected = self.projection()
+                # set up afresh on the projected traces (the profile's own LSA is of every neuron)
+                scorer = criterion.fit(replace(training, traces=projected, profile=None))
+                return None if scorer is None else Projected(scorer, projection)
             return criterion.fit(training)
         except ValueError as exc:  # this measure only: the others are still computed
             where = f" on SA layers {self.sa_layers}" if self.sa_layers else ""
             self.unavailable[key] = f"{SA_LABELS[key]} cannot be set up{where}: {' '.join(str(exc).split())}"
             return None
+
+    @property
+    def components(self) -> int | None:
+        """``--sadl-sa-components``: LSA, MDSA, MLSA and MMDSA on this many principal axes."""
+        value = getattr(self.options, "sa_components", None)
+        return None if value is None else int(value)
+
+    def projection(self) -> tuple[Projection, np.ndarray]:
+        """The principal axes of the SA traces (fitted once per profile and kept in it, as
+        ``pca<N>-mean``/``-axes``/``-variances``) and the projected training traces.
+        Raises ``ValueError`` (the projected measures' reason) when N is more than the neurons."""
+        if self._pca is None:
+            k = self.components
+            assert k is not None
+            d = int(self.sa_traces.shape[1])
+            if k > d:
+                raise ValueError(
+                    f"--sadl-sa-components={k} is more than the SA layers' {d} neurons; "
+                    f"choose at most {d}, or leave it out to measure every neuron"
+                )
+            fitted: list[dict[str, np.ndarray]] = []
+
+            def part(name: str) -> np.ndarray:
+                if not fitted:
+                    fitted.append(Projection.fit(self.sa_traces, k).to_arrays())
+                return fitted[0][name]
+
+            names = ("mean", "axes", "variances")
+            if self.profile is not None:
+                arrays = {n: self.profile.cached_array(f"pca{k}-{n}", lambda n=n: part(n)) for n in names}
+            else:
+                arrays = {n: part(n) for n in names}
+            projection = Projection.from_arrays(arrays)
+            self._pca = (projection, projection(self.sa_traces))
+        pca: tuple[Projection, np.ndarray] = self._pca
+        return pca
 
     def scorers(self) -> dict[str, Any]:
         """The surprise measures the run's metrics need that this profile has, by results key."""
@@ -182,6 +225,10 @@ class ProfileView:
 
 #: the scorers a view made by hand may give as fields
 _GIVEN = frozenset({"lsa", "dsa", "mdsa"})
+
+#: the scores ``--sadl-sa-components`` projects: those of a density or a covariance over
+#: the neurons (DSA is a distance; it measures every neuron)
+PROJECTED = frozenset({"lsa", "mdsa", "mlsa", "mmdsa"})
 
 
 def score_keys(metrics: Sequence[str]) -> list[str]:
@@ -257,7 +304,13 @@ def held_out_sa(
             fit = SCORES[key].fit
             assert fit is not None
             try:
-                scorer = fit(training)
+                if key in PROJECTED and view.components is not None:
+                    # the axes of the whole training set (the run's), the KDE of the rest
+                    projection, projected = view.projection()
+                    scorer = fit(replace(training, traces=projected[~probe]))
+                    scorer = None if scorer is None else Projected(scorer, projection)
+                else:
+                    scorer = fit(training)
                 if scorer is not None:
                     out[key] = scorer(x[probe], None if pred is None else pred[probe])
             except ValueError as exc:
@@ -329,6 +382,9 @@ def _held_out_name(key: str, options: Any = None) -> str:
     (``Criterion.params``: ``heldout-mlsa-k3-1000``)."""
     params = SCORES[key].params if key in SCORES else None
     tag = f"-{params(options)}" if params is not None else ""
+    components = getattr(options, "sa_components", None)
+    if key in PROJECTED and components is not None:
+        tag += f"-pca{int(components)}"
     return f"heldout-{key}{tag}-{HELD_OUT}"
 
 
@@ -749,6 +805,8 @@ def _config(
         "lsa_near_singular": options.lsa_near_singular,
         "var_rule": options.var_rule,
     }
+    if options.sa_components is not None:  # only when set: unprojected results keep their form
+        config["sa_components"] = options.sa_components
     for name in total.names:  # an opt-in criterion's own parameters, when the run computed it
         for key in BY_NAME[name].option_names:
             config[key] = getattr(options, key)

@@ -224,7 +224,7 @@ class ScBounds:
         )
 
 
-_CONFIG_KEYS = ("nc_threshold", "kmnc_k", "var_threshold", "lsa_near_singular", "var_rule")
+_CONFIG_KEYS = ("nc_threshold", "kmnc_k", "var_threshold", "lsa_near_singular", "var_rule", "sa_components")
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,8 @@ class RunConfig:
     var_threshold: float | None = None
     lsa_near_singular: str | None = None
     var_rule: str | None = None
+    #: ``--sadl-sa-components``: LSA/MDSA/MLSA/MMDSA on this many principal axes (absent: off)
+    sa_components: int | None = None
     #: every other plain value, in order: the opt-in criteria's parameters (and a newer
     #: file's settings this version does not name)
     params: JSONObject = field(default_factory=dict)
@@ -275,6 +277,7 @@ class RunConfig:
             var_threshold=_float(data.get("var_threshold")),
             lsa_near_singular=_str(data.get("lsa_near_singular")),
             var_rule=_str(data.get("var_rule")),
+            sa_components=_int(data.get("sa_components")),
             params=params,
             bounds=bounds,
         )

@@ -18,6 +18,7 @@ import textwrap
 import warnings
 from pathlib import Path
 
+import naive
 import numpy as np
 import pytest
 
@@ -663,6 +664,56 @@ def test_chosen_metrics_only_are_computed_and_reported(project):
     # the command line wins over the ini
     res = run(pytester, "--sadl-coverage", "--sadl-metrics=all", "--sadl-report=json:all.json")
     assert list(results(pytester, "all.json")["metrics"]) == list(METRICS)
+
+
+def test_sa_components_project_lsa_and_mdsa_onto_the_principal_axes(project, conv_model, digits):
+    """--sadl-sa-components=N: LSA and MDSA on the first N principal axes of the SA layer's
+    training traces, equal to the definition on traces projected by NumPy's SVD of the
+    centred traces (the axes' signs do not change a KDE or a Mahalanobis distance); DSA
+    unprojected; the axes and the projected held-out scores kept in the profile under their
+    own names; in the results' config. N above the layer's width makes the projected metrics
+    not available with a one-line reason; N = 0 is a usage error."""
+    from pytest_sadl.capture import TraceModel
+
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache")
+    res = run(pytester, "--sadl-coverage", "--sadl-metrics=lsc,dsc,mdsc", "--sadl-report=json:plain.json")
+    assert res.ret == 0, res.stdout.str()
+    res = run(
+        pytester,
+        "--sadl-coverage",
+        "--sadl-metrics=lsc,dsc,mdsc",
+        "--sadl-sa-components=4",
+        "--sadl-report=json:out.json",
+        "--sadl-report=term",
+    )
+    assert res.ret == 0, res.stdout.str()
+    assert "SA layers: hidden (LSA/MDSA on 4 principal axes)" in res.stdout.str()
+    data, plain = results(pytester), results(pytester, "plain.json")
+    assert data["config"]["sa_components"] == 4 and "sa_components" not in plain["config"]
+    tm = TraceModel(conv_model, sa_layers=["hidden"])
+    train, tests = tm.traces(digits.x_train), tm.traces(digits.x_test[:60])
+    sa = train.sa.astype(np.float64)
+    centred = sa - sa.mean(axis=0)
+    axes = np.linalg.svd(centred, full_matrices=False)[2][:4].T
+    p_train, p_tests = centred @ axes, (tests.sa.astype(np.float64) - sa.mean(axis=0)) @ axes
+    np.testing.assert_allclose(data["inputs"]["lsa"], naive.lsa(p_train, train.pred, p_tests, tests.pred), rtol=1e-6)
+    np.testing.assert_allclose(data["inputs"]["mdsa"], naive.mdsa(p_train, train.pred, p_tests, tests.pred), rtol=1e-6)
+    assert data["inputs"]["dsa"] == plain["inputs"]["dsa"]  # DSA measures every neuron
+    assert data["inputs"]["lsa"] != plain["inputs"]["lsa"]
+    (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
+    extras = {p.name.split(".")[1] for p in folder.glob("extra.*")}
+    assert {"pca4-mean", "pca4-axes", "pca4-variances", "heldout-lsa-pca4-1000", "heldout-lsa-1000"} <= extras
+    assert "heldout-dsa-pca4-1000" not in extras
+    res = run(
+        pytester, "--sadl-coverage", "--sadl-metrics=lsc,dsc", "--sadl-sa-components=33", "--sadl-report=json:wide.json"
+    )
+    assert res.ret == 0, res.stdout.str()
+    wide = results(pytester, "wide.json")
+    assert wide["metrics"]["lsc"]["value"] is None and wide["metrics"]["dsc"]["value"] is not None
+    assert "--sadl-sa-components=33 is more than the SA layers' 32 neurons" in wide["metrics"]["lsc"]["reason"]
+    res = run(pytester, "--sadl-coverage", "--sadl-sa-components=0")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--sadl-sa-components=0: project onto at least 1 principal axis" in res.stderr.str() + res.stdout.str()
 
 
 def test_the_peers_criteria_run_end_to_end_and_counts_read_as_numbers(project):

@@ -144,6 +144,20 @@ def add_metrics(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_sa_components(p: argparse.ArgumentParser) -> None:
+    """``--sa-components``: the plugin's ``--sadl-sa-components`` (LSA, MDSA, MLSA and MMDSA
+    on the first N principal axes of the SA traces)."""
+    p.add_argument(
+        "--sa-components",
+        "--sadl-sa-components",
+        dest="sa_components",
+        type=int,
+        metavar="N",
+        help="LSA/MDSA/MLSA/MMDSA on the first N principal axes of the SA layer's training traces "
+        "(default: sadl_sa_components of the ini, else every neuron)",
+    )
+
+
 #: argparse destination -> the plugin's flag it stands for
 _FLAGS = {
     "metrics": "--sadl-metrics",
@@ -154,6 +168,7 @@ _FLAGS = {
     "var_rule": "--sadl-var-rule",
     "lsa_near_singular": "--sadl-lsa-near-singular",
     "batch_size": "--sadl-batch-size",
+    "sa_components": "--sadl-sa-components",
     "cache_dir": "--sadl-cache-dir",
     "lock_timeout": "--sadl-lock-timeout",
 }

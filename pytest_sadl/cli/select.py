@@ -31,6 +31,7 @@ from pytest_sadl.cli.args import (
     add_metrics,
     add_model_options,
     add_profile_options,
+    add_sa_components,
     cache_dir_for,
     model_and_train,
     project_options,
@@ -410,5 +411,6 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="sadl-select", metavar="DIR", help="output directory (default %(default)s)")
     add_profile_options(p)
     add_metrics(p)
+    add_sa_components(p)
     add_location(p)
     p.set_defaults(func=cmd_select)

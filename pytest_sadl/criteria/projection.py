@@ -15,21 +15,24 @@ then built on the projected training traces and score projected inputs::
 
 The projection changes what is measured (the density or distance within the leading
 principal subspace, not the whole layer), so its scores are not comparable with those of
-the unprojected layer. It is an engine-level option; the plugin and ``sadl`` do not
-project (yet).
+the unprojected layer. The plugin and ``sadl`` project with ``--sadl-sa-components=N``
+(ini ``sadl_sa_components``): the engine fits the axes on the whole training set's SA
+traces, keeps them with the profile, and sets LSA, MDSA, MLSA and MMDSA up on the
+projected traces, each wrapped in :class:`Projected` so that it scores unprojected
+inputs.
 
 Neither TensorFlow nor pytest is imported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from pytest_sadl.criteria.checks import as_traces, as_train_traces, one_blas_thread
 
-__all__ = ["Projection"]
+__all__ = ["Projected", "Projection"]
 
 
 class Projection:
@@ -102,3 +105,15 @@ class Projection:
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Projection:
         return cls(arrays["mean"], arrays["axes"], arrays["variances"])
+
+
+class Projected:
+    """A per-input score set up on projected training traces, scoring unprojected inputs:
+    ``Projected(LSA(pca(train), pred), pca)(ats, pred) == LSA(...)(pca(ats), pred)``."""
+
+    def __init__(self, scorer: Callable[..., np.ndarray], projection: Projection) -> None:
+        self.scorer = scorer
+        self.projection = projection
+
+    def __call__(self, ats: object, pred: object = None) -> np.ndarray:
+        return self.scorer(self.projection(ats), pred)

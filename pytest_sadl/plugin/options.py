@@ -318,6 +318,17 @@ OPTIONS: tuple[Option, ...] = (
         "class|paper",
     ),
     Option(
+        "--sadl-sa-components",
+        "sadl_sa_components",
+        "LSA, MDSA, MLSA and MMDSA on the first N principal axes of the SA layer's training traces (for layers too wide for a KDE or a covariance per class; DSA is not projected) (default: off, every neuron)",
+        None,
+        None,
+        "int",
+        "N",
+        limit=4096,
+        limit_why="a projection is for few dimensions: a KDE over N needs more than N training traces per class",
+    ),
+    Option(
         "--sadl-lsa-near-singular",
         "sadl_lsa_near_singular",
         "LSA on a nearly singular covariance (softmax layers): drop dependent neurons (default) or keep the full covariance where it is positive definite, as SciPy and the paper's code do",
@@ -526,6 +537,8 @@ class SadlOptions:
     cc_threshold: float = 10.0
     var_threshold: float = 1e-5
     var_rule: str = "class"
+    #: LSA/MDSA/MLSA/MMDSA on this many principal axes of the SA traces (``None``: off)
+    sa_components: int | None = None
     lsa_near_singular: str = "drop"
     dsa_precompute: bool = False
     batch_size: int = 256
@@ -829,6 +842,12 @@ def read_options(config: pytest.Config) -> SadlOptions:
     tknp_k = at_least("sadl_tknp_k", int, 1, "TKNP needs k >= 1 neurons per layer")
     cc_threshold = at_least("sadl_cc_threshold", float, 0, "CC's distance threshold must be >= 0")
     var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
+    sa_components = r.number(opts["sadl_sa_components"], int)
+    if sa_components is not None and sa_components < 1:
+        raise _usage(
+            f"{r.label(opts['sadl_sa_components'])}={sa_components}: project onto at least 1 principal axis, "
+            "or leave it out to measure every neuron"
+        )
     near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
     lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
     if lsa_near_singular not in ("drop", "keep"):
@@ -903,6 +922,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         cc_threshold=cc_threshold,
         var_threshold=var_threshold,
         var_rule=var_rule,
+        sa_components=sa_components,
         lsa_near_singular=lsa_near_singular,
         dsa_precompute=_switch(config, "sadl_dsa_precompute"),
         batch_size=batch_size,

@@ -20,7 +20,7 @@ from pytest_sadl.results import JSON, Results, RunConfig, ScBounds
 DELTA_DIGITS = 2
 
 #: Configuration keys whose difference makes two runs hard to compare.
-_CONFIG_KEYS = ("sa_layers", "coverage_layers", "nc_threshold", "kmnc_k", "var_threshold")
+_CONFIG_KEYS = ("sa_layers", "coverage_layers", "nc_threshold", "kmnc_k", "var_threshold", "sa_components")
 _BOUND_KEYS = ("lower", "upper", "buckets")
 
 

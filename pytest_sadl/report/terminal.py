@@ -175,7 +175,8 @@ def _header(results: Results, width: int | None) -> list[str]:
         width,
     )
     coverage = list(config.coverage_layers)
-    head = f"SA layers: {', '.join(config.sa_layers)}; coverage layers: {len(coverage)} ("
+    projected = "" if config.sa_components is None else f" (LSA/MDSA on {config.sa_components} principal axes)"
+    head = f"SA layers: {', '.join(config.sa_layers)}{projected}; coverage layers: {len(coverage)} ("
     lines += _wrap(head + _names(coverage, None if width is None else max(20, width - len(head) - 1)) + ")", width)
     if n_inputs == 0:
         lines += _wrap("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl", width)
