@@ -142,7 +142,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
             train,
             options,
             cache_dir,
-            progress=bar,
+            progress=bar if bar.enabled else None,  # None in a log: a Dask build says its shards in lines
             status=bar.status,
             rebuild=args.rebuild,
             base_dir=base_dir,
@@ -421,6 +421,8 @@ def register(sub: Any) -> None:
     )
     build.add_argument(
         "--dask",
+        "--sadl-dask",
+        dest="dask",
         metavar="ADDRESS",
         help="trace the training data on the workers of the Dask scheduler at ADDRESS (tcp://host:8786); "
         "the same profile as a local build (default: sadl_dask of the ini; needs pytest-sadl[dask]; see docs/profile.md)",

@@ -153,7 +153,8 @@ def load_or_build(
     if dask:
         from pytest_sadl.profile.distributed import DaskTracer
 
-        tracer = DaskTracer(dask, model, base_dir)
+        tracer = DaskTracer(dask, model, base_dir, status=status)
+        tracer.start(strict=False)  # the workers load the model while this process fingerprints
     model, tm, data, mfp, fp = prepare(model, train, options, base_dir)
 
     def build() -> TrainingProfile:
