@@ -268,6 +268,7 @@ def test_sadl_select_dask_equals_local_selection(
             out = tmp_path / f"{name}-{by}"
             assert main(["select", str(tmp_path / "pool.npz"), *base, "--by", by, "--out", str(out), *extra]) == 0
             chosen[name, by] = json.loads((out / "selection.json").read_text())
+
     def pool_models() -> list[bool]:  # on a worker: the trace models with extrema (the pool's)
         from pytest_sadl.profile import distributed as d
 

@@ -22,8 +22,9 @@ the workers, and answers what :mod:`pytest_sadl.criteria.sharded` reduces exactl
 
 The training traces reach the workers memory-mapped from the profile's stored file when
 a worker sees the same file (same path, size and modification time: a shared or network
-folder), else each shard is sent once. Dask is imported only here and in
-:mod:`pytest_sadl.profile.distributed`, and only when an address is given.
+folder), else each shard is sent once. Dask itself is imported only by
+:mod:`pytest_sadl.profile.distributed` (the client, ``as_completed``), and only when an
+address is given.
 
 When it pays (:func:`use_cluster`): ``sadl select --dask ADDRESS`` always uses the
 cluster; a Dask address from the ini (``sadl_dask``) only when the training set has at
