@@ -280,3 +280,39 @@ def test_sadl_select_dask_equals_local_selection(
         local, remote = chosen["local", by], chosen["dask", by]
         assert remote["indices"] == local["indices"]
         np.testing.assert_allclose(remote["scores"][by], local["scores"][by], rtol=0, atol=1e-9)
+
+
+def test_plugin_dask_build_status_lines_in_a_log(
+    pytester: pytest.Pytester, dense_model_path: Path, digits: Any, cluster: Any
+) -> None:
+    """The plugin's build on Dask (--sadl-dask): its shards in status lines, no progress bar
+    in a log (the profile equals a local build's: tested above)."""
+    import shutil
+
+    shutil.copy(dense_model_path, pytester.path / "model.keras")
+    np.savez(pytester.path / "train.npz", x=digits.x_train)
+    np.save(pytester.path / "inputs.npy", digits.x_test[:30])
+    pytester.makefile(
+        ".ini", pytest="[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\nsadl_batch_size = 64\n"
+    )
+    pytester.makepyfile(
+        "import numpy as np\nimport pytest\n\n\n@pytest.mark.sadl\ndef test_predict(sadl_model):\n"
+        "    sadl_model.predict(np.load('inputs.npy'), verbose=0)\n"
+    )
+    remote = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:xdist",
+        "--sadl-coverage",
+        "--sadl-cache-dir=dask",
+        f"--sadl-dask={cluster.scheduler_address}",
+        timeout=300,
+    )
+    assert remote.ret == 0, remote.stdout.str() + remote.stderr.str()
+    out = remote.stdout.str()
+    remote.stdout.fnmatch_lines(["sadl: tracing on 2 Dask worker(s) at tcp://*: 3 shards of up to 512 inputs"])
+    remote.stdout.fnmatch_lines(["sadl: traced: 3/3 shards done (1347/1347 inputs, *s)"])
+    assert "\r" not in out and "\x1b[K" not in out
