@@ -128,6 +128,10 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     )
     cache_dir = cache_dir_for(args, sadl)
     start = time.monotonic()
+    if args.dask or sadl.dask:  # the workers load the model while this process imports TensorFlow
+        from pytest_sadl.profile.distributed import load_ahead
+
+        load_ahead(args.dask or sadl.dask, model, base_dir)
     if not args.quiet:
         bar.status("importing TensorFlow")
     import keras  # noqa: F401  (imports TensorFlow: timed apart from the work, it is most of a cache hit)

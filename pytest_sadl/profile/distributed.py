@@ -42,6 +42,7 @@ LOG_EVERY = 10.0
 
 _MODELS: dict[tuple[Any, ...], Any] = {}  # per worker process: the TraceModel of each spec
 _SPARE: dict[tuple[Any, ...], Any] = {}  # per worker process: a model loaded ahead, not yet traced
+_AHEAD: dict[tuple[str, str, str | None], Any] = {}  # in the driver: clients whose workers load ahead
 
 
 def shards(n: int, batch_size: int, batches_per_shard: int = BATCHES_PER_SHARD) -> list[tuple[int, int]]:
@@ -149,6 +150,21 @@ def gather_in_order(
     return results
 
 
+def load_ahead(address: str, model_spec: Any, base_dir: Any) -> None:
+    """Connect to ``address`` now and have every worker load the model in the background,
+    for the :class:`DaskTracer` of a build about to start (``sadl profile build`` calls it
+    before importing TensorFlow itself, so the workers' start-up overlaps its own). Quiet
+    when the scheduler cannot be reached: the build says so."""
+    if not isinstance(model_spec, (str, os.PathLike)):
+        return
+    tracer = DaskTracer(address, model_spec, base_dir)
+    tracer.start(strict=False)
+    if tracer._client is not None:
+        _AHEAD[(address, tracer.model_spec, tracer.base_dir)] = (tracer._client, tracer._ahead)
+        tracer._finalizer.detach()  # handed over to the build's tracer, open
+        tracer._client = None
+
+
 class DaskTracer:
     """Traces a build's canonical rows on the Dask scheduler at ``address``.
 
@@ -174,6 +190,7 @@ class DaskTracer:
         self._client: Any = None
         self._error: SadlConfigError | None = None
         self._ahead: list[Any] = []
+        self._finalizer: Any = None
 
     def start(self, *, strict: bool = True) -> None:
         """Connect, and have every worker load the model now (in the background).
@@ -182,6 +199,11 @@ class DaskTracer:
         if self._client is None:
             if self._error is not None:
                 raise self._error
+            ahead = _AHEAD.pop((self.address, self.model_spec, self.base_dir), None)
+            if ahead is not None:  # connected before this process imported TensorFlow
+                self._client, self._ahead = ahead
+                self._finalizer = weakref.finalize(self, self._client.close)
+                return
             try:
                 self._client = connect(self.address, self.connect_timeout)
             except SadlConfigError as exc:
@@ -189,7 +211,7 @@ class DaskTracer:
                     raise
                 self._error = exc  # said by the build that needs the cluster, not waited for twice
                 return
-            weakref.finalize(self, self._client.close)
+            self._finalizer = weakref.finalize(self, self._client.close)
             workers = list(self._client.scheduler_info().get("workers", {}))
             self._ahead = [  # held: a released future's task may be cancelled before it runs
                 self._client.submit(_load_ahead, self.model_spec, self.base_dir, workers=[w], pure=False)
