@@ -242,7 +242,7 @@ def test_dask_is_imported_only_for_a_dask_build() -> None:
 
 
 def test_sadl_select_dask_equals_local_selection(
-    dense_model_path: Path, digits: Any, tmp_path: Path, cluster: Any
+    dense_model_path: Path, digits: Any, tmp_path: Path, cluster: Any, capsys: Any
 ) -> None:
     import json
 
@@ -268,6 +268,8 @@ def test_sadl_select_dask_equals_local_selection(
             out = tmp_path / f"{name}-{by}"
             assert main(["select", str(tmp_path / "pool.npz"), *base, "--by", by, "--out", str(out), *extra]) == 0
             chosen[name, by] = json.loads((out / "selection.json").read_text())
+            err = capsys.readouterr().err
+            assert ("sadl: traced the pool: 1/1 shards done (450/450 inputs" in err) == (name == "dask"), err
 
     def pool_models() -> list[bool]:  # on a worker: the trace models with extrema (the pool's)
         from pytest_sadl.profile import distributed as d
@@ -316,3 +318,37 @@ def test_plugin_dask_build_status_lines_in_a_log(
     remote.stdout.fnmatch_lines(["sadl: tracing on 2 Dask worker(s) at tcp://*: 3 shards of up to 512 inputs"])
     remote.stdout.fnmatch_lines(["sadl: traced: 3/3 shards done (1347/1347 inputs, *s)"])
     assert "\r" not in out and "\x1b[K" not in out
+
+
+def test_when_the_cluster_scores() -> None:
+    from pytest_sadl.profile.cluster import MIN_TRAIN, use_cluster
+
+    assert not use_cluster(None, 10**6, explicit=False)
+    assert not use_cluster("", 10**6, explicit=True)
+    assert use_cluster("tcp://h:8786", 10, explicit=True)  # --dask on the command line: always
+    assert not use_cluster("tcp://h:8786", MIN_TRAIN - 1, explicit=False)  # the ini's: a large set only
+    assert use_cluster("tcp://h:8786", MIN_TRAIN, explicit=False)
+
+
+def test_sadl_select_dask_unreachable_is_one_line(
+    dense_model_path: Path, digits: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from pytest_sadl.cli.main import main
+    from pytest_sadl.profile.cluster import ClusterScorer
+
+    monkeypatch.setattr(ClusterScorer, "connect_timeout", 1.0)
+    np.savez(tmp_path / "train.npz", x=digits.x_train)
+    np.savez(tmp_path / "pool.npz", x=digits.x_test[:50])
+    args = [
+        "select",
+        str(tmp_path / "pool.npz"),
+        "--model",
+        str(dense_model_path),
+        "--train",
+        str(tmp_path / "train.npz"),
+    ]
+    args += ["--rootdir", str(tmp_path), "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--sadl-dask", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err[0]
+    assert not (tmp_path / "out" / "selection.json").exists()

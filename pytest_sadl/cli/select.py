@@ -375,7 +375,12 @@ def _cluster(args: argparse.Namespace, sadl: Any, profile: Any, spec: Any, base_
 
     @contextlib.contextmanager
     def entered() -> Any:
-        with ClusterScorer(address, profile) as scorer:
+        import sys
+
+        def say(message: str) -> None:  # a long cluster job says how far it is, on stderr
+            print(f"sadl: {message}", file=sys.stderr, flush=True)
+
+        with ClusterScorer(address, profile, status=say) as scorer:
             yield (scorer, str(spec), None if base_dir is None else str(base_dir))
 
     return entered()

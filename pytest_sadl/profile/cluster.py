@@ -317,5 +317,7 @@ class ClusterScorer:
         futures = [
             self.client.submit(_trace, key, take_rows(x, np.arange(a, b)), batch_size, pure=False) for a, b in parts
         ]
-        results = gather_in_order(self.client, futures, [b - a for a, b in parts], progress, self.status, "traced")
+        results = gather_in_order(
+            self.client, futures, [b - a for a, b in parts], progress, self.status, "traced the pool"
+        )
         return Traces.concatenate(results)
