@@ -284,32 +284,32 @@ def test_sadl_select_dask_equals_local_selection(
         np.testing.assert_allclose(remote["scores"][by], local["scores"][by], rtol=0, atol=1e-9)
 
 
-def test_plugin_dask_build_status_lines_in_a_log(
-    pytester: pytest.Pytester, dense_model_path: Path, digits: Any, cluster: Any
+def test_plugin_dask_build_and_scores_on_the_cluster(
+    pytester: pytest.Pytester, dense_model_path: Path, dense_model: Any, digits: Any, cluster: Any
 ) -> None:
-    """The plugin's build on Dask (--sadl-dask): its shards in status lines, no progress bar
-    in a log (the profile equals a local build's: tested above)."""
+    """The plugin with --sadl-dask: the build's shards in status lines (no progress bar in
+    a log), and, the training set being large enough (the threshold lowered for the test),
+    LSA and DSA of the recorded inputs scored on the cluster: the scores a local profile
+    gives."""
+    import json
     import shutil
 
     shutil.copy(dense_model_path, pytester.path / "model.keras")
     np.savez(pytester.path / "train.npz", x=digits.x_train)
-    np.save(pytester.path / "inputs.npy", digits.x_test[:30])
+    np.save(pytester.path / "inputs.npy", digits.x_test[:60])
     pytester.makefile(
         ".ini", pytest="[pytest]\nsadl_model = model.keras\nsadl_train = train.npz\nsadl_batch_size = 64\n"
     )
+    pytester.makeconftest("import pytest_sadl.profile.cluster as c\n\nc.MIN_TRAIN = 1000  # 1,347 traces pay here\n")
     pytester.makepyfile(
         "import numpy as np\nimport pytest\n\n\n@pytest.mark.sadl\ndef test_predict(sadl_model):\n"
         "    sadl_model.predict(np.load('inputs.npy'), verbose=0)\n"
     )
+    args = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--sadl-coverage")
     remote = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:randomly",
-        "-p",
-        "no:xdist",
-        "--sadl-coverage",
+        *args,
         "--sadl-cache-dir=dask",
+        "--sadl-report=json:dask.json",
         f"--sadl-dask={cluster.scheduler_address}",
         timeout=300,
     )
@@ -317,7 +317,17 @@ def test_plugin_dask_build_status_lines_in_a_log(
     out = remote.stdout.str()
     remote.stdout.fnmatch_lines(["sadl: tracing on 2 Dask worker(s) at tcp://*: 3 shards of up to 512 inputs"])
     remote.stdout.fnmatch_lines(["sadl: traced: 3/3 shards done (1347/1347 inputs, *s)"])
+    remote.stdout.fnmatch_lines(["sadl: scoring LSA and DSA on 2 Dask worker(s) at tcp://*"])
     assert "\r" not in out and "\x1b[K" not in out
+    # the recorded inputs' LSA and DSA as a local profile scores them
+    profile = load_or_build(str(dense_model_path), digits.x_train, ProfileOptions(batch_size=64))
+    traces = profile.trace_model(dense_model).traces(digits.x_test[:60])
+    lsa, dsa = profile.lsa()(traces.sa, traces.pred), profile.dsa()(traces.sa, traces.pred)
+    top = json.loads((pytester.path / "dask.json").read_text())["top_inputs"]
+    assert {t["by"] for t in top} >= {"lsa", "dsa"}
+    for t in top:
+        assert t["lsa"] == pytest.approx(lsa[t["input"]], rel=0, abs=1e-9)
+        assert t["dsa"] == pytest.approx(dsa[t["input"]], rel=0, abs=1e-9)
 
 
 def test_when_the_cluster_scores() -> None:

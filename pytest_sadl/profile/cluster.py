@@ -27,22 +27,24 @@ folder), else each shard is sent once. Dask itself is imported only by
 address is given.
 
 When it pays (:func:`use_cluster`): ``sadl select --dask ADDRESS`` always uses the
-cluster; a Dask address from the ini (``sadl_dask``) only when the training set has at
-least :data:`MIN_TRAIN` traces, below which a local search takes seconds and the cluster's
+cluster; a Dask address from the ini (``sadl_dask``, also ``--sadl-dask``: the plugin's
+scores at the end of a session, :func:`scoring_on`, and ``sadl select``) only when the
+training set has at least :data:`MIN_TRAIN` traces, below which a local search takes seconds and the cluster's
 fixed cost (the model loaded on every worker, the shards sent) does not pay.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from pytest_sadl.profile.distributed import connect, gather_in_order, model_key, shards, worker_trace_model
 
-__all__ = ["MIN_TRAIN", "ClusterScorer", "use_cluster"]
+__all__ = ["MIN_TRAIN", "ClusterScorer", "scoring_on", "use_cluster"]
 
 #: Training traces from which an ini-configured Dask address scores on the cluster.
 MIN_TRAIN = 20_000
@@ -56,6 +58,37 @@ def use_cluster(address: str | None, n_train: int, *, explicit: bool) -> bool:
     """Whether to score on the cluster: an address given on the command line, or one from
     the ini with at least :data:`MIN_TRAIN` training traces."""
     return bool(address) and (explicit or n_train >= MIN_TRAIN)
+
+
+@contextlib.contextmanager
+def scoring_on(
+    view: Any, profile: Any, address: str | None, *, status: Callable[[str], None] | None = None
+) -> Iterator[bool]:
+    """While in the block, ``view`` (an :class:`~pytest_sadl.engine.ProfileView`) scores LSA
+    and DSA on the cluster at ``address`` when an ini-configured address pays
+    (:func:`use_cluster`); yields whether it does. A scheduler out of reach is one status
+    line and the scores are computed here, as without the address."""
+    from pytest_sadl.errors import SadlConfigError
+
+    if not use_cluster(address, int(profile.n_train), explicit=False):
+        yield False
+        return
+    assert address is not None
+    try:
+        scorer = ClusterScorer(address, profile, status=status).__enter__()
+    except SadlConfigError as exc:
+        if status is not None:
+            status(f"{exc}; scoring here instead")
+        yield False
+        return
+    try:
+        if status is not None:
+            status(f"scoring LSA and DSA on {len(scorer._workers)} Dask worker(s) at {address}")
+        view.lsa = scorer.lsa
+        view.dsa = scorer.dsa if profile.classifier else None
+        yield True
+    finally:
+        scorer.__exit__(None, None, None)
 
 
 def _source(x: np.ndarray) -> tuple[str, str, tuple[int, ...], int, int, int] | None:
