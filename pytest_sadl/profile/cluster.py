@@ -218,7 +218,7 @@ class ClusterScorer:
         def check(src: Any) -> bool:
             try:
                 _open(src)
-            except OSError:
+            except (OSError, ValueError):  # not there, another file, or too short for the shape
                 return False
             return True
 
