@@ -232,6 +232,24 @@ def test_unreachable_scheduler_is_one_line(
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
+def test_a_cache_hit_needs_no_scheduler_and_an_unreachable_one_is_tried_once(
+    dense_model_path: Path, digits: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_sadl.profile import distributed as dist
+
+    monkeypatch.setattr(dist.DaskTracer, "connect_timeout", 1.0)
+    tries: list[str] = []
+    real = dist.connect
+    monkeypatch.setattr(dist, "connect", lambda address, timeout: tries.append(address) or real(address, timeout))
+    x = digits.x_train[:64]
+    load_or_build(str(dense_model_path), x, None, tmp_path)
+    dist.load_ahead("tcp://127.0.0.1:9", str(dense_model_path), None)  # as sadl profile build does first
+    hit = load_or_build(str(dense_model_path), x, None, tmp_path, dask="tcp://127.0.0.1:9")
+    assert not hit.built and tries == ["tcp://127.0.0.1:9"]
+    with pytest.raises(SadlConfigError, match="cannot reach the Dask scheduler"):
+        load_or_build(str(dense_model_path), x, None, tmp_path, dask="tcp://127.0.0.1:9", rebuild=True)
+
+
 def test_dask_is_imported_only_for_a_dask_build() -> None:
     code = (
         "import sys, pytest_sadl.plugin.hooks, pytest_sadl.profile.lookup, pytest_sadl.cli.main; "

@@ -159,10 +159,13 @@ def load_ahead(address: str, model_spec: Any, base_dir: Any) -> None:
         return
     tracer = DaskTracer(address, model_spec, base_dir)
     tracer.start(strict=False)
+    key = (address, tracer.model_spec, tracer.base_dir)
     if tracer._client is not None:
-        _AHEAD[(address, tracer.model_spec, tracer.base_dir)] = (tracer._client, tracer._ahead)
+        _AHEAD[key] = (tracer._client, tracer._ahead)
         tracer._finalizer.detach()  # handed over to the build's tracer, open
         tracer._client = None
+    else:  # out of reach: the build's tracer says so without waiting for it again
+        _AHEAD[key] = tracer._error
 
 
 class DaskTracer:
@@ -200,6 +203,11 @@ class DaskTracer:
             if self._error is not None:
                 raise self._error
             ahead = _AHEAD.pop((self.address, self.model_spec, self.base_dir), None)
+            if isinstance(ahead, SadlConfigError):  # load_ahead could not connect
+                self._error = ahead
+                if strict:
+                    raise ahead
+                return
             if ahead is not None:  # connected before this process imported TensorFlow
                 self._client, self._ahead = ahead
                 self._finalizer = weakref.finalize(self, self._client.close)
