@@ -198,3 +198,19 @@ def test_package_inits_hold_no_aliases() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 assert not any(a.name == "*" for a in node.names), f"import * in {path}"
+
+
+DASK_MODULES = {"pytest_sadl.profile.distributed"}
+
+
+def test_dask_is_imported_only_by_the_cluster_modules() -> None:
+    """Dask (``dask``, ``distributed``) only in profile/distributed.py (profile/cluster.py
+    uses the client it makes); the criteria's per-shard halves (criteria/sharded.py) are
+    pure NumPy."""
+    modules = _modules()
+    users = {name for name, path in modules.items() if {"dask", "distributed"} & _imports(name, path, modules)[1]}
+    assert users == DASK_MODULES, f"Dask imported in {sorted(users ^ DASK_MODULES)}"
+    assert (
+        "pytest_sadl.profile.cluster"
+        not in _imports("pytest_sadl.criteria.sharded", modules["pytest_sadl.criteria.sharded"], modules)[0]
+    )

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import mahalanobis
 
-from pytest_sadl.criteria.surprise import MDSA
+from pytest_sadl.criteria.surprise import LSA, MDSA
 from pytest_sadl.errors import SadlWarning
 
 
@@ -208,18 +208,52 @@ def test_mdsa_many_classes_one_scatter_at_a_time_equals_the_definition(tmp_path,
         assert np.isnan(streamed(tests[:8], lone)).all()
 
 
-def test_mdsa_and_lsa_refuse_in_one_line_what_does_not_fit_and_say_what_would():
+def test_lsa_refuses_in_one_line_what_does_not_fit_and_says_what_would():
     rng = np.random.default_rng(91)
     train, tp = clustered(rng, 4000, 40, 10)
     need = (10 + 4) * 40 * 40 * 8
-    for make in (MDSA, __import__("pytest_sadl.criteria.surprise", fromlist=["LSA"]).LSA):
-        with pytest.raises(ValueError) as caught:
-            make(train, tp, max_bytes=need // 2)
-        message = str(caught.value)
-        assert "\n" not in message and "more than the 0.0 GiB allowed (max_bytes)" in message
-        assert "at most 3 classes fit at 40 neurons, or all 10 at up to 28 neurons" in message
-        make(train[:, :28], tp, max_bytes=need // 2)  # what it says fits, fits
-        make(train, tp, max_bytes=need)
+    with pytest.raises(ValueError) as caught:
+        LSA(train, tp, max_bytes=need // 2)
+    message = str(caught.value)
+    assert "\n" not in message and "more than the 0.0 GiB allowed (max_bytes)" in message
+    assert "at most 3 classes fit at 40 neurons, or all 10 at up to 28 neurons" in message
+    LSA(train[:, :28], tp, max_bytes=need // 2)  # what it says fits, fits
+    LSA(train, tp, max_bytes=need)
+
+
+def test_mdsa_whose_factors_do_not_fit_streams_them_one_class_at_a_time(tmp_path):
+    """When every class's factor would not fit (``max_bytes``), MDSA keeps only the means
+    and makes a class's factor from the (memory-mapped) training traces when inputs of the
+    class are scored, one class at a time: the same values as the MDSA that keeps them and
+    as the definition, singular classes warned at scoring; it refuses in one line only
+    when not even one class's matrices fit; it has no arrays to store."""
+    rng = np.random.default_rng(91)
+    train, tp = clustered(rng, 4000, 40, 10)
+    np.save(tmp_path / "t.npy", train)
+    mm = np.load(tmp_path / "t.npy", mmap_mode="r")
+    tests, pred = rng.normal(size=(300, 40)), rng.integers(0, 10, 300)
+    kept = MDSA(train, tp)
+    need = (10 + 4) * 40 * 40 * 8
+    streamed = MDSA(mm, tp, max_bytes=need // 2)
+    assert streamed.streamed and streamed.factors is None and not kept.streamed
+    np.testing.assert_allclose(streamed(tests, pred), kept(tests, pred), rtol=1e-12)
+    np.testing.assert_allclose(streamed(tests, pred), naive.mdsa(train, tp, tests, pred), rtol=1e-9)
+    assert set(streamed.ranks.tolist()) == {40}
+    with pytest.raises(ValueError, match="streamed MDSA .* has no arrays to store"):
+        streamed.to_arrays()
+    with pytest.raises(ValueError) as caught:
+        MDSA(train, tp, max_bytes=4 * 40 * 40 * 8)
+    message = str(caught.value)
+    assert "\n" not in message and "one class's inverse covariance over 40 neurons" in message
+    # a singular class (5 traces over 40 neurons: rank 4) is warned when it is scored
+    few = np.concatenate([tp[tp != 3], np.full(5, 3)])
+    rows = np.concatenate([train[tp != 3], train[tp == 3][:5]])
+    streamed = MDSA(rows, few, max_bytes=need // 2)
+    with pytest.warns(SadlWarning, match=r"class\(es\) 3 \(rank 4, 5 traces\)"):
+        got = streamed(tests, pred)
+    with pytest.warns(SadlWarning, match=r"class\(es\) 3 \(rank 4, 5 traces\)"):  # at set-up, when kept
+        kept = MDSA(rows, few)
+    np.testing.assert_allclose(got, kept(tests, pred), rtol=1e-9)
 
 
 def test_mdsa_classes_with_fewer_traces_than_neurons_equal_the_pseudo_inverse_in_narrow_factors():

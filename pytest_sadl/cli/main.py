@@ -128,6 +128,10 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     )
     cache_dir = cache_dir_for(args, sadl)
     start = time.monotonic()
+    if args.dask or sadl.dask:  # the workers load the model while this process imports TensorFlow
+        from pytest_sadl.profile.distributed import load_ahead
+
+        load_ahead(args.dask or sadl.dask, model, base_dir)
     if not args.quiet:
         bar.status("importing TensorFlow")
     import keras  # noqa: F401  (imports TensorFlow: timed apart from the work, it is most of a cache hit)
@@ -142,7 +146,7 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
             train,
             options,
             cache_dir,
-            progress=bar,
+            progress=bar if bar.enabled else None,  # None in a log: a Dask build says its shards in lines
             status=bar.status,
             rebuild=args.rebuild,
             base_dir=base_dir,
@@ -421,6 +425,8 @@ def register(sub: Any) -> None:
     )
     build.add_argument(
         "--dask",
+        "--sadl-dask",
+        dest="dask",
         metavar="ADDRESS",
         help="trace the training data on the workers of the Dask scheduler at ADDRESS (tcp://host:8786); "
         "the same profile as a local build (default: sadl_dask of the ini; needs pytest-sadl[dask]; see docs/profile.md)",

@@ -65,6 +65,7 @@ def select_from_pool(
     batch_size: int = 256,
     criterion: str | None = None,
     y: np.ndarray | None = None,
+    cluster: Any = None,
 ) -> tuple[Selection, dict[str, np.ndarray]]:
     """Score the pool ``x`` with ``profile`` (a :class:`~pytest_sadl.profile.TrainingProfile`
     of ``model``) and choose ``budget`` inputs; returns the selection and the pool's scores.
@@ -78,6 +79,9 @@ def select_from_pool(
     ``cam`` strategies order by (any in the registry), over the same bounds and ranges.
     ``y``: the pool's labels (classes or one-hot rows); with them the APFD of the strategy's
     order of the whole pool is computed (its faults: the inputs the model misclassifies).
+    ``cluster``: ``(scorer, model_spec, base_dir)``, a :class:`~pytest_sadl.profile.cluster.ClusterScorer`
+    entered: the pool is traced and LSA and DSA scored on its workers (``sadl select
+    --dask``), the same values as locally.
     """
     import numpy as np
 
@@ -85,13 +89,18 @@ def select_from_pool(
     from pytest_sadl.criteria.shape import Batch, Setup
     from pytest_sadl.engine import ProfileView, default_sc_bounds
 
-    traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
+    if cluster is not None:  # sadl select --dask: traced and scored on the workers
+        traces = cluster[0].traces(cluster[1], cluster[2], profile.trace_model(model), x, batch_size, extrema=True)
+    else:
+        traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
     metrics = list(getattr(options, "metrics", None) or DEFAULT_METRICS)
     if by in SCORES and SCORES[by].name not in metrics:  # the score chosen by is always computed
         metrics.append(SCORES[by].name)
     if criterion is not None and criterion not in metrics:  # and the criterion ctm / cam order by
         metrics.append(criterion)
     view = ProfileView.of(profile, [m for m in METRICS if m in metrics], options)
+    if cluster is not None:  # a view's given scorers: these two on the cluster
+        view.lsa, view.dsa = cluster[0].lsa, cluster[0].dsa if profile.classifier else None
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
@@ -332,21 +341,23 @@ def cmd_select(args: argparse.Namespace) -> int:
     x = pool.x
     y = None if pool.y is None or isinstance(pool.y, dict) else np.asarray(pool.y)
     try:
-        chosen, scores = select_from_pool(
-            profile,
-            model,
-            x,
-            args.strategy,
-            args.budget,
-            by=args.by,
-            results=results,
-            options=sadl,
-            upto=args.upto,
-            seed=args.seed,
-            batch_size=sadl.batch_size,
-            criterion=args.criterion,
-            y=y,
-        )
+        with _cluster(args, sadl, profile, model_spec, base_dir) as cluster:
+            chosen, scores = select_from_pool(
+                profile,
+                model,
+                x,
+                args.strategy,
+                args.budget,
+                by=args.by,
+                results=results,
+                options=sadl,
+                upto=args.upto,
+                seed=args.seed,
+                batch_size=sadl.batch_size,
+                criterion=args.criterion,
+                y=y,
+                cluster=cluster,
+            )
     except ValueError as exc:
         raise SadlConfigError(str(exc)) from None
     try:
@@ -361,6 +372,30 @@ def cmd_select(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _cluster(args: argparse.Namespace, sadl: Any, profile: Any, spec: Any, base_dir: Any) -> Any:
+    """The Dask cluster to trace and score on (``--dask``; ``sadl_dask`` for a training set
+    large enough: :func:`pytest_sadl.profile.cluster.use_cluster`), else a null context."""
+    address = getattr(args, "dask", None) or getattr(sadl, "dask", None)
+    if not address:
+        return contextlib.nullcontext()
+    from pytest_sadl.profile.cluster import ClusterScorer, use_cluster
+
+    if not use_cluster(address, profile.n_train, explicit=bool(getattr(args, "dask", None))):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def entered() -> Any:
+        import sys
+
+        def say(message: str) -> None:  # a long cluster job says how far it is, on stderr
+            print(f"sadl: {message}", file=sys.stderr, flush=True)
+
+        with ClusterScorer(address, profile, status=say) as scorer:
+            yield (scorer, str(spec), None if base_dir is None else str(base_dir))
+
+    return entered()
 
 
 def register(sub: Any) -> None:
@@ -409,6 +444,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="'ranges': random seed (default 0)")
     p.add_argument("--out", default="sadl-select", metavar="DIR", help="output directory (default %(default)s)")
+    p.add_argument(
+        "--dask",
+        "--sadl-dask",
+        dest="dask",
+        metavar="ADDRESS",
+        help="trace the pool and score LSA and DSA on the workers of the Dask scheduler at ADDRESS "
+        "(the same scores; default: sadl_dask of the ini when the training set has 20,000 traces or more)",
+    )
     add_profile_options(p)
     add_metrics(p)
     add_sa_components(p)

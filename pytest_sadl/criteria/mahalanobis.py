@@ -37,6 +37,7 @@ Neither TensorFlow nor pytest is imported here.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -65,6 +66,17 @@ RCOND = 1e-10
 # the classes' d x d scatter matrices are kept from the moments' pass to the factors only
 # while all of them take at most this; else each class's is summed again when it is factored
 _KEEP_MATRICES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What a class's factor is made from: the training traces (a memmap stays one), the
+    rows and float64 mean (over every neuron) of each usable class, the chunk size."""
+
+    x: np.ndarray
+    rows: list[np.ndarray]
+    means: list[np.ndarray]
+    chunk_bytes: int
 
 
 class MDSA:
@@ -135,44 +147,88 @@ class MDSA:
         d = kept.size
         # a class of n_c traces has rank at most n_c - 1: no factor needs more columns
         width = min(d, max(len(members[i]) for i in usable) - 1)
-        check_fits(
-            "MDSA",
-            f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)",
-            classes=len(usable),
-            neurons=d,
-            columns=width,
-            max_bytes=max_bytes,
-        )
+        what = f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)"
+        try:
+            check_fits("MDSA", what, classes=len(usable), neurons=d, columns=width, max_bytes=max_bytes)
+            streamed = False
+        except ValueError:
+            # Too many classes' factors for memory: streamed instead, each class's factor made
+            # when inputs of the class are scored (one class's matrices at a time), unless
+            # not even one class fits.
+            check_fits(
+                "MDSA",
+                f"one class's inverse covariance over {d:,d} neurons ({d:,d} x {width:,d} float64)",
+                classes=1,
+                neurons=d,
+                columns=width,
+                max_bytes=max_bytes,
+            )
+            streamed = True
         self.classes_: np.ndarray = classes[usable].astype(np.int64)
-        self.means: np.ndarray = np.empty((len(usable), d))
+        self.means: np.ndarray = np.stack([mean[kept] for mean, _, _ in stats]) if stats else np.empty((0, d))
+        self._source: _Source | None = _Source(x, [members[i] for i in usable], [m for m, _, _ in stats], chunk_bytes)
+        self.streamed = streamed
+        self.factors: np.ndarray | None
+        self.ranks: np.ndarray
+        if streamed:
+            # factors[c] are made by _factor when inputs of class c are scored
+            self.factors = None
+            self.ranks = np.full(len(usable), -1, dtype=np.int64)
+            return
         # factor[c] (d, width): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
         # the columns past the class's rank are zero.
-        self.factors: np.ndarray = np.zeros((len(usable), d, width))
-        self.ranks: np.ndarray = np.zeros(len(usable), dtype=np.int64)
+        self.factors = np.zeros((len(usable), d, width))
+        self.ranks = np.zeros(len(usable), dtype=np.int64)
         singular = []
-        for i, (mean, scatter, _) in enumerate(stats):
-            rows = members[usable[i]]
-            n_c = len(rows)
-            self.means[i] = mean[kept]
-            if n_c <= d:  # fewer traces than neurons: from their thin SVD, n_c^2 d instead of d^3
-                centred = np.asarray(x[rows], dtype=np.float64)[:, kept] - mean[kept]
-                rank = self._fit_rows(centred, self.factors[i])
-            else:
-                if scatter is not None:
-                    cov = scatter[np.ix_(kept, kept)] / (n_c - 1)
-                else:
-                    cov = class_scatter(x, rows, mean, kept, chunk_bytes) / (n_c - 1)
-                rank = self._fit_factor(cov, self.factors[i])
-            self.ranks[i] = rank
-            if rank < d:
-                singular.append(f"{int(self.classes_[i])} (rank {rank}, {n_c} traces)")
+        for i, (_, scatter, _) in enumerate(stats):
+            self.ranks[i] = self._make_factor(i, scatter, self.factors[i])
+            if self.ranks[i] < d:
+                singular.append(self._singular(i))
+        self._source = None  # nothing more to read from the training traces
+        self._warn_singular(singular)
+
+    def _make_factor(self, i: int, scatter: np.ndarray | None, out: np.ndarray) -> int:
+        """Write class ``i``'s inverse-covariance factor into ``out`` (``d x width``); its rank."""
+        src = self._source
+        assert src is not None
+        x, rows, mean, kept = src.x, src.rows[i], src.means[i], self.kept
+        n_c, d = len(rows), kept.size
+        if n_c <= d:  # fewer traces than neurons: from their thin SVD, n_c^2 d instead of d^3
+            centred = np.asarray(x[rows], dtype=np.float64)[:, kept] - mean[kept]
+            return self._fit_rows(centred, out)
+        if scatter is not None:
+            cov = scatter[np.ix_(kept, kept)] / (n_c - 1)
+        else:
+            cov = class_scatter(x, rows, mean, kept, src.chunk_bytes) / (n_c - 1)
+        return self._fit_factor(cov, out)
+
+    def _singular(self, i: int) -> str:
+        n_c = len(self._source.rows[i]) if self._source is not None else "?"
+        return f"{int(self.classes_[i])} (rank {int(self.ranks[i])}, {n_c} traces)"
+
+    def _warn_singular(self, singular: list[str]) -> None:
         if singular:
             many = f"{len(singular):,d} classes, e.g. " if len(singular) > 5 else ""
             warn(
-                f"MDSA: the training covariance of class(es) {many}{examples(singular)} over {d} neurons is singular; "
-                "using its pseudo-inverse: distances are measured within the subspace those traces span "
+                f"MDSA: the training covariance of class(es) {many}{examples(singular)} over {self.kept.size} neurons "
+                "is singular; using its pseudo-inverse: distances are measured within the subspace those traces span "
                 "(more training data or a narrower layer avoids this)"
             )
+
+    def _factor(self, i: int, singular: list[str]) -> np.ndarray:
+        """Class ``i``'s factor ``(d, rank)``: kept from the set-up, or (streamed) made now
+        from the training traces, on one BLAS thread, and not kept."""
+        if self.factors is not None:
+            return self.factors[i, :, : self.ranks[i]]
+        src = self._source
+        assert src is not None
+        d = self.kept.size
+        out = np.zeros((d, min(d, max(1, len(src.rows[i]) - 1))))
+        with one_blas_thread():
+            self.ranks[i] = self._make_factor(i, None, out)
+        if self.ranks[i] < d:
+            singular.append(self._singular(i))
+        return out[:, : self.ranks[i]]
 
     def _fit_rows(self, centred: np.ndarray, out: np.ndarray) -> int:
         """:meth:`_fit_factor` of ``cov = centred^T centred / (n - 1)`` from the thin SVD of the
@@ -203,7 +259,8 @@ class MDSA:
         """MDSA of each input: its Mahalanobis distance to its class's training mean."""
         x, p = scoring_inputs("MDSA", ats, pred, dims=self.n_features_in, classifier=self.classifier)
         out = np.full(len(x), np.nan)
-        missing = []
+        missing: list[int] = []
+        singular: list[str] = []  # streamed: the classes made singular in this call
         for c in np.unique(p):
             rows = np.flatnonzero(p == c)
             slot = np.flatnonzero(self.classes_ == c)
@@ -211,8 +268,9 @@ class MDSA:
                 missing.append(int(c))
                 continue
             i = int(slot[0])
-            z = (x[rows][:, self.kept] - self.means[i]) @ self.factors[i, :, : self.ranks[i]]
+            z = (x[rows][:, self.kept] - self.means[i]) @ self._factor(i, singular)
             out[rows] = np.sqrt(np.einsum("ij,ij->i", z, z))
+        self._warn_singular(singular)
         if missing:
             warn(
                 f"MDSA: no covariance for predicted class(es) {class_list(missing)} (absent or too rare in the training traces); those inputs score NaN"
@@ -221,6 +279,11 @@ class MDSA:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The fitted means and inverse-covariance factors (what scoring needs; no training traces)."""
+        if self.factors is None:
+            raise ValueError(
+                "MDSA: a streamed MDSA (its factors do not fit in memory) has no arrays to store; "
+                "it makes each class's factor from the training traces when that class is scored"
+            )
         return {
             "classes": self.classes_,
             "kept": self.kept,
@@ -248,6 +311,7 @@ class MDSA:
         self.var_threshold = float(arrays["var_threshold"])
         self.var_rule = str(arrays["var_rule"]) if "var_rule" in arrays else "paper"
         self.rcond = float(arrays["rcond"])
+        self.streamed, self._source = False, None
         k, d = len(self.classes_), self.kept.size
         shape = self.factors.shape
         if (

@@ -168,7 +168,7 @@ def finish(
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     status = sources.status
     phases = Phases(lambda what: status.say(what + " ...", False) if status is not None else None)
-    with phases:
+    with phases, _on_cluster(view, profile, options, status):
         ending.results = compute(view, records, options, model_info(options, sources, profile), messages, phases)
     keep_dsa_distances(profile)
     ending.results.missing = [MissingTest.from_dict(m) for m in missing]
@@ -179,6 +179,18 @@ def finish(
             ending.results.warnings.extend(outcome.warnings_after)
             ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
     write_reports(options, ending, outcome)
+
+
+def _on_cluster(view: Any, profile: Any, options: Any, status: Any) -> Any:
+    """LSA and DSA scored on the Dask cluster of ``sadl_dask`` when the training set is
+    large enough to pay (:func:`pytest_sadl.profile.cluster.scoring_on`), else here."""
+    if not getattr(options, "dask", None):
+        return contextlib.nullcontext()
+    from pytest_sadl.profile.cluster import scoring_on
+
+    return scoring_on(
+        view, profile, options.dask, status=None if status is None else (lambda msg: status.say(msg, False))
+    )
 
 
 def keep_dsa_distances(profile: Any) -> None:

@@ -412,7 +412,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--sadl-dask",
         "sadl_dask",
-        "build the training profile on the workers of the Dask scheduler at this address, e.g. tcp://host:8786 (the same profile as a local build; needs pytest-sadl[dask])",
+        "build the training profile on the workers of the Dask scheduler at this address, e.g. tcp://host:8786 (the same profile as a local build), and with 20,000 training traces or more score LSA and DSA there (the same scores); needs pytest-sadl[dask]",
         metavar="ADDRESS",
     ),
     Option(

@@ -157,6 +157,8 @@ class Sources:
                         status=status,
                         lock_timeout=self.options.lock_timeout,
                         dask=self.options.dask,
+                        # the workers load the configured model from its path or spec
+                        dask_model=self.options.model if model is self._model else None,
                     )
             except SadlConfigError as exc:
                 raise usage_error(exc) from None

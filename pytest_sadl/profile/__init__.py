@@ -8,7 +8,11 @@ Three modules, one job each:
 * :mod:`~pytest_sadl.profile.files` — a profile as one entry of :mod:`pytest_sadl.store.entry`
   (:func:`save_profile`, :func:`load_profile` and every check a read makes);
 * :mod:`~pytest_sadl.profile.lookup` — the cache: :func:`load_or_build`,
-  :func:`list_profiles`, :func:`profile_path`.
+  :func:`list_profiles`, :func:`profile_path`;
+
+and, on a Dask cluster (optional, ``pytest-sadl[dask]``): :mod:`~pytest_sadl.profile.distributed`
+(the build's tracing, ``--dask``) and :mod:`~pytest_sadl.profile.cluster` (DSA, LSA, the
+class moments and a pool's traces on the workers, ``sadl select --dask``).
 
 Public API (import each name from its module; this package holds no code)
 ----------

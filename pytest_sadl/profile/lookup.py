@@ -132,6 +132,7 @@ def load_or_build(
     base_dir: str | os.PathLike[str] | None = None,
     lock_timeout: float | None = locks.DEFAULT_LOCK_TIMEOUT,
     dask: str | None = None,
+    dask_model: Any = None,
 ) -> TrainingProfile:
     """The training profile of ``model`` on ``train``: loaded when cached, else built.
 
@@ -146,14 +147,16 @@ def load_or_build(
     holder), takes over the lock of a holder that is gone, and after ``lock_timeout``
     seconds builds the profile in memory with a :class:`SadlCacheWarning`, unsaved.
     ``dask``: the address of a Dask scheduler whose workers trace the training data
-    (:mod:`pytest_sadl.profile.distributed`; the same profile as a local build).
+    (:mod:`pytest_sadl.profile.distributed`; the same profile as a local build);
+    ``dask_model``: the model's path or spec for the workers when ``model`` is a loaded one.
     """
     options = options or ProfileOptions()
     tracer = None
     if dask:
         from pytest_sadl.profile.distributed import DaskTracer
 
-        tracer = DaskTracer(dask, model, base_dir)
+        tracer = DaskTracer(dask, model if dask_model is None else dask_model, base_dir, status=status)
+        tracer.start(strict=False)  # the workers load the model while this process fingerprints
     model, tm, data, mfp, fp = prepare(model, train, options, base_dir)
 
     def build() -> TrainingProfile:
