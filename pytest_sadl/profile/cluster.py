@@ -82,9 +82,13 @@ def scoring_on(
         yield False
         return
     try:
+        # LSA on principal axes (--sadl-sa-components) is set up here, on the projected traces
+        projected = getattr(view, "components", None) is not None
         if status is not None:
-            status(f"scoring LSA and DSA on {len(scorer._workers)} Dask worker(s) at {address}")
-        view.lsa = scorer.lsa
+            what = "DSA" if projected else "LSA and DSA"
+            status(f"scoring {what} on {len(scorer._workers)} Dask worker(s) at {address}")
+        if not projected:
+            view.lsa = scorer.lsa
         view.dsa = scorer.dsa if profile.classifier else None
         yield True
     finally:
