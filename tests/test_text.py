@@ -266,3 +266,43 @@ def test_snippets_are_the_start_of_each_text_input() -> None:
     assert len(got[1]) == SNIPPET_MAX and got[1].endswith("\u2026") and got[1].startswith("word word")
     assert snippets(np.zeros((3, 4), np.float32)) is None
     assert snippets({"ids": np.zeros((2, 3)), "text": np.array(["x", "y"])}).tolist() == ["x", "y"]
+
+
+def test_sadl_select_on_a_pool_of_text(text_model_path: Path, text: Any, tmp_path: Path, capsys: Any) -> None:
+    """``sadl select`` takes a pool of raw strings: scored by the profile of text training
+    data, the most surprising chosen (the engine's own scores, computed here from the
+    model's traces), the chosen sentences written back as text with their labels, and
+    shown by their snippets in the selection page."""
+    from pytest_sadl.cli.main import main
+    from pytest_sadl.engine import ProfileView
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    shutil.copy(text_model_path, tmp_path / "m.keras")
+    np.savez(tmp_path / "train.npz", x=text.x_train.astype(str), y=text.y_train)
+    pool, labels = text.x_test.astype(str), text.y_test
+    np.savez(tmp_path / "pool.npz", x=pool, y=labels)
+    out = tmp_path / "out"
+    args = ["select", str(tmp_path / "pool.npz"), "--model", "m.keras", "--train", "train.npz"]
+    args += ["--sa-layers", "hidden", "--rootdir", str(tmp_path), "--cache-dir", str(tmp_path / "cache")]
+    assert main([*args, "--by", "dsa", "--budget", "6", "--out", str(out)]) == 0
+    assert "selected 6 of 40" in capsys.readouterr().out
+
+    profile = load_or_build(
+        str(tmp_path / "m.keras"),
+        str(tmp_path / "train.npz"),
+        ProfileOptions(sa_layers=("hidden",)),
+        tmp_path / "cache",
+    )
+    assert not profile.built  # the profile select made and stored
+    traces = profile.trace_model(keras.saving.load_model(tmp_path / "m.keras")).traces(pool)
+    dsa = ProfileView.of(profile).score(traces.sa.astype(np.float64), traces.pred)["dsa"]
+    doc = json.loads((out / "selection.json").read_text())
+    assert doc["indices"] == np.argsort(-dsa, kind="stable")[:6].tolist()
+    with np.load(out / "selected.npz") as npz:
+        assert npz["x"].tolist() == pool[doc["indices"]].tolist()
+        assert npz["y"].tolist() == labels[doc["indices"]].tolist()
+    page = (out / "index.html").read_text()
+    assert "<img" not in page
+    for i in doc["indices"]:
+        assert html.escape(str(pool[i])) in page

@@ -13,8 +13,8 @@ scores it with the cached training profile's LSA, DSA and MDSA, and applies one 
 strategies of :mod:`pytest_sadl.criteria.selection`. Writes to ``--out`` (default ``sadl-select``):
 ``selection.json`` (the chosen pool indices in pick order, their scores, the strategy and
 its parameters), ``selected.npz`` (the chosen inputs as ``x``, their ``y`` when the pool
-has labels, and their pool ``index``) and, for image inputs, ``index.html``, a thumbnail
-gallery. :func:`select_from_pool` is the same as a Python function.
+has labels, and their pool ``index``) and, for image and text inputs, ``index.html``, a gallery
+of their thumbnails or the start of each text. :func:`select_from_pool` is the same as a Python function.
 """
 
 from __future__ import annotations
@@ -138,30 +138,41 @@ def _score_label(name: str) -> str:
     return "DeepGini" if name == "deepgini" else name.upper()
 
 
+def _previews(x: Any, indices: np.ndarray, *, channels_first: bool) -> list[dict[str, str]] | None:
+    """Each chosen input as the page shows it: a PNG thumbnail of an image (``src``) or the
+    start of a text input (``text``); ``None`` for anything else."""
+    from pytest_sadl.plugin.recorder import snippets, thumbnails
+    from pytest_sadl.report.images import png_data_url
+
+    chosen = x[indices]
+    thumbs = thumbnails(chosen, channels_first=channels_first)
+    if thumbs is not None:
+        return [{"src": png_data_url(t.shape[1], t.shape[0], t.shape[2], t.reshape(-1).tolist()) or ""} for t in thumbs]
+    texts = snippets(chosen)
+    return None if texts is None else [{"text": str(t)} for t in texts]
+
+
 def _gallery(
     chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None, *, channels_first: bool = False
 ) -> str | None:
-    """A self-contained HTML page of the chosen inputs' thumbnails; ``None`` for non-images
-    (and for a model with several inputs)."""
+    """A self-contained HTML page of the chosen inputs: thumbnails of images, the start of
+    each text input; ``None`` for other inputs (and for a model with several inputs)."""
     import numpy as np
 
-    from pytest_sadl.plugin.recorder import thumbnails
     from pytest_sadl.report.html import render_template
-    from pytest_sadl.report.images import png_data_url
 
     if not isinstance(x, np.ndarray) or not len(chosen.indices):
         return None
-    thumbs = thumbnails(x[chosen.indices], channels_first=channels_first)
-    if thumbs is None:
+    previews = _previews(x, chosen.indices, channels_first=channels_first)
+    if previews is None:
         return None
     cells = []
-    for rank, (i, thumb) in enumerate(zip(chosen.indices.tolist(), thumbs, strict=True), 1):
-        h, w, c = thumb.shape
+    for rank, (i, preview) in enumerate(zip(chosen.indices.tolist(), previews, strict=True), 1):
         cells.append(
             {
                 "rank": rank,
                 "index": i,
-                "src": png_data_url(w, h, c, thumb.reshape(-1).tolist()) or "",
+                **preview,
                 "label": None if y is None else str(y[i].tolist()),
                 "values": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
             }
@@ -199,7 +210,7 @@ def write_selection(
     *,
     channels_first: bool = False,
 ) -> list[Path]:
-    """Write ``selection.json``, ``selected.npz`` and (images) ``index.html`` into ``out``
+    """Write ``selection.json``, ``selected.npz`` and (images, text) ``index.html`` into ``out``
     (``channels_first``: image inputs are PyTorch's ``(n, c, h, w)``).
 
     ``selected.npz`` holds the chosen inputs as ``x`` (or, for a model with several inputs,
