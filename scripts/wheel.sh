@@ -7,8 +7,8 @@
 # pytest_sadl is imported from that environment (never from this checkout), that the run
 # exits 0, that its HTML report is written and that its JSON results pass the shipped
 # schema (`sadl report`, the installed console script): the report templates and
-# results.schema.json must be in the wheel. ~2.5 minutes on 2 cores once pip's cache holds
-# TensorFlow (~10 s of it building, ~1.5 minutes installing, ~1 minute the example).
+# results.schema.json must be in the wheel. ~2 minutes on 2 cores when pip has TensorFlow's
+# wheel at hand (most of it installing); more when it downloads it (~250 MB).
 # Usage: bash scripts/wheel.sh   (PYTHON=python3.12 ... for another interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
