@@ -3,9 +3,13 @@
 # its runtime dependencies, Keras + JAX (the `jax` extra: far smaller than TensorFlow) and
 # hypothesis pinned to the LOWEST version pyproject.toml allows (`>=X` read as `==X`; the
 # other dependencies those pull in are the newest they accept, as `uv pip install
-# --resolution lowest-direct` would do), then run the criteria, engine, terminal report,
-# capture and tracing tests on Keras' JAX backend. A floor that fails here is a false promise:
-# raise it in pyproject.toml. Takes ~5 minutes on 2 cores (~1.5 of them installing).
+# --resolution lowest-direct` would do), then run the criteria, engine, capture and tracing
+# tests, the terminal and HTML reports and the results file's schema checks (Jinja2's and
+# jsonschema's floors), and two of the plugin's end-to-end runs (tests/test_subjects.py:
+# pytest --sadl-coverage on a small project, a ConvNet from a .keras file and a subclassed
+# model from a fixture), on Keras' JAX backend. CI runs it after the suite (scripts/ci.sh).
+# A floor that fails here is a false promise: raise it in pyproject.toml.
+# Takes ~2-3 minutes on 2 cores (~1 of them installing; more when pip downloads).
 # Usage: bash scripts/lowest.sh [pytest args]   (PYTHON=python3.10 ... for another interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,5 +54,7 @@ echo "lowest: installing" $pins >&2
 
 export KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=3 SADL_TEST_MODELS="$work/models"
 "$python" -m pytest -q -p no:cacheprovider \
-    tests/test_surprise.py tests/test_neurons.py tests/test_engine.py tests/test_report_terminal.py \
-    tests/test_capture.py tests/test_traces.py "$@"
+    tests/test_surprise.py tests/test_neurons.py tests/test_engine.py tests/test_capture.py tests/test_traces.py \
+    tests/test_report_terminal.py tests/test_report_html.py tests/test_report_results_file.py \
+    "tests/test_subjects.py::test_the_papers_subjects_end_to_end[mnist-True]" \
+    tests/test_subjects.py::test_subclassed_model_from_a_fixture "$@"
