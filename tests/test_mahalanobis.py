@@ -270,3 +270,23 @@ def test_mdsa_classes_with_fewer_traces_than_neurons_equal_the_pseudo_inverse_in
     got = m(tests, pred)
     np.testing.assert_allclose(got, naive.mdsa(train, tp, tests, pred), rtol=1e-9)
     np.testing.assert_array_equal(MDSA.from_arrays(m.to_arrays())(tests, pred), got)
+
+
+def test_by_default_per_class_matrices_may_take_half_the_available_memory(tmp_path, monkeypatch):
+    """Without ``max_bytes`` the budget is half of ``MemAvailable``: the other half stays for
+    the rest of the run (a memory-mapped training set's pages count as available). MDSA's
+    factors that need more than half stream; LSA refuses in one line naming the budget."""
+    from pytest_sadl.criteria import checks
+
+    rng = np.random.default_rng(92)
+    train, tp = clustered(rng, 4000, 40, 10)
+    need = (10 + 4) * 40 * 40 * 8  # LSA's: ten 40 x 40 matrices kept, four being fitted
+    meminfo = tmp_path / "meminfo"
+    monkeypatch.setattr(checks, "_MEMINFO", str(meminfo))
+    meminfo.write_text(f"MemTotal: 99999999 kB\nMemAvailable: {(2 * need - 1024) // 1024} kB\n")
+    with pytest.raises(ValueError, match=r"more than the 0\.0 GiB that half the available memory allows"):
+        LSA(train, tp)
+    assert MDSA(train, tp).streamed
+    meminfo.write_text(f"MemAvailable: {(2 * need + 1024) // 1024} kB\n")
+    LSA(train, tp)
+    assert not MDSA(train, tp).streamed

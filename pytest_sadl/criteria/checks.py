@@ -289,16 +289,19 @@ def check_fits(
     """Refuse in one line, before the work starts, a set-up that keeps one float64
     ``neurons x columns`` matrix per class (``columns``: ``neurons``) and makes four
     ``neurons x neurons`` ones for the class being fitted, when they need more than
-    ``max_bytes`` (default: the memory available now), saying what would fit instead:
-    fewer classes at this width, or this many classes at a smaller width."""
-    budget = available_bytes() if max_bytes is None else int(max_bytes)
+    ``max_bytes`` (default: half the memory available now, leaving the other half to the
+    rest of the run: the memory-mapped training traces' pages, which count as available,
+    the model, the other criteria), saying what would fit instead: fewer classes at this
+    width, or this many classes at a smaller width."""
+    available = available_bytes()
+    budget = (None if available is None else available // 2) if max_bytes is None else int(max_bytes)
     matrix = neurons * (neurons if columns is None else max(1, columns)) * 8
     need = classes * matrix + 4 * neurons * neurons * 8
     if budget is None or need <= budget:
         return
     fit_k = max(0, (budget - 4 * neurons * neurons * 8) // matrix)
     fit_d = math.isqrt(max(0, budget // (8 * (classes + 4))))
-    where = "available" if max_bytes is None else "allowed (max_bytes)"
+    where = "that half the available memory allows" if max_bytes is None else "allowed (max_bytes)"
     raise ValueError(
         f"{who}: {what} need {gib(need)}, more than the {gib(budget)} {where}; at most {fit_k:,d} classes fit at "
         f"{neurons:,d} neurons, or all {classes:,d} at up to {fit_d:,d} neurons: project the traces to fewer "
