@@ -213,6 +213,10 @@ def builds(args: argparse.Namespace) -> None:
     print(f"--dask, workers preloaded with keras:   {t['preloaded']:7.2f} s  {t['preloaded'] / t['local']:5.2f}x")
     print(f"--dask, workers that built before:      {t['warm']:7.2f} s  {t['warm'] / t['local']:5.2f}x")
     print(f"bit for bit equal (local and cold --dask): {same}")
+    print("target (issue 20): a Dask build within 1.5x of the local build")
+    for name, what in (("cold", "workers just started"), ("preloaded", "workers preloaded"), ("warm", "workers up")):
+        ratio = t[name] / t["local"]
+        print(f"  {'met' if ratio <= 1.5 else 'MISSED':6s} {what}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
