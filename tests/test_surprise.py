@@ -602,30 +602,14 @@ def test_lsa_and_dsa_on_a_memmap_equal_in_memory_without_a_whole_copy(tmp_path):
         )
 
 
-def test_dsa_approximate_faiss_search_is_deprecated_and_still_reports_its_recall():
-    faiss = pytest.importorskip("faiss")
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)  # OpenMP threads spin against each other on a shared CI machine
-    try:
-        _check_faiss_recall()
-    finally:
-        faiss.omp_set_num_threads(threads)
-
-
-def _check_faiss_recall():
+def test_dsa_approximate_faiss_search_is_withdrawn_in_one_line_naming_the_exact_one():
+    """The approximate search lost to the exact one by 95x and was withdrawn: asking for it
+    is one line naming the exact search to use; an unknown search names the three."""
     rng = np.random.default_rng(60)
-    train, tp = clustered(rng, 2000, 20, 4)
-    tests, pred = clustered(rng, 300, 20, 4, spread=1.5)
-    exact = DSA(train, tp)(tests, pred)
-    with pytest.warns(DeprecationWarning, match=r"search='faiss'\) is deprecated .* use search='auto'"):
-        approx = DSA(train.astype(np.float32), tp, search="faiss")
-    with pytest.warns(
-        SadlWarning, match=r"faiss HNSW.*for (\d+) of 200 sampled inputs \(recall (0\.9\d\d|1\.000)\)"
-    ) as caught:
-        got = approx(tests, pred)
-    assert "use search='auto' for exact values" in str(caught[0].message)
-    assert np.mean(np.isclose(got, exact, rtol=1e-5)) > 0.9
-    with pytest.raises(ValueError, match="search must be"):
+    train, tp = clustered(rng, 200, 20, 4)
+    with pytest.raises(ValueError, match=r"^DSA\(search='faiss'\) was withdrawn: .* use search='auto' \(exact\)$"):
+        DSA(train, tp, search="faiss")
+    with pytest.raises(ValueError, match="search must be 'auto', 'tree' or 'blas', got 'annoy'"):
         DSA(train, tp, search="annoy")
 
 

@@ -41,10 +41,8 @@ Two exact methods, chosen by dimension and storage (``method="auto"``), measured
   float64 (vectorised over all such pairs), so the precision of the products never
   decides the answer.
 
-``method="faiss"`` (optional, ``pip install 'pytest-sadl[faiss]'``) searches approximately
-by faiss HNSW graphs, for training sets too large for an exact search in the time at
-hand; :class:`~pytest_sadl.criteria.surprise.DSA` measures its recall against the exact scan on a
-sample every time it is used.
+Every search is exact (an approximate one through faiss HNSW graphs was measured 95x
+slower than the blocked scan and withdrawn; see :class:`~pytest_sadl.criteria.surprise.DSA`).
 """
 
 from __future__ import annotations
@@ -128,8 +126,8 @@ class ClassNeighbours:
     """Exact nearest rows of a class, or of the other classes, for batches of queries."""
 
     def __init__(self, x: np.ndarray, pred: np.ndarray, *, method: str = "auto", chunk_bytes: int = 16 * 2**20) -> None:
-        if method not in ("auto", "tree", "blas", "faiss"):
-            raise ValueError(f"search must be 'auto', 'tree', 'blas' or 'faiss', got {method!r}")
+        if method not in ("auto", "tree", "blas"):
+            raise ValueError(f"search must be 'auto', 'tree' or 'blas', got {method!r}")
         self.x = x
         self.chunk_bytes = int(chunk_bytes)
         n, d = x.shape
@@ -144,9 +142,9 @@ class ClassNeighbours:
         self.method = method
         #: dist_b by the per-class k-d trees (else by one masked scan of every row)
         self.trees_out = method == "tree" and len(self.span) <= TREE_MAX_CLASSES
-        self._trees: dict[tuple[str, int], Any] = {}  # k-d trees or faiss indexes, built lazily
-        if method in ("blas", "faiss"):
-            self._prepare_scan()  # faiss: the exact scan checks its recall on a sample
+        self._trees: dict[tuple[str, int], Any] = {}  # k-d trees, built lazily
+        if method == "blas":
+            self._prepare_scan()
 
     # -- public ---------------------------------------------------------------
 
@@ -155,19 +153,7 @@ class ClassNeighbours:
         s, e = self.span[c]
         if self.method == "tree":
             return self._tree_nearest(q, c)
-        if self.method == "faiss":
-            return self._faiss_nearest(q, ("in", c), self.rows[s:e])
         return self._scan(q, [(s, e)])
-
-    def exact_in(self, q: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`nearest_in` by the exact blocked scan, whatever ``method`` is."""
-        self._prepare_scan()
-        s, e = self.span[c]
-        return self._scan(q, [(s, e)])
-
-    def exact_out(self, q: np.ndarray, c: int) -> np.ndarray:
-        """:meth:`nearest_out` by the exact blocked scan, whatever ``method`` is."""
-        return self.nearest_out_each(q, np.full(len(q), c))
 
     def nearest_out_each(self, q: np.ndarray, cls: np.ndarray) -> np.ndarray:
         """Exact distance of each query to its nearest row of a class other than its own,
@@ -190,8 +176,6 @@ class ClassNeighbours:
             return np.full(len(q), np.inf)
         if self.method == "tree":
             return self._tree_nearest_out(q, c, workers or cores())
-        if self.method == "faiss":
-            return self._faiss_nearest(q, ("out", c), np.concatenate([self.rows[:s], self.rows[e:]]))[1]
         return self.nearest_out_each(q, np.full(len(q), c))
 
     # -- k-d tree -------------------------------------------------------------
@@ -258,30 +242,6 @@ class ClassNeighbours:
                 best[g[closer]] = dist[closer]
                 best_i[g[closer]] = self.rows[s + nn[closer]]
         return exact_distance(q, self.x[best_i])
-
-    # -- approximate: faiss ---------------------------------------------------
-
-    def _faiss_nearest(self, q: np.ndarray, key: tuple[str, int], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Approximate nearest of ``rows`` by a faiss HNSW graph (float32), the distance of
-        the row it finds measured exactly. Not exact: :class:`DSA` reports its recall."""
-        index = self._trees.get(key)
-        if index is None:
-            try:
-                import faiss
-            except ImportError:
-                raise ValueError(
-                    "search='faiss' needs faiss-cpu: pip install 'pytest-sadl[faiss]' (or use an exact search)"
-                ) from None
-            index = faiss.IndexHNSWFlat(self.x.shape[1], 32)
-            index.hnsw.efConstruction = 80
-            index.hnsw.efSearch = 128
-            step = max(1, self.chunk_bytes // (4 * self.x.shape[1]))
-            for s in range(0, len(rows), step):
-                index.add(np.ascontiguousarray(self.x[rows[s : s + step]], dtype=np.float32))
-            self._trees[key] = index
-        _, found = index.search(np.ascontiguousarray(q, dtype=np.float32), 1)
-        idx = rows[found[:, 0]]
-        return idx, exact_distance(q, self.x[idx])
 
     # -- blocked scan ---------------------------------------------------------
 

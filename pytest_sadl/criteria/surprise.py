@@ -17,7 +17,6 @@ inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -493,16 +492,14 @@ class DSA:
     The training traces may be a ``np.memmap``: they are read a chunk of at most
     ``chunk_bytes`` at a time and never copied whole.
 
-    ``search="faiss"`` (optional extra ``pytest-sadl[faiss]``) is **deprecated** (a
-    ``DeprecationWarning``; it goes in the next minor release): it finds ``x_a`` and
-    ``x_b`` approximately through faiss HNSW graphs, one per class and one per class over
-    the others, and was measured 95x *slower* than the exact search (200 inputs over
-    100k x 64 traces of 10 classes: 378 s against 4.0 s), with DSA errors up to 14%. One
-    graph over the whole set, queried class-aware (faiss' exclusion selectors), did not
-    pay either: its build alone (44-53 s) took 10-70x the exact scoring, and its
-    ``dist_b`` queries were no faster than the exact masked scan (benchmarks/bench_scale.py
-    measures the exact search against this machine's matrix-product limit). Every call
-    still warns with its recall against the exact search on a sample of the inputs.
+    ``search`` is ``"auto"`` (the k-d tree for narrow in-memory traces, else the blocked
+    scan), ``"tree"`` or ``"blas"``: every search is exact. The approximate
+    ``search="faiss"`` was withdrawn: faiss HNSW graphs, one per class and one per class over
+    the others, were measured 95x *slower* than the exact search (200 inputs over 100k x 64
+    traces of 10 classes: 378 s against 4.0 s) with DSA errors up to 14%, and one graph over
+    the whole set queried class-aware (faiss' exclusion selectors) did not pay either (its
+    build alone took 10-70x the exact scoring); the exact search reaches 43% of this
+    machine's matrix-product limit at 1.28M x 2,048 (benchmarks/bench_scale.py).
 
     An input predicted as a class with no training traces scores ``NaN`` (with a
     :class:`SadlWarning`); ``dist_b = 0`` (a training trace duplicated in another class)
@@ -533,12 +530,9 @@ class DSA:
                 f"{classes.tolist()}; check the model's predictions on the training data"
             )
         if search == "faiss":
-            warnings.warn(
-                "DSA(search='faiss') is deprecated and will be removed in the next minor release: it was measured "
-                "95x slower than the exact search, which no longer grows with the number of classes; use "
-                "search='auto' (exact)",
-                DeprecationWarning,
-                stacklevel=2,
+            raise ValueError(
+                "DSA(search='faiss') was withdrawn: the approximate search was measured 95x slower than the exact "
+                "one, which no longer grows with the number of classes; use search='auto' (exact)"
             )
         self.n_features_in: int = x.shape[1]
         self._x = x
@@ -562,7 +556,7 @@ class DSA:
 
     @property
     def search(self) -> str:
-        """The search in use: ``"tree"`` or ``"blas"`` (exact), ``"faiss"`` (approximate)."""
+        """The search in use: ``"tree"`` or ``"blas"`` (both exact)."""
         return self._nn.method
 
     @property
@@ -579,13 +573,7 @@ class DSA:
         step = max(1, 4 * self.chunk_bytes // (8 * self.n_features_in))
         if self.search != "tree" or not self._nn.trees_out:
             # one masked scan over every training trace per part, queries of all classes at
-            # once: the cost does not grow with the number of classes (faiss: its own
-            # per-class graphs)
-            if self.search == "faiss":
-                for c in np.unique(cls):
-                    for part in _parts(needed[cls == c], step):
-                        self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), int(c))
-                return
+            # once: the cost does not grow with the number of classes
             order = needed[np.argsort(cls, kind="stable")]
             for part in _parts(order, step):
                 q = np.asarray(self._x[part], dtype=np.float64)
@@ -644,32 +632,7 @@ class DSA:
                 out[m] = dist_a / self._other[a]
         if missing:
             warn(f"DSA: no training traces of predicted class(es) {class_list(missing)}; those inputs score NaN")
-        if self.search == "faiss":
-            self._report_recall(x, p, out)
         return out
-
-    def _report_recall(self, x: np.ndarray, p: np.ndarray, approx: np.ndarray, sample: int = 200) -> None:
-        """Warn with the recall of the approximate search: on up to ``sample`` inputs, how
-        often its ``x_a`` is the exact nearest (by the exact scan) and how far DSA moves."""
-        rng = np.random.default_rng(0)
-        rows = rng.choice(len(x), size=min(sample, len(x)), replace=False)
-        rows = rows[np.isin(p[rows], self.classes)]
-        hits, worst = 0, 0.0
-        for c in np.unique(p[rows]):
-            r = rows[p[rows] == c]
-            a, dist_a = self._nn.nearest_in(x[r], int(c))
-            exact_a, exact_dist = self._nn.exact_in(x[r], int(c))
-            hits += int(np.count_nonzero(np.isclose(dist_a, exact_dist, rtol=1e-12, atol=0)))
-            b = self._nn.exact_out(np.asarray(self._x[exact_a], dtype=np.float64), int(c))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                exact = exact_dist / b
-                rel = np.abs(approx[r] - exact) / np.abs(exact)
-            worst = max(worst, float(np.nanmax(rel)) if rel.size else 0.0)
-        warn(
-            f"DSA: approximate search (faiss HNSW) found the exact nearest same-class trace for "
-            f"{hits} of {len(rows)} sampled inputs (recall {hits / max(1, len(rows)):.3f}); largest "
-            f"relative DSA error on the sample {worst:.2e}; use search='auto' for exact values"
-        )
 
     def to_arrays(self, *, complete: bool = True) -> dict[str, np.ndarray]:
         """Arrays that rebuild this DSA with no distance computation: the training traces
