@@ -67,6 +67,8 @@ def test_surprise_and_deepgini_pick_the_highest_and_write_the_inputs(setup, digi
         assert npz["index"].tolist() == doc["indices"]
     page = (setup["root"] / "out" / "index.html").read_text()
     assert page.count('<img src="data:image/png;base64,') == 7
+    for i in doc["indices"]:  # each pick's scores under its thumbnail
+        assert f"MDSA {mdsa[i]:.3g}" in page
     assert "selected 7 of" in capsys.readouterr().out
     doc = _run(setup, "--strategy", "deepgini", "--budget", "5")
     p = setup["output"]

@@ -303,6 +303,7 @@ def test_sadl_select_on_a_pool_of_text(text_model_path: Path, text: Any, tmp_pat
         assert npz["x"].tolist() == pool[doc["indices"]].tolist()
         assert npz["y"].tolist() == labels[doc["indices"]].tolist()
     page = (out / "index.html").read_text()
-    assert "<img" not in page
+    assert "<img" not in page and "built-in method" not in page
     for i in doc["indices"]:
         assert html.escape(str(pool[i])) in page
+        assert f"DSA {dsa[i]:.3g}" in page  # each pick's scores under it

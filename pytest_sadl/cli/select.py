@@ -174,7 +174,7 @@ def _gallery(
                 "index": i,
                 **preview,
                 "label": None if y is None else str(y[i].tolist()),
-                "values": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
+                "scores": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
             }
         )
     title = f"sadl select: {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
