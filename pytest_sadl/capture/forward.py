@@ -169,6 +169,8 @@ class Forward:
             import tensorflow as tf
 
             fn = self._fns[key] = tf.function(self._post, jit_compile=jit, reduce_retracing=True)
+            if not jit:
+                _prime(fn, x)
         return fn
 
     def _jax(self) -> Any:
@@ -287,6 +289,40 @@ class Forward:
             elif hasattr(fn, "_cache_size"):
                 total += int(fn._cache_size())
         return total
+
+
+def _batch_spec(x: Any) -> Any:
+    """The ``tf.TensorSpec`` structure of ``x`` with the batch axis unknown, or ``None``
+    when a leaf has no batch axis or no TensorFlow dtype."""
+    import tensorflow as tf
+    from keras import tree
+
+    def spec(a: Any) -> Any:
+        shape = tuple(getattr(a, "shape", ()))
+        if not shape:
+            raise ValueError("no batch axis")
+        dtype = getattr(a, "dtype", None)
+        text = isinstance(dtype, np.dtype) and dtype.kind in "OSU"
+        return tf.TensorSpec((None,) + tuple(shape[1:]), tf.string if text else tf.as_dtype(dtype))
+
+    try:
+        return tree.map_structure(spec, x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _prime(fn: Any, x: Any) -> None:
+    """Trace the plain-graph ``fn`` once for inputs like ``x`` with the batch size left
+    unknown, so that every batch size, the training set's smaller last batch included,
+    runs that one graph: ``reduce_retracing`` alone traces the first size, then again
+    relaxed at the second, and a trace of a model with every layer tapped costs about a
+    second (MobileNetV2, 151 taps). A graph that cannot be traced so (a layer that needs
+    a known batch size) is left to the ordinary per-shape tracing of the call."""
+    spec = _batch_spec(x)
+    if spec is None:
+        return
+    with contextlib.suppress(Exception):  # the call itself traces (and reports) it with the batch's shape
+        fn.get_concrete_function(spec)
 
 
 def _pad_rows(a: Any, rows: int) -> Any:
