@@ -545,3 +545,28 @@ def test_range_fit_reports_non_finite_traces_as_fit_ranges_does() -> None:
     for lo, hi, a in zip(fit.result().low, fit.result().high, layers_, strict=True):
         np.testing.assert_array_equal(lo, a.min(axis=0))
         np.testing.assert_array_equal(hi, a.max(axis=0))
+
+
+def test_a_model_is_probed_once_for_its_trace_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The symbolic probe of a model is reused by its later trace models (a session makes
+    the build's and the recording's) while its layers and inputs are the same, and runs
+    again when they change."""
+    import pytest_sadl.capture.traces as traces_module
+
+    calls: list[int] = []
+    real = traces_module.probe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(traces_module, "probe", counting)
+    model = keras.Sequential([keras.Input(shape=(4,)), layers.Dense(3, name="a"), layers.Dense(2, name="b")])
+    first = TraceModel(model)
+    again = TraceModel(model, sa_layers=["a"], extrema=True)
+    assert len(calls) == 1 and again.coverage_layers == first.coverage_layers == ["a", "b"]
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(again.traces(x).sa, first.traces(x).coverage[0])
+    model.add(layers.Dense(2, name="c"))
+    grown = TraceModel(model)
+    assert len(calls) == 2 and grown.coverage_layers == ["a", "b", "c"]

@@ -40,7 +40,8 @@ Public API
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
 from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, is_text, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
+    Seen,
     backend,
     has_accelerator,
     in_graph_context,
@@ -174,6 +176,32 @@ def _output_names(model: Any, spec: Any) -> list[str]:
     return [str(i) for i in range(len(flat))]
 
 
+_Probe = tuple[Any, list[Seen], list[int]]  # what forward.probe gives: (output spec, seen, owners)
+_PROBES: weakref.WeakKeyDictionary[Any, tuple[Any, _Probe]] = weakref.WeakKeyDictionary()
+
+
+def _probed(model: Any, nodes: list[Any], inputs: list[_Input], run: Callable[[], _Probe]) -> _Probe:
+    """``run()`` (the symbolic probe of ``model``: ``(spec, seen, owners)``), or what it
+    gave for this model before when its layers (objects, paths, a ``call`` set on one)
+    and inputs are the same: the probe runs the model symbolically, about a third of a
+    second for MobileNetV2, and a session makes several trace models of one model (the
+    profile build's, then the recording's). Nothing of it is changed after the probe."""
+    key = (
+        tuple((n.path, id(n.layer), id(n.layer.__dict__.get("call"))) for n in nodes),
+        id(model.__dict__.get("call")),
+        tuple(inputs),
+    )
+    try:
+        hit = _PROBES.get(model)
+    except TypeError:  # a model that cannot be weakly referenced or hashed
+        return run()
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    result = run()
+    _PROBES[model] = (key, result)
+    return result
+
+
 class TraceModel:
     """A Keras model whose chosen layers are captured in its own forward pass.
 
@@ -227,8 +255,11 @@ class TraceModel:
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:
-            spec, seen, owners = probe(
-                self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers
+            spec, seen, owners = _probed(
+                model,
+                self._nodes,
+                inputs,
+                lambda: probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers),
             )
         except (SadlModelError, SadlLayerError):
             raise
