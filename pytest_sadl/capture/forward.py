@@ -197,7 +197,9 @@ class Forward:
     # -- running ----------------------------------------------------------------
 
     def run(self, x: Any, jit: bool) -> tuple[Any, list[np.ndarray]]:
-        """One batch through the model: ``(output, flat)`` as NumPy.
+        """One batch through the model: ``(output, flat)`` as NumPy; on TensorFlow ``flat``
+        holds read-only views of the pass's tensors, which nothing else holds (its
+        outputs are folded or copied into the caller's arrays: no copy per tensor).
 
         TensorFlow: ``jit`` compiles with XLA (falling back to the plain graph for good
         when XLA cannot compile this model); JAX always compiles (``jax.jit``); other
@@ -227,6 +229,8 @@ class Forward:
             out = self._eager_body(x)
             self.jit = False
         output, flat = out
+        if self.backend == "tensorflow":  # views, not copies (EagerTensor.numpy() copies)
+            return tree.map_structure(to_numpy, output), [np.asarray(v) for v in flat]
         return tree.map_structure(to_numpy, output), [to_numpy(v) for v in flat]
 
     def _eager_body(self, x: Any) -> Any:

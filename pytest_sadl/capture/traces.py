@@ -716,7 +716,7 @@ class _Rows:
         for j, i in self.folded.items():
             self.fit.update(i, flat[j], self.done)
         kept = [None if j in self.dropped else a for j, a in enumerate(flat)]
-        if self.total is None:
+        if self.total is None:  # joined by np.concatenate at the end: owned arrays, not the pass's views
             self.parts.append(kept)
         else:
             if self.filled is None:
