@@ -11,7 +11,9 @@ compiled function holds the extra outputs and no wrapper remains.
 
 Backends (``keras.backend.backend()``):
 
-* TensorFlow: ``tf.function``, compiled by XLA (``jit_compile=True``) when asked (large
+* TensorFlow: ``tf.function``, the plain graph traced once with the batch size unknown
+  (every batch size, the last smaller one included, runs it), compiled by XLA
+  (``jit_compile=True``) when asked (large
   passes with an accelerator; on a CPU-only machine the tapped plain graph costs what
   ``predict`` costs and XLA more), with a fallback to the plain graph when XLA cannot
   compile the model; the eager call
@@ -168,10 +170,7 @@ class Forward:
         if fn is None:
             import tensorflow as tf
 
-            # autograph off, as Keras' own predict and train steps have it (do_not_convert):
-            # it converted the tapped call of every layer (~1 s of MobileNetV2's trace with
-            # 151 taps) and layers' Python that Keras' predict runs as it is
-            fn = self._fns[key] = tf.function(self._post, jit_compile=jit, reduce_retracing=True, autograph=False)
+            fn = self._fns[key] = tf.function(self._post, jit_compile=jit, reduce_retracing=True)
             if not jit:
                 _prime(fn, x)
         return fn
