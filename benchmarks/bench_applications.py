@@ -26,10 +26,10 @@ download). Each model is trained once and cached in ``benchmarks/.cache`` (or
     model and traces its tapped pass. The build of the build-first process against the
     ``predict`` of the predict-first process.
   - *warm*: the second call of each, after both ran once in the process (the smaller of
-    the two processes'): ``predict`` reuses its traced function; a build still probes
-    the model and traces its own pass, as every build does (its pass is made for it, not
-    shared), so this is the build a user gets, against the forward pass alone. This is
-    what the benchmark measured before (``predict`` warmed up, the build after it).
+    the two processes'): ``predict`` reuses its traced function; a build reuses the
+    model's probe but traces its own pass, as every build does (its pass is made for it,
+    not shared), so this is the build a user gets, against the forward pass alone. This
+    is what the benchmark measured before (``predict`` warmed up, the build after it).
 
   Each ratio is printed against the <= 1.3x target of ``bench_profile.py`` as ``met`` or
   ``MISSED``, wall and CPU (on two shared cores the CPU time is the steadier measure),

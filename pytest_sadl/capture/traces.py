@@ -21,6 +21,9 @@ Public API
     ``.traces(x, batch_size=256, progress=None) -> Traces`` (batched; ``x`` an array, a
     dict or list of arrays for a model with several inputs, a tensor, a
     ``tf.data.Dataset`` or :class:`~pytest_sadl.capture.data.TrainingData`);
+    ``.traces_and_ranges(x, batch_size=256, progress=None) -> (Traces, NeuronRanges)``, the
+    profile build's pass: the coverage traces folded into their ranges batch by batch,
+    not kept;
     ``.call_and_trace(x, batch_size=None, **predict_kwargs) -> (output, Traces)`` for
     recording ``predict``: the model's whole output as ``predict`` returns it and the
     traces of the *same* forward pass; ``.call_tensors(x) -> (output tensors, Traces)``
