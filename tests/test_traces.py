@@ -489,3 +489,84 @@ def test_mixed_precision_traces_are_the_float16_activations_in_float32(digits: A
     prof = load_or_build(model, x, ProfileOptions(sa_layers=("hidden",)), tmp_path / "cache")
     assert prof.sa_traces.dtype == np.float32
     assert np.isfinite(prof.lsa()(t.sa[:20], t.pred[:20])).any()
+
+
+@pytest.mark.parametrize("fixture", ["conv_model", "functional_model"])
+def test_traces_and_ranges_equal_traces_and_fit_ranges(
+    fixture: str, request: pytest.FixtureRequest, digits: Any
+) -> None:
+    """The profile build's pass (coverage folded into running minima and maxima, batch by
+    batch) gives the same SA traces, predictions and ranges, bit for bit, as the traces
+    kept whole and ``fit_ranges`` on them; and the plain graph is traced once on
+    TensorFlow, the smaller last batch included."""
+    from pytest_sadl.criteria.neurons import fit_ranges
+
+    model = request.getfixturevalue(fixture)
+    x = digits.x_train[:300]
+    full = TraceModel(model).traces(x, batch_size=128)
+    tm = TraceModel(model)
+    t, ranges = tm.traces_and_ranges(x, batch_size=128)
+    want = fit_ranges(full.coverage, names=tm.coverage_layers)
+    assert t.coverage == [] and ranges.names == want.names
+    np.testing.assert_array_equal(t.sa, full.sa)
+    np.testing.assert_array_equal(t.pred, full.pred)
+    np.testing.assert_array_equal(t.output, full.output)
+    for lo, hi, wlo, whi in zip(ranges.low, ranges.high, want.low, want.high, strict=True):
+        assert lo.dtype == wlo.dtype == np.float64
+        np.testing.assert_array_equal(lo, wlo)
+        np.testing.assert_array_equal(hi, whi)
+    if keras.backend.backend() == "tensorflow" and not tm.jit:
+        assert tm.compiled_passes == 1
+
+
+def test_range_fit_reports_non_finite_traces_as_fit_ranges_does() -> None:
+    """Folded batch by batch, NaN and inf traces raise the error ``fit_ranges`` raises on
+    the whole arrays (the first bad layer, its bad rows counted over every batch)."""
+    from pytest_sadl.criteria.neurons import RangeFit, fit_ranges
+
+    rng = np.random.default_rng(0)
+    layers_ = [rng.normal(size=(50, 3)).astype(np.float32), rng.normal(size=(50, 4)).astype(np.float32)]
+    layers_[1][[7, 31, 32], 2] = np.nan
+    layers_[1][40, 0] = np.inf
+    fit = RangeFit([3, 4], ["a", "b"])
+    for s in range(0, 50, 16):
+        for i, a in enumerate(layers_):
+            fit.update(i, a[s : s + 16], s)
+    with pytest.raises(ValueError) as want:
+        fit_ranges(layers_, names=["a", "b"])
+    with pytest.raises(ValueError) as got:
+        fit.result()
+    assert str(got.value) == str(want.value) and "4 row(s) (first: row 7)" in str(got.value)
+    layers_[1][:] = 1.0
+    fit = RangeFit([3, 4], ["a", "b"])
+    for i, a in enumerate(layers_):
+        fit.update(i, a[:20], 0)
+        fit.update(i, a[20:], 20)
+    for lo, hi, a in zip(fit.result().low, fit.result().high, layers_, strict=True):
+        np.testing.assert_array_equal(lo, a.min(axis=0))
+        np.testing.assert_array_equal(hi, a.max(axis=0))
+
+
+def test_a_model_is_probed_once_for_its_trace_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The symbolic probe of a model is reused by its later trace models (a session makes
+    the build's and the recording's) while its layers and inputs are the same, and runs
+    again when they change."""
+    import pytest_sadl.capture.traces as traces_module
+
+    calls: list[int] = []
+    real = traces_module.probe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(traces_module, "probe", counting)
+    model = keras.Sequential([keras.Input(shape=(4,)), layers.Dense(3, name="a"), layers.Dense(2, name="b")])
+    first = TraceModel(model)
+    again = TraceModel(model, sa_layers=["a"], extrema=True)
+    assert len(calls) == 1 and again.coverage_layers == first.coverage_layers == ["a", "b"]
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(again.traces(x).sa, first.traces(x).coverage[0])
+    model.add(layers.Dense(2, name="c"))
+    grown = TraceModel(model)
+    assert len(calls) == 2 and grown.coverage_layers == ["a", "b", "c"]

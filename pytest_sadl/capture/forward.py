@@ -11,7 +11,9 @@ compiled function holds the extra outputs and no wrapper remains.
 
 Backends (``keras.backend.backend()``):
 
-* TensorFlow: ``tf.function``, compiled by XLA (``jit_compile=True``) when asked (large
+* TensorFlow: ``tf.function``, the plain graph traced once with the batch size unknown
+  (every batch size, the last smaller one included, runs it), compiled by XLA
+  (``jit_compile=True``) when asked (large
   passes with an accelerator; on a CPU-only machine the tapped plain graph costs what
   ``predict`` costs and XLA more), with a fallback to the plain graph when XLA cannot
   compile the model; the eager call
@@ -169,6 +171,8 @@ class Forward:
             import tensorflow as tf
 
             fn = self._fns[key] = tf.function(self._post, jit_compile=jit, reduce_retracing=True)
+            if not jit:
+                _prime(fn, x)
         return fn
 
     def _jax(self) -> Any:
@@ -192,7 +196,9 @@ class Forward:
     # -- running ----------------------------------------------------------------
 
     def run(self, x: Any, jit: bool) -> tuple[Any, list[np.ndarray]]:
-        """One batch through the model: ``(output, flat)`` as NumPy.
+        """One batch through the model: ``(output, flat)`` as NumPy; on TensorFlow ``flat``
+        holds read-only views of the pass's tensors, which nothing else holds (its
+        outputs are folded or copied into the caller's arrays: no copy per tensor).
 
         TensorFlow: ``jit`` compiles with XLA (falling back to the plain graph for good
         when XLA cannot compile this model); JAX always compiles (``jax.jit``); other
@@ -222,6 +228,8 @@ class Forward:
             out = self._eager_body(x)
             self.jit = False
         output, flat = out
+        if self.backend == "tensorflow":  # views, not copies (EagerTensor.numpy() copies)
+            return tree.map_structure(to_numpy, output), [np.asarray(v) for v in flat]
         return tree.map_structure(to_numpy, output), [to_numpy(v) for v in flat]
 
     def _eager_body(self, x: Any) -> Any:
@@ -287,6 +295,40 @@ class Forward:
             elif hasattr(fn, "_cache_size"):
                 total += int(fn._cache_size())
         return total
+
+
+def _batch_spec(x: Any) -> Any:
+    """The ``tf.TensorSpec`` structure of ``x`` with the batch axis unknown, or ``None``
+    when a leaf has no batch axis or no TensorFlow dtype."""
+    import tensorflow as tf
+    from keras import tree
+
+    def spec(a: Any) -> Any:
+        shape = tuple(getattr(a, "shape", ()))
+        if not shape:
+            raise ValueError("no batch axis")
+        dtype = getattr(a, "dtype", None)
+        text = isinstance(dtype, np.dtype) and dtype.kind in "OSU"
+        return tf.TensorSpec((None,) + tuple(shape[1:]), tf.string if text else tf.as_dtype(dtype))
+
+    try:
+        return tree.map_structure(spec, x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _prime(fn: Any, x: Any) -> None:
+    """Trace the plain-graph ``fn`` once for inputs like ``x`` with the batch size left
+    unknown, so that every batch size, the training set's smaller last batch included,
+    runs that one graph: ``reduce_retracing`` alone traces the first size, then again
+    relaxed at the second, and a trace of a model with every layer tapped costs about a
+    second (MobileNetV2, 151 taps). A graph that cannot be traced so (a layer that needs
+    a known batch size) is left to the ordinary per-shape tracing of the call."""
+    spec = _batch_spec(x)
+    if spec is None:
+        return
+    with contextlib.suppress(Exception):  # the call itself traces (and reports) it with the batch's shape
+        fn.get_concrete_function(spec)
 
 
 def _pad_rows(a: Any, rows: int) -> Any:

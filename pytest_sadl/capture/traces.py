@@ -21,6 +21,9 @@ Public API
     ``.traces(x, batch_size=256, progress=None) -> Traces`` (batched; ``x`` an array, a
     dict or list of arrays for a model with several inputs, a tensor, a
     ``tf.data.Dataset`` or :class:`~pytest_sadl.capture.data.TrainingData`);
+    ``.traces_and_ranges(x, batch_size=256, progress=None) -> (Traces, NeuronRanges)``, the
+    profile build's pass: the coverage traces folded into their ranges batch by batch,
+    not kept;
     ``.call_and_trace(x, batch_size=None, **predict_kwargs) -> (output, Traces)`` for
     recording ``predict``: the model's whole output as ``predict`` returns it and the
     traces of the *same* forward pass; ``.call_tensors(x) -> (output tensors, Traces)``
@@ -40,7 +43,8 @@ Public API
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +54,7 @@ from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
 from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, is_text, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
+    Seen,
     backend,
     has_accelerator,
     in_graph_context,
@@ -174,6 +179,32 @@ def _output_names(model: Any, spec: Any) -> list[str]:
     return [str(i) for i in range(len(flat))]
 
 
+_Probe = tuple[Any, list[Seen], list[int]]  # what forward.probe gives: (output spec, seen, owners)
+_PROBES: weakref.WeakKeyDictionary[Any, tuple[Any, _Probe]] = weakref.WeakKeyDictionary()
+
+
+def _probed(model: Any, nodes: list[Any], inputs: list[_Input], run: Callable[[], _Probe]) -> _Probe:
+    """``run()`` (the symbolic probe of ``model``: ``(spec, seen, owners)``), or what it
+    gave for this model before when its layers (objects, paths, a ``call`` set on one)
+    and inputs are the same: the probe runs the model symbolically, about a third of a
+    second for MobileNetV2, and a session makes several trace models of one model (the
+    profile build's, then the recording's). Nothing of it is changed after the probe."""
+    key = (
+        tuple((n.path, id(n.layer), id(n.layer.__dict__.get("call"))) for n in nodes),
+        id(model.__dict__.get("call")),
+        tuple(inputs),
+    )
+    try:
+        hit = _PROBES.get(model)
+    except TypeError:  # a model that cannot be weakly referenced or hashed
+        return run()
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    result = run()
+    _PROBES[model] = (key, result)
+    return result
+
+
 class TraceModel:
     """A Keras model whose chosen layers are captured in its own forward pass.
 
@@ -227,8 +258,11 @@ class TraceModel:
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:
-            spec, seen, owners = probe(
-                self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers
+            spec, seen, owners = _probed(
+                model,
+                self._nodes,
+                inputs,
+                lambda: probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers),
             )
         except (SadlModelError, SadlLayerError):
             raise
@@ -529,7 +563,7 @@ class TraceModel:
         """:class:`Traces` from a pass's flat captures (:meth:`flat_captures`) as NumPy."""
         return self._split(flat)
 
-    def _split(self, flat: list[np.ndarray]) -> Traces:
+    def _split(self, flat: list[Any], coverage: bool = True) -> Traces:
         out = np.asarray(flat[0])
         taps = flat[1 : 1 + len(self._taps)]
         sa_parts = [taps[self._tap_index[p]] for p in self.sa_layers]
@@ -541,7 +575,7 @@ class TraceModel:
             extrema = [pairs.get(p) for p in self.coverage_layers]
         return Traces(
             sa=np.asarray(sa, dtype=np.float32),
-            coverage=[taps[self._tap_index[p]] for p in self.coverage_layers],
+            coverage=[taps[self._tap_index[p]] for p in self.coverage_layers] if coverage else [],
             pred=self.predictions(out),
             output=out,
             sa_layers=list(self.sa_layers),
@@ -549,37 +583,33 @@ class TraceModel:
             coverage_extrema=extrema,
         )
 
-    def _run_all(self, x: Any, batch_size: int, progress: Progress | None, what: str) -> tuple[list[Any], Traces]:
+    def _run_all(
+        self, x: Any, batch_size: int, progress: Progress | None, what: str, fit: Any = None
+    ) -> tuple[list[Any], Traces]:
+        """Every batch of ``x`` through the pass. ``fit`` (a
+        :class:`~pytest_sadl.criteria.neurons.RangeFit` of the coverage layers): their
+        traces are folded into it batch by batch instead of kept, and the ``Traces``
+        returned have no ``coverage``."""
         if batch_size < 1:
             raise SadlDataError(f"batch_size must be >= 1, got {batch_size}")
         data = x if isinstance(x, TrainingData) else load_training_data(_numpy_if_tensor(x), what=what)
         data = self.prepare(data)
         what = data.source
-        total = data.n
-        jit = self._use_jit(total)
-        filled: list[np.ndarray] | None = None
-        parts: list[list[np.ndarray]] = []
+        jit = self._use_jit(data.n)
+        folded = {} if fit is None else {1 + self._tap_index[p]: i for i, p in enumerate(self.coverage_layers)}
+        # an SA layer's rows are kept, whether or not it is a coverage layer too
+        dropped = set(folded) - {1 + self._tap_index[p] for p in self.sa_layers}
+        rows = _Rows(data.n, folded, dropped, fit)
         outputs: list[Any] = []
-        done = 0
         for batch in data.batches(batch_size):
-            output, flat = self._run(self._as_batch(batch, what, done), jit, pad_to=batch_size)
+            output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
             outputs.append(output)
-            rows = int(flat[0].shape[0])
-            if total is not None:
-                if filled is None:
-                    filled = [np.empty((total,) + a.shape[1:], dtype=a.dtype) for a in flat]
-                for dst, src in zip(filled, flat, strict=True):
-                    dst[done : done + rows] = src
-            else:
-                parts.append(flat)
-            done += rows
+            rows.add(flat)
             if progress is not None:
-                progress(done, total)
-        if done == 0:
+                progress(rows.done, data.n)
+        if rows.done == 0:
             raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
-        if filled is None:
-            filled = [np.concatenate([p[i] for p in parts]) for i in range(len(parts[0]))]
-        return outputs, self._split(filled)
+        return outputs, self._split(rows.arrays(), coverage=fit is None)
 
     def traces(
         self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
@@ -591,6 +621,21 @@ class TraceModel:
         streamed. Bad inputs raise :class:`SadlDataError` naming the input index.
         """
         return self._run_all(x, batch_size, progress, what)[1]
+
+    def traces_and_ranges(
+        self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> tuple[Traces, Any]:
+        """What a profile build needs of one pass: the traces without ``coverage`` (empty)
+        and the coverage layers' :class:`~pytest_sadl.criteria.neurons.NeuronRanges`,
+        equal to ``fit_ranges(traces(x).coverage)`` (the same error for NaN or inf), the
+        coverage traces folded into running minima and maxima batch by batch rather than
+        kept: no ``inputs x neurons`` array (365 MB for 1,764 inputs through
+        MobileNetV2's 51,739 coverage neurons) to allocate and fill."""
+        from pytest_sadl.criteria.neurons import RangeFit
+
+        fit = RangeFit(self.coverage_sizes, self.coverage_layers)
+        traces = self._run_all(x, batch_size, progress, what, fit)[1]
+        return traces, fit.result()
 
     def call_and_trace(self, x: Any, batch_size: int | None = None, **predict_kwargs: Any) -> tuple[Any, Traces]:
         """Run the model on ``x`` once; return ``(output, traces)`` from that one pass.
@@ -654,6 +699,44 @@ class TraceModel:
                 }
             )
         return out
+
+
+class _Rows:
+    """A pass's flat outputs collected batch by batch: with the number of inputs known,
+    into arrays allocated at the first batch and filled (peak memory: the traces and one
+    batch), else as parts joined at the end; the outputs at the indices of ``folded``
+    (flat index: coverage layer) go to ``fit`` too, and those at ``dropped`` only there
+    (``None`` in :meth:`arrays`)."""
+
+    def __init__(self, total: int | None, folded: dict[int, int], dropped: set[int], fit: Any) -> None:
+        self.total, self.folded, self.dropped, self.fit = total, folded, dropped, fit
+        self.done = 0
+        self.filled: list[np.ndarray | None] | None = None
+        self.parts: list[list[np.ndarray | None]] = []
+
+    def add(self, flat: list[np.ndarray]) -> None:
+        n = int(flat[0].shape[0])
+        for j, i in self.folded.items():
+            self.fit.update(i, flat[j], self.done)
+        kept = [None if j in self.dropped else a for j, a in enumerate(flat)]
+        if self.total is None:  # joined by np.concatenate at the end: owned arrays, not the pass's views
+            self.parts.append(kept)
+        else:
+            if self.filled is None:
+                self.filled = [
+                    None if a is None else np.empty((self.total,) + a.shape[1:], dtype=a.dtype) for a in kept
+                ]
+            for dst, src in zip(self.filled, kept, strict=True):
+                if dst is not None:
+                    dst[self.done : self.done + n] = src
+        self.done += n
+
+    def arrays(self) -> list[np.ndarray | None]:
+        if self.filled is not None:
+            return self.filled
+        return [
+            None if j in self.dropped else np.concatenate([p[j] for p in self.parts]) for j in range(len(self.parts[0]))
+        ]
 
 
 def _is_torch_module(model: Any) -> bool:

@@ -51,6 +51,7 @@ from pytest_sadl.criteria.checks import as_layers, reduce_layer
 __all__ = [
     "NeuronRanges",
     "fit_ranges",
+    "RangeFit",
     "reduce_layer",
     "nc",
     "kmnc",
@@ -121,6 +122,51 @@ def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: 
         lows.append(low)
         highs.append(high)
     return NeuronRanges(tuple(lows), tuple(highs), tuple(str(n) for n in names))
+
+
+class RangeFit:
+    """:func:`fit_ranges` folded batch by batch: per-neuron minimum and maximum of each
+    layer's ``(rows, neurons)`` traces, seen in consecutive batches, without the whole
+    training set's traces in memory (51,739 neurons x 60,000 inputs would be 12 GB).
+    The same ranges as :func:`fit_ranges` over the batches joined (a minimum or maximum
+    does not depend on the order), and the same error for NaN or inf values."""
+
+    def __init__(self, sizes: Sequence[int], names: Sequence[str] = ()) -> None:
+        if names and len(names) != len(sizes):
+            raise ValueError(f"names has {len(names)} entries for {len(sizes)} layers")
+        self.names = tuple(str(n) for n in names)
+        self._low = [np.full(int(s), np.inf) for s in sizes]
+        self._high = [np.full(int(s), -np.inf) for s in sizes]
+        self._bad = [(-1, 0, False)] * len(sizes)  # (first row, rows, any NaN) of non-finite values
+        self.rows = 0
+
+    def update(self, i: int, block: np.ndarray, offset: int) -> None:
+        """Fold layer ``i``'s traces of the rows ``offset, offset + 1, ...`` in."""
+        low, high = block.min(axis=0), block.max(axis=0)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):  # NaN propagates to both
+            bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
+            first, count, nan = self._bad[i]
+            self._bad[i] = (
+                offset + int(bad[0]) if first < 0 else first,
+                count + bad.size,
+                nan or bool(np.isnan(block).any()),
+            )
+        np.minimum(self._low[i], low, out=self._low[i])
+        np.maximum(self._high[i], high, out=self._high[i])
+        self.rows = max(self.rows, offset + len(block))
+
+    def result(self) -> NeuronRanges:
+        """The ranges; raises ``ValueError`` as :func:`fit_ranges` does (non-finite traces,
+        no inputs)."""
+        for i, (first, count, nan) in enumerate(self._bad):
+            if count:
+                raise ValueError(
+                    f"train_layers[{i}] contains {'NaN' if nan else 'inf'} values in {count} row(s) (first: row {first}); "
+                    "traces must be finite: check the model's inputs and weights for NaN/inf"
+                )
+        if self.rows == 0:
+            raise ValueError("train_layers holds no inputs; at least one is needed")
+        return NeuronRanges(tuple(self._low), tuple(self._high), self.names)
 
 
 class _LayerCoverage:

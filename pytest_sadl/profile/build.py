@@ -583,11 +583,14 @@ def build_profile(
             )
         order = canonical_order(data.row_digests())
         traces = tracer(tm, data.x, order, options.batch_size, progress)
+    elif hasattr(tm, "traces_and_ranges"):  # the coverage layers' ranges folded in the pass
+        traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
     else:
         traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
     n = len(traces)
     say("fitting neuron ranges")
-    ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
+    if tracer is not None or not hasattr(tm, "traces_and_ranges"):
+        ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order
     if data.x is not None:  # traced in canonical order already
