@@ -547,6 +547,46 @@ def test_range_fit_reports_non_finite_traces_as_fit_ranges_does() -> None:
         np.testing.assert_array_equal(hi, a.max(axis=0))
 
 
+def test_range_fits_of_shards_merge_into_the_ranges_and_error_of_the_whole() -> None:
+    """A Dask build's workers each fold their shard into a fit of their own; merged at the
+    shards' offsets, in any order, they give fit_ranges' ranges of the whole bit for bit,
+    and its error, the first bad row counted in the whole set."""
+    from pytest_sadl.criteria.neurons import RangeFit, fit_ranges
+
+    rng = np.random.default_rng(1)
+    layers_ = [rng.normal(size=(60, 3)).astype(np.float32), rng.normal(size=(60, 5)).astype(np.float32)]
+    cuts = [(0, 25), (25, 40), (40, 60)]
+
+    def shard_fits() -> list[tuple[int, RangeFit]]:
+        fits = []
+        for a, b in cuts:
+            fit = RangeFit([3, 5], ["a", "b"])
+            for i, layer in enumerate(layers_):
+                fit.update(i, layer[a:b], 0)  # a worker counts its shard's rows from 0
+            fits.append((a, fit))
+        return fits
+
+    last = RangeFit([3, 5], ["a", "b"])  # the driver's, the shards merged in any order
+    for a, fit in reversed(shard_fits()):
+        last.merge(fit, a)
+    want = fit_ranges(layers_, names=["a", "b"])
+    for got_lo, got_hi, lo, hi in zip(last.result().low, last.result().high, want.low, want.high, strict=True):
+        np.testing.assert_array_equal(got_lo, lo)
+        np.testing.assert_array_equal(got_hi, hi)
+    assert last.rows == 60
+    layers_[0][[44, 27], 1] = np.inf
+    (_, first), *rest = shard_fits()
+    for a, fit in rest:
+        first.merge(fit, a)
+    with pytest.raises(ValueError) as wanted:
+        fit_ranges(layers_, names=["a", "b"])
+    with pytest.raises(ValueError) as got:
+        first.result()
+    assert str(got.value) == str(wanted.value) and "inf values in 2 row(s) (first: row 27)" in str(got.value)
+    with pytest.raises(ValueError, match="same layers"):
+        first.merge(RangeFit([3]), 0)
+
+
 def test_a_model_is_probed_once_for_its_trace_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """The symbolic probe of a model is reused by its later trace models (a session makes
     the build's and the recording's) while its layers and inputs are the same, and runs

@@ -23,7 +23,7 @@ Public API
     ``tf.data.Dataset`` or :class:`~pytest_sadl.capture.data.TrainingData`);
     ``.traces_and_ranges(x, batch_size=256, progress=None) -> (Traces, NeuronRanges)``, the
     profile build's pass: the coverage traces folded into their ranges batch by batch,
-    not kept;
+    not kept (``.traces_folding(x, fit, ...)``: into a given ``RangeFit``);
     ``.call_and_trace(x, batch_size=None, **predict_kwargs) -> (output, Traces)`` for
     recording ``predict``: the model's whole output as ``predict`` returns it and the
     traces of the *same* forward pass; ``.call_tensors(x) -> (output tensors, Traces)``
@@ -634,8 +634,17 @@ class TraceModel:
         from pytest_sadl.criteria.neurons import RangeFit
 
         fit = RangeFit(self.coverage_sizes, self.coverage_layers)
-        traces = self._run_all(x, batch_size, progress, what, fit)[1]
+        traces = self.traces_folding(x, fit, batch_size, progress=progress, what=what)
         return traces, fit.result()
+
+    def traces_folding(
+        self, x: Any, fit: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> Traces:
+        """The traces without ``coverage`` (empty), the coverage layers' traces folded into
+        ``fit`` (a :class:`~pytest_sadl.criteria.neurons.RangeFit` of :attr:`coverage_sizes`)
+        batch by batch instead: :meth:`traces_and_ranges`' pass, and a Dask worker's, whose
+        fits the driver merges."""
+        return self._run_all(x, batch_size, progress, what, fit)[1]
 
     def call_and_trace(self, x: Any, batch_size: int | None = None, **predict_kwargs: Any) -> tuple[Any, Traces]:
         """Run the model on ``x`` once; return ``(output, traces)`` from that one pass.

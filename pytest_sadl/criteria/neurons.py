@@ -145,15 +145,28 @@ class RangeFit:
         low, high = block.min(axis=0), block.max(axis=0)
         if not (np.isfinite(low).all() and np.isfinite(high).all()):  # NaN propagates to both
             bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
-            first, count, nan = self._bad[i]
-            self._bad[i] = (
-                offset + int(bad[0]) if first < 0 else first,
-                count + bad.size,
-                nan or bool(np.isnan(block).any()),
-            )
+            self._note_bad(i, offset + int(bad[0]), bad.size, bool(np.isnan(block).any()))
         np.minimum(self._low[i], low, out=self._low[i])
         np.maximum(self._high[i], high, out=self._high[i])
         self.rows = max(self.rows, offset + len(block))
+
+    def merge(self, other: RangeFit, offset: int) -> None:
+        """Fold in ``other``, a fit of the same layers over the rows ``offset, offset + 1,
+        ...`` made elsewhere (a Dask worker's shard): the ranges of both, exactly (a
+        minimum of minima), and its non-finite rows counted at their place in the whole."""
+        if [len(a) for a in other._low] != [len(a) for a in self._low]:
+            raise ValueError("RangeFit.merge needs a fit of the same layers and neurons")
+        for i, (first, count, nan) in enumerate(other._bad):
+            np.minimum(self._low[i], other._low[i], out=self._low[i])
+            np.maximum(self._high[i], other._high[i], out=self._high[i])
+            if count:
+                self._note_bad(i, offset + first, count, nan)
+        if other.rows:
+            self.rows = max(self.rows, offset + other.rows)
+
+    def _note_bad(self, i: int, row: int, count: int, nan: bool) -> None:
+        first, seen, any_nan = self._bad[i]
+        self._bad[i] = (row if first < 0 else min(first, row), seen + count, any_nan or nan)
 
     def result(self) -> NeuronRanges:
         """The ranges; raises ``ValueError`` as :func:`fit_ranges` does (non-finite traces,

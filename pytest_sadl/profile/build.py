@@ -565,8 +565,9 @@ def build_profile(
 
     Lower-level than :func:`load_or_build` (no cache); ``fingerprint``/``model_fp`` are
     recorded as given. ``tracer(tm, x, order, batch_size, progress)``, when given, makes the
-    traces of array data's rows in canonical ``order`` in its place (the Dask build,
-    :mod:`pytest_sadl.profile.distributed`: the same batches, so the same traces)."""
+    traces of array data's rows in canonical ``order`` and their coverage layers' ranges,
+    ``(traces, ranges)``, in its place (the Dask build, :mod:`pytest_sadl.profile.distributed`:
+    the same batches, so the same traces and ranges)."""
     from pytest_sadl.criteria.neurons import fit_ranges
     from pytest_sadl.criteria.surprise import DSA
     from pytest_sadl.profile.fingerprint import canonical_order, row_keys
@@ -582,14 +583,14 @@ def build_profile(
                 "return an array or (x, y) from sadl_train, or build without --dask"
             )
         order = canonical_order(data.row_digests())
-        traces = tracer(tm, data.x, order, options.batch_size, progress)
+        traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
     elif hasattr(tm, "traces_and_ranges"):  # the coverage layers' ranges folded in the pass
         traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
     else:
         traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
     n = len(traces)
     say("fitting neuron ranges")
-    if tracer is not None or not hasattr(tm, "traces_and_ranges"):
+    if tracer is None and not hasattr(tm, "traces_and_ranges"):
         ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order

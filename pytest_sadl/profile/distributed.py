@@ -84,8 +84,24 @@ def worker_trace_model(key: tuple[Any, ...]) -> Any:
 
 
 def _trace_shard(key: tuple[Any, ...], x: Any, batch_size: int) -> Any:
-    """On a worker: the traces of ``x`` (one shard, its rows in canonical order)."""
-    return worker_trace_model(key).traces(x, batch_size=batch_size)
+    """On a worker: ``(traces, fit)`` of ``x`` (one shard, its rows in canonical order):
+    the traces without the coverage layers, whose traces are folded into ``fit`` (a
+    :class:`~pytest_sadl.criteria.neurons.RangeFit`) instead, as a local build folds them:
+    the driver merges the shards' ranges exactly, and a big model's coverage traces (51,739
+    neurons an input on MobileNetV2) never travel to it."""
+    from dataclasses import replace
+
+    from pytest_sadl.criteria.neurons import RangeFit
+
+    tm = worker_trace_model(key)
+    if hasattr(tm, "traces_folding"):
+        fit = RangeFit(tm.coverage_sizes, tm.coverage_layers)
+        return tm.traces_folding(x, fit, batch_size=batch_size), fit
+    traces = tm.traces(x, batch_size=batch_size)  # a native torch module: its sizes known after a pass
+    fit = RangeFit([c.shape[1] for c in traces.coverage], tm.coverage_layers)
+    for i, layer in enumerate(traces.coverage):
+        fit.update(i, layer, 0)
+    return replace(traces, coverage=[]), fit
 
 
 def connect(address: str, timeout: float) -> Any:
@@ -233,7 +249,9 @@ class DaskTracer:
             self._client = None
 
     def __call__(self, tm: Any, x: Any, order: np.ndarray, batch_size: int, progress: Any = None) -> Any:
-        """The traces of ``x``'s rows in ``order``, ``batch_size`` at a time, joined in order."""
+        """``(traces, ranges)`` of ``x``'s rows in ``order``, ``batch_size`` at a time: the
+        shards' traces joined in order (no coverage layers) and their coverage layers'
+        neuron ranges merged (the same as a local build's, bit for bit)."""
         from pytest_sadl.capture.arrays import Traces
         from pytest_sadl.capture.data import take_rows
 
@@ -254,4 +272,7 @@ class DaskTracer:
             results = gather_in_order(client, futures, [b - a for a, b in parts], progress, self.status, "traced")
         finally:
             self.close()
-        return Traces.concatenate(results)
+        fit = results[0][1]  # the first shard's (rows from 0 on), the others merged into it
+        for (a, _), (_, part) in zip(parts[1:], results[1:], strict=True):
+            fit.merge(part, a)
+        return Traces.concatenate([traces for traces, _ in results]), fit.result()
