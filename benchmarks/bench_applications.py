@@ -59,6 +59,17 @@ CACHE = Path(os.environ.get("SADL_BENCH_CACHE", Path(__file__).resolve().parent 
 MODELS = ("MobileNetV2", "EfficientNetB0", "ResNet50")
 TARGET = 1.3  # build / predict, as bench_profile.py
 
+#: the children's resident memory and its peak (VmRSS, VmHWM), one definition for both
+STATUS = r"""
+def status():
+    out = {}
+    for line in open("/proc/self/status"):
+        k, _, v = line.partition(":")
+        if k in ("VmRSS", "VmHWM"):
+            out[k] = int(v.split()[0]) * 1024
+    return out
+"""
+
 CHILD = r"""
 import json, os, sys, tempfile, time, warnings
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -70,14 +81,7 @@ from sklearn.datasets import load_digits
 name, cache, epochs = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 res = {"model": name}
 
-def status():
-    out = {}
-    for line in open("/proc/self/status"):
-        k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
-            out[k] = int(v.split()[0]) * 1024
-    return out
-
+{STATUS}
 d = load_digits()
 keep = d.target < 3
 x_all = np.kron(d.images[keep] / 16.0, np.ones((4, 4)))[..., None].repeat(3, axis=-1).astype("float32")
@@ -179,14 +183,7 @@ keras.ops.add(np.float32(1), np.float32(1))  # the backend's runtime up, nothing
 from pytest_sadl.profile.build import ProfileOptions
 from pytest_sadl.profile.lookup import load_or_build
 
-def status():
-    out = {}
-    for line in open("/proc/self/status"):
-        k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
-            out[k] = int(v.split()[0]) * 1024
-    return out
-
+{STATUS}
 def predict():
     model.predict(x, batch_size=256, verbose=0)
 
@@ -210,6 +207,7 @@ for call in ("cold", "warm"):
         res[f"{what}_{call}_peak_mib"] = (status()["VmHWM"] - before) / 2**20
 print("RESULT " + json.dumps(res))
 """
+CHILD, TIMING = (script.replace("{STATUS}", STATUS) for script in (CHILD, TIMING))
 
 
 def _child(code: str, *args: Any) -> dict[str, Any]:
