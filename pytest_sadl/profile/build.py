@@ -586,11 +586,11 @@ def build_profile(
         traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
     elif hasattr(tm, "traces_and_ranges"):  # the coverage layers' ranges folded in the pass
         traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
-    else:
-        traces = tm.traces(traced, batch_size=options.batch_size, progress=progress)
+    else:  # a native torch module's trace model keeps its coverage traces
+        traces, ranges = tm.traces(traced, batch_size=options.batch_size, progress=progress), None
     n = len(traces)
     say("fitting neuron ranges")
-    if tracer is None and not hasattr(tm, "traces_and_ranges"):
+    if ranges is None:
         ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order
