@@ -54,21 +54,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from _memory import SOURCE  # the children's status() and reset_peak()
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SADL_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
 MODELS = ("MobileNetV2", "EfficientNetB0", "ResNet50")
 TARGET = 1.3  # build / predict, as bench_profile.py
-
-#: the children's resident memory and its peak (VmRSS, VmHWM), one definition for both
-STATUS = r"""
-def status():
-    out = {}
-    for line in open("/proc/self/status"):
-        k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
-            out[k] = int(v.split()[0]) * 1024
-    return out
-"""
 
 CHILD = r"""
 import json, os, sys, tempfile, time, warnings
@@ -81,7 +72,7 @@ from sklearn.datasets import load_digits
 name, cache, epochs = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 res = {"model": name}
 
-{STATUS}
+{MEMORY}
 d = load_digits()
 keep = d.target < 3
 x_all = np.kron(d.images[keep] / 16.0, np.ones((4, 4)))[..., None].repeat(3, axis=-1).astype("float32")
@@ -183,7 +174,7 @@ keras.ops.add(np.float32(1), np.float32(1))  # the backend's runtime up, nothing
 from pytest_sadl.profile.build import ProfileOptions
 from pytest_sadl.profile.lookup import load_or_build
 
-{STATUS}
+{MEMORY}
 def predict():
     model.predict(x, batch_size=256, verbose=0)
 
@@ -199,15 +190,14 @@ if first == "build":
 for call in ("cold", "warm"):
     for what, fn in order:
         before = status()["VmRSS"]
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
+        reset_peak()
         t0, c0 = time.perf_counter(), time.process_time()
         fn()
         res[f"{what}_{call}"] = (time.perf_counter() - t0, time.process_time() - c0)
         res[f"{what}_{call}_peak_mib"] = (status()["VmHWM"] - before) / 2**20
 print("RESULT " + json.dumps(res))
 """
-CHILD, TIMING = (script.replace("{STATUS}", STATUS) for script in (CHILD, TIMING))
+CHILD, TIMING = (script.replace("{MEMORY}", SOURCE) for script in (CHILD, TIMING))
 
 
 def _child(code: str, *args: Any) -> dict[str, Any]:

@@ -54,6 +54,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from _memory import SOURCE  # the children's status() and reset_peak()
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
@@ -62,18 +64,7 @@ from pathlib import Path
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np
 
-def status():
-    out = {}
-    for line in open("/proc/self/status"):
-        k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
-            out[k] = int(v.split()[0]) * 1024
-    return out
-
-def reset_peak():
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-
+{MEMORY}
 what, model_path, data_path, cache, bs = sys.argv[1:6]
 bs = int(bs)
 import keras
@@ -134,7 +125,7 @@ if what == "hit":
     res["wall"] = wall - res["lsa_setup"] - res["dsa_setup"]
     res["file_size"] = sum(f.stat().st_size for f in out.path.iterdir())
 print("RESULT " + json.dumps(res))
-"""
+""".replace("{MEMORY}", SOURCE)
 
 
 def make_inputs(n: int) -> tuple[Path, Path, dict[str, int]]:
