@@ -610,3 +610,67 @@ def test_a_model_is_probed_once_for_its_trace_models(monkeypatch: pytest.MonkeyP
     model.add(layers.Dense(2, name="c"))
     grown = TraceModel(model)
     assert len(calls) == 2 and grown.coverage_layers == ["a", "b", "c"]
+
+
+def test_trace_models_of_one_model_and_layers_share_the_traced_pass(digits: Any) -> None:
+    """A second trace model of the same model, layers, output and extrema runs the pass the
+    first traced (as a second ``predict`` reuses ``model.predict_function``): no second
+    trace, the same traces; another selection or extrema gets a pass of its own, a layer
+    whose ``call`` was replaced gets a new one, and the passes kept on the model do not
+    keep it alive."""
+    import gc
+    import weakref
+
+    import pytest_sadl.capture.traces as traces_module
+
+    def make() -> Any:
+        return keras.Sequential(
+            [
+                keras.Input(shape=(8, 8, 1)),
+                layers.Conv2D(4, 3, activation="relu", name="conv"),
+                layers.Flatten(),
+                layers.Dense(6, activation="relu", name="hidden"),
+                layers.Dense(10, activation="softmax", name="out"),
+            ]
+        )
+
+    model = make()
+    x = digits.x_train[:70]
+    first = TraceModel(model)
+    want = first.traces(x, batch_size=32)
+    second = TraceModel(model)
+    assert second._forward is first._forward
+    got = second.traces(x, batch_size=32)
+    np.testing.assert_array_equal(got.sa, want.sa)
+    for a, b in zip(got.coverage, want.coverage, strict=True):
+        np.testing.assert_array_equal(a, b)
+    if keras.backend.backend() == "tensorflow":
+        assert second.compiled_passes == 1  # the first's one trace, with the batch size unknown
+    other = TraceModel(model, sa_layers=["conv"])
+    assert other._forward is not first._forward  # the same taps, in another order
+    extrema = TraceModel(model, extrema=True)
+    assert extrema._forward is not first._forward
+    np.testing.assert_array_equal(extrema.traces(x).coverage[0], want.coverage[0])
+    with_more = [TraceModel(model, sa_layers=[p]) for p in ("hidden", "conv", "out")]  # ("hidden" is first's)
+    assert with_more[0]._forward is first._forward
+    assert len(model.__dict__[traces_module._PASSES]) <= traces_module._MAX_PASSES
+
+    seen: list[int] = []
+    dense = model.get_layer("hidden")
+    inner = dense.call
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        return inner(*args, **kwargs)
+
+    object.__setattr__(dense, "call", counted)
+    patched = TraceModel(model)
+    assert patched._forward is not first._forward
+    patched.traces(x)
+    assert seen  # the replaced call runs in the new pass
+    object.__delattr__(dense, "call")
+
+    ref = weakref.ref(model)
+    del model, dense, inner, first, second, other, extrema, with_more, patched
+    gc.collect()
+    assert ref() is None

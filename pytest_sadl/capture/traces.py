@@ -179,6 +179,44 @@ def _output_names(model: Any, spec: Any) -> list[str]:
     return [str(i) for i in range(len(flat))]
 
 
+def _structure_key(model: Any, nodes: list[Any], inputs: list[_Input]) -> tuple[Any, ...]:
+    """What a probe, and a pass traced with taps, depend on of ``model``: its layers (paths,
+    objects, a ``call`` set on one or on the model) and its inputs."""
+    return (
+        tuple((n.path, id(n.layer), id(n.layer.__dict__.get("call"))) for n in nodes),
+        id(model.__dict__.get("call")),
+        tuple(inputs),
+    )
+
+
+_PASSES = "_sadl_passes"  # the attribute of a model that holds its traced passes
+_MAX_PASSES = 4
+
+
+def _shared_forward(model: Any, key: tuple[Any, ...], make: Callable[[], Forward]) -> Forward:
+    """The :class:`Forward` of ``model`` for the pass ``key`` (its structure, taps,
+    measured output and extrema), made by ``make()`` on first need and then kept on the
+    model, as Keras keeps ``model.predict_function``: a later trace model of the same model
+    and layers (a second profile build, ``sadl profile layers`` then a build) runs the pass
+    already traced instead of tracing it again, about a second for MobileNetV2's 151 taps.
+    Every trace model of one key computes the same flat outputs, so whichever made it
+    serves them all. Kept on the model (not in a weak mapping, whose values would hold the
+    model alive): collected with it. At most :data:`_MAX_PASSES` a model, the oldest
+    dropped first."""
+    passes = model.__dict__.get(_PASSES)
+    if not isinstance(passes, dict):
+        passes = {}
+        try:
+            object.__setattr__(model, _PASSES, passes)  # not Keras' tracked __setattr__
+        except (AttributeError, TypeError):  # pragma: no cover - a model without a __dict__
+            return make()
+    forward = passes.pop(key, None) or make()
+    passes[key] = forward  # the newest last
+    while len(passes) > _MAX_PASSES:
+        del passes[next(iter(passes))]
+    return forward
+
+
 _Probe = tuple[Any, list[Seen], list[int]]  # what forward.probe gives: (output spec, seen, owners)
 _PROBES: weakref.WeakKeyDictionary[Any, tuple[Any, _Probe]] = weakref.WeakKeyDictionary()
 
@@ -189,11 +227,7 @@ def _probed(model: Any, nodes: list[Any], inputs: list[_Input], run: Callable[[]
     and inputs are the same: the probe runs the model symbolically, about a third of a
     second for MobileNetV2, and a session makes several trace models of one model (the
     profile build's, then the recording's). Nothing of it is changed after the probe."""
-    key = (
-        tuple((n.path, id(n.layer), id(n.layer.__dict__.get("call"))) for n in nodes),
-        id(model.__dict__.get("call")),
-        tuple(inputs),
-    )
+    key = _structure_key(model, nodes, inputs)
     try:
         hit = _PROBES.get(model)
     except TypeError:  # a model that cannot be weakly referenced or hashed
@@ -302,7 +336,14 @@ class TraceModel:
         self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
-        self._forward = Forward(model, self._call, self._body)
+        pass_key = (
+            _structure_key(model, self._nodes, inputs),
+            self._input_kind,
+            tuple(id(layer) for layer in self._taps),
+            self._output_index,
+            tuple(self._extrema_paths),
+        )
+        self._forward = _shared_forward(model, pass_key, lambda: Forward(model, self._call, self._body))
         self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
         self.name: str = str(model.name)
