@@ -12,6 +12,7 @@ trap 'rm -rf "$models"' EXIT
 export SADL_TEST_MODELS="${SADL_TEST_MODELS:-$models}"
 # --durations: each pass's slowest tests in the log, to see where CI's time goes
 KERAS_BACKEND=tensorflow "$PYTHON" -m pytest -n 2 --durations=15 "$@"
-KERAS_BACKEND=jax "$PYTHON" -m pytest -n 2 --durations=10 tests/test_traces.py tests/test_capture.py tests/test_subjects.py tests/test_recording_loops.py "$@"
-KERAS_BACKEND=torch "$PYTHON" -m pytest -n 2 --durations=10 tests/test_traces.py tests/test_capture.py \
+KERAS_BACKEND=jax "$PYTHON" -m pytest -n 2 --durations=10 tests/test_traces.py tests/test_graph_probe.py tests/test_capture.py \
+    tests/test_subjects.py tests/test_recording_loops.py "$@"
+KERAS_BACKEND=torch "$PYTHON" -m pytest -n 2 --durations=10 tests/test_traces.py tests/test_graph_probe.py tests/test_capture.py \
     tests/test_subjects.py -k "not test_subjects or mnist or subclassed" "$@"

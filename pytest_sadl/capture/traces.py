@@ -65,6 +65,7 @@ from pytest_sadl.capture.forward import (
 from pytest_sadl.capture.layers import (
     check_model,
     describe_layers,
+    graph_probe,
     is_activation_only,
     is_pass_through,
     resolve_layers,
@@ -305,7 +306,10 @@ class TraceModel:
                 model,
                 self._nodes,
                 inputs,
-                lambda: probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers),
+                lambda: (
+                    graph_probe(model, layers)
+                    or probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers)
+                ),
             )
         except (SadlModelError, SadlLayerError):
             raise
