@@ -10,8 +10,10 @@ by shifts of up to two pixels and pixel noise (``_real_traces``; both cached in
 * ``traces``: :meth:`TraceModel.traces` (the same pass with every coverage layer tapped),
   made as the build makes it (the plain TensorFlow graph on a CPU-only machine, XLA
   with an accelerator) and warmed up first as ``predict`` is (tracing time printed apart);
-* ``build``: the default profile, :func:`load_or_build` on an empty cache (graph tracing +
-  fingerprints + traces + neuron ranges + LSA and DSA set-up + atomic write), DSA's
+* ``build``: the default profile, :func:`load_or_build` on an empty cache (fingerprints +
+  traces + neuron ranges + LSA and DSA set-up + atomic write; its tapped pass traced by
+  the warm-up, whose trace model it shares as a second ``predict`` shares
+  ``predict_function``), DSA's
   ``dist_b`` computed lazily by the sessions and kept (the default, ``dsa_precompute=False``);
 * ``build+dist_b``: the same with every training trace's nearest other-class distance
   computed and stored (``dsa_precompute=True``);
@@ -84,7 +86,8 @@ elif what == "traces":
     res["warmup"] = time.perf_counter() - t
     run = lambda: tm.traces(x, batch_size=bs)
 elif what in ("build", "build+dist_b"):
-    TraceModel(model).traces(x[: bs + 7], batch_size=bs)  # warm TF up as the others do
+    # warm up as predict is: the build's trace model shares this one's traced pass
+    TraceModel(model).traces(x[: bs + 7], batch_size=bs)
     # "build": the default options (dist_b computed lazily by the sessions, and kept)
     opts = ProfileOptions(batch_size=bs, dsa_precompute=True) if what == "build+dist_b" else ProfileOptions(batch_size=bs)
     phases = []
