@@ -113,15 +113,6 @@ def _extrema(tensor: Any) -> tuple[Any, Any]:
     )
 
 
-def _extent(rows: Any) -> Any:
-    """``(3, neurons)``: the minimum, maximum and sum over a batch's rows. The sum is
-    there for its finiteness: a NaN or inf in any row makes it non-finite (IEEE
-    arithmetic), so a batch whose extents are finite had no NaN or inf."""
-    import keras
-
-    return keras.ops.stack([keras.ops.min(rows, axis=0), keras.ops.max(rows, axis=0), keras.ops.sum(rows, axis=0)])
-
-
 def _is_graph_model(model: Any) -> bool:
     """Sequential or functional: the layers' order is the graph's."""
     import keras
@@ -349,15 +340,14 @@ class TraceModel:
         self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
-        self._pass_key = (
+        pass_key = (
             _structure_key(model, self._nodes, inputs),
             self._input_kind,
             tuple(id(layer) for layer in self._taps),
             self._output_index,
             tuple(self._extrema_paths),
         )
-        self._forward = _shared_forward(model, self._pass_key, lambda: Forward(model, self._call, self._body))
-        self._folding: dict[tuple[int, ...], Forward] = {}  # passes that fold layers in the graph
+        self._forward = _shared_forward(model, pass_key, lambda: Forward(model, self._call, self._body))
         self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
         self.name: str = str(model.name)
@@ -485,40 +475,13 @@ class TraceModel:
     def jit(self) -> bool | None:
         """Whether the pass is compiled (XLA / ``jax.jit``): ``None`` until a compiled pass
         was tried (with ``jit="auto"`` on a CPU-only machine, never: the plain graph runs)."""
-        if self.jit_mode is False and backend() == "tensorflow":
-            return False
-        states = [f.jit for f in self._passes()]
-        return True if True in states else (False if False in states else None)
+        return False if self.jit_mode is False and backend() == "tensorflow" else self._forward.jit
 
     @property
     def compiled_passes(self) -> int:
-        """How many times the passes of this trace model (its pass, and the profile build's
-        folding pass) have been traced or compiled so far, shared ones included (a handful
-        over any number of calls of varying batch sizes: shapes are relaxed or padded)."""
-        return sum(f.compilations() for f in self._passes())
-
-    def _passes(self) -> list[Forward]:
-        return [self._forward, *self._folding.values()]
-
-    def _folding_pass(self, extents: tuple[int, ...]) -> Forward:
-        """The pass whose flat outputs at ``extents`` are the batch's per-neuron minimum,
-        maximum and sum (``(3, neurons)``) instead of its rows: what a profile build folds
-        of the coverage layers it does not keep, reduced over the batch in the compiled
-        graph rather than handed to NumPy row by row (MobileNetV2's 51,739 coverage
-        neurons are 53 MB a batch of 256 to read twice in one Python thread). Shared as
-        :attr:`_forward` is."""
-        forward = self._folding.get(extents)
-        if forward is None:
-            model = self.model
-
-            def body(x: Any) -> tuple[Any, list[Any]]:
-                output, flat = self._body(x)
-                return output, [_extent(a) if j in extents else a for j, a in enumerate(flat)]
-
-            forward = self._folding[extents] = _shared_forward(
-                model, (*self._pass_key, "extents", extents), lambda: Forward(model, self._call, body)
-            )
-        return forward
+        """How many times the pass has been traced or compiled so far (a handful over
+        any number of calls of varying batch sizes: shapes are relaxed or padded)."""
+        return self._forward.compilations()
 
     # -- the pass ---------------------------------------------------------------------
 
@@ -558,36 +521,31 @@ class TraceModel:
         ones on convolutions (8.3 s of CPU against 6.0 s for 60,000 MNIST inputs through
         a small ConvNet, ``benchmarks/bench_profile.py``), which is why Keras' ``predict``
         turns XLA off there too."""
-        if self.jit_mode is False or self.jit is False or "string" in self._dtypes.values():
+        if self.jit_mode is False or self._forward.jit is False or "string" in self._dtypes.values():
             return False  # (XLA compiles no string ops)
         if self.jit_mode is True:
             return True
         return (total is None or total >= _JIT_MIN_INPUTS) and has_accelerator()
 
-    def _run(
-        self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0, extents: tuple[int, ...] = ()
-    ) -> tuple[Any, list[np.ndarray]]:
-        """One batch (inputs by name) through the pass, as NumPy; with ``extents``, through
-        :meth:`_folding_pass` (those flat outputs are the batch's extents, not rows).
+    def _run(self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0) -> tuple[Any, list[np.ndarray]]:
+        """One batch (inputs by name) through the pass, as NumPy.
 
         A compiled pass (XLA on TensorFlow, ``jax.jit``) compiles once per batch shape, so
-        rows are padded up to ``pad_to`` or the next power of two, with copies of the first
-        row (dropped from the result; copies, not zeros, leave a batch's extents as they
-        are): a handful of shapes over many calls rather than one per size.
+        rows are padded (with zeros, dropped from the result) up to ``pad_to`` or the next
+        power of two: a handful of shapes over many calls rather than one per size.
         """
         from keras import tree
 
-        forward = self._folding_pass(extents) if extents else self._forward
         n = int(next(iter(batch.values())).shape[0])
-        compiled = backend() == "jax" or (jit and forward.jit is not False and backend() == "tensorflow")
+        compiled = backend() == "jax" or (jit and self._forward.jit is not False and backend() == "tensorflow")
         if compiled:
             size = max(pad_to, 1 << max(0, (n - 1).bit_length()))
             if size != n:
-                batch = {k: np.concatenate([v, np.repeat(v[:1], size - n, axis=0)]) for k, v in batch.items()}
-        output, flat = forward.run(self._pack(batch), jit)
+                batch = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+        output, flat = self._forward.run(self._pack(batch), jit)
         if compiled:
             output = tree.map_structure(lambda a: a[:n], output)
-            flat = [a if j in extents else a[:n] for j, a in enumerate(flat)]
+            flat = [a[:n] for a in flat]
         return output, flat
 
     # -- inputs -------------------------------------------------------------------------
@@ -687,18 +645,11 @@ class TraceModel:
         # an SA layer's rows are kept, whether or not it is a coverage layer too
         dropped = set(folded) - {1 + self._tap_index[p] for p in self.sa_layers}
         rows = _Rows(data.n, folded, dropped, fit)
-        extents = tuple(sorted(dropped))  # reduced over the batch in the graph
         outputs: list[Any] = []
         for batch in data.batches(batch_size):
-            arrays = self._as_batch(batch, what, rows.done)
-            output, flat = self._run(arrays, jit, pad_to=batch_size, extents=extents)
-            if extents and not all(np.isfinite(flat[j]).all() for j in extents):
-                # a NaN or inf (or a sum overflowing): the rows, for the error's row numbers
-                output, flat = self._run(arrays, jit, pad_to=batch_size)
-                rows.add(flat)
-            else:
-                rows.add(flat, extents)
+            output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
             outputs.append(output)
+            rows.add(flat)
             if progress is not None:
                 progress(rows.done, data.n)
         if rows.done == 0:
@@ -817,15 +768,10 @@ class _Rows:
         self.filled: list[np.ndarray | None] | None = None
         self.parts: list[list[np.ndarray | None]] = []
 
-    def add(self, flat: list[np.ndarray], extents: tuple[int, ...] = ()) -> None:
-        """One batch's flat outputs; those at ``extents`` are the batch's (minimum,
-        maximum, sum) per neuron, folded as they are."""
+    def add(self, flat: list[np.ndarray]) -> None:
         n = int(flat[0].shape[0])
         for j, i in self.folded.items():
-            if j in extents:
-                self.fit.update_extent(i, flat[j][0], flat[j][1], self.done, n)
-            else:
-                self.fit.update(i, flat[j], self.done)
+            self.fit.update(i, flat[j], self.done)
         kept = [None if j in self.dropped else a for j, a in enumerate(flat)]
         if self.total is None:  # joined by np.concatenate at the end: owned arrays, not the pass's views
             self.parts.append(kept)

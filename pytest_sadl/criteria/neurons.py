@@ -150,16 +150,6 @@ class RangeFit:
         np.maximum(self._high[i], high, out=self._high[i])
         self.rows = max(self.rows, offset + len(block))
 
-    def update_extent(self, i: int, low: np.ndarray, high: np.ndarray, offset: int, rows: int) -> None:
-        """Fold in layer ``i``'s per-neuron minimum ``low`` and maximum ``high`` of the
-        ``rows`` rows from ``offset`` (a batch reduced where it was traced), which must be
-        finite: a batch with NaN or inf goes to :meth:`update`, which finds its rows."""
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise ValueError("update_extent takes finite extents; give the rows to update()")
-        np.minimum(self._low[i], low, out=self._low[i])
-        np.maximum(self._high[i], high, out=self._high[i])
-        self.rows = max(self.rows, offset + rows)
-
     def merge(self, other: RangeFit, offset: int) -> None:
         """Fold in ``other``, a fit of the same layers over the rows ``offset, offset + 1,
         ...`` made elsewhere (a Dask worker's shard): the ranges of both, exactly (a
