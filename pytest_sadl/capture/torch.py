@@ -232,7 +232,7 @@ def module_fingerprint(model: Any) -> str:
             continue
         a = to_numpy(value)
         h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
-        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # the bytes, not a copy of them
+        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)  # the bytes, not a copy of them
     return h.hexdigest()
 
 

@@ -171,7 +171,7 @@ def model_fingerprint(model: Any) -> str:
     for w in model.weights:
         value = _weight_array(w)
         h.update(f"\0{getattr(w, 'path', getattr(w, 'name', ''))}\0{value.dtype.str}\0{value.shape}\0".encode())
-        h.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8))  # the bytes, not a copy of them
+        h.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data)  # the bytes, not a copy of them
     digest: str = h.hexdigest()
     return digest
 
