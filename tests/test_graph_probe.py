@@ -59,6 +59,17 @@ def _text() -> Any:
     return keras.Model(x, layers.Dense(2, activation="softmax", name="out")(layers.GlobalAveragePooling1D()(e)))
 
 
+def _masked_with_input_output() -> Any:
+    """An Embedding with mask_zero (masks pass through the graph), and a model input
+    given back as an output (the probe owns it to no layer)."""
+    ids = keras.Input((5,), dtype="int32")
+    side = keras.Input((3,), name="side")
+    e = layers.Embedding(10, 4, mask_zero=True, name="emb")(ids)
+    h = layers.LSTM(4, name="lstm")(e)
+    out = layers.Dense(2, activation="softmax", name="out")(layers.Concatenate(name="cat")([h, side]))
+    return keras.Model([ids, side], [out, side])
+
+
 def _mobilenet() -> Any:
     return keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), alpha=0.35, classes=3)
 
@@ -69,6 +80,7 @@ BUILDERS = {
     "dict-outputs": lambda: _two_outputs("dict"),
     "rnn-with-state": _rnn_state,
     "singleton-lists": _singleton_list,
+    "mask-and-input-output": _masked_with_input_output,
     "mobilenet-v2": _mobilenet,
 }
 
@@ -99,7 +111,7 @@ def test_the_graph_gives_what_the_probe_finds(kind: str, monkeypatch: pytest.Mon
     assert static is not None
     (d_spec, d_seen, d_owners), (s_spec, s_seen, s_owners) = dynamic, static
     assert s_owners == d_owners
-    assert type(s_spec) is type(d_spec)
+    keras.tree.assert_same_structure(s_spec, d_spec)
     assert [tuple(t.shape) for t in keras.tree.flatten(s_spec)] == [tuple(t.shape) for t in keras.tree.flatten(d_spec)]
     for layer, d, s in zip((n.layer for n in static_tm._nodes), d_seen, s_seen, strict=True):
         assert (s.calls, s.order, s.shape, s.structured) == (d.calls, d.order, d.shape, d.structured), layer.name
@@ -110,8 +122,10 @@ def test_the_graph_gives_what_the_probe_finds(kind: str, monkeypatch: pytest.Mon
 
 
 def test_the_probe_runs_for_other_models(conv_model: Any) -> None:
-    """Sequential, subclassed and nested models, a functional model with a shared layer,
-    one whose layer's call was replaced, one that takes strings: no graph answer."""
+    """Sequential, subclassed and nested models, and functional models with a shared
+    layer, a replaced call, string inputs, an output given by a layer that returns its
+    input (Dropout, Identity, linear Activation), a Lambda, or a wrapper of a top-level
+    layer: no graph answer."""
     from pytest_sadl.capture.layers import walk
 
     def answer(model: Any) -> Any:
@@ -126,6 +140,17 @@ def test_the_probe_runs_for_other_models(conv_model: Any) -> None:
     shared = layers.Dense(4, name="shared")
     model = keras.Model(x, layers.Dense(2, name="out")(shared(shared(x))))
     assert answer(model) is None
+    x = keras.Input((4,))
+    h = layers.Dense(5, name="h")(x)
+    # an output given by a layer that returns its input itself: the probe names the Dense
+    for last in (layers.Dropout(0.5), layers.Identity(), layers.Activation("linear")):
+        assert answer(keras.Model(x, last(layers.Dense(1, activation="sigmoid")(h)))) is None, last
+    # layers that run the user's code, and a wrapper of a top-level layer
+    assert answer(keras.Model(x, layers.Lambda(lambda t: [t * 2.0])(h))) is None
+    seq = keras.Input((3, 4))
+    inner = layers.Dense(4, name="inner")
+    wrapped = layers.TimeDistributed(inner, name="td")(inner(seq))
+    assert answer(keras.Model(seq, wrapped)) is None
     plain = _singleton_list()
     assert answer(plain) is not None
     dense = plain.get_layer("h")

@@ -220,6 +220,16 @@ def resolve_layers(model: Any, spec: Sequence[str | int] | str | int | None, *, 
     return out
 
 
+# Keras layers that run the user's code (a function, a torch or JAX module, a SavedModel),
+# which may return a structure the graph flattens or call the model's other layers
+_RUNS_USER_CODE = (
+    "keras.src.layers.core.lambda_layer",
+    "keras.src.utils.torch_utils",
+    "keras.src.utils.jax_layer",
+    "keras.src.export",
+)
+
+
 def graph_probe(model: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], list[int]] | None:
     """The symbolic probe's answer (:func:`~pytest_sadl.capture.forward.probe`: the
     output spec, what each of ``layers`` did in one forward pass, and the index of the
@@ -231,24 +241,16 @@ def graph_probe(model: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], lis
     ``None`` (run the probe) unless the model is a ``keras.Model`` built from inputs and
     outputs whose ``call`` is Keras' own, every one of ``layers`` is one of its own
     top-level Keras layers (no nested model, no layer of the user's own, whose ``call``
-    may run other layers or return a structure the graph does not keep), none of them is
-    called twice, no ``call`` of the model or a layer was replaced and no input takes
-    strings (the probe tells a backend without string tensors, JAX or torch, apart)."""
-    try:
-        from keras.src.models.functional import Functional
-    except ImportError:  # pragma: no cover - keras internals moved
-        return None
-    if type(model) is not Functional or "call" in model.__dict__:
-        return None
-    if any(str(t.dtype) == "string" for t in model.inputs):  # (where the probe says what a backend refuses)
+    may run other layers or return a structure the graph does not keep; no ``Lambda``,
+    torch, JAX or SavedModel layer, which run the user's code; no wrapper of another
+    top-level layer), none of them is called twice, no ``call`` of the model or a layer
+    was replaced, no output is given by a layer that may return its input itself
+    (``Dropout``, ``Identity``, a linear ``Activation``: the probe names the layer before
+    it) and no input takes strings (the probe tells a backend without string tensors,
+    JAX or torch, apart)."""
+    if not _graph_readable(model, layers):
         return None
     by_id = {id(layer): i for i, layer in enumerate(layers)}
-    own = {id(layer) for layer in getattr(model, "_operations", ())}
-    if any(
-        id(layer) not in own or not type(layer).__module__.startswith("keras.") or "call" in layer.__dict__
-        for layer in layers
-    ):
-        return None
     nodes_by_depth = getattr(model, "_nodes_by_depth", None)
     if not isinstance(nodes_by_depth, dict):  # pragma: no cover - keras internals moved
         return None
@@ -272,11 +274,49 @@ def graph_probe(model: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], lis
             s.shape = None if s.structured else tuple(d if isinstance(d, int) else None for d in node.outputs[0].shape)
     if any(s.calls > 1 for s in seen):  # a shared layer: the probe says which call gives an output
         return None
-    owners = []
-    for t in model.outputs:
-        history = getattr(t, "_keras_history", None)
-        owners.append(by_id.get(id(history.operation), -1) if history is not None else -1)
+    owners = _graph_owners(model, by_id)
+    if owners is None:
+        return None
     spec = keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), model._outputs_struct)
     if isinstance(spec, (list, tuple)) and len(spec) == 1:  # Functional.call unpacks a singleton
         spec = spec[0]
     return spec, seen, owners
+
+
+def _graph_readable(model: Any, layers: Sequence[Any]) -> bool:
+    """Whether :func:`graph_probe` can answer for ``model`` (see there)."""
+    try:
+        from keras.src.models.functional import Functional
+    except ImportError:  # pragma: no cover - keras internals moved
+        return False
+    if type(model) is not Functional or "call" in model.__dict__:
+        return False
+    if any(str(t.dtype) == "string" for t in model.inputs):  # (where the probe says what a backend refuses)
+        return False
+    own = {id(layer) for layer in getattr(model, "_operations", ())}
+    return not any(
+        id(layer) not in own
+        or not type(layer).__module__.startswith("keras.")
+        or type(layer).__module__.startswith(_RUNS_USER_CODE)
+        or "call" in layer.__dict__
+        or id(getattr(layer, "layer", None)) in own  # a wrapper (TimeDistributed) of a top-level layer
+        for layer in layers
+    )
+
+
+def _graph_owners(model: Any, by_id: dict[int, int]) -> list[int] | None:
+    """The index of the layer giving each flat output of ``model`` (-1: none, a model
+    input given back), or ``None`` when one may return its input itself (``Dropout``,
+    ``Identity``, a linear ``Activation``: the probe names the layer before it)."""
+    keras = _keras()
+    owners = []
+    for t in model.outputs:
+        history = getattr(t, "_keras_history", None)
+        op = None if history is None else history.operation
+        if op is None or isinstance(op, keras.layers.InputLayer):
+            owners.append(-1)
+        elif is_pass_through(op) or is_activation_only(op):
+            return None
+        else:
+            owners.append(by_id.get(id(op), -1))
+    return owners

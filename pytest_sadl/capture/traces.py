@@ -43,6 +43,7 @@ Public API
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -183,15 +184,16 @@ def _output_names(model: Any, spec: Any) -> list[str]:
 def _structure_key(model: Any, nodes: list[Any], inputs: list[_Input]) -> tuple[Any, ...]:
     """What a probe, and a pass traced with taps, depend on of ``model``: its layers (paths,
     objects, a ``call`` set on one or on the model) and its inputs."""
-    return (
-        tuple((n.path, id(n.layer), id(n.layer.__dict__.get("call"))) for n in nodes),
-        id(model.__dict__.get("call")),
+    return (  # a replaced call itself, not its id (which a later function may reuse)
+        tuple((n.path, id(n.layer), n.layer.__dict__.get("call")) for n in nodes),
+        model.__dict__.get("call"),
         tuple(inputs),
     )
 
 
 _PASSES = "_sadl_passes"  # the attribute of a model that holds its traced passes
 _MAX_PASSES = 4
+_PASSES_LOCK = threading.Lock()
 
 
 def _shared_forward(model: Any, key: tuple[Any, ...], make: Callable[[], Forward]) -> Forward:
@@ -204,18 +206,19 @@ def _shared_forward(model: Any, key: tuple[Any, ...], make: Callable[[], Forward
     serves them all. Kept on the model (not in a weak mapping, whose values would hold the
     model alive): collected with it. At most :data:`_MAX_PASSES` a model, the oldest
     dropped first."""
-    passes = model.__dict__.get(_PASSES)
-    if not isinstance(passes, dict):
-        passes = {}
-        try:
-            object.__setattr__(model, _PASSES, passes)  # not Keras' tracked __setattr__
-        except (AttributeError, TypeError):  # pragma: no cover - a model without a __dict__
-            return make()
-    forward = passes.pop(key, None) or make()
-    passes[key] = forward  # the newest last
-    while len(passes) > _MAX_PASSES:
-        del passes[next(iter(passes))]
-    return forward
+    with _PASSES_LOCK:  # trace models made in several threads
+        passes = model.__dict__.get(_PASSES)
+        if not isinstance(passes, dict):
+            passes = {}
+            try:
+                object.__setattr__(model, _PASSES, passes)  # not Keras' tracked __setattr__
+            except (AttributeError, TypeError):  # pragma: no cover - a model without a __dict__
+                return make()
+        forward = passes.pop(key, None) or make()
+        passes[key] = forward  # the newest last
+        while len(passes) > _MAX_PASSES:
+            del passes[next(iter(passes))]
+        return forward
 
 
 _Probe = tuple[Any, list[Seen], list[int]]  # what forward.probe gives: (output spec, seen, owners)
@@ -348,6 +351,7 @@ class TraceModel:
             tuple(self._extrema_paths),
         )
         self._forward = _shared_forward(model, pass_key, lambda: Forward(model, self._call, self._body))
+        self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
         self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
         self.name: str = str(model.name)
@@ -475,7 +479,9 @@ class TraceModel:
     def jit(self) -> bool | None:
         """Whether the pass is compiled (XLA / ``jax.jit``): ``None`` until a compiled pass
         was tried (with ``jit="auto"`` on a CPU-only machine, never: the plain graph runs)."""
-        return False if self.jit_mode is False and backend() == "tensorflow" else self._forward.jit
+        if backend() != "tensorflow":
+            return self._forward.jit
+        return False if self.jit_mode is False else self._jit  # this trace model's, not the shared pass's
 
     @property
     def compiled_passes(self) -> int:
@@ -488,8 +494,6 @@ class TraceModel:
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
         """Runs inside the compiled function: the model's output and the flat captures
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
-        import threading
-
         from pytest_sadl.capture.forward import tapped
 
         captured: list[Any] = [None] * len(self._taps)
@@ -543,6 +547,8 @@ class TraceModel:
             if size != n:
                 batch = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
         output, flat = self._forward.run(self._pack(batch), jit)
+        if jit:  # XLA ran (True) or failed for this model (False)
+            self._jit = self._forward.jit
         if compiled:
             output = tree.map_structure(lambda a: a[:n], output)
             flat = [a[:n] for a in flat]
