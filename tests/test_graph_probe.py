@@ -97,9 +97,9 @@ def _probes(model: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Trac
     with monkeypatch.context() as m:
         m.setattr(traces_module, "probe", recording)
         m.setattr(traces_module, "graph_probe", lambda *args: None)
-        traces_module._PROBES.pop(model, None)
+        model.__dict__.pop(traces_module._PROBE, None)
         dynamic_tm = TraceModel(model)
-    traces_module._PROBES.pop(model, None)
+    model.__dict__.pop(traces_module._PROBE, None)
     static_tm = TraceModel(model)
     return recorded[-1], graph_probe(model, [n.layer for n in static_tm._nodes]), dynamic_tm, static_tm
 

@@ -44,10 +44,9 @@ Public API
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -55,7 +54,6 @@ from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
 from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, is_text, load_training_data
 from pytest_sadl.capture.forward import (
     Forward,
-    Seen,
     backend,
     has_accelerator,
     in_graph_context,
@@ -191,56 +189,37 @@ def _structure_key(model: Any, nodes: list[Any], inputs: list[_Input]) -> tuple[
     )
 
 
-_PASSES = "_sadl_passes"  # the attribute of a model that holds its traced passes
+_PROBE = "_sadl_probe"  # the attributes of a model that keep its probe and its traced passes
+_PASSES = "_sadl_passes"
 _MAX_PASSES = 4
-_PASSES_LOCK = threading.Lock()
+_KEPT_LOCK = threading.Lock()
 
 
-def _shared_forward(model: Any, key: tuple[Any, ...], make: Callable[[], Forward]) -> Forward:
-    """The :class:`Forward` of ``model`` for the pass ``key`` (its structure, taps,
-    measured output and extrema), made by ``make()`` on first need and then kept on the
-    model, as Keras keeps ``model.predict_function``: a later trace model of the same model
-    and layers (a second profile build, ``sadl profile layers`` then a build) runs the pass
-    already traced instead of tracing it again, about a second for MobileNetV2's 151 taps.
-    Every trace model of one key computes the same flat outputs, so whichever made it
-    serves them all. Kept on the model (not in a weak mapping, whose values would hold the
-    model alive): collected with it. At most :data:`_MAX_PASSES` a model, the oldest
-    dropped first."""
-    with _PASSES_LOCK:  # trace models made in several threads
-        passes = model.__dict__.get(_PASSES)
-        if not isinstance(passes, dict):
-            passes = {}
+_T = TypeVar("_T")
+
+
+def _kept(model: Any, attr: str, key: tuple[Any, ...], make: Callable[[], _T], most: int) -> _T:
+    """What ``make()`` gives for ``key``, kept on ``model`` (in its attribute ``attr``, at
+    most ``most`` keys, the least recently used dropped first) as Keras keeps
+    ``model.predict_function``, so that later trace models of the model reuse it: its
+    symbolic probe (about a third of a second for MobileNetV2; a session makes the build's
+    trace model, then the recording's) and its traced passes (about a second for
+    MobileNetV2's 151 taps: a second build, or ``sadl profile layers`` then a build, traces
+    nothing). Kept on the model, not in a weak mapping whose values (a pass holds its
+    first trace model) would keep the model alive: they are collected with it."""
+    with _KEPT_LOCK:  # trace models made in several threads
+        kept = model.__dict__.get(attr)
+        if not isinstance(kept, dict):
+            kept = {}
             try:
-                object.__setattr__(model, _PASSES, passes)  # not Keras' tracked __setattr__
+                object.__setattr__(model, attr, kept)  # not Keras' tracked __setattr__
             except (AttributeError, TypeError):  # pragma: no cover - a model without a __dict__
                 return make()
-        forward = passes.pop(key, None) or make()
-        passes[key] = forward  # the newest last
-        while len(passes) > _MAX_PASSES:
-            del passes[next(iter(passes))]
-        return forward
-
-
-_Probe = tuple[Any, list[Seen], list[int]]  # what forward.probe gives: (output spec, seen, owners)
-_PROBES: weakref.WeakKeyDictionary[Any, tuple[Any, _Probe]] = weakref.WeakKeyDictionary()
-
-
-def _probed(model: Any, nodes: list[Any], inputs: list[_Input], run: Callable[[], _Probe]) -> _Probe:
-    """``run()`` (the symbolic probe of ``model``: ``(spec, seen, owners)``), or what it
-    gave for this model before when its layers (objects, paths, a ``call`` set on one)
-    and inputs are the same: the probe runs the model symbolically, about a third of a
-    second for MobileNetV2, and a session makes several trace models of one model (the
-    profile build's, then the recording's). Nothing of it is changed after the probe."""
-    key = _structure_key(model, nodes, inputs)
-    try:
-        hit = _PROBES.get(model)
-    except TypeError:  # a model that cannot be weakly referenced or hashed
-        return run()
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    result = run()
-    _PROBES[model] = (key, result)
-    return result
+        value: _T = kept.pop(key, None) or make()
+        kept[key] = value  # the newest last
+        while len(kept) > most:
+            del kept[next(iter(kept))]
+        return value
 
 
 class TraceModel:
@@ -295,15 +274,17 @@ class TraceModel:
         self._adjusts_rank = _is_graph_model(model)
         layers = [n.layer for n in self._nodes]
         symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
-        try:
-            spec, seen, owners = _probed(
+        structure = _structure_key(model, self._nodes, inputs)
+        try:  # the probe's answer is never changed after it: one serves every trace model
+            spec, seen, owners = _kept(
                 model,
-                self._nodes,
-                inputs,
+                _PROBE,
+                structure,
                 lambda: (
                     graph_probe(model, layers)
                     or probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers)
                 ),
+                most=1,
             )
         except (SadlModelError, SadlLayerError):
             raise
@@ -343,14 +324,18 @@ class TraceModel:
         self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
+        # every trace model of one key computes the same flat outputs: whichever made the
+        # pass serves them all
         pass_key = (
-            _structure_key(model, self._nodes, inputs),
+            structure,
             self._input_kind,
-            tuple(id(layer) for layer in self._taps),
+            tuple(map(id, self._taps)),
             self._output_index,
             tuple(self._extrema_paths),
         )
-        self._forward = _shared_forward(model, pass_key, lambda: Forward(model, self._call, self._body))
+        self._forward = _kept(
+            model, _PASSES, pass_key, lambda: Forward(model, self._call, self._body), most=_MAX_PASSES
+        )
         self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
         self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
         self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
