@@ -110,18 +110,12 @@ def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: 
     layers = as_layers("train_layers", train_layers, allow_empty=False, keep_float=True, chunk_bytes=chunk_bytes)
     if names and len(names) != len(layers):
         raise ValueError(f"names has {len(names)} entries for {len(layers)} layers")
-    lows, highs = [], []
-    for a in layers:
+    fit = RangeFit([a.shape[1] for a in layers], names)
+    for i, a in enumerate(layers):
         step = max(1, chunk_bytes // max(1, a.shape[1] * a.itemsize))
-        low = np.full(a.shape[1], np.inf)
-        high = np.full(a.shape[1], -np.inf)
         for s in range(0, len(a), step):
-            block = np.asarray(a[s : s + step])
-            np.minimum(low, block.min(axis=0), out=low)
-            np.maximum(high, block.max(axis=0), out=high)
-        lows.append(low)
-        highs.append(high)
-    return NeuronRanges(tuple(lows), tuple(highs), tuple(str(n) for n in names))
+            fit.update(i, np.asarray(a[s : s + step]), s)
+    return fit.result()
 
 
 class RangeFit:
