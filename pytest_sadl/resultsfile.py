@@ -88,11 +88,20 @@ def parse_json(text: str) -> Any:
 
 
 def _field(path: Any) -> str:
-    """``metrics.lsc.value``, ``groups[0].name``: where in the document."""
+    """``metrics.lsc.value``, ``groups[0].name``, ``metrics['a b']``: where in the
+    document (a key that is no plain name quoted, so the message stays one line)."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(str(part)):
+            out += f"[{_short(str(part))}]"
+        else:
+            out += f".{part}" if out else str(part)
     return out or "the document"
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 _JSON_TYPES = {

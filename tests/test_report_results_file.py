@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_sadl.errors import ResultsFileError
@@ -252,6 +252,7 @@ _fields = st.sampled_from(
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(field=_fields, value=_json)
+@example(field=("groups", 0, "cumulative"), value={"\n": False})  # a key with a newline, named in one line
 def test_property_any_value_anywhere_is_refused_or_renders(field, value):
     _accepted_docs_render(_put(_doc(), field, value))
 
