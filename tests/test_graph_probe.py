@@ -114,7 +114,13 @@ def test_the_graph_gives_what_the_probe_finds(kind: str, monkeypatch: pytest.Mon
     keras.tree.assert_same_structure(s_spec, d_spec)
     assert [tuple(t.shape) for t in keras.tree.flatten(s_spec)] == [tuple(t.shape) for t in keras.tree.flatten(d_spec)]
     for layer, d, s in zip((n.layer for n in static_tm._nodes), d_seen, s_seen, strict=True):
-        assert (s.calls, s.order, s.shape, s.structured) == (d.calls, d.order, d.shape, d.structured), layer.name
+        assert (s.calls, s.order, s.shape, s.structured, s.after) == (
+            d.calls,
+            d.order,
+            d.shape,
+            d.structured,
+            d.after,
+        ), layer.name
     # and what a trace model makes of it: the same defaults, outputs and sizes
     for attr in ("sa_layers", "coverage_layers", "output_names", "output_name", "classifier", "sa_sizes"):
         assert getattr(static_tm, attr) == getattr(dynamic_tm, attr), attr

@@ -128,6 +128,35 @@ def test_defaults_name_modules_by_path_and_take_outputs_after_their_activation(t
         TraceModel(conv, sa_layers=["nope"])
 
 
+def test_a_conv_batchnorm_relu_chain_is_one_layer_measured_after_its_activation() -> None:
+    """Conv2d -> BatchNorm2d -> ReLU is measured once, at the ReLU; a Linear -> BatchNorm1d
+    without an activation at the BatchNorm; an activation then a batch norm both (as on
+    Keras: each neuron once, after its activation)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3),  # 0
+        nn.BatchNorm2d(4),  # 1
+        nn.ReLU(),  # 2
+        nn.Flatten(),  # 3
+        nn.Linear(144, 8),  # 4
+        nn.BatchNorm1d(8),  # 5
+        nn.Linear(8, 6),  # 6
+        nn.Tanh(),  # 7
+        nn.BatchNorm1d(6),  # 8
+        nn.Linear(6, 3),  # 9
+    ).eval()
+    tm = TraceModel(model)
+    x = np.random.default_rng(0).normal(size=(5, 1, 8, 8)).astype(np.float32)
+    tm.prepare(load_training_data(x))
+    assert tm.coverage_layers == ["2", "5", "7", "8", "9"]
+    with torch.no_grad():
+        relu = model[:3](torch.from_numpy(x)).numpy().mean(axis=(2, 3))
+    np.testing.assert_allclose(tm.traces(x).layer("2"), relu, atol=1e-6)
+    named = TraceModel(model, coverage_layers=["0", "1"])
+    named.prepare(load_training_data(x))
+    assert named.coverage_layers == ["0", "1"]  # named: measured as they are
+
+
 class Seq(nn.Module):
     """A channels-first Conv1d map, a time-major LSTM and a shared module."""
 

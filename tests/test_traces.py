@@ -115,7 +115,84 @@ def test_default_sa_skips_a_bare_output_activation() -> None:
     out = layers.Activation("softmax", name="act")(logits)
     model = keras.Model(inp, out)
     assert default_sa_layers(model) == ["h"]
-    assert default_coverage_layers(model) == ["h", "logits", "act"]
+    assert default_coverage_layers(model) == ["h", "act"]  # the logits' neurons, after their softmax
+
+
+def _chains() -> Any:
+    """Conv -> BatchNorm -> ReLU, a linear bottleneck (Conv -> BatchNorm) into an Add
+    activated by an Activation layer, a Dense with its own activation then a
+    BatchNormalization, and logits activated by a Softmax layer."""
+    x = keras.Input((8, 8, 3))
+    r = layers.ReLU(name="r")(layers.BatchNormalization(name="bn")(layers.Conv2D(4, 3, name="c")(x)))
+    b2 = layers.BatchNormalization(name="bn2")(layers.Conv2D(4, 1, name="c2")(r))
+    r2 = layers.Activation("relu", name="r2")(layers.Add(name="add")([r, b2]))
+    d = layers.Dense(5, activation="relu", name="d")(layers.GlobalAveragePooling2D(name="gap")(r2))
+    out = layers.Softmax(name="sm")(layers.Dense(3, name="logits")(layers.BatchNormalization(name="bn3")(d)))
+    return keras.Model(x, out)
+
+
+def test_each_neuron_is_measured_once_after_its_activation() -> None:
+    """A layer whose output is not yet activated (a linear Conv/Dense, a BatchNormalization,
+    an Add) and goes to an activation or BatchNormalization layer is measured after it, as
+    Dense(activation="relu") is: a chain once, at its end; an activated layer is kept."""
+    model = _chains()
+    tm = TraceModel(model)
+    assert tm.coverage_layers == ["r", "bn2", "r2", "gap", "d", "bn3", "sm"]
+    assert tm.sa_layers == ["bn3"]  # as before the rule: the last hidden layer before the logits
+    x = np.random.default_rng(0).normal(size=(6, 8, 8, 3)).astype("float32")
+    t = tm.traces(x)
+    for name in ("r", "r2", "bn3", "sm"):
+        np.testing.assert_allclose(t.layer(name), manual_layer(model, name, x), atol=1e-5)
+    assert (t.layer("r") >= 0).all()  # after the ReLU
+    # named, a layer of a chain is measured where it is: the Conv before its BatchNorm
+    pre = TraceModel(model, coverage_layers=["c", "bn"])
+    np.testing.assert_allclose(pre.traces(x).layer("c"), manual_layer(model, "c", x), atol=1e-5)
+    assert (pre.traces(x).layer("c") < 0).any()
+    # the same on a Sequential model and a subclassed one (the probe sees the chain run)
+    seq = keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            layers.Conv2D(4, 3, name="c"),
+            layers.BatchNormalization(name="bn"),
+            layers.LeakyReLU(name="lrelu"),
+            layers.Flatten(name="flat"),
+            layers.Dense(3, name="logits"),
+            layers.Activation("softmax", name="act"),
+        ]
+    )
+    assert default_coverage_layers(seq) == ["lrelu", "act"] and default_sa_layers(seq) == ["lrelu"]
+
+    class Block(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = layers.Conv2D(4, 3, name="c")
+            self.bn = layers.BatchNormalization(name="bn")
+            self.r = layers.ReLU(name="r")
+            self.pool = layers.GlobalAveragePooling2D(name="pool")
+            self.out = layers.Dense(3, activation="softmax", name="out")
+
+        def call(self, x: Any) -> Any:
+            c = self.c(x)
+            return self.out(self.pool(self.r(self.bn(c)))) + 0.0 * keras.ops.mean(c)
+
+    sub = Block()
+    sub(np.zeros((1, 8, 8, 3), "float32"))
+    assert default_coverage_layers(sub) == ["r", "pool", "out"]
+
+
+def test_an_output_or_an_activated_layer_is_not_folded() -> None:
+    """A layer that gives a model output keeps its own trace (it is what the model
+    returns), and so does one already after a non-linear activation."""
+    x = keras.Input((4,))
+    logits = layers.Dense(3, name="logits")(layers.Dense(5, activation="tanh", name="h")(x))
+    probs = layers.Softmax(name="sm")(logits)
+    model = keras.Model(x, [probs, logits])
+    assert TraceModel(model).coverage_layers == ["h", "logits", "sm"]
+    activated = keras.Sequential(
+        [keras.Input((4,)), layers.Dense(5, activation="relu", name="h"), layers.BatchNormalization(name="bn")]
+        + [layers.Dense(2, activation="softmax", name="out")]
+    )
+    assert default_coverage_layers(activated) == ["h", "bn", "out"]
 
 
 def test_is_classifier_rule() -> None:

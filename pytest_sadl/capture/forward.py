@@ -73,8 +73,11 @@ def has_accelerator() -> bool:
 
 
 @contextlib.contextmanager
-def tapped(layers: Sequence[Any], sink: Sink) -> Iterator[None]:
-    """Wrap each layer's ``call`` so that ``sink(i, output)`` sees its outputs; restore after."""
+def tapped(
+    layers: Sequence[Any], sink: Sink, enter: Callable[[int, tuple[Any, ...], dict[str, Any]], None] | None = None
+) -> Iterator[None]:
+    """Wrap each layer's ``call`` so that ``sink(i, output)`` sees its outputs (and
+    ``enter(i, args, kwargs)`` its arguments, when given); restore after."""
     saved: list[tuple[Any, bool, Any]] = []
     try:
         for i, layer in enumerate(layers):
@@ -83,6 +86,8 @@ def tapped(layers: Sequence[Any], sink: Sink) -> Iterator[None]:
             inner = layer.call
 
             def call(*args: Any, _i: int = i, _inner: Any = inner, **kwargs: Any) -> Any:
+                if enter is not None:
+                    enter(_i, args, kwargs)
                 out = _inner(*args, **kwargs)
                 sink(_i, out)
                 return out
@@ -343,12 +348,14 @@ def _pad_rows(a: Any, rows: int) -> Any:
 
 @dataclass
 class Seen:
-    """What the probe saw of one layer: calls, order of the first call, output shape."""
+    """What the probe saw of one layer: calls, order of the first call, output shape, and
+    the layer whose output was its one input."""
 
     calls: int = 0
     order: int = -1
     shape: tuple[int | None, ...] | None = None
     structured: bool = False  # the layer returned several tensors (a list, dict, state)
+    after: int = -1  # the index of the leaf whose output this layer was called on alone, or -1
     output: Any = field(default=None, repr=False)
 
 
@@ -359,7 +366,8 @@ def _static(shape: Any) -> tuple[int | None, ...]:
 def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], Any]:
     """Run ``call`` on symbolic ``inputs`` (``keras.KerasTensor`` structure) with every
     layer tapped; return ``(output spec, seen per layer, index of the layer whose output
-    is each flat model output or -1)``."""
+    is each flat model output or -1)``. A layer called once on one tensor that a tapped
+    layer returned names that layer (the leaf, not its containers) in ``Seen.after``."""
     from keras import tree
     from keras.src.backend import compute_output_spec
 
@@ -381,12 +389,18 @@ def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tup
         s.shape = None if s.structured else _static(flat[0].shape)
         s.output = None if s.structured else flat[0]
 
+    def enter(i: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        flat = tree.flatten(args[0] if args else kwargs.get("inputs"))
+        if len(flat) == 1:
+            match = [j for j, s in enumerate(seen) if s.output is not None and s.output is flat[0]]
+            seen[i].after = min(match, key=lambda j: seen[j].order) if match else -1
+
     def body(x: Any) -> Any:
         if seen:
             rounds.append([s.shape for s in seen])
         seen[:] = [Seen() for _ in layers]
         counter[0] = 0
-        with tapped(layers, sink):
+        with tapped(layers, sink, enter):
             out = call(x)
         owners[:] = []
         for o in tree.flatten(out):

@@ -19,7 +19,8 @@ Public API
     raises :class:`SadlLayerError` listing the paths there are.
 ``describe_layers(model) -> str``
     The listing that errors and ``sadl profile layers`` print.
-``is_pass_through(layer)``, ``is_activation_only(layer)``, ``is_container(layer)``
+``is_pass_through(layer)``, ``is_activation_only(layer)``, ``is_container(layer)``,
+``is_per_neuron(layer)``, ``is_activated(layer)``
     The rules the defaults use (see :mod:`pytest_sadl.capture.traces`).
 ``graph_probe(model, layers) -> (output spec, list of Seen, owners) | None``
     What :func:`pytest_sadl.capture.forward.probe` finds by running the model
@@ -47,6 +48,8 @@ __all__ = [
     "is_pass_through",
     "is_activation_only",
     "is_container",
+    "is_per_neuron",
+    "is_activated",
 ]
 
 _PASS_THROUGH_NAMES = (
@@ -77,6 +80,7 @@ _PASS_THROUGH_NAMES = (
     "Concatenate",
 )
 _ACTIVATION_NAMES = ("Activation", "Softmax", "ReLU", "LeakyReLU", "ELU", "PReLU")
+_NORMALIZATION_NAMES = ("BatchNormalization",)
 
 
 def _keras() -> Any:
@@ -110,6 +114,25 @@ def is_activation_only(layer: Any) -> bool:
     keras = _keras()
     types = tuple(getattr(keras.layers, n) for n in _ACTIVATION_NAMES if hasattr(keras.layers, n))
     return isinstance(layer, types) and not layer.weights
+
+
+def is_per_neuron(layer: Any) -> bool:
+    """A layer that takes another's neurons channel by channel and computes none of its
+    own: an activation layer, or a ``BatchNormalization`` (at inference, an affine map of
+    each channel). The neurons of a layer it activates are measured after it."""
+    keras = _keras()
+    names = _ACTIVATION_NAMES + _NORMALIZATION_NAMES
+    return isinstance(layer, tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n)))
+
+
+def is_activated(layer: Any) -> bool:
+    """Whether a layer's output is already after a non-linear activation: an activation
+    layer (not ``Activation("linear")``), or a layer with a non-linear ``activation``
+    argument (``Dense(64, activation="relu")``, an LSTM)."""
+    act = getattr(layer, "activation", None)
+    if isinstance(layer, tuple(getattr(_keras().layers, n) for n in _ACTIVATION_NAMES if hasattr(_keras().layers, n))):
+        return act is None or getattr(act, "__name__", "") != "linear"
+    return callable(act) and getattr(act, "__name__", "") != "linear"
 
 
 def is_container(layer: Any) -> bool:
@@ -272,6 +295,7 @@ def graph_probe(model: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], lis
                 s.order, order = order, order + 1
             s.structured = len(node.outputs) != 1
             s.shape = None if s.structured else tuple(d if isinstance(d, int) else None for d in node.outputs[0].shape)
+            s.after = _called_on(node, by_id, seen)
     if any(s.calls > 1 for s in seen):  # a shared layer: the probe says which call gives an output
         return None
     owners = _graph_owners(model, by_id)
@@ -281,6 +305,17 @@ def graph_probe(model: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], lis
     if isinstance(spec, (list, tuple)) and len(spec) == 1:  # Functional.call unpacks a singleton
         spec = spec[0]
     return spec, seen, owners
+
+
+def _called_on(node: Any, by_id: dict[int, int], seen: list[Seen]) -> int:
+    """The index of the layer whose output a graph node's layer is called on alone (its
+    first argument, a mask aside), as the probe sees it, or -1."""
+    args = getattr(node, "arguments", None)
+    first = (args.args[0] if args.args else args.kwargs.get("inputs")) if args is not None else None
+    flat = _keras().tree.flatten(first)
+    history = getattr(flat[0], "_keras_history", None) if len(flat) == 1 else None
+    j = -1 if history is None else by_id.get(id(history.operation), -1)
+    return j if j >= 0 and seen[j].calls and not seen[j].structured else -1  # a layer that ran, with one output
 
 
 def _graph_readable(model: Any, layers: Sequence[Any]) -> bool:

@@ -16,11 +16,12 @@ in a forward pass and returned one tensor, in call order:
 * coverage: every leaf module whose output has neurons, pass-through modules excluded
   (``Flatten``, ``Unflatten``, ``Identity``, dropout, padding, upsampling, pixel and
   channel shuffles);
-* **a module followed directly by an activation module** (the activation's input is the
+* **a module followed directly by an activation or batch-norm module** (its input is the
   module's output, as in ``nn.Sequential(nn.Linear(...), nn.ReLU())``) is measured *after*
-  the activation, as a Keras ``Dense(activation="relu")`` is: the pair is one layer, named
-  by the activation's path (``features.1``), and the module before it is not a default of
-  its own (name it to measure its pre-activation output). An activation applied as a
+  it, as a Keras ``Dense(activation="relu")`` is: the pair is one layer, named by the
+  activation's path (``features.1``), and the module before it is not a default of its own
+  (name it to measure its pre-activation output); a chain ``Conv2d -> BatchNorm2d -> ReLU``
+  is one layer, the ReLU (each neuron once, after its activation, as on Keras). An activation applied as a
   function (``F.relu`` in ``forward``) is no module: the module before it is measured
   before the activation;
 * SA: the last of the coverage layers before the one that produces the measured output;
@@ -70,7 +71,7 @@ from pytest_sadl.capture.data import TrainingData, check_batch, load_training_da
 from pytest_sadl.capture.torchdata import import_torch, is_torch_module, to_numpy
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 
-__all__ = ["TorchTraceModel", "module_fingerprint", "is_pass_through", "is_activation"]
+__all__ = ["TorchTraceModel", "module_fingerprint", "is_pass_through", "is_activation", "is_per_neuron"]
 
 _PASS_THROUGH = (
     "Flatten",
@@ -132,6 +133,8 @@ _ACTIVATIONS = (
     "Threshold",
     "LogSigmoid",
 )
+# per-channel affine maps at inference: the neurons of the module before them, measured after
+_NORMALIZATIONS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
 # element-wise modules: their output has their input's layout
 _ELEMENTWISE = _ACTIVATIONS + (
     "Dropout",
@@ -215,6 +218,12 @@ def is_pass_through(module: Any) -> bool:
 
 def is_activation(module: Any) -> bool:
     return _is_torch_class(module, _ACTIVATIONS)
+
+
+def is_per_neuron(module: Any) -> bool:
+    """An activation or batch-norm module: it takes another module's neurons channel by
+    channel and computes none of its own."""
+    return _is_torch_class(module, _ACTIVATIONS + _NORMALIZATIONS)
 
 
 # ----------------------------------------------------------------------------- fingerprint
@@ -539,17 +548,19 @@ class TorchTraceModel:
         return sorted(leaves, key=lambda p: self._seen[p].order)
 
     def _activated(self) -> dict[str, str]:
-        """module path -> the path of the activation module applied directly to its output."""
+        """module path -> the path of the activation or batch-norm module applied directly
+        to its output, for a module that is no activation itself (a chain Conv ->
+        BatchNorm -> ReLU is measured once, at the ReLU)."""
         out: dict[str, str] = {}
         for p in self._ordered():
             after = self._seen[p].after
-            if after is not None and is_activation(self._modules[p]) and not is_activation(self._modules[after]):
+            if after is not None and is_per_neuron(self._modules[p]) and not is_activation(self._modules[after]):
                 out.setdefault(after, p)
         return out
 
     def default_coverage_layers(self) -> list[str]:
         """Every leaf module with neurons, in call order; a module followed directly by an
-        activation module is measured after it (the activation's path)."""
+        activation or batch-norm module is measured after it (the last path of the chain)."""
         activated = self._activated()
         return [p for p in self._ordered() if not is_pass_through(self._modules[p]) and p not in activated]
 

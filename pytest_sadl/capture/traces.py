@@ -65,8 +65,10 @@ from pytest_sadl.capture.layers import (
     check_model,
     describe_layers,
     graph_probe,
+    is_activated,
     is_activation_only,
     is_pass_through,
+    is_per_neuron,
     resolve_layers,
     walk,
 )
@@ -425,12 +427,47 @@ class TraceModel:
             nodes.sort(key=lambda n: self._seen[n.path].order)
         return [n.path for n in nodes]
 
-    def default_coverage_layers(self) -> list[str]:
-        """Every layer with neurons: leaves that are not pass-through (Input, Flatten,
-        Reshape, Permute, RepeatVector, padding/cropping/upsampling, Dropout and the other
-        regularisers, Masking, Identity, Concatenate, preprocessing layers)."""
+    def _measured_after(self) -> dict[str, str]:
+        """layer path -> the path of the activation or ``BatchNormalization`` layer called
+        on its output alone, for a layer whose output is not yet activated (a linear
+        Conv/Dense, a ``BatchNormalization``, an ``Add``...) and gives no model output:
+        its neurons are measured after that layer (a chain Conv -> BatchNormalization ->
+        ReLU once, at the ReLU), as ``Dense(64, activation="relu")`` is."""
+        ordered = self._ordered()
+        paths = [n.path for n in self._nodes]
         by_path = {n.path: n.layer for n in self._nodes}
-        return [p for p in self._ordered() if not is_pass_through(by_path[p])]
+        outputs = {id(layer) for layer in self._output_layers}
+        out: dict[str, str] = {}
+        for p in ordered:
+            j = self._seen[p].after
+            src = paths[j] if j >= 0 else None
+            if src is None or src in out or src not in ordered or not is_per_neuron(by_path[p]):
+                continue
+            source = by_path[src]
+            if not (is_activated(source) or is_pass_through(source) or id(source) in outputs):
+                out[src] = p
+        return out
+
+    def _activated_by(self, path: str) -> set[str]:
+        """The layers an activation layer's output activates: the one it was called on,
+        and on through activation layers before it."""
+        paths = [n.path for n in self._nodes]
+        by_path = {n.path: n.layer for n in self._nodes}
+        out: set[str] = set()
+        while is_activation_only(by_path[path]) and (j := self._seen[path].after) >= 0 and paths[j] not in out:
+            path = paths[j]
+            out.add(path)
+        return out
+
+    def default_coverage_layers(self) -> list[str]:
+        """Every layer with neurons, each neuron once and after its activation: leaves
+        that are not pass-through (Input, Flatten, Reshape, Permute, RepeatVector,
+        padding/cropping/upsampling, Dropout and the other regularisers, Masking, Identity,
+        Concatenate, preprocessing layers), a layer whose output an activation or
+        ``BatchNormalization`` layer takes measured after it (see :meth:`_measured_after`)."""
+        by_path = {n.path: n.layer for n in self._nodes}
+        after = self._measured_after()
+        return [p for p in self._ordered() if not is_pass_through(by_path[p]) and p not in after]
 
     def default_sa_layers(self) -> list[str]:
         """The last hidden layer with neurons before the measured output (and before the
@@ -447,10 +484,15 @@ class TraceModel:
             ]
             candidates = candidates[: candidates.index(owner)]
             if is_activation_only(by_path[owner]):
-                while candidates and is_activation_only(by_path[candidates[-1]]):
-                    candidates.pop()
-                if candidates:
-                    candidates.pop()
+                # the layers the output activates are the output's (Dense -> Softmax)
+                activates = self._activated_by(owner)
+                if activates:
+                    candidates = [p for p in candidates if p not in activates]
+                else:  # the probe did not see what it was called on: the layers before it
+                    while candidates and is_activation_only(by_path[candidates[-1]]):
+                        candidates.pop()
+                    if candidates:
+                        candidates.pop()
         elif candidates:
             candidates = candidates[:-1]
         if not candidates:

@@ -89,7 +89,7 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
         dest="coverage_layers",
         nargs="+",
         metavar="LAYER",
-        help="layers for NC/KMNC/NBC/SNAC (default: sadl_coverage_layers of the ini, else every layer with neurons)",
+        help="layers for NC/KMNC/NBC/SNAC (default: sadl_coverage_layers of the ini, else every layer with neurons, each neuron once after its activation)",
     )
     p.add_argument(
         "--output",

@@ -97,7 +97,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--sadl-coverage-layers",
         "sadl_coverage_layers",
-        "layers for NC/KMNC/NBC/SNAC (default: every layer with neurons)",
+        "layers for NC/KMNC/NBC/SNAC (default: every layer with neurons, each neuron once after its activation)",
         "linelist",
         None,
         "list",
