@@ -21,9 +21,9 @@ in a forward pass and returned one tensor, in call order:
   it, as a Keras ``Dense(activation="relu")`` is: the pair is one layer, named by the
   activation's path (``features.1``), and the module before it is not a default of its own
   (name it to measure its pre-activation output); a chain ``Conv2d -> BatchNorm2d -> ReLU``
-  is one layer, the ReLU (each neuron once, after its activation, as on Keras). An activation applied as a
-  function (``F.relu`` in ``forward``) is no module: the module before it is measured
-  before the activation;
+  is one layer, the ReLU (each neuron once, after its activation, as on Keras). An
+  activation applied as a function (``F.relu`` in ``forward``) is no module: the module
+  before it is measured before the activation;
 * SA: the last of the coverage layers before the one that produces the measured output;
 * a module whose output does not have one row per input (it runs on a reshaped batch:
   a convolution applied to ``(n * t, c, h, w)`` frames, a time-major Transformer layer)
