@@ -70,6 +70,33 @@ def _masked_with_input_output() -> Any:
     return keras.Model([ids, side], [out, side])
 
 
+def _hands_back() -> Any:
+    """Layers that hand their input back (Dropout and Identity at inference, a linear
+    Activation, a no-op Flatten on JAX): the layer called next names them, as the graph
+    does, not the layer before them."""
+    x = keras.Input((10,))
+    h = layers.Dropout(0.5, name="drop")(layers.Dense(8, name="h")(x))
+    r = layers.ReLU(name="r")(h)
+    lin = layers.Activation("linear", name="lin")(layers.Dense(6, name="h2")(r))
+    bn = layers.BatchNormalization(name="bn")(layers.Identity(name="same")(lin))
+    f = layers.Flatten(name="flat")(layers.Dense(5, name="h3")(bn))
+    return keras.Model(x, layers.Dense(3, activation="softmax", name="out")(layers.ReLU(name="r3")(f)))
+
+
+def _mixed_precision() -> Any:
+    """mixed_float16 convolutions into a float32 BatchNormalization and activation (Keras'
+    mixed-precision recipe keeps such layers in float32): the input is cast on its way in,
+    the probe's ``call`` gets another tensor, so neither probe names a layer."""
+    x = keras.Input((8, 8, 3))
+    c = layers.Conv2D(4, 3, name="c", dtype="mixed_float16")(x)
+    r = layers.ReLU(name="r", dtype="mixed_float16")(layers.BatchNormalization(name="bn", dtype="float32")(c))
+    r = layers.Activation("relu", name="r2", dtype="float32")(layers.Conv2D(4, 1, name="c2", dtype="mixed_float16")(r))
+    out = layers.Dense(3, activation="softmax", name="probs", dtype="float32")(
+        layers.GlobalAveragePooling2D(name="gap")(r)
+    )
+    return keras.Model(x, out)
+
+
 def _mobilenet() -> Any:
     return keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), alpha=0.35, classes=3)
 
@@ -82,6 +109,8 @@ BUILDERS = {
     "singleton-lists": _singleton_list,
     "mask-and-input-output": _masked_with_input_output,
     "mobilenet-v2": _mobilenet,
+    "hands-back": _hands_back,
+    "mixed-precision": _mixed_precision,
 }
 
 

@@ -157,6 +157,39 @@ def test_a_conv_batchnorm_relu_chain_is_one_layer_measured_after_its_activation(
     assert named.coverage_layers == ["0", "1"]  # named: measured as they are
 
 
+class _OutputAndReusedReLU(nn.Module):
+    """A module that is a model output (``emb``) before a batch norm, and one ReLU module
+    called twice (as torchvision's ResNet blocks do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 6)
+        self.act = nn.Tanh()
+        self.emb = nn.Linear(6, 5)
+        self.bn = nn.BatchNorm1d(5)
+        self.c1 = nn.Linear(5, 5)
+        self.bn1 = nn.BatchNorm1d(5)
+        self.relu = nn.ReLU()
+        self.c2 = nn.Linear(5, 5)
+        self.head = nn.Linear(5, 3)
+
+    def forward(self, x: Any) -> Any:
+        e = self.emb(self.act(self.a(x)))
+        z = self.relu(self.bn1(self.c1(self.bn(e))))
+        return self.head(self.relu(self.c2(z))), e
+
+
+def test_a_module_giving_an_output_keeps_its_trace_and_a_reused_relu_ends_no_chain() -> None:
+    torch.manual_seed(0)
+    model = _OutputAndReusedReLU().eval()
+    x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    tm = TraceModel(model, output=1, classifier=False)
+    tm.prepare(load_training_data(x))
+    # emb is the measured output: kept; c1 -> bn1 ends at bn1, the ReLU runs twice
+    assert tm.coverage_layers == ["act", "emb", "bn", "bn1", "c2", "head"]
+    assert tm.sa_layers == ["act"]
+
+
 class Seq(nn.Module):
     """A channels-first Conv1d map, a time-major LSTM and a shared module."""
 

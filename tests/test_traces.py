@@ -180,6 +180,66 @@ def test_each_neuron_is_measured_once_after_its_activation() -> None:
     assert default_coverage_layers(sub) == ["r", "pool", "out"]
 
 
+def test_the_defaults_do_not_depend_on_how_the_model_is_built() -> None:
+    """A Dropout between a layer and its activation hands its input back (the probe of a
+    Sequential model sees one tensor, a functional graph two): no fold across it either
+    way; a linear Activation is a layer of the chain (Dense -> linear -> BatchNorm once)."""
+
+    def stack() -> list[Any]:
+        return [
+            layers.Dense(8, name="h"),
+            layers.Dropout(0.5, name="drop"),
+            layers.ReLU(name="r"),
+            layers.Dense(6, name="h2"),
+            layers.Activation("linear", name="lin"),
+            layers.BatchNormalization(name="bn"),
+            layers.Dense(3, activation="softmax", name="out"),
+        ]
+
+    seq = keras.Sequential([keras.Input((10,)), *stack()])
+    x = keras.Input((10,))
+    y = x
+    for layer in stack():
+        y = layer(y)
+    functional = keras.Model(x, y)
+    assert default_coverage_layers(seq) == default_coverage_layers(functional) == ["h", "r", "bn", "out"]
+
+
+def test_default_sa_skips_the_logits_behind_a_reshape_or_a_block() -> None:
+    """An output activation reached through a pass-through layer (MobileNet's head:
+    Conv2D logits -> Reshape -> Activation) or a block of the user's own: the logits are
+    the output's, not the SA layer."""
+    x = keras.Input((8, 8, 3))
+    g = layers.GlobalAveragePooling2D(keepdims=True, name="gap")(layers.Conv2D(4, 3, activation="relu", name="c")(x))
+    logits = layers.Reshape((3,), name="reshape")(layers.Conv2D(3, 1, name="conv_preds")(g))
+    assert default_sa_layers(keras.Model(x, layers.Activation("softmax", name="pred")(logits))) == ["gap"]
+
+    class Head(layers.Layer):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.dense = layers.Dense(3, name="logits")
+
+        def call(self, x: Any) -> Any:
+            return self.dense(x) / 2.0
+
+    i = keras.Input((6,))
+    h = layers.Dense(5, activation="relu", name="hidden")(i)
+    assert default_sa_layers(keras.Model(i, layers.Softmax(name="sm")(Head(name="head")(h)))) == ["hidden"]
+    mobilenet = keras.applications.MobileNet(weights=None, input_shape=(32, 32, 3), alpha=0.25, classes=3)
+    (sa,) = default_sa_layers(mobilenet)  # its global_average_pooling2d (the name is numbered per process)
+    assert isinstance(mobilenet.get_layer(sa), layers.GlobalAveragePooling2D)
+
+
+def test_a_batch_norm_over_another_axis_is_no_fold() -> None:
+    """A BatchNormalization over the rows of a channels-last map is no affine map of each
+    channel: the convolution before it keeps its own trace."""
+    x = keras.Input((6, 6, 3))
+    c = layers.Conv2D(4, 3, padding="same", name="c")(x)
+    b = layers.BatchNormalization(axis=1, name="bn_rows")(c)
+    out = layers.Dense(2, activation="softmax", name="out")(layers.GlobalAveragePooling2D(name="gap")(b))
+    assert default_coverage_layers(keras.Model(x, out)) == ["c", "bn_rows", "gap", "out"]
+
+
 def test_an_output_or_an_activated_layer_is_not_folded() -> None:
     """A layer that gives a model output keeps its own trace (it is what the model
     returns), and so does one already after a non-linear activation."""

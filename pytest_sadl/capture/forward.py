@@ -346,6 +346,23 @@ def _pad_rows(a: Any, rows: int) -> Any:
     return jnp.concatenate([a, jnp.zeros((rows,) + tuple(a.shape[1:]), a.dtype)])
 
 
+def casts_input(layer: Any, producer: Any, tensor: Any) -> bool:
+    """Whether Keras' autocast converts ``tensor``, an output of ``producer``, on its way
+    into ``layer`` (a ``mixed_float16`` layer's output into a ``float32`` one): by the
+    tensor's dtype or the producer's compute dtype (Keras on torch may compute a float16
+    layer in float32 on the CPU), so both probes refuse the same calls on every backend."""
+    import keras
+
+    if not getattr(layer, "autocast", True):
+        return False
+    std = keras.backend.standardize_dtype
+    wanted = std(getattr(layer, "input_dtype", None) or tensor.dtype)
+    for dtype in (getattr(tensor, "dtype", None), getattr(producer, "compute_dtype", None)):
+        if dtype is not None and keras.backend.is_float_dtype(std(dtype)) and std(dtype) != wanted:
+            return True
+    return False
+
+
 @dataclass
 class Seen:
     """What the probe saw of one layer: calls, order of the first call, output shape, and
@@ -363,11 +380,15 @@ def _static(shape: Any) -> tuple[int | None, ...]:
     return tuple(d if isinstance(d, int) else None for d in shape)
 
 
-def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], Any]:
+def probe(
+    call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any], leaves: Sequence[bool] | None = None
+) -> tuple[Any, list[Seen], Any]:
     """Run ``call`` on symbolic ``inputs`` (``keras.KerasTensor`` structure) with every
     layer tapped; return ``(output spec, seen per layer, index of the layer whose output
-    is each flat model output or -1)``. A layer called once on one tensor that a tapped
-    layer returned names that layer (the leaf, not its containers) in ``Seen.after``."""
+    is each flat model output or -1)``. A layer called on one tensor names in
+    ``Seen.after`` the leaf (``leaves[i]``; every layer when not given) that returned that
+    tensor last: a Dropout or Identity handing its input back is the layer it was called
+    on, as the model's graph says."""
     from keras import tree
     from keras.src.backend import compute_output_spec
 
@@ -391,9 +412,13 @@ def probe(call: Callable[[Any], Any], inputs: Any, layers: Sequence[Any]) -> tup
 
     def enter(i: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         flat = tree.flatten(args[0] if args else kwargs.get("inputs"))
-        if len(flat) == 1:
-            match = [j for j, s in enumerate(seen) if s.output is not None and s.output is flat[0]]
-            seen[i].after = min(match, key=lambda j: seen[j].order) if match else -1
+        match = [
+            j
+            for j, s in enumerate(seen)
+            if len(flat) == 1 and s.output is not None and s.output is flat[0] and (leaves is None or leaves[j])
+        ]
+        j = max(match, key=lambda j: seen[j].order) if match else -1
+        seen[i].after = -1 if j < 0 or casts_input(layers[i], layers[j], flat[0]) else j
 
     def body(x: Any) -> Any:
         if seen:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_sadl.capture.forward import Seen
+from pytest_sadl.capture.forward import Seen, casts_input
 from pytest_sadl.errors import SadlLayerError, SadlModelError
 
 __all__ = [
@@ -116,23 +116,33 @@ def is_activation_only(layer: Any) -> bool:
     return isinstance(layer, types) and not layer.weights
 
 
-def is_per_neuron(layer: Any) -> bool:
-    """A layer that takes another's neurons channel by channel and computes none of its
-    own: an activation layer, or a ``BatchNormalization`` (at inference, an affine map of
-    each channel). The neurons of a layer it activates are measured after it."""
-    keras = _keras()
-    names = _ACTIVATION_NAMES + _NORMALIZATION_NAMES
-    return isinstance(layer, tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n)))
-
-
 def is_activated(layer: Any) -> bool:
     """Whether a layer's output is already after a non-linear activation: an activation
-    layer (not ``Activation("linear")``), or a layer with a non-linear ``activation``
-    argument (``Dense(64, activation="relu")``, an LSTM)."""
+    layer (not ``Activation("linear")``), or a layer with an ``activation`` that is not
+    linear (``Dense(64, activation="relu")``, an LSTM; a string or a function of the
+    user's own counts as one)."""
     act = getattr(layer, "activation", None)
-    if isinstance(layer, tuple(getattr(_keras().layers, n) for n in _ACTIVATION_NAMES if hasattr(_keras().layers, n))):
-        return act is None or getattr(act, "__name__", "") != "linear"
-    return callable(act) and getattr(act, "__name__", "") != "linear"
+    if act is None:
+        return isinstance(layer, _types(_ACTIVATION_NAMES))
+    return (act if isinstance(act, str) else getattr(act, "__name__", "")) != "linear"
+
+
+def is_per_neuron(layer: Any) -> bool:
+    """A layer that takes another's neurons channel by channel and computes none of its
+    own: an activation layer, or a ``BatchNormalization`` over the last (channel) axis (at
+    inference, an affine map of each channel). The neurons of a layer it activates are
+    measured after it."""
+    if isinstance(layer, _types(_ACTIVATION_NAMES)):
+        return True
+    if not isinstance(layer, _types(_NORMALIZATION_NAMES)):
+        return False
+    axis, ndim = getattr(layer, "axis", -1), getattr(getattr(layer, "input_spec", None), "ndim", None)
+    return axis == -1 or (isinstance(ndim, int) and axis == ndim - 1)
+
+
+def _types(names: Sequence[str]) -> tuple[type, ...]:
+    layers = _keras().layers
+    return tuple(getattr(layers, n) for n in names if hasattr(layers, n))
 
 
 def is_container(layer: Any) -> bool:
@@ -309,12 +319,15 @@ def graph_probe(model: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], lis
 
 def _called_on(node: Any, by_id: dict[int, int], seen: list[Seen]) -> int:
     """The index of the layer whose output a graph node's layer is called on alone (its
-    first argument, a mask aside), as the probe sees it, or -1."""
+    first argument, a mask aside), as the probe sees it, or -1: also when Keras casts that
+    input on its way in (mixed precision), where the probe's ``call`` gets another tensor."""
     args = getattr(node, "arguments", None)
     first = (args.args[0] if args.args else args.kwargs.get("inputs")) if args is not None else None
     flat = _keras().tree.flatten(first)
     history = getattr(flat[0], "_keras_history", None) if len(flat) == 1 else None
-    j = -1 if history is None else by_id.get(id(history.operation), -1)
+    if history is None or casts_input(node.operation, history.operation, flat[0]):
+        return -1
+    j = by_id.get(id(history.operation), -1)
     return j if j >= 0 and seen[j].calls and not seen[j].structured else -1  # a layer that ran, with one output
 
 

@@ -21,9 +21,11 @@ in a forward pass and returned one tensor, in call order:
   it, as a Keras ``Dense(activation="relu")`` is: the pair is one layer, named by the
   activation's path (``features.1``), and the module before it is not a default of its own
   (name it to measure its pre-activation output); a chain ``Conv2d -> BatchNorm2d -> ReLU``
-  is one layer, the ReLU (each neuron once, after its activation, as on Keras). An
-  activation applied as a function (``F.relu`` in ``forward``) is no module: the module
-  before it is measured before the activation;
+  is one layer, the ReLU (each neuron once, after its activation, as on Keras); a module
+  that gives a model output keeps its own trace. An activation applied as a function
+  (``F.relu`` in ``forward``) is no module, nor is one module called several times (one
+  ``nn.ReLU`` reused in a torchvision ResNet block): the chain before it ends at the
+  batch norm, measured before the activation;
 * SA: the last of the coverage layers before the one that produces the measured output;
 * a module whose output does not have one row per input (it runs on a reshaped batch:
   a convolution applied to ``(n * t, c, h, w)`` frames, a time-major Transformer layer)
@@ -549,12 +551,17 @@ class TorchTraceModel:
 
     def _activated(self) -> dict[str, str]:
         """module path -> the path of the activation or batch-norm module applied directly
-        to its output, for a module that is no activation itself (a chain Conv ->
-        BatchNorm -> ReLU is measured once, at the ReLU)."""
+        to its output, for a module that is no activation itself and gives no model output
+        (a chain Conv -> BatchNorm -> ReLU is measured once, at the ReLU)."""
         out: dict[str, str] = {}
         for p in self._ordered():
             after = self._seen[p].after
-            if after is not None and is_per_neuron(self._modules[p]) and not is_activation(self._modules[after]):
+            if (
+                after is not None
+                and is_per_neuron(self._modules[p])
+                and not is_activation(self._modules[after])
+                and after not in self._output_paths
+            ):
                 out.setdefault(after, p)
         return out
 

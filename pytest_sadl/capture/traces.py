@@ -284,7 +284,12 @@ class TraceModel:
                 structure,
                 lambda: (
                     graph_probe(model, layers)
-                    or probe(self._call, self._pack(dict(zip(self.input_names, symbolic, strict=True))), layers)
+                    or probe(
+                        self._call,
+                        self._pack(dict(zip(self.input_names, symbolic, strict=True))),
+                        layers,
+                        [n.leaf for n in self._nodes],
+                    )
                 ),
                 most=1,
             )
@@ -444,17 +449,22 @@ class TraceModel:
             if src is None or src in out or src not in ordered or not is_per_neuron(by_path[p]):
                 continue
             source = by_path[src]
-            if not (is_activated(source) or is_pass_through(source) or id(source) in outputs):
+            if not (is_activated(source) or id(source) in outputs):
                 out[src] = p
         return out
 
     def _activated_by(self, path: str) -> set[str]:
         """The layers an activation layer's output activates: the one it was called on,
-        and on through activation layers before it."""
+        and on back through activation and pass-through layers (``logits -> Reshape ->
+        Activation("softmax")``, MobileNet's head) to the first layer with neurons."""
         paths = [n.path for n in self._nodes]
         by_path = {n.path: n.layer for n in self._nodes}
         out: set[str] = set()
-        while is_activation_only(by_path[path]) and (j := self._seen[path].after) >= 0 and paths[j] not in out:
+        while (
+            (is_activation_only(by_path[path]) or (out and is_pass_through(by_path[path])))
+            and (j := self._seen[path].after) >= 0
+            and paths[j] not in out
+        ):
             path = paths[j]
             out.add(path)
         return out
@@ -486,7 +496,8 @@ class TraceModel:
             if is_activation_only(by_path[owner]):
                 # the layers the output activates are the output's (Dense -> Softmax)
                 activates = self._activated_by(owner)
-                if activates:
+                leaves = set(self._ordered())
+                if any(p in leaves and not is_pass_through(by_path[p]) for p in activates):
                     candidates = [p for p in candidates if p not in activates]
                 else:  # the probe did not see what it was called on: the layers before it
                     while candidates and is_activation_only(by_path[candidates[-1]]):
