@@ -412,10 +412,13 @@ def probe(
 
     def enter(i: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         flat = tree.flatten(args[0] if args else kwargs.get("inputs"))
+        if len(flat) != 1:
+            seen[i].after = -1
+            return
         match = [
             j
             for j, s in enumerate(seen)
-            if len(flat) == 1 and s.output is not None and s.output is flat[0] and (leaves is None or leaves[j])
+            if s.output is not None and s.output is flat[0] and (leaves is None or leaves[j])
         ]
         j = max(match, key=lambda j: seen[j].order) if match else -1
         seen[i].after = -1 if j < 0 or casts_input(layers[i], layers[j], flat[0]) else j

@@ -100,20 +100,16 @@ def check_model(model: Any) -> None:
 
 def is_pass_through(layer: Any) -> bool:
     """A layer that moves or drops values but computes no neuron of its own."""
-    keras = _keras()
-    types = tuple(getattr(keras.layers, n) for n in _PASS_THROUGH_NAMES if hasattr(keras.layers, n))
-    if isinstance(layer, types):
+    if isinstance(layer, _types(_PASS_THROUGH_NAMES)):
         return True
-    if isinstance(layer, keras.layers.TimeDistributed):  # TimeDistributed(Flatten()) moves values too
+    if isinstance(layer, _keras().layers.TimeDistributed):  # TimeDistributed(Flatten()) moves values too
         return is_pass_through(layer.layer)
     return type(layer).__module__.startswith("keras.src.layers.preprocessing")
 
 
 def is_activation_only(layer: Any) -> bool:
     """An activation layer without weights (its neurons are the previous layer's)."""
-    keras = _keras()
-    types = tuple(getattr(keras.layers, n) for n in _ACTIVATION_NAMES if hasattr(keras.layers, n))
-    return isinstance(layer, types) and not layer.weights
+    return isinstance(layer, _types(_ACTIVATION_NAMES)) and not layer.weights
 
 
 def is_activated(layer: Any) -> bool:
@@ -140,7 +136,8 @@ def is_per_neuron(layer: Any) -> bool:
     return axis == -1 or (isinstance(ndim, int) and axis == ndim - 1)
 
 
-def _types(names: Sequence[str]) -> tuple[type, ...]:
+def _types(names: Sequence[str]) -> tuple[Any, ...]:
+    """The classes of ``keras.layers`` named ``names`` (those this Keras has)."""
     layers = _keras().layers
     return tuple(getattr(layers, n) for n in names if hasattr(layers, n))
 
