@@ -15,8 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _options_table_script() -> Any:
-    spec = importlib.util.spec_from_file_location("options_table", ROOT / "scripts" / "options_table.py")
+def _script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -25,7 +25,7 @@ def _options_table_script() -> Any:
 
 def test_options_table_is_the_registry() -> None:
     """The committed table is what scripts/options_table.py writes from OPTIONS."""
-    script = _options_table_script()
+    script = _script("options_table")
     page = script.PAGE.read_text(encoding="utf-8")
     assert script.render(page) == page, "docs/options.md is stale: run python scripts/options_table.py"
 
@@ -45,7 +45,7 @@ def test_a_changed_help_makes_the_table_stale(monkeypatch: pytest.MonkeyPatch) -
 
     from pytest_sadl.plugin import options
 
-    script = _options_table_script()
+    script = _script("options_table")
     page = script.PAGE.read_text(encoding="utf-8")
     changed = (replace(options.OPTIONS[0], help="something else entirely"), *options.OPTIONS[1:])
     monkeypatch.setattr(options, "OPTIONS", changed)
@@ -78,3 +78,23 @@ def test_every_page_is_in_the_site() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for page in (ROOT / "docs").glob("*.md"):
         assert f" {page.name}" in nav, f"docs/{page.name} is not in mkdocs.yml's nav"
+
+
+def test_quoted_example_output_is_marked_and_compared_within_the_kernels_tolerance() -> None:
+    """scripts/example_tables.py (run by scripts/test.sh with --check) finds the README's
+    Table VI and the example's other quoted blocks by their markers; on other kernels than
+    the quoted block's, a number may move by 5% plus 5 units of its last digit, the text not."""
+    tables = _script("example_tables")
+    marked = {
+        name: [m for line in (ROOT / name).read_text().splitlines() if (m := tables.MARKER.match(line))]
+        for name in tables.FILES
+    }
+    assert all(marked.values()), marked
+    assert "cumulative coverage by group" in marked["README.md"][0]["sections"]
+    quoted = "+ transform     14    5760  82.40  72.10  54.35  81.88\nLSC  (-61.21, 909.4]  368"
+    assert tables.close(quoted, quoted)
+    assert tables.close(quoted, quoted.replace("54.35", "54.71").replace("81.88", "82.61").replace("368", "371"))
+    assert not tables.close(quoted, quoted.replace("81.88", "91.88"))  # a real change
+    assert not tables.close(quoted, quoted.replace("5760", "6760"))  # a group's inputs changed
+    assert not tables.close(quoted, quoted.replace("+ transform", "+ rotate"))
+    assert not tables.close(quoted, quoted + " 1")
