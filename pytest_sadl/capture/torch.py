@@ -466,7 +466,6 @@ class TorchTraceModel:
             n: tuple(int(d) for d in t.shape[1:]) for n, t in zip(self.input_names, firsts, strict=True)
         }
         self.input_dtype = str(first.dtype).replace("torch.", "")
-        self._float_input = first.is_floating_point()
         self.classifier = (
             self._is_classifier(out_shape) if self._classifier_spec is None else bool(self._classifier_spec)
         )

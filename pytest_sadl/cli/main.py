@@ -351,7 +351,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     in full only when ``argv`` runs them; ``build_parser()`` alone registers all)."""
     parser = argparse.ArgumentParser(
         prog="sadl",
-        description="pytest-sadl: Surprise Adequacy and neuron coverage of Keras models. "
+        description="pytest-sadl: Surprise Adequacy and neuron coverage of Keras and PyTorch models. "
         "Build the cached training profile ahead of time (e.g. in a CI cache step), "
         "list the cached profiles, and render or compare saved results.",
         epilog="Run 'sadl COMMAND --help' for the options of a command.",

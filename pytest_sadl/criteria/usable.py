@@ -14,9 +14,6 @@ from typing import Any
 
 import numpy as np
 
-#: the measures checked, in report order
-MEASURES = ("lsa", "dsa", "mdsa")
-
 
 def _why(make: Any) -> str | None:
     """``None`` when ``make()`` sets the measure up, else its one-line reason."""

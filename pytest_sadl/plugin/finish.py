@@ -46,7 +46,7 @@ class Ending:
 
 def write_report(report: Report, results: Results, data: dict[str, Any], comparison: Comparison | None) -> Path:
     """Write one report; return the file a user opens. Every kind goes through the one
-    atomic writer of :mod:`pytest_sadl.report._load` (via its module); the renderers
+    atomic writer, :mod:`pytest_sadl.atomic` (each renderer's module calls it); the renderers
     take the engine's typed ``results``, the JSON report is their JSON form ``data``."""
     assert report.path is not None
     if report.kind == "json":

@@ -38,8 +38,9 @@ SOURCES = pytest.StashKey[Sources]()
 SESSION = pytest.StashKey[RecordingSession]()
 SESSION_PLUGIN = "sadl-session"
 MARKER_HELP = (
-    "sadl(group='name'): record every input this test feeds the model (predict, predict_on_batch, "
-    "__call__) for surprise adequacy and neuron coverage, attributed to the group"
+    "sadl(group='name'): record every input this test feeds the model (model(x), predict, "
+    "predict_on_batch, evaluate, test_on_batch; a torch module's forward) for surprise adequacy "
+    "and neuron coverage, attributed to the group"
 )
 
 
@@ -101,7 +102,7 @@ def _sadl_autouse(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(scope="session")
 def sadl_model(pytestconfig: pytest.Config) -> Any:
-    """The Keras model named by ``sadl_model``/``--sadl-model`` (loaded once per session).
+    """The model (Keras or torch) named by ``sadl_model``/``--sadl-model`` (loaded once per session).
 
     Define a fixture of the same name in ``conftest.py`` to provide the model yourself."""
     return pytestconfig.stash[SOURCES].model()

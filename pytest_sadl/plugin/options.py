@@ -74,7 +74,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--sadl-model",
         "sadl_model",
-        "the Keras model: a .keras file or 'package.module:function' (or define a sadl_model fixture)",
+        "the model (Keras, or a torch.nn.Module): a .keras file or 'package.module:function' (or define a sadl_model fixture)",
         kind="path",
         metavar="PATH",
     ),

@@ -200,10 +200,6 @@ class ClusterScorer:
             self.client.close()
             self.client = None
 
-    def _say(self, message: str) -> None:
-        if self.status is not None:
-            self.status(message)
-
     # -- where the training traces are ----------------------------------------------
 
     def _shard_data(self) -> list[Any]:
