@@ -207,7 +207,7 @@ def real_mnist(layer: str) -> None:
     from pytest_sadl.criteria.registry import SCORES
     from pytest_sadl.criteria.shape import Training
     from pytest_sadl.engine import ProfileView, held_out_sa
-    from pytest_sadl.profile.fingerprint import canonical_order, row_digests, row_keys
+    from pytest_sadl.fingerprint import canonical_order, row_digests, row_keys
 
     x, y, w, b = _real_traces._model()
     digests = row_digests(x)

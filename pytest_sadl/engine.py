@@ -73,7 +73,7 @@ class ProfileView:
     """What the engine needs of a training profile (see :mod:`pytest_sadl.profile`).
 
     ``row_keys``: one integer per training trace that depends on the input's content
-    only (:func:`pytest_sadl.profile.fingerprint.row_keys`); the held-out sample is the traces
+    only (:func:`pytest_sadl.fingerprint.row_keys`); the held-out sample is the traces
     with the smallest keys, so the same inputs in any order give the same bounds.
     ``held_out``: returns the held-out scores stored with the profile (computing and
     storing them the first time), instead of :func:`held_out_sa` in every session.

@@ -68,7 +68,7 @@ def test_profile_matches_engine_on_manual_traces(conv_model: Any, digits: Any, t
 
     prof = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100, dsa_precompute=True), tmp_path)
     assert prof.built and prof.path == profile_path(tmp_path, prof.fingerprint) and prof.path.is_dir()
-    from pytest_sadl.profile.fingerprint import canonical_order, row_digests
+    from pytest_sadl.fingerprint import canonical_order, row_digests
 
     t = TraceModel(conv_model).traces(digits.x_train)
     order = canonical_order(row_digests(digits.x_train))  # the profile keeps the inputs' canonical order

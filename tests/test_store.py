@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from pytest_sadl.criteria.neurons import fit_ranges
 from pytest_sadl.criteria.surprise import DSA, LSA
+from pytest_sadl.fingerprint import canonical_order, row_digests, row_keys
 from pytest_sadl.profile.build import ProfileOptions, TrainingProfile
 from pytest_sadl.profile.files import load_profile, save_profile
-from pytest_sadl.profile.fingerprint import canonical_order, row_digests, row_keys
 from pytest_sadl.store import entry as store
 from pytest_sadl.store.entry import Invalid
 

@@ -173,7 +173,7 @@ def text_rows(x: np.ndarray) -> list[bytes]:
 
 def _text_row_digests(x: np.ndarray) -> np.ndarray:
     """``(n, 16)`` uint8 digests of the rows of an array of strings (:func:`text_rows`),
-    as :func:`pytest_sadl.profile.fingerprint.row_digests` gives of numbers."""
+    as :func:`pytest_sadl.fingerprint.row_digests` gives of numbers."""
     n = int(x.shape[0])
     out = np.empty((n, 16), dtype=np.uint8)
     joined = b"".join(hashlib.sha256(b"text\0" + r).digest()[:16] for r in text_rows(x))
@@ -378,12 +378,12 @@ class TrainingData:
                 self.y = None
 
     def fingerprint(self) -> str:
-        """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.profile.fingerprint`): the
+        """sha256 hex of the *multiset* of inputs (:mod:`pytest_sadl.fingerprint`): the
         row format and the sorted digests of the rows, so that the same inputs in any
         order (a shuffled dataset, a re-ordered array) give the same fingerprint. Labels
         are not included: the profile does not use them. A dataset is streamed once."""
         if self._fingerprint is None:
-            from pytest_sadl.profile.fingerprint import multiset_fingerprint
+            from pytest_sadl.fingerprint import multiset_fingerprint
 
             if self.x is not None:
                 dtype, shape = row_format(self.x)
@@ -460,13 +460,13 @@ def batch_row_digests(x: Any) -> np.ndarray:
     per_input = [_digests_of(a) for a in _arrays(x)]
     if not per_input:
         return np.zeros((0, 16), np.uint8)
-    from pytest_sadl.profile.fingerprint import row_digests
+    from pytest_sadl.fingerprint import row_digests
 
     return row_digests(np.concatenate(per_input, axis=1))
 
 
 def _digests_of(x: np.ndarray) -> np.ndarray:
-    from pytest_sadl.profile.fingerprint import row_digests
+    from pytest_sadl.fingerprint import row_digests
 
     return _text_row_digests(x) if is_text(x) else row_digests(x)
 
@@ -479,7 +479,7 @@ def _dtype_text(a: np.ndarray) -> str:
 def digest_batches(batches: Iterator[Any]) -> tuple[str, np.ndarray]:
     """(multiset fingerprint, row digests in the order seen) of a stream of batches
     (arrays, or dicts of arrays by input name)."""
-    from pytest_sadl.profile.fingerprint import multiset_fingerprint
+    from pytest_sadl.fingerprint import multiset_fingerprint
 
     parts: list[np.ndarray] = []
     header: tuple[str, tuple[int, ...]] | None = None

@@ -5,7 +5,7 @@ gives the SA traces of the chosen layers with their predicted classes and the pe
 ``[low, high]`` of the coverage layers; LSA and DSA are set up on those traces.
 
 Order independence: the same multiset of training inputs gives the same profile. The
-data fingerprint is order-free (:mod:`pytest_sadl.profile.fingerprint`), the traces are stored in
+data fingerprint is order-free (:mod:`pytest_sadl.fingerprint`), the traces are stored in
 the canonical order of the inputs' row digests (so LSA and DSA are set up from the same
 arrays in the same order), and ``row_keys`` (the digests' first 8 bytes) choose the
 held-out sample of the default SC bounds. A ``tf.data.Dataset`` is read twice (the
@@ -505,7 +505,7 @@ def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
     a profile of the same inputs in another order bitwise equal). A dataset is traced in
     the order it yields and sorted afterwards: the same fingerprint, row keys and
     held-out sample, numbers equal to the forward pass's rounding (~1e-6 relative)."""
-    from pytest_sadl.profile.fingerprint import canonical_order
+    from pytest_sadl.fingerprint import canonical_order
 
     seen: list[np.ndarray] = []
     if data.x is not None:  # traced in canonical order: the same batches whatever the order given
@@ -537,7 +537,7 @@ def _digesting(data: TrainingData) -> tuple[TrainingData, list[np.ndarray]]:
 def _check_second_pass(data: TrainingData, traced: TrainingData, rows: np.ndarray) -> None:
     """Warn when a dataset's tracing pass held other inputs than its fingerprint pass
     (the fingerprints of the two passes are compared: order does not matter)."""
-    from pytest_sadl.profile.fingerprint import multiset_fingerprint
+    from pytest_sadl.fingerprint import multiset_fingerprint
 
     dtype, shape = traced.header[0] if traced.header else ("", ())  # type: ignore[attr-defined]
     if multiset_fingerprint(rows, dtype=dtype, row_shape=shape) != data.fingerprint():
@@ -570,7 +570,7 @@ def build_profile(
     the same batches, so the same traces and ranges)."""
     from pytest_sadl.criteria.neurons import fit_ranges
     from pytest_sadl.criteria.surprise import DSA
-    from pytest_sadl.profile.fingerprint import canonical_order, row_keys
+    from pytest_sadl.fingerprint import canonical_order, row_keys
 
     say = status or (lambda _msg: None)
     total = data.n
