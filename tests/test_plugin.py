@@ -667,16 +667,18 @@ def test_chosen_metrics_only_are_computed_and_reported(project):
     assert list(results(pytester, "all.json")["metrics"]) == list(METRICS)
 
 
-def test_sa_components_project_lsa_and_mdsa_onto_the_principal_axes(project, conv_model, digits):
+def test_sa_components_project_lsa_and_mdsa_onto_the_principal_axes(project):
     """--sadl-sa-components=N: LSA and MDSA on the first N principal axes of the SA layer's
     training traces, equal to the definition on traces projected by NumPy's SVD of the
     centred traces (the axes' signs do not change a KDE or a Mahalanobis distance); DSA
     unprojected; the axes and the projected held-out scores kept in the profile under their
     own names; in the results' config. N above the layer's width makes the projected metrics
     not available with a one-line reason; N = 0 is a usage error."""
-    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
 
     pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache")
+    pytester.makeconftest(KEEP_RECORDED)  # the reference projects the traces the run recorded
     res = run(pytester, "--sadl-coverage", "--sadl-metrics=lsc,dsc,mdsc", "--sadl-report=json:plain.json")
     assert res.ret == 0, res.stdout.str()
     res = run(
@@ -691,14 +693,21 @@ def test_sa_components_project_lsa_and_mdsa_onto_the_principal_axes(project, con
     assert "SA layers: hidden (LSA/MDSA on 4 principal axes)" in res.stdout.str()
     data, plain = results(pytester), results(pytester, "plain.json")
     assert data["config"]["sa_components"] == 4 and "sa_components" not in plain["config"]
-    tm = TraceModel(conv_model, sa_layers=["hidden"])
-    train, tests = tm.traces(digits.x_train), tm.traces(digits.x_test[:60])
-    sa = train.sa.astype(np.float64)
+    # the run's own float32 traces on both sides (the profile it built, the inputs it recorded):
+    # what remains is float64 rounding of the plugin's chunked PCA against NumPy's SVD
+    profile = load_or_build(
+        str(pytester.path / "model.keras"),
+        str(pytester.path / "train.npz"),
+        ProfileOptions(sa_layers=("hidden",)),
+        pytester.path / ".sadl-cache",
+    )
+    test_sa, test_pred = recorded(pytester.path)
+    sa, train_pred = np.asarray(profile.sa_traces, dtype=np.float64), profile.sa_pred
     centred = sa - sa.mean(axis=0)
     axes = np.linalg.svd(centred, full_matrices=False)[2][:4].T
-    p_train, p_tests = centred @ axes, (tests.sa.astype(np.float64) - sa.mean(axis=0)) @ axes
-    np.testing.assert_allclose(data["inputs"]["lsa"], naive.lsa(p_train, train.pred, p_tests, tests.pred), rtol=1e-6)
-    np.testing.assert_allclose(data["inputs"]["mdsa"], naive.mdsa(p_train, train.pred, p_tests, tests.pred), rtol=1e-6)
+    p_train, p_tests = centred @ axes, (test_sa.astype(np.float64) - sa.mean(axis=0)) @ axes
+    np.testing.assert_allclose(data["inputs"]["lsa"], naive.lsa(p_train, train_pred, p_tests, test_pred), rtol=1e-6)
+    np.testing.assert_allclose(data["inputs"]["mdsa"], naive.mdsa(p_train, train_pred, p_tests, test_pred), rtol=1e-6)
     assert data["inputs"]["dsa"] == plain["inputs"]["dsa"]  # DSA measures every neuron
     assert data["inputs"]["lsa"] != plain["inputs"]["lsa"]
     (folder,) = [p for p in (pytester.path / ".sadl-cache").glob("profile-*") if p.is_dir()]
