@@ -138,8 +138,8 @@ with tempfile.TemporaryDirectory() as tmp:
         profile = None
     if profile is not None:
         from pytest_sadl.engine import ProfileView, compute
-        from pytest_sadl.plugin.options import SadlOptions
-        from pytest_sadl.plugin.recorder import Batch, TestRecord
+        from pytest_sadl.config import SadlOptions
+        from pytest_sadl.records import Batch, TestRecord
         from pytest_sadl.report.html import render_html
         from pytest_sadl.results import Results, write_json
         ptm = profile.trace_model(model)

@@ -36,7 +36,7 @@ from pytest_sadl.criteria.neurons import NeuronRanges
 from pytest_sadl.criteria.projection import Projected, Projection
 from pytest_sadl.criteria.registry import BY_NAME, COUNT, LABELS, NEURON, SA_LABELS, SCORES, SURPRISE, choose
 from pytest_sadl.criteria.shape import Batch, Setup, Training
-from pytest_sadl.plugin.recorder import TestRecord
+from pytest_sadl.records import TestRecord
 from pytest_sadl.results import (
     Failure,
     GroupRow,
@@ -53,7 +53,7 @@ from pytest_sadl.results import (
 )
 
 if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
-    from pytest_sadl.plugin.options import SadlOptions
+    from pytest_sadl.config import SadlOptions
 
 TOP_INPUTS = 12
 HELD_OUT = 1000
@@ -949,7 +949,7 @@ def _sc_options(options: SadlOptions, metric: str) -> Any:
     """The configured bounds of a surprise coverage (unset ones: from the profile)."""
     found = getattr(options, metric, None)
     if found is None:
-        from pytest_sadl.plugin.options import Bounds
+        from pytest_sadl.config import Bounds
 
         found = Bounds(None, None, 1000)
     return found

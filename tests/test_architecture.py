@@ -148,7 +148,19 @@ def test_backends_are_imported_only_where_traces_are_made(backend: str) -> None:
 
 # The rooms of docs/ARCHITECTURE.md: what may live at the top level, and where each kind of
 # thing lives. A new module goes into a room (and into the map), not beside them.
-TOP_LEVEL = {"__init__", "__main__", "atomic", "engine", "errors", "fingerprint", "results", "resultsfile", "specs"}
+TOP_LEVEL = {
+    "__init__",
+    "__main__",
+    "atomic",
+    "config",
+    "engine",
+    "errors",
+    "fingerprint",
+    "records",
+    "results",
+    "resultsfile",
+    "specs",
+}
 ROOMS = {"capture", "cli", "criteria", "plugin", "profile", "report", "store"}
 MAP = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
 INTERNAL_EXCEPTIONS = {"pytest_sadl.store.entry.Invalid", "pytest_sadl.store.locks.LockTimeout"}
@@ -214,3 +226,64 @@ def test_dask_is_imported_only_by_the_cluster_modules() -> None:
         "pytest_sadl.profile.cluster"
         not in _imports("pytest_sadl.criteria.sharded", modules["pytest_sadl.criteria.sharded"], modules)[0]
     )
+
+
+# Which rooms (and top-level modules) each may import, lazy imports included: the layers of
+# docs/ARCHITECTURE.md, shared types below their users. The package's own __init__ (its
+# version) is open to all. A new edge is a decision: make it here and in the map.
+MAY_IMPORT = {
+    "errors": set(),
+    "atomic": set(),
+    "fingerprint": set(),
+    "specs": {"errors"},
+    "results": {"atomic"},
+    "criteria": {"errors", "results"},
+    "config": {"criteria"},
+    "resultsfile": {"errors", "results"},
+    "capture": {"criteria", "errors", "fingerprint", "specs"},
+    "records": {"capture"},  # capture.data's text helpers (NumPy), lazily
+    "store": {"atomic", "errors"},
+    "profile": {"capture", "criteria", "errors", "fingerprint", "store"},
+    "engine": {"config", "criteria", "errors", "records", "results"},
+    "report": {"atomic", "config", "criteria", "results"},
+    "plugin": {"atomic", "capture", "config", "criteria", "engine", "errors", "profile", "records", "report"}
+    | {"results", "resultsfile", "specs", "store"},
+    "cli": {"atomic", "capture", "config", "criteria", "engine", "errors", "plugin", "profile", "records", "report"}
+    | {"resultsfile", "store"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _edges() -> dict[tuple[str, str], list[str]]:
+    modules = _modules()
+    out: dict[tuple[str, str], list[str]] = {}
+    for name, path in modules.items():
+        for dep in _imports(name, path, modules)[0]:
+            a, b = _unit(name), _unit(dep)
+            if a != b and b != "__init__":
+                out.setdefault((a, b), []).append(f"{name} -> {dep}")
+    return out
+
+
+def test_imports_go_only_where_the_map_allows() -> None:
+    """Every import between rooms, lazy ones included, is one MAY_IMPORT allows: the engine
+    and the reports never reach up into the plugin, capture never into profile."""
+    units = {_unit(m) for m in _modules()}
+    assert units == set(MAY_IMPORT), f"rooms without a rule: {sorted(units ^ set(MAY_IMPORT))}"
+    wrong = [w for (a, b), where in sorted(_edges().items()) if b not in MAY_IMPORT[a] for w in where]
+    assert not wrong, "imports against docs/ARCHITECTURE.md's layers:\n" + "\n".join(wrong)
+
+
+def test_the_direction_check_sees_a_lazy_import_upwards(tmp_path: Path) -> None:
+    """A function-level import from the engine into the plugin is an edge the check refuses."""
+    path = tmp_path / "engine.py"
+    path.write_text("def f():\n    from pytest_sadl.plugin.options import read_options\n")
+    modules = {"pytest_sadl.engine": path, "pytest_sadl.plugin.options": path}
+    deps = _imports("pytest_sadl.engine", path, modules)[0]
+    assert {_unit(d) for d in deps} == {"plugin"} and "plugin" not in MAY_IMPORT["engine"]

@@ -177,7 +177,7 @@ def test_parse_compare_fail_errors(spec, message):
 
 
 def test_compare_fail_and_fail_under_share_one_parser_naming_the_option():
-    from pytest_sadl.plugin.options import parse_metric_numbers
+    from pytest_sadl.config import parse_metric_numbers
 
     with pytest.raises(ValueError, match=r"^--fail: unknown metric 'lsx'"):
         parse_compare_fail("lsx:-2", option="--fail")

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
+from pytest_sadl.config import Bounds, SadlOptions
 from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac
 from pytest_sadl.criteria.surprise import DSA, LSA, surprise_coverage
 from pytest_sadl.engine import (
@@ -16,8 +17,8 @@ from pytest_sadl.engine import (
     default_bounds,
     held_out_scores,
 )
-from pytest_sadl.plugin.options import Bounds, SadlOptions
-from pytest_sadl.plugin.recorder import Batch, Recorder, TestRecord
+from pytest_sadl.plugin.recorder import Recorder
+from pytest_sadl.records import Batch, TestRecord
 from pytest_sadl.results import Metric
 
 
@@ -307,7 +308,7 @@ def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(py
 def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
     from pytest_sadl.criteria.mistakes import analyse
     from pytest_sadl.criteria.surprise import MDSA
-    from pytest_sadl.plugin.recorder import input_digests
+    from pytest_sadl.records import input_digests
 
     rng = np.random.default_rng(7)
     view, centres = make_view(rng)
@@ -359,7 +360,7 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
 
 
 def test_top_inputs_show_each_distinct_input_once_with_every_test_that_fed_it():
-    from pytest_sadl.plugin.recorder import input_digests
+    from pytest_sadl.records import input_digests
 
     rng = np.random.default_rng(8)
     view, centres = make_view(rng)
@@ -383,7 +384,7 @@ def test_top_inputs_show_each_distinct_input_once_with_every_test_that_fed_it():
 
 def test_regression_labels_give_rank_correlations_not_aucs():
     from pytest_sadl.criteria.surprise import MDSA
-    from pytest_sadl.plugin.recorder import input_digests
+    from pytest_sadl.records import input_digests
 
     rng = np.random.default_rng(9)
     view, centres = make_view(rng, classifier=False)

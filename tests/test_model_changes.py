@@ -167,7 +167,8 @@ def test_the_digest_sees_fit_set_weights_load_weights_and_a_new_layer_not_predic
 
 @pytest.mark.filterwarnings("ignore::pytest_sadl.errors.SadlRecordingWarning")
 def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_an_unreadable_model():
-    from pytest_sadl.plugin.recorder import Batch, Recorder
+    from pytest_sadl.plugin.recorder import Recorder
+    from pytest_sadl.records import Batch
 
     weights = {"w": 1}
     calls = []

@@ -325,7 +325,8 @@ def test_the_xdist_payload_travels_by_file_or_at_the_end_and_refuses_strangers(t
     controller reads once (and removes); without a spool the records wait for the worker's
     end; a payload of another version, or a file outside the spool, is a one-line error."""
     from pytest_sadl.plugin import transport
-    from pytest_sadl.plugin.recorder import Batch, Recorder
+    from pytest_sadl.plugin.recorder import Recorder
+    from pytest_sadl.records import Batch
 
     rec = Recorder(lambda m: None, lambda m: "w")
     r = rec.record_for("t.py::a", 0, "g")
@@ -1160,7 +1161,8 @@ def test_marker_is_registered_without_the_plugin_on(pytester: pytest.Pytester):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pytest_sadl.plugin.options import REPORT_KINDS, parse_report, parse_thresholds  # noqa: E402
+from pytest_sadl.config import REPORT_KINDS  # noqa: E402
+from pytest_sadl.plugin.options import parse_report, parse_thresholds  # noqa: E402
 from pytest_sadl.report.compare import parse_compare_fail  # noqa: E402
 
 _spec_parts = st.one_of(
@@ -1227,7 +1229,7 @@ def test_property_report_specs_parse_to_a_known_kind_or_a_usage_error(kind, sep,
 
 def test_one_layer_list_parser_for_options_and_the_sadl_command():
     from pytest_sadl.cli.args import parse_layers as command_layers
-    from pytest_sadl.plugin.options import parse_layers
+    from pytest_sadl.config import parse_layers
 
     assert parse_layers(["a", " b,c ", "3", "-1"]) == ("a", "b", "c", 3, -1)
     assert parse_layers("+1, 1_0, ²") == ("+1", "1_0", "²")  # int() would take the first two; not indices

@@ -21,7 +21,8 @@ import tensorflow as tf
 
 from pytest_sadl.capture import TraceModel
 from pytest_sadl.errors import SadlRecordingWarning
-from pytest_sadl.plugin.recorder import Recorder, TestRecord, input_digests
+from pytest_sadl.plugin.recorder import Recorder
+from pytest_sadl.records import TestRecord, input_digests
 from tests import _models
 
 pytestmark = pytest.mark.tf

@@ -29,7 +29,7 @@ from keras import layers  # noqa: E402
 
 from pytest_sadl.capture import TraceModel  # noqa: E402
 from pytest_sadl.capture.data import load_training_data  # noqa: E402
-from pytest_sadl.plugin.recorder import input_digests, thumbnails  # noqa: E402
+from pytest_sadl.records import input_digests, thumbnails  # noqa: E402
 from tests import _models  # noqa: E402
 
 
@@ -258,7 +258,7 @@ def test_a_text_project_end_to_end(pytester: pytest.Pytester, text_model_path: P
 def test_snippets_are_the_start_of_each_text_input() -> None:
     """A text input's snippet: its strings joined by " | ", whitespace collapsed, cut at 80
     characters with an ellipsis; str and bytes alike; nothing for numbers."""
-    from pytest_sadl.plugin.recorder import SNIPPET_MAX, snippets
+    from pytest_sadl.records import SNIPPET_MAX, snippets
 
     long = "word " * 40
     got = snippets(np.array([["a  b", "c"], [long, b"d"]], dtype=object))

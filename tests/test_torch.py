@@ -31,8 +31,8 @@ from pytest_sadl.capture.torch import TorchTraceModel  # noqa: E402
 from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac  # noqa: E402
 from pytest_sadl.criteria.surprise import DSA, LSA, surprise_coverage  # noqa: E402
 from pytest_sadl.errors import SadlLayerError, SadlModelError  # noqa: E402
-from pytest_sadl.plugin.recorder import thumbnails  # noqa: E402
 from pytest_sadl.profile.build import model_fingerprint  # noqa: E402
+from pytest_sadl.records import thumbnails  # noqa: E402
 from tests import _models  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="compared with Keras on TensorFlow")

@@ -33,8 +33,8 @@ __all__ = [
 
 
 def parse_layers(values: list[str] | str | None) -> tuple[str | int, ...] | None:
-    """The plugin's one layer-list parser (:func:`pytest_sadl.plugin.options.parse_layers`)."""
-    from pytest_sadl.plugin.options import parse_layers as parse
+    """The plugin's one layer-list parser (:func:`pytest_sadl.config.parse_layers`)."""
+    from pytest_sadl.config import parse_layers as parse
 
     return parse(values)
 
@@ -183,7 +183,7 @@ def _our_flags(message: str) -> str:
 
 
 def project_options(args: argparse.Namespace) -> Any:
-    """The :class:`~pytest_sadl.plugin.options.SadlOptions` a ``pytest --sadl-coverage`` run in the
+    """The :class:`~pytest_sadl.config.SadlOptions` a ``pytest --sadl-coverage`` run in the
     project would use, with the subcommand's flags in place of the ini's values. Also
     sets ``args.project_rootdir`` and ``args.pytest_cache_dir`` (pytest's ``cache_dir``)."""
     import pytest

@@ -73,7 +73,7 @@ def select_from_pool(
     ``x``: one array, or a dict of arrays by input name for a model with several inputs.
     ``results``: a results document of the current tests; its SC bounds and covered buckets
     are what the ``coverage`` strategy starts from (and the ``ranges`` strategy's ``U``).
-    Without it the bounds are those of ``options`` (a :class:`~pytest_sadl.plugin.options.SadlOptions`,
+    Without it the bounds are those of ``options`` (a :class:`~pytest_sadl.config.SadlOptions`,
     the project's ``sadl_{lsc,dsc,mdsc}_*``) where set, else the profile's defaults, as a run
     uses; nothing counts as covered yet. ``criterion``: the coverage criterion the ``ctm`` and
     ``cam`` strategies order by (any in the registry), over the same bounds and ranges.
@@ -141,7 +141,7 @@ def _score_label(name: str) -> str:
 def _previews(x: Any, indices: np.ndarray, *, channels_first: bool) -> list[dict[str, str]] | None:
     """Each chosen input as the page shows it: a PNG thumbnail of an image (``src``) or the
     start of a text input (``text``); ``None`` for anything else."""
-    from pytest_sadl.plugin.recorder import snippets, thumbnails
+    from pytest_sadl.records import snippets, thumbnails
     from pytest_sadl.report.images import png_data_url
 
     chosen = x[indices]

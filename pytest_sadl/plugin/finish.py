@@ -20,7 +20,7 @@ from pytest_sadl.plugin.outcome import Outcome
 from pytest_sadl.plugin.status import Phases
 
 if TYPE_CHECKING:
-    from pytest_sadl.plugin.options import Report, SadlOptions
+    from pytest_sadl.config import Report, SadlOptions
     from pytest_sadl.plugin.sources import Sources
     from pytest_sadl.report.compare import Comparison
     from pytest_sadl.results import Results

@@ -145,7 +145,7 @@ def sadl_labels(request: pytest.FixtureRequest) -> Any:
     """``sadl_labels(x, y)`` gives the true labels ``y`` (class ids, or targets for a regression
     model) of the inputs ``x`` this test feeds the model, for the "does surprise predict this
     model's mistakes" figures. A recorded input takes the label of the labelled row with the
-    same values (matched by a digest of the values, see ``recorder.input_digests``), whichever
+    same values (matched by a digest of the values, see ``records.input_digests``), whichever
     test fed it; inputs without a label are unlabelled. A no-op when measuring is off."""
     session = _session(request.config)
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from pytest_sadl.config import SadlOptions
 from pytest_sadl.plugin import finish as ending
 from pytest_sadl.plugin import transport
-from pytest_sadl.plugin.options import SadlOptions
 from pytest_sadl.plugin.outcome import Outcome
 from pytest_sadl.plugin.sources import Sources
 from pytest_sadl.plugin.status import short_path

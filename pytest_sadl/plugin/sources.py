@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sadl.plugin.options import SadlOptions
+from pytest_sadl.config import SadlOptions
 from pytest_sadl.plugin.outcome import Outcome
 from pytest_sadl.plugin.status import Status
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_sadl.plugin.recorder import Recorder, TestRecord
+    from pytest_sadl.plugin.recorder import Recorder
+    from pytest_sadl.records import TestRecord
 
 TRANSPORT = "pytest-sadl/records"
 #: 2: a record says whether it is stale (the model changed before it);

@@ -111,7 +111,7 @@ class ProfileOptions:
 
     @classmethod
     def from_sadl(cls, options: Any, **overrides: Any) -> ProfileOptions:
-        """The profile options of a run's :class:`~pytest_sadl.plugin.options.SadlOptions` (the
+        """The profile options of a run's :class:`~pytest_sadl.config.SadlOptions` (the
         plugin's and the ``sadl`` commands' one way to make them), ``overrides`` applied."""
         values = {
             "sa_layers": options.sa_layers,

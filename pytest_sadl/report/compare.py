@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from pytest_sadl.config import parse_metric_numbers
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import METRICS, SURPRISE
 from pytest_sadl.report._load import metric_entry, metric_percent
@@ -187,12 +188,8 @@ def parse_compare_fail(
     number (or 0: any drop fails): the run fails when the metric falls by *more* than
     that. ``all:-1`` sets every metric (of ``every``: default the metrics a run reports when none are chosen; the plugin and ``sadl compare`` pass the runs' metrics); a later item overrides an earlier one. Raises
     ValueError naming ``option`` and the unknown metric or the bad number; the parser is
-    :func:`pytest_sadl.plugin.options.parse_metric_numbers`, the one ``--sadl-fail-under`` uses.
+    :func:`pytest_sadl.config.parse_metric_numbers`, the one ``--sadl-fail-under`` uses.
     """
-    from pytest_sadl.plugin.options import (
-        parse_metric_numbers,  # config imports pytest: only when parsing
-    )
-
     if not isinstance(spec, str):
         raise ValueError(f"{option} must be text like lsc:-2,dsc:-1, got {type(spec).__name__}")
     if every is None:
