@@ -148,10 +148,14 @@ def test_backends_are_imported_only_where_traces_are_made(backend: str) -> None:
 
 # The rooms of docs/ARCHITECTURE.md: what may live at the top level, and where each kind of
 # thing lives. A new module goes into a room (and into the map), not beside them.
-TOP_LEVEL = {"__init__", "__main__", "atomic", "engine", "errors", "results", "resultsfile", "specs"}
+TOP_LEVEL = {"__init__", "__main__", "atomic", "engine", "errors", "results", "resultsfile", "specs", "text"}
 ROOMS = {"capture", "cli", "criteria", "plugin", "profile", "report", "store"}
 MAP = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
-INTERNAL_EXCEPTIONS = {"pytest_sadl.store.entry.Invalid", "pytest_sadl.store.locks.LockTimeout"}
+INTERNAL_EXCEPTIONS = {
+    "pytest_sadl.store.entry.Invalid",
+    "pytest_sadl.store.locks.LockTimeout",
+    "pytest_sadl.criteria.neurons.NonFiniteTraces",  # a ValueError the build makes a SadlModelError line
+}
 
 
 def test_the_package_is_its_rooms() -> None:

@@ -52,6 +52,7 @@ import numpy as np
 
 from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
 from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, is_text, load_training_data
+from pytest_sadl.capture.failures import message
 from pytest_sadl.capture.forward import (
     Forward,
     backend,
@@ -63,6 +64,7 @@ from pytest_sadl.capture.forward import (
 )
 from pytest_sadl.capture.layers import (
     check_model,
+    check_scope_names,
     describe_layers,
     graph_probe,
     is_activated,
@@ -73,6 +75,7 @@ from pytest_sadl.capture.layers import (
     walk,
 )
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
+from pytest_sadl.text import one_line
 
 __all__ = ["TraceModel", "default_sa_layers", "default_coverage_layers", "is_classifier"]
 
@@ -260,6 +263,7 @@ class TraceModel:
         extrema: bool = False,
     ) -> None:
         check_model(model)
+        check_scope_names(model)
         import keras
 
         self.model = model
@@ -299,7 +303,7 @@ class TraceModel:
             raise SadlModelError(
                 f"model {model.name!r} cannot be run on inputs of shape "
                 f"{', '.join(f'{n}={tuple(s)}' for n, s in self.input_shapes.items())} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                f"({one_line(message(exc))}); "
                 "check that the model runs on a batch of its inputs"
             ) from None
         self._seen = {n.path: s for n, s in zip(self._nodes, seen, strict=True)}
