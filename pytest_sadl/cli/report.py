@@ -32,6 +32,7 @@ from pytest_sadl.report.compare import (
     parse_compare_fail,
 )
 from pytest_sadl.resultsfile import read_results
+from pytest_sadl.text import terminal as safe
 
 __all__ = ["register", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -41,7 +42,7 @@ EXIT_USAGE = 2
 
 
 def _error(prog: str, message: str) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"{prog}: error: {safe(message)}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -53,7 +54,7 @@ def _print_comparison(comp: Comparison) -> None:
         change = m.status if m.delta is None else f"{m.delta:+.2f}"
         print(f"{m.label:<6} {base:>9} {cur:>9} {change:>9}")
     for w in comp.warnings:
-        print(f"warning: {w}")
+        print(f"warning: {safe(w)}")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -86,7 +87,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _error(prog, str(exc))
     if comparison is not None:
         for w in comparison.warnings:
-            print(f"warning: {w}", file=sys.stderr)
+            print(f"warning: {safe(w)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -111,7 +112,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         _print_comparison(comp)
         for f in failures:
-            print(f"FAILED: {f}")
+            print(f"FAILED: {safe(f)}")
     return EXIT_FAILED if failures else EXIT_OK
 
 
