@@ -46,6 +46,11 @@ def _error(prog: str, message: str) -> int:
     return EXIT_USAGE
 
 
+def _warn(prog: str, notes: list[str]) -> None:
+    for note in notes:
+        print(f"{prog}: warning: {safe(note)}", file=sys.stderr)
+
+
 def _print_comparison(comp: Comparison) -> None:
     print(f"{'metric':<6} {'baseline':>9} {'current':>9} {'change':>9}")
     for m in comp.metrics:
@@ -62,11 +67,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     prog = "sadl report"
     if not (args.html or args.markdown or args.badge):
         return _error(prog, "nothing to write: give --html DIR, --markdown PATH and/or --badge DIR")
+    notes: list[str] = []  # metric names the files hold that this version ignores
     try:
-        results = read_results(args.results)
-        comparison = compare(results, read_results(args.compare)) if args.compare else None
+        results = read_results(args.results, notes)
+        comparison = compare(results, read_results(args.compare, notes)) if args.compare else None
     except ResultsFileError as exc:
         return _error(prog, str(exc))
+    _warn(prog, notes)
     try:
         if args.html:
             from pytest_sadl.report.html import write_html
@@ -98,10 +105,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         limits = parse_compare_fail(args.fail) if args.fail is not None else {}
     except ValueError as exc:
         return _error(prog, str(exc).replace("--sadl-compare-fail", "--fail"))
+    notes: list[str] = []
     try:
-        comp = compare(read_results(args.current), read_results(args.baseline))
+        comp = compare(read_results(args.current, notes), read_results(args.baseline, notes))
     except ResultsFileError as exc:
         return _error(prog, str(exc))
+    _warn(prog, notes)
     if limits:  # all:-1 means every metric the two runs have, not every registered one
         limits = parse_compare_fail(args.fail, every=[m.metric for m in comp.metrics])
     failures = [f.replace("--sadl-compare-fail", "--fail") for f in compare_failures(comp, limits)]
