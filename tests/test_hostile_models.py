@@ -146,3 +146,63 @@ def test_a_loader_s_message_of_several_lines_and_colours_is_one_line(tmp_path, m
     assert str(err.value) == (
         "--sadl-model: calling 'loud_loader:model' raised ValueError: first line second line \\x00 \\u202e"
     )
+
+
+INTERRUPTED_TESTS = '''
+import keras
+import numpy as np
+import pytest
+
+X = np.load("inputs.npy")
+
+
+class Timeout(keras.callbacks.Callback):
+    """What pytest-timeout does (a pytest failure raised in the main thread), after 4 batches."""
+
+    def on_predict_batch_end(self, batch, logs=None):
+        if batch == 3:
+            pytest.fail("Timeout (>1.0s) from pytest-timeout.")
+
+
+@pytest.mark.sadl(group="slow")
+def test_timed_out(sadl_model):
+    sadl_model.predict(X, batch_size=5, verbose=0, callbacks=[Timeout()])
+
+
+@pytest.mark.sadl(group="fast")
+def test_after(sadl_model):
+    sadl_model.predict(X[:7], verbose=0)
+'''
+
+
+def test_the_batches_a_test_fed_before_a_timeout_are_kept_and_counted(project):
+    import json
+
+    pytester = project(INTERRUPTED_TESTS)
+    res = run(pytester, "--sadl-coverage", "--sadl-report=json:out.json")
+    res.assert_outcomes(passed=1, failed=1)
+    data = json.loads((pytester.path / "out.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
+    assert tests["test_timed_out"]["inputs"] == 20 and tests["test_timed_out"]["outcome"] == "failed"
+    assert tests["test_after"]["inputs"] == 7
+    assert {g["name"]: g["inputs"] for g in data["groups"]} == {"slow": 20, "fast": 7}
+
+
+def test_a_pass_interrupted_between_batches_hands_over_the_batches_done(conv_model, digits):
+    from pytest_sadl.capture import TraceModel
+
+    tm = TraceModel(conv_model, ["hidden"], None, jit=False, extrema=True)
+    x = digits.x_test[:50]
+
+    def interrupt(done, total):
+        if done == 30:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        tm.traces(x, batch_size=10, progress=interrupt)
+    partial = stopped.value.sadl_partial
+    whole = tm.traces(x, batch_size=10)
+    assert len(partial) == 30
+    np.testing.assert_allclose(partial.sa, whole.sa[:30], rtol=1e-6)
+    for got, want in zip(partial.coverage, whole.coverage, strict=True):
+        np.testing.assert_allclose(got, want[:30], rtol=1e-6, atol=1e-7)

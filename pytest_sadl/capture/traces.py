@@ -694,12 +694,21 @@ class TraceModel:
         dropped = set(folded) - {1 + self._tap_index[p] for p in self.sa_layers}
         rows = _Rows(data.n, folded, dropped, fit)
         outputs: list[Any] = []
-        for batch in data.batches(batch_size):
-            output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
-            outputs.append(output)
-            rows.add(flat)
-            if progress is not None:
-                progress(rows.done, data.n)
+        try:
+            for batch in data.batches(batch_size):
+                output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
+                outputs.append(output)
+                rows.add(flat)
+                if progress is not None:
+                    progress(rows.done, data.n)
+        except Exception:
+            raise
+        except BaseException as exc:  # a timeout, Ctrl-C, SystemExit: the batches done go with it
+            if rows.done:
+                exc.sadl_partial = self._split(  # type: ignore[attr-defined]
+                    [None if a is None else a[: rows.done] for a in rows.arrays()], coverage=fit is None
+                )
+            raise
         if rows.done == 0:
             raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
         return outputs, self._split(rows.arrays(), coverage=fit is None)
