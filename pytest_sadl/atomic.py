@@ -10,7 +10,10 @@ call returned does not lose the write:
 4. the directory is ``fsync``-ed, so that the rename itself is durable.
 
 Any error (an interrupt included) removes the temporary file; a killed process leaves at
-most an ignored hidden ``.tmp-*`` file. Files get the usual ``0o666 & ~umask`` mode
+most an ignored hidden ``.tmp-*`` file (or ``.tmp-*`` / ``.old-*`` folder), which the next
+write into that folder by any process removes once it is :data:`LEFTOVER_AGE` seconds
+old (:func:`sweep_leftovers`, once per folder and process): a live writer's temporary
+file is seconds old, so a concurrent writer is never hurt. Files get the usual ``0o666 & ~umask`` mode
 (``mkstemp`` alone would make them ``0600``, unreadable to the rest of a shared CI cache).
 
 Special files are streams, not files to replace. A path that exists and is (or whose
@@ -37,6 +40,9 @@ Public API
     A folder written as one unit: fill the temporary folder the block gets (with
     :func:`durable_write`), and it replaces ``path`` (a file or a folder) when the
     block ends without an error.
+``sweep_leftovers(directory, older_than=LEFTOVER_AGE) -> list[Path]``
+    Remove the ``.tmp-*`` and ``.old-*`` entries killed writers left in ``directory``
+    (every file in them untouched for ``older_than`` seconds); what was removed.
 ``durable_write(path, write)``
     Create a *new* file (never one that exists), ``write(fh)``, fsync: for the files of
     an :func:`atomic_directory`.
@@ -57,7 +63,52 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_open", "atomic_directory", "durable_write"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_open",
+    "atomic_directory",
+    "durable_write",
+    "sweep_leftovers",
+    "LEFTOVER_AGE",
+]
+
+#: How old (seconds since any of its files changed) a ``.tmp-*`` or ``.old-*`` entry must be
+#: before a writer into its folder removes it: a write takes seconds, a profile folder's
+#: write a minute at most, so ten minutes leaves every live writer alone.
+LEFTOVER_AGE = 600.0
+_swept: set[str] = set()  # the folders this process has swept
+
+
+def sweep_leftovers(directory: str | os.PathLike[str], older_than: float = LEFTOVER_AGE) -> list[Path]:
+    """Remove the hidden ``.tmp-*`` files and folders (and ``.old-*`` folders) that killed
+    writers left in ``directory``: those whose files were all untouched for ``older_than``
+    seconds (a live writer's file is new, or changes all the time). Errors (a file another
+    sweeper removed first, no permission) are ignored; returns what was removed."""
+    import time
+
+    d = Path(directory)
+    removed: list[Path] = []
+    try:
+        found = [p for p in d.iterdir() if p.name.startswith((".tmp-", ".old-"))]
+    except OSError:
+        return removed
+    now = time.time()
+    for p in found:
+        with contextlib.suppress(OSError):
+            folder = p.is_dir() and not p.is_symlink()
+            parts = [p, *p.rglob("*")] if folder else [p]
+            if now - max(q.lstat().st_mtime for q in parts) > older_than:
+                shutil.rmtree(p) if folder else p.unlink()
+                removed.append(p)
+    return removed
+
+
+def _sweep_once(directory: Path) -> None:
+    key = os.path.abspath(directory)
+    if key not in _swept:
+        _swept.add(key)
+        sweep_leftovers(directory)
 
 
 def _mode(base: int) -> int:
@@ -136,6 +187,7 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield fh
         return
     target.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_once(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=target.parent)
     try:
         os.chmod(tmp, _mode(0o666))
@@ -187,6 +239,7 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_once(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         os.chmod(tmp, _mode(0o777))

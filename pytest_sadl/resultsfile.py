@@ -24,7 +24,11 @@ from pytest_sadl.results import SCHEMA, VERSION, Results
 MAX_DEPTH = 32  # nesting of objects and arrays; a results file nests 5 deep
 MAX_INT = 2**53  # integers beyond what a double holds exactly are not counts of anything
 MAX_FLOAT = 1.7976931348623157e308  # every number has a range: inf and 400-digit integers fail it
-MAX_BYTES = 512 * 1024 * 1024  # a results file of a million inputs is ~60 MB
+#: The largest results or baseline file read, in MiB, unless ``SADL_MAX_RESULTS_MB`` says
+#: otherwise: a run of 100,000 inputs writes about 6 MB; a 100 MB file took 1.7 GB and 20 s
+#: to read and validate, so a bigger one is refused in one line before it is read.
+MAX_MB = 64
+MAX_MB_ENV = "SADL_MAX_RESULTS_MB"
 
 #: The results file's JSON Schema (draft 2020-12), as shipped in the package.
 JSON_SCHEMA: dict[str, Any] = json.loads(
@@ -265,10 +269,55 @@ def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None)
     return data
 
 
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+def max_bytes() -> int:
+    """The size cap of a results file read: :data:`MAX_MB` MiB, or ``SADL_MAX_RESULTS_MB``."""
+    raw = os.environ.get(MAX_MB_ENV, "").strip()
+    if not raw:
+        return MAX_MB << 20
+    try:
+        mib = float(raw)
+    except ValueError:
+        mib = -1.0
+    if not (0 < mib <= 1 << 20):
+        raise ResultsFileError(
+            f"{MAX_MB_ENV}={_short(raw)}: expected a number of MiB, more than 0 (the default is {MAX_MB})"
+        )
+    return int(mib * (1 << 20))
+
+
+def unknown_metrics(data: dict[str, Any], *, source: str | os.PathLike[str] | None = None) -> str | None:
+    """One line naming the metric names of a validated results document that this
+    pytest-sadl does not know (they are ignored: a newer version's metric, a typo or a
+    hand-made file), or ``None``."""
+    from pytest_sadl.criteria.registry import METRICS
+    from pytest_sadl.text import terminal
+
+    names: set[str] = set()
+    for key in ("metrics", "thresholds"):
+        if isinstance(data.get(key), dict):
+            names.update(data[key])
+    for group in data.get("groups") or []:
+        for key in ("metrics", "cumulative"):
+            if isinstance(group, dict) and isinstance(group.get(key), dict):
+                names.update(group[key])
+    unknown = sorted(n for n in names if n not in METRICS)
+    if not unknown:
+        return None
+    shown = ", ".join(terminal(repr(n)) for n in unknown[:5]) + (
+        f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    )
+    return (
+        f"{_where(source)}unknown metric name(s) {shown}, ignored; this pytest-sadl knows "
+        f"{', '.join(METRICS)} (a newer pytest-sadl's file? upgrade to read them)"
+    )
+
+
+def load_results(path: str | os.PathLike[str], notes: list[str] | None = None) -> dict[str, Any]:
     """Read and validate a results JSON file (``--sadl-report=json``) from outside.
 
-    Raises :class:`ResultsFileError`, one line naming the file (and the field)."""
+    Raises :class:`ResultsFileError`, one line naming the file (and the field): also for a
+    file larger than :func:`max_bytes`. What is read but ignored (metric names this
+    version does not know) is one line appended to ``notes``, when given."""
     p = Path(path)
     try:
         if not p.is_file():
@@ -278,9 +327,15 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
                 else ("is a directory" if p.is_dir() else "not a regular file (a FIFO, a device?)")
             )
             raise ResultsFileError(f"{p}: {what}, expected a results JSON file")
-        if p.stat().st_size > MAX_BYTES:
-            raise ResultsFileError(f"{p}: {p.stat().st_size} bytes, more than a results file holds ({MAX_BYTES})")
-        text = p.read_text(encoding="utf-8")
+        limit = max_bytes()
+        with p.open("rb") as f:  # at most one byte past the cap, whatever the size said before
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise ResultsFileError(
+                f"{p}: larger than {limit >> 20} MiB, the most a results file read may be; "
+                f"raise the cap with {MAX_MB_ENV}=<MiB> if the file is one you trust"
+            )
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ResultsFileError(f"{p}: not UTF-8 text ({exc.reason}); is it a results JSON file?") from None
     except OSError as exc:
@@ -289,10 +344,14 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = parse_json(text)
     except ResultsFileError as exc:
         raise ResultsFileError(f"{p}: {exc}") from None
-    return validate_results(data, source=p)
+    data = validate_results(data, source=p)
+    note = unknown_metrics(data, source=p)
+    if note is not None and notes is not None:
+        notes.append(note)
+    return data
 
 
-def read_results(path: str | os.PathLike[str]) -> Results:
+def read_results(path: str | os.PathLike[str], notes: list[str] | None = None) -> Results:
     """:func:`load_results`, as the typed :class:`~pytest_sadl.results.Results` every
     renderer takes (``sadl report``, ``sadl compare``, a ``--sadl-compare`` baseline)."""
-    return Results.from_dict(load_results(path))
+    return Results.from_dict(load_results(path, notes))

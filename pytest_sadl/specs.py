@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sadl.errors import SadlConfigError, SadlModelError
+from pytest_sadl.text import one_line
 
 __all__ = ["call_spec", "import_object", "is_callable_spec", "resolve_path"]
 
@@ -65,7 +66,8 @@ def call_spec(spec: str, *, what: str, error: type[SadlConfigError]) -> Any:
             f"{noun} or raise an exception that says what is wrong"
         ) from None
     except Exception as exc:
-        raise error(f"{what}: calling {spec!r} raised {type(exc).__name__}: {exc}") from exc
+        # the loader's own message (Keras': several lines, terminal colours) kept to one line
+        raise error(f"{what}: calling {spec!r} raised {type(exc).__name__}: {one_line(exc, 600)}") from exc
     # KeyboardInterrupt (Ctrl-C in a slow loader) passes: pytest ends the run as interrupted
 
 

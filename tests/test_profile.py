@@ -689,7 +689,7 @@ def test_killed_writer_leaves_the_profile_intact(dense_model: Any, digits: Any, 
     assert [i.path for i in list_profiles(tmp_path)] == [good.path]  # the orphan temp folder is ignored
     (orphan,) = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
     load_or_build(dense_model, digits.x_train, None, tmp_path, rebuild=True)
-    assert orphan.exists()  # it might be a live writer's: kept for an hour
+    assert orphan.exists()  # it might be a live writer's: kept while it is younger than LEFTOVER_AGE
     for p in (orphan, *orphan.iterdir()):
         os.utime(p, (time.time() - 7200, time.time() - 7200))
     load_or_build(dense_model, digits.x_train, None, tmp_path, rebuild=True)

@@ -283,3 +283,66 @@ def test_sadl_report_and_compare_on_a_hostile_file_exit_2_with_one_line(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}: metrics.lsc.value must be a fraction in [0, 1]" in err
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ size cap, unknown metrics
+
+
+def test_the_size_cap_is_64_mib_and_the_environment_raises_it(tmp_path, monkeypatch):
+    from pytest_sadl.resultsfile import MAX_MB_ENV, max_bytes
+
+    monkeypatch.delenv(MAX_MB_ENV, raising=False)
+    assert max_bytes() == 64 << 20
+    big = tmp_path / "big.json"  # a valid file padded past 1 MiB with the whitespace JSON allows
+    big.write_text(RUN.read_text(encoding="utf-8") + " " * (3 << 19), encoding="utf-8")
+    monkeypatch.setenv(MAX_MB_ENV, "1")
+    with pytest.raises(ResultsFileError) as err:
+        load_results(big)
+    assert str(err.value) == (
+        f"{big}: larger than 1 MiB, the most a results file read may be; "
+        f"raise the cap with {MAX_MB_ENV}=<MiB> if the file is one you trust"
+    )
+    monkeypatch.setenv(MAX_MB_ENV, "2")
+    assert load_results(big)["schema"] == SCHEMA
+    monkeypatch.setenv(MAX_MB_ENV, "lots")
+    with pytest.raises(ResultsFileError, match=f"^{MAX_MB_ENV}='lots': expected a number of MiB"):
+        load_results(big)
+
+
+def test_a_baseline_over_the_cap_is_one_line_in_sadl_compare(tmp_path, capsys, monkeypatch):
+    from pytest_sadl.cli.main import main
+
+    big = tmp_path / "big.json"
+    big.write_text(RUN.read_text(encoding="utf-8") + " " * (3 << 19), encoding="utf-8")
+    monkeypatch.setenv("SADL_MAX_RESULTS_MB", "1")
+    assert main(["compare", str(RUN), str(big)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"sadl compare: error: {big}: larger than 1 MiB"), err
+
+
+def _with_unknown_metric(tmp_path: Path) -> Path:
+    doc = json.loads(RUN.read_text(encoding="utf-8"))
+    doc["metrics"]["../../../pwned\x1b[2J"] = copy.deepcopy(doc["metrics"]["lsc"])
+    doc["groups"][0]["cumulative"]["zz"] = 0.5
+    path = tmp_path / "unknown.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def test_unknown_metric_names_are_one_warning_line_and_ignored(tmp_path, capsys):
+    from pytest_sadl.cli.main import main
+
+    path = _with_unknown_metric(tmp_path)
+    notes: list[str] = []
+    assert load_results(path, notes)["schema"] == SCHEMA
+    assert notes == [
+        f"{path}: unknown metric name(s) '../../../pwned\\x1b[2J', 'zz', ignored; this pytest-sadl knows "
+        + ", ".join(__import__("pytest_sadl.criteria.registry", fromlist=["METRICS"]).METRICS)
+        + " (a newer pytest-sadl's file? upgrade to read them)"
+    ]
+    assert load_results(RUN, notes) and len(notes) == 1  # a file of known metrics adds nothing
+    assert main(["compare", str(RUN), str(path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"sadl compare: warning: {notes[0]}"]
+    assert main(["report", str(path), "--markdown", str(tmp_path / "s.md")]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"sadl report: warning: {notes[0]}"]

@@ -30,14 +30,16 @@ Public API
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pytest_sadl.capture.forward import Seen, casts_input
+from pytest_sadl.capture.forward import Seen, backend, casts_input
 from pytest_sadl.errors import SadlLayerError, SadlModelError
+from pytest_sadl.text import terminal
 
 __all__ = [
     "Node",
@@ -45,6 +47,7 @@ __all__ = [
     "resolve_layers",
     "describe_layers",
     "check_model",
+    "check_scope_names",
     "is_pass_through",
     "is_activation_only",
     "is_container",
@@ -95,6 +98,29 @@ def check_model(model: Any) -> None:
         raise SadlModelError(
             f"expected a keras.Model, got {type(model).__module__}.{type(model).__qualname__}; "
             "give a Keras 3 model (a .keras file or a model object) or a torch.nn.Module"
+        )
+
+
+#: The names TensorFlow takes for a name scope (``_VALID_SCOPE_NAME_REGEX`` in its
+#: ``framework/ops.py``): a traced pass, Keras' own ``predict`` too, enters one per layer.
+_SCOPE_NAME = re.compile(r"[A-Za-z0-9_.\\/>-]*")
+
+
+def check_scope_names(model: Any) -> None:
+    """On TensorFlow, raise :class:`SadlLayerError` naming the first layer whose name
+    TensorFlow refuses as a name scope (``Dense(32, name="hidden 2 (relu)")``): the model
+    runs eagerly, but no traced pass (Keras' ``predict``, pytest-sadl's) can run it."""
+    if backend() != "tensorflow":
+        return
+    bad = [node.path for node in walk(model) if not _SCOPE_NAME.fullmatch(str(node.layer.name))]
+    if bad:
+        name = bad[0].rsplit("/", 1)[-1]
+        fixed = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.>-]", "_", name)).strip("_") or "layer"
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise SadlLayerError(
+            f"layer {terminal(repr(bad[0]))}{more} of model {terminal(repr(model.name))} has a name TensorFlow "
+            "refuses as a name scope (only letters, digits and _ . / > - are allowed), so the model cannot "
+            f"be traced: Keras' own model.predict fails on it too; rename the layer (e.g. name={fixed!r})"
         )
 
 

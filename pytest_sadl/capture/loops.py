@@ -181,7 +181,9 @@ def run_traced(
 ) -> tuple[Any, list[LoopBatch]]:
     """Run ``run()`` (Keras' ``predict``/``evaluate``/``test_on_batch`` of ``tm.model``,
     ``kind`` ``"predict"`` or ``"test"``) with the step traced; return its result
-    unchanged and the traces of every step it ran, in order.
+    unchanged and the traces of every step it ran, in order. Interrupted by a
+    ``BaseException`` that is no ``Exception`` (pytest-timeout's failure, Ctrl-C), the
+    traces of the steps that ran are on the exception as ``sadl_batches``.
 
     ``plain_step`` is the model's own step (bound); ``activate(loop)`` is a context
     manager during which the model's ``<kind>_step`` is ``loop.step`` and its
@@ -208,6 +210,15 @@ def run_traced(
                 loop.building = False
             fn = tm._loop_fns[key] = loop.built
         loop.fn = _stripping(fn, kept.append)
-        result = run()
-    batches = [LoopBatch(tm.split(list(e["flat"])), _lists(e["x"]), _lists(e.get("y"))) for e in kept]
-    return result, batches
+        try:
+            result = run()
+        except Exception:
+            raise
+        except BaseException as exc:  # a timeout, Ctrl-C, SystemExit: the steps done go with it
+            exc.sadl_batches = _batches(tm, kept)  # type: ignore[attr-defined]
+            raise
+    return result, _batches(tm, kept)
+
+
+def _batches(tm: Any, kept: list[Any]) -> list[LoopBatch]:
+    return [LoopBatch(tm.split(list(e["flat"])), _lists(e["x"]), _lists(e.get("y"))) for e in kept]

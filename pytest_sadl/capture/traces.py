@@ -52,6 +52,7 @@ import numpy as np
 
 from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
 from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, is_text, load_training_data
+from pytest_sadl.capture.failures import message
 from pytest_sadl.capture.forward import (
     Forward,
     backend,
@@ -63,6 +64,7 @@ from pytest_sadl.capture.forward import (
 )
 from pytest_sadl.capture.layers import (
     check_model,
+    check_scope_names,
     describe_layers,
     graph_probe,
     is_activated,
@@ -73,6 +75,7 @@ from pytest_sadl.capture.layers import (
     walk,
 )
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
+from pytest_sadl.text import one_line
 
 __all__ = ["TraceModel", "default_sa_layers", "default_coverage_layers", "is_classifier"]
 
@@ -260,6 +263,7 @@ class TraceModel:
         extrema: bool = False,
     ) -> None:
         check_model(model)
+        check_scope_names(model)
         import keras
 
         self.model = model
@@ -299,7 +303,7 @@ class TraceModel:
             raise SadlModelError(
                 f"model {model.name!r} cannot be run on inputs of shape "
                 f"{', '.join(f'{n}={tuple(s)}' for n, s in self.input_shapes.items())} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                f"({one_line(message(exc))}); "
                 "check that the model runs on a batch of its inputs"
             ) from None
         self._seen = {n.path: s for n, s in zip(self._nodes, seen, strict=True)}
@@ -690,12 +694,21 @@ class TraceModel:
         dropped = set(folded) - {1 + self._tap_index[p] for p in self.sa_layers}
         rows = _Rows(data.n, folded, dropped, fit)
         outputs: list[Any] = []
-        for batch in data.batches(batch_size):
-            output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
-            outputs.append(output)
-            rows.add(flat)
-            if progress is not None:
-                progress(rows.done, data.n)
+        try:
+            for batch in data.batches(batch_size):
+                output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
+                outputs.append(output)
+                rows.add(flat)
+                if progress is not None:
+                    progress(rows.done, data.n)
+        except Exception:
+            raise
+        except BaseException as exc:  # a timeout, Ctrl-C, SystemExit: the batches done go with it
+            if rows.done:
+                exc.sadl_partial = self._split(  # type: ignore[attr-defined]
+                    [None if a is None else a[: rows.done] for a in rows.arrays()], coverage=fit is None
+                )
+            raise
         if rows.done == 0:
             raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
         return outputs, self._split(rows.arrays(), coverage=fit is None)

@@ -32,6 +32,7 @@ from pytest_sadl.report.compare import (
     parse_compare_fail,
 )
 from pytest_sadl.resultsfile import read_results
+from pytest_sadl.text import terminal as safe
 
 __all__ = ["register", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -41,8 +42,13 @@ EXIT_USAGE = 2
 
 
 def _error(prog: str, message: str) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"{prog}: error: {safe(message)}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _warn(prog: str, notes: list[str]) -> None:
+    for note in notes:
+        print(f"{prog}: warning: {safe(note)}", file=sys.stderr)
 
 
 def _print_comparison(comp: Comparison) -> None:
@@ -53,7 +59,7 @@ def _print_comparison(comp: Comparison) -> None:
         change = m.status if m.delta is None else f"{m.delta:+.2f}"
         print(f"{m.label:<6} {base:>9} {cur:>9} {change:>9}")
     for w in comp.warnings:
-        print(f"warning: {w}")
+        print(f"warning: {safe(w)}")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -61,11 +67,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     prog = "sadl report"
     if not (args.html or args.markdown or args.badge):
         return _error(prog, "nothing to write: give --html DIR, --markdown PATH and/or --badge DIR")
+    notes: list[str] = []  # metric names the files hold that this version ignores
     try:
-        results = read_results(args.results)
-        comparison = compare(results, read_results(args.compare)) if args.compare else None
+        results = read_results(args.results, notes)
+        comparison = compare(results, read_results(args.compare, notes)) if args.compare else None
     except ResultsFileError as exc:
         return _error(prog, str(exc))
+    _warn(prog, notes)
     try:
         if args.html:
             from pytest_sadl.report.html import write_html
@@ -86,7 +94,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _error(prog, str(exc))
     if comparison is not None:
         for w in comparison.warnings:
-            print(f"warning: {w}", file=sys.stderr)
+            print(f"warning: {safe(w)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -97,10 +105,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         limits = parse_compare_fail(args.fail) if args.fail is not None else {}
     except ValueError as exc:
         return _error(prog, str(exc).replace("--sadl-compare-fail", "--fail"))
+    notes: list[str] = []
     try:
-        comp = compare(read_results(args.current), read_results(args.baseline))
+        comp = compare(read_results(args.current, notes), read_results(args.baseline, notes))
     except ResultsFileError as exc:
         return _error(prog, str(exc))
+    _warn(prog, notes)
     if limits:  # all:-1 means every metric the two runs have, not every registered one
         limits = parse_compare_fail(args.fail, every=[m.metric for m in comp.metrics])
     failures = [f.replace("--sadl-compare-fail", "--fail") for f in compare_failures(comp, limits)]
@@ -111,7 +121,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         _print_comparison(comp)
         for f in failures:
-            print(f"FAILED: {f}")
+            print(f"FAILED: {safe(f)}")
     return EXIT_FAILED if failures else EXIT_OK
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "NeuronRanges",
     "fit_ranges",
     "RangeFit",
+    "NonFiniteTraces",
     "reduce_layer",
     "nc",
     "kmnc",
@@ -118,6 +119,15 @@ def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: 
     return fit.result()
 
 
+class NonFiniteTraces(ValueError):
+    """A layer's traces hold NaN or inf (:meth:`RangeFit.result`): which layer (its index
+    and, when the fit was given names, its name), how many rows, the first of them."""
+
+    def __init__(self, message: str, *, index: int, layer: str | None, rows: int, first: int, kind: str) -> None:
+        super().__init__(message)
+        self.index, self.layer, self.rows, self.first, self.kind = index, layer, rows, first, kind
+
+
 class RangeFit:
     """:func:`fit_ranges` folded batch by batch: per-neuron minimum and maximum of each
     layer's ``(rows, neurons)`` traces, seen in consecutive batches, without the whole
@@ -167,9 +177,14 @@ class RangeFit:
         no inputs)."""
         for i, (first, count, nan) in enumerate(self._bad):
             if count:
-                raise ValueError(
-                    f"train_layers[{i}] contains {'NaN' if nan else 'inf'} values in {count} row(s) (first: row {first}); "
-                    "traces must be finite: check the model's inputs and weights for NaN/inf"
+                raise NonFiniteTraces(
+                    f"train_layers[{i}] contains {'NaN' if nan else 'inf'} values in {count} row(s) "
+                    f"(first: row {first}); traces must be finite: check the model's inputs and weights for NaN/inf",
+                    index=i,
+                    layer=self.names[i] if self.names else None,
+                    rows=count,
+                    first=first,
+                    kind="NaN" if nan else "inf",
                 )
         if self.rows == 0:
             raise ValueError("train_layers holds no inputs; at least one is needed")

@@ -126,7 +126,9 @@ def compare_with_baseline(options: SadlOptions, ending: Ending, outcome: Outcome
 
     assert options.compare is not None and ending.results is not None
     try:
-        ending.comparison = compare(ending.results, read_results(options.compare))
+        notes: list[str] = []  # metric names the baseline holds that this version ignores
+        ending.comparison = compare(ending.results, read_results(options.compare, notes))
+        ending.comparison.warnings.extend(notes)
     except Exception as exc:  # never lose the reports for it
         reason = str(exc) if isinstance(exc, ResultsFileError) else _one_line(exc)
         message = f"pytest-sadl: cannot compare with the baseline: {reason}"

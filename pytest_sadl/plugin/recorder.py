@@ -61,6 +61,21 @@ from pytest_sadl.errors import SadlRecordingWarning
 from pytest_sadl.records import Batch, TestRecord, input_digests, snippets, thumbnails
 
 
+def _head(x: Any, n: int) -> Any:
+    """The first ``n`` rows of ``x`` (an array, or a list, tuple or dict of arrays, one per
+    input), or ``None`` for anything else."""
+    if isinstance(x, dict):
+        heads = {k: _head(v, n) for k, v in x.items()}
+        return None if any(v is None for v in heads.values()) else heads
+    if isinstance(x, (list, tuple)):
+        parts = [_head(v, n) for v in x]
+        return None if any(v is None for v in parts) else type(x)(parts)
+    try:
+        return x[:n] if len(x) >= n else None
+    except TypeError:
+        return None
+
+
 class Recorder:
     """Collects :class:`TestRecord` objects for a session (safe to call from many threads)."""
 
@@ -293,6 +308,12 @@ class Recorder:
                     out, traces = recorded()
             except Exception as exc:  # bad input, or one the trace model cannot take
                 failure = exc
+            except BaseException as exc:  # a timeout or Ctrl-C mid-call: the batches done count
+                partial = getattr(exc, "sadl_partial", None)
+                head = None if partial is None else _head(x, len(partial))
+                if head is not None:
+                    self.add(partial, head, rec, channels_first=channels_first)
+                raise
             else:
                 self.add(traces, x, rec, channels_first=channels_first)
                 return out
@@ -493,6 +514,9 @@ class Recorder:
             if _one_shot(x):  # a generator is consumed: running it again would see other data
                 raise
             failure = exc
+        except BaseException as exc:  # a timeout or Ctrl-C mid-loop: the steps done count
+            self._keep(rec, tm, getattr(exc, "sadl_batches", []))
+            raise
         else:
             self._keep(rec, tm, batches)
             return out

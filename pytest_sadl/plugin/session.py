@@ -31,6 +31,7 @@ from pytest_sadl.plugin import transport
 from pytest_sadl.plugin.outcome import Outcome
 from pytest_sadl.plugin.sources import Sources
 from pytest_sadl.plugin.status import short_path
+from pytest_sadl.text import terminal as safe
 
 _RECORD = pytest.StashKey[tuple[Any, Any]]()  # (the TestRecord, the model)
 _ATTEMPT = pytest.StashKey[int]()  # how many times this item's setup has begun (reruns)
@@ -261,7 +262,7 @@ class SerialSession(RecordingSession):
             tr.section("pytest-sadl", sep="-", red=True)
             if outcome.error_detail and config.option.verbose > 0:
                 tr.write(outcome.error_detail)
-            tr.write_line(outcome.error, red=True)
+            tr.write_line(safe(outcome.error), red=True)
             return
         if end.results is None or end.data is None:
             return
@@ -273,11 +274,11 @@ class SerialSession(RecordingSession):
                 end.results, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=end.comparison
             )
         elif end.results.missing:  # no table asked for, but an incomplete run is never silent
-            tr.write_line(end.results.warnings[0], yellow=True)
+            tr.write_line(safe(end.results.warnings[0]), yellow=True)
         for line in outcome.written:
-            tr.write_line(line)
+            tr.write_line(safe(line))
         for line in outcome.failure_lines(end.results):
-            tr.write_line(line, red=True, bold=True)
+            tr.write_line(safe(line), red=True, bold=True)
 
 
 class ControllerSession(SerialSession):

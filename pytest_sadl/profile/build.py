@@ -550,6 +550,41 @@ def _check_second_pass(data: TrainingData, traced: TrainingData, rows: np.ndarra
         )
 
 
+def _check_finite_sa(sa: np.ndarray, tm: Any) -> None:
+    """The SA layers' traces finite (when no coverage layer is an SA layer, the ranges'
+    check has not seen them): NaN there would be stored and refused on every load."""
+    from pytest_sadl.criteria.neurons import NonFiniteTraces
+
+    finite = np.isfinite(sa).all(axis=1) if sa.ndim == 2 and sa.size else np.ones(len(sa), bool)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        kind = "NaN" if np.isnan(sa[bad]).any() else "inf"
+        layer = ", ".join(tm.sa_layers)
+        raise NonFiniteTraces(
+            f"the SA traces contain {kind}", index=0, layer=layer, rows=bad.size, first=int(bad[0]), kind=kind
+        )
+
+
+def _non_finite(tm: Any, data: TrainingData, exc: Any) -> SadlConfigError:
+    """NaN or inf traces of the training data: which layer, how many inputs, the first (by
+    its index in the data as given, when the data are arrays) and the fix, in one line."""
+    from pytest_sadl.errors import SadlModelError
+    from pytest_sadl.fingerprint import canonical_order
+    from pytest_sadl.text import terminal
+
+    one = f"input {exc.first} in the profile's order"
+    if data.x is not None:  # traced in canonical order: the row the user knows
+        one = f"input {int(canonical_order(data.row_digests())[exc.first])}"
+    rows = f"all {exc.rows}" if exc.rows == data.n else f"{exc.rows}"
+    example = "" if exc.rows == data.n else f"e.g. {one} "
+    layer = "a layer" if exc.layer is None else f"layer {terminal(repr(exc.layer))}"
+    return SadlModelError(
+        f"model {terminal(repr(tm.name))} computes {exc.kind} values at {layer} for {rows} of the "
+        f"training inputs ({example}of {terminal(data.source)}), whose values are finite; "
+        "the traces must be finite: check the model's weights for NaN/inf (a diverged fit, a bad load)"
+    )
+
+
 def build_profile(
     tm: Any,
     data: TrainingData,
@@ -568,7 +603,8 @@ def build_profile(
     traces of array data's rows in canonical ``order`` and their coverage layers' ranges,
     ``(traces, ranges)``, in its place (the Dask build, :mod:`pytest_sadl.profile.distributed`:
     the same batches, so the same traces and ranges)."""
-    from pytest_sadl.criteria.neurons import fit_ranges
+    from pytest_sadl.capture.failures import pass_failure
+    from pytest_sadl.criteria.neurons import NonFiniteTraces, fit_ranges
     from pytest_sadl.criteria.surprise import DSA
     from pytest_sadl.fingerprint import canonical_order, row_keys
 
@@ -576,22 +612,30 @@ def build_profile(
     total = data.n
     say(f"tracing {'all' if total is None else total} training inputs through {tm.name!r}")
     traced, digests = _digesting(data)
-    if tracer is not None:
-        if data.x is None:
-            raise SadlConfigError(
-                f"a Dask build needs the training data as arrays, not a dataset ({data.source}); "
-                "return an array or (x, y) from sadl_train, or build without --dask"
-            )
-        order = canonical_order(data.row_digests())
-        traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
-    elif hasattr(tm, "traces_and_ranges"):  # the coverage layers' ranges folded in the pass
-        traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
-    else:  # a native torch module's trace model keeps its coverage traces
-        traces, ranges = tm.traces(traced, batch_size=options.batch_size, progress=progress), None
+    if tracer is not None and data.x is None:
+        raise SadlConfigError(
+            f"a Dask build needs the training data as arrays, not a dataset ({data.source}); "
+            "return an array or (x, y) from sadl_train, or build without --dask"
+        )
+    try:  # the user's model and data run here: whatever fails is theirs, said in one line
+        if tracer is not None:
+            order = canonical_order(data.row_digests())
+            traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
+        elif hasattr(tm, "traces_and_ranges"):  # the coverage layers' ranges folded in the pass
+            traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
+        else:  # a native torch module's trace model keeps its coverage traces
+            traces, ranges = tm.traces(traced, batch_size=options.batch_size, progress=progress), None
+        say("fitting neuron ranges")
+        if ranges is None:
+            ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
+        _check_finite_sa(traces.sa, tm)
+    except (SadlConfigError, MemoryError):
+        raise
+    except NonFiniteTraces as exc:
+        raise _non_finite(tm, data, exc) from None
+    except Exception as exc:
+        raise pass_failure(tm.name, f"the training data ({data.source})", exc) from None
     n = len(traces)
-    say("fitting neuron ranges")
-    if ranges is None:
-        ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order
     if data.x is not None:  # traced in canonical order already

@@ -68,9 +68,8 @@ def _try_load(path: Path, fingerprint: str, warn: bool) -> TrainingProfile | Non
 
 
 def _drop_stale(cache_dir: Path) -> None:
-    """Remove the profiles of format 1 in ``cache_dir`` (no version reads them), saying so,
-    and what killed writers left an hour ago or more."""
-    store.sweep(cache_dir)
+    """Remove the profiles of format 1 in ``cache_dir`` (no version reads them), saying so
+    (what killed writers left is swept by every ``load_or_build``)."""
     old = store.stale_files(cache_dir)
     if not old:
         return
@@ -168,6 +167,7 @@ def load_or_build(
         return build()
     cache_dir = Path(cache_dir)
     path = profile_path(cache_dir, fp)
+    store.sweep(cache_dir)  # killed writers' leftovers, LEFTOVER_AGE old: loading or building
 
     def ready(p: TrainingProfile) -> bool:
         return not options.dsa_precompute or not p.classifier or p.dsa_arrays is not None

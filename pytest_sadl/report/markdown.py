@@ -1,14 +1,14 @@
 """Markdown for a CI job summary (GitHub's ``$GITHUB_STEP_SUMMARY``, GitLab, ...).
 
 GitHub renders HTML inside Markdown, so every value from the results (test ids, group
-and layer names, messages) goes through :func:`escape_md`: ``<script>`` stays text and a
-``|`` in a test id does not split a table cell.
+and layer names, messages) goes through :func:`escape_md` (:func:`pytest_sadl.text.markdown`):
+``<script>`` stays text, a ``|`` or a line break in a test id does not split a table
+cell, ``@octocat`` notifies no one, and U+202E or NUL reach the summary only as escapes.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from pytest_sadl.atomic import atomic_write_text
@@ -26,24 +26,17 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison
 from pytest_sadl.results import Failure, Results, TestRow
+from pytest_sadl.text import markdown
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
 
-# Only what is special inside a line: values never start a line (each follows "- " or
-# "| "), so "#", "-", "+" and "1." need no escape, and "(" only matters after "]".
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
-
 
 def escape_md(text: object) -> str:
-    """``text`` safe as plain Markdown text (and GitHub's HTML-in-Markdown), on one line.
-
-    HTML is entity-escaped and Markdown punctuation backslash-escaped, so the result must
-    not go inside a code span (where backslashes are literal).
-    """
-    s = str(text)
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _MD_SPECIAL.sub(r"\\\1", s)
-    return " ".join(s.split())
+    """``text`` safe as plain Markdown text (and GitHub's HTML-in-Markdown), on one line:
+    :func:`pytest_sadl.text.markdown` (HTML and Markdown punctuation escaped, line breaks
+    folded, controls and bidi overrides shown escaped, no live ``@mention``). The result
+    must not go inside a code span (where backslashes are literal)."""
+    return markdown(text)
 
 
 def _delta(d: float | None, status: str | None) -> str:

@@ -4,6 +4,11 @@
 wrapped, the layer list abbreviated, and the mistakes table shows the surprise measures
 with the best confidence baseline; ``term-verbose`` adds the per-test and per-layer
 tables and every column at full width.
+
+Every piece of text from users (the model's and layers' names, group names, test ids,
+warnings that quote them) goes through :func:`pytest_sadl.text.terminal`: a control
+character is shown escaped (ESC as ``\\x1b``), so a name cannot clear the screen, colour
+the log or split a row (CR/LF), and each line is checked once more as it is written.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pytest_sadl.criteria.registry import METRICS as ORDER
 from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
 from pytest_sadl.report.compare import Comparison
 from pytest_sadl.results import GroupRow, Metric, Results
+from pytest_sadl.text import terminal as safe
 
 
 def _pct(value: float | None) -> str:
@@ -52,6 +58,7 @@ def _count_note(names: list[str]) -> str | None:
 
 
 def _wrap(text: str, width: int | None, indent: str = "  ") -> list[str]:
+    text = safe(text)
     if width is None:
         return [text]
     return textwrap.wrap(
@@ -103,6 +110,7 @@ def _short_units(header: list[str], table: list[list[str]], width: int) -> list[
 def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
     """Aligned columns; with ``width``, the first column (names: groups, tests) is cut with
     an ellipsis so the table fits, down to 12 characters."""
+    rows = [[safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     over = sum(widths) + 2 * (len(widths) - 1) - (width or 0)
     if width is not None and over > 0 and widths[0] > 12:
@@ -121,7 +129,7 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
 def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -> list[str]:
     """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
     =all``), several stacked, each with the group column and as many metrics as fit."""
-    names = [("" if i == 0 else "+ ") + g.name for i, g in enumerate(groups)]
+    names = [("" if i == 0 else "+ ") + safe(g.name) for i, g in enumerate(groups)]
     cols = {k: [LABELS[k]] + [fmt_metric(k, g.cumulative.get(k)).rstrip("%") for g in groups] for k in shown}
     first = [["group", *names], ["tests"] + [str(g.tests) for g in groups]]
     first.append(["inputs"] + [str(g.inputs) for g in groups])
@@ -161,7 +169,7 @@ def render_terminal(
     if verbose:
         lines += _tests_table(results)
         lines += _layers_table(results)
-    return lines
+    return [safe(line) for line in lines]  # (each piece was made safe already: unchanged)
 
 
 def _header(results: Results, width: int | None) -> list[str]:

@@ -70,9 +70,11 @@ from typing import Any, BinaryIO, TypeVar
 import numpy as np
 
 from pytest_sadl.atomic import (
+    LEFTOVER_AGE,
     atomic_directory,
     atomic_open,
     durable_write,
+    sweep_leftovers,
 )
 
 __all__ = [
@@ -411,22 +413,12 @@ def stale_files(directory: str | os.PathLike[str]) -> list[Path]:
     return sorted(d.glob(f"{PREFIX}*.npz")) if d.is_dir() else []
 
 
-def sweep(directory: str | os.PathLike[str], older_than: float = 3600.0) -> list[Path]:
-    """Remove what killed writers left in ``directory`` (hidden ``.tmp-profile-*`` and
-    ``.old-profile-*`` entries whose files were all untouched for ``older_than``
-    seconds: a live writer's file changes all the time); return what was removed."""
-    import shutil
-    import time
-
-    d = Path(directory)
-    removed = []
-    for p in (*d.glob(f".tmp-{PREFIX}*"), *d.glob(f".old-{PREFIX}*")) if d.is_dir() else ():
-        with contextlib.suppress(OSError):
-            parts = [p, *p.iterdir()] if p.is_dir() and not p.is_symlink() else [p]
-            if time.time() - max(q.lstat().st_mtime for q in parts) > older_than:
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-                removed.append(p)
-    return removed
+def sweep(directory: str | os.PathLike[str], older_than: float = LEFTOVER_AGE) -> list[Path]:
+    """Remove what killed writers left in ``directory`` (hidden ``.tmp-*`` files and
+    folders, ``.old-profile-*`` folders) whose files were all untouched for ``older_than``
+    seconds (:func:`pytest_sadl.atomic.sweep_leftovers`: a live writer's file changes all
+    the time); return what was removed."""
+    return sweep_leftovers(directory, older_than)
 
 
 def entries(directory: str | os.PathLike[str]) -> list[Path]:

@@ -1,0 +1,53 @@
+"""A failure of the user's model while pytest-sadl traces it, as one line.
+
+The model and the data are the user's: an exception from a pass (a layer name TensorFlow
+refuses as a scope, a shape a layer refuses, an op with no kernel) is a
+:class:`~pytest_sadl.errors.SadlModelError` naming the model, what it was run on, the
+backend's own message on one line (its terminal escapes removed, its controls escaped)
+and the fix; the plugin makes it a usage error (exit 4), ``sadl`` exit 2. Never a
+traceback: the message is the part of the traceback the user can act on.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pytest_sadl.errors import SadlModelError
+from pytest_sadl.text import one_line, terminal
+
+__all__ = ["pass_failure", "message"]
+
+#: TensorFlow's words for a name it refuses as a (root) name scope.
+_SCOPE = re.compile(r"'((?:[^'\\]|\\.)*)' is not a valid (?:root )?scope name")
+
+
+def message(exc: BaseException) -> str:
+    """The line of the backend's message that says what is wrong: TensorFlow's traced
+    errors start with "in user code:" and a stack, and end with the error itself."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].startswith("in user code"):  # a traced call: the stack, then the error
+        return f"{type(exc).__name__}: {lines[-1]}"
+    if lines[0].startswith("Graph execution error"):  # a graph op failed: its node's stack, then why
+        after = [i + 1 for i, line in enumerate(lines) if line.startswith('File "')]
+        return f"{type(exc).__name__}: {lines[after[-1] if after and after[-1] < len(lines) else -1]}"
+    if lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
+        return f"{type(exc).__name__} in {lines[0].split('calling ', 1)[1].rstrip('.')}: {lines[1]}"
+    return f"{type(exc).__name__}: {lines[0]}"
+
+
+def pass_failure(model_name: object, what: str, exc: BaseException) -> SadlModelError:
+    """``exc``, raised while the model named ``model_name`` ran on ``what`` (``"the
+    training data (train.npz)"``), as one line naming both and the fix."""
+    model = terminal(repr(str(model_name)))
+    scope = _SCOPE.search(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)))
+    if scope is not None:
+        return SadlModelError(
+            f"model {model} has a layer (or model) name TensorFlow refuses as a name scope, "
+            f"{terminal(repr(scope.group(1)))} (only letters, digits and _ . / > - are allowed, and not _ "
+            "or - first), so the model cannot be traced: Keras' own model.predict fails on it too; rename it"
+        )
+    return SadlModelError(
+        f"model {model} failed on {terminal(what)} ({one_line(message(exc))}); check that model.predict runs on them"
+    )
