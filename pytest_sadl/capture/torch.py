@@ -309,6 +309,7 @@ class TorchTraceModel:
 
     backend = "torch"
     records = "forward"  # the recorder wraps the module's forward (model(x) and model.forward(x))
+    channels_first = True  # image inputs are (n, c, h, w), as torch's convolutions take them
 
     def __init__(
         self,

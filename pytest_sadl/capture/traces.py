@@ -243,6 +243,7 @@ class TraceModel:
     """
 
     records = "keras"  # the recorder wraps predict, predict_on_batch and __call__
+    channels_first = False  # image inputs are (n, h, w, c), as Keras' default data format
 
     def __new__(cls, model: Any, *args: Any, **kwargs: Any) -> Any:
         if cls is TraceModel and _is_torch_module(model):

@@ -373,7 +373,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise SadlConfigError(str(exc)) from None
     try:
         written = write_selection(
-            args.out, chosen, x, scores, y, channels_first=getattr(tm, "backend", None) == "torch"
+            args.out, chosen, x, scores, y, channels_first=tm.channels_first
         )
     except OSError as exc:
         raise SadlConfigError(

@@ -283,7 +283,7 @@ class Recorder:
         tm = self.trace_model(model)
         with self._lock, self.paused():
             traces = tm.traces(x, batch_size=batch_size, what="sadl_record(x)")
-        self.add(traces, x, rec, channels_first=getattr(tm, "backend", None) == "torch")
+        self.add(traces, x, rec, channels_first=tm.channels_first)
 
     def _attempt(
         self,
@@ -327,7 +327,7 @@ class Recorder:
     def recording(self, record: TestRecord, model: Any) -> Iterator[None]:
         """Wrap ``model``'s entry points while the block runs; restore them after."""
         tm = self.trace_model(model)
-        if getattr(tm, "records", "keras") == "forward":  # a torch.nn.Module
+        if tm.records == "forward":  # a torch.nn.Module
             with self._recording_forward(record, model, tm):
                 yield
             return
