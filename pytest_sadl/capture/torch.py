@@ -63,7 +63,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -770,6 +770,18 @@ class TorchTraceModel:
         if done == 0:
             raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
         return parts[0] if len(parts) == 1 else Traces.concatenate(parts)
+
+    def traces_and_ranges(
+        self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> tuple[Traces, Any]:
+        """What a profile build needs of one pass, as the Keras trace model's method gives
+        it: the traces without ``coverage`` (empty) and the coverage layers' ranges,
+        ``fit_ranges(traces(x).coverage)`` (a module's layer sizes are known only after its
+        first inputs, so its coverage traces are kept for the pass, then folded)."""
+        from pytest_sadl.criteria.neurons import fit_ranges
+
+        traces = self.traces(x, batch_size, progress=progress, what=what)
+        return replace(traces, coverage=[]), fit_ranges(traces.coverage, names=self.coverage_layers)
 
     def call_and_trace(self, x: Any, batch_size: int | None = None, **kwargs: Any) -> tuple[Any, Traces]:
         """``(output, traces)`` of one pass over ``x`` (NumPy output)."""

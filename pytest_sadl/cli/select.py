@@ -372,9 +372,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SadlConfigError(str(exc)) from None
     try:
-        written = write_selection(
-            args.out, chosen, x, scores, y, channels_first=tm.channels_first
-        )
+        written = write_selection(args.out, chosen, x, scores, y, channels_first=tm.channels_first)
     except OSError as exc:
         raise SadlConfigError(
             f"--out {args.out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory"

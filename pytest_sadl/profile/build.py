@@ -604,7 +604,7 @@ def build_profile(
     ``(traces, ranges)``, in its place (the Dask build, :mod:`pytest_sadl.profile.distributed`:
     the same batches, so the same traces and ranges)."""
     from pytest_sadl.capture.failures import pass_failure
-    from pytest_sadl.criteria.neurons import NonFiniteTraces, fit_ranges
+    from pytest_sadl.criteria.neurons import NonFiniteTraces
     from pytest_sadl.criteria.surprise import DSA
     from pytest_sadl.fingerprint import canonical_order, row_keys
 
@@ -621,13 +621,9 @@ def build_profile(
         if tracer is not None:
             order = canonical_order(data.row_digests())
             traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
-        elif hasattr(tm, "traces_and_ranges"):  # the coverage layers' ranges folded in the pass
+        else:  # the coverage layers' ranges folded in the pass (Keras and torch trace models)
             traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
-        else:  # a native torch module's trace model keeps its coverage traces
-            traces, ranges = tm.traces(traced, batch_size=options.batch_size, progress=progress), None
         say("fitting neuron ranges")
-        if ranges is None:
-            ranges = fit_ranges(traces.coverage, names=tm.coverage_layers)
         _check_finite_sa(traces.sa, tm)
     except (SadlConfigError, MemoryError):
         raise
