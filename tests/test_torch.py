@@ -12,6 +12,7 @@ and torch cannot be imported twice in one process.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -895,3 +896,27 @@ def test_a_module_with_two_positional_inputs_end_to_end(pytester: pytest.Pyteste
     assert any("keywords" in w and "unrecorded" in w for w in report["outcome"]["warnings"])
     assert report["metrics"]["lsc"]["count"] == 30 and report["metrics"]["nc"]["value"] > 0
     assert (pytester.path / "html" / "index.html").read_text().count("data:image/png;base64,") >= 5
+
+
+def test_a_dask_worker_folds_a_torch_modules_shard_as_a_local_build_does(digits: Any) -> None:
+    """A Dask worker's shard of a native torch module (``_trace_shard``, run here in process):
+    the module is probed on the shard's first rows, its coverage traces folded into the
+    ``RangeFit`` the driver merges, the ranges and SA traces those of one local pass."""
+    from pytest_sadl.profile import distributed
+
+    torch.manual_seed(0)
+    module = torch_conv()
+    x = _models.channels_first(digits.x_train[:300])
+    local_traces, local_ranges = TraceModel(torch_conv_copy := copy.deepcopy(module)).traces_and_ranges(x, 64)
+    del torch_conv_copy
+    key = ("in-process", None, tuple(local_traces.sa_layers), tuple(local_traces.coverage_layers), None, None)
+    distributed._MODELS[key] = TraceModel(module, list(key[2]), list(key[3]))  # as a worker's fresh model
+    try:
+        traces, fit = distributed._trace_shard(key, x, 64)
+    finally:
+        del distributed._MODELS[key]
+    assert traces.coverage == [] and local_traces.coverage == []
+    np.testing.assert_array_equal(traces.sa, local_traces.sa)
+    ranges = fit.result()
+    for a, b in zip(ranges.low + ranges.high, local_ranges.low + local_ranges.high, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -783,6 +783,18 @@ class TorchTraceModel:
         traces = self.traces(x, batch_size, progress=progress, what=what)
         return replace(traces, coverage=[]), fit_ranges(traces.coverage, names=self.coverage_layers)
 
+    def traces_folding(
+        self, x: Any, fit: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> Traces:
+        """The traces without ``coverage`` (empty), the coverage traces folded into ``fit``
+        (a :class:`~pytest_sadl.criteria.neurons.RangeFit` of :attr:`coverage_sizes`, known
+        once the module was probed: :meth:`prepare`), as the Keras trace model's method
+        does for a Dask worker."""
+        traces = self.traces(x, batch_size, progress=progress, what=what)
+        for i, layer in enumerate(traces.coverage):
+            fit.update(i, layer, 0)
+        return replace(traces, coverage=[])
+
     def call_and_trace(self, x: Any, batch_size: int | None = None, **kwargs: Any) -> tuple[Any, Traces]:
         """``(output, traces)`` of one pass over ``x`` (NumPy output)."""
         t = self.traces(x, batch_size or 256)

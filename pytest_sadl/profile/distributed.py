@@ -89,19 +89,13 @@ def _trace_shard(key: tuple[Any, ...], x: Any, batch_size: int) -> Any:
     :class:`~pytest_sadl.criteria.neurons.RangeFit`) instead, as a local build folds them:
     the driver merges the shards' ranges exactly, and a big model's coverage traces (51,739
     neurons an input on MobileNetV2) never travel to it."""
-    from dataclasses import replace
-
+    from pytest_sadl.capture.data import load_training_data
     from pytest_sadl.criteria.neurons import RangeFit
 
     tm = worker_trace_model(key)
-    if hasattr(tm, "traces_folding"):
-        fit = RangeFit(tm.coverage_sizes, tm.coverage_layers)
-        return tm.traces_folding(x, fit, batch_size=batch_size), fit
-    traces = tm.traces(x, batch_size=batch_size)  # a native torch module: its sizes known after a pass
-    fit = RangeFit([c.shape[1] for c in traces.coverage], tm.coverage_layers)
-    for i, layer in enumerate(traces.coverage):
-        fit.update(i, layer, 0)
-    return replace(traces, coverage=[]), fit
+    data = tm.prepare(load_training_data(x))  # a torch module is probed on its first rows here
+    fit = RangeFit(tm.coverage_sizes, tm.coverage_layers)
+    return tm.traces_folding(data, fit, batch_size=batch_size), fit
 
 
 def connect(address: str, timeout: float) -> Any:
