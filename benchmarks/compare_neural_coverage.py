@@ -346,7 +346,7 @@ def main() -> None:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.capture import trace_model
     from pytest_sadl.criteria.neurons import fit_ranges, kmnc, nbc, nc, snac
 
     torch.set_num_threads(args.threads)
@@ -378,7 +378,7 @@ def main() -> None:
         return out
 
     def run_sadl() -> dict[str, float]:
-        tm = TraceModel(model, sa_layers=[modules[-2]], coverage_layers=modules, extrema=True)
+        tm = trace_model(model, sa_layers=[modules[-2]], coverage_layers=modules, extrema=True)
         tr, te = tm.traces(x_train), tm.traces(x_test)
         ranges = fit_ranges(tr.coverage)
         return {
@@ -391,7 +391,7 @@ def main() -> None:
     (mine, t_mine), (theirs, t_theirs) = timed(run_sadl, args.reps), quiet(timed)(run_nlc, args.reps)
 
     # the ranges and the neurons constant over the training set, which the definitions count differently
-    tm = TraceModel(model, sa_layers=[modules[-2]], coverage_layers=modules)
+    tm = trace_model(model, sa_layers=[modules[-2]], coverage_layers=modules)
     ranges = fit_ranges(tm.traces(x_train).coverage)
     constant = sum(int((h <= lo).sum()) for lo, h in zip(ranges.low, ranges.high, strict=True))
     print(

@@ -25,7 +25,7 @@ keras = pytest.importorskip("keras")
 
 from torch import nn  # noqa: E402
 
-from pytest_sadl.capture import TraceModel  # noqa: E402
+from pytest_sadl.capture import trace_model  # noqa: E402
 from pytest_sadl.capture.data import load_training_data  # noqa: E402
 from pytest_sadl.capture.model import load_model  # noqa: E402
 from pytest_sadl.capture.torch import TorchTraceModel  # noqa: E402
@@ -108,15 +108,15 @@ def test_defaults_name_modules_by_path_and_take_outputs_after_their_activation(t
     followed by an activation module measured after it (the activation's path); SA: the
     last of them before the output; both as the Keras twin's layers, one for one."""
     keras_conv, conv = twins["conv"]
-    tm = TraceModel(conv)
+    tm = trace_model(conv)
     assert isinstance(tm, TorchTraceModel)
     tm.prepare(load_training_data(np.zeros((2, 1, 8, 8), np.float32)))
     assert tm.coverage_layers == ["1", "2", "4", "8", "10"]  # relu, pool, relu, relu, softmax
     assert tm.sa_layers == ["8"] and tm.classifier
-    assert TraceModel(keras_conv).coverage_layers == ["conv1", "pool1", "conv2", "hidden", "probs"]
+    assert trace_model(keras_conv).coverage_layers == ["conv1", "pool1", "conv2", "hidden", "probs"]
     assert tm.coverage_sizes == [8, 8, 16, 32, 10] and tm.sa_sizes == [32]
     # a module named explicitly is measured as it is: the Linear before its ReLU
-    pre = TraceModel(conv, sa_layers=["7"], coverage_layers=["0", "7"])
+    pre = trace_model(conv, sa_layers=["7"], coverage_layers=["0", "7"])
     x = np.random.default_rng(0).random((5, 1, 8, 8), dtype=np.float32)
     t = pre.traces(x)
     with torch.no_grad():
@@ -126,7 +126,7 @@ def test_defaults_name_modules_by_path_and_take_outputs_after_their_activation(t
     np.testing.assert_allclose(tm.traces(x).sa, post_h, atol=1e-6)
     assert (t.sa < 0).any() and (post_h >= 0).all()
     with pytest.raises(SadlLayerError, match="module 'nope' not found.*features|module 'nope' not found"):
-        TraceModel(conv, sa_layers=["nope"])
+        trace_model(conv, sa_layers=["nope"])
 
 
 def test_a_conv_batchnorm_relu_chain_is_one_layer_measured_after_its_activation() -> None:
@@ -146,14 +146,14 @@ def test_a_conv_batchnorm_relu_chain_is_one_layer_measured_after_its_activation(
         nn.BatchNorm1d(6),  # 8
         nn.Linear(6, 3),  # 9
     ).eval()
-    tm = TraceModel(model)
+    tm = trace_model(model)
     x = np.random.default_rng(0).normal(size=(5, 1, 8, 8)).astype(np.float32)
     tm.prepare(load_training_data(x))
     assert tm.coverage_layers == ["2", "5", "7", "8", "9"]
     with torch.no_grad():
         relu = model[:3](torch.from_numpy(x)).numpy().mean(axis=(2, 3))
     np.testing.assert_allclose(tm.traces(x).layer("2"), relu, atol=1e-6)
-    named = TraceModel(model, coverage_layers=["0", "1"])
+    named = trace_model(model, coverage_layers=["0", "1"])
     named.prepare(load_training_data(x))
     assert named.coverage_layers == ["0", "1"]  # named: measured as they are
 
@@ -184,7 +184,7 @@ def test_a_module_giving_an_output_keeps_its_trace_and_a_reused_relu_ends_no_cha
     torch.manual_seed(0)
     model = _OutputAndReusedReLU().eval()
     x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
-    tm = TraceModel(model, output=1, classifier=False)
+    tm = trace_model(model, output=1, classifier=False)
     tm.prepare(load_training_data(x))
     # emb is the measured output: kept; c1 -> bn1 ends at bn1, the ReLU runs twice
     assert tm.coverage_layers == ["act", "emb", "bn", "bn1", "c2", "head"]
@@ -213,7 +213,7 @@ def test_channels_first_maps_and_time_major_sequences_reduce_as_the_naive_loop()
     torch.manual_seed(0)
     model = Seq().eval()
     x = np.random.default_rng(1).normal(size=(6, 3, 7)).astype(np.float32)
-    tm = TraceModel(model, sa_layers=["lstm"], extrema=True)
+    tm = trace_model(model, sa_layers=["lstm"], extrema=True)
     t = tm.traces(x, batch_size=4)
     assert tm.coverage_layers == ["act", "lstm", "head"]  # conv measured after its Tanh; shared runs twice
     with torch.no_grad():
@@ -227,7 +227,7 @@ def test_channels_first_maps_and_time_major_sequences_reduce_as_the_naive_loop()
     assert t.coverage_extrema is not None
     np.testing.assert_allclose(t.coverage_extrema[1][1], seq.reshape(6, -1).max(axis=1), atol=1e-6)
     with pytest.raises(SadlLayerError, match="runs 2 times"):
-        TraceModel(model, coverage_layers=["shared"]).traces(x)
+        trace_model(model, coverage_layers=["shared"]).traces(x)
     assert not tm.classifier or tm.output_names == ["output"]
 
 
@@ -241,8 +241,8 @@ def test_profile_passes_run_in_eval_mode_without_grad_and_restore_the_modes(twin
     handle = model[6].register_forward_hook(lambda m, a, o: seen.append((m.training, torch.is_grad_enabled())))
     x = np.random.default_rng(2).random((40, 1, 8, 8), dtype=np.float32)
     try:
-        a = TraceModel(model).traces(x)
-        b = TraceModel(model).traces(x)
+        a = trace_model(model).traces(x)
+        b = trace_model(model).traces(x)
     finally:
         handle.remove()
     assert seen and all(mode == (False, False) for mode in seen)  # dropout off, no graph
@@ -256,7 +256,7 @@ def test_training_data_as_tensor_array_dataset_and_dataloader(twins: Any, digits
     _, mlp = twins["mlp"]
     x = chw(digits.x_train[:70])
     y = digits.y_train[:70]
-    tm = TraceModel(mlp)
+    tm = trace_model(mlp)
     want = tm.traces(x).sa
     tensor_x = torch.from_numpy(x).requires_grad_()
     for source in (
@@ -319,7 +319,7 @@ def test_the_same_weights_give_the_keras_traces_and_numbers(twins: Any, digits: 
     """Keras (TensorFlow) and PyTorch with the same weights: traces to 1e-5, the same
     classes, identical NC/NBC/SNAC, KMNC within a few sections, LSC/DSC within a bucket."""
     keras_model, module = twins[name]
-    ktm, ttm = TraceModel(keras_model, extrema=True), TraceModel(module, extrema=True)
+    ktm, ttm = trace_model(keras_model, extrema=True), trace_model(module, extrema=True)
     train_k, test_k = digits.x_train, digits.x_test[:200]
     kt_train, kt = ktm.traces(train_k), ktm.traces(test_k)
     tt_train, tt = ttm.traces(chw(train_k)), ttm.traces(chw(test_k))
@@ -531,7 +531,7 @@ def test_the_papers_subjects_have_twins_with_the_keras_layers_and_traces(subject
     Chauffeur (frames, then LSTMs) in PyTorch with the Keras weights: the default layers
     one for one (the same count, order and widths) and the traces to 1e-5."""
     keras_model, twin = subject_twins(kind)
-    ktm, ttm = TraceModel(keras_model, **_layers(kind)), TraceModel(twin, **_layers(kind))
+    ktm, ttm = trace_model(keras_model, **_layers(kind)), trace_model(twin, **_layers(kind))
     _, _, x = _models.kind_data(kind)
     a, b = ktm.traces(x), ttm.traces(_models.channels_first(x))
     assert ttm.coverage_sizes == ktm.coverage_sizes and ttm.sa_sizes == ktm.sa_sizes
@@ -547,11 +547,11 @@ def test_the_papers_subjects_have_twins_with_the_keras_layers_and_traces(subject
     if ttm.classifier:
         np.testing.assert_array_equal(b.pred, a.pred)
     if kind == "chauffeur":  # its frame conv runs on (n * t) rows: no default, and no layer when named
-        defaults = TraceModel(twin)
+        defaults = trace_model(twin)
         defaults.prepare(load_training_data(_models.channels_first(x[:4])))
         assert defaults.coverage_layers == ["lstm1", "rnn2", "lstm2", "steering"]
         with pytest.raises(SadlLayerError, match="'td_act' does not give one output row per input"):
-            TraceModel(twin, coverage_layers=["td_act"]).traces(_models.channels_first(x[:4]))
+            trace_model(twin, coverage_layers=["td_act"]).traces(_models.channels_first(x[:4]))
 
 
 TWIN_CONFTEST = """
@@ -763,7 +763,7 @@ def test_several_positional_inputs_are_named_by_forward_and_read_from_any_source
     torch.manual_seed(0)
     model = TwoInputs().eval()
     image, aux, y = _two_inputs()
-    tm = TraceModel(model, sa_layers=["hidden"], coverage_layers=["act", "aux", "head"])
+    tm = trace_model(model, sa_layers=["hidden"], coverage_layers=["act", "aux", "head"])
     assert tm.input_names == ["image", "aux"]
     want = tm.traces([image, aux], batch_size=16)
     with torch.no_grad():
@@ -904,13 +904,12 @@ def test_a_dask_worker_folds_a_torch_modules_shard_as_a_local_build_does(digits:
     ``RangeFit`` the driver merges, the ranges and SA traces those of one local pass."""
     from pytest_sadl.profile import distributed
 
-    torch.manual_seed(0)
-    module = torch_conv()
+    module = torch_conv()  # its random initial weights: both sides use the same module's
     x = _models.channels_first(digits.x_train[:300])
-    local_traces, local_ranges = TraceModel(torch_conv_copy := copy.deepcopy(module)).traces_and_ranges(x, 64)
+    local_traces, local_ranges = trace_model(torch_conv_copy := copy.deepcopy(module)).traces_and_ranges(x, 64)
     del torch_conv_copy
     key = ("in-process", None, tuple(local_traces.sa_layers), tuple(local_traces.coverage_layers), None, None)
-    distributed._MODELS[key] = TraceModel(module, list(key[2]), list(key[3]))  # as a worker's fresh model
+    distributed._MODELS[key] = trace_model(module, list(key[2]), list(key[3]))  # as a worker's fresh model
     try:
         traces, fit = distributed._trace_shard(key, x, 64)
     finally:
@@ -920,3 +919,18 @@ def test_a_dask_worker_folds_a_torch_modules_shard_as_a_local_build_does(digits:
     ranges = fit.result()
     for a, b in zip(ranges.low + ranges.high, local_ranges.low + local_ranges.high, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_trace_model_picks_the_trace_model_and_the_keras_one_refuses_a_module(dense_model: Any) -> None:
+    """``trace_model`` makes a TorchTraceModel for an ``nn.Module`` and a TraceModel for a Keras
+    model, both a ``Tracer``; TraceModel itself given a module says which function to call."""
+    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.errors import SadlModelError
+
+    module, keras_tm = torch_mlp(), trace_model(dense_model)
+    assert isinstance(trace_model(module), TorchTraceModel) and type(keras_tm) is TraceModel
+    for tm in (trace_model(module), keras_tm):
+        assert all(callable(getattr(tm, m)) for m in ("traces", "traces_and_ranges", "traces_folding", "prepare"))
+        assert tm.records in ("keras", "forward") and isinstance(tm.channels_first, bool)
+    with pytest.raises(SadlModelError, match=r"torch.nn.Module.*trace_model\(module"):
+        TraceModel(module)

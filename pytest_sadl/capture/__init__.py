@@ -7,7 +7,7 @@ layers' ``call`` tapped, compiled for TensorFlow (``tf.function``/XLA) or JAX
 (``jax.jit``); :mod:`~pytest_sadl.capture.traces` batches inputs through it and gives
 one :class:`Traces` type to the profile and the recorder alike.
 :mod:`~pytest_sadl.capture.torch` does the same for native PyTorch models (forward hooks;
-``TraceModel(module)`` returns its :class:`TorchTraceModel`). Importing this package
+:func:`trace_model` picks the trace model a model needs, both a :class:`Tracer`). Importing this package
 imports no backend; using it does.
 """
 
@@ -15,14 +15,18 @@ from pytest_sadl.capture.arrays import Progress, Traces
 from pytest_sadl.capture.layers import describe_layers, resolve_layers, walk
 from pytest_sadl.capture.traces import (
     TraceModel,
+    Tracer,
     default_coverage_layers,
     default_sa_layers,
     is_classifier,
+    trace_model,
 )
 
 __all__ = [
     "Traces",
     "TraceModel",
+    "Tracer",
+    "trace_model",
     "Progress",
     "resolve_layers",
     "describe_layers",

@@ -3,7 +3,7 @@ forward hooks in the model's own forward pass, reduced to one value per neuron, 
 
 torch is imported only here, and only when a PyTorch model or PyTorch data is given
 (``pip install "pytest-sadl[torch]"``). :class:`TorchTraceModel` has the interface of
-:class:`~pytest_sadl.capture.traces.TraceModel` (``TraceModel(module, ...)`` returns one),
+:class:`~pytest_sadl.capture.traces.TraceModel` (``trace_model(module, ...)`` makes one),
 so the profile, the recorder, the plugin and the ``sadl`` commands use it unchanged and
 see NumPy arrays only.
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -227,6 +227,51 @@ def _kept(model: Any, attr: str, key: tuple[Any, ...], make: Callable[[], _T], m
         return value
 
 
+class Tracer(Protocol):
+    """What the profile, the recorder, Dask workers and ``sadl`` ask of a trace model:
+    :class:`TraceModel` (Keras on TensorFlow, JAX or torch) and
+    :class:`~pytest_sadl.capture.torch.TorchTraceModel` (a native ``torch.nn.Module``)
+    both give it; :func:`trace_model` makes the one a model needs."""
+
+    model: Any
+    records: str  # what the recorder wraps: "keras" (predict and __call__) or "forward"
+    channels_first: bool  # image inputs are (n, c, h, w)
+    input_names: list[str]
+    name: str
+
+    def traces(
+        self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> Traces: ...
+
+    def traces_and_ranges(
+        self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> tuple[Traces, Any]: ...
+
+    def traces_folding(
+        self, x: Any, fit: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
+    ) -> Traces: ...
+
+    def call_and_trace(self, x: Any, batch_size: int | None = None, **kwargs: Any) -> tuple[Any, Traces]: ...
+
+    def prepare(self, data: TrainingData) -> TrainingData: ...
+
+
+def trace_model(
+    model: Any,
+    sa_layers: Sequence[str | int] | None = None,
+    coverage_layers: Sequence[str | int] | None = None,
+    **options: Any,
+) -> Any:
+    """The :class:`Tracer` of ``model``: a :class:`~pytest_sadl.capture.torch.TorchTraceModel`
+    for a native ``torch.nn.Module``, else a :class:`TraceModel` (``options``: ``output``,
+    ``classifier``, ``jit``, ``extrema``, as both take them)."""
+    if _is_torch_module(model):
+        from pytest_sadl.capture.torch import TorchTraceModel
+
+        return TorchTraceModel(model, sa_layers, coverage_layers, **options)
+    return TraceModel(model, sa_layers, coverage_layers, **options)
+
+
 class TraceModel:
     """A Keras model whose chosen layers are captured in its own forward pass.
 
@@ -238,19 +283,12 @@ class TraceModel:
     The wrapped model is not modified (a layer's ``call`` is tapped only while the pass
     is traced).
 
-    Given a ``torch.nn.Module``, ``TraceModel(...)`` returns a
-    :class:`~pytest_sadl.capture.torch.TorchTraceModel` (the same interface; forward hooks).
+    A ``torch.nn.Module`` is traced by :class:`~pytest_sadl.capture.torch.TorchTraceModel`
+    (forward hooks); :func:`trace_model` chooses between the two.
     """
 
     records = "keras"  # the recorder wraps predict, predict_on_batch and __call__
     channels_first = False  # image inputs are (n, h, w, c), as Keras' default data format
-
-    def __new__(cls, model: Any, *args: Any, **kwargs: Any) -> Any:
-        if cls is TraceModel and _is_torch_module(model):
-            from pytest_sadl.capture.torch import TorchTraceModel
-
-            return TorchTraceModel(model, *args, **kwargs)
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -263,6 +301,11 @@ class TraceModel:
         jit: bool | str = "auto",
         extrema: bool = False,
     ) -> None:
+        if _is_torch_module(model):
+            raise SadlModelError(
+                f"{type(model).__name__} is a torch.nn.Module, not a Keras model; trace it with "
+                "pytest_sadl.capture.trace_model(module, ...), which picks the torch trace model"
+            )
         check_model(model)
         check_scope_names(model)
         import keras

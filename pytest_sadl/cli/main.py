@@ -174,7 +174,7 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     """``sadl profile layers``: the model's layers by path, with output shapes and the
     defaults pytest-sadl would measure."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.capture import trace_model
     from pytest_sadl.capture.model import load_model
     from pytest_sadl.cli.args import parse_layers
 
@@ -191,7 +191,7 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     if args.usable and train is None:  # the ini's sadl_train, or a one-line error
         _, train, _ = model_and_train(args, sadl)
     model = load_model(spec, base_dir=base_dir, what="--model")
-    tm = TraceModel(model, parse_layers(args.sa_layers), parse_layers(args.coverage_layers), output=output)
+    tm = trace_model(model, parse_layers(args.sa_layers), parse_layers(args.coverage_layers), output=output)
     data = None
     if train is not None:  # a PyTorch model's shapes come from a pass on its inputs
         from pytest_sadl.capture.data import load_training_data

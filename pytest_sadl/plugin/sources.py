@@ -30,12 +30,12 @@ def make_recorder(options: SadlOptions) -> Any:
     from pytest_sadl.plugin.recorder import Recorder
 
     def factory(model: Any) -> Any:
-        from pytest_sadl.capture import TraceModel
+        from pytest_sadl.capture import trace_model
         from pytest_sadl.errors import SadlConfigError
 
         try:  # the same layer resolution as the profile's; no XLA: outputs equal predict's;
             # extrema: each conv map's min/max per input, for NC's scaling
-            return TraceModel(
+            return trace_model(
                 model, options.sa_layers, options.coverage_layers, output=options.output, jit=False, extrema=True
             )
         except SadlConfigError as exc:

@@ -424,9 +424,9 @@ class TrainingProfile:
     def trace_model(self, model: Any) -> Any:
         """A :class:`~pytest_sadl.capture.TraceModel` of ``model`` with this profile's layers,
         whose traces carry each conv layer's per-input extrema (what NC's scaling needs)."""
-        from pytest_sadl.capture import TraceModel
+        from pytest_sadl.capture import trace_model
 
-        return TraceModel(
+        return trace_model(
             model,
             self.sa_layers,
             self.coverage_layers,
@@ -472,11 +472,11 @@ def _now() -> str:
 
 def prepare(model: Any, train: Any, options: ProfileOptions, base_dir: Any) -> tuple[Any, Any, TrainingData, str, str]:
     """(model, TraceModel, data, model fingerprint, profile fingerprint)."""
-    from pytest_sadl.capture import TraceModel
+    from pytest_sadl.capture import trace_model
     from pytest_sadl.capture.model import load_model
 
     model = load_model(model, base_dir=base_dir)
-    tm = TraceModel(
+    tm = trace_model(
         model, options.sa_layers, options.coverage_layers, classifier=options.classifier, output=options.output
     )
     data = tm.prepare(load_training_data(train, base_dir=base_dir))

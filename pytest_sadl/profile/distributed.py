@@ -66,12 +66,12 @@ def worker_trace_model(key: tuple[Any, ...]) -> Any:
     any, is taken by the first key: a model serves one trace model)."""
     tm = _MODELS.get(key)
     if tm is None:
-        from pytest_sadl.capture import TraceModel
+        from pytest_sadl.capture import trace_model
         from pytest_sadl.capture.model import load_model
 
         spec, base_dir, sa_layers, coverage_layers, classifier, output, *more = key
         model = _SPARE.pop((spec, base_dir), None)
-        tm = TraceModel(
+        tm = trace_model(
             model if model is not None else load_model(spec, base_dir=base_dir),
             list(sa_layers),
             list(coverage_layers),
@@ -118,7 +118,7 @@ def connect(address: str, timeout: float) -> Any:
 
 def model_key(model_spec: str, base_dir: str | None, tm: Any, *, extrema: bool = False) -> tuple[Any, ...]:
     """What a worker needs to make the driver's trace model ``tm`` again (``extrema``: as
-    ``TraceModel(..., extrema=True)``, the per-input extrema NC's scaling needs)."""
+    ``trace_model(..., extrema=True)``, the per-input extrema NC's scaling needs)."""
     return (
         model_spec,
         base_dir,
