@@ -17,6 +17,7 @@ import sys
 import textwrap
 import warnings
 from pathlib import Path
+from typing import Any
 
 import naive
 import numpy as np
@@ -164,6 +165,16 @@ def run_fresh(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 def results(pytester: pytest.Pytester, name: str = "out.json") -> dict:
     return json.loads((pytester.path / name).read_text())
+
+
+def project_profile(path: Path) -> Any:
+    """The profile a ``project`` run built in its ``.sadl-cache`` (loaded: the same options)."""
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    return load_or_build(
+        str(path / "model.keras"), str(path / "train.npz"), ProfileOptions(sa_layers=("hidden",)), path / ".sadl-cache"
+    )
 
 
 def test_recording_groups_failures_and_values(project, digits):
@@ -675,8 +686,6 @@ def test_sa_components_project_lsa_and_mdsa_onto_the_principal_axes(project):
     unprojected; the axes and the projected held-out scores kept in the profile under their
     own names; in the results' config. N above the layer's width makes the projected metrics
     not available with a one-line reason; N = 0 is a usage error."""
-    from pytest_sadl.profile.build import ProfileOptions
-    from pytest_sadl.profile.lookup import load_or_build
 
     pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache")
     pytester.makeconftest(KEEP_RECORDED)  # the reference projects the traces the run recorded
@@ -696,12 +705,7 @@ def test_sa_components_project_lsa_and_mdsa_onto_the_principal_axes(project):
     assert data["config"]["sa_components"] == 4 and "sa_components" not in plain["config"]
     # the run's own float32 traces on both sides (the profile it built, the inputs it recorded):
     # what remains is float64 rounding of the plugin's chunked PCA against NumPy's SVD
-    profile = load_or_build(
-        str(pytester.path / "model.keras"),
-        str(pytester.path / "train.npz"),
-        ProfileOptions(sa_layers=("hidden",)),
-        pytester.path / ".sadl-cache",
-    )
+    profile = project_profile(pytester.path)
     test_sa, test_pred = recorded(pytester.path)
     sa, train_pred = np.asarray(profile.sa_traces, dtype=np.float64), profile.sa_pred
     centred = sa - sa.mean(axis=0)
@@ -1267,8 +1271,6 @@ def test_multimodal_surprise_metrics_end_to_end(project, digits):
     scores equal to the criteria on the profile's traces, the same on a second run (seeded)."""
     from pytest_sadl.criteria.mixture import MLSA
     from pytest_sadl.criteria.modes import MMDSA
-    from pytest_sadl.profile.build import ProfileOptions
-    from pytest_sadl.profile.lookup import load_or_build
 
     pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_mmdsa_modes = 3")
     pytester.makeconftest(KEEP_RECORDED)  # the reference scores the traces the run recorded
@@ -1286,12 +1288,7 @@ def test_multimodal_surprise_metrics_end_to_end(project, digits):
         "sadl-badge-mmdsc.json",
     ]
     assert all(0 < data["metrics"][m]["value"] <= 1 for m in ("mlsc", "mmdsc"))
-    profile = load_or_build(
-        str(pytester.path / "model.keras"),
-        str(pytester.path / "train.npz"),
-        ProfileOptions(sa_layers=("hidden",)),
-        pytester.path / ".sadl-cache",
-    )
+    profile = project_profile(pytester.path)
     sa, sa_pred = recorded(pytester.path)
     assert len(sa) == 60
     train, pred = profile.sa_traces, profile.sa_pred
