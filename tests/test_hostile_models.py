@@ -34,6 +34,16 @@ def nan_output():
     return model
 
 
+def inf_hidden():
+    """The project's model with one unit of its SA layer, hidden, computing inf (a NaN
+    there would not do: the ReLU turns NaN into 0)."""
+    model = keras.saving.load_model("model.keras")
+    kernel, bias = model.get_layer("hidden").get_weights()
+    bias[5] = np.inf
+    model.get_layer("hidden").set_weights([kernel, bias])
+    return model
+
+
 def named():
     """A small model whose second hidden layer is named by $LAYER_NAME (Sequential or functional)."""
     layers = [
@@ -94,6 +104,16 @@ def test_a_model_whose_output_holds_nan_is_one_line_naming_the_layer(project):
     line = _one_line(run(pytester, "--sadl-coverage"))
     assert "computes NaN values at layer 'probs' for all 1347 of the training inputs" in line, line
     assert "check the model's weights for NaN/inf" in line, line
+
+
+def test_inf_in_an_sa_layer_no_coverage_layer_sees_is_one_line_naming_it(project):
+    """The SA traces are checked on their own: with the coverage layers elsewhere (conv1),
+    inf at the SA layer would be stored and refused on every load."""
+    pytester = _configured(project, "inf_hidden")
+    ini = pytester.path / "pytest.ini"
+    ini.write_text(ini.read_text().rstrip("\n") + "\nsadl_coverage_layers = conv1\n")
+    line = _one_line(run(pytester, "--sadl-coverage"))
+    assert "computes inf values at layer 'hidden' for all 1347 of the training inputs" in line, line
 
 
 @pytest.mark.parametrize("functional", [False, True], ids=["sequential", "functional"])

@@ -552,17 +552,15 @@ def _check_second_pass(data: TrainingData, traced: TrainingData, rows: np.ndarra
 
 def _check_finite_sa(sa: np.ndarray, tm: Any) -> None:
     """The SA layers' traces finite (when no coverage layer is an SA layer, the ranges'
-    check has not seen them): NaN there would be stored and refused on every load."""
-    from pytest_sadl.criteria.neurons import NonFiniteTraces
+    check has not seen them): NaN there would be stored and refused on every load. The
+    ranges' own check, on the SA traces as one layer: its :class:`NonFiniteTraces` names
+    the SA layers, the rows and the first."""
+    from pytest_sadl.criteria.neurons import RangeFit
 
-    finite = np.isfinite(sa).all(axis=1) if sa.ndim == 2 and sa.size else np.ones(len(sa), bool)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
-        kind = "NaN" if np.isnan(sa[bad]).any() else "inf"
-        layer = ", ".join(tm.sa_layers)
-        raise NonFiniteTraces(
-            f"the SA traces contain {kind}", index=0, layer=layer, rows=bad.size, first=int(bad[0]), kind=kind
-        )
+    if len(sa):
+        fit = RangeFit([sa.shape[1]], [", ".join(tm.sa_layers)])
+        fit.update(0, sa, 0)
+        fit.result()
 
 
 def _non_finite(tm: Any, data: TrainingData, exc: Any) -> SadlConfigError:
