@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["markdown", "terminal", "one_line"]
+__all__ = ["markdown", "terminal", "one_line", "plain"]
 
 #: The bidirectional controls: the embeddings and overrides (U+202A..U+202E), the
 #: isolates (U+2066..U+2069), the marks (U+200E, U+200F, U+061C).
@@ -53,11 +53,17 @@ def terminal(text: object) -> str:
     return _UNSAFE.sub(_escape, str(text))
 
 
+def plain(text: object) -> str:
+    """``text`` another program wrote with its terminal escape sequences (colours, bold)
+    removed; its lines and controls as they are."""
+    return _ANSI.sub("", str(text))
+
+
 def one_line(text: object, limit: int = 300) -> str:
     """A message another program wrote (an exception from the backend), for a one-line
     error: its terminal escape sequences removed, its lines joined with ``" "``, every
     remaining control character escaped (:func:`terminal`), cut to ``limit`` characters."""
-    s = " ".join(_ANSI.sub("", str(text)).split())
+    s = " ".join(plain(text).split())
     s = terminal(s)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from pytest_sadl.errors import SadlModelError
-from pytest_sadl.text import one_line, terminal
+from pytest_sadl.text import one_line, plain, terminal
 
 __all__ = ["pass_failure", "message"]
 
@@ -24,7 +24,7 @@ _SCOPE = re.compile(r"'((?:[^'\\]|\\.)*)' is not a valid (?:root )?scope name")
 def message(exc: BaseException) -> str:
     """The line of the backend's message that says what is wrong: TensorFlow's traced
     errors start with "in user code:" and a stack, and end with the error itself."""
-    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
+    lines = [line.strip() for line in plain(exc).splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
     if lines[0].startswith("in user code"):  # a traced call: the stack, then the error
@@ -41,7 +41,7 @@ def pass_failure(model_name: object, what: str, exc: BaseException) -> SadlModel
     """``exc``, raised while the model named ``model_name`` ran on ``what`` (``"the
     training data (train.npz)"``), as one line naming both and the fix."""
     model = terminal(repr(str(model_name)))
-    scope = _SCOPE.search(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)))
+    scope = _SCOPE.search(plain(exc))
     if scope is not None:
         return SadlModelError(
             f"model {model} has a layer (or model) name TensorFlow refuses as a name scope, "
