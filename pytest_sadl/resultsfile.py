@@ -345,9 +345,10 @@ def load_results(path: str | os.PathLike[str], notes: list[str] | None = None) -
     except ResultsFileError as exc:
         raise ResultsFileError(f"{p}: {exc}") from None
     data = validate_results(data, source=p)
-    note = unknown_metrics(data, source=p)
-    if note is not None and notes is not None:
-        notes.append(note)
+    if notes is not None:
+        note = unknown_metrics(data, source=p)
+        if note is not None:
+            notes.append(note)
     return data
 
 
