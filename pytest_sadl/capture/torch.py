@@ -775,13 +775,13 @@ class TorchTraceModel:
         self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
     ) -> tuple[Traces, Any]:
         """What a profile build needs of one pass, as the Keras trace model's method gives
-        it: the traces without ``coverage`` (empty) and the coverage layers' ranges,
-        ``fit_ranges(traces(x).coverage)`` (a module's layer sizes are known only after its
-        first inputs, so its coverage traces are kept for the pass, then folded)."""
-        from pytest_sadl.criteria.neurons import fit_ranges
+        it: :meth:`traces_folding` into a ``RangeFit`` of the coverage layers (their sizes
+        known once :meth:`prepare` probed the module on the first inputs), and its ranges."""
+        from pytest_sadl.criteria.neurons import RangeFit
 
-        traces = self.traces(x, batch_size, progress=progress, what=what)
-        return replace(traces, coverage=[]), fit_ranges(traces.coverage, names=self.coverage_layers)
+        data = self.prepare(x if isinstance(x, TrainingData) else load_training_data(x, what=what))
+        fit = RangeFit(self.coverage_sizes, self.coverage_layers)
+        return self.traces_folding(data, fit, batch_size, progress=progress, what=what), fit.result()
 
     def traces_folding(
         self, x: Any, fit: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
