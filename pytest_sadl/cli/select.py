@@ -100,7 +100,8 @@ def select_from_pool(
         metrics.append(criterion)
     view = ProfileView.of(profile, [m for m in METRICS if m in metrics], options)
     if cluster is not None:  # a view's given scorers: these two on the cluster
-        view.lsa, view.dsa = cluster[0].lsa, cluster[0].dsa if profile.classifier else None
+        view.use("lsa", cluster[0].lsa)
+        view.use("dsa", cluster[0].dsa if profile.classifier else None)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
