@@ -583,6 +583,65 @@ def _non_finite(tm: Any, data: TrainingData, exc: Any) -> SadlConfigError:
     )
 
 
+def _trace(
+    tm: Any,
+    data: TrainingData,
+    traced: Any,
+    options: ProfileOptions,
+    progress: Progress | None,
+    tracer: Any,
+    say: Status,
+) -> tuple[Any, Any]:
+    """The build's one pass: the traces and the coverage layers' ranges. The user's model
+    and data run here: whatever fails is theirs, said in one line."""
+    from pytest_sadl.capture.failures import pass_failure
+    from pytest_sadl.criteria.neurons import NonFiniteTraces
+    from pytest_sadl.fingerprint import canonical_order
+
+    try:
+        if tracer is not None:
+            order = canonical_order(data.row_digests())
+            traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
+        else:  # the coverage layers' ranges folded in the pass (Keras and torch trace models)
+            traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
+        say("fitting neuron ranges")
+        _check_finite_sa(traces.sa, tm)
+    except (SadlConfigError, MemoryError):
+        raise
+    except NonFiniteTraces as exc:
+        raise _non_finite(tm, data, exc) from None
+    except Exception as exc:
+        raise pass_failure(tm.name, f"the training data ({data.source})", exc) from None
+    return traces, ranges
+
+
+def _lsa_arrays(sa_traces: np.ndarray, sa_pred: np.ndarray | None, options: ProfileOptions) -> dict[str, np.ndarray]:
+    """What the stored LSA is made of: the traces (and a classifier's classes) and its settings."""
+    lsa_arrays = {
+        "train_ats": sa_traces,
+        "var_threshold": np.array(float(options.var_threshold)),
+        "near_singular": np.array(options.lsa_near_singular),
+        "var_rule": np.array(options.var_rule),
+    }
+    if sa_pred is not None:
+        lsa_arrays["train_pred"] = sa_pred
+    return lsa_arrays
+
+
+def _dsa_arrays(sa_traces: np.ndarray, sa_pred: np.ndarray, say: Status) -> dict[str, np.ndarray] | None:
+    """``dsa_precompute``: every training trace's nearest other-class distance, stored with the profile."""
+    from pytest_sadl.criteria.surprise import DSA
+
+    try:
+        dsa = DSA(sa_traces, sa_pred)
+    except ValueError as exc:  # reported by the run as DSA's reason; nothing to precompute
+        say(f"DSA cannot be set up, nothing to precompute: {exc}")
+        return None
+    say(f"DSA: nearest other-class distance of {len(sa_traces)} training traces")
+    arrays: dict[str, np.ndarray] = dsa.to_arrays()
+    return arrays
+
+
 def build_profile(
     tm: Any,
     data: TrainingData,
@@ -601,9 +660,6 @@ def build_profile(
     traces of array data's rows in canonical ``order`` and their coverage layers' ranges,
     ``(traces, ranges)``, in its place (the Dask build, :mod:`pytest_sadl.profile.distributed`:
     the same batches, so the same traces and ranges)."""
-    from pytest_sadl.capture.failures import pass_failure
-    from pytest_sadl.criteria.neurons import NonFiniteTraces
-    from pytest_sadl.criteria.surprise import DSA
     from pytest_sadl.fingerprint import canonical_order, row_keys
 
     say = status or (lambda _msg: None)
@@ -615,20 +671,7 @@ def build_profile(
             f"a Dask build needs the training data as arrays, not a dataset ({data.source}); "
             "return an array or (x, y) from sadl_train, or build without --dask"
         )
-    try:  # the user's model and data run here: whatever fails is theirs, said in one line
-        if tracer is not None:
-            order = canonical_order(data.row_digests())
-            traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
-        else:  # the coverage layers' ranges folded in the pass (Keras and torch trace models)
-            traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
-        say("fitting neuron ranges")
-        _check_finite_sa(traces.sa, tm)
-    except (SadlConfigError, MemoryError):
-        raise
-    except NonFiniteTraces as exc:
-        raise _non_finite(tm, data, exc) from None
-    except Exception as exc:
-        raise pass_failure(tm.name, f"the training data ({data.source})", exc) from None
+    traces, ranges = _trace(tm, data, traced, options, progress, tracer, say)
     n = len(traces)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order
@@ -645,23 +688,8 @@ def build_profile(
     # The surprise measures are set up when a run needs them (ProfileView): one that cannot
     # be set up on these traces (too few classes, too little variance) is then reported as
     # not available while the others are computed, and the profile is cached either way.
-    lsa_arrays = {
-        "train_ats": sa_traces,
-        "var_threshold": np.array(float(options.var_threshold)),
-        "near_singular": np.array(options.lsa_near_singular),
-        "var_rule": np.array(options.var_rule),
-    }
-    if tm.classifier:
-        lsa_arrays["train_pred"] = sa_pred
-    dsa_arrays = None
-    if tm.classifier and options.dsa_precompute:
-        try:
-            dsa = DSA(sa_traces, sa_pred)
-        except ValueError as exc:  # reported by the run as DSA's reason; nothing to precompute
-            say(f"DSA cannot be set up, nothing to precompute: {exc}")
-        else:
-            say(f"DSA: nearest other-class distance of {n} training traces")
-            dsa_arrays = dsa.to_arrays()
+    lsa_arrays = _lsa_arrays(sa_traces, sa_pred if tm.classifier else None, options)
+    dsa_arrays = _dsa_arrays(sa_traces, sa_pred, say) if tm.classifier and options.dsa_precompute else None
     resolved = replace(
         options,
         sa_layers=tuple(tm.sa_layers),
