@@ -209,3 +209,73 @@ def test_ood_table_rows_per_group_and_score():
     assert far.auroc == pytest.approx(_sklearn(scores["train"]["energy"], scores["far"]["energy"])[0])
     ref = detection.ood_table({"far": scores["far"]}, scores["train"], keys=["knn", "energy"])
     assert [(r.group, r.score) for r in ref] == [("far", "energy")]
+
+
+# ---------------------------------------------------------------- through a real profile
+
+
+OOD_METRICS = ("knnc", "mahac", "energyc", "maxlogitc", "mspc")
+
+
+def _logits_of(model, x):
+    """The output layer's logits, from a second Keras model that ends before its softmax."""
+    import keras
+
+    out = model.get_layer("probs")
+    pre = keras.Model(model.inputs, out.input)
+    kernel, bias = out.get_weights()
+    return pre.predict(x, verbose=0).astype(np.float64) @ kernel + bias
+
+
+def test_ood_criteria_on_a_stored_profile_of_a_real_classifier(conv_model, digits, tmp_path):
+    from pytest_sadl.criteria import registry
+    from pytest_sadl.engine import ProfileView
+    from pytest_sadl.profile.build import ProfileOptions
+    from pytest_sadl.profile.lookup import load_or_build
+
+    built = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100), tmp_path)
+    again = load_or_build(conv_model, digits.x_train, ProfileOptions(batch_size=100), tmp_path)
+    assert built.built and not again.built, "the second one is read from the store"
+    kernel, bias = again.logit_head()  # stored with the profile, read back
+    assert kernel.shape == (32, 10) and bias.shape == (10,)
+    view = ProfileView.of(again, metrics=OOD_METRICS)
+    x = digits.x_test[:40]
+    traces = again.trace_model(conv_model).traces(x)
+    scores = view.score(traces.sa, traces.pred)
+    assert set(scores) == {"knn", "maha", "energy", "maxlogit", "msp"} and not view.unavailable
+    z = _logits_of(conv_model, x)
+    assert scores["energy"] == pytest.approx(naive_energy(z), rel=1e-5, abs=1e-5)
+    assert scores["maxlogit"] == pytest.approx(-z.max(axis=1), rel=1e-5, abs=1e-5)
+    assert scores["msp"] == pytest.approx(1 - conv_model.predict(x, verbose=0).max(axis=1), abs=1e-5)
+    train = np.asarray(again.sa_traces, dtype=np.float64)
+    assert scores["knn"][:8] == pytest.approx(naive_knn(train, traces.sa[:8], 50), abs=1e-7)
+    want = naive_mahalanobis(train, np.asarray(again.sa_pred), traces.sa[:8].astype(np.float64))
+    assert scores["maha"][:8] == pytest.approx(want, rel=1e-6)
+    # the criteria bucket them as every surprise coverage does
+    assert all(registry.BY_NAME[m].sa in scores for m in OOD_METRICS)
+
+
+def test_logit_scores_refused_in_one_line_for_a_regression_model(regression_model, digits, tmp_path):
+    from pytest_sadl.engine import ProfileView
+    from pytest_sadl.profile.lookup import load_or_build
+
+    profile = load_or_build(regression_model, digits.x_train, None, tmp_path)
+    view = ProfileView.of(profile, metrics=OOD_METRICS)
+    for key in ("energy", "maxlogit", "msp"):
+        assert view.scorer(key) is None
+        reason = view.unavailable[key]
+        assert "regression model has no softmax output" in reason and "\n" not in reason
+    assert view.scorer("knn") is not None and view.scorer("maha") is not None
+    with pytest.raises(ValueError, match="regression model: it has no softmax output"):
+        profile.logit_head()
+
+
+def test_logit_head_refuses_sa_layers_that_are_not_the_output_layers_input(dense_model):
+    from pytest_sadl.capture import trace_model
+    from pytest_sadl.capture.logits import logit_head
+    from pytest_sadl.errors import SadlLayerError
+
+    kernel, bias = logit_head(trace_model(dense_model))
+    assert kernel.shape == (16, 10)
+    with pytest.raises(SadlLayerError, match=r"the logits are 'probs' of 'hidden2', not of the SA layers \['hidden1'\]"):
+        logit_head(trace_model(dense_model, sa_layers=["hidden1"]))

@@ -88,6 +88,8 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
     for key, value in profile.ranges.to_arrays().items():
         if key != "names":  # strings go into the metadata: the store holds numbers only
             arrays[f"ranges.{key}"] = value
+    for key, value in (profile.head_arrays or {}).items():
+        arrays[f"head.{key}"] = np.ascontiguousarray(value, dtype=np.float64)
     refs: dict[str, Any] = {"strings": {}}
     strings = refs["strings"]
     cands = _candidates(profile)
@@ -187,6 +189,9 @@ def check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
     }
     if "order" in shapes:
         want["order"] = ((n,), "iu")
+    if "head.kernel" in shapes or "head.bias" in shapes:  # the output layer over the SA traces
+        want["head.kernel"] = ((d, meta["n_outputs"]), "f")
+        want["head.bias"] = ((meta["n_outputs"],), "f")
     for key, (shape, kind) in want.items():
         if key not in shapes:
             raise Invalid(f"array {key!r} is missing")
@@ -255,7 +260,7 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
     if order is not None:
         cands["sa_traces[order]"] = lambda: esa[order]
         cands["sa_pred[order]"] = lambda: epred[order]
-    groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}}
+    groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}, "head": {}}
     for key, value in arrays.items():
         group, _, sub = key.partition(".")
         if group in groups and sub:
@@ -327,4 +332,6 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         data_source=str(meta.get("data_source", "")),
         path=path,
         built=False,
+        head_arrays=groups["head"] or None,
+        head_reason=str(meta.get("head_reason", "")),
     )
