@@ -170,3 +170,21 @@ def test_sadl_estimate_chooses_and_estimates_on_a_real_model(conv_model_path, co
     assert main(["estimate", "accuracy", str(out / "plan.json"), str(tmp_path / "short.npy")]) != 0
     err = capsys.readouterr().err
     assert "short.npy: 7 labels, but the plan has 60 inputs in a pool of 450" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["estimate", "--help"], ["estimate", "choose", "--help"]])
+def test_estimate_help_imports_nothing_heavy(args):
+    """`sadl estimate --help` starts at once, as `sadl select --help` does (tests/test_cli.py)."""
+    import subprocess
+    import sys
+
+    heavy = ("numpy", "scipy", "pytest", "keras", "tensorflow", "jax")
+    code = (
+        "import contextlib, io, sys\n"
+        "from pytest_sadl.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n        main(sys.argv[1:])\n    except SystemExit:\n        pass\n"
+        f"print([m for m in {heavy!r} if m in sys.modules], 'stratified' in out.getvalue() or 'choose' in out.getvalue())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[] True", done.stdout + done.stderr

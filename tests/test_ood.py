@@ -277,5 +277,7 @@ def test_logit_head_refuses_sa_layers_that_are_not_the_output_layers_input(dense
 
     kernel, bias = logit_head(trace_model(dense_model))
     assert kernel.shape == (16, 10)
-    with pytest.raises(SadlLayerError, match=r"the logits are 'probs' of 'hidden2', not of the SA layers \['hidden1'\]"):
+    with pytest.raises(
+        SadlLayerError, match=r"the logits are 'probs' of 'hidden2', not of the SA layers \['hidden1'\]"
+    ):
         logit_head(trace_model(dense_model, sa_layers=["hidden1"]))
