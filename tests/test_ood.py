@@ -77,6 +77,17 @@ def test_knn_is_the_kth_nearest_normalised_training_feature(k):
         assert got[0] == pytest.approx(0.0, abs=1e-7)
 
 
+def test_knn_on_a_memory_mapped_training_set_is_the_same(tmp_path):
+    rng = np.random.default_rng(5)
+    train = rng.normal(size=(300, 6)).astype(np.float32)
+    np.save(tmp_path / "t.npy", train)
+    mapped = np.load(tmp_path / "t.npy", mmap_mode="r")
+    tests = rng.normal(size=(20, 6))
+    knn = ood.KNN(mapped, k=7, chunk_bytes=1000)  # many chunks of training traces and of inputs
+    assert isinstance(knn.train, np.memmap), "the training traces are not copied"
+    assert knn(tests) == pytest.approx(naive_knn(train.astype(np.float64), tests, 7), abs=1e-9)
+
+
 def test_knn_scale_invariance_and_refusals():
     rng = np.random.default_rng(0)
     train = rng.normal(size=(40, 5))

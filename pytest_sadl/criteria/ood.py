@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pytest_sadl.criteria.checks import as_pred, as_traces, as_train_traces, classes_of
+from pytest_sadl.criteria.checks import as_pred, as_traces, as_train_traces, class_moments, classes_of
 
 CHUNK_BYTES = 16 * 2**20
 #: Sun et al.'s k for CIFAR-10 with the whole training set
@@ -54,7 +54,12 @@ def _normalised(x: np.ndarray) -> np.ndarray:
 
 
 class KNN:
-    """The k-th nearest normalised training feature's distance (Sun et al., ICML 2022)."""
+    """The k-th nearest normalised training feature's distance (Sun et al., ICML 2022).
+
+    The training traces are kept as given (a memory map stays one) with their inverse
+    norms; scoring runs over blocks of inputs and chunks of training traces, keeping each
+    input's ``k`` largest cosine similarities, so memory stays within a few
+    ``chunk_bytes`` whatever the training set's size."""
 
     def __init__(self, train_ats: object, *, k: int = KNN_K, chunk_bytes: int = CHUNK_BYTES) -> None:
         train = as_train_traces("train_ats", train_ats)
@@ -64,22 +69,46 @@ class KNN:
             raise ValueError(f"KNN's k={k} is more than the {len(train)} training traces; choose k <= {len(train)}")
         self.k = int(k)
         self.chunk_bytes = int(chunk_bytes)
-        self.train = np.concatenate(
-            [_normalised(train[s : s + 4096]) for s in range(0, len(train), 4096)]
-        )  # (n, d) float64
+        self.train = train
+        step = max(1, self.chunk_bytes // (8 * train.shape[1]))
+        norms = np.concatenate(
+            [
+                np.sqrt(np.einsum("ij,ij->i", c, c))
+                for c in (np.asarray(train[s : s + step], np.float64) for s in range(0, len(train), step))
+            ]
+        )
+        self.inverse = np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)
+        self.rows = max(self.k, step)  # training traces per chunk
+
+    def _unit(self, start: int, stop: int) -> np.ndarray:
+        out: np.ndarray = np.asarray(self.train[start:stop], np.float64) * self.inverse[start:stop, None]
+        return out
+
+    def _kth(self, block: np.ndarray) -> np.ndarray:
+        """The index of each row's k-th most similar (nearest) normalised training trace."""
+        k = self.k
+        best_sim = np.empty((len(block), 0))
+        best_idx = np.empty((len(block), 0), np.int64)
+        for s in range(0, len(self.train), self.rows):
+            chunk = self._unit(s, s + self.rows)
+            sim = np.concatenate([best_sim, block @ chunk.T], axis=1)
+            idx = np.concatenate([best_idx, np.broadcast_to(np.arange(s, s + len(chunk)), (len(block), len(chunk)))], 1)
+            if sim.shape[1] > k:
+                top = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+                sim, idx = np.take_along_axis(sim, top, 1), np.take_along_axis(idx, top, 1)
+            best_sim, best_idx = sim, idx
+        out: np.ndarray = best_idx[np.arange(len(block)), np.argmin(best_sim, axis=1)]
+        return out
 
     def __call__(self, ats: object, pred: object = None) -> np.ndarray:
         """Scores of ``ats`` (``pred`` ignored: the score is the same for every class)."""
         x = _normalised(as_traces("ats", ats, dims=self.train.shape[1], allow_empty=True))
-        n_train = len(self.train)
         out = np.empty(len(x))
-        rows = max(1, self.chunk_bytes // (8 * n_train))
-        kth = n_train - self.k  # the k-th largest similarity is the k-th nearest (unit vectors)
+        rows = max(1, self.chunk_bytes // (8 * 2 * (self.rows + self.k)))
         for s in range(0, len(x), rows):
             block = x[s : s + rows]
-            sim = block @ self.train.T
-            idx = np.argpartition(sim, kth, axis=1)[:, kth]
-            diff = block - self.train[idx]
+            near = self._kth(block)
+            diff = block - np.asarray(self.train[near], np.float64) * self.inverse[near, None]
             out[s : s + rows] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
         return out
 
@@ -163,15 +192,17 @@ class TiedMahalanobis:
     def __init__(
         self, train_ats: object, train_pred: object = None, *, rcond: float = 1e-10, chunk_bytes: int = CHUNK_BYTES
     ) -> None:
-        x = np.asarray(as_train_traces("train_ats", train_ats), dtype=np.float64)
+        x = as_train_traces("train_ats", train_ats, chunk_bytes=chunk_bytes)  # a memmap stays one
         self.classifier = train_pred is not None
         pred = as_pred("train_pred", train_pred, len(x)) if self.classifier else np.zeros(len(x), np.int64)
         self.classes, members = classes_of(pred)
-        means = np.stack([x[m].mean(axis=0) for m in members])
         scatter = np.zeros((x.shape[1], x.shape[1]))
-        for c, m in enumerate(members):
-            centred = x[m] - means[c]
-            scatter += centred.T @ centred
+        means = []
+        for rows in members:  # each class's mean and scatter, a chunk of rows at a time
+            mean, matrix, _ = class_moments(x, rows, chunk_bytes)
+            assert matrix is not None
+            means.append(mean)
+            scatter += matrix
         cov = scatter / len(x)
         w, v = np.linalg.eigh(cov)
         top = float(w.max()) if w.size else 0.0
@@ -180,7 +211,7 @@ class TiedMahalanobis:
             raise ValueError("the training traces do not vary within their classes; choose another layer")
         # Sigma^+ = W W^T with W = V_kept / sqrt(w_kept): the distance is ||(x - mu) W||^2
         self.whiten = v[:, keep] / np.sqrt(w[keep])
-        self.means = means @ self.whiten
+        self.means = np.stack(means) @ self.whiten
         self.dims = x.shape[1]
         self.chunk_bytes = int(chunk_bytes)
 

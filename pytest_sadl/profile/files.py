@@ -251,6 +251,11 @@ def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -
     return profile
 
 
+def _head(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The output layer's kernel and bias (``head.*``), ``None`` when the profile has none."""
+    return arrays or None
+
+
 def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
     sa, pred, n = arrays["sa_traces"], arrays["sa_pred"], meta["n_train"]
     order = arrays.get("order")
@@ -332,6 +337,6 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         data_source=str(meta.get("data_source", "")),
         path=path,
         built=False,
-        head_arrays=groups["head"] or None,
+        head_arrays=_head(groups["head"]),
         head_reason=str(meta.get("head_reason", "")),
     )
