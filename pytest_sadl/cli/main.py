@@ -348,6 +348,7 @@ LAZY = {
         "pytest_sadl.cli.select",
         "choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
     ),
+    "estimate": ("pytest_sadl.cli.estimate", "estimate the model's accuracy on an unlabelled pool from a few labels"),
 }
 
 

@@ -93,6 +93,7 @@ def held_out_sa(
             view.near_singular,
             view.options,
             var_rule=view.var_rule,
+            logit_head=_logit_head(view),
         )
         for key in keys:
             try:  # projected: the axes of the whole training set (the run's), the set-up of the rest
@@ -105,6 +106,15 @@ def held_out_sa(
             scorer = None  # one set-up in memory at a time
         del rest, training
     return out
+
+
+def _logit_head(view: ProfileView) -> tuple[np.ndarray, np.ndarray] | None:
+    """The profile's output layer (the logit scores' set-up on the held-out rest), ``None``
+    where it has none (the scores then say why, as on the whole set)."""
+    try:
+        return None if view.profile is None else view.profile.logit_head()
+    except ValueError:
+        return None
 
 
 #: A memory-mapped training set larger than this is not copied into memory for the held-out

@@ -283,6 +283,11 @@ class TrainingProfile:
     _mdsa: Any = field(default=None, repr=False, compare=False)
     _dsa_known: int = field(default=0, repr=False, compare=False)
     _extras: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    #: the output layer as a map of the SA traces (``kernel``, ``bias``: the logits are
+    #: ``sa_traces @ kernel + bias``; :mod:`pytest_sadl.capture.logits`), ``None`` where
+    #: there is none; ``head_reason`` then says why
+    head_arrays: Mapping[str, np.ndarray] | None = None
+    head_reason: str = ""
 
     @property
     def n_classes(self) -> int | None:
@@ -383,6 +388,18 @@ class TrainingProfile:
             )
         return self._mdsa
 
+    def logit_head(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(kernel, bias)`` of the output layer (the logits of SA traces ``h`` are
+        ``h @ kernel + bias``): what energy, MaxLogit and MSP need. Raises ``ValueError``
+        with the one-line reason where the model has none (a regression model...)."""
+        if self.head_arrays is None:
+            raise ValueError(
+                self.head_reason
+                or "this profile was stored before pytest-sadl kept the output layer's logits; "
+                "rebuild it (sadl profile build --rebuild) for energy, MaxLogit and MSP"
+            )
+        return np.asarray(self.head_arrays["kernel"]), np.asarray(self.head_arrays["bias"])
+
     def cached_array(self, name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """A derived array kept in the profile's folder: loaded when it is there (and
         matches its digest), else ``compute()``-d and stored atomically.
@@ -460,6 +477,7 @@ class TrainingProfile:
             "versions": self.versions,
             "data_source": self.data_source,
             "output": self.options.output,
+            "head_reason": self.head_reason,
         }
 
 
@@ -697,6 +715,7 @@ def build_profile(
         classifier=tm.classifier,
         output=tm.output_name,
     )
+    head_arrays, head_reason = _logit_head(tm)
     profile = TrainingProfile(
         fingerprint=fingerprint,
         options=resolved,
@@ -721,5 +740,18 @@ def build_profile(
         versions=_versions(),
         data_source=data.source,
         built=True,
+        head_arrays=head_arrays,
+        head_reason=head_reason,
     )
     return profile
+
+
+def _logit_head(tm: Any) -> tuple[dict[str, np.ndarray] | None, str]:
+    """The output layer's kernel and bias over the SA traces, or the reason there are none."""
+    from pytest_sadl.capture.logits import logit_head
+
+    try:
+        kernel, bias = logit_head(tm)
+    except SadlConfigError as exc:
+        return None, str(exc)
+    return {"kernel": kernel, "bias": bias}, ""

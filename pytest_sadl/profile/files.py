@@ -88,6 +88,8 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
     for key, value in profile.ranges.to_arrays().items():
         if key != "names":  # strings go into the metadata: the store holds numbers only
             arrays[f"ranges.{key}"] = value
+    for key, value in (profile.head_arrays or {}).items():
+        arrays[f"head.{key}"] = np.ascontiguousarray(value, dtype=np.float64)
     refs: dict[str, Any] = {"strings": {}}
     strings = refs["strings"]
     cands = _candidates(profile)
@@ -202,6 +204,9 @@ def check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
     }
     if "order" in shapes:
         want["order"] = ((n,), "iu")
+    if "head.kernel" in shapes or "head.bias" in shapes:  # the output layer over the SA traces
+        want["head.kernel"] = ((d, meta["n_outputs"]), "f")
+        want["head.bias"] = ((meta["n_outputs"],), "f")
     for key, (shape, kind) in want.items():
         if key not in shapes:
             raise Invalid(f"array {key!r} is missing")
@@ -272,6 +277,11 @@ def _check_indices(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
         raise Invalid("the LSA's var_threshold differs from the metadata's")
 
 
+def _head(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The output layer's kernel and bias (``head.*``), ``None`` when the profile has none."""
+    return arrays or None
+
+
 def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
     sa, pred, n = arrays["sa_traces"], arrays["sa_pred"], meta["n_train"]
     order = arrays.get("order")
@@ -310,6 +320,8 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         data_source=str(meta.get("data_source", "")),
         path=path,
         built=False,
+        head_arrays=_head(groups["head"]),
+        head_reason=str(meta.get("head_reason", "")),
     )
 
 
@@ -338,8 +350,8 @@ def _ref_sources(arrays: dict[str, np.ndarray], order: np.ndarray | None) -> dic
 
 
 def _groups(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """The stored arrays (and the metadata's strings) of the LSA, the DSA and the ranges, by name."""
-    groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}}
+    """The stored arrays (and the metadata's strings) of the LSA, the DSA, the ranges and the output layer (head), by name."""
+    groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}, "head": {}}
     for key, value in arrays.items():
         group, _, sub = key.partition(".")
         if group in groups and sub:
