@@ -127,7 +127,7 @@ def test_inputs_after_a_fit_are_left_out_and_listed_apart_serially_and_under_xdi
 def test_the_digest_sees_fit_set_weights_load_weights_and_a_new_layer_not_predict(dense_model, digits, tmp_path):
     import keras
 
-    from pytest_sadl.capture.weights import model_digest
+    from pytest_sadl.capture.identity import model_digest
 
     model = keras.models.clone_model(dense_model)
     model.set_weights(dense_model.get_weights())
@@ -212,7 +212,7 @@ def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_a
 
 def test_the_digest_of_a_native_torch_module_sees_training_and_batch_norm_statistics():
     torch = pytest.importorskip("torch")
-    from pytest_sadl.capture.weights import model_digest
+    from pytest_sadl.capture.identity import model_digest
 
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).eval()

@@ -32,7 +32,7 @@ lost and the layers a pass taps are never tapped by two threads at once.
 A model that changes during the session (``fit``, ``set_weights``, ``load_weights``, a
 new layer) is no longer the model the profile describes. :meth:`Recorder.bind` keeps a
 digest of the model's layers and weights when the profile's model is bound (the digest
-function is given, :func:`pytest_sadl.capture.weights.model_digest`);
+function is given, :func:`pytest_sadl.capture.identity.model_digest`);
 :meth:`Recorder.check_model` compares it at the end of each marked test that recorded
 inputs. From the first test whose end sees a change on, every record is marked
 ``stale`` (one :class:`SadlRecordingWarning` names that test), and the engine leaves
