@@ -285,6 +285,29 @@ def test_imports_go_only_where_the_map_allows() -> None:
     assert not wrong, "imports against docs/ARCHITECTURE.md's layers:\n" + "\n".join(wrong)
 
 
+# Modules with a narrower rule than their room's: the recorder is the per-test ledger only,
+# the backend's call interception lives in capture/ (keras_calls, torch_calls).
+MODULE_MAY_IMPORT = {
+    "pytest_sadl.plugin.recorder": {
+        "pytest_sadl.errors",
+        "pytest_sadl.records",
+        "pytest_sadl.capture",  # the package, which importing its modules runs
+        "pytest_sadl.capture.keras_calls",
+        "pytest_sadl.capture.torch_calls",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULE_MAY_IMPORT))
+def test_narrow_modules_import_only_their_own(name: str) -> None:
+    """The recorder imports the records, the errors and (lazily) the two call modules; no
+    backend, no Keras, nothing else of capture."""
+    modules = _modules()
+    inside, outside = _imports(name, modules[name], modules)
+    assert inside <= MODULE_MAY_IMPORT[name], f"{name} imports {sorted(inside - MODULE_MAY_IMPORT[name])}"
+    assert not outside & {"keras", *BACKENDS}, f"{name} imports {sorted(outside & {'keras', *BACKENDS})}"
+
+
 def test_the_direction_check_sees_a_lazy_import_upwards(tmp_path: Path) -> None:
     """A function-level import from the engine into the plugin is an edge the check refuses."""
     path = tmp_path / "engine.py"

@@ -18,7 +18,7 @@ from pytest_sadl.engine import (
     held_out_scores,
 )
 from pytest_sadl.plugin.recorder import Recorder
-from pytest_sadl.records import Batch, TestRecord
+from pytest_sadl.records import Batch, TestRecord, from_bytes, to_bytes
 from pytest_sadl.results import Metric
 
 
@@ -240,7 +240,7 @@ def test_records_round_trip_through_worker_bytes():
     recorder.records["t::c"].batches[0].digests = np.arange(25, dtype=np.uint64) * np.uint64(2**40)
     recorder.records["t::c"].batches[0].output = rng.random((25, 4)).astype(np.float32)
     recorder.records["t::c"].labels.append((np.arange(3, dtype=np.uint64), np.array([[1.0], [2.0], [0.0]])))
-    again = Recorder.records_from_bytes(recorder.to_bytes())
+    again = from_bytes(to_bytes(recorder.records.values()))
     assert [r.nodeid for r in again] == list(recorder.records)
     for mine, theirs in zip(recorder.records.values(), again, strict=True):
         assert (mine.index, mine.group, mine.outcome) == (theirs.index, theirs.group, theirs.outcome)

@@ -37,6 +37,7 @@ from pytest_sadl.capture.data import (
     row_format,
     take_rows,
 )
+from pytest_sadl.capture.identity import model_fingerprint
 from pytest_sadl.errors import SadlCacheWarning, SadlConfigError
 from pytest_sadl.store import cycle, locks
 from pytest_sadl.store import entry as store
@@ -144,50 +145,6 @@ class ProfileOptions:
 
 
 # ----------------------------------------------------------------------------- fingerprints
-
-
-def _sha() -> Any:
-    return hashlib.sha256()
-
-
-def model_fingerprint(model: Any) -> str:
-    """sha256 hex of the model's architecture (``get_config()`` as sorted JSON) and every
-    weight (path, shape, dtype and bytes, trainable and not). Changing one weight or one
-    layer option changes it; loading the same ``.keras`` file twice does not. A
-    ``torch.nn.Module``: :func:`pytest_sadl.capture.torch.module_fingerprint`."""
-    from pytest_sadl.capture.torchdata import is_torch_module
-
-    if is_torch_module(model):
-        from pytest_sadl.capture.torch import module_fingerprint
-
-        return module_fingerprint(model)
-    h = _sha()
-    h.update(f"{type(model).__module__}.{type(model).__qualname__}\0".encode())
-    try:
-        config = model.get_config()
-    except Exception:  # a subclassed model without get_config: the weights still count
-        config = {"layers": [(layer.name, type(layer).__qualname__) for layer in getattr(model, "layers", [])]}
-    h.update(json.dumps(config, sort_keys=True, default=str).encode())
-    for w in model.weights:
-        value = _weight_array(w)
-        h.update(f"\0{getattr(w, 'path', getattr(w, 'name', ''))}\0{value.dtype.str}\0{value.shape}\0".encode())
-        h.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data)  # the bytes, not a copy of them
-    digest: str = h.hexdigest()
-    return digest
-
-
-def _weight_array(w: Any) -> np.ndarray:
-    """A weight's values as NumPy, without a backend import: a JAX array directly and a
-    torch tensor detached (Keras' JAX and torch ``Variable.numpy()`` go through an
-    ``__array__`` without NumPy 2's ``copy`` keyword, a DeprecationWarning per weight),
-    otherwise the variable's ``numpy()``."""
-    value = getattr(w, "value", None)
-    if value is not None and type(value).__module__.startswith(("jax", "jaxlib")):
-        return np.asarray(value)
-    if value is not None and hasattr(value, "detach"):  # torch: a Parameter, maybe on a GPU
-        array: np.ndarray = value.detach().cpu().numpy()
-        return array
-    return np.asarray(w.numpy() if hasattr(w, "numpy") else w)
 
 
 def _versions() -> dict[str, str]:
