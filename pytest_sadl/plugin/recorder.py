@@ -428,15 +428,8 @@ class Recorder:
             rec = recorder.target()
             if rec is None:
                 return inner(*args, **kwargs)
-            n = len(tm.input_names)
-            x = None if kwargs or len(args) != n else (args[0] if n == 1 else tuple(args))
-            if x is None:
-                why = (
-                    "model(x) was called with several arguments or keywords"
-                    if n == 1
-                    else f"model(...) was called with keywords or other than its {n} positional inputs"
-                )
-            else:
+            x, why = tm.call_inputs(args, kwargs)  # positional, or by keyword (capture.torch, capture.hf)
+            if x is not None:
                 why = tm.unrecordable(x)
             if why is not None:
                 recorder._warn_once(why, f"pytest-sadl: {why}; those inputs ran unrecorded (use sadl_record(x))")
@@ -445,7 +438,7 @@ class Recorder:
             return recorder._attempt(
                 rec,
                 tm.host(x),
-                lambda: inner(*args),
+                lambda: inner(*args, **kwargs),
                 lambda: tm.call_tensors(x, forward=inner),
                 channels_first=True,
             )
