@@ -10,15 +10,34 @@ from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Trainin
 
 def fit(training: Training) -> Scorer | None:
     """DSA on the training traces (the profile's, with the distances it kept); ``None``
-    for a regression model, which has no classes."""
+    for a regression model, which has no classes. Traces that do not vary (LSA's check:
+    every neuron's variance below ``var_threshold`` in some class) raise ``ValueError``:
+    their distances are rounding noise, and DSC is not available."""
     if training.pred is None:
         return None
+    _check_varies(training)
     if training.profile is not None:
         dsa: Scorer | None = training.profile.dsa()
         return dsa
     from pytest_sadl.criteria.surprise import DSA
 
     return DSA(training.traces, training.pred)
+
+
+def _check_varies(training: Training) -> None:
+    import numpy as np
+
+    from pytest_sadl.criteria.checks import class_moments, classes_of, low_variance_filter
+
+    _, members = classes_of(np.asarray(training.pred))
+    variances = [class_moments(training.traces, rows, 16 << 20, scatter=False)[2] for rows in members if len(rows) > 1]
+    if variances:
+        low_variance_filter(
+            "DSA",
+            variances,
+            training.var_threshold,
+            "choose a layer whose traces vary (on traces that do not vary, DSA measures rounding noise)",
+        )
 
 
 CRITERION = Criterion(
