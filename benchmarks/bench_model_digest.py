@@ -1,6 +1,6 @@
 """What noticing a changed model costs: the digest of a model's weights, by method.
 
-The plugin computes :func:`pytest_sadl.capture.weights.model_digest` when the profile's
+The plugin computes :func:`pytest_sadl.capture.identity.model_digest` when the profile's
 model is bound and at the end of each marked test that recorded inputs. This prints,
 side by side in one run, the time of one digest of the example project's model
 (``example_project/models/digits_cnn.keras``) and of a ~5M-parameter dense model, by:
@@ -43,7 +43,7 @@ def read(model):
 
 
 def crc32(model):
-    from pytest_sadl.capture.weights import model_digest
+    from pytest_sadl.capture.identity import model_digest
 
     return model_digest(model)
 

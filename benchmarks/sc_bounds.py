@@ -216,8 +216,6 @@ def real_mnist(layer: str) -> None:
     outputs = _real_traces._forward(x[order], w, b)
     train, pred = outputs[pick], outputs[0].argmax(axis=1)
     view = ProfileView(
-        lsa=None,
-        dsa=None,
         ranges=None,
         sa_traces=train,
         sa_pred=pred,

@@ -1,16 +1,22 @@
 """What a test fed the model, as plain data: the records every part of the package shares.
 
-:class:`Batch` (the traces of one call), :class:`TestRecord` (one test's batches, group,
-outcome, labels), and what is kept of the inputs themselves: :func:`input_digests` (a
-64-bit digest per input, how labels find their inputs), :func:`thumbnails` (small images
-for the reports) and :func:`snippets` (the first characters of a text input). The recorder
-(:mod:`pytest_sadl.plugin.recorder`) makes them, the engine and ``sadl select`` read them;
-NumPy only, no pytest and no backend.
+:class:`Batch` (the traces of one call, :meth:`Batch.of` a pass's traces and inputs),
+:class:`TestRecord` (one test's batches, group, outcome, labels), and what is kept of the
+inputs themselves: :func:`input_digests` (a 64-bit digest per input, how labels find their
+inputs), :func:`thumbnails` (small images for the reports) and :func:`snippets` (the first
+characters of a text input); the inputs' labels (:func:`given_labels` of ``sadl_labels(x,
+y)``, :func:`target_labels` of the targets a test gave Keras); and the records' wire format
+(:func:`to_bytes`, :func:`from_bytes`: one ``.npz``, no pickles, for pytest-xdist workers
+to send to the controller). The recorder (:mod:`pytest_sadl.plugin.recorder`) makes them,
+the engine and ``sadl select`` read them; NumPy only, no pytest and no backend.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +41,54 @@ class Batch:
 
     def __len__(self) -> int:
         return int(self.sa.shape[0])
+
+    @classmethod
+    def of(cls, traces: Any, x: Any, *, channels_first: bool = False) -> Batch:
+        """The batch of one pass: its traces (a :class:`~pytest_sadl.capture.Traces`) as
+        float32, with what is kept of its inputs ``x`` (thumbnails of images, else snippets
+        of text; each input's digest when there is one per trace); ``channels_first``: image
+        inputs are ``(n, c, h, w)``, as a native PyTorch model takes them."""
+        sa = np.asarray(traces.sa, dtype=np.float32)
+        pred = np.asarray(traces.pred)
+        thumbs = thumbnails(x, channels_first=channels_first)
+        digests = input_digests(x)
+        return cls(
+            sa=sa,
+            coverage=[np.asarray(c, dtype=np.float32) for c in traces.coverage],
+            pred=pred,
+            thumbs=thumbs,
+            extrema=getattr(traces, "coverage_extrema", None),
+            output=np.asarray(traces.output, dtype=np.float32) if pred.ndim == 1 else None,
+            digests=digests if digests is not None and len(digests) == len(sa) else None,
+            texts=None if thumbs is not None else snippets(x),
+        )
+
+    def finite(self) -> np.ndarray:
+        """``(n,)`` bool: the inputs whose SA and coverage traces hold no NaN/inf."""
+        ok: np.ndarray = np.isfinite(self.sa).all(axis=1)
+        for c in self.coverage:
+            ok &= np.isfinite(c).all(axis=1)
+        return ok
+
+    def take(self, rows: np.ndarray) -> Batch:
+        """The batch of the inputs ``rows`` (indices) only."""
+
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[rows]
+
+        extrema = self.extrema
+        if extrema is not None:
+            extrema = [None if e is None else (e[0][rows], e[1][rows]) for e in extrema]
+        return Batch(
+            sa=self.sa[rows],
+            coverage=[c[rows] for c in self.coverage],
+            pred=self.pred[rows],
+            thumbs=pick(self.thumbs),
+            extrema=extrema,
+            output=pick(self.output),
+            digests=pick(self.digests),
+            texts=pick(self.texts),
+        )
 
 
 @dataclass
@@ -71,14 +125,8 @@ def input_digests(x: Any) -> np.ndarray | None:
     a numeric array nor one of strings. Several inputs (a dict, by sorted name, or a list) digest each
     row across all of them."""
     if isinstance(x, (dict, list, tuple)):
-        each = [input_digests(x[k]) for k in sorted(x)] if isinstance(x, dict) else [input_digests(p) for p in x]
-        parts = [p for p in each if p is not None]
-        if not parts or len(parts) != len(each) or any(len(p) != len(parts[0]) for p in parts):
-            return None
-        joined = np.ascontiguousarray(np.stack(parts, axis=1))
-        return np.array(
-            [int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "little") for row in joined],
-            dtype=np.uint64,
+        return _joined_digests(
+            [input_digests(x[k]) for k in sorted(x)] if isinstance(x, dict) else [input_digests(p) for p in x]
         )
     try:
         raw = np.asarray(x)
@@ -87,6 +135,23 @@ def input_digests(x: Any) -> np.ndarray | None:
     text = _text_digests(raw) if raw.ndim and raw.dtype.kind in "USO" else None
     if text is not None:
         return text
+    return _number_digests(raw)
+
+
+def _joined_digests(each: list[np.ndarray | None]) -> np.ndarray | None:
+    """The digests of rows across several inputs, from each input's own digests."""
+    parts = [p for p in each if p is not None]
+    if not parts or len(parts) != len(each) or any(len(p) != len(parts[0]) for p in parts):
+        return None
+    joined = np.ascontiguousarray(np.stack(parts, axis=1))
+    return np.array(
+        [int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "little") for row in joined],
+        dtype=np.uint64,
+    )
+
+
+def _number_digests(raw: np.ndarray) -> np.ndarray | None:
+    """:func:`input_digests` of numbers: each row as C-ordered float32, keyed by the row's shape."""
     try:
         arr = np.ascontiguousarray(raw, dtype=np.float32)
     except Exception:
@@ -149,6 +214,20 @@ def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
     if isinstance(x, (dict, list, tuple)):
         parts = list(x.values()) if isinstance(x, dict) else list(x)
         return next((t for t in (thumbnails(p, channels_first=channels_first) for p in parts) if t is not None), None)
+    arr = _image(x, channels_first)
+    if arr is None:
+        return None
+    step = max(1, -(-max(arr.shape[1:3]) // THUMB_MAX))
+    small = arr[:, ::step, ::step, : min(arr.shape[-1], 3)].astype(np.float32)
+    lo = small.min(axis=(1, 2, 3), keepdims=True)
+    hi = small.max(axis=(1, 2, 3), keepdims=True)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    scaled: np.ndarray = np.round((small - lo) / span * 255)
+    return scaled.astype(np.uint8)
+
+
+def _image(x: Any, channels_first: bool) -> np.ndarray | None:
+    """``x`` as images ``(n, h, w, 1|3|4)`` (channels last), or ``None`` when it is not image-like."""
     try:
         arr = np.asarray(x)
     except Exception:
@@ -163,10 +242,131 @@ def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
         arr = arr[..., None]
     if arr.shape[-1] not in (1, 3, 4) or min(arr.shape[1:3]) < 2:
         return None
-    step = max(1, -(-max(arr.shape[1:3]) // THUMB_MAX))
-    small = arr[:, ::step, ::step, : min(arr.shape[-1], 3)].astype(np.float32)
-    lo = small.min(axis=(1, 2, 3), keepdims=True)
-    hi = small.max(axis=(1, 2, 3), keepdims=True)
-    span = np.where(hi > lo, hi - lo, 1.0)
-    scaled: np.ndarray = np.round((small - lo) / span * 255)
-    return scaled.astype(np.uint8)
+    return arr
+
+
+# ----------------------------------------------------------------------------- labels
+
+
+def given_labels(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``sadl_labels(x, y)``: the digests of the inputs ``x`` and their labels ``y`` as
+    ``(n, k)`` float64; ``ValueError`` naming what is wrong with ``x`` or ``y``."""
+    digests = input_digests(x)
+    if digests is None:
+        raise ValueError("sadl_labels(x, y): x must be an array of the inputs, numbers or strings (one row per input)")
+    labels = np.asarray(y)
+    if labels.dtype.kind not in "biuf" or labels.ndim == 0 or labels.shape[0] != digests.shape[0]:
+        raise ValueError(
+            f"sadl_labels(x, y): y must hold one numeric label per input of x ({digests.shape[0]}), "
+            f"got shape {labels.shape} of dtype {labels.dtype}; pass class ids, not one-hot rows, for a classifier"
+        )
+    return digests, labels.reshape(labels.shape[0], -1).astype(np.float64)
+
+
+def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: list[str]) -> np.ndarray | None:
+    """The labels ``(n, k)`` float64 of ``n`` inputs from the targets ``y`` a test gave Keras
+    (``evaluate(x, y)``, a dataset's ``(x, y)``): class ids for a classifier (one-hot or
+    soft rows become their argmax), the target values for a regression model; of a model
+    with several outputs, the measured ``output``'s targets (``y`` a dict by output name
+    or a list in ``outputs`` order). ``None`` when ``y`` holds no numeric target per input."""
+    if isinstance(y, dict):
+        y = y.get(output)
+    elif isinstance(y, (list, tuple)) and len(outputs) > 1:
+        y = y[outputs.index(output)] if len(y) == len(outputs) else None
+    if y is None:
+        return None
+    try:
+        arr = np.asarray(y)
+    except Exception:
+        return None
+    if arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.shape[0] != n:
+        return None
+    arr = arr.reshape(n, -1)
+    if classifier and arr.shape[1] > 1:  # one-hot (categorical_crossentropy) or soft labels
+        arr = np.argmax(arr, axis=1).reshape(n, 1)
+    return arr.astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- the wire format
+
+# A batch's optional arrays: the .npz key prefix of each, and the Batch field it fills.
+_OPTIONAL = (("thumbs", "thumbs"), ("output", "output"), ("digests", "digests"), ("texts", "texts"))
+
+
+def to_bytes(records: Iterable[TestRecord]) -> bytes:
+    """``records`` as one ``.npz`` (no pickles: text snippets are a ``str`` array), for
+    pytest-xdist workers to send to the controller; :func:`from_bytes` reads it back."""
+    arrays: dict[str, np.ndarray] = {}
+    meta = []
+    for r, rec in enumerate(records):
+        meta.append(
+            {
+                "nodeid": rec.nodeid,
+                "index": rec.index,
+                "group": rec.group,
+                "outcome": rec.outcome,
+                "attempt": rec.attempt,
+                "stale": rec.stale,
+                "batches": len(rec.batches),
+                "layers": len(rec.batches[0].coverage) if rec.batches else 0,
+                "labels": len(rec.labels),
+            }
+        )
+        for j, (digests, values) in enumerate(rec.labels):
+            arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
+        for b, batch in enumerate(rec.batches):
+            _put_batch(arrays, f"{r}_{b}", batch)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # the keys are array names, never savez's allow_pickle
+    return buf.getvalue()
+
+
+def _put_batch(arrays: dict[str, np.ndarray], key: str, batch: Batch) -> None:
+    arrays[f"sa_{key}"] = batch.sa
+    arrays[f"pred_{key}"] = batch.pred
+    for i, cov in enumerate(batch.coverage):
+        arrays[f"cov_{key}_{i}"] = cov
+        ext = None if batch.extrema is None else batch.extrema[i]
+        if ext is not None:
+            arrays[f"min_{key}_{i}"], arrays[f"max_{key}_{i}"] = ext
+    for prefix, name in _OPTIONAL:
+        value = getattr(batch, name)
+        if value is not None:
+            arrays[f"{prefix}_{key}"] = value
+
+
+def from_bytes(data: bytes) -> list[TestRecord]:
+    """The records of a :func:`to_bytes` ``.npz``."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        meta = json.loads(npz["meta"].tobytes().decode())
+        out = []
+        for r, m in enumerate(meta):
+            rec = TestRecord(
+                m["nodeid"],
+                m["index"],
+                m["group"],
+                m["outcome"],
+                attempt=int(m.get("attempt", 1)),
+                stale=bool(m.get("stale", False)),
+            )
+            rec.labels = [(npz[f"labeldig_{r}_{j}"], npz[f"labelval_{r}_{j}"]) for j in range(m.get("labels", 0))]
+            rec.batches = [_read_batch(npz, f"{r}_{b}", m["layers"]) for b in range(m["batches"])]
+            out.append(rec)
+    return out
+
+
+def _read_batch(npz: Any, key: str, layers: int) -> Batch:
+    def get(name: str) -> np.ndarray | None:
+        return npz[name] if name in npz.files else None
+
+    extrema = [
+        (npz[f"min_{key}_{i}"], npz[f"max_{key}_{i}"]) if f"min_{key}_{i}" in npz.files else None for i in range(layers)
+    ]
+    return Batch(
+        npz[f"sa_{key}"],
+        [npz[f"cov_{key}_{i}"] for i in range(layers)],
+        npz[f"pred_{key}"],
+        extrema=extrema if any(e is not None for e in extrema) else None,
+        **{name: get(f"{prefix}_{key}") for prefix, name in _OPTIONAL},
+    )

@@ -139,19 +139,9 @@ def _explain(error: Any) -> str:
     """One line for a ``jsonschema.ValidationError``: the field, what it must be, what it is."""
     where, value, rule, expected = _field(error.absolute_path), error.instance, error.validator, error.validator_value
     if rule == "type":
-        kinds: list[str] = expected if isinstance(expected, list) else [expected]
-        wanted = " or ".join(_JSON_TYPES.get(k, k) for k in kinds)
-        shown = "" if value is None or isinstance(value, bool) else f" {_short(value)}"
-        return f"{where} must be {wanted}, got {_type_name(value) if value is not None else 'null'}{shown}"
+        return _explain_type(where, value, expected)
     if rule in ("minimum", "maximum"):
-        schema = error.schema
-        low, high = schema.get("minimum"), schema.get("maximum")
-        if low is not None and high is not None:
-            if high == MAX_INT:
-                return f"{where} must be a count (an integer >= {low}), got {_short(value)}"
-            what = "a fraction in [0, 1]" if (low, high) == (0, 1) else f"in [{low:g}, {high:g}]"
-            return f"{where} must be {what}, got {_short(value)}"
-        return f"{where} must be {'>=' if rule == 'minimum' else '<='} {expected:g}, got {_short(value)}"
+        return _explain_range(where, value, rule, expected, error.schema)
     if rule == "required":
         missing = [k for k in expected if isinstance(value, dict) and k not in value]
         return f"{where} has no {_short(missing[0] if missing else expected)} (required)"
@@ -164,37 +154,57 @@ def _explain(error: Any) -> str:
     return f"{where}: {error.message[:200]}"
 
 
+def _explain_type(where: str, value: Any, expected: Any) -> str:
+    kinds: list[str] = expected if isinstance(expected, list) else [expected]
+    wanted = " or ".join(_JSON_TYPES.get(k, k) for k in kinds)
+    shown = "" if value is None or isinstance(value, bool) else f" {_short(value)}"
+    return f"{where} must be {wanted}, got {_type_name(value) if value is not None else 'null'}{shown}"
+
+
+def _explain_range(where: str, value: Any, rule: str, expected: Any, schema: dict[str, Any]) -> str:
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and high is not None:
+        if high == MAX_INT:
+            return f"{where} must be a count (an integer >= {low}), got {_short(value)}"
+        what = "a fraction in [0, 1]" if (low, high) == (0, 1) else f"in [{low:g}, {high:g}]"
+        return f"{where} must be {what}, got {_short(value)}"
+    return f"{where} must be {'>=' if rule == 'minimum' else '<='} {expected:g}, got {_short(value)}"
+
+
 _SCALAR_KEYS = {"type", "minimum", "maximum"}
+
+
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "number": (int, float),
+    "integer": (int,),
+    "null": (type(None),),
+    "string": (str,),
+    "boolean": (bool,),
+}
 
 
 def _suspects(items: dict[str, Any], values: list[Any]) -> Any:
     """Indices of ``values`` that may fail ``items`` (a type and range only): a superset of
     those that do, found with a set lookup per value and C-level min/max."""
     kinds = items["type"] if isinstance(items["type"], list) else [items["type"]]
-    allowed = {
-        t
-        for k in kinds
-        for t in {
-            "number": (int, float),
-            "integer": (int,),
-            "null": (type(None),),
-            "string": (str,),
-            "boolean": (bool,),
-        }.get(k, ())
-    }
+    allowed = {t for k in kinds for t in _PYTHON_TYPES.get(k, ())}
     present = set(map(type, values))
     if not present <= allowed:
         yield from (i for i, v in enumerate(values) if type(v) not in allowed)
-    low, high = items.get("minimum"), items.get("maximum")
+    yield from _range_suspects(values, present, items.get("minimum"), items.get("maximum"))
+
+
+def _range_suspects(values: list[Any], present: set[type], low: float | None, high: float | None) -> Any:
+    """Indices of the numbers among ``values`` outside ``[low, high]`` (none when min and max are inside)."""
     if (low is None and high is None) or not present & {int, float}:
         return
     numbers = values if present <= {int, float} else [v for v in values if type(v) in (int, float)]
     if (low is not None and min(numbers) < low) or (high is not None and max(numbers) > high):
-        yield from (
-            i
-            for i, v in enumerate(values)
-            if type(v) in (int, float) and ((low is not None and v < low) or (high is not None and v > high))
-        )
+        yield from (i for i, v in enumerate(values) if type(v) in (int, float) and _outside(v, low, high))
+
+
+def _outside(value: float, low: float | None, high: float | None) -> bool:
+    return (low is not None and value < low) or (high is not None and value > high)
 
 
 def _make_validator() -> Any:

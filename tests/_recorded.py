@@ -22,21 +22,22 @@ KEEP_RECORDED = """
 import pytest
 
 from pytest_sadl.plugin.hooks import SESSION
+from pytest_sadl.records import to_bytes
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session):
     recorder = session.config.stash[SESSION].recorder
     with open("recorded.npz", "wb") as f:
-        f.write(recorder.to_bytes())
+        f.write(to_bytes(recorder.records.values()))
 """
 
 
 def recorded(project: Path) -> tuple[np.ndarray, np.ndarray]:
     """The SA traces and predictions the run at ``project`` recorded, its tests in node-id
     order (the engine's, with one attempt a test), each test's batches in call order."""
-    from pytest_sadl.plugin.recorder import Recorder
+    from pytest_sadl.records import from_bytes
 
-    records = sorted(Recorder.records_from_bytes((project / "recorded.npz").read_bytes()), key=lambda r: r.nodeid)
+    records = sorted(from_bytes((project / "recorded.npz").read_bytes()), key=lambda r: r.nodeid)
     batches = [b for r in records for b in r.batches]
     return np.concatenate([b.sa for b in batches]), np.concatenate([b.pred for b in batches])

@@ -153,7 +153,6 @@ TOP_LEVEL = {
     "__main__",
     "atomic",
     "config",
-    "engine",
     "errors",
     "fingerprint",
     "records",
@@ -162,7 +161,7 @@ TOP_LEVEL = {
     "specs",
     "text",
 }
-ROOMS = {"capture", "cli", "criteria", "plugin", "profile", "report", "store"}
+ROOMS = {"capture", "cli", "criteria", "engine", "plugin", "profile", "report", "store"}
 MAP = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
 INTERNAL_EXCEPTIONS = {
     "pytest_sadl.store.entry.Invalid",
@@ -204,10 +203,10 @@ def test_exceptions_and_warnings_users_meet_live_in_errors() -> None:
 
 
 def test_package_inits_hold_no_aliases() -> None:
-    """A room's __init__ is a docstring (capture's names its public API); nothing re-exports
-    another module's names under a second path (the old ``traces.py`` alias)."""
+    """A room's __init__ is a docstring (capture's and the engine's name their public API);
+    nothing re-exports another module's names under a second path (the old ``traces.py`` alias)."""
     for init in PACKAGE.glob("*/__init__.py"):
-        if init.parent.name == "capture":
+        if init.parent.name in ("capture", "engine"):
             continue
         body = ast.parse(init.read_text(encoding="utf-8")).body
         assert all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body), init
@@ -284,6 +283,29 @@ def test_imports_go_only_where_the_map_allows() -> None:
     assert units == set(MAY_IMPORT), f"rooms without a rule: {sorted(units ^ set(MAY_IMPORT))}"
     wrong = [w for (a, b), where in sorted(_edges().items()) if b not in MAY_IMPORT[a] for w in where]
     assert not wrong, "imports against docs/ARCHITECTURE.md's layers:\n" + "\n".join(wrong)
+
+
+# Modules with a narrower rule than their room's: the recorder is the per-test ledger only,
+# the backend's call interception lives in capture/ (keras_calls, torch_calls).
+MODULE_MAY_IMPORT = {
+    "pytest_sadl.plugin.recorder": {
+        "pytest_sadl.errors",
+        "pytest_sadl.records",
+        "pytest_sadl.capture",  # the package, which importing its modules runs
+        "pytest_sadl.capture.keras_calls",
+        "pytest_sadl.capture.torch_calls",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULE_MAY_IMPORT))
+def test_narrow_modules_import_only_their_own(name: str) -> None:
+    """The recorder imports the records, the errors and (lazily) the two call modules; no
+    backend, no Keras, nothing else of capture."""
+    modules = _modules()
+    inside, outside = _imports(name, modules[name], modules)
+    assert inside <= MODULE_MAY_IMPORT[name], f"{name} imports {sorted(inside - MODULE_MAY_IMPORT[name])}"
+    assert not outside & {"keras", *BACKENDS}, f"{name} imports {sorted(outside & {'keras', *BACKENDS})}"
 
 
 def test_the_direction_check_sees_a_lazy_import_upwards(tmp_path: Path) -> None:

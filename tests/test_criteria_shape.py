@@ -39,9 +39,25 @@ def test_every_criterion_module_is_registered_once_in_report_order():
         "tknp",
         "nlc",
         "cc",
+        "knnc",
+        "mahac",
+        "energyc",
+        "maxlogitc",
+        "mspc",
     )
     assert len(set(registry.METRICS)) == len(registry.CRITERIA)
-    assert registry.SURPRISE == {"lsc": "lsa", "dsc": "dsa", "mdsc": "mdsa", "mlsc": "mlsa", "mmdsc": "mmdsa"}
+    assert registry.SURPRISE == {
+        "lsc": "lsa",
+        "dsc": "dsa",
+        "mdsc": "mdsa",
+        "mlsc": "mlsa",
+        "mmdsc": "mmdsa",
+        "knnc": "knn",
+        "mahac": "maha",
+        "energyc": "energy",
+        "maxlogitc": "maxlogit",
+        "mspc": "msp",
+    }
     assert registry.NEURON == ("nc", "kmnc", "nbc", "snac", "tknc")
     assert registry.COUNT == ("tknp", "nlc", "cc")
     # a user who names no metrics gets today's seven, in report order; a new criterion is opt-in

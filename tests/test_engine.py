@@ -18,7 +18,7 @@ from pytest_sadl.engine import (
     held_out_scores,
 )
 from pytest_sadl.plugin.recorder import Recorder
-from pytest_sadl.records import Batch, TestRecord
+from pytest_sadl.records import Batch, TestRecord, from_bytes, to_bytes
 from pytest_sadl.results import Metric
 
 
@@ -29,12 +29,15 @@ def make_view(rng, classifier=True):
     layers = [np.maximum(rng.normal(size=(600, 6)), 0), rng.normal(size=(600, 3))]
     ranges = fit_ranges(layers, names=["a", "b"])
     return ProfileView(
-        lsa=LSA(sa, pred if classifier else None),
-        dsa=DSA(sa, pred) if classifier else None,
         ranges=ranges,
         sa_traces=sa,
         sa_pred=pred if classifier else None,
         var_threshold=1e-5,
+        given={
+            "lsa": LSA(sa, pred if classifier else None),
+            "dsa": DSA(sa, pred) if classifier else None,
+            "mdsa": None,
+        },
     ), centres
 
 
@@ -88,8 +91,8 @@ def test_compute_matches_one_shot_criteria_per_group_and_cumulatively():
     def metrics(recs):
         sa, pred, layers = part(recs)
         return {
-            "lsc": surprise_coverage(view.lsa(sa, pred), lower=-20.0, upper=80.0, buckets=50),
-            "dsc": surprise_coverage(view.dsa(sa, pred), lower=0.0, upper=3.0, buckets=40),
+            "lsc": surprise_coverage(view.scorer("lsa")(sa, pred), lower=-20.0, upper=80.0, buckets=50),
+            "dsc": surprise_coverage(view.scorer("dsa")(sa, pred), lower=0.0, upper=3.0, buckets=40),
             "nc": nc(layers, 0.4),
             "kmnc": kmnc(layers, view.ranges, 7),
             "nbc": nbc(layers, view.ranges),
@@ -112,10 +115,10 @@ def test_compute_matches_one_shot_criteria_per_group_and_cumulatively():
     for key in ("lsc", "dsc", "nc", "kmnc", "nbc", "snac"):
         assert sum(t["new"][key] for t in data["tests"]) == data["metrics"][key]["covered"]
     sa, pred, _ = part(records)
-    np.testing.assert_allclose(data["inputs"]["lsa"], view.lsa(sa, pred))
-    np.testing.assert_allclose(data["inputs"]["dsa"], view.dsa(sa, pred))
+    np.testing.assert_allclose(data["inputs"]["lsa"], view.scorer("lsa")(sa, pred))
+    np.testing.assert_allclose(data["inputs"]["dsa"], view.scorer("dsa")(sa, pred))
     first = data["tests"][0]
-    scores = view.lsa(*part(records[:1])[:2])
+    scores = view.scorer("lsa")(*part(records[:1])[:2])
     assert first["lsa_mean"] == pytest.approx(scores.mean()) and first["lsa_max"] == pytest.approx(scores.max())
     assert first["new"]["lsc"] == round(surprise_coverage(scores, lower=-20, upper=80, buckets=50) * 50)
     top = [t for t in data["top_inputs"] if t["by"] == "lsa"]
@@ -186,7 +189,7 @@ def test_compute_notes_an_outlier_bound_only_when_the_bound_is_not_pinned():
     typical = np.resize(base, 999)  # a held-out sample of the default size, 1,000
     lower = min(0.0, float(typical.min()))
     spiked = np.append(typical, np.full(20, lower + 1e3 * (typical.max() - lower)))  # 2% far above the rest
-    view.held_out = lambda keys=None, errors=None: {"lsa": spiked, "dsa": held_dsa}
+    view.given_held_out = lambda keys=None, errors=None: {"lsa": spiked, "dsa": held_dsa}
     records = make_records(rng, centres, SPEC[:2])
     free = compute(view, records, options(lsc=Bounds(None, None, 100)), {})
     assert any("default LSC upper bound" in w for w in free.warnings)
@@ -237,7 +240,7 @@ def test_records_round_trip_through_worker_bytes():
     recorder.records["t::c"].batches[0].digests = np.arange(25, dtype=np.uint64) * np.uint64(2**40)
     recorder.records["t::c"].batches[0].output = rng.random((25, 4)).astype(np.float32)
     recorder.records["t::c"].labels.append((np.arange(3, dtype=np.uint64), np.array([[1.0], [2.0], [0.0]])))
-    again = Recorder.records_from_bytes(recorder.to_bytes())
+    again = from_bytes(to_bytes(recorder.records.values()))
     assert [r.nodeid for r in again] == list(recorder.records)
     for mine, theirs in zip(recorder.records.values(), again, strict=True):
         assert (mine.index, mine.group, mine.outcome) == (theirs.index, theirs.group, theirs.outcome)
@@ -299,9 +302,11 @@ def test_lsa_near_singular_option_reaches_the_profile_and_the_held_out_bounds(py
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             lsa = LSA(probs, pred, var_threshold=0.0, near_singular=mode)
-        views[mode] = ProfileView(lsa, DSA(probs, pred), ranges, probs, pred, 0.0, near_singular=mode)
+        views[mode] = ProfileView(
+            ranges, probs, pred, 0.0, near_singular=mode, given={"lsa": lsa, "dsa": DSA(probs, pred)}
+        )
     held = {mode: held_out_scores(view)[0] for mode, view in views.items()}
-    assert views["keep"].lsa.kept.size == 5 and views["drop"].lsa.kept.size < 5
+    assert views["keep"].scorer("lsa").kept.size == 5 and views["drop"].scorer("lsa").kept.size < 5
     assert not np.allclose(held["drop"], held["keep"])
 
 
@@ -312,7 +317,7 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
 
     rng = np.random.default_rng(7)
     view, centres = make_view(rng)
-    view.mdsa = MDSA(view.sa_traces, view.sa_pred)
+    view.given["mdsa"] = MDSA(view.sa_traces, view.sa_pred)
     records = make_records(rng, centres, SPEC)
     xs = [rng.random((len(r.batches[0]), 4, 4)) for r in records]  # the "inputs" each test fed
     for r, x in zip(records, xs, strict=True):
@@ -333,7 +338,7 @@ def test_mdsc_and_labels_matched_by_digest_feed_the_mistakes_analysis():
     data = res.to_dict()
     sa = np.concatenate([r.batches[0].sa for r in records]).astype(np.float64)
     pred = np.concatenate([r.batches[0].pred for r in records])
-    mdsa = view.mdsa(sa, pred)
+    mdsa = view.scorer("mdsa")(sa, pred)
     np.testing.assert_allclose(data["inputs"]["mdsa"], mdsa)
     assert data["metrics"]["mdsc"]["value"] == surprise_coverage(mdsa, lower=0.0, upper=20.0, buckets=30)
     assert data["config"]["mdsc"]["rule"] == "configured"
@@ -388,7 +393,7 @@ def test_regression_labels_give_rank_correlations_not_aucs():
 
     rng = np.random.default_rng(9)
     view, centres = make_view(rng, classifier=False)
-    view.mdsa = MDSA(view.sa_traces)
+    view.given["mdsa"] = MDSA(view.sa_traces)
     records = make_records(rng, centres, SPEC[:2])
     for r in records:
         n = len(r.batches[0])
@@ -411,7 +416,7 @@ def test_held_out_bounds_of_a_large_memmap_stream_its_rows(tmp_path, monkeypatch
     import tempfile
     import tracemalloc
 
-    import pytest_sadl.engine as engine
+    import pytest_sadl.engine.bounds as engine
     from pytest_sadl.criteria.surprise import MDSA
 
     rng = np.random.default_rng(21)
@@ -420,13 +425,11 @@ def test_held_out_bounds_of_a_large_memmap_stream_its_rows(tmp_path, monkeypatch
     np.save(tmp_path / "sa.npy", sa)
     mm = np.load(tmp_path / "sa.npy", mmap_mode="r")
     view = ProfileView(
-        lsa=LSA(mm, pred),
-        dsa=DSA(mm, pred),
         ranges=fit_ranges([sa[:10]]),
         sa_traces=mm,
         sa_pred=pred,
         var_threshold=1e-5,
-        mdsa=MDSA(mm, pred),
+        given={"lsa": LSA(mm, pred), "dsa": DSA(mm, pred), "mdsa": MDSA(mm, pred)},
     )
 
     def held_out():
@@ -446,3 +449,66 @@ def test_held_out_bounds_of_a_large_memmap_stream_its_rows(tmp_path, monkeypatch
         np.testing.assert_allclose(got[key], expected[key], rtol=1e-9)
     assert streamed < copied - 0.8 * sa.nbytes, (streamed, copied, sa.nbytes)
     assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_compute_changes_nothing_it_is_given():
+    """The view, the records and the options are as they were: the scores are set up on
+    the run's copy of the view, so a second run on the same view gives the same results."""
+    import copy
+
+    from pytest_sadl.criteria.surprise import MDSA
+
+    rng = np.random.default_rng(11)
+    view, centres = make_view(rng)
+    view.given["mdsa"] = MDSA(view.sa_traces, view.sa_pred)
+    records = make_records(rng, centres, SPEC)
+    records[1].stale = True
+    opts = options(lsc=Bounds(None, None, 100), groups=("fgsm",), metrics=("lsc", "dsc", "mdsc", "mlsc", "nc"))
+    before = (view.metrics, view.options, dict(view.given), dict(view.unavailable), dict(view._fitted), view._pca)
+    given_records = list(records)
+    record_copies = copy.deepcopy(records)
+    opts_copy = copy.deepcopy(opts)
+    first = compute(view, records, opts, {"sa_layers": ["h"]}).to_dict()
+    after = (view.metrics, view.options, dict(view.given), dict(view.unavailable), dict(view._fitted), view._pca)
+    assert after == before and view.metrics is None and view.options is None and not view._fitted
+    assert records == given_records and opts == opts_copy
+    for mine, theirs in zip(records, record_copies, strict=True):
+        assert (mine.nodeid, mine.group, mine.stale, mine.index) == (
+            theirs.nodeid,
+            theirs.group,
+            theirs.stale,
+            theirs.index,
+        )
+        for a, b in zip(mine.batches, theirs.batches, strict=True):
+            np.testing.assert_array_equal(a.sa, b.sa)
+            np.testing.assert_array_equal(a.pred, b.pred)
+    second = compute(view, records, opts, {"sa_layers": ["h"]}).to_dict()
+    first.pop("created"), second.pop("created")
+    assert first == second and first["outcome"]["stale"] == [
+        {"nodeid": "t::b", "group": "test", "outcome": "passed", "inputs": 30}
+    ]
+    assert first["metrics"]["mlsc"]["applicable"] and "mlsc" not in view._fitted
+
+
+def test_a_view_sets_every_score_up_through_its_criterion():
+    """No score is wired to the view: one not given is its criterion's ``fit`` on the
+    traces (LSA, DSA and MDSA as MLSA), the same numbers as the criteria's own."""
+    from pytest_sadl.criteria.registry import SCORES
+    from pytest_sadl.criteria.shape import Training
+    from pytest_sadl.criteria.surprise import MDSA
+
+    rng = np.random.default_rng(12)
+    given, _ = make_view(rng)
+    view = ProfileView(
+        given.ranges, given.sa_traces, given.sa_pred, given.var_threshold, metrics=("lsc", "dsc", "mdsc")
+    )
+    x, pred = given.sa_traces[:50] + 0.5, given.sa_pred[:50]
+    scores = view.score(x, pred)
+    assert set(scores) == {"lsa", "dsa", "mdsa"}
+    np.testing.assert_allclose(scores["lsa"], LSA(given.sa_traces, given.sa_pred)(x, pred))
+    np.testing.assert_allclose(scores["dsa"], DSA(given.sa_traces, given.sa_pred)(x, pred))
+    np.testing.assert_allclose(scores["mdsa"], MDSA(given.sa_traces, given.sa_pred)(x, pred))
+    fitted = SCORES["mdsa"].fit(Training(given.sa_traces, given.sa_pred))
+    np.testing.assert_allclose(scores["mdsa"], fitted(x, pred))
+    view.use("lsa", None)  # a scorer set up elsewhere replaces the fit: here none
+    assert "lsa" not in view.score(x, pred)

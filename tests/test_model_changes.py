@@ -127,7 +127,7 @@ def test_inputs_after_a_fit_are_left_out_and_listed_apart_serially_and_under_xdi
 def test_the_digest_sees_fit_set_weights_load_weights_and_a_new_layer_not_predict(dense_model, digits, tmp_path):
     import keras
 
-    from pytest_sadl.capture.weights import model_digest
+    from pytest_sadl.capture.identity import model_digest
 
     model = keras.models.clone_model(dense_model)
     model.set_weights(dense_model.get_weights())
@@ -168,7 +168,7 @@ def test_the_digest_sees_fit_set_weights_load_weights_and_a_new_layer_not_predic
 @pytest.mark.filterwarnings("ignore::pytest_sadl.errors.SadlRecordingWarning")
 def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_an_unreadable_model():
     from pytest_sadl.plugin.recorder import Recorder
-    from pytest_sadl.records import Batch
+    from pytest_sadl.records import Batch, from_bytes, to_bytes
 
     weights = {"w": 1}
     calls = []
@@ -200,7 +200,7 @@ def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_a
     empty = rec.record_for("t4", 0, "g")
     rec.check_model(weights, empty)
     assert not empty.stale  # nothing recorded: nothing to leave out
-    (back,) = Recorder.records_from_bytes(rec.to_bytes([second]))
+    (back,) = from_bytes(to_bytes([second]))
     assert back.stale  # travels through the xdist transport
 
     broken = Recorder(lambda m: None, digest)
@@ -212,7 +212,7 @@ def test_the_recorder_flags_every_record_from_the_first_change_on_and_survives_a
 
 def test_the_digest_of_a_native_torch_module_sees_training_and_batch_norm_statistics():
     torch = pytest.importorskip("torch")
-    from pytest_sadl.capture.weights import model_digest
+    from pytest_sadl.capture.identity import model_digest
 
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).eval()

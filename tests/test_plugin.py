@@ -344,14 +344,14 @@ def test_the_xdist_payload_travels_by_file_or_at_the_end_and_refuses_strangers(t
     r.batches.append(Batch(np.arange(6, dtype=np.float32).reshape(2, 3), [], np.zeros(2, np.int64)))
     spool = tmp_path / "gw0"
     spool.mkdir()
-    ref = transport.reference(rec, [r], spool, 1)
+    ref = transport.reference([r], spool, 1)
     assert ref["file"] == "gw0/000001.npz" and len(json.dumps(ref)) < 200
     [back] = transport.read_reference(ref, tmp_path)
     assert back.nodeid == "t.py::a" and np.array_equal(back.batches[0].sa, r.batches[0].sa)
     assert not list(spool.iterdir())  # read once, then gone
-    assert transport.read_reference(transport.reference(rec, [], spool, 2), tmp_path) == []
-    assert transport.read_reference(transport.reference(rec, [r], None, 3), tmp_path) is None  # at the end
-    [end] = transport.unpack(transport.worker_end(rec, [r], ["w1"], None, False))
+    assert transport.read_reference(transport.reference([], spool, 2), tmp_path) == []
+    assert transport.read_reference(transport.reference([r], None, 3), tmp_path) is None  # at the end
+    [end] = transport.unpack(transport.worker_end([r], ["w1"], None, False))
     assert end.nodeid == "t.py::a"
     with pytest.raises(ValueError, match="outside this controller's spool"):
         transport.read_reference({**ref, "file": "../x.npz"}, tmp_path)

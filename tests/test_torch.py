@@ -281,7 +281,7 @@ def test_fingerprint_follows_the_weights_and_files_that_unpickle_are_refused(twi
     with torch.no_grad():
         other[1].bias[0] += 1e-3
     assert model_fingerprint(other) != model_fingerprint(mlp)
-    from pytest_sadl.capture.weights import model_digest  # the plugin's check that the model did not change
+    from pytest_sadl.capture.identity import model_digest  # the plugin's check that the model did not change
 
     assert model_digest(other) != model_digest(mlp)
     other.load_state_dict(mlp.state_dict())

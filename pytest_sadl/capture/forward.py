@@ -257,36 +257,45 @@ class Forward:
         JAX: the ``jax.jit`` pass with the rows padded to the next power of two (a few
         compiled shapes, not one per batch size) and the outputs cut back.
         """
+        if self.backend == "tensorflow":
+            return self._eager_tf(x)
+        if self.backend == "jax":
+            return self._eager_jax(x)
+        output, flat = self._post(x)
+        return output, [to_numpy(v) for v in flat]
+
+    def _eager_tf(self, x: Any) -> tuple[Any, list[np.ndarray]]:
+        """:meth:`eager` on TensorFlow: the plain graph, or the eager call for good when the
+        model's Python cannot be traced."""
+        failed = False
+        if self._graph_calls is not False:
+            try:
+                output, flat = self._tf(False, x)(x)
+                self._graph_calls = True
+                return output, [to_numpy(v) for v in flat]
+            except Exception:  # untraceable Python, or a bad input: the eager call says which
+                failed = True
+        output, flat = self._post(x)  # a bad input raises here, as a plain model(x) would
+        if failed and not self._graph_calls:
+            self._graph_calls = False  # the graph failed where eager works: untraceable
+        return output, [to_numpy(v) for v in flat]
+
+    def _eager_jax(self, x: Any) -> tuple[Any, list[np.ndarray]]:
+        """:meth:`eager` on JAX: the ``jax.jit`` pass on rows padded to a power of two."""
         from keras import tree
 
-        if self.backend == "tensorflow":
-            failed = False
-            if self._graph_calls is not False:
-                try:
-                    output, flat = self._tf(False, x)(x)
-                    self._graph_calls = True
-                    return output, [to_numpy(v) for v in flat]
-                except Exception:  # untraceable Python, or a bad input: the eager call says which
-                    failed = True
-            output, flat = self._post(x)  # a bad input raises here, as a plain model(x) would
-            if failed and not self._graph_calls:
-                self._graph_calls = False  # the graph failed where eager works: untraceable
-            return output, [to_numpy(v) for v in flat]
-        if self.backend == "jax":
-            leaves = tree.flatten(x)
-            n = int(leaves[0].shape[0]) if leaves and len(leaves[0].shape) else 0
-            size = 1 << max(0, (n - 1).bit_length())
-            if n and size != n:
-                x = tree.map_structure(lambda a: _pad_rows(a, size - n), x)
-            model = self.model
-            output, flat = self._jax()(
-                [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x
-            )
-            if n and size != n:
-                output = tree.map_structure(lambda a: a[:n], output)
-                return output, [to_numpy(v)[:n] for v in flat]
-            return output, [to_numpy(v) for v in flat]
-        output, flat = self._post(x)
+        leaves = tree.flatten(x)
+        n = int(leaves[0].shape[0]) if leaves and len(leaves[0].shape) else 0
+        size = 1 << max(0, (n - 1).bit_length())
+        if n and size != n:
+            x = tree.map_structure(lambda a: _pad_rows(a, size - n), x)
+        model = self.model
+        output, flat = self._jax()(
+            [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x
+        )
+        if n and size != n:
+            output = tree.map_structure(lambda a: a[:n], output)
+            return output, [to_numpy(v)[:n] for v in flat]
         return output, [to_numpy(v) for v in flat]
 
     def compilations(self) -> int:

@@ -188,9 +188,9 @@ def run_traced(
     ``plain_step`` is the model's own step (bound); ``activate(loop)`` is a context
     manager during which the model's ``<kind>_step`` is ``loop.step`` and its
     ``<kind>_function`` is ``loop.fn`` in this thread only, and an assignment to
-    ``<kind>_function`` while ``loop.building`` goes to ``loop.built`` (the recorder's
-    recorded class does this with a per-thread dispatch, so other threads keep the
-    model's own). ``lock`` (a context manager) is held while the step is traced with the
+    ``<kind>_function`` while ``loop.building`` goes to ``loop.built`` (the recorded
+    class of :mod:`pytest_sadl.capture.keras_calls` does this with a per-thread dispatch,
+    so other threads keep the model's own). ``lock`` (a context manager) is held while the step is traced with the
     layers tapped, never while the loop waits for data: a generator that calls the model
     from tf.data's thread does not deadlock."""
     why = unsupported(tm.model, kind)

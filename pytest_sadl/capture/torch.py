@@ -61,7 +61,6 @@ data, or a recorded call), with one two-row probe pass.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -74,7 +73,7 @@ from pytest_sadl.capture.data import TrainingData, check_batch, load_training_da
 from pytest_sadl.capture.torchdata import import_torch, is_torch_module, to_numpy
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 
-__all__ = ["TorchTraceModel", "module_fingerprint", "is_pass_through", "is_activation", "is_per_neuron"]
+__all__ = ["TorchTraceModel", "is_pass_through", "is_activation", "is_per_neuron"]
 
 _PASS_THROUGH = (
     "Flatten",
@@ -227,25 +226,6 @@ def is_per_neuron(module: Any) -> bool:
     """An activation or batch-norm module: it takes another module's neurons channel by
     channel and computes none of its own."""
     return _is_torch_class(module, _ACTIVATIONS + _NORMALIZATIONS)
-
-
-# ----------------------------------------------------------------------------- fingerprint
-
-
-def module_fingerprint(model: Any) -> str:
-    """sha256 hex of the module's class, its structure (``repr``: every submodule with its
-    options) and its ``state_dict`` (every parameter and buffer: name, dtype, shape,
-    bytes). Changing one weight or one module option changes it; the same weights
-    loaded twice do not."""
-    h = hashlib.sha256()
-    h.update(f"torch\0{type(model).__module__}.{type(model).__qualname__}\0{model!r}\0".encode())
-    for name, value in model.state_dict().items():
-        if not hasattr(value, "detach"):
-            continue
-        a = to_numpy(value)
-        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
-        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)  # the bytes, not a copy of them
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- the trace model

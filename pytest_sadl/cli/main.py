@@ -156,34 +156,61 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     for w in caught:  # one line each (the profile's own warnings say what happened)
         if w.category.__module__.startswith("pytest_sadl"):
             print(f"sadl: warning: {w.message}", file=sys.stderr, flush=True)
-    elapsed = time.monotonic() - start
+    print(_built_line(profile, time.monotonic() - start, imported))
+    return EXIT_OK
+
+
+def _built_line(profile: Any, elapsed: float, imported: float) -> str:
+    """What ``sadl profile build`` did, in one line: built or found, the profile, the times, the folder."""
     verb = "built" if profile.built else "found cached"
     if profile.path is None:
         verb += " (not cached)"
     size = sum(f.stat().st_size for f in profile.path.iterdir()) if profile.path and profile.path.is_dir() else 0
-    print(
+    return (
         f"{verb} profile {profile.fingerprint[:16]} ({profile.n_train} inputs, "
         f"SA layers {', '.join(profile.sa_layers)}; coverage layers "
         f"{', '.join(profile.coverage_layers)}; {_human_size(size)}) in {elapsed:.1f}s "
         f"(TensorFlow import {imported:.1f}s, {'building' if profile.built else 'loading'} {elapsed - imported:.1f}s): {profile.path}"
     )
-    return EXIT_OK
 
 
 def cmd_profile_layers(args: argparse.Namespace) -> int:
     """``sadl profile layers``: the model's layers by path, with output shapes and the
     defaults pytest-sadl would measure."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tm, sadl, data = _layers_model(args)
+    rows = tm.describe_layers()
+    fit = _usable_layers(sadl, tm, data) if sadl is not None and args.usable and data is not None else None
+    for r in rows:
+        if fit is not None and r["path"] in fit:
+            r["usable"] = fit[r["path"]]
+    if args.json:
+        print(json.dumps(_layers_json(tm, rows), indent=2))
+        return EXIT_OK
+    print(
+        f"model {tm.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
+        f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})"
+    )
+    width = max(len(r["path"]) for r in rows) if rows else 4
+    for r in rows:
+        print(_layer_line(r, width))
+    if fit is not None:
+        for line in _usable_summary(rows):
+            print(line)
+    return EXIT_OK
+
+
+def _layers_model(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """``sadl profile layers``' trace model, the project's options (when read: no
+    ``--model``, or ``--usable``) and the training data (when there is one)."""
     from pytest_sadl.capture import trace_model
     from pytest_sadl.capture.model import load_model
-    from pytest_sadl.cli.args import parse_layers
+    from pytest_sadl.cli.args import model_and_train, parse_layers, project_options
 
     base_dir = Path(args.rootdir) if args.rootdir else None
     spec, train, output = args.model, args.train, args.output
     sadl: Any = None
     if spec is None or args.usable:  # the project's configuration, as the plugin reads it
-        from pytest_sadl.cli.args import model_and_train, project_options
-
         sadl = project_options(args)
     if spec is None:  # the project's model, as the plugin would measure it
         spec, train, base_dir = model_and_train(args, sadl, need_train=False)
@@ -197,47 +224,33 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
         from pytest_sadl.capture.data import load_training_data
 
         data = tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
-    rows = tm.describe_layers()
-    fit = _usable_layers(sadl, tm, data) if sadl is not None and args.usable and data is not None else None
-    for r in rows:
-        if fit is not None and r["path"] in fit:
-            r["usable"] = fit[r["path"]]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "model": tm.name,
-                    "inputs": tm.input_names,
-                    "outputs": tm.output_names,
-                    "output": tm.output_name,
-                    "classifier": tm.classifier,
-                    "layers": rows,
-                },
-                indent=2,
-            )
-        )
-        return EXIT_OK
-    print(
-        f"model {tm.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
-        f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})"
+    return tm, sadl, data
+
+
+def _layers_json(tm: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "model": tm.name,
+        "inputs": tm.input_names,
+        "outputs": tm.output_names,
+        "output": tm.output_name,
+        "classifier": tm.classifier,
+        "layers": rows,
+    }
+
+
+def _layer_line(r: dict[str, Any], width: int) -> str:
+    """One layer of ``sadl profile layers``: path, class, output shape, calls, defaults, usable SA."""
+    shape = (
+        "-"
+        if r["output_shape"] is None
+        else "(" + ", ".join("n" if d is None else str(d) for d in r["output_shape"]) + ")"
     )
-    width = max(len(r["path"]) for r in rows) if rows else 4
-    for r in rows:
-        shape = (
-            "-"
-            if r["output_shape"] is None
-            else "(" + ", ".join("n" if d is None else str(d) for d in r["output_shape"]) + ")"
-        )
-        marks = ", ".join(m for m, on in (("SA default", r["sa"]), ("coverage default", r["coverage"])) if on)
-        calls = f" [runs {r['calls']}x]" if r["calls"] > 1 else ""
-        ok = ""
-        if "usable" in r:
-            ok = " SA: " + (" ".join(k.upper() for k, why in r["usable"].items() if why is None) or "none")
-        print(f"  {r['path']:<{width}}  {r['class']:<22} {shape:<20}{calls} {marks}{ok}".rstrip())
-    if fit is not None:
-        for line in _usable_summary(rows):
-            print(line)
-    return EXIT_OK
+    marks = ", ".join(m for m, on in (("SA default", r["sa"]), ("coverage default", r["coverage"])) if on)
+    calls = f" [runs {r['calls']}x]" if r["calls"] > 1 else ""
+    ok = ""
+    if "usable" in r:
+        ok = " SA: " + (" ".join(k.upper() for k, why in r["usable"].items() if why is None) or "none")
+    return f"  {r['path']:<{width}}  {r['class']:<22} {shape:<20}{calls} {marks}{ok}".rstrip()
 
 
 def _usable_layers(sadl: Any, tm: Any, data: Any) -> dict[str, dict[str, str | None]]:
@@ -335,6 +348,7 @@ LAZY = {
         "pytest_sadl.cli.select",
         "choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
     ),
+    "estimate": ("pytest_sadl.cli.estimate", "estimate the model's accuracy on an unlabelled pool from a few labels"),
 }
 
 

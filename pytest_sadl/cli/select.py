@@ -93,14 +93,10 @@ def select_from_pool(
         traces = cluster[0].traces(cluster[1], cluster[2], profile.trace_model(model), x, batch_size, extrema=True)
     else:
         traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
-    metrics = list(getattr(options, "metrics", None) or DEFAULT_METRICS)
-    if by in SCORES and SCORES[by].name not in metrics:  # the score chosen by is always computed
-        metrics.append(SCORES[by].name)
-    if criterion is not None and criterion not in metrics:  # and the criterion ctm / cam order by
-        metrics.append(criterion)
-    view = ProfileView.of(profile, [m for m in METRICS if m in metrics], options)
+    view = ProfileView.of(profile, _pool_metrics(options, by, criterion), options)
     if cluster is not None:  # a view's given scorers: these two on the cluster
-        view.lsa, view.dsa = cluster[0].lsa, cluster[0].dsa if profile.classifier else None
+        view.use("lsa", cluster[0].lsa)
+        view.use("dsa", cluster[0].dsa if profile.classifier else None)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
@@ -132,6 +128,17 @@ def select_from_pool(
 
         scores = {**scores, "deepgini": confidence_scores(np.asarray(traces.output))["deepgini"]}
     return chosen, scores
+
+
+def _pool_metrics(options: Any, by: str, criterion: str | None) -> list[str]:
+    """The run's metrics (``--sadl-metrics``), the score chosen ``by`` and the ``criterion``
+    ctm and cam order by always among them, in report order."""
+    metrics = list(getattr(options, "metrics", None) or DEFAULT_METRICS)
+    if by in SCORES and SCORES[by].name not in metrics:  # the score chosen by is always computed
+        metrics.append(SCORES[by].name)
+    if criterion is not None and criterion not in metrics:  # and the criterion ctm / cam order by
+        metrics.append(criterion)
+    return [m for m in METRICS if m in metrics]
 
 
 def _score_label(name: str) -> str:
@@ -307,31 +314,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     from pytest_sadl.profile.build import ProfileOptions
     from pytest_sadl.profile.lookup import load_or_build
 
-    if args.budget < 1:
-        raise SadlConfigError(f"--budget={args.budget}: choose at least 1 input")
-    if args.strategy in ("ctm", "cam") and args.criterion is None:
-        raise SadlConfigError(
-            f"--strategy {args.strategy} orders by a coverage criterion: add --criterion, e.g. --criterion nbc"
-        )
-    if args.strategy == "ranges" and not 0 < args.upto <= 1:
-        raise SadlConfigError(f"--upto={args.upto}: give a fraction of U in (0, 1], e.g. 0.25 for [0, U/4]")
-    results = None
-    if args.results:
-        from pytest_sadl.resultsfile import load_results
-
-        try:
-            results = load_results(args.results)
-        except ValueError as exc:
-            raise SadlConfigError(f"--results: {exc}") from None
-        config = results.get("config") or {}
-        for dest, key in (
-            ("sa_layers", "sa_layers"),
-            ("coverage_layers", "coverage_layers"),
-            ("var_threshold", "var_threshold"),
-        ):
-            if getattr(args, dest) is None and config.get(key) is not None:  # the results' configuration, not the ini's
-                value = config[key]
-                setattr(args, dest, [",".join(str(v) for v in value)] if isinstance(value, list) else value)
+    _check_select_args(args)
+    results = _results_of(args)
     check_out_dir(args.out)  # before the model is loaded and the pool traced
     sadl = project_options(args)
     model_spec, train, base_dir = model_and_train(args, sadl)  # flags are relative to the current directory
@@ -371,16 +355,59 @@ def cmd_select(args: argparse.Namespace) -> int:
             )
     except ValueError as exc:
         raise SadlConfigError(str(exc)) from None
-    try:
-        written = write_selection(args.out, chosen, x, scores, y, channels_first=tm.channels_first)
-    except OSError as exc:
-        raise SadlConfigError(
-            f"--out {args.out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory"
-        ) from None
+    written = _write(args.out, chosen, x, scores, y, tm.channels_first)
     _print_selection(chosen)
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _check_select_args(args: argparse.Namespace) -> None:
+    """The flags that cannot go together, each a one-line error before anything is loaded."""
+    from pytest_sadl.errors import SadlConfigError
+
+    if args.budget < 1:
+        raise SadlConfigError(f"--budget={args.budget}: choose at least 1 input")
+    if args.strategy in ("ctm", "cam") and args.criterion is None:
+        raise SadlConfigError(
+            f"--strategy {args.strategy} orders by a coverage criterion: add --criterion, e.g. --criterion nbc"
+        )
+    if args.strategy == "ranges" and not 0 < args.upto <= 1:
+        raise SadlConfigError(f"--upto={args.upto}: give a fraction of U in (0, 1], e.g. 0.25 for [0, U/4]")
+
+
+def _results_of(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--results``: the results document, whose layers and variance threshold stand in
+    for the flags not given (the results' configuration, not the ini's)."""
+    from pytest_sadl.errors import SadlConfigError
+
+    if not args.results:
+        return None
+    from pytest_sadl.resultsfile import load_results
+
+    try:
+        results = load_results(args.results)
+    except ValueError as exc:
+        raise SadlConfigError(f"--results: {exc}") from None
+    config = results.get("config") or {}
+    for key in ("sa_layers", "coverage_layers", "var_threshold"):
+        if getattr(args, key) is None and config.get(key) is not None:
+            value = config[key]
+            setattr(args, key, [",".join(str(v) for v in value)] if isinstance(value, list) else value)
+    return results
+
+
+def _write(out: Any, chosen: Selection, x: Any, scores: Any, y: Any, channels_first: bool) -> list[Any]:
+    """The selection's files (:func:`write_selection`); a folder that cannot be written is one line."""
+    from pytest_sadl.errors import SadlConfigError
+
+    try:
+        written: list[Any] = write_selection(out, chosen, x, scores, y, channels_first=channels_first)
+    except OSError as exc:
+        raise SadlConfigError(
+            f"--out {out}: cannot write the selection ({exc.strerror or exc}); free space or give another directory"
+        ) from None
+    return written
 
 
 def _cluster(args: argparse.Namespace, sadl: Any, profile: Any, spec: Any, base_dir: Any) -> Any:

@@ -380,6 +380,32 @@ def reduce_layer(a: np.ndarray) -> np.ndarray:
     return np.asarray(a.mean(axis=tuple(range(1, a.ndim - 1))))
 
 
+def _one_layer(
+    name: str, i: int, layer: object, size: int | None, keep_float: bool, chunk_bytes: int, n: int | None
+) -> np.ndarray:
+    """Layer ``i`` of :func:`as_layers` checked (at least 2-D, ``n`` inputs when ``n`` is
+    known, finite, ``size`` neurons when given) and reduced to ``(n, neurons)``."""
+    arr = np.asarray(layer)
+    keep = keep_float and arr.ndim == 2 and arr.dtype.kind == "f"
+    arr = arr if keep else np.asarray(arr, dtype=np.float64)
+    if arr.ndim < 2:
+        raise ValueError(f"{name}[{i}] must be at least 2-D (n_inputs, neurons), got shape {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise ValueError(
+            f"{name}[{i}] has {arr.shape[0]} inputs but {name}[0] has {n}; all layers need the same inputs"
+        )
+    _finite_or_raise(f"{name}[{i}]", arr, chunk_bytes)
+    arr = reduce_layer(arr)
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name}[{i}] has no neurons (shape {arr.shape})")
+    if size is not None and arr.shape[1] != size:
+        raise ValueError(
+            f"{name}[{i}] has {arr.shape[1]} neurons but the ranges were fitted on {size}; "
+            "pass the outputs of the same layers, in the same order"
+        )
+    return arr
+
+
 def as_layers(
     name: str,
     layers: object,
@@ -407,26 +433,8 @@ def as_layers(
     out: list[np.ndarray] = []
     n = None
     for i, layer in enumerate(layers):
-        arr = np.asarray(layer)
-        keep = keep_float and arr.ndim == 2 and arr.dtype.kind == "f"
-        arr = arr if keep else np.asarray(arr, dtype=np.float64)
-        if arr.ndim < 2:
-            raise ValueError(f"{name}[{i}] must be at least 2-D (n_inputs, neurons), got shape {arr.shape}")
-        if n is None:
-            n = arr.shape[0]
-        elif arr.shape[0] != n:
-            raise ValueError(
-                f"{name}[{i}] has {arr.shape[0]} inputs but {name}[0] has {n}; all layers need the same inputs"
-            )
-        _finite_or_raise(f"{name}[{i}]", arr, chunk_bytes)
-        arr = reduce_layer(arr)
-        if arr.shape[1] == 0:
-            raise ValueError(f"{name}[{i}] has no neurons (shape {arr.shape})")
-        if sizes is not None and arr.shape[1] != sizes[i]:
-            raise ValueError(
-                f"{name}[{i}] has {arr.shape[1]} neurons but the ranges were fitted on {sizes[i]}; "
-                "pass the outputs of the same layers, in the same order"
-            )
+        arr = _one_layer(name, i, layer, None if sizes is None else sizes[i], keep_float, chunk_bytes, n)
+        n = arr.shape[0] if n is None else n
         out.append(arr)
     if not allow_empty and n == 0:
         raise ValueError(f"{name} holds no inputs; at least one is needed")

@@ -274,69 +274,79 @@ def _ranked(values: Mapping[str, float | None], keys: Sequence[str]) -> list[tup
 
 def sentences(a: Analysis) -> list[str]:
     """What the figures mean for this model, in plain words."""
-    sa_keys = [k for k in ("lsa", "dsa", "mdsa") if k in a.scored]
-    out: list[str] = []
+    sa_keys: list[str] = [k for k in ("lsa", "dsa", "mdsa") if k in a.scored]
     if a.kind == "classifier":
+        return _classifier_sentences(a, sa_keys)
+    return _regression_sentences(a, sa_keys)
+
+
+def _classifier_sentences(a: Analysis, sa_keys: list[str]) -> list[str]:
+    out = [
+        f"{a.errors} of {a.labelled} labelled inputs are misclassified (error rate {100 * (a.error_rate or 0):.1f}%)."
+    ]
+    if not a.errors or a.errors == a.labelled:
         out.append(
-            f"{a.errors} of {a.labelled} labelled inputs are misclassified (error rate {100 * (a.error_rate or 0):.1f}%)."
+            "Every labelled input is "
+            + ("classified correctly" if not a.errors else "misclassified")
+            + ", so no score can be judged on telling mistakes apart; label inputs the model gets wrong too."
         )
-        if not a.errors or a.errors == a.labelled:
-            out.append(
-                "Every labelled input is "
-                + ("classified correctly" if not a.errors else "misclassified")
-                + ", so no score can be judged on telling mistakes apart; label inputs the model gets wrong too."
-            )
-            return out
-        best_sa = _ranked(a.auc, sa_keys)
-        best_base = _ranked(a.auc, BASELINES)
-        if best_sa:
-            key, auc = best_sa[0]
-            label = SCORE_LABELS[key]
-            if auc >= 0.5 + CHANCE_BAND:
-                text = f"On this model, {label} finds misclassified inputs better than chance (AUC {auc:.2f})"
-            elif auc > 0.5 - CHANCE_BAND:
-                text = f"On this model, no surprise measure finds misclassified inputs better than chance (best: {label}, AUC {auc:.2f})"
-            else:
-                text = f"On this model, surprise points away from the mistakes: even the best, {label}, has AUC {auc:.2f}, below chance"
-            if best_base:
-                bkey, bauc = best_base[0]
-                blabel = SCORE_LABELS[bkey]
-                if auc > bauc + TIE_BAND:
-                    text += f" and better than {blabel} ({bauc:.2f}), the best confidence baseline."
-                elif auc < bauc - TIE_BAND:
-                    text += f", but worse than {blabel} ({bauc:.2f}): a confidence score alone does better here."
-                else:
-                    text += f", about as well as {blabel} ({bauc:.2f})."
-            else:
-                text += "."
-            out.append(text)
-        for key in sa_keys:
-            fifths = a.fifths.get(key) or []
-            if len(fifths) == FIFTHS and fifths[0].accuracy is not None and fifths[-1].accuracy is not None:
-                lo, hi = fifths[0].accuracy, fifths[-1].accuracy
-                trend = "falls" if hi < lo - 0.01 else ("rises" if hi > lo + 0.01 else "stays")
-                out.append(
-                    f"By {SCORE_LABELS[key]}, accuracy {trend} from {100 * lo:.0f}% on the least surprising fifth of the "
-                    f"inputs to {100 * hi:.0f}% on the most surprising fifth"
-                    + (
-                        " (as the paper's RQ1 expects)."
-                        if trend == "falls"
-                        else " (the paper's RQ1 expects it to fall)."
-                    )
-                )
-                break
+        return out
+    best_sa = _ranked(a.auc, sa_keys)
+    if best_sa:
+        out.append(_auc_sentence(*best_sa[0], _ranked(a.auc, BASELINES)))
+    fifths = _fifths_sentence(a, sa_keys)
+    if fifths is not None:
+        out.append(fifths)
+    return out
+
+
+def _auc_sentence(key: str, auc: float, best_base: list[tuple[str, float]]) -> str:
+    """How the best SA score finds the mistakes, and against the best confidence baseline."""
+    label = SCORE_LABELS[key]
+    if auc >= 0.5 + CHANCE_BAND:
+        text = f"On this model, {label} finds misclassified inputs better than chance (AUC {auc:.2f})"
+    elif auc > 0.5 - CHANCE_BAND:
+        text = f"On this model, no surprise measure finds misclassified inputs better than chance (best: {label}, AUC {auc:.2f})"
     else:
-        out.append(f"{a.labelled} labelled inputs; mean absolute error {a.mean_abs_error:.4g}.")
-        ranked = _ranked(a.spearman, sa_keys)
-        if ranked:
-            key, rho = ranked[0]
-            label = SCORE_LABELS[key]
-            if rho >= 0.1:
-                out.append(
-                    f"On this model, inputs with higher {label} tend to have larger errors (Spearman rho {rho:.2f})."
-                )
-            else:
-                out.append(
-                    f"On this model, no surprise measure rises with the error (best: {label}, Spearman rho {rho:.2f})."
-                )
+        text = f"On this model, surprise points away from the mistakes: even the best, {label}, has AUC {auc:.2f}, below chance"
+    if not best_base:
+        return text + "."
+    bkey, bauc = best_base[0]
+    blabel = SCORE_LABELS[bkey]
+    if auc > bauc + TIE_BAND:
+        return text + f" and better than {blabel} ({bauc:.2f}), the best confidence baseline."
+    if auc < bauc - TIE_BAND:
+        return text + f", but worse than {blabel} ({bauc:.2f}): a confidence score alone does better here."
+    return text + f", about as well as {blabel} ({bauc:.2f})."
+
+
+def _fifths_sentence(a: Analysis, sa_keys: list[str]) -> str | None:
+    """How accuracy moves from the least to the most surprising fifth, by the first SA score with fifths."""
+    for key in sa_keys:
+        fifths = a.fifths.get(key) or []
+        if len(fifths) == FIFTHS and fifths[0].accuracy is not None and fifths[-1].accuracy is not None:
+            lo, hi = fifths[0].accuracy, fifths[-1].accuracy
+            trend = "falls" if hi < lo - 0.01 else ("rises" if hi > lo + 0.01 else "stays")
+            expect = " (as the paper's RQ1 expects)." if trend == "falls" else " (the paper's RQ1 expects it to fall)."
+            return (
+                f"By {SCORE_LABELS[key]}, accuracy {trend} from {100 * lo:.0f}% on the least surprising fifth of the "
+                f"inputs to {100 * hi:.0f}% on the most surprising fifth" + expect
+            )
+    return None
+
+
+def _regression_sentences(a: Analysis, sa_keys: list[str]) -> list[str]:
+    out = [f"{a.labelled} labelled inputs; mean absolute error {a.mean_abs_error:.4g}."]
+    ranked = _ranked(a.spearman, sa_keys)
+    if ranked:
+        key, rho = ranked[0]
+        label = SCORE_LABELS[key]
+        if rho >= 0.1:
+            out.append(
+                f"On this model, inputs with higher {label} tend to have larger errors (Spearman rho {rho:.2f})."
+            )
+        else:
+            out.append(
+                f"On this model, no surprise measure rises with the error (best: {label}, Spearman rho {rho:.2f})."
+            )
     return out

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest_sadl.criteria.metrics.energyc as energyc  # the OOD scores (issue 36): energy, MaxLogit, MSP,
+import pytest_sadl.criteria.metrics.knnc as knnc  # KNN (Sun et al.) and Mahalanobis (Lee et al.)
+import pytest_sadl.criteria.metrics.mahac as mahac
+import pytest_sadl.criteria.metrics.maxlogitc as maxlogitc
+import pytest_sadl.criteria.metrics.mspc as mspc
 from pytest_sadl.criteria.metrics import cc, dsc, kmnc, lsc, mdsc, mlsc, mmdsc, nbc, nc, nlc, snac, tknc, tknp
 from pytest_sadl.criteria.shape import COUNT_KIND, NEURON_KIND, SURPRISE_KIND, Criterion
 
 CRITERIA: tuple[Criterion, ...] = tuple(
     m.CRITERION for m in (lsc, dsc, mdsc, mlsc, mmdsc, nc, kmnc, nbc, snac, tknc, tknp, nlc, cc)
-)
+) + tuple(m.CRITERION for m in (knnc, mahac, energyc, maxlogitc, mspc))  # the OOD scores (issue 36)
 BY_NAME: dict[str, Criterion] = {c.name: c for c in CRITERIA}
 
 #: metric names in report order

@@ -78,6 +78,9 @@ class Training:
     profile: Any = None
     #: which neurons a class's KDE / covariance is over (``"class"`` or ``"paper"``)
     var_rule: str = "class"
+    #: ``(kernel, bias)`` of the output layer over these traces (the logit scores' set-up
+    #: on held-out traces, where ``profile`` is ``None``); ``None`` where there is none
+    logit_head: tuple[np.ndarray, np.ndarray] | None = None
 
 
 #: a set-up per-input surprise score: ``scorer(ats, pred)`` -> float64 ``(n,)``

@@ -238,44 +238,70 @@ class LSA:
                     kdes[label] = kde
             pending = [label for label in rows if label not in kdes]
         while pending:  # fit; on a singular covariance drop the dependent neurons, refit
-            failed = []
-            for label in pending:
-                kde = self._fit(rows[label], cols[label], stats[label], strict=True)
-                if kde is None:
-                    failed.append(label)
-                else:
-                    kdes[label] = kde
+            failed = self._fit_pending(pending, rows, cols, stats, kdes)
             if not failed:
                 break
-            # A dependency the failing classes share (softmax rows summing to one) shows in
-            # their pooled, class-centred traces: drop one neuron for all, not one per class.
-            common = cols[failed[0]]
-            for label in failed[1:]:
-                common = np.intersect1d(common, cols[label])
-            traces = [self._gather(rows[label], common) for label in failed]
-            pooled = np.vstack([xc - xc.mean(axis=0) for xc in traces])
-            space = common
-            rank, dependent = self._dependent(pooled, strict=False) if common.size else (0, [])
-            if not dependent:
-                space = cols[failed[0]]
-                rank, dependent = self._dependent(self._gather(rows[failed[0]], space))
-            drop = sorted(int(space[j]) for j in dependent)
-            where = "from every class" if self.near_singular == "drop" else "from these classes only"
-            warn(
-                f"LSA: the training traces of class(es) {failed} lie in a {rank}-dimensional subspace "
-                f"of {space.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
-                f"dependent neuron(s) {drop} {where}"
-            )
-            for label in rows if self.near_singular == "drop" else failed:
-                cols[label] = cols[label][~np.isin(cols[label], drop)]
-                if cols[label].size == 0:
-                    raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
+            drop, message = self._dependent_neurons(failed, rows, cols)
+            warn(message)  # here, as the other set-up warnings: attributed to the caller of LSA
+            self._drop(drop, rows if self.near_singular == "drop" else failed, cols)
             if self.near_singular == "drop":
                 kdes.clear()
                 pending = list(rows)
             else:
                 pending = failed
         return kdes
+
+    def _fit_pending(
+        self,
+        pending: list[int],
+        rows: dict[int, np.ndarray],
+        cols: dict[int, np.ndarray],
+        stats: dict[int, Any],
+        kdes: dict[int, _Kde],
+    ) -> list[int]:
+        """Fit the ``pending`` classes into ``kdes``; the classes whose covariance is singular."""
+        failed = []
+        for label in pending:
+            kde = self._fit(rows[label], cols[label], stats[label], strict=True)
+            if kde is None:
+                failed.append(label)
+            else:
+                kdes[label] = kde
+        return failed
+
+    def _dependent_neurons(
+        self, failed: list[int], rows: dict[int, np.ndarray], cols: dict[int, np.ndarray]
+    ) -> tuple[list[int], str]:
+        """The neurons the ``failed`` classes' traces depend on linearly, and the warning
+        that says they are dropped (``"drop"``: from every class; ``"keep"``: from the failing ones)."""
+        # A dependency the failing classes share (softmax rows summing to one) shows in
+        # their pooled, class-centred traces: drop one neuron for all, not one per class.
+        common = cols[failed[0]]
+        for label in failed[1:]:
+            common = np.intersect1d(common, cols[label])
+        traces = [self._gather(rows[label], common) for label in failed]
+        pooled = np.vstack([xc - xc.mean(axis=0) for xc in traces])
+        space = common
+        rank, dependent = self._dependent(pooled, strict=False) if common.size else (0, [])
+        if not dependent:
+            space = cols[failed[0]]
+            rank, dependent = self._dependent(self._gather(rows[failed[0]], space))
+        drop = sorted(int(space[j]) for j in dependent)
+        where = "from every class" if self.near_singular == "drop" else "from these classes only"
+        message = (
+            f"LSA: the training traces of class(es) {failed} lie in a {rank}-dimensional subspace "
+            f"of {space.size} neurons (e.g. softmax outputs that sum to one); dropping the linearly "
+            f"dependent neuron(s) {drop} {where}"
+        )
+        return drop, message
+
+    @staticmethod
+    def _drop(drop: list[int], labels: Iterable[int], cols: dict[int, np.ndarray]) -> None:
+        """Remove the neurons ``drop`` from the columns of the classes ``labels``."""
+        for label in labels:
+            cols[label] = cols[label][~np.isin(cols[label], drop)]
+            if cols[label].size == 0:
+                raise ValueError("LSA: no linearly independent neurons are left; measure another layer")
 
     # -- set-up ---------------------------------------------------------------
 

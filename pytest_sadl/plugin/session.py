@@ -363,11 +363,11 @@ class WorkerSession(RecordingSession):
         if spool is not None and records:
             try:
                 spool.mkdir(exist_ok=True)
-                return transport.reference(self.recorder, records, spool, self.sent)
+                return transport.reference(records, spool, self.sent)
             except OSError:  # a full or vanished temporary folder: send them at the end
                 self.spool = None
         self.pending.extend(records)
-        return transport.reference(self.recorder, records, None, self.sent)
+        return transport.reference(records, None, self.sent)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -382,7 +382,6 @@ class WorkerSession(RecordingSession):
         finally:  # the records no test report referred to a file for, and those made outside a test
             seen = sources.model_seen
             self.config.workeroutput["sadl"] = transport.worker_end(  # type: ignore[attr-defined]
-                self.recorder,
                 self.pending + list(self.recorder.records.values()),
                 list(self.recorder.messages),
                 profile,

@@ -42,7 +42,7 @@ def make_recorder(options: SadlOptions) -> Any:
             raise usage_error(exc) from None
 
     def digest(model: Any) -> str:
-        from pytest_sadl.capture.weights import model_digest
+        from pytest_sadl.capture.identity import model_digest
 
         return model_digest(model)
 

@@ -25,11 +25,9 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pytest_sadl.plugin.recorder import Recorder
-    from pytest_sadl.records import TestRecord
+from pytest_sadl.records import TestRecord, from_bytes, to_bytes
 
 TRANSPORT = "pytest-sadl/records"
 #: 2: a record says whether it is stale (the model changed before it);
@@ -54,18 +52,16 @@ def _check(payload: Any) -> dict[str, Any]:
     return payload
 
 
-def pack(recorder: Recorder, records: list[TestRecord]) -> dict[str, Any]:
+def pack(records: list[TestRecord]) -> dict[str, Any]:
     """``records`` as a JSON-able, versioned payload (an ``.npz`` of arrays, base64)."""
-    data = base64.b64encode(recorder.to_bytes(records)).decode("ascii")
+    data = base64.b64encode(to_bytes(records)).decode("ascii")
     return {"format": TRANSPORT, "version": TRANSPORT_VERSION, "npz": data}
 
 
 def unpack(payload: Any) -> list[TestRecord]:
     """The records of a :func:`pack` payload; ``ValueError`` for another format or version
     (a worker running another pytest-sadl)."""
-    from pytest_sadl.plugin.recorder import Recorder
-
-    return Recorder.records_from_bytes(base64.b64decode(_check(payload)["npz"]))
+    return from_bytes(base64.b64decode(_check(payload)["npz"]))
 
 
 def spool_for(workerinput: dict[str, Any], worker: str) -> Path | None:
@@ -76,7 +72,7 @@ def spool_for(workerinput: dict[str, Any], worker: str) -> Path | None:
     return Path(spool) / worker
 
 
-def reference(recorder: Recorder, records: list[TestRecord], spool: Path | None, seq: int) -> dict[str, Any]:
+def reference(records: list[TestRecord], spool: Path | None, seq: int) -> dict[str, Any]:
     """A worker, at a test's end: the small payload its teardown report carries. With a
     spool, the records are written to a file of their own first (atomically)."""
     ref: dict[str, Any] = {"format": TRANSPORT, "version": TRANSPORT_VERSION, "records": len(records)}
@@ -84,7 +80,7 @@ def reference(recorder: Recorder, records: list[TestRecord], spool: Path | None,
         from pytest_sadl.atomic import atomic_write_bytes
 
         name = f"{seq:06d}.npz"
-        atomic_write_bytes(spool / name, recorder.to_bytes(records))
+        atomic_write_bytes(spool / name, to_bytes(records))
         ref["file"] = f"{spool.name}/{name}"
     elif records:
         ref["at_end"] = True
@@ -101,19 +97,17 @@ def read_reference(payload: Any, spool: Path | None) -> list[TestRecord] | None:
     if spool is None or "/" not in ref["file"] or ".." in ref["file"]:
         raise ValueError(f"a worker referred to records in {ref['file']!r}, outside this controller's spool")
     path = spool / ref["file"]
-    from pytest_sadl.plugin.recorder import Recorder
-
-    records = Recorder.records_from_bytes(path.read_bytes())
+    records = from_bytes(path.read_bytes())
     path.unlink()
     return records
 
 
 def worker_end(
-    recorder: Recorder, records: list[TestRecord], warnings: list[str], profile: str | None, from_fixture: bool
+    records: list[TestRecord], warnings: list[str], profile: str | None, from_fixture: bool
 ) -> dict[str, Any]:
     """A worker, at its end: everything it sends in ``workeroutput["sadl"]``, one versioned structure."""
     return {
-        **pack(recorder, records),
+        **pack(records),
         "warnings": list(warnings),
         "profile": profile,
         "model_from_fixture": from_fixture,

@@ -38,7 +38,8 @@ rebuild=False, base_dir=None) -> TrainingProfile``
     ``.row_keys``, ``.sa_layers``, ``.coverage_layers``, ``.classifier``, ``.n_classes``,
     ``.n_train``, ``.path``, ``.built``...
 ``model_fingerprint(model) -> str``, ``profile_fingerprint(...) -> str``
-    sha256 hex digests (see :func:`profile_fingerprint` for what goes in).
+    sha256 hex digests (see :func:`profile_fingerprint` for what goes in; the model's is
+    :func:`pytest_sadl.capture.identity.model_fingerprint`, importable from ``build`` too).
 ``save_profile(profile, path)``, ``load_profile(path, fingerprint=None)``
     :mod:`~pytest_sadl.profile.files`. The store's format 2 for a profile; ``load_profile`` raises :class:`pytest_sadl.store.entry.Invalid` when the
     folder must not be trusted.

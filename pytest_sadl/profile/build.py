@@ -37,6 +37,7 @@ from pytest_sadl.capture.data import (
     row_format,
     take_rows,
 )
+from pytest_sadl.capture.identity import model_fingerprint
 from pytest_sadl.errors import SadlCacheWarning, SadlConfigError
 from pytest_sadl.store import cycle, locks
 from pytest_sadl.store import entry as store
@@ -146,50 +147,6 @@ class ProfileOptions:
 # ----------------------------------------------------------------------------- fingerprints
 
 
-def _sha() -> Any:
-    return hashlib.sha256()
-
-
-def model_fingerprint(model: Any) -> str:
-    """sha256 hex of the model's architecture (``get_config()`` as sorted JSON) and every
-    weight (path, shape, dtype and bytes, trainable and not). Changing one weight or one
-    layer option changes it; loading the same ``.keras`` file twice does not. A
-    ``torch.nn.Module``: :func:`pytest_sadl.capture.torch.module_fingerprint`."""
-    from pytest_sadl.capture.torchdata import is_torch_module
-
-    if is_torch_module(model):
-        from pytest_sadl.capture.torch import module_fingerprint
-
-        return module_fingerprint(model)
-    h = _sha()
-    h.update(f"{type(model).__module__}.{type(model).__qualname__}\0".encode())
-    try:
-        config = model.get_config()
-    except Exception:  # a subclassed model without get_config: the weights still count
-        config = {"layers": [(layer.name, type(layer).__qualname__) for layer in getattr(model, "layers", [])]}
-    h.update(json.dumps(config, sort_keys=True, default=str).encode())
-    for w in model.weights:
-        value = _weight_array(w)
-        h.update(f"\0{getattr(w, 'path', getattr(w, 'name', ''))}\0{value.dtype.str}\0{value.shape}\0".encode())
-        h.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data)  # the bytes, not a copy of them
-    digest: str = h.hexdigest()
-    return digest
-
-
-def _weight_array(w: Any) -> np.ndarray:
-    """A weight's values as NumPy, without a backend import: a JAX array directly and a
-    torch tensor detached (Keras' JAX and torch ``Variable.numpy()`` go through an
-    ``__array__`` without NumPy 2's ``copy`` keyword, a DeprecationWarning per weight),
-    otherwise the variable's ``numpy()``."""
-    value = getattr(w, "value", None)
-    if value is not None and type(value).__module__.startswith(("jax", "jaxlib")):
-        return np.asarray(value)
-    if value is not None and hasattr(value, "detach"):  # torch: a Parameter, maybe on a GPU
-        array: np.ndarray = value.detach().cpu().numpy()
-        return array
-    return np.asarray(w.numpy() if hasattr(w, "numpy") else w)
-
-
 def _versions() -> dict[str, str]:
     import pytest_sadl
 
@@ -283,6 +240,11 @@ class TrainingProfile:
     _mdsa: Any = field(default=None, repr=False, compare=False)
     _dsa_known: int = field(default=0, repr=False, compare=False)
     _extras: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    #: the output layer as a map of the SA traces (``kernel``, ``bias``: the logits are
+    #: ``sa_traces @ kernel + bias``; :mod:`pytest_sadl.capture.logits`), ``None`` where
+    #: there is none; ``head_reason`` then says why
+    head_arrays: Mapping[str, np.ndarray] | None = None
+    head_reason: str = ""
 
     @property
     def n_classes(self) -> int | None:
@@ -383,6 +345,18 @@ class TrainingProfile:
             )
         return self._mdsa
 
+    def logit_head(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(kernel, bias)`` of the output layer (the logits of SA traces ``h`` are
+        ``h @ kernel + bias``): what energy, MaxLogit and MSP need. Raises ``ValueError``
+        with the one-line reason where the model has none (a regression model...)."""
+        if self.head_arrays is None:
+            raise ValueError(
+                self.head_reason
+                or "this profile was stored before pytest-sadl kept the output layer's logits; "
+                "rebuild it (sadl profile build --rebuild) for energy, MaxLogit and MSP"
+            )
+        return np.asarray(self.head_arrays["kernel"]), np.asarray(self.head_arrays["bias"])
+
     def cached_array(self, name: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """A derived array kept in the profile's folder: loaded when it is there (and
         matches its digest), else ``compute()``-d and stored atomically.
@@ -460,6 +434,7 @@ class TrainingProfile:
             "versions": self.versions,
             "data_source": self.data_source,
             "output": self.options.output,
+            "head_reason": self.head_reason,
         }
 
 
@@ -583,6 +558,65 @@ def _non_finite(tm: Any, data: TrainingData, exc: Any) -> SadlConfigError:
     )
 
 
+def _trace(
+    tm: Any,
+    data: TrainingData,
+    traced: Any,
+    options: ProfileOptions,
+    progress: Progress | None,
+    tracer: Any,
+    say: Status,
+) -> tuple[Any, Any]:
+    """The build's one pass: the traces and the coverage layers' ranges. The user's model
+    and data run here: whatever fails is theirs, said in one line."""
+    from pytest_sadl.capture.failures import pass_failure
+    from pytest_sadl.criteria.neurons import NonFiniteTraces
+    from pytest_sadl.fingerprint import canonical_order
+
+    try:
+        if tracer is not None:
+            order = canonical_order(data.row_digests())
+            traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
+        else:  # the coverage layers' ranges folded in the pass (Keras and torch trace models)
+            traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
+        say("fitting neuron ranges")
+        _check_finite_sa(traces.sa, tm)
+    except (SadlConfigError, MemoryError):
+        raise
+    except NonFiniteTraces as exc:
+        raise _non_finite(tm, data, exc) from None
+    except Exception as exc:
+        raise pass_failure(tm.name, f"the training data ({data.source})", exc) from None
+    return traces, ranges
+
+
+def _lsa_arrays(sa_traces: np.ndarray, sa_pred: np.ndarray | None, options: ProfileOptions) -> dict[str, np.ndarray]:
+    """What the stored LSA is made of: the traces (and a classifier's classes) and its settings."""
+    lsa_arrays = {
+        "train_ats": sa_traces,
+        "var_threshold": np.array(float(options.var_threshold)),
+        "near_singular": np.array(options.lsa_near_singular),
+        "var_rule": np.array(options.var_rule),
+    }
+    if sa_pred is not None:
+        lsa_arrays["train_pred"] = sa_pred
+    return lsa_arrays
+
+
+def _dsa_arrays(sa_traces: np.ndarray, sa_pred: np.ndarray, say: Status) -> dict[str, np.ndarray] | None:
+    """``dsa_precompute``: every training trace's nearest other-class distance, stored with the profile."""
+    from pytest_sadl.criteria.surprise import DSA
+
+    try:
+        dsa = DSA(sa_traces, sa_pred)
+    except ValueError as exc:  # reported by the run as DSA's reason; nothing to precompute
+        say(f"DSA cannot be set up, nothing to precompute: {exc}")
+        return None
+    say(f"DSA: nearest other-class distance of {len(sa_traces)} training traces")
+    arrays: dict[str, np.ndarray] = dsa.to_arrays()
+    return arrays
+
+
 def build_profile(
     tm: Any,
     data: TrainingData,
@@ -601,9 +635,6 @@ def build_profile(
     traces of array data's rows in canonical ``order`` and their coverage layers' ranges,
     ``(traces, ranges)``, in its place (the Dask build, :mod:`pytest_sadl.profile.distributed`:
     the same batches, so the same traces and ranges)."""
-    from pytest_sadl.capture.failures import pass_failure
-    from pytest_sadl.criteria.neurons import NonFiniteTraces
-    from pytest_sadl.criteria.surprise import DSA
     from pytest_sadl.fingerprint import canonical_order, row_keys
 
     say = status or (lambda _msg: None)
@@ -615,20 +646,7 @@ def build_profile(
             f"a Dask build needs the training data as arrays, not a dataset ({data.source}); "
             "return an array or (x, y) from sadl_train, or build without --dask"
         )
-    try:  # the user's model and data run here: whatever fails is theirs, said in one line
-        if tracer is not None:
-            order = canonical_order(data.row_digests())
-            traces, ranges = tracer(tm, data.x, order, options.batch_size, progress)
-        else:  # the coverage layers' ranges folded in the pass (Keras and torch trace models)
-            traces, ranges = tm.traces_and_ranges(traced, batch_size=options.batch_size, progress=progress)
-        say("fitting neuron ranges")
-        _check_finite_sa(traces.sa, tm)
-    except (SadlConfigError, MemoryError):
-        raise
-    except NonFiniteTraces as exc:
-        raise _non_finite(tm, data, exc) from None
-    except Exception as exc:
-        raise pass_failure(tm.name, f"the training data ({data.source})", exc) from None
+    traces, ranges = _trace(tm, data, traced, options, progress, tracer, say)
     n = len(traces)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
     # canonical order: the same inputs in any order give the same arrays in the same order
@@ -645,23 +663,8 @@ def build_profile(
     # The surprise measures are set up when a run needs them (ProfileView): one that cannot
     # be set up on these traces (too few classes, too little variance) is then reported as
     # not available while the others are computed, and the profile is cached either way.
-    lsa_arrays = {
-        "train_ats": sa_traces,
-        "var_threshold": np.array(float(options.var_threshold)),
-        "near_singular": np.array(options.lsa_near_singular),
-        "var_rule": np.array(options.var_rule),
-    }
-    if tm.classifier:
-        lsa_arrays["train_pred"] = sa_pred
-    dsa_arrays = None
-    if tm.classifier and options.dsa_precompute:
-        try:
-            dsa = DSA(sa_traces, sa_pred)
-        except ValueError as exc:  # reported by the run as DSA's reason; nothing to precompute
-            say(f"DSA cannot be set up, nothing to precompute: {exc}")
-        else:
-            say(f"DSA: nearest other-class distance of {n} training traces")
-            dsa_arrays = dsa.to_arrays()
+    lsa_arrays = _lsa_arrays(sa_traces, sa_pred if tm.classifier else None, options)
+    dsa_arrays = _dsa_arrays(sa_traces, sa_pred, say) if tm.classifier and options.dsa_precompute else None
     resolved = replace(
         options,
         sa_layers=tuple(tm.sa_layers),
@@ -669,6 +672,7 @@ def build_profile(
         classifier=tm.classifier,
         output=tm.output_name,
     )
+    head_arrays, head_reason = _logit_head(tm)
     profile = TrainingProfile(
         fingerprint=fingerprint,
         options=resolved,
@@ -693,5 +697,18 @@ def build_profile(
         versions=_versions(),
         data_source=data.source,
         built=True,
+        head_arrays=head_arrays,
+        head_reason=head_reason,
     )
     return profile
+
+
+def _logit_head(tm: Any) -> tuple[dict[str, np.ndarray] | None, str]:
+    """The output layer's kernel and bias over the SA traces, or the reason there are none."""
+    from pytest_sadl.capture.logits import logit_head
+
+    try:
+        kernel, bias = logit_head(tm)
+    except SadlConfigError as exc:
+        return None, str(exc)
+    return {"kernel": kernel, "bias": bias}, ""

@@ -88,8 +88,8 @@ def scoring_on(
             what = "DSA" if projected else "LSA and DSA"
             status(f"scoring {what} on {len(scorer._workers)} Dask worker(s) at {address}")
         if not projected:
-            view.lsa = scorer.lsa
-        view.dsa = scorer.dsa if profile.classifier else None
+            view.use("lsa", scorer.lsa)
+        view.use("dsa", scorer.dsa if profile.classifier else None)
         yield True
     finally:
         scorer.__exit__(None, None, None)

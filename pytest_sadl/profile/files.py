@@ -88,6 +88,8 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
     for key, value in profile.ranges.to_arrays().items():
         if key != "names":  # strings go into the metadata: the store holds numbers only
             arrays[f"ranges.{key}"] = value
+    for key, value in (profile.head_arrays or {}).items():
+        arrays[f"head.{key}"] = np.ascontiguousarray(value, dtype=np.float64)
     refs: dict[str, Any] = {"strings": {}}
     strings = refs["strings"]
     cands = _candidates(profile)
@@ -132,20 +134,31 @@ def _is_int(value: Any, low: int = 0) -> bool:
 
 def check_meta(meta: dict[str, Any]) -> None:
     """The metadata fields a profile is rebuilt from, with their types and ranges."""
+    _check_counts(meta)
+    _check_names(meta)
+    _check_values(meta)
 
-    def bad(key: str, what: str) -> Invalid:
-        return Invalid(f"metadata {key!r} is {meta.get(key)!r}, expected {what}")
 
+def _bad(meta: dict[str, Any], key: str, what: str) -> Invalid:
+    return Invalid(f"metadata {key!r} is {meta.get(key)!r}, expected {what}")
+
+
+def _check_counts(meta: dict[str, Any]) -> None:
+    """The strings, the counts and the layers' sizes."""
     for key in ("fingerprint", "model_fingerprint", "data_fingerprint", "model_name", "created"):
         if not isinstance(meta.get(key), str):
-            raise bad(key, "a string")
+            raise _bad(meta, key, "a string")
     for key in ("n_train", "n_outputs"):
         if not _is_int(meta.get(key), 1):
-            raise bad(key, "an integer >= 1")
+            raise _bad(meta, key, "an integer >= 1")
     for key in ("sa_sizes", "coverage_sizes"):
         value = meta.get(key)
         if not isinstance(value, list) or not value or not all(_is_int(v, 1) for v in value):
-            raise bad(key, "a list of integers >= 1")
+            raise _bad(meta, key, "a list of integers >= 1")
+
+
+def _check_names(meta: dict[str, Any]) -> None:
+    """One name per layer size."""
     for key, size_key in (
         ("sa_layers", "sa_sizes"),
         ("coverage_layers", "coverage_sizes"),
@@ -157,15 +170,19 @@ def check_meta(meta: dict[str, Any]) -> None:
             or not all(isinstance(v, str) for v in value)
             or len(value) != len(meta[size_key])
         ):
-            raise bad(key, f"a list of {len(meta[size_key])} names")
+            raise _bad(meta, key, f"a list of {len(meta[size_key])} names")
+
+
+def _check_values(meta: dict[str, Any]) -> None:
+    """The classifier flag, the variance threshold, the input shape and the objects."""
     if not isinstance(meta.get("classifier"), bool):
-        raise bad("classifier", "true or false")
+        raise _bad(meta, "classifier", "true or false")
     vt = meta.get("var_threshold")
     if isinstance(vt, bool) or not isinstance(vt, (int, float)) or not np.isfinite(vt) or vt < 0:
-        raise bad("var_threshold", "a finite number >= 0")
+        raise _bad(meta, "var_threshold", "a finite number >= 0")
     shape = meta.get("input_shape")
     if not isinstance(shape, list) or not all(v is None or _is_int(v) for v in shape):
-        raise bad("input_shape", "a list of sizes")
+        raise _bad(meta, "input_shape", "a list of sizes")
     if not isinstance(meta.get("refs", {}), dict) or not isinstance(meta.get("versions", {}), dict):
         raise Invalid("metadata 'refs' or 'versions' is not an object")
 
@@ -187,6 +204,9 @@ def check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
     }
     if "order" in shapes:
         want["order"] = ((n,), "iu")
+    if "head.kernel" in shapes or "head.bias" in shapes:  # the output layer over the SA traces
+        want["head.kernel"] = ((d, meta["n_outputs"]), "f")
+        want["head.bias"] = ((meta["n_outputs"],), "f")
     for key, (shape, kind) in want.items():
         if key not in shapes:
             raise Invalid(f"array {key!r} is missing")
@@ -220,22 +240,7 @@ def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -
     check_shapes(meta, entry)
     entry.verify()
     a = entry.arrays
-    if not _all_finite(a["sa_traces"]):
-        raise Invalid("sa_traces holds NaN or inf")
-    low, high = np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])
-    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
-        raise Invalid("the neuron ranges hold NaN, inf or low > high")
-    if list(np.asarray(a["ranges.sizes"])) != meta["coverage_sizes"]:
-        raise Invalid(f"the neuron ranges have sizes {list(a['ranges.sizes'])}, expected {meta['coverage_sizes']}")
-    pred = a["sa_pred"]
-    n_classes = 2 if meta["n_outputs"] == 1 else meta["n_outputs"]
-    if meta["classifier"] and len(pred) and (int(pred.min()) < 0 or int(pred.max()) >= n_classes):
-        raise Invalid(f"sa_pred holds classes outside [0, {n_classes})")
-    order = a.get("order")
-    if order is not None and len(order) and (int(order.min()) < 0 or int(order.max()) >= meta["n_train"]):
-        raise Invalid("order is malformed")
-    if "lsa.var_threshold" in a and float(a["lsa.var_threshold"]) != float(meta["var_threshold"]):
-        raise Invalid("the LSA's var_threshold differs from the metadata's")
+    _check_content(meta, a)
     try:
         profile = _from_entry(path, meta, a, NeuronRanges)
     except Invalid:
@@ -246,58 +251,46 @@ def load_profile(path: str | os.PathLike[str], fingerprint: str | None = None) -
     return profile
 
 
+def _check_content(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
+    """The values a verified entry's arrays must hold: finite traces, sound ranges, classes
+    and order in range, the LSA's threshold the metadata's."""
+    if not _all_finite(a["sa_traces"]):
+        raise Invalid("sa_traces holds NaN or inf")
+    low, high = np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+        raise Invalid("the neuron ranges hold NaN, inf or low > high")
+    if list(np.asarray(a["ranges.sizes"])) != meta["coverage_sizes"]:
+        raise Invalid(f"the neuron ranges have sizes {list(a['ranges.sizes'])}, expected {meta['coverage_sizes']}")
+    _check_indices(meta, a)
+
+
+def _check_indices(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
+    """Classes and order in range, and the LSA's threshold the metadata's."""
+    pred = a["sa_pred"]
+    n_classes = 2 if meta["n_outputs"] == 1 else meta["n_outputs"]
+    if meta["classifier"] and len(pred) and (int(pred.min()) < 0 or int(pred.max()) >= n_classes):
+        raise Invalid(f"sa_pred holds classes outside [0, {n_classes})")
+    order = a.get("order")
+    if order is not None and len(order) and (int(order.min()) < 0 or int(order.max()) >= meta["n_train"]):
+        raise Invalid("order is malformed")
+    if "lsa.var_threshold" in a and float(a["lsa.var_threshold"]) != float(meta["var_threshold"]):
+        raise Invalid("the LSA's var_threshold differs from the metadata's")
+
+
+def _head(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The output layer's kernel and bias (``head.*``), ``None`` when the profile has none."""
+    return arrays or None
+
+
 def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], ranges_cls: Any) -> TrainingProfile:
     sa, pred, n = arrays["sa_traces"], arrays["sa_pred"], meta["n_train"]
     order = arrays.get("order")
     arrays = {k: engine_view(v) for k, v in arrays.items()}  # what the engine gets: see engine_view
-    esa, epred = arrays["sa_traces"], arrays["sa_pred"]
-    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: esa, "sa_pred": lambda: epred}
-    if order is not None:
-        cands["sa_traces[order]"] = lambda: esa[order]
-        cands["sa_pred[order]"] = lambda: epred[order]
-    groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}}
-    for key, value in arrays.items():
-        group, _, sub = key.partition(".")
-        if group in groups and sub:
-            groups[group][sub] = value
-    refs: dict[str, dict[str, Callable[[], np.ndarray]]] = {"lsa": {}, "dsa": {}}
-    strings = meta.get("refs", {}).get("strings", {})
-    if not isinstance(strings, dict):
-        raise Invalid("metadata 'refs.strings' is not an object")
-    for name, value in strings.items():
-        group, _, sub = name.partition(".")
-        if group not in groups or not isinstance(value, str) or len(value) > 100 or not sub:
-            raise Invalid(f"string entry {name!r} -> {value!r} is unknown")
-        groups[group][sub] = np.array(value)
-    for name, ref in meta.get("refs", {}).items():
-        if name == "strings":
-            continue
-        group, _, sub = name.partition(".")
-        if (
-            not isinstance(ref, dict)
-            or ref.get("ref") not in cands
-            or group not in refs
-            or ref.get("dtype") not in store.DTYPES
-        ):
-            raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
-        make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
-
-        def cast_ref(make: Callable[[], np.ndarray] = make, dtype: np.dtype[Any] = dtype) -> np.ndarray:
-            return make().astype(dtype, copy=False)  # bound per reference: called lazily, later
-
-        refs[group][sub] = cast_ref
+    groups = _groups(arrays, meta)
+    refs = _references(meta, _ref_sources(arrays, order))
     ranges = ranges_cls.from_arrays({**groups["ranges"], "names": np.asarray(meta["range_names"], dtype=np.str_)})
     classifier = meta["classifier"]
-    options = ProfileOptions(
-        sa_layers=tuple(meta["sa_layers"]),
-        coverage_layers=tuple(meta["coverage_layers"]),
-        var_threshold=float(meta["var_threshold"]),
-        lsa_near_singular=str(meta.get("lsa_near_singular", "drop")),
-        var_rule=str(meta.get("var_rule", "paper")),  # a profile stored before the rule existed used the paper's
-        classifier=classifier,
-        dsa_precompute=bool(meta.get("dsa_precomputed")),
-        output=meta.get("output"),
-    )
+    options = _options(meta)
     lsa_arrays = _Arrays(groups["lsa"], refs["lsa"])
     dsa_arrays = _Arrays(groups["dsa"], refs["dsa"]) if (groups["dsa"] or refs["dsa"]) else None
     if dsa_arrays is not None and "other_dist" in groups["dsa"] and groups["dsa"]["other_dist"].shape != (n,):
@@ -327,4 +320,73 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         data_source=str(meta.get("data_source", "")),
         path=path,
         built=False,
+        head_arrays=_head(groups["head"]),
+        head_reason=str(meta.get("head_reason", "")),
     )
+
+
+def _options(meta: dict[str, Any]) -> ProfileOptions:
+    """The profile's options as its metadata holds them."""
+    return ProfileOptions(
+        sa_layers=tuple(meta["sa_layers"]),
+        coverage_layers=tuple(meta["coverage_layers"]),
+        var_threshold=float(meta["var_threshold"]),
+        lsa_near_singular=str(meta.get("lsa_near_singular", "drop")),
+        var_rule=str(meta.get("var_rule", "paper")),  # a profile stored before the rule existed used the paper's
+        classifier=meta["classifier"],
+        dsa_precompute=bool(meta.get("dsa_precomputed")),
+        output=meta.get("output"),
+    )
+
+
+def _ref_sources(arrays: dict[str, np.ndarray], order: np.ndarray | None) -> dict[str, Callable[[], np.ndarray]]:
+    """The arrays a reference may name: the traces and classes, and (with an ``order``) both reordered."""
+    esa, epred = arrays["sa_traces"], arrays["sa_pred"]
+    cands: dict[str, Callable[[], np.ndarray]] = {"sa_traces": lambda: esa, "sa_pred": lambda: epred}
+    if order is not None:
+        cands["sa_traces[order]"] = lambda: esa[order]
+        cands["sa_pred[order]"] = lambda: epred[order]
+    return cands
+
+
+def _groups(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """The stored arrays (and the metadata's strings) of the LSA, the DSA, the ranges and the output layer (head), by name."""
+    groups: dict[str, dict[str, np.ndarray]] = {"lsa": {}, "dsa": {}, "ranges": {}, "head": {}}
+    for key, value in arrays.items():
+        group, _, sub = key.partition(".")
+        if group in groups and sub:
+            groups[group][sub] = value
+    strings = meta.get("refs", {}).get("strings", {})
+    if not isinstance(strings, dict):
+        raise Invalid("metadata 'refs.strings' is not an object")
+    for name, value in strings.items():
+        group, _, sub = name.partition(".")
+        if group not in groups or not isinstance(value, str) or len(value) > 100 or not sub:
+            raise Invalid(f"string entry {name!r} -> {value!r} is unknown")
+        groups[group][sub] = np.array(value)
+    return groups
+
+
+def _references(
+    meta: dict[str, Any], cands: dict[str, Callable[[], np.ndarray]]
+) -> dict[str, dict[str, Callable[[], np.ndarray]]]:
+    """The LSA's and DSA's arrays stored as references to the traces: each made when first read."""
+    refs: dict[str, dict[str, Callable[[], np.ndarray]]] = {"lsa": {}, "dsa": {}}
+    for name, ref in meta.get("refs", {}).items():
+        if name == "strings":
+            continue
+        group, _, sub = name.partition(".")
+        if (
+            not isinstance(ref, dict)
+            or ref.get("ref") not in cands
+            or group not in refs
+            or ref.get("dtype") not in store.DTYPES
+        ):
+            raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
+        make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
+
+        def cast_ref(make: Callable[[], np.ndarray] = make, dtype: np.dtype[Any] = dtype) -> np.ndarray:
+            return make().astype(dtype, copy=False)  # bound per reference: called lazily, later
+
+        refs[group][sub] = cast_ref
+    return refs

@@ -291,6 +291,26 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
     """Open the format-2 entry ``path``: checks 1 to 3 of the module docstring (no
     array data is read). Raises :class:`Invalid`."""
     path = Path(path)
+    _check_folder(path)
+    with open_regular(path / META) as fh:
+        doc = load_json(fh, META, MAX_META_BYTES)
+    meta, records = _check_doc(doc)
+    arrays: dict[str, np.ndarray] = {}
+    for name, rec in records.items():
+        _check_name(name)
+        if (
+            not isinstance(rec, dict)
+            or rec.get("dtype") not in DTYPES
+            or not _is_shape(rec.get("shape"))
+            or not isinstance(rec.get("sha256"), str)
+        ):
+            raise Invalid(f"{META}: the record of {name!r} is malformed")
+        arrays[name] = _open_array(path / _file_name(name), rec)
+    return Entry(path=path, meta=meta, arrays=arrays, records=records, digest=str(doc["digest"]))
+
+
+def _check_folder(path: Path) -> None:
+    """``path`` is a folder (not a link to one); :class:`Invalid` otherwise."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -299,8 +319,11 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
         raise Invalid(f"it cannot be read ({exc.strerror or exc})") from None
     if not stat.S_ISDIR(st.st_mode):
         raise Invalid("it is not a folder")
-    with open_regular(path / META) as fh:
-        doc = load_json(fh, META, MAX_META_BYTES)
+
+
+def _check_doc(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``meta`` and ``arrays`` objects of an entry's ``meta.json`` document, once its
+    format, version and digest are checked; :class:`Invalid` otherwise."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise Invalid("it is not a pytest-sadl profile")
     if doc.get("version") != FORMAT_VERSION:
@@ -314,18 +337,7 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
         same = False
     if not same:
         raise Invalid(f"{META} does not match its digest (changed or corrupt)")
-    arrays: dict[str, np.ndarray] = {}
-    for name, rec in records.items():
-        _check_name(name)
-        if (
-            not isinstance(rec, dict)
-            or rec.get("dtype") not in DTYPES
-            or not _is_shape(rec.get("shape"))
-            or not isinstance(rec.get("sha256"), str)
-        ):
-            raise Invalid(f"{META}: the record of {name!r} is malformed")
-        arrays[name] = _open_array(path / _file_name(name), rec)
-    return Entry(path=path, meta=meta, arrays=arrays, records=records, digest=str(doc["digest"]))
+    return meta, records
 
 
 def entry_digest(path: str | os.PathLike[str]) -> str | None:

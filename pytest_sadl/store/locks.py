@@ -137,33 +137,10 @@ def locked(
             except BlockingIOError:
                 if not wait:
                     raise
-                holder = read_holder(fd)
-                waited = time.monotonic() - start
-                if holder is not None and holder_gone(holder):
-                    with contextlib.suppress(OSError):
-                        if os.stat(file).st_ino == st.st_ino:  # still the file the holder locked
-                            os.unlink(file)
-                    if notice:
-                        notice(f"the lock {file} was held by {describe_holder(holder)}, which is gone; taking it over")
-                    continue
-                if timeout is not None and waited >= timeout:
-                    raise LockTimeout(
-                        f"waited {waited:.0f} s for the lock {file}, held by {describe_holder(holder)}"
-                    ) from None
-                if not told and waited >= patience and notice:
-                    told = True
-                    limit = "as long as it takes" if timeout is None else f"up to {timeout:g} s in all"
-                    pid = f"kill {holder['pid']}" if holder else "end it"
-                    notice(
-                        f"waiting for the lock {file}, held by {describe_holder(holder)} (building this profile?); "
-                        f"waiting {limit} (--sadl-lock-timeout); if that process is stuck, {pid} or delete the lock file"
-                    )
-                time.sleep(_POLL)
+                wait_state = (time.monotonic() - start, patience, told)
+                told = _wait_turn(file, fd, st.st_ino, wait_state, timeout=timeout, notice=notice)
                 continue
-            try:
-                if os.stat(file).st_ino != st.st_ino:  # taken over (replaced) while we waited: again
-                    continue
-            except FileNotFoundError:
+            if not _same_file(file, st.st_ino):  # taken over (replaced) while we waited: again
                 continue
             try:
                 with contextlib.suppress(OSError):
@@ -177,3 +154,47 @@ def locked(
             return
         finally:
             os.close(fd)
+
+
+def _same_file(file: Path, inode: int) -> bool:
+    """``file`` is still the file of inode ``inode`` (not removed nor replaced)."""
+    try:
+        return os.stat(file).st_ino == inode
+    except FileNotFoundError:
+        return False
+
+
+def _wait_turn(
+    file: Path,
+    fd: int,
+    inode: int,
+    state: tuple[float, float, bool],
+    *,
+    timeout: float | None,
+    notice: Callable[[str], None] | None,
+) -> bool:
+    """One turn of a waiter on a lock another process holds (``state``: the seconds waited,
+    the patience before a notice, whether it was given): a gone holder's lock file is
+    removed (to be taken over at once), past ``timeout`` :class:`LockTimeout`, after the
+    patience one notice, else a short sleep. Returns whether the notice has been given."""
+    waited, patience, told = state
+    holder = read_holder(fd)
+    if holder is not None and holder_gone(holder):
+        with contextlib.suppress(OSError):
+            if os.stat(file).st_ino == inode:  # still the file the holder locked
+                os.unlink(file)
+        if notice:
+            notice(f"the lock {file} was held by {describe_holder(holder)}, which is gone; taking it over")
+        return told
+    if timeout is not None and waited >= timeout:
+        raise LockTimeout(f"waited {waited:.0f} s for the lock {file}, held by {describe_holder(holder)}") from None
+    if not told and waited >= patience and notice:
+        told = True
+        limit = "as long as it takes" if timeout is None else f"up to {timeout:g} s in all"
+        pid = f"kill {holder['pid']}" if holder else "end it"
+        notice(
+            f"waiting for the lock {file}, held by {describe_holder(holder)} (building this profile?); "
+            f"waiting {limit} (--sadl-lock-timeout); if that process is stuck, {pid} or delete the lock file"
+        )
+    time.sleep(_POLL)
+    return told

@@ -1,0 +1,171 @@
+"""A session's results from a profile view and the recorded traces: :func:`compute`.
+
+The order is defined by the tests' ids, never by the order they ran in (:func:`ordered`):
+tests by node id (as strings), groups in the order ``sadl_groups`` lists them, the others
+after them by their first test's node id. So a run split over pytest-xdist workers, one
+shuffled by pytest-randomly and a serial run give the same numbers, the same cumulative
+table by group (Table VI) and the same "newly covered by this test" counts.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytest_sadl import __version__
+from pytest_sadl.criteria.registry import COUNT, LABELS, SA_LABELS, choose
+from pytest_sadl.criteria.shape import Setup
+from pytest_sadl.engine import rows
+from pytest_sadl.engine.bounds import ScBounds
+from pytest_sadl.engine.joined import Joined
+from pytest_sadl.engine.view import ProfileView
+from pytest_sadl.errors import SadlWarning
+from pytest_sadl.records import TestRecord
+from pytest_sadl.results import Failure, Metric, ModelInfo, Results, percent
+
+if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
+    from pytest_sadl.config import SadlOptions
+
+
+def compute(
+    view: ProfileView,
+    records: Sequence[TestRecord],
+    options: SadlOptions,
+    model_info: dict[str, Any],
+    warnings_seen: Sequence[str] = (),
+    phase: Callable[[str], None] | None = None,
+) -> Results:
+    """The results of a session: overall, per group (alone and cumulatively, Table VI),
+    per test, per input, per layer; tests and groups in the order :func:`ordered` defines.
+    Only the metrics of ``options.metrics`` (``--sadl-metrics``) are computed; a surprise
+    measure that cannot be set up is reported as not available, with its reason.
+    ``phase`` is told what is being done as each step starts (the plugin shows it when
+    the end of a session takes more than a moment). Nothing it is given is changed: the
+    scores are set up on a copy of ``view`` (:meth:`ProfileView.for_run`).
+
+    A stale record (its test ended on a model that had changed since the profile's was
+    bound: ``fit``, ``set_weights``) counts in no metric, group or test row: it is listed
+    in ``Results.stale`` with its inputs, as if those inputs had never been fed."""
+    tell = phase if phase is not None else (lambda _what: None)
+    stale, _ = ordered([r for r in records if r.stale])
+    kept, group_names = ordered([r for r in records if not r.stale], options.groups)
+    chosen = choose(getattr(options, "metrics", None))
+    run = view.for_run(chosen, options)
+    keys = run.score_keys()
+    messages: list[str] = list(warnings_seen)
+    messages.extend(_set_up(run, tell))
+    tell("the SC bounds (held-out training traces, once per profile)")
+    bounds = ScBounds.of(run, options, chosen)
+    messages.extend(bounds.notes)
+    total = rows.RunCriteria(Setup(run.ranges, options, bounds=bounds.specs), chosen)
+    joined = Joined.of(kept, run)
+    scores = _scores(run, joined, messages, tell)
+    tell(f"coverage of {len(kept)} tests and {len(group_names)} groups")
+    tests = rows.per_test_rows(kept, joined, scores, total, keys)
+    messages.extend(_unused_groups(options.groups, group_names))
+    groups = rows.group_rows(kept, group_names, joined, scores, total)
+    metrics = rows.metric_rows(total, run, options)
+    labels, notes = rows.input_labels(kept, joined.digests, len(joined))
+    messages.extend(notes)
+    return Results(
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        version=__version__,
+        model=ModelInfo.from_dict({k: v for k, v in model_info.items() if k not in ("sa_layers", "coverage_layers")}),
+        config=rows.run_config(model_info, options, total, bounds, run),
+        thresholds=dict(options.fail_under),
+        metrics=metrics,
+        layers=rows.layer_rows(run, total),
+        groups=groups,
+        tests=tests,
+        inputs=rows.input_rows(joined, scores, run.classifier, keys, labels),
+        top_inputs=rows.top_inputs(joined, scores, run.classifier, keys),
+        failures=check_thresholds(metrics, options.fail_under, len(joined)),
+        warnings=messages,
+        mistakes=rows.mistakes(kept, joined, scores, run.classifier, labels),
+        stale=rows.stale_rows(stale),
+    )
+
+
+def _set_up(run: ProfileView, tell: Callable[[str], None]) -> list[str]:
+    """Set the run's scores up first (what they say comes before the bounds' notes);
+    pytest-sadl's own warnings are returned as lines of the reports, others warned again."""
+    n_train = len(run.sa_traces)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for key in run.score_keys():
+            tell(f"setting {SA_LABELS[key]} up on {n_train} training traces")
+            run.scorer(key)
+    notes = []
+    for w in caught:
+        if issubclass(w.category, SadlWarning):
+            notes.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return notes
+
+
+def _scores(run: ProfileView, joined: Joined, messages: list[str], tell: Callable[[str], None]) -> dict[str, Any]:
+    """Every score of the recorded inputs; the scorers' warnings (once each) into ``messages``."""
+    keys = run.score_keys()
+    tell(f"scoring {len(joined)} recorded inputs ({', '.join(SA_LABELS[k] for k in keys) or 'no surprise'})")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scores = run.score(joined.sa, joined.pred)
+    messages.extend(dict.fromkeys(str(w.message) for w in caught))
+    return scores
+
+
+def _unused_groups(groups: Sequence[str], present: Sequence[str]) -> list[str]:
+    """A note naming the groups of ``sadl_groups`` no recorded test is in."""
+    unused = [g for g in dict.fromkeys(groups) if g not in present]
+    if not unused:
+        return []
+    return [f"sadl_groups names {', '.join(map(repr, unused))}, which no recorded test is in"]
+
+
+def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n_inputs: int) -> list[Failure]:
+    """One failure per metric below its threshold, judged on the same two-decimal
+    percentage the message prints; a threshold on a metric that is not available fails
+    with the reason."""
+    failures = []
+    for name, threshold in thresholds.items():
+        failure = _threshold_failure(name, threshold, metrics.get(name), n_inputs)
+        if failure is not None:
+            failures.append(failure)
+    return failures
+
+
+def _threshold_failure(name: str, threshold: float, metric: Metric | None, n_inputs: int) -> Failure | None:
+    label = LABELS[name]
+    flag = f"--sadl-fail-under={name}:{threshold:g}"
+    if n_inputs == 0:
+        message = (
+            f"{label}: no inputs were recorded, so {flag} cannot be met "
+            "(mark the tests that feed the model with @pytest.mark.sadl)"
+        )
+    elif metric is not None and metric.reason:
+        message = f"{label} is not available, so {flag} cannot be met: {metric.reason}"
+    elif metric is None or not metric.applicable:
+        message = (
+            f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under"
+        )
+    else:
+        # a coverage is judged in percent; a count criterion (TKNP, NLC, CC) by its number
+        value = None if metric.value is None else round(metric.value, 2) if name in COUNT else percent(metric.value)
+        unit = "" if name in COUNT else "%"
+        if value is None or value >= threshold:
+            return None
+        return Failure(name, value, threshold, f"{label} {value:.2f}{unit} is below {flag} ({threshold:.2f}{unit})")
+    return Failure(name, None, threshold, message)
+
+
+def ordered(records: Sequence[TestRecord], groups: Sequence[str] = ()) -> tuple[list[TestRecord], list[str]]:
+    """The records by node id, and the group names in their defined order: those of
+    ``groups`` (``sadl_groups``) that have records, in that order, then the others by the
+    node id of their first test."""
+    by_id = sorted(records, key=lambda r: r.nodeid)
+    present = list(dict.fromkeys(rec.group for rec in by_id))
+    first = [g for g in dict.fromkeys(groups) if g in present]
+    return by_id, first + [g for g in present if g not in first]
