@@ -67,8 +67,9 @@ from typing import Any
 
 import numpy as np
 
+from pytest_sadl.capture import hf
 from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
-from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data
+from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data, shape_matches
 from pytest_sadl.capture.torchdata import import_torch, is_torch_module, to_numpy
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
 
@@ -241,6 +242,8 @@ class _Seen:
     per_input: bool = True  # one output row per input (not a reshaped batch: frames, time-major)
     layout: str = "last"  # "first" (channels-first) or "last"
     after: str | None = None  # the path of the module whose output was this one's input
+    elementwise: bool = False  # a parameter-free module of no known class that acts element-wise
+    fused: str | None = None  # a per-neuron container: the path of its leaf that gives its output
 
 
 @contextlib.contextmanager
@@ -269,17 +272,224 @@ def _main_output(module: Any, out: Any) -> tuple[Any, bool]:
     return None, False
 
 
-def _reduce(t: Any, layout: str) -> Any:
+def _reduce(t: Any, layout: str, mask: Any = None) -> Any:
     """One value per neuron, float32, detached: channels-first maps averaged over every
     axis after the channel one, features-last outputs over every axis but the batch and
-    the last; a copy (an in-place activation after this module cannot change it)."""
+    the last (a sequence over its tokens where ``mask``, the attention mask, is 1); a copy
+    (an in-place activation after this module cannot change it)."""
     t = t.detach()
+    if mask is not None and layout == "last" and t.dim() == 3 and tuple(mask.shape) == tuple(t.shape[:2]):
+        m = mask.to(t.device, import_torch().float32)[..., None]
+        return (t.float() * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
     if t.dim() > 2:
         axes = tuple(range(2, t.dim())) if layout == "first" else tuple(range(1, t.dim() - 1))
         t = t.float().mean(dim=axes)
     elif t.dim() < 2:
         t = t.reshape(-1, 1)
     return t.float().clone() if t.dtype == import_torch().float32 else t.float()
+
+
+class _Probe:
+    """One two-row pass with a hook on every module: what each module is called on and
+    returns (:class:`_Seen`), each module's output, and which parameter-free modules of no
+    known class act element-wise (checked after the pass on a copy of their input)."""
+
+    def __init__(self, modules: dict[str, Any], rows: int) -> None:
+        self.modules = modules
+        self.rows = rows
+        self.seen = {p: _Seen() for p in modules}
+        self.produced: dict[int, str] = {}  # id(output tensor) -> the path of the module that gave it
+        self.layouts: dict[int, str] = {}
+        self.outputs: dict[str, Any] = {}
+        self.samples: dict[str, Any] = {}  # path -> a copy of its input, to test element-wise action
+        self.inputs: dict[str, Any] = {}  # path -> its first call's input tensor
+        self.counter = 0
+
+    def hook(self, path: str) -> Any:
+        def fn(module: Any, args: Any, out: Any) -> None:
+            self.record(path, module, args, out)
+
+        return fn
+
+    def record(self, path: str, module: Any, args: Any, out: Any) -> None:
+        torch = import_torch()
+        s = self.seen[path]
+        s.calls += 1
+        if s.order < 0:
+            s.order = self.counter
+            self.counter += 1
+        main, single = _main_output(module, out)
+        s.structured = not single
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if s.calls == 1 and src is not None:
+            s.after = self.produced.get(id(src))
+            self.inputs[path] = src
+            if single and _may_act_elementwise(module, src, main):
+                self.samples[path] = src.detach().clone()
+        if not single:
+            return
+        s.shape = (None,) + tuple(int(d) for d in main.shape[1:])
+        s.per_input = main.dim() >= 1 and int(main.shape[0]) == self.rows
+        s.layout = self._layout(module, main, src)
+        self.layouts[id(main)] = s.layout
+        self.produced.setdefault(id(out), path)
+        self.outputs[path] = out
+
+    def _layout(self, module: Any, main: Any, src: Any) -> str:
+        if _is_torch_class(module, _CHANNELS_FIRST):
+            return "first"
+        if _is_torch_class(module, _ELEMENTWISE) and src is not None and id(src) in self.layouts:
+            return self.layouts[id(src)]
+        if id(main) in self.layouts:  # a block returning a leaf's output
+            return self.layouts[id(main)]
+        return "first" if main.dim() >= 4 else "last"
+
+    def run(self, tm: TorchTraceModel, firsts: tuple[Any, ...]) -> Any:
+        """The model's output on ``firsts``, every module seen; a failure is one line."""
+        torch = import_torch()
+        handles = [m.register_forward_hook(self.hook(p)) for p, m in self.modules.items()]
+        try:
+            with torch.no_grad(), _eval_mode(tm.model):
+                out = tm.call_model(tm.model, firsts)
+        except Exception as exc:
+            shapes = ", ".join(str(tuple(t.shape)) for t in firsts)
+            raise SadlModelError(
+                f"model {tm.name!r} cannot be run on inputs of shape {shapes} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
+                "runs on a batch of its inputs"
+            ) from None
+        finally:
+            for h in handles:
+                h.remove()
+        with torch.no_grad(), _eval_mode(tm.model):
+            for path, sample in self.samples.items():
+                self.seen[path].elementwise = _acts_elementwise(self.modules[path], sample)
+        self._containers()
+        return out
+
+    def _containers(self) -> None:
+        """A module holding modules that computes per-neuron maps only (its own parameters
+        vectors, as a batch norm's; its submodules activations, batch norms or pass-through,
+        as timm's ``BatchNormAct2d``): its input's module is measured after it, at the last
+        of its submodules that gave its output."""
+        for path, module in self.modules.items():
+            s = self.seen[path]
+            if s.calls == 1 and s.after is not None and path in self.outputs:
+                s.fused = self._fused_leaf(path, module)
+
+    def _fused_leaf(self, path: str, module: Any) -> str | None:
+        """The leaf that gives a per-neuron container's output (see :meth:`_containers`)."""
+        children = [(p, m) for p, m in self.modules.items() if p.startswith(path + ".")]
+        if not children or any(v.dim() > 1 for v in module.parameters(recurse=False)):
+            return None
+        if not all(self._per_neuron_or_through(p, m) for p, m in children):
+            return None
+        out = self.outputs[path]
+        last = [p for p, _ in children if self.outputs.get(p) is out and not is_pass_through(self.modules[p])]
+        return last[-1] if last else None
+
+    def _per_neuron_or_through(self, path: str, module: Any) -> bool:
+        if any(True for _ in module.children()):
+            return True  # judged by its own leaves, which are in the list too
+        return is_pass_through(module) or is_per_neuron(module) or self.seen[path].elementwise
+
+
+def _head_reads(probe: _Probe, measured: Any, owner: str | None, mask: Any) -> tuple[str, str] | None:
+    """Which token of which module's sequence output ``(n, t, f)`` the head reads, found by
+    value in the probe's pass: the first (the CLS token: a ViT, a BERT without pooler)
+    when the module giving the measured output takes that token as its input; the last
+    one kept by the attention mask (a decoder's sequence classifier) when the measured
+    output is, row by row, that token of a module's output (then the module before it
+    is the one measured)."""
+    torch = import_torch()
+    order = sorted(probe.outputs, key=lambda p: -probe.seen[p].order)
+    sequences = [p for p in order if isinstance(probe.outputs[p], torch.Tensor) and probe.outputs[p].dim() == 3]
+    src = probe.inputs.get(owner) if owner is not None else None
+    if src is not None and src.dim() == 2:
+        return _reads_first(probe, sequences, src)
+    if owner is not None or measured.dim() != 2:
+        return None
+    return _reads_last(probe, sequences, measured, mask)
+
+
+def _reads_first(probe: _Probe, sequences: list[str], src: Any) -> tuple[str, str] | None:
+    torch = import_torch()
+    for p in sequences:
+        o = probe.outputs[p]
+        if o.shape[0] == src.shape[0] and o.shape[2] == src.shape[1] and torch.equal(o[:, 0], src):
+            return p, "first"
+    return None
+
+
+def _reads_last(probe: _Probe, sequences: list[str], measured: Any, mask: Any) -> tuple[str, str] | None:
+    torch = import_torch()
+    for p in sequences:
+        o = probe.outputs[p]
+        if o.shape[0] != measured.shape[0] or o.shape[2] != measured.shape[1]:
+            continue
+        after = _source(probe, p)
+        if after is not None and torch.equal(_token(o, "last", mask), measured.detach().float()):
+            return after, "last"
+    return None
+
+
+def _source(probe: _Probe, path: str) -> str | None:
+    """The module whose output ``path`` took as its input: its own tensor, or a view of it
+    (a reshape between them)."""
+    if probe.seen[path].after is not None:
+        return probe.seen[path].after
+    src = probe.inputs.get(path)
+    if src is None:
+        return None
+    torch = import_torch()
+    for q in sorted(probe.outputs, key=lambda q: -probe.seen[q].order):
+        o = probe.outputs[q]
+        if q != path and isinstance(o, torch.Tensor) and o.data_ptr() == src.data_ptr() and o.numel() == src.numel():
+            return q
+    return None
+
+
+def _token(t: Any, kind: str, mask: Any) -> Any:
+    """The one token of a sequence ``(n, t, f)`` a head reads: the first (CLS), or the
+    last one the attention mask keeps (the last one without a mask)."""
+    torch = import_torch()
+    t = t.detach().float()
+    if kind == "first" or t.dim() != 3:
+        return t[:, 0].clone()
+    if mask is None or tuple(mask.shape) != tuple(t.shape[:2]):
+        return t[:, -1].clone()
+    positions = torch.arange(t.shape[1], device=t.device)
+    last = ((mask.to(t.device) != 0) * positions).argmax(dim=1)
+    return t[torch.arange(t.shape[0], device=t.device), last].clone()
+
+
+def _may_act_elementwise(module: Any, src: Any, main: Any) -> bool:
+    """A leaf of no known class, without parameters or buffers, whose output has its input's
+    shape: it may be an activation of a library (Hugging Face's ``GELUActivation``)."""
+    if any(True for _ in module.children()) or is_pass_through(module) or is_per_neuron(module):
+        return False
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        return False
+    return bool(tuple(main.shape) == tuple(src.shape) and src.is_floating_point() and src.numel() >= 2)
+
+
+def _acts_elementwise(module: Any, sample: Any) -> bool:
+    """Whether ``module`` is one function applied to each element: shuffling the elements of
+    its input (the probe's rows) shuffles its output the same way, and its first row alone
+    gives that row's output (an activation; not a softmax, a norm or a reshaping)."""
+    torch = import_torch()
+    flat = sample.reshape(-1)
+    perm = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(0))
+    try:
+        a = module(flat.clone().reshape(sample.shape))
+        b = module(flat[perm].clone().reshape(sample.shape))
+        c = module(sample[:1].clone())
+    except Exception:
+        return False
+    if not all(isinstance(t, torch.Tensor) for t in (a, b, c)) or a.shape != sample.shape:
+        return False
+    same_rows = c.shape == a[:1].shape and torch.allclose(c, a[:1], equal_nan=True)
+    return bool(same_rows and torch.allclose(a.reshape(-1)[perm], b.reshape(-1), equal_nan=True))
 
 
 class TorchTraceModel:
@@ -316,6 +526,11 @@ class TorchTraceModel:
         self.jit_mode = False
         self.compiled_passes = 0
         self.input_names = positional_inputs(model)
+        hf.check_supported(model)
+        self._parameters = hf.forward_parameters(model)
+        self.keywords = False  # inputs given to forward by keyword (Hugging Face: input_ids=...)
+        self._mask: Any = None  # the attention mask of the pass running
+        self._head: tuple[str, str] | None = None  # (path, "first" | "last"): the token the head reads
         self._probed = False
 
     # -- structure ------------------------------------------------------------------------
@@ -380,72 +595,23 @@ class TorchTraceModel:
         firsts = tuple(
             t[:2] if isinstance(t, torch.Tensor) else self._to_tensor(np.asarray(t)[:2]) for t in self._parts(x)
         )
+        probe = _Probe(self._modules, int(firsts[0].shape[0]))
+        out = probe.run(self, firsts)
+        self._seen = probe.seen
+        self._settle(out, probe, firsts)
+
+    def _settle(self, out: Any, probe: _Probe, firsts: tuple[Any, ...]) -> None:
+        """The output, inputs, classifier and layers, from what the probe saw."""
+        out_shape = self._learn_output(out, probe.outputs)
+        mask = dict(zip(self.input_names, firsts, strict=True)).get("attention_mask") if self.keywords else None
+        self._head = _head_reads(probe, self._flatten_output(out)[0][self._output_index], self._output_path, mask)
         first = firsts[0]
-        rows = int(first.shape[0])
-        seen = {p: _Seen() for p in self._modules}
-        produced: dict[int, str] = {}  # id(output tensor) -> the path of the module that gave it
-        layouts: dict[int, str] = {}
-        outputs: dict[str, Any] = {}
-        counter = [0]
-
-        def hook(path: str) -> Any:
-            def fn(module: Any, args: Any, out: Any) -> None:
-                s = seen[path]
-                s.calls += 1
-                if s.order < 0:
-                    s.order = counter[0]
-                    counter[0] += 1
-                main, single = _main_output(module, out)
-                s.structured = not single
-                src = args[0] if args and isinstance(args[0], torch.Tensor) else None
-                if s.calls == 1 and src is not None:
-                    s.after = produced.get(id(src))
-                if single:
-                    s.shape = (None,) + tuple(int(d) for d in main.shape[1:])
-                    s.per_input = main.dim() >= 1 and int(main.shape[0]) == rows
-                    if _is_torch_class(module, _CHANNELS_FIRST):
-                        layout = "first"
-                    elif _is_torch_class(module, _ELEMENTWISE) and src is not None and id(src) in layouts:
-                        layout = layouts[id(src)]
-                    elif id(main) in layouts:  # a block returning a leaf's output
-                        layout = layouts[id(main)]
-                    else:
-                        layout = "first" if main.dim() >= 4 else "last"
-                    s.layout = layout
-                    layouts[id(main)] = layout
-                    produced.setdefault(id(out), path)
-                    outputs[path] = out
-
-            return fn
-
-        handles = [m.register_forward_hook(hook(p)) for p, m in self._modules.items()]
-        try:
-            with torch.no_grad(), _eval_mode(self.model):
-                out = self.model(*firsts)
-        except Exception as exc:
-            shapes = ", ".join(str(tuple(t.shape)) for t in firsts)
-            raise SadlModelError(
-                f"model {self.name!r} cannot be run on inputs of shape {shapes} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
-                "runs on a batch of its inputs"
-            ) from None
-        finally:
-            for h in handles:
-                h.remove()
-        flat, names = self._flatten_output(out)
-        self.output_names = names
-        self._output_index = self._resolve_output(self._output_spec)
-        self.output_name = names[self._output_index]
-        measured = flat[self._output_index]
-        owners = [p for p, o in outputs.items() if o is measured or (isinstance(o, tuple) and o and o[0] is measured)]
-        self._output_path = min(owners, key=lambda p: seen[p].order) if owners else None
-        self._output_paths = {p for p, o in outputs.items() if any(o is f for f in flat)}
-        self._seen = seen
-        out_shape = tuple(measured.shape)
         self.input_shape: tuple[int | None, ...] = tuple(int(d) for d in first.shape[1:])
         self.input_shapes: dict[str, tuple[int | None, ...]] = {
-            n: tuple(int(d) for d in t.shape[1:]) for n, t in zip(self.input_names, firsts, strict=True)
+            n: _input_shape(t, self.keywords) for n, t in zip(self.input_names, firsts, strict=True)
         }
+        if self.keywords and len(self.input_names) == 1:
+            self.input_shape = self.input_shapes[self.input_names[0]]
         self.input_dtype = str(first.dtype).replace("torch.", "")
         self.classifier = (
             self._is_classifier(out_shape) if self._classifier_spec is None else bool(self._classifier_spec)
@@ -455,21 +621,41 @@ class TorchTraceModel:
                 f"model {self.name!r} has output {self.output_name!r} of shape {(None,) + out_shape[1:]}; a classifier "
                 "needs a (batch, classes) output (pass classifier=False for a regression model)"
             )
+        self._choose_layers()
+        self._probed = True
+
+    def _learn_output(self, out: Any, outputs: dict[str, Any]) -> tuple[int, ...]:
+        """The measured output's name and shape, and the modules that give it."""
+        seen = self._seen
+        flat, names = self._flatten_output(out)
+        self.output_names = names
+        self._output_index = self._resolve_output(self._output_spec)
+        self.output_name = names[self._output_index]
+        measured = flat[self._output_index]
+        owners = [p for p, o in outputs.items() if o is measured or (isinstance(o, tuple) and o and o[0] is measured)]
+        self._output_path = min(owners, key=lambda p: seen[p].order) if owners else None
+        self._output_paths = {p for p, o in outputs.items() if any(o is f for f in flat)}
+        return tuple(measured.shape)
+
+    def _choose_layers(self) -> None:
+        """The SA and coverage layers (given, else the defaults), checked, and their sizes."""
         self.sa_layers = self._sa_spec or self.default_sa_layers()
         self.coverage_layers = self._cov_spec or self.default_coverage_layers()
         self._taps = list(dict.fromkeys(self.sa_layers + self.coverage_layers))
         for path in self._taps:
             self._check_tap(path)
         self._tap_index = {p: i for i, p in enumerate(self._taps)}
-        self._extrema_paths = [p for p in self.coverage_layers if self._extrema and len(seen[p].shape or ()) > 2]
+        self._extrema_paths = [p for p in self.coverage_layers if self._extrema and len(self._seen[p].shape or ()) > 2]
         self.sa_sizes = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes = [self._size(p) for p in self.coverage_layers]
-        self._probed = True
 
     def _flatten_output(self, out: Any) -> tuple[list[Any], list[str]]:
         torch = import_torch()
         if isinstance(out, torch.Tensor):
             return [out], ["output"]
+        items = hf.output_items(out)
+        if items is not None:
+            return items
         if isinstance(out, dict):
             keys = sorted(out)
             return [out[k] for k in keys], [str(k) for k in keys]
@@ -532,18 +718,32 @@ class TorchTraceModel:
     def _activated(self) -> dict[str, str]:
         """module path -> the path of the activation or batch-norm module applied directly
         to its output, for a module that is no activation itself and gives no model output
-        (a chain Conv -> BatchNorm -> ReLU is measured once, at the ReLU)."""
+        (a chain Conv -> BatchNorm -> ReLU is measured once, at the ReLU); a per-neuron
+        container applied to its output (timm's ``BatchNormAct2d``) counts as its last leaf."""
         out: dict[str, str] = {}
-        for p in self._ordered():
+        ordered = self._ordered()
+        for p in ordered:
             after = self._seen[p].after
-            if (
-                after is not None
-                and is_per_neuron(self._modules[p])
-                and not is_activation(self._modules[after])
-                and after not in self._output_paths
-            ):
+            if after is not None and self._per_neuron(p) and self._may_activate(after):
                 out.setdefault(after, p)
+        leaves = set(ordered)
+        for s in self._seen.values():
+            if s.fused is not None and s.fused in leaves and s.after is not None and self._may_activate(s.after):
+                out.setdefault(s.after, s.fused)
         return out
+
+    def _per_neuron(self, path: str) -> bool:
+        """An activation or batch norm, by class or (an activation of a library) by acting
+        element-wise (see :class:`_Probe`)."""
+        return is_per_neuron(self._modules[path]) or self._seen[path].elementwise
+
+    def _is_activation(self, path: str) -> bool:
+        return is_activation(self._modules[path]) or self._seen[path].elementwise
+
+    def _may_activate(self, path: str) -> bool:
+        """A module that an activation after it may be measured for: no activation itself,
+        not a model output."""
+        return path in self._modules and not self._is_activation(path) and path not in self._output_paths
 
     def default_coverage_layers(self) -> list[str]:
         """Every leaf module with neurons, in call order; a module followed directly by an
@@ -553,6 +753,8 @@ class TorchTraceModel:
 
     def default_sa_layers(self) -> list[str]:
         """The last coverage layer before the one that produces the measured output."""
+        if self._head is not None:  # a sequence model's head reads one token of this module's output
+            return [self._head[0]]
         candidates = self.default_coverage_layers()
         owner = self._output_path
         if owner is not None and owner not in candidates:  # a block's output: its last leaf
@@ -623,7 +825,9 @@ class TorchTraceModel:
                 main, single = _main_output(module, out)
                 if not single:
                     return
-                captured[_p] = _reduce(main, _l)
+                captured[_p] = _reduce(main, _l, self._mask)
+                if self._head is not None and _p == self._head[0]:
+                    captured[_p + "\0token"] = _token(main, self._head[1], self._mask)
                 if _e:
                     flat = main.detach().reshape(main.shape[0], -1).float()
                     captured[_p + "\0min"] = flat.min(dim=1).values
@@ -651,7 +855,7 @@ class TorchTraceModel:
                 f"modules {uneven} gave {len(taps[uneven[0]])} rows for {len(out)} inputs; choose modules whose "
                 "output has one row per input"
             )
-        sa_parts = [taps[p] for p in self.sa_layers]
+        sa_parts = [to_numpy(captured.get(p + "\0token", captured[p])) for p in self.sa_layers]
         sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
         extrema = None
         if self._extrema_paths:
@@ -677,6 +881,18 @@ class TorchTraceModel:
         return classes.astype(np.int64)
 
     # -- inputs -------------------------------------------------------------------------------
+
+    def call_model(self, call: Any, parts: Sequence[Any], extra: dict[str, Any] | None = None) -> Any:
+        """``call`` (the model, or its original ``forward``) on one batch's inputs, in
+        ``forward``'s order."""
+        if not self.keywords:
+            return call(*parts)
+        inputs = dict(zip(self.input_names, parts, strict=True))
+        self._mask = inputs.get("attention_mask")
+        try:
+            return call(**inputs, **(extra or {}))
+        finally:
+            self._mask = None
 
     def _parts(self, x: Any) -> tuple[Any, ...]:
         """The model's positional inputs of one batch, in ``forward``'s order: one array or
@@ -707,11 +923,46 @@ class TorchTraceModel:
         """``data`` for this model (one array, or a dict by ``forward``'s parameter names
         for several positional inputs), its shapes checked against the probed ones (the
         probe runs on its first rows when no input was seen yet)."""
+        if isinstance(data.x, dict) and not self._probed:
+            self._take_keywords(list(data.x))
         bound = data.bind(self.input_names)
         if not self._probed:
             self._ensure_probed(self._first_batch(bound))
         bound.check_shape(self.input_shape if len(self.input_names) == 1 else self.input_shapes)
         return bound
+
+    def _take_keywords(self, names: Sequence[str]) -> None:
+        """Inputs given to ``forward`` by keyword, as a Hugging Face model takes them
+        (``input_ids``, ``attention_mask``, ``pixel_values``): when ``names`` are parameters
+        of ``forward`` other than its required positional ones; they become the inputs,
+        in ``forward``'s order (decided once, before the probe)."""
+        if self.keywords or self._probed or not names or set(names) == set(self.input_names):
+            return
+        if not set(names) <= set(self._parameters):
+            return
+        self.keywords = True
+        self.input_names = [p for p in self._parameters if p in names]
+
+    def call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str | None]:
+        """The measured inputs of one call ``model(*args, **kwargs)`` (what the recorder
+        records): one tensor, a tuple of the positional inputs, or a
+        :class:`~pytest_sadl.capture.hf.KeywordCall` by ``forward``'s parameter names
+        (``model(**batch)``, ``model(input_ids=..., attention_mask=...)``); else ``None``
+        and why the call cannot be recorded."""
+        n = len(self.input_names)
+        if not kwargs and len(args) == n and not self.keywords:
+            return (args[0] if n == 1 else tuple(args)), None
+        x, why = hf.bind_call(self.model, args, kwargs)
+        if x is None:
+            return None, why
+        self._take_keywords(list(x))
+        if not self.keywords or set(x) != set(self.input_names):
+            return None, (
+                f"model(...) was called with several arguments or keywords ({', '.join(x) or 'no tensors'}) "
+                f"other than the measured inputs ({', '.join(self.input_names)}: forward's positional ones or "
+                "the training data's keys)"
+            )
+        return x, None
 
     def _as_tensors(self, batch: Any, what: str, offset: int) -> tuple[Any, ...]:
         out = []
@@ -742,7 +993,7 @@ class TorchTraceModel:
                 ts = self._as_tensors(batch, what, done)
                 captured: dict[str, Any] = {}
                 with self._hooked(captured):
-                    output = self.model(*ts)
+                    output = self.call_model(self.model, ts)
                 parts.append(self._split(output, captured))
                 done += len(parts[-1])
                 if progress is not None:
@@ -789,7 +1040,7 @@ class TorchTraceModel:
             return "model(x) was called while torch.compile traces it (no values to record)"
         if torch.jit.is_tracing() or torch.jit.is_scripting():
             return "model(x) was called while torch.jit traces it (no values to record)"
-        parts = tuple(x) if isinstance(x, tuple) else (x,)
+        parts = tuple(x.values()) if isinstance(x, dict) else tuple(x) if isinstance(x, tuple) else (x,)
         if any(not isinstance(p, (torch.Tensor, np.ndarray)) for p in parts):
             return "model(x) was called with something other than one tensor per input"
         if any(isinstance(p, torch.Tensor) and type(p).__name__ in ("FakeTensor", "FunctionalTensor") for p in parts):
@@ -803,7 +1054,7 @@ class TorchTraceModel:
         by ``forward``'s parameter names for several positional inputs (as the training
         data is bound, so that the digests of both agree)."""
         if len(self.input_names) == 1:
-            return to_numpy(x)
+            return to_numpy(x[self.input_names[0]] if isinstance(x, dict) else x)
         return {n: to_numpy(p) for n, p in zip(self.input_names, self._parts(x), strict=True)}
 
     def call_tensors(self, x: Any, *, forward: Any = None, training: bool = False) -> tuple[Any, Traces]:
@@ -811,9 +1062,9 @@ class TorchTraceModel:
         positional inputs) once, with the hooks on: the model's own output (gradients flow
         when grad mode is on) and the traces of that pass."""
         parts = self._parts(x)
-        self._ensure_probed(parts if len(parts) > 1 else parts[0])
+        self._ensure_probed(dict(zip(self.input_names, parts, strict=True)) if len(parts) > 1 else parts[0])
         for name, part in zip(self.input_names, parts, strict=True):
-            if tuple(part.shape[1:]) != tuple(self.input_shapes[name]):
+            if not shape_matches(tuple(part.shape[1:]), tuple(self.input_shapes[name])):
                 what = "model(x)" if len(parts) == 1 else f"model(...) (input {name!r})"
                 check_batch(
                     np.zeros((1,) + tuple(part.shape[1:]), np.float32), self.input_shapes[name], what=what, offset=0
@@ -821,8 +1072,17 @@ class TorchTraceModel:
         captured: dict[str, Any] = {}
         call = forward if forward is not None else self.model
         with self._hooked(captured):
-            output = call(*parts)
+            output = self.call_model(call, parts, getattr(x, "extra", None))
         return output, self._split(output, captured)
+
+
+def _input_shape(t: Any, keywords: bool) -> tuple[int | None, ...]:
+    """An input's shape without the batch axis; token ids and masks given by keyword (a
+    tokenizer's output, padded to each batch's longest) have a sequence axis of any length."""
+    shape: tuple[int | None, ...] = tuple(int(d) for d in t.shape[1:])
+    if keywords and not t.is_floating_point() and len(shape) == 1:
+        return (None,)
+    return shape
 
 
 def positional_inputs(model: Any) -> list[str]:

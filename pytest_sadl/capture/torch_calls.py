@@ -7,10 +7,11 @@ the original ``forward`` with the trace model's hooks on), so the test gets the 
 own output tensor and the ledger gets its traces. The instance's own ``forward`` (set on
 it, or its class's) is restored after.
 
-:func:`recorded_inputs` says what a call's inputs are (one positional tensor per model
-input today; a call it cannot read runs unrecorded, with a warning naming why), and
-:func:`forward_call` is the recorded call itself: the place to extend for calls that pass
-their inputs by keyword (``model(**inputs)``, ``model(input_ids=..., attention_mask=...)``).
+:func:`recorded_inputs` says what a call's inputs are (``TorchTraceModel.call_inputs``:
+one positional tensor per model input, or the tensors passed by keyword, ``model(**inputs)``,
+``model(input_ids=..., attention_mask=...)``, by ``forward``'s parameter names; a call it
+cannot read runs unrecorded, with a warning naming why), and :func:`forward_call` is the
+recorded call itself.
 torch is not imported here: the trace model runs the pass.
 """
 
@@ -29,12 +30,9 @@ def recorded_inputs(tm: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     """``(x, None)``: the inputs of ``forward(*args, **kwargs)`` as the trace model takes
     them (one tensor, or a tuple of one per input), or ``(None, why)`` when the call cannot
     be recorded."""
-    n = len(tm.input_names)
-    x = None if kwargs or len(args) != n else (args[0] if n == 1 else tuple(args))
+    x, why = tm.call_inputs(args, kwargs)  # positional, or by keyword (capture.torch, capture.hf)
     if x is None:
-        if n == 1:
-            return None, "model(x) was called with several arguments or keywords"
-        return None, f"model(...) was called with keywords or other than its {n} positional inputs"
+        return None, why
     return x, tm.unrecordable(x)
 
 

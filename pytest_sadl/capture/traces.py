@@ -55,6 +55,7 @@ from pytest_sadl.capture.data import TrainingData, adjust_rank, check_batch, is_
 from pytest_sadl.capture.failures import message
 from pytest_sadl.capture.forward import (
     Forward,
+    Seen,
     backend,
     has_accelerator,
     in_graph_context,
@@ -308,7 +309,6 @@ class TraceModel:
             )
         check_model(model)
         check_scope_names(model)
-        import keras
 
         self.model = model
         inputs, self._input_kind = _model_inputs(model)
@@ -323,10 +323,37 @@ class TraceModel:
         # subclassed model takes what its call() takes
         self._adjusts_rank = _is_graph_model(model)
         layers = [n.layer for n in self._nodes]
-        symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         structure = _structure_key(model, self._nodes, inputs)
+        spec, seen, owners = self._probe(inputs, layers, structure)
+        self._seen = {n.path: s for n, s in zip(self._nodes, seen, strict=True)}
+        self._learn_output(spec, owners, layers, output, classifier)
+        self._choose_layers(sa_layers, coverage_layers, extrema)
+        # every trace model of one key computes the same flat outputs: whichever made the
+        # pass serves them all
+        pass_key = (
+            structure,
+            self._input_kind,
+            tuple(map(id, self._taps)),
+            self._output_index,
+            tuple(self._extrema_paths),
+        )
+        self._forward = _kept(
+            model, _PASSES, pass_key, lambda: Forward(model, self._call, self._body), most=_MAX_PASSES
+        )
+        self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
+        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
+        self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
+        self.name: str = str(model.name)
+
+    def _probe(self, inputs: list[Any], layers: list[Any], structure: Any) -> tuple[Any, list[Seen], Any]:
+        """The probe's answer (output spec, what each layer was seen to do, the layer giving
+        each output), kept on the model; a model that cannot run is one line."""
+        import keras
+
+        model = self.model
+        symbolic = [keras.KerasTensor((None,) + i.shape, dtype=i.dtype, name=i.name) for i in inputs]
         try:  # the probe's answer is never changed after it: one serves every trace model
-            spec, seen, owners = _kept(
+            answer: tuple[Any, list[Seen], Any] = _kept(
                 model,
                 _PROBE,
                 structure,
@@ -350,7 +377,15 @@ class TraceModel:
                 f"({one_line(message(exc))}); "
                 "check that the model runs on a batch of its inputs"
             ) from None
-        self._seen = {n.path: s for n, s in zip(self._nodes, seen, strict=True)}
+        return answer
+
+    def _learn_output(
+        self, spec: Any, owners: Any, layers: list[Any], output: str | int | None, classifier: bool | None
+    ) -> None:
+        """The measured output (its name and layer), and whether the model is a classifier."""
+        import keras
+
+        model = self.model
         self.output_names: list[str] = _output_names(model, spec)
         if self.output_names == ["0"] and owners[0] >= 0:
             self.output_names = [layers[owners[0]].name]
@@ -366,6 +401,12 @@ class TraceModel:
                 f"model {model.name!r} has output {self.output_name!r} of shape {out_shape}; a classifier "
                 "needs a (batch, classes) output (pass classifier=False for a regression model)"
             )
+
+    def _choose_layers(
+        self, sa_layers: Sequence[str | int] | None, coverage_layers: Sequence[str | int] | None, extrema: bool
+    ) -> None:
+        """The SA and coverage layers (given, else the defaults), checked, their taps and sizes."""
+        model = self.model
         self.sa_layers: list[str] = resolve_layers(model, sa_layers, purpose="SA layers") or self.default_sa_layers()
         self.coverage_layers: list[str] = (
             resolve_layers(model, coverage_layers, purpose="coverage layers") or self.default_coverage_layers()
@@ -379,22 +420,6 @@ class TraceModel:
         self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
-        # every trace model of one key computes the same flat outputs: whichever made the
-        # pass serves them all
-        pass_key = (
-            structure,
-            self._input_kind,
-            tuple(map(id, self._taps)),
-            self._output_index,
-            tuple(self._extrema_paths),
-        )
-        self._forward = _kept(
-            model, _PASSES, pass_key, lambda: Forward(model, self._call, self._body), most=_MAX_PASSES
-        )
-        self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
-        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
-        self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
-        self.name: str = str(model.name)
 
     @property
     def framework_version(self) -> str:

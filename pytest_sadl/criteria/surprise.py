@@ -218,7 +218,8 @@ class LSA:
             d = min(cols[int(classes[i])].size for i in usable)
             raise ValueError(
                 f"LSA: no class has more than {d} training traces, the minimum for a KDE over "
-                f"{d} neurons; use more training data or a layer with fewer neurons"
+                f"{d} neurons; use more training data, a layer with fewer neurons, or the layer's first principal "
+                f"axes (--sadl-sa-components=N, N below {d})"
             )
         return left
 
