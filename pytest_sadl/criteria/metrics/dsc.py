@@ -10,9 +10,9 @@ from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Trainin
 
 def fit(training: Training) -> Scorer | None:
     """DSA on the training traces (the profile's, with the distances it kept); ``None``
-    for a regression model, which has no classes. Traces that do not vary (LSA's check:
-    every neuron's variance below ``var_threshold`` in every class) raise ``ValueError``:
-    their distances are rounding noise, and DSC is not available."""
+    for a regression model, which has no classes. Traces that do not vary (LSA's check at
+    its default threshold: every neuron's variance below :data:`VARIES` in every class)
+    raise ``ValueError``: their distances are rounding noise, and DSC is not available."""
     if training.pred is None:
         return None
     _check_varies(training)
@@ -24,19 +24,24 @@ def fit(training: Training) -> Scorer | None:
     return DSA(training.traces, training.pred)
 
 
+#: LSA's default ``var_threshold``: DSA's own test of a layer that does not vary. Not the run's
+#: ``var_threshold``, which is LSA's parameter (a user raising it for LSA keeps DSA).
+VARIES = 1e-5
+
+
 def _check_varies(training: Training) -> None:
     """LSA's check of a layer whose outputs do not vary with the input: no neuron with a
-    training variance of at least ``var_threshold`` in any class (of two or more traces)."""
+    training variance of at least :data:`VARIES` in any class (of two or more traces)."""
     import numpy as np
 
     from pytest_sadl.criteria.checks import class_moments, classes_of
 
     _, members = classes_of(np.asarray(training.pred))
     variances = [class_moments(training.traces, rows, 16 << 20, scatter=False)[2] for rows in members if len(rows) > 1]
-    if variances and not any(bool((v >= training.var_threshold).any()) for v in variances):
+    if variances and not any(bool((v >= VARIES).any()) for v in variances):
         raise ValueError(
             f"DSA: every one of the {len(variances[0])} neurons has a training variance below "
-            f"var_threshold={training.var_threshold:g} in every class (the layer's outputs do not vary with the "
+            f"{VARIES:g} in every class (the layer's outputs do not vary with the "
             "input: DSA would measure rounding noise); choose another layer"
         )
 
