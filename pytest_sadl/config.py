@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from pytest_sadl.criteria.registry import COUNT, DEFAULT_METRICS, METRICS
 
@@ -108,6 +109,25 @@ class SadlOptions:
     compare: Path | None = None
     compare_fail: dict[str, float] = field(default_factory=dict)
     base_dir: Path = Path(".")
+    #: the parameters of criteria registered from outside the package, by name
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def param(self, name: str) -> Any:
+        """A criterion's parameter (``Param.name``): a field of these options (``tknp_k``),
+        else one of :attr:`extra`, else its registered default."""
+        if name in self.extra:
+            return self.extra[name]
+        if name in _FIELDS:
+            return getattr(self, name)
+        from pytest_sadl.criteria.registry import PARAMS
+
+        for p in PARAMS:
+            if p.name == name:
+                return p.default
+        raise KeyError(f"no criterion has a parameter named {name!r}")
+
+
+_FIELDS = frozenset(f.name for f in fields(SadlOptions))
 
 
 _SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")

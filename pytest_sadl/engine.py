@@ -809,7 +809,7 @@ def _config(
         config["sa_components"] = options.sa_components
     for name in total.names:  # an opt-in criterion's own parameters, when the run computed it
         for key in BY_NAME[name].option_names:
-            config[key] = getattr(options, key)
+            config[key] = options.param(key)
     for metric in total.names:
         if metric not in SURPRISE:
             continue

@@ -98,6 +98,50 @@ class Coverage(Protocol):
 
 
 @dataclass(frozen=True)
+class Param:
+    """One parameter of a criterion, its whole surface: the option ``--sadl-NAME`` (``_``
+    as ``-``) and its ini twin ``sadl_NAME``, the ``SadlOptions`` value the criterion reads
+    (``options.param(name)``) and the results' ``config`` key. ``type`` is ``int`` or
+    ``float``; a value below ``at_least`` or not below ``below`` is a usage error saying
+    ``why``; ``limit`` caps an option that sizes memory (``limit_why``: what it sizes).
+    ``help`` ends with the default, as ``pytest --help`` shows it."""
+
+    name: str
+    type: type[int] | type[float]
+    default: int | float
+    help: str
+    metavar: str = "K"
+    at_least: float | None = None
+    at_least_why: str = ""
+    below: float | None = None
+    below_why: str = ""
+    limit: float | None = None
+    limit_why: str = ""
+    #: the results' JSON Schema entry of the ``config`` key: its description and maximum
+    description: str = ""
+    maximum: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--sadl-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "sadl_" + self.name
+
+
+@dataclass(frozen=True)
+class Colour:
+    """A criterion's colour in the HTML report (its chart lines, bars and legend): one
+    for the light theme (and print), one for the dark; ``dashed`` lines for a variant
+    drawn beside its original (MLSC beside LSC)."""
+
+    light: str
+    dark: str
+    dashed: bool = False
+
+
+@dataclass(frozen=True)
 class Criterion:
     name: str
     label: str
@@ -105,6 +149,18 @@ class Criterion:
     kind: str  # SURPRISE_KIND | NEURON_KIND | COUNT_KIND
     needs: tuple[str, ...]  # what it reads from the profile (documentation and checks)
     make: Callable[[Setup], Coverage | None]
+    #: its options (``--sadl-tknp-k``), read into ``SadlOptions`` and recorded in the
+    #: results' ``config`` when a run computes it
+    parameters: tuple[Param, ...] = ()
+    #: what "covered of total" counts in the reports (``None``: buckets for a surprise
+    #: coverage, neurons for a neuron coverage)
+    unit: str | None = None
+    #: a sentence on the reports' card saying what a target is (``None``: no sentence)
+    explanation: str | None = None
+    colour: Colour | None = None
+    #: a count criterion's ``covered`` and ``total`` (what each counts, the reports'
+    #: "covered / total"); ``None``: it has no targets, its ``covered`` is always 0
+    count_parts: tuple[str, str] | None = None
     sa: str | None = None  # surprise kinds: the per-input score it buckets ("lsa")
     sa_label: str | None = None  # "LSA"
     #: reported when the user names no metrics (``--sadl-metrics``): today's seven; a new
@@ -120,9 +176,19 @@ class Criterion:
     #: options as text (``"k3"``), part of the name under which a profile stores the score's
     #: held-out values, so that other options never read another's bounds; ``None``: none
     params: Callable[[Any], str] | None = None
-    #: the run options (``SadlOptions`` fields) it reads, such as ``("tknc_k",)``: recorded in
-    #: the results' ``config`` when a run computes it, so a number is read with its parameters
-    option_names: tuple[str, ...] = ()
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """The run options it reads, such as ``("tknc_k",)``: recorded in the results'
+        ``config`` when a run computes it, so a number is read with its parameters."""
+        return tuple(p.name for p in self.parameters)
+
+    @property
+    def units(self) -> str:
+        """What its "covered of total" counts: :attr:`unit`, else buckets or neurons."""
+        if self.unit is not None:
+            return self.unit
+        return "buckets" if self.kind == SURPRISE_KIND else "neurons"
 
 
 class SurpriseBuckets:

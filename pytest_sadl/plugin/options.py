@@ -9,6 +9,7 @@ Python: parsing the options imports no TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -27,7 +28,8 @@ from pytest_sadl.config import (
     parse_layers,
     parse_metric_numbers,
 )
-from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS
+from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, PARAMS
+from pytest_sadl.criteria.shape import Param
 
 if TYPE_CHECKING:
     import pytest
@@ -60,6 +62,29 @@ class Option:
     #: before a run allocates gigabytes)
     limit: float | None = None
     limit_why: str = ""
+    #: a criterion's parameter (:class:`~pytest_sadl.criteria.shape.Param`): its bounds
+    param: Param | None = None
+
+
+def param_option(param: Param) -> Option:
+    """The option row of a criterion's parameter (``--sadl-tknp-k``, ``sadl_tknp_k``)."""
+    kind = "int" if param.type is int else "float"
+    return Option(
+        param.flag,
+        param.ini,
+        param.help,
+        None,
+        param.default,
+        kind,
+        param.metavar,
+        limit=param.limit,
+        limit_why=param.limit_why,
+        param=param,
+    )
+
+
+#: every criterion's parameters, from the registry, in report order
+_PARAM_OPTIONS = tuple(param_option(p) for p in PARAMS)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -234,71 +259,7 @@ OPTIONS: tuple[Option, ...] = (
         limit=1_000_000,
         limit_why="each run keeps a flag per bucket, for the total and for every group",
     ),
-    Option(
-        "--sadl-mlsa-components",
-        "sadl_mlsa_components",
-        "MLSA: Gaussian mixture components per class (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-mmdsa-modes",
-        "sadl_mmdsa_modes",
-        "MMDSA: k-means modes per class (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-nc-threshold",
-        "sadl_nc_threshold",
-        "NC activation threshold on the min-max scaled output (default 0.5)",
-        None,
-        0.5,
-        "float",
-        "T",
-    ),
-    Option(
-        "--sadl-kmnc-k",
-        "sadl_kmnc_k",
-        "KMNC's number of sections per neuron (default 1000)",
-        None,
-        1000,
-        "int",
-        "K",
-        limit=10_000,
-        limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000",
-    ),
-    Option(
-        "--sadl-tknc-k",
-        "sadl_tknc_k",
-        "TKNC: a neuron is covered when among the k most active of its layer for some input (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-tknp-k",
-        "sadl_tknp_k",
-        "TKNP: a pattern is the top-k set of every coverage layer (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-cc-threshold",
-        "sadl_cc_threshold",
-        "CC: an input farther than this Euclidean distance from every cluster centre of a layer starts a new one (default 10)",
-        None,
-        10.0,
-        "float",
-        "D",
-    ),
+    *_PARAM_OPTIONS,
     Option(
         "--sadl-var-threshold",
         "sadl_var_threshold",
@@ -696,12 +657,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
             raise _usage(f"{r.label(opts[name])}={value:g}: {what}")
         return value
 
-    k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
-    components = at_least("sadl_mlsa_components", int, 1, "MLSA needs at least 1 mixture component per class")
-    modes = at_least("sadl_mmdsa_modes", int, 1, "MMDSA needs at least 1 k-means mode per class")
-    tknc_k = at_least("sadl_tknc_k", int, 1, "TKNC needs k >= 1 neurons per layer")
-    tknp_k = at_least("sadl_tknp_k", int, 1, "TKNP needs k >= 1 neurons per layer")
-    cc_threshold = at_least("sadl_cc_threshold", float, 0, "CC's distance threshold must be >= 0")
+    params = {opt.param.name: _param(r, opt, opt.param) for opt in _PARAM_OPTIONS if opt.param is not None}
     var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
     sa_components = r.number(opts["sadl_sa_components"], int)
     if sa_components is not None and sa_components < 1:
@@ -725,14 +681,6 @@ def read_options(config: pytest.Config) -> SadlOptions:
         )
     batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
     lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
-    nc_threshold = at_least(
-        "sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)"
-    )
-    if nc_threshold >= 1:
-        raise _usage(
-            f"{r.label(opts['sadl_nc_threshold'])}={nc_threshold:g}: NC's threshold applies to outputs "
-            "scaled to [0, 1], so no neuron could exceed it; use a value in [0, 1)"
-        )
 
     report_values, report_base = r.raw(opts["sadl_report"])
     specs = _split_list(report_values) if report_values else ["term"]
@@ -774,13 +722,6 @@ def read_options(config: pytest.Config) -> SadlOptions:
         mdsc=bounds("mdsc"),
         mlsc=bounds("mlsc"),
         mmdsc=bounds("mmdsc"),
-        mlsa_components=components,
-        mmdsa_modes=modes,
-        nc_threshold=nc_threshold,
-        kmnc_k=k,
-        tknc_k=tknc_k,
-        tknp_k=tknp_k,
-        cc_threshold=cc_threshold,
         var_threshold=var_threshold,
         var_rule=var_rule,
         sa_components=sa_components,
@@ -797,7 +738,27 @@ def read_options(config: pytest.Config) -> SadlOptions:
         compare=Path(compare) if compare else None,
         compare_fail=compare_fail,
         base_dir=r.inidir,
+        **with_params(params),
     )
+
+
+def with_params(values: dict[str, Any]) -> dict[str, Any]:
+    """``SadlOptions`` keyword arguments of criteria parameters: a field where the
+    dataclass has one (``tknp_k``), the rest (a criterion from outside) in ``extra``."""
+    fields = {f.name for f in dataclasses.fields(SadlOptions)}
+    known = {k: v for k, v in values.items() if k in fields}
+    return {**known, "extra": {k: v for k, v in values.items() if k not in fields}}
+
+
+def _param(r: _Reader, opt: Option, param: Param) -> Any:
+    """A criterion parameter's value, checked against its bounds (one line naming the
+    option, as the user gave it, and why)."""
+    value = r.number(opt, param.type)
+    if param.at_least is not None and value < param.at_least:
+        raise _usage(f"{r.label(opt)}={value:g}: {param.at_least_why}")
+    if param.below is not None and value >= param.below:
+        raise _usage(f"{r.label(opt)}={value:g}: {param.below_why}")
+    return value
 
 
 def parse_metrics(value: Any, option: str = "--sadl-metrics") -> tuple[str, ...]:

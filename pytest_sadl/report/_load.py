@@ -11,8 +11,9 @@ first); none recomputes a metric. The metrics' names, labels and titles come fro
 
 from __future__ import annotations
 
-from pytest_sadl.criteria.registry import COUNT, METRICS, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import COUNT, CRITERIA, METRICS, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.shape import COUNT_KIND
 from pytest_sadl.results import JSON, Analysis, GroupRow, Metric, Results
 
 
@@ -49,12 +50,8 @@ def fmt_metric(metric: str, value: float | None, digits: int = 2) -> str:
 
 
 #: what a count criterion's ``covered`` and ``total`` count (``None``: it has no targets,
-#: its ``covered`` is always 0), for the reports' "covered / total"
-COUNT_PARTS: dict[str, tuple[str, str] | None] = {
-    "tknp": ("distinct top-k patterns", "inputs"),
-    "cc": ("cluster centres", "inputs x coverage layers"),
-    "nlc": None,
-}
+#: its ``covered`` is always 0), for the reports' "covered / total": each ``Criterion.count_parts``
+COUNT_PARTS: dict[str, tuple[str, str] | None] = {c.name: c.count_parts for c in CRITERIA if c.kind == COUNT_KIND}
 
 
 def metric_percent(results: Results, metric: str) -> float | None:

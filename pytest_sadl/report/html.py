@@ -27,9 +27,10 @@ import jinja2
 from markupsafe import Markup, escape
 
 from pytest_sadl.atomic import atomic_write_text
-from pytest_sadl.criteria.registry import COUNT, KINDS, METRICS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import BY_NAME, COUNT, CRITERIA, KINDS, METRICS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import TITLES as METRIC_TITLES
+from pytest_sadl.criteria.shape import SURPRISE_KIND
 from pytest_sadl.report._load import (
     COUNT_PARTS,
     adequacy_hints,
@@ -322,24 +323,6 @@ def _shorten(s: str, n: int) -> str:
 # --------------------------------------------------------------------------- view data
 
 
-UNIT_NOTES = {
-    "nbc": "Each neuron has two corners: activations above the highest (upper corner) or below the "
-    "lowest (lower corner) value seen on the training set; a corner is covered when an input reaches it.",
-    "snac": "Counts the upper corners only: neurons driven above the highest value seen on the training set.",
-    "kmnc": "Each neuron's training range split into k equal sections; a section is covered when an input lands in it.",
-}
-
-
-#: what a card's "covered of total" counts, where it is not neurons (or buckets)
-_UNITS = {
-    "kmnc": "sections",
-    "nbc": "corners",
-    "tknp": "inputs: distinct top-k patterns",
-    "cc": "input-layer pairs: cluster centres",
-    "nlc": "inputs (no targets)",
-}
-
-
 def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, Any]]:
     thresholds = thresholds_of(results)
     failed = {f.metric for f in results.failures}
@@ -360,7 +343,7 @@ def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, An
         else:
             status = "pass"
         delta = comparison.get(m) if comparison is not None else None
-        unit = "buckets" if KINDS.get(m) == "surprise" else _UNITS.get(m, "neurons")
+        criterion = BY_NAME[m]
         cards.append(
             {
                 "metric": m,
@@ -374,8 +357,8 @@ def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, An
                 "reason": entry.reason if not applicable else None,
                 "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.covered,
                 "total": entry.total,
-                "unit": unit,
-                "explain": UNIT_NOTES.get(m),
+                "unit": criterion.units,
+                "explain": criterion.explanation,
                 "above": entry.above,
                 "below": entry.below,
                 "nan": entry.nan,
@@ -630,6 +613,23 @@ def build_context(results: Results, *, comparison: Comparison | None = None) -> 
     }
 
 
+def colours() -> list[dict[str, Any]]:
+    """Each criterion's colours for the page's CSS (``--c-NAME``, ``.m-NAME``), from its
+    ``Criterion.colour``, in report order; a criterion without one is drawn in the
+    accent colour."""
+    return [
+        {
+            "metric": c.name,
+            "light": c.colour.light,
+            "dark": c.colour.dark,
+            "dashed": c.colour.dashed,
+            "surprise": c.kind == SURPRISE_KIND,
+        }
+        for c in CRITERIA
+        if c.colour is not None
+    ]
+
+
 def _script() -> tuple[Markup, str]:
     """The page's script and its CSP source (``'sha256-…'``)."""
     js = _env().get_template("report.js").render()
@@ -644,7 +644,7 @@ def render_html(results: Results, *, comparison: Comparison | None = None) -> st
     the same file renders byte for byte the same page.
     """
     script, script_src = _script()
-    css = Markup(_env().get_template("report.css").render())
+    css = Markup(_env().get_template("report.css").render(colours=colours()))
     ctx = build_context(results, comparison=comparison)
     return _env().get_template("report.html.j2").render(**ctx, script=script, script_src=script_src, css=css)
 

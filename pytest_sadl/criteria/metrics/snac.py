@@ -4,13 +4,7 @@ The fraction of neurons that some input drives above their training ``high``
 (:class:`~pytest_sadl.criteria.neurons.StrongNeuronActivationCoverage`).
 """
 
-from pytest_sadl.criteria.shape import (
-    NEURON_KIND,
-    Coverage,
-    Criterion,
-    NeuronTargets,
-    Setup,
-)
+from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, NeuronTargets, Setup
 
 
 def make(setup: Setup) -> Coverage:
@@ -26,4 +20,6 @@ CRITERION = Criterion(
     kind=NEURON_KIND,
     needs=("neuron ranges",),
     make=make,
+    explanation=("Counts the upper corners only: neurons driven above the highest value seen on the training set."),
+    colour=Colour("#be185d", "#f472b6"),
 )
