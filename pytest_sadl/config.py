@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl.criteria.registry import COUNT, DEFAULT_METRICS, METRICS
+from pytest_sadl.criteria.registry import COUNT, DEFAULT_METRICS, METRICS, SURPRISE
 
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
 DEFAULT_REPORT_PATHS = {
@@ -62,6 +62,9 @@ class Bounds:
     buckets: int
 
 
+DEFAULT_BOUNDS = Bounds(None, None, 1000)
+
+
 @dataclass(frozen=True)
 class Report:
     kind: str
@@ -78,11 +81,9 @@ class SadlOptions:
     sa_layers: tuple[str | int, ...] | None = None
     coverage_layers: tuple[str | int, ...] | None = None
     output: str | int | None = None
-    lsc: Bounds = Bounds(None, None, 1000)
-    dsc: Bounds = Bounds(None, None, 1000)
-    mdsc: Bounds = Bounds(None, None, 1000)
-    mlsc: Bounds = Bounds(None, None, 1000)
-    mmdsc: Bounds = Bounds(None, None, 1000)
+    #: each surprise coverage's configured bounds (``--sadl-sc-bounds``), by metric name;
+    #: one not named: both bounds from the profile, 1000 buckets (:meth:`bounds`)
+    sc_bounds: Mapping[str, Bounds] = field(default_factory=dict)
     #: MLSA's mixture components and MMDSA's k-means modes, per class
     mlsa_components: int = 2
     mmdsa_modes: int = 2
@@ -111,6 +112,10 @@ class SadlOptions:
     base_dir: Path = Path(".")
     #: the parameters of criteria registered from outside the package, by name
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def bounds(self, metric: str) -> Bounds:
+        """The configured bounds of the surprise coverage ``metric`` (unset: from the profile)."""
+        return self.sc_bounds.get(metric, DEFAULT_BOUNDS)
 
     def param(self, name: str) -> Any:
         """A criterion's parameter (``Param.name``): a field of these options (``tknp_k``),
@@ -184,3 +189,80 @@ def parse_metric_numbers(
     if drops and not out:
         raise ValueError(f"{option} has no limits; write e.g. lsc:-2,dsc:-1")
     return out
+
+
+#: the most buckets a surprise coverage may have: each run keeps a flag per bucket, for
+#: the total and for every group
+MAX_BUCKETS = 1_000_000
+SC_BOUNDS_FORM = "METRIC:LOWER:UPPER[:BUCKETS]"
+#: one surprise coverage's configured (lower, upper, buckets); ``None``: not configured
+PartBounds = tuple[float | None, float | None, int | None]
+
+
+def _bound_number(text: str, what: str, where: str) -> float | None:
+    if not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text.strip()!r} for the {what} is not a number; write e.g. lsc:0:100") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: the {what} {text.strip()!r} must be finite")
+    return value
+
+
+def _buckets(text: str, name: str, where: str) -> int | None:
+    if not text.strip():
+        return None
+    try:
+        n = int(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{where}: {text.strip()!r} buckets for {name} is not an integer; write e.g. {name}:0:100:1000"
+        ) from None
+    if n < 1:
+        raise ValueError(f"{where}: {name}:...:{n} needs at least 1 bucket")
+    if n > MAX_BUCKETS:
+        raise ValueError(
+            f"{where}: {name} with {n} buckets: at most {MAX_BUCKETS:,} "
+            "(each run keeps a flag per bucket, for the total and for every group)"
+        )
+    return n
+
+
+def parse_sc_bounds(spec: str, option: str = "--sadl-sc-bounds") -> dict[str, PartBounds]:
+    """The one ``--sadl-sc-bounds`` parser: ``"lsc:-20:80:50,dsc:0:3"`` to
+    ``{"lsc": (-20.0, 80.0, 50), "dsc": (0.0, 3.0, None)}``. An empty field is left to the
+    profile (``lsc::80``: the upper bound only; ``lsc:::500``: the buckets only); a later
+    item of a metric overrides an earlier one. Raises a one-line ValueError naming the item
+    and the fix (``option``: the option as the user gave it)."""
+    out: dict[str, PartBounds] = {}
+    for item in (i.strip() for i in spec.split(",")):
+        if not item:
+            continue
+        name, *fields = (part.strip() for part in item.split(":"))
+        name = name.lower()
+        if name not in SURPRISE:
+            raise ValueError(
+                f"{option}: {name!r} is not a surprise coverage; bounds are for {', '.join(SURPRISE)} "
+                f"({SC_BOUNDS_FORM}, e.g. lsc:0:100:1000)"
+            )
+        if not 2 <= len(fields) <= 3:
+            raise ValueError(
+                f"{option}: {item!r} is not {SC_BOUNDS_FORM}; write e.g. {name}:0:100 or {name}:0:100:1000 "
+                "(an empty field: from the profile)"
+            )
+        lower = _bound_number(fields[0], f"lower bound of {name}", option)
+        upper = _bound_number(fields[1], f"upper bound of {name}", option)
+        buckets = _buckets(fields[2], name, option) if len(fields) == 3 else None
+        out[name] = (lower, upper, buckets)
+    return out
+
+
+def check_bounds(name: str, lower: float | None, upper: float | None, where: str) -> None:
+    """Upper above lower, or a one-line ValueError saying why."""
+    if lower is not None and upper is not None and upper <= lower:
+        raise ValueError(
+            f"{where}: {name}'s upper bound {upper:g} is not above its lower bound {lower:g}; "
+            f"{name.upper()}'s buckets divide (lower, upper], so upper must be greater"
+        )

@@ -404,7 +404,7 @@ def default_sc_bounds(view: ProfileView, options: SadlOptions | None = None) -> 
         key = SURPRISE.get(metric)
         if key not in held:
             continue
-        cfg = getattr(options, metric, None)
+        cfg = options.bounds(metric) if options is not None else None
         lower, upper = default_bounds(held[key])
         if cfg is not None:
             lower = cfg.lower if cfg.lower is not None else lower
@@ -947,12 +947,7 @@ def compute(
 
 def _sc_options(options: SadlOptions, metric: str) -> Any:
     """The configured bounds of a surprise coverage (unset ones: from the profile)."""
-    found = getattr(options, metric, None)
-    if found is None:
-        from pytest_sadl.config import Bounds
-
-        found = Bounds(None, None, 1000)
-    return found
+    return options.bounds(metric)
 
 
 def _joined(batches: list[Any], attr: str) -> np.ndarray | None:

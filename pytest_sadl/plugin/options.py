@@ -8,6 +8,7 @@ Python: parsing the options imports no TensorFlow.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import math
@@ -19,16 +20,21 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_sadl.config import (
     DEFAULT_REPORT_PATHS,
+    MAX_BUCKETS,
     REPORT_KINDS,
+    SC_BOUNDS_FORM,
     Bounds,
+    PartBounds,
     Report,
     SadlOptions,
     _split_list,
+    check_bounds,
     layer_token,
     parse_layers,
     parse_metric_numbers,
+    parse_sc_bounds,
 )
-from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, PARAMS
+from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, PARAMS, SURPRISE
 from pytest_sadl.criteria.shape import Param
 
 if TYPE_CHECKING:
@@ -64,6 +70,9 @@ class Option:
     limit_why: str = ""
     #: a criterion's parameter (:class:`~pytest_sadl.criteria.shape.Param`): its bounds
     param: Param | None = None
+    #: a deprecated alias (``"sadl_sc_bounds:lsc:lower"``: the option, metric and field it
+    #: sets), hidden from ``--help``
+    alias: str | None = None
 
 
 def param_option(param: Param) -> Option:
@@ -82,6 +91,37 @@ def param_option(param: Param) -> Option:
         param=param,
     )
 
+
+_ALIAS_FIELDS = {
+    "lower": ("X", "float", "LOW:", "the lower bound of {} buckets"),
+    "upper": ("X", "float", ":UP", "the upper bound of {} buckets"),
+    "buckets": ("N", "int", "::N", "the number of {} buckets"),
+}
+
+
+def bound_aliases(metric: str) -> tuple[Option, ...]:
+    """The deprecated per-metric bound options of a surprise coverage (``--sadl-lsc-lower``,
+    ``--sadl-lsc-upper``, ``--sadl-lsc-buckets`` and their ini twins), aliases of
+    ``--sadl-sc-bounds`` kept for one release: hidden from ``--help``."""
+    return tuple(
+        Option(
+            f"--sadl-{metric}-{part}",
+            f"sadl_{metric}_{part}",
+            f"deprecated, for one release: {what.format(metric.upper() + chr(39) + 's')}; "
+            f"use --sadl-sc-bounds={metric}:{form}",
+            kind=kind,
+            metavar=metavar,
+            limit=MAX_BUCKETS if part == "buckets" else None,
+            limit_why="each run keeps a flag per bucket, for the total and for every group"
+            if part == "buckets"
+            else "",
+            alias=f"sadl_sc_bounds:{metric}:{part}",
+        )
+        for part, (metavar, kind, form, what) in _ALIAS_FIELDS.items()
+    )
+
+
+_BOUND_ALIASES = tuple(opt for metric in SURPRISE for opt in bound_aliases(metric))
 
 #: every criterion's parameters, from the registry, in report order
 _PARAM_OPTIONS = tuple(param_option(p) for p in PARAMS)
@@ -135,129 +175,15 @@ OPTIONS: tuple[Option, ...] = (
         metavar="NAME",
     ),
     Option(
-        "--sadl-lsc-lower",
-        "sadl_lsc_lower",
-        "lower bound of LSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-lsc-upper",
-        "sadl_lsc_upper",
-        "upper bound of LSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-lsc-buckets",
-        "sadl_lsc_buckets",
-        "number of LSC buckets (default 1000)",
+        "--sadl-sc-bounds",
+        "sadl_sc_bounds",
+        "each surprise coverage's bucket range and count, e.g. lsc:0:100:1000,dsc:0:2 "
+        f"({SC_BOUNDS_FORM}; {', '.join(SURPRISE)}; an empty field or a metric not named: "
+        "the bounds from the training profile, 1000 buckets)",
+        "linelist",
         None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-dsc-lower",
-        "sadl_dsc_lower",
-        "lower bound of DSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-dsc-upper",
-        "sadl_dsc_upper",
-        "upper bound of DSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-dsc-buckets",
-        "sadl_dsc_buckets",
-        "number of DSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-mdsc-lower",
-        "sadl_mdsc_lower",
-        "lower bound of MDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mdsc-upper",
-        "sadl_mdsc_upper",
-        "upper bound of MDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mdsc-buckets",
-        "sadl_mdsc_buckets",
-        "number of MDSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-mlsc-lower",
-        "sadl_mlsc_lower",
-        "lower bound of MLSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mlsc-upper",
-        "sadl_mlsc_upper",
-        "upper bound of MLSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mlsc-buckets",
-        "sadl_mlsc_buckets",
-        "number of MLSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-mmdsc-lower",
-        "sadl_mmdsc_lower",
-        "lower bound of MMDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mmdsc-upper",
-        "sadl_mmdsc_upper",
-        "upper bound of MMDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mmdsc-buckets",
-        "sadl_mmdsc_buckets",
-        "number of MMDSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
+        "str",
+        "SPEC",
     ),
     *_PARAM_OPTIONS,
     Option(
@@ -392,6 +318,7 @@ OPTIONS: tuple[Option, ...] = (
         "str",
         "SPEC",
     ),
+    *_BOUND_ALIASES,
 )
 
 
@@ -408,7 +335,7 @@ _NEGATED = {
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("sadl", "surprise adequacy and neuron coverage (pytest-sadl)")
     for opt in OPTIONS:
-        kwargs: dict[str, Any] = {"dest": opt.ini, "help": opt.help}
+        kwargs: dict[str, Any] = {"dest": opt.ini, "help": argparse.SUPPRESS if opt.alias else opt.help}
         if opt.kind == "bool":
             kwargs.update(action="store_true", default=None)
         elif opt.kind == "append":
@@ -639,18 +566,6 @@ def read_options(config: pytest.Config) -> SadlOptions:
     def layers(name: str) -> tuple[str | int, ...] | None:
         return parse_layers(r.raw(opts[name])[0])
 
-    def bounds(prefix: str) -> Bounds:
-        lo_opt, up_opt, n_opt = (opts[f"sadl_{prefix}_{k}"] for k in ("lower", "upper", "buckets"))
-        lower, upper, buckets = r.number(lo_opt, float), r.number(up_opt, float), r.number(n_opt, int)
-        if buckets < 1:
-            raise _usage(f"{r.label(n_opt)}={buckets}: needs at least 1 bucket")
-        if lower is not None and upper is not None and upper <= lower:
-            raise _usage(
-                f"{r.label(up_opt)}={upper:g} is not above {r.label(lo_opt)}={lower:g}; "
-                f"{prefix.upper()}'s buckets divide (lower, upper], so upper must be greater"
-            )
-        return Bounds(lower, upper, buckets)
-
     def at_least(name: str, cast: type, low: float, what: str) -> Any:
         value = r.number(opts[name], cast)
         if value < low:
@@ -717,11 +632,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         output=layer_token(str(r.raw(opts["sadl_output"])[0]).strip())
         if r.raw(opts["sadl_output"])[0] is not None
         else None,
-        lsc=bounds("lsc"),
-        dsc=bounds("dsc"),
-        mdsc=bounds("mdsc"),
-        mlsc=bounds("mlsc"),
-        mmdsc=bounds("mmdsc"),
+        sc_bounds=read_sc_bounds(r, opts),
         var_threshold=var_threshold,
         var_rule=var_rule,
         sa_components=sa_components,
@@ -740,6 +651,48 @@ def read_options(config: pytest.Config) -> SadlOptions:
         base_dir=r.inidir,
         **with_params(params),
     )
+
+
+def read_sc_bounds(r: _Reader, opts: dict[str, Option]) -> dict[str, Bounds]:
+    """``--sadl-sc-bounds`` (and its deprecated per-metric aliases) as each surprise
+    coverage's :class:`Bounds`; a field set twice, or a bad one, is a usage error."""
+    value, _ = r.raw(opts["sadl_sc_bounds"])
+    label = r.label(opts["sadl_sc_bounds"])
+    try:
+        given = parse_sc_bounds(str(value), label) if value else {}
+        out = {}
+        for metric in SURPRISE:
+            lower, upper, buckets = _with_aliases(r, opts, metric, given.get(metric, (None, None, None)), label)
+            if metric in given:
+                check_bounds(metric, lower, upper, label)
+            elif lower is not None and upper is not None and upper <= lower:  # the deprecated aliases
+                raise ValueError(
+                    f"{r.label(opts[f'sadl_{metric}_upper'])}={upper:g} is not above "
+                    f"{r.label(opts[f'sadl_{metric}_lower'])}={lower:g}; "
+                    f"{metric.upper()}'s buckets divide (lower, upper], so upper must be greater"
+                )
+            out[metric] = Bounds(lower, upper, 1000 if buckets is None else buckets)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    return out
+
+
+def _with_aliases(r: _Reader, opts: dict[str, Option], metric: str, given: PartBounds, label: str) -> PartBounds:
+    """A metric's bounds from ``--sadl-sc-bounds`` with the deprecated aliases' fields added."""
+    lower, upper, buckets = given
+    for part, mine in (("lower", lower), ("upper", upper), ("buckets", buckets)):
+        if r.raw(opts[f"sadl_{metric}_{part}"])[0] is not None and mine is not None:
+            raise ValueError(
+                f"{r.label(opts[f'sadl_{metric}_{part}'])} and {label} both set the {part} of "
+                f"{metric.upper()}'s buckets; keep {label} (the per-metric options are deprecated)"
+            )
+    lower = lower if lower is not None else r.number(opts[f"sadl_{metric}_lower"], float)
+    upper = upper if upper is not None else r.number(opts[f"sadl_{metric}_upper"], float)
+    if buckets is None and r.raw(opts[f"sadl_{metric}_buckets"])[0] is not None:
+        buckets = int(r.number(opts[f"sadl_{metric}_buckets"], int))
+        if buckets < 1:
+            raise ValueError(f"{r.label(opts[f'sadl_{metric}_buckets'])}={buckets}: needs at least 1 bucket")
+    return lower, upper, buckets
 
 
 def with_params(values: dict[str, Any]) -> dict[str, Any]:
