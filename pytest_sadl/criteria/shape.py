@@ -10,7 +10,10 @@ the profile cannot give what it needs: DSC of a regression model).
 A :class:`Coverage` is updated with one :class:`Batch` of traces at a time and returns
 how many targets the batch newly covered; two of them made by the same ``make`` can be
 merged (pytest-xdist workers, groups); :meth:`Coverage.metric` reads it as the results'
-:class:`~pytest_sadl.results.Metric`. The engine and every report loop over the
+:class:`~pytest_sadl.results.Metric`. The built-in criteria implement it directly: the
+neuron coverages of :mod:`~pytest_sadl.criteria.neurons`, the surprise coverages'
+:class:`~pytest_sadl.criteria.surprise.SurpriseCoverage` (reading its score), the peers'
+classes in their modules. A neuron coverage also gives ``per_layer()`` (the layer tables). The engine and every report loop over the
 registry (:mod:`pytest_sadl.criteria.registry`): adding a criterion is one module there
 plus its tests.
 
@@ -26,7 +29,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
+    from typing_extensions import Self
 
+    from pytest_sadl.config import SadlOptions
     from pytest_sadl.criteria.neurons import NeuronRanges
     from pytest_sadl.results import Metric
 
@@ -56,7 +61,7 @@ class Setup:
     ``(lower, upper, buckets)`` by metric name (only those whose score the profile has)."""
 
     ranges: NeuronRanges
-    options: Any  # SadlOptions (plain data; the criteria import no pytest)
+    options: SadlOptions  # plain data: the criteria import no pytest
     bounds: dict[str, tuple[float, float, int]] = field(default_factory=dict)
 
 
@@ -74,8 +79,8 @@ class Training:
     pred: np.ndarray | None
     var_threshold: float = 1e-5
     near_singular: str = "drop"
-    options: Any = None
-    profile: Any = None
+    options: SadlOptions | None = None
+    profile: Any = None  # a TrainingProfile (profile/ sits above the criteria)
     #: which neurons a class's KDE / covariance is over (``"class"`` or ``"paper"``)
     var_rule: str = "class"
 
@@ -92,7 +97,7 @@ class Coverage(Protocol):
 
     def update(self, batch: Batch) -> int: ...
 
-    def merge(self, other: Any) -> None: ...
+    def merge(self, other: Self) -> None: ...  # another of the same ``make``
 
     def metric(self) -> Metric: ...
 
@@ -189,71 +194,3 @@ class Criterion:
         if self.unit is not None:
             return self.unit
         return "buckets" if self.kind == SURPRISE_KIND else "neurons"
-
-
-class SurpriseBuckets:
-    """A surprise coverage as a :class:`Coverage`: the buckets of one per-input score."""
-
-    def __init__(self, sa: str, lower: float, upper: float, buckets: int) -> None:
-        from pytest_sadl.criteria.surprise import SurpriseCoverage
-
-        self.sa = sa
-        self.sc = SurpriseCoverage(lower=lower, upper=upper, buckets=buckets)
-
-    @property
-    def value(self) -> float:
-        return self.sc.value
-
-    def update(self, batch: Batch) -> int:
-        scores = batch.scores.get(self.sa)
-        return 0 if scores is None else self.sc.update(scores)
-
-    def merge(self, other: SurpriseBuckets) -> None:
-        self.sc.merge(other.sc)
-
-    def metric(self) -> Metric:
-        from pytest_sadl.results import Metric
-
-        sc = self.sc
-        return Metric(sc.value, int(sc.covered.sum()), sc.total, True, sc.below, sc.above, sc.count, sc.nan)
-
-    def bounds(self) -> dict[str, float | int]:
-        return {"lower": self.sc.lower, "upper": self.sc.upper, "buckets": self.sc.buckets}
-
-
-def surprise_make(name: str, sa: str) -> Callable[[Setup], Coverage | None]:
-    """``make`` of a surprise coverage: its bounds from the setup, ``None`` without them."""
-
-    def make(setup: Setup) -> Coverage | None:
-        spec = setup.bounds.get(name)
-        return None if spec is None else SurpriseBuckets(sa, *spec)
-
-    return make
-
-
-class NeuronTargets:
-    """A neuron coverage as a :class:`Coverage` (NC, KMNC, NBC, SNAC share the shape)."""
-
-    def __init__(self, coverage: Any, *, uses_extrema: bool = False) -> None:
-        self.coverage = coverage
-        self.uses_extrema = uses_extrema
-
-    @property
-    def value(self) -> float:
-        return float(self.coverage.value)
-
-    def update(self, batch: Batch) -> int:
-        if self.uses_extrema:
-            return int(self.coverage.update(batch.layers, batch.extrema))
-        return int(self.coverage.update(batch.layers))
-
-    def merge(self, other: NeuronTargets) -> None:
-        self.coverage.merge(other.coverage)
-
-    def metric(self) -> Metric:
-        from pytest_sadl.results import Metric
-
-        return Metric(self.coverage.value, self.coverage.covered_count, self.coverage.total)
-
-    def per_layer(self) -> list[float]:
-        return list(self.coverage.per_layer())

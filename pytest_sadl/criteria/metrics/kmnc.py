@@ -5,13 +5,13 @@ is the fraction of all sections that some input's activation falls into
 (:class:`~pytest_sadl.criteria.neurons.KMultisectionCoverage`).
 """
 
-from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, NeuronTargets, Param, Setup
+from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Param, Setup
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import KMultisectionCoverage
 
-    return NeuronTargets(KMultisectionCoverage(setup.ranges, setup.options.kmnc_k))
+    return KMultisectionCoverage(setup.ranges, setup.options.kmnc_k)
 
 
 CRITERION = Criterion(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Param, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Param
 
 
 def fit(training: Any) -> Any:

@@ -5,13 +5,13 @@ the training ``high``) that some input reaches
 (:class:`~pytest_sadl.criteria.neurons.NeuronBoundaryCoverage`).
 """
 
-from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, NeuronTargets, Setup
+from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Setup
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import NeuronBoundaryCoverage
 
-    return NeuronTargets(NeuronBoundaryCoverage(setup.ranges))
+    return NeuronBoundaryCoverage(setup.ranges)
 
 
 CRITERION = Criterion(

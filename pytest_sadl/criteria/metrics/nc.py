@@ -5,13 +5,13 @@ outputs for the input, exceeds ``nc_threshold``
 (:class:`~pytest_sadl.criteria.neurons.NeuronCoverage`).
 """
 
-from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, NeuronTargets, Param, Setup
+from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Param, Setup
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import NeuronCoverage
 
-    return NeuronTargets(NeuronCoverage(setup.ranges, setup.options.nc_threshold), uses_extrema=True)
+    return NeuronCoverage(setup.ranges, setup.options.nc_threshold)
 
 
 CRITERION = Criterion(

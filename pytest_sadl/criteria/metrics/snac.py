@@ -4,13 +4,13 @@ The fraction of neurons that some input drives above their training ``high``
 (:class:`~pytest_sadl.criteria.neurons.StrongNeuronActivationCoverage`).
 """
 
-from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, NeuronTargets, Setup
+from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Setup
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import StrongNeuronActivationCoverage
 
-    return NeuronTargets(StrongNeuronActivationCoverage(setup.ranges))
+    return StrongNeuronActivationCoverage(setup.ranges)
 
 
 CRITERION = Criterion(
