@@ -149,7 +149,6 @@ def parse_metric_numbers(
     every metric of ``every`` (the run's ``--sadl-metrics``), and at least one limit is needed. ``:`` or ``=`` separates; a later item
     overrides an earlier one. Raises a one-line ValueError naming the item and the fix.
     """
-    unit, example = ("a number of percentage points", "-2") if drops else ("a percentage", "30")
     if drops and not spec.strip():
         raise ValueError(
             f"{option} is empty; give limits like lsc:-2,dsc:-1 "
@@ -157,38 +156,54 @@ def parse_metric_numbers(
         )
     out: dict[str, float] = {}
     for item in (i.strip() for i in spec.split(",")):
-        if not item:
-            continue
-        match = _SPEC_ITEM.match(item)
-        if not match:
-            form = "METRIC:POINTS" if drops else "METRIC:PERCENT"
-            raise ValueError(f"{option}: {item!r} is not {form}; write e.g. lsc:{example}")
-        name, number = match.group(1).lower(), match.group(2)
-        if name not in METRICS and not (drops and name == "all"):
-            raise ValueError(
-                f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
-                + (" (or all)" if drops else "")
-            )
-        try:
-            value = float(number)
-        except ValueError:
-            raise ValueError(f"{option}: {number!r} for {name} is not {unit}; write e.g. {name}:{example}") from None
-        if not math.isfinite(value):
-            raise ValueError(f"{option}: {number!r} for {name} is not a finite number")
-        if drops and value > 0:
-            raise ValueError(
-                f"{option}: {name}:{number} is positive; a limit is the largest drop "
-                f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
-                f"{name.upper()} drops by more than {number.lstrip('+')} points"
-            )
-        if not drops and name in COUNT and value < 0:  # a count criterion's threshold is its own number
-            raise ValueError(f"{option}: {name} threshold {value:g} must be a number >= 0")
-        if not drops and name not in COUNT and not 0 <= value <= 100:
-            raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
-        out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
+        if item:
+            name, value = _metric_number(item, option, drops)
+            out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
     if drops and not out:
         raise ValueError(f"{option} has no limits; write e.g. lsc:-2,dsc:-1")
     return out
+
+
+def _metric_number(item: str, option: str, drops: bool) -> tuple[str, float]:
+    """One ``METRIC:NUMBER`` item of :func:`parse_metric_numbers`, checked."""
+    unit, example = ("a number of percentage points", "-2") if drops else ("a percentage", "30")
+    match = _SPEC_ITEM.match(item)
+    if not match:
+        form = "METRIC:POINTS" if drops else "METRIC:PERCENT"
+        raise ValueError(f"{option}: {item!r} is not {form}; write e.g. lsc:{example}")
+    name, number = match.group(1).lower(), match.group(2)
+    if name not in METRICS and not (drops and name == "all"):
+        raise ValueError(
+            f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
+            + (" (or all)" if drops else "")
+        )
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{option}: {number!r} for {name} is not {unit}; write e.g. {name}:{example}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{option}: {number!r} for {name} is not a finite number")
+    if drops:
+        _check_drop(name, number, value, option)
+    else:
+        _check_threshold(name, value, option)
+    return name, value
+
+
+def _check_drop(name: str, number: str, value: float, option: str) -> None:
+    if value > 0:
+        raise ValueError(
+            f"{option}: {name}:{number} is positive; a limit is the largest drop "
+            f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
+            f"{name.upper()} drops by more than {number.lstrip('+')} points"
+        )
+
+
+def _check_threshold(name: str, value: float, option: str) -> None:
+    if name in COUNT and value < 0:  # a count criterion's threshold is its own number
+        raise ValueError(f"{option}: {name} threshold {value:g} must be a number >= 0")
+    if name not in COUNT and not 0 <= value <= 100:
+        raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
 
 
 #: the most buckets a surprise coverage may have: each run keeps a flag per bucket, for

@@ -50,6 +50,25 @@ def _refill(target: dict[str, _V], value: dict[str, _V]) -> None:
     target.update(value)
 
 
+def _of_kind(kind: str) -> tuple[str, ...]:
+    return tuple(c.name for c in CRITERIA if c.kind == kind)
+
+
+def _scores() -> dict[str, Criterion]:
+    out: dict[str, Criterion] = {}
+    for c in CRITERIA:
+        if c.sa and c.fit is not None:
+            out.setdefault(c.sa, c)
+    return out
+
+
+def _refill_scores() -> None:
+    """The per-input scores' names: each surprise coverage's, their labels, their set-up."""
+    _refill(SURPRISE, {c.name: c.sa for c in CRITERIA if c.kind == SURPRISE_KIND and c.sa})
+    _refill(SA_LABELS, {c.sa: c.sa_label or c.sa.upper() for c in CRITERIA if c.sa})
+    _refill(SCORES, _scores())
+
+
 def _derive() -> None:
     """(Re)compute the names above from :data:`CRITERIA`, in place where they are dicts."""
     global METRICS, DEFAULT_METRICS, NEURON, COUNT, PARAMS
@@ -57,16 +76,11 @@ def _derive() -> None:
     _refill(LABELS, {c.name: c.label for c in CRITERIA})
     _refill(TITLES, {c.name: c.title for c in CRITERIA})
     _refill(KINDS, {c.name: c.kind for c in CRITERIA})
-    _refill(SURPRISE, {c.name: c.sa for c in CRITERIA if c.kind == SURPRISE_KIND and c.sa})
-    _refill(SA_LABELS, {c.sa: c.sa_label or c.sa.upper() for c in CRITERIA if c.sa})
-    SCORES.clear()
-    for c in CRITERIA:
-        if c.sa and c.fit is not None:
-            SCORES.setdefault(c.sa, c)
+    _refill_scores()
     METRICS = tuple(c.name for c in CRITERIA)
     DEFAULT_METRICS = tuple(c.name for c in CRITERIA if c.default)
-    NEURON = tuple(c.name for c in CRITERIA if c.kind == NEURON_KIND)
-    COUNT = tuple(c.name for c in CRITERIA if c.kind == COUNT_KIND)
+    NEURON = _of_kind(NEURON_KIND)
+    COUNT = _of_kind(COUNT_KIND)
     PARAMS = tuple(p for c in CRITERIA for p in c.parameters)
 
 
@@ -90,13 +104,17 @@ def register(criterion: Criterion) -> None:
     _derive()
 
 
+def _names(spec: str | Sequence[str] | None) -> list[str]:
+    items = spec.split(",") if isinstance(spec, str) else spec or ()
+    return [n for n in (item.strip().lower() for item in items) if n]
+
+
 def choose(spec: str | Sequence[str] | None) -> tuple[str, ...]:
     """The metrics a run computes, in report order, from ``--sadl-metrics`` (a comma list,
     or a list of names; ``all``: every registered criterion; empty or ``None``: the
     default ones). Raises ``ValueError`` (one line listing the valid names) on an unknown
     name."""
-    names = [n.strip().lower() for n in (spec.split(",") if isinstance(spec, str) else spec or ())]
-    names = [n for n in names if n]
+    names = _names(spec)
     if not names:
         return DEFAULT_METRICS
     if "all" in names:

@@ -14,6 +14,7 @@ import dataclasses
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,11 +69,33 @@ class Option:
     #: before a run allocates gigabytes)
     limit: float | None = None
     limit_why: str = ""
-    #: a criterion's parameter (:class:`~pytest_sadl.criteria.shape.Param`): its bounds
+    #: a criterion's parameter (:class:`~pytest_sadl.criteria.shape.Param`)
     param: Param | None = None
+    #: the ``SadlOptions`` field the generic reader (:func:`read_value`) fills; ``None``: a
+    #: row read by its own function (reports, thresholds, bounds)
+    field: str | None = None
+    #: the smallest value a number may take, and the message when it is below
+    at_least: float | None = None
+    at_least_why: str = ""
+    #: a number must be below this (NC's threshold < 1), and the message
+    below: float | None = None
+    below_why: str = ""
+    #: the words a text option takes, and the message naming them
+    choices: tuple[str, ...] = ()
+    choices_why: str = ""
+    #: what a set text value becomes (``Path``, a layer token)
+    parse: Callable[[str], Any] | None = None
     #: a deprecated alias (``"sadl_sc_bounds:lsc:lower"``: the option, metric and field it
     #: sets), hidden from ``--help``
     alias: str | None = None
+
+
+def _layer_token(value: str) -> str | int:
+    return layer_token(str(value).strip())
+
+
+def _text_or_none(value: str) -> str | None:
+    return str(value).strip() or None
 
 
 def param_option(param: Param) -> Option:
@@ -89,6 +112,11 @@ def param_option(param: Param) -> Option:
         limit=param.limit,
         limit_why=param.limit_why,
         param=param,
+        field=param.name,
+        at_least=param.at_least,
+        at_least_why=param.at_least_why,
+        below=param.below,
+        below_why=param.below_why,
     )
 
 
@@ -142,6 +170,7 @@ OPTIONS: tuple[Option, ...] = (
         "the model (Keras, or a torch.nn.Module): a .keras file or 'package.module:function' (or define a sadl_model fixture)",
         kind="path",
         metavar="PATH",
+        field="model",
     ),
     Option(
         "--sadl-train",
@@ -149,6 +178,7 @@ OPTIONS: tuple[Option, ...] = (
         "training data: a .npz/.npy file or 'package.module:function' (or define a sadl_train fixture)",
         kind="path",
         metavar="PATH",
+        field="train",
     ),
     Option(
         "--sadl-layers",
@@ -158,6 +188,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "list",
         "L1,L2",
+        field="sa_layers",
     ),
     Option(
         "--sadl-coverage-layers",
@@ -167,12 +198,15 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "list",
         "L1,L2",
+        field="coverage_layers",
     ),
     Option(
         "--sadl-output",
         "sadl_output",
         "which output of a model with several gives the class (or marks a regression): a name or an index (default: the first)",
         metavar="NAME",
+        field="output",
+        parse=_layer_token,
     ),
     Option(
         "--sadl-sc-bounds",
@@ -194,6 +228,9 @@ OPTIONS: tuple[Option, ...] = (
         1e-5,
         "float",
         "V",
+        field="var_threshold",
+        at_least=0,
+        at_least_why="the variance threshold must be >= 0",
     ),
     Option(
         "--sadl-var-rule",
@@ -203,6 +240,9 @@ OPTIONS: tuple[Option, ...] = (
         "class",
         "str",
         "class|paper",
+        field="var_rule",
+        choices=("class", "paper"),
+        choices_why="use 'class' (drop, per class, the neurons that do not vary in it) or 'paper' (drop a neuron that does not vary in any one class, from all)",
     ),
     Option(
         "--sadl-sa-components",
@@ -214,6 +254,9 @@ OPTIONS: tuple[Option, ...] = (
         "N",
         limit=4096,
         limit_why="a projection is for few dimensions: a KDE over N needs more than N training traces per class",
+        field="sa_components",
+        at_least=1,
+        at_least_why="project onto at least 1 principal axis, or leave it out to measure every neuron",
     ),
     Option(
         "--sadl-lsa-near-singular",
@@ -223,6 +266,9 @@ OPTIONS: tuple[Option, ...] = (
         "drop",
         "str",
         "drop|keep",
+        field="lsa_near_singular",
+        choices=("drop", "keep"),
+        choices_why="use 'drop' (drop neurons that make the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)",
     ),
     Option(
         "--sadl-dsa-precompute",
@@ -231,6 +277,7 @@ OPTIONS: tuple[Option, ...] = (
         "bool",
         False,
         "bool",
+        field="dsa_precompute",
     ),
     Option(
         "--sadl-batch-size",
@@ -242,6 +289,9 @@ OPTIONS: tuple[Option, ...] = (
         "N",
         limit=65_536,
         limit_why="one batch of every traced layer's outputs is held in memory at once",
+        field="batch_size",
+        at_least=1,
+        at_least_why="the batch size must be >= 1",
     ),
     Option(
         "--sadl-groups",
@@ -286,6 +336,8 @@ OPTIONS: tuple[Option, ...] = (
         "where training profiles are cached (default: .pytest_cache/d/sadl)",
         kind="path",
         metavar="DIR",
+        field="cache_dir",
+        parse=Path,
     ),
     Option(
         "--sadl-lock-timeout",
@@ -295,12 +347,17 @@ OPTIONS: tuple[Option, ...] = (
         300.0,
         "float",
         "S",
+        field="lock_timeout",
+        at_least=0,
+        at_least_why="the lock wait limit is a number of seconds >= 0",
     ),
     Option(
         "--sadl-dask",
         "sadl_dask",
         "build the training profile on the workers of the Dask scheduler at this address, e.g. tcp://host:8786 (the same profile as a local build), and with 20,000 training traces or more score LSA and DSA there (the same scores); needs pytest-sadl[dask]",
         metavar="ADDRESS",
+        field="dask",
+        parse=_text_or_none,
     ),
     Option(
         "--sadl-compare",
@@ -551,106 +608,89 @@ def _compare_fail(
 
 
 def read_options(config: pytest.Config) -> SadlOptions:
-    """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix."""
+    """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix.
+
+    Each row with a ``field`` is read by :func:`read_value` (its kind, limits and choices);
+    the reports, thresholds and bounds by their own functions."""
     r = _Reader(config)
     opts = {o.ini: o for o in OPTIONS}
-    enabled = _enabled(config)
-
-    def path(name: str) -> str | None:
-        value, base = r.raw(opts[name])
-        return None if value is None else _path_or_spec(value, base)
-
-    if not enabled:  # only what the fixtures need: a broken threshold must not break `pytest --help`
-        return SadlOptions(enabled=False, model=path("sadl_model"), train=path("sadl_train"), base_dir=r.inidir)
-
-    def layers(name: str) -> tuple[str | int, ...] | None:
-        return parse_layers(r.raw(opts[name])[0])
-
-    def at_least(name: str, cast: type, low: float, what: str) -> Any:
-        value = r.number(opts[name], cast)
-        if value < low:
-            raise _usage(f"{r.label(opts[name])}={value:g}: {what}")
-        return value
-
-    params = {opt.param.name: _param(r, opt, opt.param) for opt in _PARAM_OPTIONS if opt.param is not None}
-    var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
-    sa_components = r.number(opts["sadl_sa_components"], int)
-    if sa_components is not None and sa_components < 1:
-        raise _usage(
-            f"{r.label(opts['sadl_sa_components'])}={sa_components}: project onto at least 1 principal axis, "
-            "or leave it out to measure every neuron"
-        )
-    near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
-    lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
-    if lsa_near_singular not in ("drop", "keep"):
-        raise _usage(
-            f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
-            "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
-        )
-    rule_value, _ = r.raw(opts["sadl_var_rule"])
-    var_rule = "class" if rule_value is None else str(rule_value).strip()
-    if var_rule not in ("class", "paper"):
-        raise _usage(
-            f"{r.label(opts['sadl_var_rule'])}={rule_value!r}: use 'class' (drop, per class, the neurons "
-            "that do not vary in it) or 'paper' (drop a neuron that does not vary in any one class, from all)"
-        )
-    batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
-    lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
-
-    report_values, report_base = r.raw(opts["sadl_report"])
-    specs = _split_list(report_values) if report_values else ["term"]
-    reports = tuple(dict.fromkeys(parse_report(s, report_base) for s in specs))
-    reports = check_report_paths(reports, r.label(opts["sadl_report"]))
-
-    groups_value, _ = r.raw(opts["sadl_groups"])
-    groups = (
-        tuple(dict.fromkeys(_split_list(groups_value if isinstance(groups_value, list) else [groups_value])))
-        if groups_value
-        else ()
-    )
-
-    metrics_value, _ = r.raw(opts["sadl_metrics"])
-    metrics = parse_metrics(metrics_value, r.label(opts["sadl_metrics"]))
-    fail_value, _ = r.raw(opts["sadl_fail_under"])
-    fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
-    check_chosen(fail_under, metrics, r.label(opts["sadl_fail_under"]))
-    compare = path("sadl_compare")
-    compare_fail = _compare_fail(r, opts, compare, metrics)
-    dask_value, _ = r.raw(opts["sadl_dask"])
-    dask = (str(dask_value).strip() or None) if dask_value is not None else None
-    cache, _ = r.raw(opts["sadl_cache_dir"])
-    cache_dir = None
-    if cache is not None:
-        cache_dir = Path(path("sadl_cache_dir"))  # type: ignore[arg-type]
-
+    if not _enabled(config):  # only what the fixtures need: a broken threshold must not break `pytest --help`
+        model, train = read_value(r, opts["sadl_model"]), read_value(r, opts["sadl_train"])
+        return SadlOptions(enabled=False, model=model, train=train, base_dir=r.inidir)
+    values = {opt.field: read_value(r, opt) for opt in OPTIONS if opt.field is not None}
+    metrics = parse_metrics(r.raw(opts["sadl_metrics"])[0], r.label(opts["sadl_metrics"]))
+    compare = read_value(r, opts["sadl_compare"])
     return SadlOptions(
-        enabled=enabled,
-        model=path("sadl_model"),
-        train=path("sadl_train"),
-        sa_layers=layers("sadl_layers"),
-        coverage_layers=layers("sadl_coverage_layers"),
-        output=layer_token(str(r.raw(opts["sadl_output"])[0]).strip())
-        if r.raw(opts["sadl_output"])[0] is not None
-        else None,
+        enabled=True,
         sc_bounds=read_sc_bounds(r, opts),
-        var_threshold=var_threshold,
-        var_rule=var_rule,
-        sa_components=sa_components,
-        lsa_near_singular=lsa_near_singular,
-        dsa_precompute=_switch(config, "sadl_dsa_precompute"),
-        batch_size=batch_size,
-        reports=reports,
-        groups=groups,
-        fail_under=fail_under,
+        reports=_reports(r, opts["sadl_report"]),
+        groups=_groups(r, opts["sadl_groups"]),
+        fail_under=_fail_under(r, opts["sadl_fail_under"], metrics),
         metrics=metrics,
-        cache_dir=cache_dir,
-        lock_timeout=lock_timeout,
-        dask=dask,
         compare=Path(compare) if compare else None,
-        compare_fail=compare_fail,
+        compare_fail=_compare_fail(r, opts, compare, metrics),
         base_dir=r.inidir,
-        **with_params(params),
+        **with_params(values),
     )
+
+
+def read_value(r: _Reader, opt: Option) -> Any:
+    """One row's value by its kind: a switch, a number within its limits, one of its
+    choices, a layer list, a path (made absolute), or text (``parse`` applied)."""
+    if opt.kind == "bool":
+        return _switch(r.config, opt.ini)
+    if opt.kind in ("int", "float"):
+        return _number(r, opt)
+    value, base = r.raw(opt)
+    if opt.kind == "list":
+        return parse_layers(value)
+    if value is None:
+        return opt.default
+    if opt.kind == "path":
+        value = _path_or_spec(value, base)
+    elif opt.choices:
+        value = _choice(r, opt, value)
+    return opt.parse(value) if opt.parse is not None else value
+
+
+def _number(r: _Reader, opt: Option) -> Any:
+    value = r.number(opt, int if opt.kind == "int" else float)
+    if value is None:
+        return None
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    if opt.at_least is not None and value < opt.at_least:
+        raise _usage(f"{r.label(opt)}={shown}: {opt.at_least_why}")
+    if opt.below is not None and value >= opt.below:
+        raise _usage(f"{r.label(opt)}={shown}: {opt.below_why}")
+    return value
+
+
+def _choice(r: _Reader, opt: Option, value: Any) -> str:
+    text = str(value).strip()
+    if text not in opt.choices:
+        raise _usage(f"{r.label(opt)}={value!r}: {opt.choices_why}")
+    return text
+
+
+def _reports(r: _Reader, opt: Option) -> tuple[Report, ...]:
+    values, base = r.raw(opt)
+    specs = _split_list(values) if values else ["term"]
+    reports = tuple(dict.fromkeys(parse_report(s, base) for s in specs))
+    return check_report_paths(reports, r.label(opt))
+
+
+def _groups(r: _Reader, opt: Option) -> tuple[str, ...]:
+    value, _ = r.raw(opt)
+    if not value:
+        return ()
+    return tuple(dict.fromkeys(_split_list(value if isinstance(value, list) else [value])))
+
+
+def _fail_under(r: _Reader, opt: Option, metrics: tuple[str, ...]) -> dict[str, float]:
+    value, _ = r.raw(opt)
+    fail_under = parse_thresholds(str(value), r.label(opt)) if value else {}
+    check_chosen(fail_under, metrics, r.label(opt))
+    return fail_under
 
 
 def read_sc_bounds(r: _Reader, opts: dict[str, Option]) -> dict[str, Bounds]:
@@ -701,17 +741,6 @@ def with_params(values: dict[str, Any]) -> dict[str, Any]:
     fields = {f.name for f in dataclasses.fields(SadlOptions)}
     known = {k: v for k, v in values.items() if k in fields}
     return {**known, "extra": {k: v for k, v in values.items() if k not in fields}}
-
-
-def _param(r: _Reader, opt: Option, param: Param) -> Any:
-    """A criterion parameter's value, checked against its bounds (one line naming the
-    option, as the user gave it, and why)."""
-    value = r.number(opt, param.type)
-    if param.at_least is not None and value < param.at_least:
-        raise _usage(f"{r.label(opt)}={value:g}: {param.at_least_why}")
-    if param.below is not None and value >= param.below:
-        raise _usage(f"{r.label(opt)}={value:g}: {param.below_why}")
-    return value
 
 
 def parse_metrics(value: Any, option: str = "--sadl-metrics") -> tuple[str, ...]:
