@@ -156,6 +156,22 @@ def _threshold_hints(results: Results) -> list[str]:
     return [f"Threshold missed: {f.message.rstrip('.')}." for f in results.failures if f.message]
 
 
+def _reach_hint(results: Results, metric: str, key: str, lower: float, upper: float) -> list[str]:
+    """A hint when the recorded scores reach less than three quarters of the bounds."""
+    inside = [v for v in _values(results, key) if lower < v <= upper]
+    if not inside:
+        return []
+    reach = (max(inside) - lower) / (upper - lower)
+    if reach >= 0.75:
+        return []
+    return [
+        f"The recorded {SA_LABELS[key]} values reach {max(inside):.3g}, {reach * 100:.0f}% of "
+        f"the way through ({lower:g}, {upper:g}]: {METRIC_LABELS[metric]} buckets "
+        f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
+        "adversarial inputs would cover them."
+    ]
+
+
 def _surprise_hints(results: Results, metric: str, key: str) -> list[str]:
     """How far the recorded scores reach into the bounds, and the inputs outside them."""
     hints: list[str] = []
@@ -167,17 +183,7 @@ def _surprise_hints(results: Results, metric: str, key: str) -> list[str]:
     lower, upper = bounds.lower, bounds.upper
     if lower is None or upper is None or upper <= lower:
         return []
-    values = _values(results, key)
-    inside = [v for v in values if lower < v <= upper]
-    if inside:
-        reach = (max(inside) - lower) / (upper - lower)
-        if reach < 0.75:
-            hints.append(
-                f"The recorded {name} values reach {max(inside):.3g}, {reach * 100:.0f}% of "
-                f"the way through ({lower:g}, {upper:g}]: {METRIC_LABELS[metric]} buckets "
-                f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
-                "adversarial inputs would cover them."
-            )
+    hints += _reach_hint(results, metric, key, lower, upper)
     below = entry.below
     if below is not None and below > 0:
         hints.append(
