@@ -147,14 +147,11 @@ def project_options(args: argparse.Namespace) -> Any:
     project would use, with the subcommand's flags in place of the ini's values. Also
     sets ``args.project_rootdir`` and ``args.pytest_cache_dir`` (pytest's ``cache_dir``)."""
     import pytest
-    from _pytest.config import (
-        _prepareconfig,  # how pytest itself finds the rootdir and inifile
-    )
 
     from pytest_sadl.errors import SadlConfigError
     from pytest_sadl.plugin.options import read_options
 
-    argv = ["--sadl-coverage", "--noconftest", "-o", "addopts="]  # the project's addopts may need its conftest
+    argv = ["--sadl-coverage", "--noconftest"]  # not the project's conftest (nor its addopts, which may need it)
     if getattr(args, "rootdir", None):
         argv.append(f"--rootdir={args.rootdir}")
     for dest, flag in _FLAGS.items():
@@ -167,7 +164,9 @@ def project_options(args: argparse.Namespace) -> Any:
     if getattr(args, "rootdir", None):
         argv.append(str(Path(args.rootdir)))
     try:
-        config = _prepareconfig(argv)
+        # pytest's own rootdir and inifile discovery, through its public constructor (the
+        # one pytest-xdist's workers use); the project's addopts are not applied
+        config = pytest.Config.fromdictargs({}, argv)
     except pytest.UsageError as exc:
         raise SadlConfigError(_our_flags(str(exc))) from None
     try:
@@ -181,8 +180,6 @@ def project_options(args: argparse.Namespace) -> Any:
         args.pytest_cache_dir = pytest_cache or None
     except pytest.UsageError as exc:
         raise SadlConfigError(_our_flags(str(exc))) from None
-    finally:
-        config._ensure_unconfigure()
     return options
 
 
