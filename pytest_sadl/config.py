@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
-from pytest_sadl.criteria.registry import COUNT, DEFAULT_METRICS, METRICS
+from pytest_sadl.criteria.registry import COUNT, DEFAULT_METRICS, METRICS, SURPRISE
 
 REPORT_KINDS = ("term", "term-verbose", "json", "html", "markdown", "badge")
 DEFAULT_REPORT_PATHS = {
@@ -61,6 +62,9 @@ class Bounds:
     buckets: int
 
 
+DEFAULT_BOUNDS = Bounds(None, None, 1000)
+
+
 @dataclass(frozen=True)
 class Report:
     kind: str
@@ -77,11 +81,9 @@ class SadlOptions:
     sa_layers: tuple[str | int, ...] | None = None
     coverage_layers: tuple[str | int, ...] | None = None
     output: str | int | None = None
-    lsc: Bounds = Bounds(None, None, 1000)
-    dsc: Bounds = Bounds(None, None, 1000)
-    mdsc: Bounds = Bounds(None, None, 1000)
-    mlsc: Bounds = Bounds(None, None, 1000)
-    mmdsc: Bounds = Bounds(None, None, 1000)
+    #: each surprise coverage's configured bounds (``--sadl-sc-bounds``), by metric name;
+    #: one not named: both bounds from the profile, 1000 buckets (:meth:`bounds`)
+    sc_bounds: Mapping[str, Bounds] = field(default_factory=dict)
     #: MLSA's mixture components and MMDSA's k-means modes, per class
     mlsa_components: int = 2
     mmdsa_modes: int = 2
@@ -108,6 +110,29 @@ class SadlOptions:
     compare: Path | None = None
     compare_fail: dict[str, float] = field(default_factory=dict)
     base_dir: Path = Path(".")
+    #: the parameters of criteria registered from outside the package, by name
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def bounds(self, metric: str) -> Bounds:
+        """The configured bounds of the surprise coverage ``metric`` (unset: from the profile)."""
+        return self.sc_bounds.get(metric, DEFAULT_BOUNDS)
+
+    def param(self, name: str) -> Any:
+        """A criterion's parameter (``Param.name``): a field of these options (``tknp_k``),
+        else one of :attr:`extra`, else its registered default."""
+        if name in self.extra:
+            return self.extra[name]
+        if name in _FIELDS:
+            return getattr(self, name)
+        from pytest_sadl.criteria.registry import PARAMS
+
+        for p in PARAMS:
+            if p.name == name:
+                return p.default
+        raise KeyError(f"no criterion has a parameter named {name!r}")
+
+
+_FIELDS = frozenset(f.name for f in fields(SadlOptions))
 
 
 _SPEC_ITEM = re.compile(r"^\s*([A-Za-z_]+)\s*[:=]\s*(.*?)\s*$")
@@ -124,7 +149,6 @@ def parse_metric_numbers(
     every metric of ``every`` (the run's ``--sadl-metrics``), and at least one limit is needed. ``:`` or ``=`` separates; a later item
     overrides an earlier one. Raises a one-line ValueError naming the item and the fix.
     """
-    unit, example = ("a number of percentage points", "-2") if drops else ("a percentage", "30")
     if drops and not spec.strip():
         raise ValueError(
             f"{option} is empty; give limits like lsc:-2,dsc:-1 "
@@ -132,35 +156,128 @@ def parse_metric_numbers(
         )
     out: dict[str, float] = {}
     for item in (i.strip() for i in spec.split(",")):
-        if not item:
-            continue
-        match = _SPEC_ITEM.match(item)
-        if not match:
-            form = "METRIC:POINTS" if drops else "METRIC:PERCENT"
-            raise ValueError(f"{option}: {item!r} is not {form}; write e.g. lsc:{example}")
-        name, number = match.group(1).lower(), match.group(2)
-        if name not in METRICS and not (drops and name == "all"):
-            raise ValueError(
-                f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
-                + (" (or all)" if drops else "")
-            )
-        try:
-            value = float(number)
-        except ValueError:
-            raise ValueError(f"{option}: {number!r} for {name} is not {unit}; write e.g. {name}:{example}") from None
-        if not math.isfinite(value):
-            raise ValueError(f"{option}: {number!r} for {name} is not a finite number")
-        if drops and value > 0:
-            raise ValueError(
-                f"{option}: {name}:{number} is positive; a limit is the largest drop "
-                f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
-                f"{name.upper()} drops by more than {number.lstrip('+')} points"
-            )
-        if not drops and name in COUNT and value < 0:  # a count criterion's threshold is its own number
-            raise ValueError(f"{option}: {name} threshold {value:g} must be a number >= 0")
-        if not drops and name not in COUNT and not 0 <= value <= 100:
-            raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
-        out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
+        if item:
+            name, value = _metric_number(item, option, drops)
+            out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
     if drops and not out:
         raise ValueError(f"{option} has no limits; write e.g. lsc:-2,dsc:-1")
     return out
+
+
+def _metric_number(item: str, option: str, drops: bool) -> tuple[str, float]:
+    """One ``METRIC:NUMBER`` item of :func:`parse_metric_numbers`, checked."""
+    unit, example = ("a number of percentage points", "-2") if drops else ("a percentage", "30")
+    match = _SPEC_ITEM.match(item)
+    if not match:
+        form = "METRIC:POINTS" if drops else "METRIC:PERCENT"
+        raise ValueError(f"{option}: {item!r} is not {form}; write e.g. lsc:{example}")
+    name, number = match.group(1).lower(), match.group(2)
+    if name not in METRICS and not (drops and name == "all"):
+        raise ValueError(
+            f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
+            + (" (or all)" if drops else "")
+        )
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{option}: {number!r} for {name} is not {unit}; write e.g. {name}:{example}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{option}: {number!r} for {name} is not a finite number")
+    if drops:
+        _check_drop(name, number, value, option)
+    else:
+        _check_threshold(name, value, option)
+    return name, value
+
+
+def _check_drop(name: str, number: str, value: float, option: str) -> None:
+    if value > 0:
+        raise ValueError(
+            f"{option}: {name}:{number} is positive; a limit is the largest drop "
+            f"allowed, written negative: {name}:-{number.lstrip('+')} fails when "
+            f"{name.upper()} drops by more than {number.lstrip('+')} points"
+        )
+
+
+def _check_threshold(name: str, value: float, option: str) -> None:
+    if name in COUNT and value < 0:  # a count criterion's threshold is its own number
+        raise ValueError(f"{option}: {name} threshold {value:g} must be a number >= 0")
+    if name not in COUNT and not 0 <= value <= 100:
+        raise ValueError(f"{option}: {name} threshold {value:g} must be a percentage in [0, 100]")
+
+
+#: the most buckets a surprise coverage may have: each run keeps a flag per bucket, for
+#: the total and for every group
+MAX_BUCKETS = 1_000_000
+SC_BOUNDS_FORM = "METRIC:LOWER:UPPER[:BUCKETS]"
+#: one surprise coverage's configured (lower, upper, buckets); ``None``: not configured
+PartBounds = tuple[float | None, float | None, int | None]
+
+
+def _bound_number(text: str, what: str, where: str) -> float | None:
+    if not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text.strip()!r} for the {what} is not a number; write e.g. lsc:0:100") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: the {what} {text.strip()!r} must be finite")
+    return value
+
+
+def _buckets(text: str, name: str, where: str) -> int | None:
+    if not text.strip():
+        return None
+    try:
+        n = int(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{where}: {text.strip()!r} buckets for {name} is not an integer; write e.g. {name}:0:100:1000"
+        ) from None
+    if n < 1:
+        raise ValueError(f"{where}: {name}:...:{n} needs at least 1 bucket")
+    if n > MAX_BUCKETS:
+        raise ValueError(
+            f"{where}: {name} with {n} buckets: at most {MAX_BUCKETS:,} "
+            "(each run keeps a flag per bucket, for the total and for every group)"
+        )
+    return n
+
+
+def parse_sc_bounds(spec: str, option: str = "--sadl-sc-bounds") -> dict[str, PartBounds]:
+    """The one ``--sadl-sc-bounds`` parser: ``"lsc:-20:80:50,dsc:0:3"`` to
+    ``{"lsc": (-20.0, 80.0, 50), "dsc": (0.0, 3.0, None)}``. An empty field is left to the
+    profile (``lsc::80``: the upper bound only; ``lsc:::500``: the buckets only); a later
+    item of a metric overrides an earlier one. Raises a one-line ValueError naming the item
+    and the fix (``option``: the option as the user gave it)."""
+    out: dict[str, PartBounds] = {}
+    for item in (i.strip() for i in spec.split(",")):
+        if not item:
+            continue
+        name, *fields = (part.strip() for part in item.split(":"))
+        name = name.lower()
+        if name not in SURPRISE:
+            raise ValueError(
+                f"{option}: {name!r} is not a surprise coverage; bounds are for {', '.join(SURPRISE)} "
+                f"({SC_BOUNDS_FORM}, e.g. lsc:0:100:1000)"
+            )
+        if not 2 <= len(fields) <= 3:
+            raise ValueError(
+                f"{option}: {item!r} is not {SC_BOUNDS_FORM}; write e.g. {name}:0:100 or {name}:0:100:1000 "
+                "(an empty field: from the profile)"
+            )
+        lower = _bound_number(fields[0], f"lower bound of {name}", option)
+        upper = _bound_number(fields[1], f"upper bound of {name}", option)
+        buckets = _buckets(fields[2], name, option) if len(fields) == 3 else None
+        out[name] = (lower, upper, buckets)
+    return out
+
+
+def check_bounds(name: str, lower: float | None, upper: float | None, where: str) -> None:
+    """Upper above lower, or a one-line ValueError saying why."""
+    if lower is not None and upper is not None and upper <= lower:
+        raise ValueError(
+            f"{where}: {name}'s upper bound {upper:g} is not above its lower bound {lower:g}; "
+            f"{name.upper()}'s buckets divide (lower, upper], so upper must be greater"
+        )

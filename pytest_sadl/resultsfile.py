@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pytest_sadl.criteria.schema import with_registry
 from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.results import SCHEMA, VERSION, Results
 
@@ -30,9 +31,10 @@ MAX_FLOAT = 1.7976931348623157e308  # every number has a range: inf and 400-digi
 MAX_MB = 64
 MAX_MB_ENV = "SADL_MAX_RESULTS_MB"
 
-#: The results file's JSON Schema (draft 2020-12), as shipped in the package.
-JSON_SCHEMA: dict[str, Any] = json.loads(
-    resources.files("pytest_sadl").joinpath("results.schema.json").read_text(encoding="utf-8")
+#: The results file's JSON Schema (draft 2020-12), as shipped in the package, with the
+#: per-metric entries of every registered criterion (a criterion from outside as well).
+JSON_SCHEMA: dict[str, Any] = with_registry(
+    json.loads(resources.files("pytest_sadl").joinpath("results.schema.json").read_text(encoding="utf-8"))
 )
 
 

@@ -3,8 +3,8 @@
 # expected to find nothing: ruff's lint rules ([tool.ruff]: pyflakes, pycodestyle, isort,
 # bugbear, pyupgrade, simplify, complexity at most 15) and ruff's formatter (check only) on
 # the whole project, mypy in strict mode on the package ([tool.mypy]), the options table of
-# docs/options.md against the option registry, and the documentation site (mkdocs.yml,
-# docs/) built with every warning an error.
+# docs/options.md and the results schema's per-metric entries against the registry, and
+# the documentation site (mkdocs.yml, docs/) built with every warning an error.
 # Usage: bash scripts/check.sh   (PYTHON=... to use another interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m ruff format --check .
 "$PYTHON" -m mypy
 "$PYTHON" scripts/options_table.py --check
+"$PYTHON" scripts/results_schema.py --check
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
 # Not --quiet: with it, mkdocs 1.6 exits 0 from --strict's "Aborted with N warnings", so a

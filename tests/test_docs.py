@@ -30,6 +30,23 @@ def test_options_table_is_the_registry() -> None:
     assert script.render(page) == page, "docs/options.md is stale: run python scripts/options_table.py"
 
 
+def test_results_schema_per_metric_entries_are_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped schema's per-metric entries are what scripts/results_schema.py makes from
+    the registry; and the check can fail: a count criterion more is an entry more."""
+    from dataclasses import replace
+
+    script = _script("results_schema")
+    text = script.SCHEMA.read_text(encoding="utf-8")
+    assert script.render(text) == text, "results.schema.json is stale: run python scripts/results_schema.py"
+    # the modules the script uses (an in-process pytester run may have left stale attributes)
+    registry = importlib.import_module("pytest_sadl.criteria.registry")
+    schema = importlib.import_module("pytest_sadl.criteria.schema")
+    extra = replace(registry.BY_NAME["tknp"], name="tknq")
+    monkeypatch.setattr(schema, "CRITERIA", (*registry.CRITERIA, extra))
+    changed = script.render(text)
+    assert changed != text and '"tknq": {\n          "$ref": "#/$defs/count_metric"' in changed
+
+
 def test_every_option_has_a_row() -> None:
     from pytest_sadl.plugin.options import _NEGATED, OPTIONS
 

@@ -68,9 +68,11 @@ SPEC = [
 
 
 def options(**kw):
-    base = dict(lsc=Bounds(-20.0, 80.0, 50), dsc=Bounds(0.0, 3.0, 40), kmnc_k=7, nc_threshold=0.4)
+    bounds = {"lsc": Bounds(-20.0, 80.0, 50), "dsc": Bounds(0.0, 3.0, 40)}
+    bounds.update({k: kw.pop(k) for k in list(kw) if isinstance(kw[k], Bounds)})
+    base = dict(kmnc_k=7, nc_threshold=0.4)
     base.update(kw)
-    return SadlOptions(enabled=True, **base)
+    return SadlOptions(enabled=True, sc_bounds=bounds, **base)
 
 
 def test_compute_matches_one_shot_criteria_per_group_and_cumulatively():

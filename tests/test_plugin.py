@@ -426,10 +426,9 @@ def test_strict_config_and_markers_pass_with_every_ini_option(project):
         [
             "sadl_coverage = true",
             "sadl_coverage_layers = conv1,hidden",
-            "sadl_lsc_lower = -50",
-            "sadl_lsc_upper = 500",
-            "sadl_lsc_buckets = 100",
-            "sadl_dsc_lower = 0",
+            "sadl_sc_bounds = lsc:-50:500:100",
+            "    mdsc::40",
+            "sadl_dsc_lower = 0",  # the deprecated aliases, for one release
             "sadl_dsc_upper = 3",
             "sadl_dsc_buckets = 100",
             "sadl_nc_threshold = 0.25",
@@ -447,6 +446,8 @@ def test_strict_config_and_markers_pass_with_every_ini_option(project):
     assert res.ret == 0, res.stdout.str() + res.stderr.str()
     data = results(pytester, "ini.json")
     assert data["config"]["lsc"] == {"lower": -50.0, "upper": 500.0, "buckets": 100, "rule": "configured"}
+    assert data["config"]["dsc"] == {"lower": 0.0, "upper": 3.0, "buckets": 100, "rule": "configured"}
+    assert data["config"]["mdsc"]["upper"] == 40.0 and data["config"]["mdsc"]["buckets"] == 1000
     assert data["config"]["coverage_layers"] == ["conv1", "hidden"] and data["config"]["kmnc_k"] == 10
     kmnc_total = data["metrics"]["kmnc"]["total"]  # k x neurons, less neurons constant in training
     assert kmnc_total % 10 == 0 and 0 < kmnc_total <= 10 * (8 + 32)
@@ -487,6 +488,26 @@ def test_plugin_off_imports_no_tensorflow(pytester: pytest.Pytester):
         ),
         (["--sadl-fail-under=lsc"], "*'lsc' is not METRIC:PERCENT*"),
         (["--sadl-lsc-lower=10", "--sadl-lsc-upper=5"], "*--sadl-lsc-upper=5 is not above --sadl-lsc-lower=10*"),
+        (
+            ["--sadl-sc-bounds=dsc:0:1,lsc:10:5"],
+            "--sadl-sc-bounds: lsc's upper bound 5 is not above its lower bound 10; LSC's buckets divide (lower, upper]*",
+        ),
+        (
+            ["--sadl-sc-bounds=lsc:0"],
+            "--sadl-sc-bounds: 'lsc:0' is not METRIC:LOWER:UPPER?:BUCKETS?; write e.g. lsc:0:100*",
+        ),
+        (
+            ["--sadl-sc-bounds=nc:0:1"],
+            "--sadl-sc-bounds: 'nc' is not a surprise coverage; bounds are for lsc, dsc, mdsc*",
+        ),
+        (["--sadl-sc-bounds=lsc:a:1"], "--sadl-sc-bounds: 'a' for the lower bound of lsc is not a number*"),
+        (["--sadl-sc-bounds=lsc:::0"], "--sadl-sc-bounds: lsc:...:0 needs at least 1 bucket"),
+        (["--sadl-sc-bounds=dsc:::10000000"], "--sadl-sc-bounds: dsc with 10000000 buckets: at most 1,000,000*"),
+        (["--sadl-sc-bounds=lsc::1e400"], "--sadl-sc-bounds: the upper bound of lsc '1e400' must be finite"),
+        (
+            ["--sadl-sc-bounds=lsc:0:9", "--sadl-lsc-upper=3"],
+            "--sadl-lsc-upper and --sadl-sc-bounds both set the upper of LSC's buckets; keep --sadl-sc-bounds*",
+        ),
         (["--sadl-kmnc-k=0"], "*KMNC needs k >= 1*"),
         (["--sadl-tknc-k=0"], "*--sadl-tknc-k=0: TKNC needs k >= 1 neurons per layer*"),
         (["--sadl-tknp-k=two"], "*--sadl-tknp-k='two' is not an integer*"),

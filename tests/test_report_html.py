@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from pytest_sadl.criteria.registry import CRITERIA
 from pytest_sadl.report import compare as _compare
 from pytest_sadl.report import html as _html
 from pytest_sadl.report.html import HISTOGRAM_BINS
@@ -141,9 +142,14 @@ def test_golden_regression(regression):
 
 def test_page_embeds_the_stylesheet_and_script_verbatim(classifier):
     html = render_html(classifier)
-    css = (TEMPLATES / "report.css").read_text(encoding="utf-8")
+    css = _html._env().get_template("report.css").render(colours=_html.colours())
     js = (TEMPLATES / "report.js").read_text(encoding="utf-8")
     assert f"<style>\n{css}</style>" in html
+    for criterion in CRITERIA:  # every criterion's colour, from the registry: its chart line is visible
+        assert criterion.colour is not None or criterion.kind == "count", criterion.name
+        if criterion.colour is not None:
+            assert f"--c-{criterion.name}: {criterion.colour.light};" in css
+            assert f".m-{criterion.name} {{ stroke: var(--c-{criterion.name});" in css
     assert f"<script>{js}</script>" in html
 
 
@@ -651,7 +657,7 @@ def test_every_charted_criterion_has_its_colour_in_every_palette():
     # rule got an invisible line and black dots (MLSC, MMDSC and TKNC did)
     from pytest_sadl.criteria.registry import COUNT, METRICS
 
-    css = (TEMPLATES / "report.css").read_text()
+    css = _html._env().get_template("report.css").render(colours=_html.colours())
     palettes = css.count("--c-lsc:")
     assert palettes == 4  # light, dark by preference, dark by toggle, print
     for m in (m for m in METRICS if m not in COUNT):

@@ -70,108 +70,68 @@ def add_model_options(p: argparse.ArgumentParser, train_help: str) -> None:
     p.add_argument("--train", "--sadl-train", dest="train", metavar="T", help=train_help)
 
 
+#: the plugin's options the ``sadl`` commands take under their own name: (flag, ini row,
+#: list-valued); the type, choices, metavar and help come from the row
+#: (:data:`pytest_sadl.plugin.options.OPTIONS`), the plugin's spelling works too
+SHARED: dict[str, tuple[str, str, bool]] = {
+    "sa_layers": ("--sa-layers", "sadl_layers", True),
+    "coverage_layers": ("--coverage-layers", "sadl_coverage_layers", True),
+    "output": ("--output", "sadl_output", False),
+    "var_threshold": ("--var-threshold", "sadl_var_threshold", False),
+    "var_rule": ("--var-rule", "sadl_var_rule", False),
+    "lsa_near_singular": ("--lsa-near-singular", "sadl_lsa_near_singular", False),
+    "batch_size": ("--batch-size", "sadl_batch_size", False),
+    "metrics": ("--metrics", "sadl_metrics", False),
+    "sa_components": ("--sa-components", "sadl_sa_components", False),
+    "lock_timeout": ("--lock-timeout", "sadl_lock_timeout", False),
+    "dask": ("--dask", "sadl_dask", False),
+}
+_TYPES: dict[str, type] = {"int": int, "float": float}
+
+
+def add_shared(p: argparse.ArgumentParser, dest: str) -> None:
+    """One of :data:`SHARED` as the plugin's row declares it: its type and choices, its
+    help (the ini's value is the default), this command's flag and the plugin's."""
+    from pytest_sadl.plugin.options import OPTIONS
+
+    flag, ini, many = SHARED[dest]
+    row = next(o for o in OPTIONS if o.ini == ini)
+    kwargs: dict[str, Any] = {"dest": dest, "help": f"{row.help}; when not given: the ini's {ini}"}
+    if many:
+        kwargs.update(nargs="+", metavar="LAYER")
+    elif row.choices:
+        kwargs["choices"] = row.choices
+    else:
+        kwargs.update(type=_TYPES.get(row.kind, str), metavar=row.metavar)
+    p.add_argument(flag, row.flag, **kwargs)
+
+
 def add_profile_options(p: argparse.ArgumentParser) -> None:
     """The options that make up a profile's fingerprint; unset ones come from the ini.
 
     Each takes this command's spelling and the plugin's (``--sa-layers A B`` or
     ``--sadl-layers=A,B``; a comma-separated list works in both)."""
-    p.add_argument(
-        "--sa-layers",
-        "--sadl-layers",
-        dest="sa_layers",
-        nargs="+",
-        metavar="LAYER",
-        help="layers for LSA/DSA/MDSA, by name or index (default: sadl_layers of the ini, else the last hidden layer)",
-    )
-    p.add_argument(
-        "--coverage-layers",
-        "--sadl-coverage-layers",
-        dest="coverage_layers",
-        nargs="+",
-        metavar="LAYER",
-        help="layers for NC/KMNC/NBC/SNAC (default: sadl_coverage_layers of the ini, else every layer with neurons, each neuron once after its activation)",
-    )
-    p.add_argument(
-        "--output",
-        "--sadl-output",
-        dest="output",
-        metavar="NAME",
-        help="which output of a model with several gives the class (default: sadl_output of the ini, else the first)",
-    )
-    p.add_argument(
-        "--var-threshold",
-        "--sadl-var-threshold",
-        dest="var_threshold",
-        type=float,
-        metavar="V",
-        help="LSA/MDSA variance threshold (default: sadl_var_threshold, else 1e-5)",
-    )
-    p.add_argument(
-        "--var-rule",
-        "--sadl-var-rule",
-        dest="var_rule",
-        choices=("class", "paper"),
-        help="which neurons LSA/MDSA drop for too little variance: per class, or the paper's rule "
-        "(default: sadl_var_rule, else class)",
-    )
-    p.add_argument(
-        "--lsa-near-singular",
-        "--sadl-lsa-near-singular",
-        dest="lsa_near_singular",
-        choices=("drop", "keep"),
-        help="LSA on a nearly singular covariance: drop dependent neurons or keep the full covariance "
-        "(default: sadl_lsa_near_singular, else drop)",
-    )
-    p.add_argument(
-        "--batch-size",
-        "--sadl-batch-size",
-        dest="batch_size",
-        type=int,
-        metavar="N",
-        help="inputs per forward pass (default: sadl_batch_size, else 256)",
-    )
+    for dest in ("sa_layers", "coverage_layers", "output", "var_threshold", "var_rule"):
+        add_shared(p, dest)
+    add_shared(p, "lsa_near_singular")
+    add_shared(p, "batch_size")
 
 
 def add_metrics(p: argparse.ArgumentParser) -> None:
     """``--metrics``: the plugin's ``--sadl-metrics`` (the same parser, and the ini's
     ``sadl_metrics`` when not given)."""
-    p.add_argument(
-        "--metrics",
-        "--sadl-metrics",
-        dest="metrics",
-        metavar="LIST",
-        help="the metrics to compute, comma-separated, or all (default: sadl_metrics of the ini, else the default ones)",
-    )
+    add_shared(p, "metrics")
 
 
 def add_sa_components(p: argparse.ArgumentParser) -> None:
     """``--sa-components``: the plugin's ``--sadl-sa-components`` (LSA, MDSA, MLSA and MMDSA
     on the first N principal axes of the SA traces)."""
-    p.add_argument(
-        "--sa-components",
-        "--sadl-sa-components",
-        dest="sa_components",
-        type=int,
-        metavar="N",
-        help="LSA/MDSA/MLSA/MMDSA on the first N principal axes of the SA layer's training traces "
-        "(default: sadl_sa_components of the ini, else every neuron)",
-    )
+    add_shared(p, "sa_components")
 
 
 #: argparse destination -> the plugin's flag it stands for
-_FLAGS = {
-    "metrics": "--sadl-metrics",
-    "sa_layers": "--sadl-layers",
-    "coverage_layers": "--sadl-coverage-layers",
-    "output": "--sadl-output",
-    "var_threshold": "--sadl-var-threshold",
-    "var_rule": "--sadl-var-rule",
-    "lsa_near_singular": "--sadl-lsa-near-singular",
-    "batch_size": "--sadl-batch-size",
-    "sa_components": "--sadl-sa-components",
-    "cache_dir": "--sadl-cache-dir",
-    "lock_timeout": "--sadl-lock-timeout",
-}
+_FLAGS = {dest: "--" + ini.replace("_", "-") for dest, (_, ini, _) in SHARED.items() if dest != "dask"}
+_FLAGS["cache_dir"] = "--sadl-cache-dir"
 
 
 def _our_flags(message: str) -> str:
@@ -187,14 +147,11 @@ def project_options(args: argparse.Namespace) -> Any:
     project would use, with the subcommand's flags in place of the ini's values. Also
     sets ``args.project_rootdir`` and ``args.pytest_cache_dir`` (pytest's ``cache_dir``)."""
     import pytest
-    from _pytest.config import (
-        _prepareconfig,  # how pytest itself finds the rootdir and inifile
-    )
 
     from pytest_sadl.errors import SadlConfigError
     from pytest_sadl.plugin.options import read_options
 
-    argv = ["--sadl-coverage", "--noconftest", "-o", "addopts="]  # the project's addopts may need its conftest
+    argv = ["--sadl-coverage", "--noconftest"]  # not the project's conftest (nor its addopts, which may need it)
     if getattr(args, "rootdir", None):
         argv.append(f"--rootdir={args.rootdir}")
     for dest, flag in _FLAGS.items():
@@ -207,7 +164,9 @@ def project_options(args: argparse.Namespace) -> Any:
     if getattr(args, "rootdir", None):
         argv.append(str(Path(args.rootdir)))
     try:
-        config = _prepareconfig(argv)
+        # pytest's own rootdir and inifile discovery, through its public constructor (the
+        # one pytest-xdist's workers use); the project's addopts are not applied
+        config = pytest.Config.fromdictargs({}, argv)
     except pytest.UsageError as exc:
         raise SadlConfigError(_our_flags(str(exc))) from None
     try:
@@ -221,8 +180,6 @@ def project_options(args: argparse.Namespace) -> Any:
         args.pytest_cache_dir = pytest_cache or None
     except pytest.UsageError as exc:
         raise SadlConfigError(_our_flags(str(exc))) from None
-    finally:
-        config._ensure_unconfigure()
     return options
 
 

@@ -390,7 +390,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def register(sub: Any) -> None:
     """Add ``profile`` (build, layers, list) to the ``sadl`` subcommands."""
-    from pytest_sadl.cli.args import add_location, add_model_options, add_profile_options
+    from pytest_sadl.cli.args import add_location, add_model_options, add_profile_options, add_shared
 
     prof = sub.add_parser(
         "profile",
@@ -428,23 +428,8 @@ def register(sub: Any) -> None:
         "(default: sadl_dsa_precompute of the ini, else no: each session computes the ones its "
         "inputs need and keeps them in the profile)",
     )
-    build.add_argument(
-        "--lock-timeout",
-        "--sadl-lock-timeout",
-        dest="lock_timeout",
-        type=float,
-        metavar="S",
-        help="seconds to wait for another process building the same profile (its lock) before building "
-        "it in memory, unsaved (default: sadl_lock_timeout of the ini, else 300)",
-    )
-    build.add_argument(
-        "--dask",
-        "--sadl-dask",
-        dest="dask",
-        metavar="ADDRESS",
-        help="trace the training data on the workers of the Dask scheduler at ADDRESS (tcp://host:8786); "
-        "the same profile as a local build (default: sadl_dask of the ini; needs pytest-sadl[dask]; see docs/profile.md)",
-    )
+    add_shared(build, "lock_timeout")
+    add_shared(build, "dask")
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bar or phase messages")
     add_location(build)
     build.set_defaults(func=cmd_profile_build)

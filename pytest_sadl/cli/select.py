@@ -74,7 +74,7 @@ def select_from_pool(
     ``results``: a results document of the current tests; its SC bounds and covered buckets
     are what the ``coverage`` strategy starts from (and the ``ranges`` strategy's ``U``).
     Without it the bounds are those of ``options`` (a :class:`~pytest_sadl.config.SadlOptions`,
-    the project's ``sadl_{lsc,dsc,mdsc}_*``) where set, else the profile's defaults, as a run
+    the project's ``sadl_sc_bounds``) where set, else the profile's defaults, as a run
     uses; nothing counts as covered yet. ``criterion``: the coverage criterion the ``ctm`` and
     ``cam`` strategies order by (any in the registry), over the same bounds and ranges.
     ``y``: the pool's labels (classes or one-hot rows); with them the APFD of the strategy's
@@ -445,7 +445,7 @@ def register(sub: Any) -> None:
         "paper's Table VII does; 'deepgini' is the confidence baseline; 'ctm' and 'cam' order the pool by a coverage "
         "criterion (--criterion): the most targets covered, or the most newly covered targets first. With labels in the "
         "pool ('y') the APFD of the order is printed and kept in selection.json. The profile's options and the SC bounds come "
-        "from the project's pytest configuration (sadl_layers, sadl_lsc_upper, ...) unless given here; with --results, "
+        "from the project's pytest configuration (sadl_layers, sadl_sc_bounds, ...) unless given here; with --results, "
         "the layers and thresholds are the results' own.",
         epilog="example: sadl select data/pool.npz --model models/digits.keras --train data/train.npz "
         "--strategy coverage --results sadl-report.json --budget 100",

@@ -42,11 +42,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from pytest_sadl.criteria.checks import as_layers, reduce_layer
+from pytest_sadl.criteria.shape import Batch
+
+if TYPE_CHECKING:
+    from pytest_sadl.results import Metric
 
 __all__ = [
     "NeuronRanges",
@@ -196,6 +200,8 @@ class _LayerCoverage:
 
     #: targets per neuron (KMNC: k; NBC: 2 corners; NC/SNAC: 1)
     per_neuron = 1
+    #: whether a run's :class:`~pytest_sadl.criteria.shape.Batch` gives it its extrema (NC)
+    uses_extrema = False
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.sizes = tuple(int(s) for s in sizes)
@@ -216,10 +222,12 @@ class _LayerCoverage:
         return (type(self).__name__, self.sizes)
 
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
-        """Add a batch of per-layer outputs; return the number of targets it newly covered.
+        """Add a batch of per-layer outputs (or a run's :class:`~pytest_sadl.criteria.shape.Batch`);
+        return the number of targets it newly covered.
 
         A batch of zero inputs is allowed and covers nothing.
         """
+        layers, extrema = self._unbatch(layers, extrema)
         arrays = as_layers("layers", layers, sizes=self.sizes)
         if extrema is not None and len(extrema) != len(arrays):
             raise ValueError(f"extrema has {len(extrema)} entries for {len(arrays)} layers")
@@ -234,6 +242,18 @@ class _LayerCoverage:
             new += int(np.count_nonzero(hit & ~self._covered[i]))
             self._covered[i] |= hit
         return new
+
+    def _unbatch(self, layers: object, extrema: Extrema | None) -> tuple[object, Extrema | None]:
+        """A run's batch as layers and extrema (the extrema only where the criterion uses them)."""
+        if isinstance(layers, Batch):
+            return layers.layers, layers.extrema if self.uses_extrema else None
+        return layers, extrema
+
+    def metric(self) -> Metric:
+        """The results' entry: value, covered and total targets."""
+        from pytest_sadl.results import Metric
+
+        return Metric(self.value, self.covered_count, self.total)
 
     def merge(self, other: _LayerCoverage) -> None:
         """Add another instance's coverage (same criterion, layers and parameters)."""
@@ -289,6 +309,8 @@ def _sizes_of(ranges_or_sizes: NeuronRanges | Sequence[int]) -> tuple[int, ...]:
 class NeuronCoverage(_LayerCoverage):
     """DeepXplore's neuron coverage, cumulative. Needs no training ranges, only layer sizes."""
 
+    uses_extrema = True
+
     def __init__(self, ranges_or_sizes: NeuronRanges | Sequence[int], threshold: float = 0.5) -> None:
         threshold = float(threshold)
         if not np.isfinite(threshold):
@@ -302,7 +324,7 @@ class NeuronCoverage(_LayerCoverage):
     def update(self, layers: object, extrema: Extrema | None = None) -> int:
         """As for every criterion; a conv output given unreduced is scaled over its whole map,
         and ``layers`` may be :class:`~pytest_sadl.capture.Traces` carrying their extrema."""
-        layers, extrema = _with_extrema(layers, extrema)
+        layers, extrema = _with_extrema(*self._unbatch(layers, extrema))
         if extrema is None and isinstance(layers, (list, tuple)):
             raw = [np.asarray(a) for a in layers]
             if any(a.ndim > 2 and a.shape[0] > 0 for a in raw):

@@ -462,19 +462,19 @@ def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
     path asks its ``update``). Equal to what ``update`` counts, input by input."""
     from pytest_sadl.criteria.checks import as_layers
     from pytest_sadl.criteria.neurons import _LayerCoverage
-    from pytest_sadl.criteria.shape import NeuronTargets, SurpriseBuckets
+    from pytest_sadl.criteria.surprise import SurpriseCoverage
 
-    if isinstance(cov, SurpriseBuckets):
+    if isinstance(cov, SurpriseCoverage) and cov.sa is not None:
         n = len(batch.layers[0]) if batch.layers else len(next(iter(batch.scores.values()), []))
         scores = batch.scores.get(cov.sa)
         if scores is None:
             return [np.zeros(0, np.int64) for _ in range(n)]
-        sc = cov.sc
+        sc = cov
         idx = bucket_index(np.asarray(scores, dtype=np.float64), bucket_edges(sc.lower, sc.upper, sc.buckets))
         return [np.array([b], np.int64) if 0 <= b < sc.buckets else np.zeros(0, np.int64) for b in idx.tolist()]
-    inner = getattr(cov, "coverage", None)
-    if not isinstance(cov, NeuronTargets) or not isinstance(inner, _LayerCoverage):
+    if not isinstance(cov, _LayerCoverage):
         return None
+    inner = cov
     if any(np.ndim(a) != 2 for a in batch.layers):
         return None  # unreduced maps: NC scales them whole; leave that to update
     arrays = as_layers("layers", batch.layers, sizes=inner.sizes)

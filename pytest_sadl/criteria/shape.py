@@ -10,7 +10,10 @@ the profile cannot give what it needs: DSC of a regression model).
 A :class:`Coverage` is updated with one :class:`Batch` of traces at a time and returns
 how many targets the batch newly covered; two of them made by the same ``make`` can be
 merged (pytest-xdist workers, groups); :meth:`Coverage.metric` reads it as the results'
-:class:`~pytest_sadl.results.Metric`. The engine and every report loop over the
+:class:`~pytest_sadl.results.Metric`. The built-in criteria implement it directly: the
+neuron coverages of :mod:`~pytest_sadl.criteria.neurons`, the surprise coverages'
+:class:`~pytest_sadl.criteria.surprise.SurpriseCoverage` (reading its score), the peers'
+classes in their modules. A neuron coverage also gives ``per_layer()`` (the layer tables). The engine and every report loop over the
 registry (:mod:`pytest_sadl.criteria.registry`): adding a criterion is one module there
 plus its tests.
 
@@ -26,7 +29,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
+    from typing_extensions import Self
 
+    from pytest_sadl.config import SadlOptions
     from pytest_sadl.criteria.neurons import NeuronRanges
     from pytest_sadl.results import Metric
 
@@ -56,7 +61,7 @@ class Setup:
     ``(lower, upper, buckets)`` by metric name (only those whose score the profile has)."""
 
     ranges: NeuronRanges
-    options: Any  # SadlOptions (plain data; the criteria import no pytest)
+    options: SadlOptions  # plain data: the criteria import no pytest
     bounds: dict[str, tuple[float, float, int]] = field(default_factory=dict)
 
 
@@ -74,8 +79,8 @@ class Training:
     pred: np.ndarray | None
     var_threshold: float = 1e-5
     near_singular: str = "drop"
-    options: Any = None
-    profile: Any = None
+    options: SadlOptions | None = None
+    profile: Any = None  # a TrainingProfile (profile/ sits above the criteria)
     #: which neurons a class's KDE / covariance is over (``"class"`` or ``"paper"``)
     var_rule: str = "class"
     #: ``(kernel, bias)`` of the output layer over these traces (the logit scores' set-up
@@ -95,9 +100,53 @@ class Coverage(Protocol):
 
     def update(self, batch: Batch) -> int: ...
 
-    def merge(self, other: Any) -> None: ...
+    def merge(self, other: Self) -> None: ...  # another of the same ``make``
 
     def metric(self) -> Metric: ...
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a criterion, its whole surface: the option ``--sadl-NAME`` (``_``
+    as ``-``) and its ini twin ``sadl_NAME``, the ``SadlOptions`` value the criterion reads
+    (``options.param(name)``) and the results' ``config`` key. ``type`` is ``int`` or
+    ``float``; a value below ``at_least`` or not below ``below`` is a usage error saying
+    ``why``; ``limit`` caps an option that sizes memory (``limit_why``: what it sizes).
+    ``help`` ends with the default, as ``pytest --help`` shows it."""
+
+    name: str
+    type: type[int] | type[float]
+    default: int | float
+    help: str
+    metavar: str = "K"
+    at_least: float | None = None
+    at_least_why: str = ""
+    below: float | None = None
+    below_why: str = ""
+    limit: float | None = None
+    limit_why: str = ""
+    #: the results' JSON Schema entry of the ``config`` key: its description and maximum
+    description: str = ""
+    maximum: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--sadl-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "sadl_" + self.name
+
+
+@dataclass(frozen=True)
+class Colour:
+    """A criterion's colour in the HTML report (its chart lines, bars and legend): one
+    for the light theme (and print), one for the dark; ``dashed`` lines for a variant
+    drawn beside its original (MLSC beside LSC)."""
+
+    light: str
+    dark: str
+    dashed: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +157,18 @@ class Criterion:
     kind: str  # SURPRISE_KIND | NEURON_KIND | COUNT_KIND
     needs: tuple[str, ...]  # what it reads from the profile (documentation and checks)
     make: Callable[[Setup], Coverage | None]
+    #: its options (``--sadl-tknp-k``), read into ``SadlOptions`` and recorded in the
+    #: results' ``config`` when a run computes it
+    parameters: tuple[Param, ...] = ()
+    #: what "covered of total" counts in the reports (``None``: buckets for a surprise
+    #: coverage, neurons for a neuron coverage)
+    unit: str | None = None
+    #: a sentence on the reports' card saying what a target is (``None``: no sentence)
+    explanation: str | None = None
+    colour: Colour | None = None
+    #: a count criterion's ``covered`` and ``total`` (what each counts, the reports'
+    #: "covered / total"); ``None``: it has no targets, its ``covered`` is always 0
+    count_parts: tuple[str, str] | None = None
     sa: str | None = None  # surprise kinds: the per-input score it buckets ("lsa")
     sa_label: str | None = None  # "LSA"
     #: reported when the user names no metrics (``--sadl-metrics``): today's seven; a new
@@ -123,74 +184,16 @@ class Criterion:
     #: options as text (``"k3"``), part of the name under which a profile stores the score's
     #: held-out values, so that other options never read another's bounds; ``None``: none
     params: Callable[[Any], str] | None = None
-    #: the run options (``SadlOptions`` fields) it reads, such as ``("tknc_k",)``: recorded in
-    #: the results' ``config`` when a run computes it, so a number is read with its parameters
-    option_names: tuple[str, ...] = ()
-
-
-class SurpriseBuckets:
-    """A surprise coverage as a :class:`Coverage`: the buckets of one per-input score."""
-
-    def __init__(self, sa: str, lower: float, upper: float, buckets: int) -> None:
-        from pytest_sadl.criteria.surprise import SurpriseCoverage
-
-        self.sa = sa
-        self.sc = SurpriseCoverage(lower=lower, upper=upper, buckets=buckets)
 
     @property
-    def value(self) -> float:
-        return self.sc.value
-
-    def update(self, batch: Batch) -> int:
-        scores = batch.scores.get(self.sa)
-        return 0 if scores is None else self.sc.update(scores)
-
-    def merge(self, other: SurpriseBuckets) -> None:
-        self.sc.merge(other.sc)
-
-    def metric(self) -> Metric:
-        from pytest_sadl.results import Metric
-
-        sc = self.sc
-        return Metric(sc.value, int(sc.covered.sum()), sc.total, True, sc.below, sc.above, sc.count, sc.nan)
-
-    def bounds(self) -> dict[str, float | int]:
-        return {"lower": self.sc.lower, "upper": self.sc.upper, "buckets": self.sc.buckets}
-
-
-def surprise_make(name: str, sa: str) -> Callable[[Setup], Coverage | None]:
-    """``make`` of a surprise coverage: its bounds from the setup, ``None`` without them."""
-
-    def make(setup: Setup) -> Coverage | None:
-        spec = setup.bounds.get(name)
-        return None if spec is None else SurpriseBuckets(sa, *spec)
-
-    return make
-
-
-class NeuronTargets:
-    """A neuron coverage as a :class:`Coverage` (NC, KMNC, NBC, SNAC share the shape)."""
-
-    def __init__(self, coverage: Any, *, uses_extrema: bool = False) -> None:
-        self.coverage = coverage
-        self.uses_extrema = uses_extrema
+    def option_names(self) -> tuple[str, ...]:
+        """The run options it reads, such as ``("tknc_k",)``: recorded in the results'
+        ``config`` when a run computes it, so a number is read with its parameters."""
+        return tuple(p.name for p in self.parameters)
 
     @property
-    def value(self) -> float:
-        return float(self.coverage.value)
-
-    def update(self, batch: Batch) -> int:
-        if self.uses_extrema:
-            return int(self.coverage.update(batch.layers, batch.extrema))
-        return int(self.coverage.update(batch.layers))
-
-    def merge(self, other: NeuronTargets) -> None:
-        self.coverage.merge(other.coverage)
-
-    def metric(self) -> Metric:
-        from pytest_sadl.results import Metric
-
-        return Metric(self.coverage.value, self.coverage.covered_count, self.coverage.total)
-
-    def per_layer(self) -> list[float]:
-        return list(self.coverage.per_layer())
+    def units(self) -> str:
+        """What its "covered of total" counts: :attr:`unit`, else buckets or neurons."""
+        if self.unit is not None:
+            return self.unit
+        return "buckets" if self.kind == SURPRISE_KIND else "neurons"

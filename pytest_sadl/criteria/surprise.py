@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import linalg
@@ -47,7 +47,11 @@ from pytest_sadl.criteria.mahalanobis import (
     MDSA as MDSA,  # re-exported: the third surprise measure lives in its own module
 )
 from pytest_sadl.criteria.neighbours import ClassNeighbours, cores
+from pytest_sadl.criteria.shape import Batch
 from pytest_sadl.errors import SadlWarning
+
+if TYPE_CHECKING:
+    from pytest_sadl.results import Metric
 
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 
@@ -731,6 +735,9 @@ class SurpriseCoverage:
     lower: float
     upper: float
     buckets: int = 1000
+    #: the per-input score a :class:`~pytest_sadl.criteria.shape.Batch` gives it (``"lsa"``):
+    #: as a run's criterion it reads ``batch.scores[sa]``
+    sa: str | None = None
     covered: np.ndarray = field(init=False, repr=False)
     count: int = field(init=False, default=0)
     below: int = field(init=False, default=0)
@@ -755,7 +762,17 @@ class SurpriseCoverage:
         """Bucket index per score (see :func:`bucket_index`)."""
         return bucket_index(np.asarray(scores, dtype=np.float64), self._edges)
 
-    def update(self, scores: Iterable[float]) -> int:
+    def update(self, scores: Iterable[float] | Batch) -> int:
+        """Add a batch of scores (or a run's :class:`~pytest_sadl.criteria.shape.Batch`, read
+        by :attr:`sa`: a batch without that score covers nothing); return how many buckets
+        it newly covered."""
+        if isinstance(scores, Batch):
+            if self.sa is None:
+                raise ValueError("a SurpriseCoverage reads a Batch by its score: give sa='lsa' (or another)")
+            found = scores.scores.get(self.sa)
+            if found is None:
+                return 0
+            scores = found
         idx = self.hits(scores)
         self.count += idx.size
         self.below += int(np.count_nonzero(idx == -1))
@@ -779,9 +796,19 @@ class SurpriseCoverage:
         self.nan += other.nan
 
     def copy(self) -> SurpriseCoverage:
-        new = SurpriseCoverage(self.lower, self.upper, self.buckets)
+        new = SurpriseCoverage(self.lower, self.upper, self.buckets, self.sa)
         new.merge(self)
         return new
+
+    def metric(self) -> Metric:
+        """The results' entry: value, covered and total buckets, and the inputs outside."""
+        from pytest_sadl.results import Metric
+
+        covered = int(np.count_nonzero(self.covered))
+        return Metric(self.value, covered, self.total, True, self.below, self.above, self.count, self.nan)
+
+    def bounds(self) -> dict[str, float | int]:
+        return {"lower": self.lower, "upper": self.upper, "buckets": self.buckets}
 
 
 def surprise_coverage(scores: Iterable[float], *, lower: float, upper: float, buckets: int = 1000) -> float:

@@ -192,7 +192,7 @@ def default_sc_bounds(view: ProfileView, options: SadlOptions | None = None) -> 
         key = SURPRISE.get(metric)
         if key not in held:
             continue
-        cfg = getattr(options, metric, None)
+        cfg = options.bounds(metric) if options is not None else None
         lower, upper = default_bounds(held[key])
         if cfg is not None:
             lower = cfg.lower if cfg.lower is not None else lower
@@ -321,7 +321,4 @@ def _bounds(cfg: Bounds, held: np.ndarray | None) -> tuple[tuple[float, float, i
 
 def sc_options(options: SadlOptions, metric: str) -> Bounds:
     """The configured bounds of a surprise coverage (unset ones: from the profile)."""
-    found: Bounds | None = getattr(options, metric, None)
-    if found is None:
-        found = Bounds(None, None, 1000)
-    return found
+    return options.bounds(metric)

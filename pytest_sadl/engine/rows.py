@@ -256,7 +256,7 @@ def run_config(
     for name in total.names:  # an opt-in criterion's own parameters, when the run computed it
         for key in BY_NAME[name].option_names:
             if key not in known:
-                params[key] = _plain(getattr(options, key))
+                params[key] = _plain(options.param(key))
     return RunConfig(
         sa_layers=_names(model_info.get("sa_layers")),
         coverage_layers=_names(model_info.get("coverage_layers")),

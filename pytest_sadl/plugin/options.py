@@ -8,26 +8,35 @@ Python: parsing the options imports no TensorFlow.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_sadl.config import (
     DEFAULT_REPORT_PATHS,
+    MAX_BUCKETS,
     REPORT_KINDS,
+    SC_BOUNDS_FORM,
     Bounds,
+    PartBounds,
     Report,
     SadlOptions,
     _split_list,
+    check_bounds,
     layer_token,
     parse_layers,
     parse_metric_numbers,
+    parse_sc_bounds,
 )
-from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS
+from pytest_sadl.criteria.registry import DEFAULT_METRICS, METRICS, PARAMS, SURPRISE
+from pytest_sadl.criteria.shape import Param
 
 if TYPE_CHECKING:
     import pytest
@@ -60,6 +69,90 @@ class Option:
     #: before a run allocates gigabytes)
     limit: float | None = None
     limit_why: str = ""
+    #: a criterion's parameter (:class:`~pytest_sadl.criteria.shape.Param`)
+    param: Param | None = None
+    #: the ``SadlOptions`` field the generic reader (:func:`read_value`) fills; ``None``: a
+    #: row read by its own function (reports, thresholds, bounds)
+    field: str | None = None
+    #: the smallest value a number may take, and the message when it is below
+    at_least: float | None = None
+    at_least_why: str = ""
+    #: a number must be below this (NC's threshold < 1), and the message
+    below: float | None = None
+    below_why: str = ""
+    #: the words a text option takes, and the message naming them
+    choices: tuple[str, ...] = ()
+    choices_why: str = ""
+    #: what a set text value becomes (``Path``, a layer token)
+    parse: Callable[[str], Any] | None = None
+    #: a deprecated alias (``"sadl_sc_bounds:lsc:lower"``: the option, metric and field it
+    #: sets), hidden from ``--help``
+    alias: str | None = None
+
+
+def _layer_token(value: str) -> str | int:
+    return layer_token(str(value).strip())
+
+
+def _text_or_none(value: str) -> str | None:
+    return str(value).strip() or None
+
+
+def param_option(param: Param) -> Option:
+    """The option row of a criterion's parameter (``--sadl-tknp-k``, ``sadl_tknp_k``)."""
+    kind = "int" if param.type is int else "float"
+    return Option(
+        param.flag,
+        param.ini,
+        param.help,
+        None,
+        param.default,
+        kind,
+        param.metavar,
+        limit=param.limit,
+        limit_why=param.limit_why,
+        param=param,
+        field=param.name,
+        at_least=param.at_least,
+        at_least_why=param.at_least_why,
+        below=param.below,
+        below_why=param.below_why,
+    )
+
+
+_ALIAS_FIELDS = {
+    "lower": ("X", "float", "LOW:", "the lower bound of {} buckets"),
+    "upper": ("X", "float", ":UP", "the upper bound of {} buckets"),
+    "buckets": ("N", "int", "::N", "the number of {} buckets"),
+}
+
+
+def bound_aliases(metric: str) -> tuple[Option, ...]:
+    """The deprecated per-metric bound options of a surprise coverage (``--sadl-lsc-lower``,
+    ``--sadl-lsc-upper``, ``--sadl-lsc-buckets`` and their ini twins), aliases of
+    ``--sadl-sc-bounds`` kept for one release: hidden from ``--help``."""
+    return tuple(
+        Option(
+            f"--sadl-{metric}-{part}",
+            f"sadl_{metric}_{part}",
+            f"deprecated, for one release: {what.format(metric.upper() + chr(39) + 's')}; "
+            f"use --sadl-sc-bounds={metric}:{form}",
+            kind=kind,
+            metavar=metavar,
+            limit=MAX_BUCKETS if part == "buckets" else None,
+            limit_why="each run keeps a flag per bucket, for the total and for every group"
+            if part == "buckets"
+            else "",
+            alias=f"sadl_sc_bounds:{metric}:{part}",
+        )
+        for part, (metavar, kind, form, what) in _ALIAS_FIELDS.items()
+    )
+
+
+_BOUND_ALIASES = tuple(opt for metric in SURPRISE for opt in bound_aliases(metric))
+
+#: every criterion's parameters, from the registry, in report order
+_PARAM_OPTIONS = tuple(param_option(p) for p in PARAMS)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -77,6 +170,7 @@ OPTIONS: tuple[Option, ...] = (
         "the model (Keras, or a torch.nn.Module): a .keras file or 'package.module:function' (or define a sadl_model fixture)",
         kind="path",
         metavar="PATH",
+        field="model",
     ),
     Option(
         "--sadl-train",
@@ -84,6 +178,7 @@ OPTIONS: tuple[Option, ...] = (
         "training data: a .npz/.npy file or 'package.module:function' (or define a sadl_train fixture)",
         kind="path",
         metavar="PATH",
+        field="train",
     ),
     Option(
         "--sadl-layers",
@@ -93,6 +188,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "list",
         "L1,L2",
+        field="sa_layers",
     ),
     Option(
         "--sadl-coverage-layers",
@@ -102,203 +198,28 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "list",
         "L1,L2",
+        field="coverage_layers",
     ),
     Option(
         "--sadl-output",
         "sadl_output",
         "which output of a model with several gives the class (or marks a regression): a name or an index (default: the first)",
         metavar="NAME",
+        field="output",
+        parse=_layer_token,
     ),
     Option(
-        "--sadl-lsc-lower",
-        "sadl_lsc_lower",
-        "lower bound of LSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-lsc-upper",
-        "sadl_lsc_upper",
-        "upper bound of LSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-lsc-buckets",
-        "sadl_lsc_buckets",
-        "number of LSC buckets (default 1000)",
+        "--sadl-sc-bounds",
+        "sadl_sc_bounds",
+        "each surprise coverage's bucket range and count, e.g. lsc:0:100:1000,dsc:0:2 "
+        f"({SC_BOUNDS_FORM}; {', '.join(SURPRISE)}; an empty field or a metric not named: "
+        "the bounds from the training profile, 1000 buckets)",
+        "linelist",
         None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
+        "str",
+        "SPEC",
     ),
-    Option(
-        "--sadl-dsc-lower",
-        "sadl_dsc_lower",
-        "lower bound of DSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-dsc-upper",
-        "sadl_dsc_upper",
-        "upper bound of DSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-dsc-buckets",
-        "sadl_dsc_buckets",
-        "number of DSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-mdsc-lower",
-        "sadl_mdsc_lower",
-        "lower bound of MDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mdsc-upper",
-        "sadl_mdsc_upper",
-        "upper bound of MDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mdsc-buckets",
-        "sadl_mdsc_buckets",
-        "number of MDSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-mlsc-lower",
-        "sadl_mlsc_lower",
-        "lower bound of MLSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mlsc-upper",
-        "sadl_mlsc_upper",
-        "upper bound of MLSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mlsc-buckets",
-        "sadl_mlsc_buckets",
-        "number of MLSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-mmdsc-lower",
-        "sadl_mmdsc_lower",
-        "lower bound of MMDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mmdsc-upper",
-        "sadl_mmdsc_upper",
-        "upper bound of MMDSC's buckets (default: from the training profile)",
-        kind="float",
-        metavar="X",
-    ),
-    Option(
-        "--sadl-mmdsc-buckets",
-        "sadl_mmdsc_buckets",
-        "number of MMDSC buckets (default 1000)",
-        None,
-        1000,
-        "int",
-        "N",
-        limit=1_000_000,
-        limit_why="each run keeps a flag per bucket, for the total and for every group",
-    ),
-    Option(
-        "--sadl-mlsa-components",
-        "sadl_mlsa_components",
-        "MLSA: Gaussian mixture components per class (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-mmdsa-modes",
-        "sadl_mmdsa_modes",
-        "MMDSA: k-means modes per class (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-nc-threshold",
-        "sadl_nc_threshold",
-        "NC activation threshold on the min-max scaled output (default 0.5)",
-        None,
-        0.5,
-        "float",
-        "T",
-    ),
-    Option(
-        "--sadl-kmnc-k",
-        "sadl_kmnc_k",
-        "KMNC's number of sections per neuron (default 1000)",
-        None,
-        1000,
-        "int",
-        "K",
-        limit=10_000,
-        limit_why="KMNC keeps neurons x k flags, for the total and for every group; the paper uses 1000",
-    ),
-    Option(
-        "--sadl-tknc-k",
-        "sadl_tknc_k",
-        "TKNC: a neuron is covered when among the k most active of its layer for some input (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-tknp-k",
-        "sadl_tknp_k",
-        "TKNP: a pattern is the top-k set of every coverage layer (default 2)",
-        None,
-        2,
-        "int",
-        "K",
-    ),
-    Option(
-        "--sadl-cc-threshold",
-        "sadl_cc_threshold",
-        "CC: an input farther than this Euclidean distance from every cluster centre of a layer starts a new one (default 10)",
-        None,
-        10.0,
-        "float",
-        "D",
-    ),
+    *_PARAM_OPTIONS,
     Option(
         "--sadl-var-threshold",
         "sadl_var_threshold",
@@ -307,6 +228,9 @@ OPTIONS: tuple[Option, ...] = (
         1e-5,
         "float",
         "V",
+        field="var_threshold",
+        at_least=0,
+        at_least_why="the variance threshold must be >= 0",
     ),
     Option(
         "--sadl-var-rule",
@@ -316,6 +240,9 @@ OPTIONS: tuple[Option, ...] = (
         "class",
         "str",
         "class|paper",
+        field="var_rule",
+        choices=("class", "paper"),
+        choices_why="use 'class' (drop, per class, the neurons that do not vary in it) or 'paper' (drop a neuron that does not vary in any one class, from all)",
     ),
     Option(
         "--sadl-sa-components",
@@ -327,6 +254,9 @@ OPTIONS: tuple[Option, ...] = (
         "N",
         limit=4096,
         limit_why="a projection is for few dimensions: a KDE over N needs more than N training traces per class",
+        field="sa_components",
+        at_least=1,
+        at_least_why="project onto at least 1 principal axis, or leave it out to measure every neuron",
     ),
     Option(
         "--sadl-lsa-near-singular",
@@ -336,6 +266,9 @@ OPTIONS: tuple[Option, ...] = (
         "drop",
         "str",
         "drop|keep",
+        field="lsa_near_singular",
+        choices=("drop", "keep"),
+        choices_why="use 'drop' (drop neurons that make the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)",
     ),
     Option(
         "--sadl-dsa-precompute",
@@ -344,6 +277,7 @@ OPTIONS: tuple[Option, ...] = (
         "bool",
         False,
         "bool",
+        field="dsa_precompute",
     ),
     Option(
         "--sadl-batch-size",
@@ -355,6 +289,9 @@ OPTIONS: tuple[Option, ...] = (
         "N",
         limit=65_536,
         limit_why="one batch of every traced layer's outputs is held in memory at once",
+        field="batch_size",
+        at_least=1,
+        at_least_why="the batch size must be >= 1",
     ),
     Option(
         "--sadl-groups",
@@ -399,6 +336,8 @@ OPTIONS: tuple[Option, ...] = (
         "where training profiles are cached (default: .pytest_cache/d/sadl)",
         kind="path",
         metavar="DIR",
+        field="cache_dir",
+        parse=Path,
     ),
     Option(
         "--sadl-lock-timeout",
@@ -408,12 +347,17 @@ OPTIONS: tuple[Option, ...] = (
         300.0,
         "float",
         "S",
+        field="lock_timeout",
+        at_least=0,
+        at_least_why="the lock wait limit is a number of seconds >= 0",
     ),
     Option(
         "--sadl-dask",
         "sadl_dask",
         "build the training profile on the workers of the Dask scheduler at this address, e.g. tcp://host:8786 (the same profile as a local build), and with 20,000 training traces or more score LSA and DSA there (the same scores); needs pytest-sadl[dask]",
         metavar="ADDRESS",
+        field="dask",
+        parse=_text_or_none,
     ),
     Option(
         "--sadl-compare",
@@ -431,6 +375,7 @@ OPTIONS: tuple[Option, ...] = (
         "str",
         "SPEC",
     ),
+    *_BOUND_ALIASES,
 )
 
 
@@ -447,7 +392,7 @@ _NEGATED = {
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("sadl", "surprise adequacy and neuron coverage (pytest-sadl)")
     for opt in OPTIONS:
-        kwargs: dict[str, Any] = {"dest": opt.ini, "help": opt.help}
+        kwargs: dict[str, Any] = {"dest": opt.ini, "help": argparse.SUPPRESS if opt.alias else opt.help}
         if opt.kind == "bool":
             kwargs.update(action="store_true", default=None)
         elif opt.kind == "append":
@@ -663,141 +608,139 @@ def _compare_fail(
 
 
 def read_options(config: pytest.Config) -> SadlOptions:
-    """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix."""
+    """Parse and validate; a bad value is a :class:`pytest.UsageError` naming option and fix.
+
+    Each row with a ``field`` is read by :func:`read_value` (its kind, limits and choices);
+    the reports, thresholds and bounds by their own functions."""
     r = _Reader(config)
     opts = {o.ini: o for o in OPTIONS}
-    enabled = _enabled(config)
-
-    def path(name: str) -> str | None:
-        value, base = r.raw(opts[name])
-        return None if value is None else _path_or_spec(value, base)
-
-    if not enabled:  # only what the fixtures need: a broken threshold must not break `pytest --help`
-        return SadlOptions(enabled=False, model=path("sadl_model"), train=path("sadl_train"), base_dir=r.inidir)
-
-    def layers(name: str) -> tuple[str | int, ...] | None:
-        return parse_layers(r.raw(opts[name])[0])
-
-    def bounds(prefix: str) -> Bounds:
-        lo_opt, up_opt, n_opt = (opts[f"sadl_{prefix}_{k}"] for k in ("lower", "upper", "buckets"))
-        lower, upper, buckets = r.number(lo_opt, float), r.number(up_opt, float), r.number(n_opt, int)
-        if buckets < 1:
-            raise _usage(f"{r.label(n_opt)}={buckets}: needs at least 1 bucket")
-        if lower is not None and upper is not None and upper <= lower:
-            raise _usage(
-                f"{r.label(up_opt)}={upper:g} is not above {r.label(lo_opt)}={lower:g}; "
-                f"{prefix.upper()}'s buckets divide (lower, upper], so upper must be greater"
-            )
-        return Bounds(lower, upper, buckets)
-
-    def at_least(name: str, cast: type, low: float, what: str) -> Any:
-        value = r.number(opts[name], cast)
-        if value < low:
-            raise _usage(f"{r.label(opts[name])}={value:g}: {what}")
-        return value
-
-    k = at_least("sadl_kmnc_k", int, 1, "KMNC needs k >= 1 sections per neuron")
-    components = at_least("sadl_mlsa_components", int, 1, "MLSA needs at least 1 mixture component per class")
-    modes = at_least("sadl_mmdsa_modes", int, 1, "MMDSA needs at least 1 k-means mode per class")
-    tknc_k = at_least("sadl_tknc_k", int, 1, "TKNC needs k >= 1 neurons per layer")
-    tknp_k = at_least("sadl_tknp_k", int, 1, "TKNP needs k >= 1 neurons per layer")
-    cc_threshold = at_least("sadl_cc_threshold", float, 0, "CC's distance threshold must be >= 0")
-    var_threshold = at_least("sadl_var_threshold", float, 0, "the variance threshold must be >= 0")
-    sa_components = r.number(opts["sadl_sa_components"], int)
-    if sa_components is not None and sa_components < 1:
-        raise _usage(
-            f"{r.label(opts['sadl_sa_components'])}={sa_components}: project onto at least 1 principal axis, "
-            "or leave it out to measure every neuron"
-        )
-    near_value, _ = r.raw(opts["sadl_lsa_near_singular"])
-    lsa_near_singular = "drop" if near_value is None else str(near_value).strip()
-    if lsa_near_singular not in ("drop", "keep"):
-        raise _usage(
-            f"{r.label(opts['sadl_lsa_near_singular'])}={near_value!r}: use 'drop' (drop neurons that make "
-            "the covariance nearly singular) or 'keep' (the full covariance, as SciPy's gaussian_kde)"
-        )
-    rule_value, _ = r.raw(opts["sadl_var_rule"])
-    var_rule = "class" if rule_value is None else str(rule_value).strip()
-    if var_rule not in ("class", "paper"):
-        raise _usage(
-            f"{r.label(opts['sadl_var_rule'])}={rule_value!r}: use 'class' (drop, per class, the neurons "
-            "that do not vary in it) or 'paper' (drop a neuron that does not vary in any one class, from all)"
-        )
-    batch_size = at_least("sadl_batch_size", int, 1, "the batch size must be >= 1")
-    lock_timeout = at_least("sadl_lock_timeout", float, 0, "the lock wait limit is a number of seconds >= 0")
-    nc_threshold = at_least(
-        "sadl_nc_threshold", float, 0, "NC's threshold applies to outputs scaled to [0, 1]; use a value in [0, 1)"
-    )
-    if nc_threshold >= 1:
-        raise _usage(
-            f"{r.label(opts['sadl_nc_threshold'])}={nc_threshold:g}: NC's threshold applies to outputs "
-            "scaled to [0, 1], so no neuron could exceed it; use a value in [0, 1)"
-        )
-
-    report_values, report_base = r.raw(opts["sadl_report"])
-    specs = _split_list(report_values) if report_values else ["term"]
-    reports = tuple(dict.fromkeys(parse_report(s, report_base) for s in specs))
-    reports = check_report_paths(reports, r.label(opts["sadl_report"]))
-
-    groups_value, _ = r.raw(opts["sadl_groups"])
-    groups = (
-        tuple(dict.fromkeys(_split_list(groups_value if isinstance(groups_value, list) else [groups_value])))
-        if groups_value
-        else ()
-    )
-
-    metrics_value, _ = r.raw(opts["sadl_metrics"])
-    metrics = parse_metrics(metrics_value, r.label(opts["sadl_metrics"]))
-    fail_value, _ = r.raw(opts["sadl_fail_under"])
-    fail_under = parse_thresholds(str(fail_value), r.label(opts["sadl_fail_under"])) if fail_value else {}
-    check_chosen(fail_under, metrics, r.label(opts["sadl_fail_under"]))
-    compare = path("sadl_compare")
-    compare_fail = _compare_fail(r, opts, compare, metrics)
-    dask_value, _ = r.raw(opts["sadl_dask"])
-    dask = (str(dask_value).strip() or None) if dask_value is not None else None
-    cache, _ = r.raw(opts["sadl_cache_dir"])
-    cache_dir = None
-    if cache is not None:
-        cache_dir = Path(path("sadl_cache_dir"))  # type: ignore[arg-type]
-
+    if not _enabled(config):  # only what the fixtures need: a broken threshold must not break `pytest --help`
+        model, train = read_value(r, opts["sadl_model"]), read_value(r, opts["sadl_train"])
+        return SadlOptions(enabled=False, model=model, train=train, base_dir=r.inidir)
+    values = {opt.field: read_value(r, opt) for opt in OPTIONS if opt.field is not None}
+    metrics = parse_metrics(r.raw(opts["sadl_metrics"])[0], r.label(opts["sadl_metrics"]))
+    compare = read_value(r, opts["sadl_compare"])
     return SadlOptions(
-        enabled=enabled,
-        model=path("sadl_model"),
-        train=path("sadl_train"),
-        sa_layers=layers("sadl_layers"),
-        coverage_layers=layers("sadl_coverage_layers"),
-        output=layer_token(str(r.raw(opts["sadl_output"])[0]).strip())
-        if r.raw(opts["sadl_output"])[0] is not None
-        else None,
-        lsc=bounds("lsc"),
-        dsc=bounds("dsc"),
-        mdsc=bounds("mdsc"),
-        mlsc=bounds("mlsc"),
-        mmdsc=bounds("mmdsc"),
-        mlsa_components=components,
-        mmdsa_modes=modes,
-        nc_threshold=nc_threshold,
-        kmnc_k=k,
-        tknc_k=tknc_k,
-        tknp_k=tknp_k,
-        cc_threshold=cc_threshold,
-        var_threshold=var_threshold,
-        var_rule=var_rule,
-        sa_components=sa_components,
-        lsa_near_singular=lsa_near_singular,
-        dsa_precompute=_switch(config, "sadl_dsa_precompute"),
-        batch_size=batch_size,
-        reports=reports,
-        groups=groups,
-        fail_under=fail_under,
+        enabled=True,
+        sc_bounds=read_sc_bounds(r, opts),
+        reports=_reports(r, opts["sadl_report"]),
+        groups=_groups(r, opts["sadl_groups"]),
+        fail_under=_fail_under(r, opts["sadl_fail_under"], metrics),
         metrics=metrics,
-        cache_dir=cache_dir,
-        lock_timeout=lock_timeout,
-        dask=dask,
         compare=Path(compare) if compare else None,
-        compare_fail=compare_fail,
+        compare_fail=_compare_fail(r, opts, compare, metrics),
         base_dir=r.inidir,
+        **with_params(values),
     )
+
+
+def read_value(r: _Reader, opt: Option) -> Any:
+    """One row's value by its kind: a switch, a number within its limits, one of its
+    choices, a layer list, a path (made absolute), or text (``parse`` applied)."""
+    if opt.kind == "bool":
+        return _switch(r.config, opt.ini)
+    if opt.kind in ("int", "float"):
+        return _number(r, opt)
+    value, base = r.raw(opt)
+    if opt.kind == "list":
+        return parse_layers(value)
+    if value is None:
+        return opt.default
+    if opt.kind == "path":
+        value = _path_or_spec(value, base)
+    elif opt.choices:
+        value = _choice(r, opt, value)
+    return opt.parse(value) if opt.parse is not None else value
+
+
+def _number(r: _Reader, opt: Option) -> Any:
+    value = r.number(opt, int if opt.kind == "int" else float)
+    if value is None:
+        return None
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    if opt.at_least is not None and value < opt.at_least:
+        raise _usage(f"{r.label(opt)}={shown}: {opt.at_least_why}")
+    if opt.below is not None and value >= opt.below:
+        raise _usage(f"{r.label(opt)}={shown}: {opt.below_why}")
+    return value
+
+
+def _choice(r: _Reader, opt: Option, value: Any) -> str:
+    text = str(value).strip()
+    if text not in opt.choices:
+        raise _usage(f"{r.label(opt)}={value!r}: {opt.choices_why}")
+    return text
+
+
+def _reports(r: _Reader, opt: Option) -> tuple[Report, ...]:
+    values, base = r.raw(opt)
+    specs = _split_list(values) if values else ["term"]
+    reports = tuple(dict.fromkeys(parse_report(s, base) for s in specs))
+    return check_report_paths(reports, r.label(opt))
+
+
+def _groups(r: _Reader, opt: Option) -> tuple[str, ...]:
+    value, _ = r.raw(opt)
+    if not value:
+        return ()
+    return tuple(dict.fromkeys(_split_list(value if isinstance(value, list) else [value])))
+
+
+def _fail_under(r: _Reader, opt: Option, metrics: tuple[str, ...]) -> dict[str, float]:
+    value, _ = r.raw(opt)
+    fail_under = parse_thresholds(str(value), r.label(opt)) if value else {}
+    check_chosen(fail_under, metrics, r.label(opt))
+    return fail_under
+
+
+def read_sc_bounds(r: _Reader, opts: dict[str, Option]) -> dict[str, Bounds]:
+    """``--sadl-sc-bounds`` (and its deprecated per-metric aliases) as each surprise
+    coverage's :class:`Bounds`; a field set twice, or a bad one, is a usage error."""
+    value, _ = r.raw(opts["sadl_sc_bounds"])
+    label = r.label(opts["sadl_sc_bounds"])
+    try:
+        given = parse_sc_bounds(str(value), label) if value else {}
+        out = {}
+        for metric in SURPRISE:
+            lower, upper, buckets = _with_aliases(r, opts, metric, given.get(metric, (None, None, None)), label)
+            if metric in given:
+                check_bounds(metric, lower, upper, label)
+            elif lower is not None and upper is not None and upper <= lower:  # the deprecated aliases
+                raise ValueError(
+                    f"{r.label(opts[f'sadl_{metric}_upper'])}={upper:g} is not above "
+                    f"{r.label(opts[f'sadl_{metric}_lower'])}={lower:g}; "
+                    f"{metric.upper()}'s buckets divide (lower, upper], so upper must be greater"
+                )
+            out[metric] = Bounds(lower, upper, 1000 if buckets is None else buckets)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    return out
+
+
+def _with_aliases(r: _Reader, opts: dict[str, Option], metric: str, given: PartBounds, label: str) -> PartBounds:
+    """A metric's bounds from ``--sadl-sc-bounds`` with the deprecated aliases' fields added."""
+    lower, upper, buckets = given
+    for part, mine in (("lower", lower), ("upper", upper), ("buckets", buckets)):
+        if r.raw(opts[f"sadl_{metric}_{part}"])[0] is not None and mine is not None:
+            raise ValueError(
+                f"{r.label(opts[f'sadl_{metric}_{part}'])} and {label} both set the {part} of "
+                f"{metric.upper()}'s buckets; keep {label} (the per-metric options are deprecated)"
+            )
+    lower = lower if lower is not None else r.number(opts[f"sadl_{metric}_lower"], float)
+    upper = upper if upper is not None else r.number(opts[f"sadl_{metric}_upper"], float)
+    if buckets is None and r.raw(opts[f"sadl_{metric}_buckets"])[0] is not None:
+        buckets = int(r.number(opts[f"sadl_{metric}_buckets"], int))
+        if buckets < 1:
+            raise ValueError(f"{r.label(opts[f'sadl_{metric}_buckets'])}={buckets}: needs at least 1 bucket")
+    return lower, upper, buckets
+
+
+def with_params(values: dict[str, Any]) -> dict[str, Any]:
+    """``SadlOptions`` keyword arguments of criteria parameters: a field where the
+    dataclass has one (``tknp_k``), the rest (a criterion from outside) in ``extra``."""
+    fields = {f.name for f in dataclasses.fields(SadlOptions)}
+    known = {k: v for k, v in values.items() if k in fields}
+    return {**known, "extra": {k: v for k, v in values.items() if k not in fields}}
 
 
 def parse_metrics(value: Any, option: str = "--sadl-metrics") -> tuple[str, ...]:

@@ -11,8 +11,9 @@ first); none recomputes a metric. The metrics' names, labels and titles come fro
 
 from __future__ import annotations
 
-from pytest_sadl.criteria.registry import COUNT, METRICS, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import COUNT, CRITERIA, METRICS, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
+from pytest_sadl.criteria.shape import COUNT_KIND
 from pytest_sadl.results import JSON, Analysis, GroupRow, Metric, Results
 
 
@@ -49,12 +50,8 @@ def fmt_metric(metric: str, value: float | None, digits: int = 2) -> str:
 
 
 #: what a count criterion's ``covered`` and ``total`` count (``None``: it has no targets,
-#: its ``covered`` is always 0), for the reports' "covered / total"
-COUNT_PARTS: dict[str, tuple[str, str] | None] = {
-    "tknp": ("distinct top-k patterns", "inputs"),
-    "cc": ("cluster centres", "inputs x coverage layers"),
-    "nlc": None,
-}
+#: its ``covered`` is always 0), for the reports' "covered / total": each ``Criterion.count_parts``
+COUNT_PARTS: dict[str, tuple[str, str] | None] = {c.name: c.count_parts for c in CRITERIA if c.kind == COUNT_KIND}
 
 
 def metric_percent(results: Results, metric: str) -> float | None:
@@ -159,6 +156,22 @@ def _threshold_hints(results: Results) -> list[str]:
     return [f"Threshold missed: {f.message.rstrip('.')}." for f in results.failures if f.message]
 
 
+def _reach_hint(results: Results, metric: str, key: str, lower: float, upper: float) -> list[str]:
+    """A hint when the recorded scores reach less than three quarters of the bounds."""
+    inside = [v for v in _values(results, key) if lower < v <= upper]
+    if not inside:
+        return []
+    reach = (max(inside) - lower) / (upper - lower)
+    if reach >= 0.75:
+        return []
+    return [
+        f"The recorded {SA_LABELS[key]} values reach {max(inside):.3g}, {reach * 100:.0f}% of "
+        f"the way through ({lower:g}, {upper:g}]: {METRIC_LABELS[metric]} buckets "
+        f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
+        "adversarial inputs would cover them."
+    ]
+
+
 def _surprise_hints(results: Results, metric: str, key: str) -> list[str]:
     """How far the recorded scores reach into the bounds, and the inputs outside them."""
     hints: list[str] = []
@@ -170,17 +183,7 @@ def _surprise_hints(results: Results, metric: str, key: str) -> list[str]:
     lower, upper = bounds.lower, bounds.upper
     if lower is None or upper is None or upper <= lower:
         return []
-    values = _values(results, key)
-    inside = [v for v in values if lower < v <= upper]
-    if inside:
-        reach = (max(inside) - lower) / (upper - lower)
-        if reach < 0.75:
-            hints.append(
-                f"The recorded {name} values reach {max(inside):.3g}, {reach * 100:.0f}% of "
-                f"the way through ({lower:g}, {upper:g}]: {METRIC_LABELS[metric]} buckets "
-                f"above {max(inside):.3g} are out of reach of these tests; more diverse or "
-                "adversarial inputs would cover them."
-            )
+    hints += _reach_hint(results, metric, key, lower, upper)
     below = entry.below
     if below is not None and below > 0:
         hints.append(

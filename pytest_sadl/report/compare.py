@@ -111,45 +111,38 @@ def _bound(bounds: ScBounds, key: str) -> float | int | None:
     return value
 
 
-def compare(current: Results, baseline: Results) -> Comparison:
-    """Compare two results documents (already validated) metric by metric.
+def _status(current: Results, baseline: Results, m: str) -> str:
+    """Whether both runs have the metric, applicable and with a value (``"ok"``), or why not."""
+    ce, be = metric_entry(current, m), metric_entry(baseline, m)
+    if ce is None or be is None:
+        return "missing in baseline" if be is None else "missing in current"
+    if not ce.applicable and not be.applicable:
+        return "not applicable"
+    if not be.applicable:
+        return "not applicable in baseline"
+    if not ce.applicable:
+        return "not applicable in current"
+    if metric_percent(current, m) is None or metric_percent(baseline, m) is None:
+        return "missing in baseline" if metric_percent(baseline, m) is None else "missing in current"
+    return "ok"
 
-    Returns a :class:`Comparison` with one :class:`MetricDelta` per known metric present
-    in either run, the metrics missing from one of them, and warnings when the model
-    fingerprint, the training profile or the configuration (layers, thresholds, LSC/DSC
-    bounds and buckets) differ: surprise coverage of two runs with other bounds counts
-    other buckets, so a delta there says little.
-    """
-    names = [m for m in METRICS if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
-    extra = sorted((set(current.metrics) | set(baseline.metrics)) - set(METRICS))
-    deltas: list[MetricDelta] = []
-    missing: list[str] = []
-    for m in [*names, *extra]:
-        ce, be = metric_entry(current, m), metric_entry(baseline, m)
-        cv, bv = metric_percent(current, m), metric_percent(baseline, m)
-        if ce is None or be is None:
-            status = "missing in baseline" if be is None else "missing in current"
-        elif not ce.applicable and not be.applicable:
-            status = "not applicable"
-        elif not be.applicable:
-            status = "not applicable in baseline"
-        elif not ce.applicable:
-            status = "not applicable in current"
-        elif cv is None or bv is None:
-            status = "missing in baseline" if bv is None else "missing in current"
-        else:
-            status = "ok"
-        # Round the values first and take the delta of the rounded values: the message
-        # "26.10% → 23.60%, dropped by 2.50 points" then adds up, and decides the same.
-        cv = None if cv is None else round(cv, DELTA_DIGITS)
-        bv = None if bv is None else round(bv, DELTA_DIGITS)
-        delta = None
-        if status == "ok" and cv is not None and bv is not None:
-            delta = round(cv - bv, DELTA_DIGITS)
-        if status.startswith("missing"):
-            missing.append(m)
-        deltas.append(MetricDelta(m, bv, cv, delta, status))
 
+def _delta(current: Results, baseline: Results, m: str) -> MetricDelta:
+    """One metric's values in both runs and their change."""
+    status = _status(current, baseline, m)
+    cv, bv = metric_percent(current, m), metric_percent(baseline, m)
+    # Round the values first and take the delta of the rounded values: the message
+    # "26.10% → 23.60%, dropped by 2.50 points" then adds up, and decides the same.
+    cv = None if cv is None else round(cv, DELTA_DIGITS)
+    bv = None if bv is None else round(bv, DELTA_DIGITS)
+    delta = None
+    if status == "ok" and cv is not None and bv is not None:
+        delta = round(cv - bv, DELTA_DIGITS)
+    return MetricDelta(m, bv, cv, delta, status)
+
+
+def _model_warnings(current: Results, baseline: Results) -> list[str]:
+    """Warnings when the runs are of other models or other training profiles."""
     warnings: list[str] = []
     cm, bm = current.model, baseline.model
     cfp, bfp = cm.fingerprint, bm.fingerprint
@@ -164,6 +157,24 @@ def compare(current: Results, baseline: Results) -> Comparison:
             f"the runs used different training profiles (profile {_short(bpf)} in the baseline, "
             f"{_short(cpf)} now): surprise is measured against other training traces"
         )
+    return warnings
+
+
+def compare(current: Results, baseline: Results) -> Comparison:
+    """Compare two results documents (already validated) metric by metric.
+
+    Returns a :class:`Comparison` with one :class:`MetricDelta` per known metric present
+    in either run, the metrics missing from one of them, and warnings when the model
+    fingerprint, the training profile or the configuration (layers, thresholds, LSC/DSC
+    bounds and buckets) differ: surprise coverage of two runs with other bounds counts
+    other buckets, so a delta there says little.
+    """
+    names = [m for m in METRICS if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
+    extra = sorted((set(current.metrics) | set(baseline.metrics)) - set(METRICS))
+    deltas = [_delta(current, baseline, m) for m in [*names, *extra]]
+    missing = [d.metric for d in deltas if d.status.startswith("missing")]
+    warnings = _model_warnings(current, baseline)
+    cfp, bfp = current.model.fingerprint, baseline.model.fingerprint
     diffs = _config_differences(current.config, baseline.config)
     if diffs:
         warnings.append("the configuration differs from the baseline's: " + "; ".join(diffs))

@@ -27,9 +27,10 @@ import jinja2
 from markupsafe import Markup, escape
 
 from pytest_sadl.atomic import atomic_write_text
-from pytest_sadl.criteria.registry import COUNT, KINDS, METRICS, NEURON, SA_LABELS, SURPRISE
+from pytest_sadl.criteria.registry import BY_NAME, COUNT, CRITERIA, KINDS, METRICS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import TITLES as METRIC_TITLES
+from pytest_sadl.criteria.shape import SURPRISE_KIND
 from pytest_sadl.report._load import (
     COUNT_PARTS,
     adequacy_hints,
@@ -206,35 +207,48 @@ def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = 
     }
 
 
+def _by_group(
+    values: list[Any], owner: list[Any], group_of_test: list[str], names: list[str]
+) -> tuple[list[float], dict[str, list[float]]]:
+    """The finite scores, all of them and per group of the test that fed each input."""
+    per_group: dict[str, list[float]] = {name: [] for name in names}
+    everything: list[float] = []
+    for i, v in enumerate(values):
+        fv = _num(v)
+        if fv is None:
+            continue
+        everything.append(fv)
+        t = owner[i] if i < len(owner) else None
+        if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < len(group_of_test):
+            per_group.setdefault(group_of_test[t], []).append(fv)
+    return everything, per_group
+
+
+def _surprise_bounds(results: Results, metric: str, key: str) -> tuple[float, float] | None:
+    """A surprise coverage's (lower, upper) when its histogram can be drawn, else ``None``."""
+    entry = metric_entry(results, metric)
+    bounds = results.config.bounds.get(metric)
+    if entry is None or not entry.applicable or bounds is None or results.inputs.get(key) is None:
+        return None
+    lower, upper = _num(bounds.lower), _num(bounds.upper)
+    if lower is None or upper is None or upper <= lower:
+        return None
+    return lower, upper
+
+
 def _surprise(results: Results) -> list[dict[str, Any]]:
     """Histograms of LSA and DSA, all inputs first, then per group in group order."""
     inputs = results.inputs
-    owner = inputs.get("test") or []
     group_of_test = [t.group for t in results.tests]
-    group_names: list[str] = [g.name for g in results.groups]
-    for name in group_of_test:
-        if name not in group_names:
-            group_names.append(name)
+    group_names: list[str] = list(dict.fromkeys([g.name for g in results.groups] + group_of_test))
     out = []
     for metric, key in SURPRISE.items():
-        entry = metric_entry(results, metric)
-        bounds = results.config.bounds.get(metric)
-        values = inputs.get(key)
-        if entry is None or not entry.applicable or bounds is None or values is None:
+        span = _surprise_bounds(results, metric, key)
+        if span is None:
             continue
-        lower, upper = _num(bounds.lower), _num(bounds.upper)
-        if lower is None or upper is None or upper <= lower:
-            continue
-        per_group: dict[str, list[float]] = {name: [] for name in group_names}
-        everything: list[float] = []
-        for i, v in enumerate(values):
-            fv = _num(v)
-            if fv is None:
-                continue
-            everything.append(fv)
-            t = owner[i] if i < len(owner) else None
-            if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < len(group_of_test):
-                per_group.setdefault(group_of_test[t], []).append(fv)
+        lower, upper = span
+        entry, bounds = results.metrics[metric], results.config.bounds[metric]
+        everything, per_group = _by_group(inputs[key], inputs.get("test") or [], group_of_test, group_names)
         rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
         if len(per_group) > 1:
             rows += [
@@ -322,22 +336,15 @@ def _shorten(s: str, n: int) -> str:
 # --------------------------------------------------------------------------- view data
 
 
-UNIT_NOTES = {
-    "nbc": "Each neuron has two corners: activations above the highest (upper corner) or below the "
-    "lowest (lower corner) value seen on the training set; a corner is covered when an input reaches it.",
-    "snac": "Counts the upper corners only: neurons driven above the highest value seen on the training set.",
-    "kmnc": "Each neuron's training range split into k equal sections; a section is covered when an input lands in it.",
-}
-
-
-#: what a card's "covered of total" counts, where it is not neurons (or buckets)
-_UNITS = {
-    "kmnc": "sections",
-    "nbc": "corners",
-    "tknp": "inputs: distinct top-k patterns",
-    "cc": "input-layer pairs: cluster centres",
-    "nlc": "inputs (no targets)",
-}
+def _card_status(m: str, applicable: bool, value: float | None, thr: float | None, failed: bool) -> str:
+    """A card's status: not available, no threshold, below it (or failed), or passed."""
+    if not applicable:
+        return "n/a"
+    if thr is None:
+        return "none"
+    if failed or (value is not None and round(in_units(m, value), 2) < thr):
+        return "fail"
+    return "pass"
 
 
 def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, Any]]:
@@ -351,16 +358,9 @@ def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, An
         applicable = entry.measured
         value = _num(entry.value) if applicable else None
         thr = _num(thresholds.get(m))
-        if not applicable:
-            status = "n/a"
-        elif thr is None:
-            status = "none"
-        elif m in failed or (value is not None and round(in_units(m, value), 2) < thr):
-            status = "fail"
-        else:
-            status = "pass"
+        status = _card_status(m, applicable, value, thr, m in failed)
         delta = comparison.get(m) if comparison is not None else None
-        unit = "buckets" if KINDS.get(m) == "surprise" else _UNITS.get(m, "neurons")
+        criterion = BY_NAME[m]
         cards.append(
             {
                 "metric": m,
@@ -374,8 +374,8 @@ def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, An
                 "reason": entry.reason if not applicable else None,
                 "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.covered,
                 "total": entry.total,
-                "unit": unit,
-                "explain": UNIT_NOTES.get(m),
+                "unit": criterion.units,
+                "explain": criterion.explanation,
                 "above": entry.above,
                 "below": entry.below,
                 "nan": entry.nan,
@@ -403,7 +403,9 @@ def _cell(t: TestRow, key: str) -> str | int | float | None:
     return plain[key]
 
 
-def _tests(results: Results) -> dict[str, Any]:
+def _test_columns(results: Results) -> list[dict[str, Any]]:
+    """The tests table's columns: the test, each applicable score's mean and max, and the
+    targets each of the run's metrics first covered."""
     columns: list[dict[str, Any]] = [
         {"key": "nodeid", "label": "Test", "kind": "text", "agg": "label"},
         {"key": "group", "label": "Group", "kind": "text", "agg": "none"},
@@ -428,6 +430,24 @@ def _tests(results: Results) -> dict[str, Any]:
                 "title": f"{METRIC_TITLES[m]}: targets first covered by this test",
             }
         )
+    return columns
+
+
+def _total(agg: str, nums: list[tuple[float, float]]) -> Any:
+    """One column's total over (value, inputs) pairs: a sum, a maximum, a mean weighted
+    by inputs, or nothing."""
+    if agg == "sum":
+        return int(sum(v for v, _ in nums)) if nums else 0
+    if agg == "max":
+        return max(v for v, _ in nums) if nums else None
+    if agg == "wmean":
+        wsum = sum(w for _, w in nums)
+        return sum(v * w for v, w in nums) / wsum if wsum else None
+    return None
+
+
+def _tests(results: Results) -> dict[str, Any]:
+    columns = _test_columns(results)
     rows: list[dict[str, Any]] = []
     for t in results.tests:
         cells = [{"value": _cell(t, c["key"]), "kind": c["kind"]} for c in columns]
@@ -437,16 +457,7 @@ def _tests(results: Results) -> dict[str, Any]:
     inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
     for j, c in enumerate(columns):
         vals = [(r["cells"][j]["value"], r["cells"][inputs_col]["value"]) for r in rows]
-        nums = [(n, _num(w) or 0.0) for v, w in vals if (n := _num(v)) is not None]
-        if c["agg"] == "sum":
-            totals.append(int(sum(v for v, _ in nums)) if nums else 0)
-        elif c["agg"] == "max":
-            totals.append(max(v for v, _ in nums) if nums else None)
-        elif c["agg"] == "wmean":
-            wsum = sum(w for _, w in nums)
-            totals.append(sum(v * w for v, w in nums) / wsum if wsum else None)
-        else:
-            totals.append(None)
+        totals.append(_total(c["agg"], [(n, _num(w) or 0.0) for v, w in vals if (n := _num(v)) is not None]))
     outcomes = sorted({r["outcome"] for r in rows if r["outcome"]})
     return {"columns": columns, "rows": rows, "totals": totals, "outcomes": outcomes}
 
@@ -568,37 +579,40 @@ def _mistakes(results: Results) -> dict[str, Any] | None:
     }
 
 
+def _group_cell(m: str, v: float | None, p: float | None, a: float | None) -> dict[str, Any]:
+    """One cell of the cumulative table: the value, the group alone, the gain on the last."""
+    gain = None if v is None or p is None else v - p
+    gain_text = None
+    if gain is not None:
+        gain_text = f"{in_units(m, gain):+,.1f}" if m not in COUNT else f"{gain:+,.4g}"
+    return {
+        "value": v,
+        "text": fmt_metric(m, v),
+        "alone": a,
+        "alone_text": None if a is None else fmt_metric(m, a),
+        "gain": gain,
+        "gain_text": gain_text,
+    }
+
+
+def _group_rows(groups: Sequence[GroupRow], group_metrics: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    prev: dict[str, float | None] = {}
+    for g in groups:
+        cum = g.cumulative
+        cells = [_group_cell(m, _num(cum.get(m)), _num(prev.get(m)), _num(g.metrics.get(m))) for m in group_metrics]
+        rows.append({"name": g.name, "tests": g.tests, "inputs": g.inputs, "cells": cells})
+        prev = cum
+    return rows
+
+
 def build_context(results: Results, *, comparison: Comparison | None = None) -> dict[str, Any]:
     """The plain data the template lays out (exposed for tests and other renderers): the
     one place the typed results become the mappings a template indexes (``r``,
     ``model``, ``config``, ``layers``)."""
     groups = results.groups
     group_metrics = [m for m in METRICS if any(_num(g.cumulative.get(m)) is not None for g in groups)]
-    group_rows = []
-    prev: dict[str, float | None] = {}
-    for g in groups:
-        cum = g.cumulative
-        alone = g.metrics
-        cells = []
-        for m in group_metrics:
-            v, p, a = _num(cum.get(m)), _num(prev.get(m)), _num(alone.get(m))
-            gain = None if v is None or p is None else v - p
-            cells.append(
-                {
-                    "value": v,
-                    "text": fmt_metric(m, v),
-                    "alone": a,
-                    "alone_text": None if a is None else fmt_metric(m, a),
-                    "gain": gain,
-                    "gain_text": None
-                    if gain is None
-                    else f"{in_units(m, gain):+,.1f}"
-                    if m not in COUNT
-                    else f"{gain:+,.4g}",
-                }
-            )
-        group_rows.append({"name": g.name, "tests": g.tests, "inputs": g.inputs, "cells": cells})
-        prev = cum
+    group_rows = _group_rows(groups, group_metrics)
     config = results.config.to_dict()
     run = {"created": results.created, "pytest_sadl_version": results.version, "schema": SCHEMA, "version": VERSION}
     return {
@@ -630,6 +644,23 @@ def build_context(results: Results, *, comparison: Comparison | None = None) -> 
     }
 
 
+def colours() -> list[dict[str, Any]]:
+    """Each criterion's colours for the page's CSS (``--c-NAME``, ``.m-NAME``), from its
+    ``Criterion.colour``, in report order; a criterion without one is drawn in the
+    accent colour."""
+    return [
+        {
+            "metric": c.name,
+            "light": c.colour.light,
+            "dark": c.colour.dark,
+            "dashed": c.colour.dashed,
+            "surprise": c.kind == SURPRISE_KIND,
+        }
+        for c in CRITERIA
+        if c.colour is not None
+    ]
+
+
 def _script() -> tuple[Markup, str]:
     """The page's script and its CSP source (``'sha256-…'``)."""
     js = _env().get_template("report.js").render()
@@ -644,7 +675,7 @@ def render_html(results: Results, *, comparison: Comparison | None = None) -> st
     the same file renders byte for byte the same page.
     """
     script, script_src = _script()
-    css = Markup(_env().get_template("report.css").render())
+    css = Markup(_env().get_template("report.css").render(colours=colours()))
     ctx = build_context(results, comparison=comparison)
     return _env().get_template("report.html.j2").render(**ctx, script=script, script_src=script_src, css=css)
 

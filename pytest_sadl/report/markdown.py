@@ -25,7 +25,7 @@ from pytest_sadl.report._load import (
     unit,
 )
 from pytest_sadl.report.compare import Comparison
-from pytest_sadl.results import Failure, Results, TestRow
+from pytest_sadl.results import Failure, Metric, Results, TestRow
 from pytest_sadl.text import markdown
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
@@ -122,6 +122,17 @@ def _notes(results: Results) -> list[str]:
     return lines
 
 
+def _status(m: str, entry: Metric, value: float | None, thr: float | None, failed: bool) -> str:
+    """A metric's status cell: not available, no threshold, failed (or below), passed."""
+    if not entry.measured:
+        return "n/a (not available)" if entry.reason else "n/a"
+    if thr is None:
+        return "–"
+    if failed or (value is not None and round(in_units(m, value), 2) < thr):
+        return "❌ fail"
+    return "✅ pass"
+
+
 def _metrics_table(results: Results, failed_metrics: set[str], comparison: Comparison | None) -> list[str]:
     """Each metric: value, threshold, status (and the baseline and change)."""
     thresholds = thresholds_of(results)
@@ -135,17 +146,9 @@ def _metrics_table(results: Results, failed_metrics: set[str], comparison: Compa
         entry = metric_entry(results, m)
         if entry is None:
             continue
-        applicable = entry.measured
-        value = entry.value if applicable else None
+        value = entry.value if entry.measured else None
         thr = thresholds.get(m)
-        if not applicable:
-            status = "n/a (not available)" if entry.reason else "n/a"
-        elif thr is None:
-            status = "–"
-        elif m in failed_metrics or (value is not None and round(in_units(m, value), 2) < thr):  # applicable
-            status = "❌ fail"
-        else:
-            status = "✅ pass"
+        status = _status(m, entry, value, thr, m in failed_metrics)
         row = [METRIC_LABELS[m], fmt_metric(m, value), "–" if thr is None else f"{thr:.2f}{unit(m)}", status]
         if comparison is not None:
             md = comparison.get(m)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pytest_sadl.criteria.registry import COUNT, LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
 from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
-from pytest_sadl.report.compare import Comparison
+from pytest_sadl.report.compare import Comparison, MetricDelta
 from pytest_sadl.results import GroupRow, Metric, Results
 from pytest_sadl.text import terminal as safe
 
@@ -107,16 +107,23 @@ def _short_units(header: list[str], table: list[list[str]], width: int) -> list[
     return header[:3] + [h.rsplit(" ", 1)[0] for h in header[3:]]
 
 
+def _cut_names(rows: list[list[str]], widths: list[int], width: int | None) -> list[list[str]]:
+    """The rows with their first column cut (an ellipsis, 12 characters at least) so the
+    table fits ``width``; ``widths[0]`` set to the cut."""
+    over = sum(widths) + 2 * (len(widths) - 1) - (width or 0)
+    if width is None or over <= 0 or widths[0] <= 12:
+        return rows
+    cut = max(12, widths[0] - over)
+    widths[0] = cut
+    return [[(r[0] if len(r[0]) <= cut else r[0][: cut - 1] + "…"), *r[1:]] for r in rows]
+
+
 def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
     """Aligned columns; with ``width``, the first column (names: groups, tests) is cut with
     an ellipsis so the table fits, down to 12 characters."""
     rows = [[safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    over = sum(widths) + 2 * (len(widths) - 1) - (width or 0)
-    if width is not None and over > 0 and widths[0] > 12:
-        cut = max(12, widths[0] - over)
-        rows = [[(r[0] if len(r[0]) <= cut else r[0][: cut - 1] + "…"), *r[1:]] for r in rows]
-        widths[0] = cut
+    rows = _cut_names(rows, widths, width)
     out = []
     for n, row in enumerate(rows):
         cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(row)]
@@ -126,17 +133,10 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
     return out
 
 
-def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -> list[str]:
-    """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
-    =all``), several stacked, each with the group column and as many metrics as fit."""
-    names = [("" if i == 0 else "+ ") + safe(g.name) for i, g in enumerate(groups)]
-    cols = {k: [LABELS[k]] + [fmt_metric(k, g.cumulative.get(k)).rstrip("%") for g in groups] for k in shown}
-    first = [["group", *names], ["tests"] + [str(g.tests) for g in groups]]
-    first.append(["inputs"] + [str(g.inputs) for g in groups])
-    name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
-    room = None if width is None else width - name_w - 2
+def _chunks(shown: list[str], cols: dict[str, list[str]], used: int, room: int | None) -> list[list[str]]:
+    """The metric columns in parts that each fit ``room`` (``used``: the first part's
+    fixed columns); one part without a limit."""
     chunks: list[list[str]] = [[]]
-    used = sum(max(map(len, c)) + 2 for c in first[1:])
     for k in shown:
         need = max(map(len, cols[k])) + 2
         if room is not None and chunks[-1] and used + need > room:
@@ -144,6 +144,27 @@ def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -
             used = 0
         chunks[-1].append(k)
         used += need
+    return chunks
+
+
+def _group_columns(groups: list[GroupRow]) -> list[list[str]]:
+    """Table VI's first columns: the groups (``+`` from the second on), tests, inputs."""
+    names = [("" if i == 0 else "+ ") + safe(g.name) for i, g in enumerate(groups)]
+    return [
+        ["group", *names],
+        ["tests"] + [str(g.tests) for g in groups],
+        ["inputs"] + [str(g.inputs) for g in groups],
+    ]
+
+
+def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -> list[str]:
+    """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
+    =all``), several stacked, each with the group column and as many metrics as fit."""
+    cols = {k: [LABELS[k]] + [fmt_metric(k, g.cumulative.get(k)).rstrip("%") for g in groups] for k in shown}
+    first = _group_columns(groups)
+    name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
+    room = None if width is None else width - name_w - 2
+    chunks = _chunks(shown, cols, sum(max(map(len, c)) + 2 for c in first[1:]), room)
     if len(chunks) > 1:  # the parts' group columns cut alike, so the parts line up
         first[0] = [c if len(c) <= name_w else c[: name_w - 1] + "…" for c in first[0]]
     out: list[str] = []
@@ -215,45 +236,61 @@ def _metric_row(name: str, m: Metric, results: Results) -> list[str]:
     return [LABELS[name], fmt_metric(name, m.value), _covered(name, m), bounds, above, thr]
 
 
-def _metrics_table(results: Results, comparison: Comparison | None, width: int | None) -> list[str]:
-    """The metrics, with what is not applicable or not available and the bounds' rule."""
-    metrics, config = results.metrics, results.config
-    deltas = {d.metric: d for d in comparison.metrics} if comparison is not None else {}
-    header = ["metric", "coverage", "covered / total", "bounds", "above upper", "threshold"]
-    if deltas:
-        header.append("vs baseline")
-    rows = [header]
-    not_applicable = []
-    not_available: list[str] = []
+def _metrics_rows(
+    results: Results, deltas: dict[str, MetricDelta], not_applicable: list[str], not_available: list[str]
+) -> list[list[str]]:
+    """One row per metric of the run (not applicable and not available ones named in the lists)."""
+    rows = []
     for name in ORDER:
-        m = metrics.get(name)
+        m = results.metrics.get(name)
         if m is None:  # a results file from before this metric existed, or a metric not chosen
             continue
-        if not m.applicable:
+        if m.applicable:
+            row = _metric_row(name, m, results)
+        else:
             row = [LABELS[name], "n/a", "-", "", "", ""]
             if m.reason:  # its score cannot be set up on the chosen layer
                 not_available.append(f"{LABELS[name]}: not available ({m.reason})")
             else:
                 not_applicable.append(LABELS[name])
-        else:
-            row = _metric_row(name, m, results)
         if deltas:
             d = deltas.get(name)
             row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
         rows.append(row)
-    lines = _table(rows, right={1, 2, 4, 5, 6}, width=width)
+    return rows
+
+
+def _metrics_notes(results: Results, not_applicable: list[str], not_available: list[str]) -> list[str]:
+    """What the metrics table leaves to sentences: not applicable, not available, counts, the rule."""
+    metrics = results.metrics
+    notes = []
     if not_applicable:
-        lines += _wrap(f"{', '.join(not_applicable)}: not applicable (regression model)", width)
-    for line in not_available:
-        lines += _wrap(line, width)
+        notes.append(f"{', '.join(not_applicable)}: not applicable (regression model)")
+    notes += not_available
     note = _count_note([r for r in ORDER if r in metrics and metrics[r].applicable])
     if note:
-        lines += _wrap(note, width)
+        notes.append(note)
     if not_available:
-        lines += _wrap("(`sadl profile layers --usable` says which layers each SA measure can use)", width)
-    rules = {b.rule or "" for k in SURPRISE if (b := config.bounds.get(k)) is not None}
-    if any(r.startswith("default") for r in rules):
-        lines += _wrap("bounds: " + next(r for r in rules if r.startswith("default")), width)
+        notes.append("(`sadl profile layers --usable` says which layers each SA measure can use)")
+    rules = {b.rule or "" for k in SURPRISE if (b := results.config.bounds.get(k)) is not None}
+    default = next((r for r in sorted(rules) if r.startswith("default")), None)
+    if default is not None:
+        notes.append("bounds: " + default)
+    return notes
+
+
+def _metrics_table(results: Results, comparison: Comparison | None, width: int | None) -> list[str]:
+    """The metrics, with what is not applicable or not available and the bounds' rule."""
+    deltas = {d.metric: d for d in comparison.metrics} if comparison is not None else {}
+    header = ["metric", "coverage", "covered / total", "bounds", "above upper", "threshold"]
+    if deltas:
+        header.append("vs baseline")
+    not_applicable: list[str] = []
+    not_available: list[str] = []
+    rows = [header, *_metrics_rows(results, deltas, not_applicable, not_available)]
+    lines = _table(rows, right={1, 2, 4, 5, 6}, width=width)
+    for note in _metrics_notes(results, not_applicable, not_available):
+        lines += _wrap(note, width)
     return lines
 
 

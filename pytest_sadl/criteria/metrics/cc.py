@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_sadl.criteria.shape import COUNT_KIND, Batch, Coverage, Criterion, Setup
+from pytest_sadl.criteria.shape import COUNT_KIND, Batch, Coverage, Criterion, Param, Setup
 
 if TYPE_CHECKING:
     import numpy as np
@@ -150,5 +150,19 @@ CRITERION = Criterion(
     needs=("coverage layers", "cc_threshold"),
     make=make,
     default=False,
-    option_names=("cc_threshold",),
+    parameters=(
+        Param(
+            "cc_threshold",
+            float,
+            10.0,
+            "CC: an input farther than this Euclidean distance from every cluster centre of a layer "
+            "starts a new one (default 10)",
+            metavar="D",
+            at_least=0,
+            at_least_why="CC's distance threshold must be >= 0",
+            description="CC's distance threshold (when the run computed CC)",
+        ),
+    ),
+    unit="input-layer pairs: cluster centres",
+    count_parts=("cluster centres", "inputs x coverage layers"),
 )

@@ -5,7 +5,8 @@ input's class, ``dist_b`` from ``x_a`` to the nearest trace of another class:
 :class:`~pytest_sadl.criteria.surprise.DSA`); defined for classifiers only.
 """
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Training, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Scorer, Training
 
 
 def fit(training: Training) -> Scorer | None:
@@ -56,4 +57,5 @@ CRITERION = Criterion(
     sa="dsa",
     sa_label="DSA",
     fit=fit,
+    colour=Colour("#c2410c", "#fb923c"),
 )

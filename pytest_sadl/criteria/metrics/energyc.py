@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion
 
 
 def logit_fit(score: str) -> Callable[[Any], Any]:
@@ -50,4 +51,5 @@ CRITERION = Criterion(
     sa_label="Energy",
     default=False,
     fit=logit_fit("energy"),
+    colour=Colour("#475569", "#cbd5e1"),
 )

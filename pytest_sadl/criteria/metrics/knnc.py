@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Param
 
 
 def _k(options: Any) -> int:
     from pytest_sadl.criteria.ood import KNN_K
 
-    return int(getattr(options, "knn_k", None) or KNN_K)
+    return KNN_K if options is None else int(options.param("knn_k"))
 
 
 def fit(training: Any) -> Any:
@@ -45,4 +46,16 @@ CRITERION = Criterion(
     default=False,
     fit=fit,
     params=params,
+    parameters=(
+        Param(
+            "knn_k",
+            int,
+            50,
+            "KNN: the k-th nearest normalised training trace (default 50, Sun et al.)",
+            at_least=1,
+            at_least_why="KNN needs k >= 1",
+            description="KNN's k (when the run computed KNNC)",
+        ),
+    ),
+    colour=Colour("#0f766e", "#5eead4", dashed=True),
 )

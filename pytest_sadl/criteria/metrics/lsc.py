@@ -5,7 +5,8 @@ input's predicted class (:class:`~pytest_sadl.criteria.surprise.LSA`); LSC is th
 of the ``buckets`` equal segments of ``[lower, upper]`` that some input's LSA falls into.
 """
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Training, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Scorer, Training
 
 
 def fit(training: Training) -> Scorer:
@@ -34,4 +35,5 @@ CRITERION = Criterion(
     sa="lsa",
     sa_label="LSA",
     fit=fit,
+    colour=Colour("#2f6fdb", "#6ea2ff"),
 )

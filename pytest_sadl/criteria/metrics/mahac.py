@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion
 
 
 def fit(training: Any) -> Any:
@@ -34,4 +35,5 @@ CRITERION = Criterion(
     sa_label="MAHA",
     default=False,
     fit=fit,
+    colour=Colour("#9f1239", "#fda4af", dashed=True),
 )

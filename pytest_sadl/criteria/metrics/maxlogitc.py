@@ -12,8 +12,9 @@ input's MaxLogit falls into, as LSC. Opt-in: ``--sadl-metrics=maxlogitc``.
 
 from __future__ import annotations
 
+from pytest_sadl.criteria.metrics import surprise_make
 from pytest_sadl.criteria.metrics.energyc import logit_fit
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion
 
 CRITERION = Criterion(
     name="maxlogitc",
@@ -26,4 +27,5 @@ CRITERION = Criterion(
     sa_label="MaxLogit",
     default=False,
     fit=logit_fit("maxlogit"),
+    colour=Colour("#475569", "#cbd5e1", dashed=True),
 )

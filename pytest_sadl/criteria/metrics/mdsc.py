@@ -5,7 +5,8 @@ class's training mean under that class's covariance
 (:class:`~pytest_sadl.criteria.mahalanobis.MDSA`).
 """
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, Scorer, Training, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Scorer, Training
 
 
 def fit(training: Training) -> Scorer:
@@ -28,4 +29,5 @@ CRITERION = Criterion(
     sa="mdsa",
     sa_label="MDSA",
     fit=fit,
+    colour=Colour("#a16207", "#facc15"),
 )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Param
 
 
 def fit(training: Any) -> Any:
@@ -41,5 +42,16 @@ CRITERION = Criterion(
     default=False,
     fit=fit,
     params=params,
-    option_names=("mlsa_components",),
+    parameters=(
+        Param(
+            "mlsa_components",
+            int,
+            2,
+            "MLSA: Gaussian mixture components per class (default 2)",
+            at_least=1,
+            at_least_why="MLSA needs at least 1 mixture component per class",
+            description="MLSA's mixture components per class (when the run computed MLSC)",
+        ),
+    ),
+    colour=Colour("#1e3a8a", "#bfdbfe", dashed=True),
 )

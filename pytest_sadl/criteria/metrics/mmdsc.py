@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.metrics import surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion, Param
 
 
 def fit(training: Any) -> Any:
@@ -41,5 +42,16 @@ CRITERION = Criterion(
     default=False,
     fit=fit,
     params=params,
-    option_names=("mmdsa_modes",),
+    parameters=(
+        Param(
+            "mmdsa_modes",
+            int,
+            2,
+            "MMDSA: k-means modes per class (default 2)",
+            at_least=1,
+            at_least_why="MMDSA needs at least 1 k-means mode per class",
+            description="MMDSA's k-means modes per class (when the run computed MMDSC)",
+        ),
+    ),
+    colour=Colour("#78350f", "#fde68a", dashed=True),
 )

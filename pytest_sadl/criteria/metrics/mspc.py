@@ -12,8 +12,9 @@ input's MSP falls into, as LSC. Opt-in: ``--sadl-metrics=mspc``.
 
 from __future__ import annotations
 
+from pytest_sadl.criteria.metrics import surprise_make
 from pytest_sadl.criteria.metrics.energyc import logit_fit
-from pytest_sadl.criteria.shape import SURPRISE_KIND, Criterion, surprise_make
+from pytest_sadl.criteria.shape import SURPRISE_KIND, Colour, Criterion
 
 CRITERION = Criterion(
     name="mspc",
@@ -26,4 +27,5 @@ CRITERION = Criterion(
     sa_label="MSP",
     default=False,
     fit=logit_fit("msp"),
+    colour=Colour("#854d0e", "#fde047", dashed=True),
 )

@@ -5,19 +5,13 @@ the training ``high``) that some input reaches
 (:class:`~pytest_sadl.criteria.neurons.NeuronBoundaryCoverage`).
 """
 
-from pytest_sadl.criteria.shape import (
-    NEURON_KIND,
-    Coverage,
-    Criterion,
-    NeuronTargets,
-    Setup,
-)
+from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Setup
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import NeuronBoundaryCoverage
 
-    return NeuronTargets(NeuronBoundaryCoverage(setup.ranges))
+    return NeuronBoundaryCoverage(setup.ranges)
 
 
 CRITERION = Criterion(
@@ -27,4 +21,10 @@ CRITERION = Criterion(
     kind=NEURON_KIND,
     needs=("neuron ranges",),
     make=make,
+    unit="corners",
+    explanation=(
+        "Each neuron has two corners: activations above the highest (upper corner) or below the "
+        "lowest (lower corner) value seen on the training set; a corner is covered when an input reaches it."
+    ),
+    colour=Colour("#0e7490", "#22d3ee"),
 )

@@ -123,4 +123,5 @@ CRITERION = Criterion(
     needs=("coverage layers",),
     make=make,
     default=False,
+    unit="inputs (no targets)",
 )

@@ -4,19 +4,13 @@ The fraction of neurons that some input drives above their training ``high``
 (:class:`~pytest_sadl.criteria.neurons.StrongNeuronActivationCoverage`).
 """
 
-from pytest_sadl.criteria.shape import (
-    NEURON_KIND,
-    Coverage,
-    Criterion,
-    NeuronTargets,
-    Setup,
-)
+from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Setup
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import StrongNeuronActivationCoverage
 
-    return NeuronTargets(StrongNeuronActivationCoverage(setup.ranges))
+    return StrongNeuronActivationCoverage(setup.ranges)
 
 
 CRITERION = Criterion(
@@ -26,4 +20,6 @@ CRITERION = Criterion(
     kind=NEURON_KIND,
     needs=("neuron ranges",),
     make=make,
+    explanation=("Counts the upper corners only: neurons driven above the highest value seen on the training set."),
+    colour=Colour("#be185d", "#f472b6"),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_sadl.criteria.shape import NEURON_KIND, Batch, Coverage, Criterion, Setup
+from pytest_sadl.criteria.shape import NEURON_KIND, Batch, Colour, Coverage, Criterion, Param, Setup
 
 if TYPE_CHECKING:
     import numpy as np
@@ -105,5 +105,16 @@ CRITERION = Criterion(
     needs=("coverage layers", "tknc_k"),
     make=make,
     default=False,
-    option_names=("tknc_k",),
+    parameters=(
+        Param(
+            "tknc_k",
+            int,
+            2,
+            "TKNC: a neuron is covered when among the k most active of its layer for some input (default 2)",
+            at_least=1,
+            at_least_why="TKNC needs k >= 1 neurons per layer",
+            description="TKNC's k (when the run computed TKNC)",
+        ),
+    ),
+    colour=Colour("#4d7c0f", "#a3e635"),
 )

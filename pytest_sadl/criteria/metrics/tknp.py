@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_sadl.criteria.shape import COUNT_KIND, Batch, Coverage, Criterion, Setup
+from pytest_sadl.criteria.shape import COUNT_KIND, Batch, Coverage, Criterion, Param, Setup
 
 if TYPE_CHECKING:
     from pytest_sadl.results import Metric
@@ -84,5 +84,17 @@ CRITERION = Criterion(
     needs=("coverage layers", "tknp_k"),
     make=make,
     default=False,
-    option_names=("tknp_k",),
+    parameters=(
+        Param(
+            "tknp_k",
+            int,
+            2,
+            "TKNP: a pattern is the top-k set of every coverage layer (default 2)",
+            at_least=1,
+            at_least_why="TKNP needs k >= 1 neurons per layer",
+            description="TKNP's k (when the run computed TKNP)",
+        ),
+    ),
+    unit="inputs: distinct top-k patterns",
+    count_parts=("distinct top-k patterns", "inputs"),
 )

@@ -1,0 +1,86 @@
+"""The results schema's per-metric entries, from the registry.
+
+Most of ``results.schema.json`` is written by hand; what depends on the criteria is made
+here: a count criterion's ``metrics``, ``thresholds`` and group entries (a number, not a
+fraction in [0, 1]: the hand-written ``additionalProperties`` cover every share), and the
+``config`` entries of each surprise coverage's bounds and of every criterion's parameters.
+``scripts/results_schema.py`` writes them into the shipped file (``--check`` in
+``scripts/check.sh``); :func:`with_registry` gives the same for a schema in memory, so a
+criterion registered from outside is validated as a built-in one. Pure Python.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pytest_sadl.criteria.registry import CRITERIA, PARAMS, SURPRISE
+from pytest_sadl.criteria.shape import COUNT_KIND, Param
+
+DOUBLE = 1.7976931348623157e308
+INTEGER = 9007199254740992  # 2**53: the largest integer a JSON number keeps exactly
+
+#: where, under the schema's ``properties``, each count criterion gets an entry, and which
+_COUNT_PLACES: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("thresholds",), {"type": "number", "minimum": 0, "maximum": DOUBLE}),
+    (("metrics",), {"$ref": "#/$defs/count_metric"}),
+    (("groups", "items", "properties", "metrics"), {"type": ["number", "null"], "minimum": 0, "maximum": DOUBLE}),
+    (("groups", "items", "properties", "cumulative"), {"type": ["number", "null"], "minimum": 0, "maximum": DOUBLE}),
+)
+
+_BOUND = {"type": ["number", "null"], "minimum": -DOUBLE, "maximum": DOUBLE}
+BOUNDS: dict[str, Any] = {
+    "type": ["object", "null"],
+    "properties": {
+        "lower": _BOUND,
+        "upper": _BOUND,
+        "buckets": {"type": "integer", "minimum": 0, "maximum": INTEGER},
+        "rule": {
+            "description": "how the bounds were chosen: 'configured', or the default rule with its version "
+            "('default v2: ...': the 99th percentile of held-out training SA; 'default: ...' before v2: their maximum)",
+            "type": "string",
+            "maxLength": 100000,
+        },
+    },
+}
+
+
+def param_entry(param: Param) -> dict[str, Any]:
+    """A parameter's ``config`` entry: its type and range."""
+    entry: dict[str, Any] = {"description": param.description} if param.description else {}
+    integer = param.type is int
+    entry["type"] = "integer" if integer else "number"
+    low = param.at_least if param.at_least is not None else -(INTEGER if integer else DOUBLE)
+    entry["minimum"] = int(low) if integer else low
+    high = param.maximum if param.maximum is not None else (INTEGER if integer else DOUBLE)
+    entry["maximum"] = int(high) if integer else high
+    return entry
+
+
+def _node(schema: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    node: dict[str, Any] = schema["properties"]
+    for key in path:
+        node = node[key]
+    return node
+
+
+def with_registry(schema: dict[str, Any], generated: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``schema`` (not changed) with its per-metric entries made from the registry.
+    ``generated``: the ``config`` keys an earlier generation made (removed first, so a
+    criterion or parameter taken out of the registry leaves the schema too)."""
+    out = copy.deepcopy(schema)
+    counts = [c.name for c in CRITERIA if c.kind == COUNT_KIND]
+    for path, entry in _COUNT_PLACES:
+        node = _node(out, path)
+        node["properties"] = {name: copy.deepcopy(entry) for name in counts}
+    config = _node(out, ("config",))
+    made = {name: copy.deepcopy(BOUNDS) for name in SURPRISE}
+    made.update({p.name: param_entry(p) for p in PARAMS})
+    kept = {k: v for k, v in config["properties"].items() if k not in made and k not in generated}
+    config["properties"] = {**kept, **made}
+    return out
+
+
+def generated_keys() -> frozenset[str]:
+    """The ``config`` keys :func:`with_registry` makes."""
+    return frozenset(SURPRISE) | frozenset(p.name for p in PARAMS)
