@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,10 @@ if TYPE_CHECKING:
     from pytest_sadl.config import Report, SadlOptions
     from pytest_sadl.plugin.sources import Sources
     from pytest_sadl.report.compare import Comparison
-    from pytest_sadl.results import Results
+    from pytest_sadl.results import Results, Scope
+
+#: makes the run's scope from (tests recorded, tests whose inputs were lost)
+ScopeMaker = Callable[[int, int], "Scope"]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -147,8 +151,11 @@ def finish(
     arrivals: transport.Arrivals,
     outcome: Outcome,
     ending: Ending,
+    make_scope: ScopeMaker | None = None,
 ) -> None:
-    """Controller or serial run: the results, the comparison, the reports (into ``ending``)."""
+    """Controller or serial run: the results, the comparison, the reports (into ``ending``).
+    ``make_scope`` says what part of the suite was measured: a partial run's gates are
+    not applied unless ``--sadl-gate-partial`` (:func:`gate_partial`)."""
     from pytest_sadl.engine import ProfileView, compute
     from pytest_sadl.errors import SadlWarning
     from pytest_sadl.results import MissingTest
@@ -174,13 +181,40 @@ def finish(
         ending.results = compute(view, records, options, model_info(options, sources, profile), messages, phases)
     keep_dsa_distances(profile)
     ending.results.missing = [MissingTest.from_dict(m) for m in missing]
+    if make_scope is not None:
+        ending.results.scope = make_scope(len(ending.results.tests), len(missing))
     ending.data = ending.results.to_dict()
     if options.compare is not None:
         compare_with_baseline(options, ending, outcome)
-        if outcome.warnings_after:  # in the results every report renders, and in their JSON form
-            ending.results.warnings.extend(outcome.warnings_after)
-            ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
+    gate_partial(options, ending, outcome)
+    if options.compare is not None and outcome.warnings_after:  # in what every report renders, and its JSON
+        ending.results.warnings.extend(outcome.warnings_after)
+        ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
     write_reports(options, ending, outcome)
+
+
+def gate_partial(options: SadlOptions, ending: Ending, outcome: Outcome) -> None:
+    """A partial run's gates: a suite's floor (``--sadl-fail-under``) is not judged on a
+    fraction of it, nor a drop against a baseline of the whole suite
+    (``--sadl-compare-fail``), unless ``--sadl-gate-partial``; each gate not applied is
+    kept in ``scope.ungated`` and said in every report. A comparison made like with like
+    (against the baseline's own coverage of the same tests, :mod:`pytest_sadl.covered`)
+    gates as a whole run's does."""
+    results = ending.results
+    assert results is not None and ending.data is not None
+    scope = results.scope
+    if scope is None or not scope.partial or getattr(options, "gate_partial", False):
+        return
+    ungated = [f.message for f in results.failures]
+    like = ending.comparison is not None and getattr(ending.comparison, "like_with_like", False)
+    if not like:
+        ungated += outcome.comparison_failures
+        outcome.comparison_failures = []
+    results.failures = []
+    results.scope = replace(scope, gated=False, ungated=ungated)
+    ending.data["outcome"]["failures"] = []
+    ending.data["outcome"]["passed"] = True
+    ending.data["scope"] = results.scope.to_dict()
 
 
 def _on_cluster(view: Any, profile: Any, options: Any, status: Any) -> Any:

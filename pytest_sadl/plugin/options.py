@@ -431,6 +431,15 @@ OPTIONS: tuple[Option, ...] = (
         "str",
         "SPEC",
     ),
+    Option(
+        "--sadl-gate-partial",
+        "sadl_gate_partial",
+        "apply --sadl-fail-under and --sadl-compare-fail to a partial run too (-x, --maxfail, -k, -m, --lf, --sw, "
+        "--deselect): by default a run that measured only some marked tests says so and does not gate",
+        "bool",
+        False,
+        "bool",
+    ),
 )
 
 
@@ -786,6 +795,7 @@ def read_options(config: pytest.Config) -> SadlOptions:
         sa_components=sa_components,
         lsa_near_singular=lsa_near_singular,
         dsa_precompute=_switch(config, "sadl_dsa_precompute"),
+        gate_partial=_switch(config, "sadl_gate_partial"),
         batch_size=batch_size,
         reports=reports,
         groups=groups,
