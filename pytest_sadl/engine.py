@@ -23,7 +23,7 @@ import datetime as _dt
 import math
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_sadl import __version__
+from pytest_sadl.covered import section as covered_section
 from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
 from pytest_sadl.criteria.neurons import NeuronRanges
 from pytest_sadl.criteria.projection import Projected, Projection
@@ -942,7 +943,14 @@ def compute(
         warnings=messages,
         mistakes=None if mistakes is None else Mistakes.from_dict(mistakes),
         stale=[StaleTest.from_dict(r) for r in stale],
+        covered=covered_section(_per_test(records, joined, scores), total.fresh, options.groups),
     )
+
+
+def _per_test(records: Sequence[TestRecord], joined: Joined, scores: dict[str, np.ndarray]) -> Iterator[Any]:
+    """(node id, the criteria's batch of its inputs) of each test, for its covered sets."""
+    for t, rec in enumerate(records):
+        yield rec.nodeid, joined.part(np.flatnonzero(joined.owner == t), scores)
 
 
 def _sc_options(options: SadlOptions, metric: str) -> Any:

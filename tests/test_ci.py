@@ -133,3 +133,95 @@ def test_an_old_file_without_scope_reads(five) -> None:
     del data["scope"]
     (five.path / "old.json").write_text(json.dumps(data))
     assert _load(five.path / "old.json").scope is None
+
+
+def _same_run(combined: dict, single: dict) -> None:
+    """The numbers of a combined file and a single run, bit for bit."""
+    for key in ("metrics", "layers", "groups", "tests", "inputs", "config", "model"):
+        assert combined[key] == single[key], key
+    assert combined["covered"]["tests"] == single["covered"]["tests"]
+
+
+def test_shards_combine_into_the_single_run_exactly(five) -> None:
+    from pytest_sadl.cli.main import main
+
+    single = json.loads((five.path / "full.json").read_text())
+    node = "test_project.py::"
+    shardings = {
+        "k2": [["-k", "test_1 or test_2"], ["-k", "not (test_1 or test_2)"]],
+        "ids3": [
+            [node + "test_1_fails", node + "test_5"],
+            [node + "test_2", node + "test_unmarked"],
+            [node + "test_3", node + "test_4"],
+        ],
+    }
+    for label, shards in shardings.items():
+        paths = []
+        for i, args in enumerate(shards):
+            path = five.path / f"{label}-{i}.json"
+            run(five, *args, "--sadl-coverage", f"--sadl-report=json:{path}")
+            paths.append(str(path))
+        out = five.path / f"{label}.json"
+        assert main(["combine", *paths, "-o", str(out), "--fail-under=lsc:1"]) == 0
+        combined = json.loads(out.read_text())
+        _same_run(combined, single)
+        assert combined["scope"]["runs"] == len(shards) and not combined["scope"]["partial"]
+        # sadl report renders it
+        assert main(["report", str(out), "--markdown", str(five.path / f"{label}.md")]) == 0
+    # a floor the combined run misses fails as the plugin's gate does
+    assert main(["combine", *paths, "-o", str(five.path / "f.json"), "--fail-under=lsc:99"]) == 1
+
+
+def test_combine_refuses_other_runs_in_one_line(five, capsys) -> None:
+    from pytest_sadl.cli.main import main
+
+    run(five, "-k", "test_2", "--sadl-coverage", "--sadl-kmnc-k=10", "--sadl-report=json:other.json")
+    full = str(five.path / "full.json")
+    assert main(["combine", full, str(five.path / "other.json"), "-o", str(five.path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "another configuration (kmnc_k 1000 vs 10)" in err
+
+
+def test_minimize_names_tests_that_alone_give_the_same_coverage(five, capsys) -> None:
+    from pytest_sadl.cli.main import main
+
+    full = five.path / "full.json"
+    assert main(["minimize", str(full), "--metrics", "lsc,dsc,nc", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    keep = found["keep"]
+    assert 0 < len(keep) <= 5
+    assert all(t["redundant"] == (not any(t["unique"].values())) for t in found["tests"])
+    run(five, *keep, "--sadl-coverage", "--sadl-report=json:min.json")
+    small = json.loads((five.path / "min.json").read_text())
+    single = json.loads(full.read_text())
+    for m in ("lsc", "dsc", "nc"):
+        assert small["metrics"][m]["covered"] == single["metrics"][m]["covered"], m
+    assert main(["minimize", str(full)]) == 0
+    assert "keep the coverage of LSC, DSC, NC (greedy set cover)" in capsys.readouterr().out
+
+
+def test_a_partial_run_compares_like_with_like(five) -> None:
+    res = run(
+        five,
+        "-x",
+        "--sadl-coverage",
+        "--sadl-report=term",
+        "--sadl-compare=full.json",
+        "--sadl-compare-fail=lsc:0,nc:0",
+    )
+    assert res.ret == 1  # the test's failure: no gate broken
+    out = " ".join(res.stdout.str().split())
+    assert "compared like with like: with the baseline's coverage of the same 1 tests" in out
+    assert "dropped by" not in out and "not gated" not in out  # the same test covered the same
+
+
+def test_covered_sets_round_trip() -> None:
+    import numpy as np
+
+    from pytest_sadl.covered import decode, encode
+
+    rng = np.random.default_rng(0)
+    for n, p in [(1, 0.5), (1000, 0.001), (1000, 0.6), (50_000, 0.01), (7, 0.0)]:
+        bits = rng.random(n) < p
+        text = encode(bits)
+        assert text[:2] in ("b:", "i:") and np.array_equal(decode(text, n), bits)

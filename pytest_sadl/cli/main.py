@@ -335,6 +335,8 @@ LAZY = {
         "pytest_sadl.cli.select",
         "choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
     ),
+    "combine": ("pytest_sadl.cli.combine", "combine the results of shards into one run's results (exactly)"),
+    "minimize": ("pytest_sadl.cli.minimize", "the fewest tests that keep a run's coverage (greedy set cover)"),
 }
 
 

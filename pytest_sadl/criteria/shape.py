@@ -154,6 +154,13 @@ class SurpriseBuckets:
     def bounds(self) -> dict[str, float | int]:
         return {"lower": self.sc.lower, "upper": self.sc.upper, "buckets": self.sc.buckets}
 
+    def covered_sets(self) -> tuple[list[Any], list[int], dict[str, int]]:
+        """The covered buckets (one part), their total, and the scores below, above, in
+        all and NaN: what ``pytest_sadl.covered`` stores per test, so that runs combine."""
+        sc = self.sc
+        counts = {"below": sc.below, "above": sc.above, "count": sc.count, "nan": sc.nan}
+        return [sc.covered.copy()], [sc.total], counts
+
 
 def surprise_make(name: str, sa: str) -> Callable[[Setup], Coverage | None]:
     """``make`` of a surprise coverage: its bounds from the setup, ``None`` without them."""
@@ -191,3 +198,14 @@ class NeuronTargets:
 
     def per_layer(self) -> list[float]:
         return list(self.coverage.per_layer())
+
+    def covered_sets(self) -> tuple[list[Any], list[int], dict[str, int]]:
+        """Each layer's covered targets (flat) and the targets that count on it (KMNC:
+        not its constant neurons): what ``pytest_sadl.covered`` stores per test."""
+        cov = self.coverage
+        flat = cov.covered.reshape(len(cov.covered), -1)
+        parts, start = [], 0
+        for size in cov.sizes:
+            parts.append(flat[start : start + size].reshape(-1).copy())
+            start += size
+        return parts, [t for _, t in cov.layer_counts()], {}

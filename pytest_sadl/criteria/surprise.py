@@ -29,6 +29,7 @@ from pytest_sadl.criteria.checks import (
     as_pred,
     as_traces,
     as_train_traces,
+    by_fixed_rows,
     check_fits,
     check_var_rule,
     check_var_threshold,
@@ -414,7 +415,7 @@ class LSA:
         log-sum-exp (the running maximum is subtracted before ``exp``), so an input far
         from every training trace neither underflows to ``-inf`` nor pays for denormals."""
         d = x.shape[1]
-        z = (x - kde.mean) @ kde.whiten
+        z = by_fixed_rows(x - kde.mean, kde.whiten)  # the same bits whichever inputs share the call
         q = np.empty((len(z), d + 2))
         q[:, :d] = z
         q[:, d] = 1.0
@@ -427,7 +428,7 @@ class LSA:
         for block in self._training_blocks(kde, cols):
             for r0 in range(0, m, rows):
                 r1 = min(m, r0 + rows)
-                v = q[r0:r1] @ block.T
+                v = by_fixed_rows(q[r0:r1], block.T)
                 new_top = np.maximum(top[r0:r1], v.max(axis=1))
                 acc[r0:r1] *= np.exp(top[r0:r1] - new_top)
                 v -= new_top[:, None]

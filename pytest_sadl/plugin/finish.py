@@ -46,6 +46,8 @@ class Ending:
     #: the results' JSON form (``results.to_dict()``), once they are computed
     data: dict[str, Any] | None = None
     comparison: Comparison | None = None
+    #: the comparison is against the baseline's coverage of this run's own tests
+    like_with_like: bool = False
 
 
 def write_report(report: Report, results: Results, data: dict[str, Any], comparison: Comparison | None) -> Path:
@@ -131,8 +133,11 @@ def compare_with_baseline(options: SadlOptions, ending: Ending, outcome: Outcome
     assert options.compare is not None and ending.results is not None
     try:
         notes: list[str] = []  # metric names the baseline holds that this version ignores
-        ending.comparison = compare(ending.results, read_results(options.compare, notes))
-        ending.comparison.warnings.extend(notes)
+        scoped: list[str] = []  # what a partial run's comparison is against: every report says it
+        baseline = like_with_like(ending, read_results(options.compare, notes), scoped)
+        ending.comparison = compare(ending.results, baseline)
+        ending.comparison.warnings.extend(notes + scoped)
+        outcome.warnings_after.extend(f"sadl: {note}" for note in scoped)
     except Exception as exc:  # never lose the reports for it
         reason = str(exc) if isinstance(exc, ResultsFileError) else _one_line(exc)
         message = f"pytest-sadl: cannot compare with the baseline: {reason}"
@@ -193,6 +198,36 @@ def finish(
     write_reports(options, ending, outcome)
 
 
+def like_with_like(ending: Ending, baseline: Results, notes: list[str]) -> Results:
+    """The baseline a partial run compares with: its coverage of the same tests when it
+    carries each test's sets (:mod:`pytest_sadl.covered`), else the whole baseline, said."""
+    from pytest_sadl.covered import restricted_metrics
+    from pytest_sadl.report.partial import scope_line
+
+    results = ending.results
+    assert results is not None
+    said = scope_line(results.scope)
+    if said is None:
+        if scope_line(baseline.scope) is not None:
+            notes.append(f"the baseline is a partial run ({scope_line(baseline.scope)}): not like with like")
+        return baseline
+    nodeids = [t.nodeid for t in results.tests]
+    try:
+        metrics = restricted_metrics(baseline, nodeids)
+    except (ValueError, KeyError, TypeError) as exc:
+        notes.append(f"the baseline's covered sets cannot be read ({exc})")
+        metrics = None
+    if metrics is None:
+        notes.append(
+            "this run is partial and the baseline has no covered sets of its tests: "
+            "the changes compare part of the suite with the whole baseline, and do not gate"
+        )
+        return baseline
+    ending.like_with_like = True
+    notes.append(f"compared like with like: with the baseline's coverage of the same {len(nodeids)} tests")
+    return replace(baseline, metrics=metrics)  # the others (TKNP, NLC, CC) have no sets: not compared
+
+
 def gate_partial(options: SadlOptions, ending: Ending, outcome: Outcome) -> None:
     """A partial run's gates: a suite's floor (``--sadl-fail-under``) is not judged on a
     fraction of it, nor a drop against a baseline of the whole suite
@@ -206,8 +241,7 @@ def gate_partial(options: SadlOptions, ending: Ending, outcome: Outcome) -> None
     if scope is None or not scope.partial or getattr(options, "gate_partial", False):
         return
     ungated = [f.message for f in results.failures]
-    like = ending.comparison is not None and getattr(ending.comparison, "like_with_like", False)
-    if not like:
+    if not ending.like_with_like:
         ungated += outcome.comparison_failures
         outcome.comparison_failures = []
     results.failures = []
