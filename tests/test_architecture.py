@@ -257,7 +257,7 @@ MAY_IMPORT = {
     "plugin": {"atomic", "capture", "config", "covered", "criteria", "engine", "errors", "profile", "records", "report"}
     | {"results", "resultsfile", "specs", "store", "text"},
     "cli": {"atomic", "capture", "config", "covered", "criteria", "engine", "errors", "plugin", "profile", "records"}
-    | {"report"}
+    | {"report", "results"}
     | {"resultsfile", "store", "text"},
     "__main__": {"cli"},
     "__init__": set(),

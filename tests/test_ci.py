@@ -58,7 +58,7 @@ def _load(path: Path) -> Results:
 
 
 @pytest.fixture
-def five(project):
+def five(project):  # noqa: F811  (the fixture imported above)
     pytester = project(FIVE)
     res = run(pytester, "--sadl-coverage", "--sadl-report=json:full.json", "--sadl-report=term")
     res.assert_outcomes(passed=5, failed=1)
@@ -225,3 +225,124 @@ def test_covered_sets_round_trip() -> None:
         bits = rng.random(n) < p
         text = encode(bits)
         assert text[:2] in ("b:", "i:") and np.array_equal(decode(text, n), bits)
+
+
+def test_junit_xml_carries_the_metrics_and_a_failing_gate(five) -> None:
+    import xml.etree.ElementTree as ET
+
+    res = run(five, "--sadl-coverage", "--junitxml=j.xml", "--sadl-fail-under=lsc:99,nc:1")
+    assert res.ret == 1
+    root = ET.parse(five.path / "j.xml").getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    single = json.loads((five.path / "full.json").read_text())
+    assert props["sadl_lsc"] == f"{round(single['metrics']['lsc']['value'] * 100, 2):.2f}"
+    assert "sadl_nc" in props and "sadl_partial" not in props
+    gates = [c for c in suite.iter("testcase") if c.get("classname") == "pytest-sadl"]
+    assert [c.get("name") for c in gates] == ["LSC"]  # NC met its floor: no case
+    failure = gates[0].find("failure")
+    assert failure is not None and "below --sadl-fail-under=lsc:99" in (failure.get("message") or "")
+
+
+def test_pr_comment_is_marked_escaped_and_says_partial(five) -> None:
+    from pytest_sadl.cli.main import main
+
+    run(five, "-x", "--sadl-coverage", "--sadl-report=json:x.json")
+    out = five.path / "c.md"
+    assert main(["report", str(five.path / "x.json"), "--pr-comment", str(out), "--compare", "full.json"]) == 0
+    text = out.read_text()
+    assert text.splitlines()[0] == "<!-- pytest-sadl -->"
+    assert "> ⚠️ partial: 1 of 5 marked tests measured (stopped after the first failure)" in text
+    assert "| LSC |" in text and "Change (points)" in text
+    assert "test\\_project.py::test\\_1\\_fails" in text  # escaped: no emphasis, no HTML
+    # rendered as intended: a table and a warning, the marker hidden
+    import markdown_it
+
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(text)
+    assert "<table>" in html and "<blockquote>" in html and "&lt;!-- pytest-sadl" not in html
+
+
+def _action_steps() -> dict[str, dict]:
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[1] / "action.yml").read_text())
+    assert doc["runs"]["using"] == "composite"
+    return {s.get("id", str(i)): s for i, s in enumerate(doc["runs"]["steps"])}
+
+
+def test_the_actions_steps_run_as_plain_shell(five, tmp_path: Path) -> None:
+    """The action's own scripts, in bash: combine shards, then post the comment (gh a
+    stand-in that logs its calls: no GitHub here), then update it in place."""
+    import os
+    import subprocess
+    import sys
+
+    steps = _action_steps()
+    for i, k in enumerate(["test_1 or test_2 or test_3", "test_4 or test_5"]):
+        run(five, "-k", k, "--sadl-coverage", f"--sadl-report=json:shards/s{i}.json")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "gh.log"
+    (bin_ / "gh").write_text(
+        f'#!/bin/sh\necho "$@" >> {log}\ncase "$*" in *--paginate*) cat {tmp_path}/existing 2>/dev/null || true;; *) cat > {tmp_path}/body.json;; esac\n'
+    )
+    (bin_ / "gh").chmod(0o755)
+    (bin_ / "sadl").write_text(f'#!/bin/sh\nexec {sys.executable} -m pytest_sadl "$@"\n')
+    (bin_ / "sadl").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_}:{os.environ['PATH']}",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "RUNNER_TEMP": str(tmp_path),
+        "SADL_MODE": "combine",
+        "SADL_PYTEST_ARGS": "",
+        "SADL_RESULTS": "shards/*.json",
+        "SADL_OUTPUT": "combined.json",
+        "SADL_BASELINE": "full.json",
+        "SADL_FAIL_UNDER": "lsc:1",
+        "SADL_COMPARE_FAIL": "lsc:-1",
+        "SADL_HTML": "sadl-report",
+        "SADL_REPO": "o/r",
+        "SADL_PR": "7",
+        "GH_TOKEN": "x",
+    }
+
+    def bash(step: str) -> None:
+        done = subprocess.run(
+            ["bash", "-c", steps[step]["run"]], cwd=five.path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    bash("measure")
+    assert (tmp_path / "sadl-status").read_text().strip() == "0"
+    _same_run(json.loads((five.path / "combined.json").read_text()), json.loads((five.path / "full.json").read_text()))
+    assert (five.path / "sadl-report" / "index.html").exists()
+    bash("comment")
+    assert "-X POST repos/o/r/issues/7/comments" in log.read_text()
+    body = json.loads((tmp_path / "body.json").read_text())["body"]
+    assert body.startswith("<!-- pytest-sadl -->") and "| LSC |" in body
+    (tmp_path / "existing").write_text("1234\n")  # the comment found: updated in place
+    bash("comment")
+    assert "-X PATCH repos/o/r/issues/comments/1234" in log.read_text().splitlines()[-1]
+
+
+def test_the_workflow_files_are_valid() -> None:
+    import re
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    action = yaml.safe_load((root / "action.yml").read_text())
+    assert {"name", "description", "inputs", "runs"} <= set(action)
+    for step in action["runs"]["steps"]:
+        assert ("run" in step) != ("uses" in step) and ("shell" in step or "uses" in step)
+        assert "${{" not in step.get("run", ""), "scripts read their inputs from env"
+    page = (root / "docs" / "ci.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", page, re.S)
+    assert blocks, "docs/ci.md shows the workflow"
+    for block in blocks:
+        workflow = yaml.safe_load(block)
+        assert "jobs" in workflow and workflow.get(True, workflow.get("on")) is not None
+    shards = yaml.safe_load(blocks[0])["jobs"]
+    assert "combine" in shards and shards["combine"]["needs"] == "shard"

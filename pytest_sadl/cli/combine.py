@@ -35,10 +35,6 @@ from pytest_sadl.text import terminal as safe
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-class CombineError(ValueError):
-    """Runs that cannot be combined: one line naming the difference."""
-
-
 def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     for key in dict.fromkeys([*a, *b]):
         if a.get(key) != b.get(key):
@@ -47,7 +43,7 @@ def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 
 
 def check_same(first: Results, other: Results, names: tuple[str, str]) -> None:
-    """Raise :class:`CombineError` naming the first difference that forbids combining."""
+    """Raise :class:`ValueError` naming the first difference that forbids combining."""
     a, b = names
     checks = [
         ("pytest-sadl version", first.version, other.version),
@@ -57,17 +53,17 @@ def check_same(first: Results, other: Results, names: tuple[str, str]) -> None:
     ]
     for what, x, y in checks:
         if x != y:
-            raise CombineError(f"cannot combine {a} and {b}: another {what} ({x} vs {y})")
+            raise ValueError(f"cannot combine {a} and {b}: another {what} ({x} vs {y})")
     diff = _first_difference(first.config.to_dict(), other.config.to_dict())
     if diff is not None:
-        raise CombineError(f"cannot combine {a} and {b}: another configuration ({diff})")
+        raise ValueError(f"cannot combine {a} and {b}: another configuration ({diff})")
     ca, cb = Covered.of(first), Covered.of(other)
     for name, cov in ((a, ca), (b, cb)):
         if cov is None:
-            raise CombineError(f"cannot combine {name}: it has no covered sets (written before pytest-sadl had them)")
+            raise ValueError(f"cannot combine {name}: it has no covered sets (written before pytest-sadl had them)")
     assert ca is not None and cb is not None
     if ca.specs != cb.specs:
-        raise CombineError(f"cannot combine {a} and {b}: their covered sets are of other targets")
+        raise ValueError(f"cannot combine {a} and {b}: their covered sets are of other targets")
 
 
 class _Source:
@@ -174,7 +170,7 @@ def _scope(files: list[Results], recorded: int) -> Scope:
 def combine(files: list[Results], names: list[str]) -> Results:
     """One run's results over the union of the files' tests (see the module's docstring)."""
     if not files:
-        raise CombineError("nothing to combine: give two results files or more")
+        raise ValueError("nothing to combine: give two results files or more")
     first = files[0]
     for res, name in zip(files[1:], names[1:], strict=True):
         check_same(first, res, (names[0], name))
@@ -183,7 +179,7 @@ def combine(files: list[Results], names: list[str]) -> Results:
     assert covered is not None
     left = _uncombinable(first, covered)
     if left:
-        raise CombineError(
+        raise ValueError(
             f"cannot combine {', '.join(left)}: not a union of covered sets; leave it out of --sadl-metrics"
         )
     chosen: dict[str, _Source] = {}

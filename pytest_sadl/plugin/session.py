@@ -275,6 +275,9 @@ class SerialSession(RecordingSession):
                 f"pytest-sadl: could not compute the results: {type(exc).__name__}: {exc}", traceback.format_exc()
             )
         session.exitstatus = outcome.exit_status(session.exitstatus, self.ending.results)
+        from pytest_sadl.plugin.junit import add_to_junit
+
+        add_to_junit(session.config, self.ending.results, outcome.comparison_failures)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.scope.on_report(report)
