@@ -346,3 +346,24 @@ def test_the_workflow_files_are_valid() -> None:
         assert "jobs" in workflow and workflow.get(True, workflow.get("on")) is not None
     shards = yaml.safe_load(blocks[0])["jobs"]
     assert "combine" in shards and shards["combine"]["needs"] == "shard"
+
+
+def test_log_mlflow_holds_the_metrics_options_and_html(five, tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps file: stores behind it
+    from mlflow.tracking import MlflowClient
+
+    from pytest_sadl.cli.main import main
+
+    uri = (tmp_path / "mlruns").as_uri()
+    full = five.path / "full.json"
+    assert main(["log-mlflow", str(full), "--tracking-uri", uri, "--experiment", "sadl", "--run-name", "ci"]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    (run_,) = client.search_runs([client.get_experiment_by_name("sadl").experiment_id])
+    single = json.loads(full.read_text())
+    assert run_.data.metrics["lsc"] == pytest.approx(100 * single["metrics"]["lsc"]["value"])
+    assert run_.data.params["kmnc_k"] == "1000" and run_.data.tags["sadl.partial"] == "no"
+    listed = [a.path for a in client.list_artifacts(run_.info.run_id, "sadl/report")]
+    assert "sadl/report/index.html" in listed
+    html = Path(client.download_artifacts(run_.info.run_id, "sadl/report/index.html", str(tmp_path)))
+    assert "LSC" in html.read_text()
