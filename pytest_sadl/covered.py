@@ -158,7 +158,7 @@ class Covered:
     def of(cls, results: Results) -> Covered | None:
         """The results' sets, ``None`` when they carry none; ValueError for another
         format or a newer version."""
-        data = results.covered
+        data: dict[str, Any] | None = results.covered  # a validated document: the schema's types
         if data is None:
             return None
         if data.get("format") != FORMAT:
@@ -238,7 +238,7 @@ def restricted_metrics(results: Results, nodeids: Sequence[str]) -> dict[str, Me
 
 def sizes(results: Results) -> dict[str, JSON]:
     """The section's size in characters, all told and per metric (for the docs' figures)."""
-    data = results.covered or {}
+    data: dict[str, Any] = results.covered or {}
     per: dict[str, int] = {}
     for entry in dict(data.get("tests") or {}).values():
         for name, item in entry.items():

@@ -196,8 +196,10 @@ def test_minimize_names_tests_that_alone_give_the_same_coverage(five, capsys) ->
     single = json.loads(full.read_text())
     for m in ("lsc", "dsc", "nc"):
         assert small["metrics"][m]["covered"] == single["metrics"][m]["covered"], m
-    assert main(["minimize", str(full)]) == 0
+    assert main(["minimize", str(full), "--html", str(five.path / "min.html")]) == 0
     assert "keep the coverage of LSC, DSC, NC (greedy set cover)" in capsys.readouterr().out
+    page = (five.path / "min.html").read_text()
+    assert "unique LSC" in page and page.count("<tr>") == 6
 
 
 def test_a_partial_run_compares_like_with_like(five) -> None:

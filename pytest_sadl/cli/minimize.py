@@ -101,6 +101,38 @@ def terminal_lines(result: Minimized, total_tests: int) -> list[str]:
     return [safe(line) for line in lines]
 
 
+_SORT = (
+    "document.querySelectorAll('th').forEach((th,i)=>th.onclick=()=>{const b=th.closest('table').tBodies[0];"
+    "const rows=[...b.rows];const num=i>0;const k=r=>num?+r.cells[i].dataset.v:r.cells[i].textContent;"
+    "const d=th.dataset.d=th.dataset.d==='1'?'-1':'1';rows.sort((x,y)=>(k(x)>k(y)?1:k(x)<k(y)?-1:0)*d);"
+    "rows.forEach(r=>b.appendChild(r));});"
+)
+
+
+def render_html(result: Minimized) -> str:
+    """A self-contained page: each test's unique targets per metric, redundant and kept
+    flags, sortable by any column (every text escaped)."""
+    from html import escape
+
+    head = "".join(f"<th>unique {escape(m.upper())}</th>" for m in result.metrics)
+    rows = []
+    for t, u in result.unique.items():
+        cells = "".join(f'<td data-v="{u[m]}">{u[m]}</td>' for m in result.metrics)
+        red, kept = not any(u.values()), t in result.keep
+        rows.append(
+            f"<tr><td>{escape(t)}</td>{cells}<td data-v='{int(red)}'>{'yes' if red else ''}</td>"
+            f"<td data-v='{int(kept)}'>{'yes' if kept else ''}</td></tr>"
+        )
+    title = f"{len(result.keep)} of {len(result.unique)} tests keep the coverage (greedy set cover)"
+    return (
+        "<!doctype html><meta charset='utf-8'><title>pytest-sadl: which tests earn their time</title>"
+        "<style>body{font:14px sans-serif}td,th{padding:2px 8px;text-align:right}td:first-child{text-align:left}"
+        "th{cursor:pointer}</style>"
+        f"<h1>{escape(title)}</h1><table><thead><tr><th>test</th>{head}<th>redundant</th><th>kept</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table><script>{_SORT}</script>\n"
+    )
+
+
 def cmd_minimize(args: argparse.Namespace) -> int:
     from pytest_sadl.resultsfile import read_results
 
@@ -115,6 +147,10 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     except (ResultsFileError, ValueError) as exc:
         print(f"{prog}: error: {safe(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    if args.html:
+        from pytest_sadl.atomic import atomic_write_text
+
+        print(f"wrote {atomic_write_text(args.html, render_html(result))}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     elif args.node_ids:
@@ -133,6 +169,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("results", metavar="RUN.json", help="a results file (or a combined one)")
     p.add_argument("--metrics", default=",".join(DEFAULT), help="comma-separated, default lsc,dsc,nc")
+    p.add_argument("--html", metavar="PATH", help="also write each test's unique coverage as a sortable HTML page")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the cover and each test's unique coverage as JSON")
     out.add_argument("--node-ids", action="store_true", help="print only the kept node ids, one a line")

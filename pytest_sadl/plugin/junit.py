@@ -54,6 +54,7 @@ def add_to_junit(config: pytest.Config, results: Results | None, comparison_fail
     for label, line in _gates(results, comparison_failures):
         nodeid = f"pytest-sadl::{label}"
         location = ("pytest-sadl", None, label)
-        for when, outcome, longrepr in (("call", "failed", line), ("teardown", "passed", None)):
-            report = TestReport(nodeid, location, {}, outcome, longrepr, when)
-            xml.pytest_runtest_logreport(report)
+        failed = TestReport(nodeid, location, {}, "failed", line, "call")
+        done = TestReport(nodeid, location, {}, "passed", None, "teardown")  # junitxml closes the case
+        xml.pytest_runtest_logreport(failed)
+        xml.pytest_runtest_logreport(done)

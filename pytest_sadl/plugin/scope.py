@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_sadl.results import JSONObject, Scope
+from pytest_sadl.results import JSON, JSONObject, Scope
 
 #: the ``workeroutput`` key a pytest-xdist worker sends its collection's scope under
 WORKER_KEY = "sadl_scope"
@@ -90,8 +90,8 @@ class ScopeTracker:
     def worker_payload(self) -> JSONObject:
         """What a worker tells the controller of its collection (every worker collects all)."""
         return {
-            "selected": sorted(self.selected),
-            "deselected": sorted(self.deselected),
+            "selected": list[JSON](sorted(self.selected)),
+            "deselected": list[JSON](sorted(self.deselected)),
             "collection_errors": self.collection_errors,
             "last_failed": self.last_failed,
         }
