@@ -350,22 +350,36 @@ def test_the_workflow_files_are_valid() -> None:
     assert "combine" in shards and shards["combine"]["needs"] == "shard"
 
 
-def test_log_mlflow_holds_the_metrics_options_and_html(five, tmp_path: Path, monkeypatch) -> None:
-    pytest.importorskip("mlflow")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps file: stores behind it
-    from mlflow.tracking import MlflowClient
+def test_log_mlflow_holds_the_metrics_options_and_html(five, tmp_path: Path) -> None:
+    """In subprocesses: importing MLflow here would stay for the in-process runs after it
+    (its logging set-up broke their terminal output)."""
+    import os
+    import subprocess
+    import sys
 
-    from pytest_sadl.cli.main import main
+    import importlib.util
 
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("MLflow is not installed (pip install 'pytest-sadl[mlflow]')")
+    env = {**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     uri = (tmp_path / "mlruns").as_uri()
     full = five.path / "full.json"
-    assert main(["log-mlflow", str(full), "--tracking-uri", uri, "--experiment", "sadl", "--run-name", "ci"]) == 0
-    client = MlflowClient(tracking_uri=uri)
-    (run_,) = client.search_runs([client.get_experiment_by_name("sadl").experiment_id])
+    cmd = [sys.executable, "-m", "pytest_sadl", "log-mlflow", str(full), "--tracking-uri", uri, "--experiment", "sadl"]
+    assert subprocess.run(cmd, env=env, timeout=300).returncode == 0
+    read = f"""
+import json
+from mlflow.tracking import MlflowClient
+client = MlflowClient(tracking_uri={uri!r})
+(run,) = client.search_runs([client.get_experiment_by_name("sadl").experiment_id])
+listed = [a.path for a in client.list_artifacts(run.info.run_id, "sadl/report")]
+html = client.download_artifacts(run.info.run_id, "sadl/report/index.html", {str(tmp_path)!r})
+print(json.dumps({{"metrics": run.data.metrics, "params": run.data.params, "tags": run.data.tags,
+                  "listed": listed, "html": open(html).read()}}))
+"""
+    done = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
     single = json.loads(full.read_text())
-    assert run_.data.metrics["lsc"] == pytest.approx(100 * single["metrics"]["lsc"]["value"])
-    assert run_.data.params["kmnc_k"] == "1000" and run_.data.tags["sadl.partial"] == "no"
-    listed = [a.path for a in client.list_artifacts(run_.info.run_id, "sadl/report")]
-    assert "sadl/report/index.html" in listed
-    html = Path(client.download_artifacts(run_.info.run_id, "sadl/report/index.html", str(tmp_path)))
-    assert "LSC" in html.read_text()
+    assert found["metrics"]["lsc"] == pytest.approx(100 * single["metrics"]["lsc"]["value"])
+    assert found["params"]["kmnc_k"] == "1000" and found["tags"]["sadl.partial"] == "no"
+    assert "sadl/report/index.html" in found["listed"] and "LSC" in found["html"]

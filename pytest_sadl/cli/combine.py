@@ -131,28 +131,41 @@ def _inputs(tests: list[_Source]) -> dict[str, list[JSON]]:
     return out
 
 
+def _offsets(tests: list[_Source]) -> dict[tuple[int, int], int]:
+    """(a file, its input index) -> the input's index in the combined list."""
+    offsets: dict[tuple[int, int], int] = {}
+    for t in tests:
+        for i in t.input_rows():
+            offsets[(id(t.results), i)] = len(offsets)
+    return offsets
+
+
+def _moved(
+    top: TopInput, res: Results, where: dict[tuple[int, int], int], offsets: dict[tuple[int, int], int]
+) -> TopInput | None:
+    """A file's top input with the combined indices; ``None`` when its test was replaced."""
+    owner = (id(res), -1 if top.test is None else top.test)
+    at = (id(res), -1 if top.input is None else top.input)
+    if owner not in where or at not in offsets:
+        return None
+    tests_of = [where[(id(res), x)] for x in top.tests or [] if (id(res), x) in where]
+    return replace(top, input=offsets[at], test=where[owner], tests=tests_of)
+
+
 def _tops(tests: list[_Source], files: list[Results]) -> list[TopInput]:
     """The shards' most surprising inputs merged by score (indices into the combined lists)."""
     where = {(id(t.results), t.index): n for n, t in enumerate(tests)}
-    offsets: dict[tuple[int, int], int] = {}
-    start = 0
-    for t in tests:
-        for k, i in enumerate(t.input_rows()):
-            offsets[(id(t.results), i)] = start + k
-        start += len(t.input_rows())
+    offsets = _offsets(tests)
     by: dict[str, list[TopInput]] = {}
     for res in files:
         for top in res.top_inputs:
-            owner = (id(res), top.test if top.test is not None else -1)
-            if owner not in where or top.input is None or (id(res), top.input) not in offsets:
-                continue
-            tests_of = [where[(id(res), x)] for x in top.tests or [] if (id(res), x) in where]
-            moved = replace(top, input=offsets[(id(res), top.input)], test=where[owner], tests=tests_of)
-            by.setdefault(top.by, []).append(moved)
+            moved = _moved(top, res, where, offsets)
+            if moved is not None:
+                by.setdefault(top.by, []).append(moved)
     out: list[TopInput] = []
     for name, items in by.items():
         items.sort(key=lambda x: -(x.scores.get(name) or float("-inf")))
-        n = max((sum(1 for x in r.top_inputs if x.by == name) for r in files), default=0)
+        n = max(sum(1 for x in r.top_inputs if x.by == name) for r in files)
         out += [replace(x, rank=i + 1) for i, x in enumerate(items[:n])]
     return out
 
@@ -167,38 +180,51 @@ def _scope(files: list[Results], recorded: int) -> Scope:
     return Scope(collected=collected, selected=run, run=run, recorded=recorded, reasons=reasons, runs=len(files))
 
 
-def combine(files: list[Results], names: list[str]) -> Results:
-    """One run's results over the union of the files' tests (see the module's docstring)."""
+def _checked(files: list[Results], names: list[str]) -> Covered:
+    """The first file's covered sets, once every file is known to combine with it."""
     if not files:
         raise ValueError("nothing to combine: give two results files or more")
-    first = files[0]
     for res, name in zip(files[1:], names[1:], strict=True):
-        check_same(first, res, (names[0], name))
-    covers = [Covered.of(r) for r in files]
-    covered = covers[0]
-    assert covered is not None
-    left = _uncombinable(first, covered)
+        check_same(files[0], res, (names[0], name))
+    covered = Covered.of(files[0])
+    if covered is None:
+        raise ValueError(f"cannot combine {names[0]}: it has no covered sets (written before pytest-sadl had them)")
+    left = _uncombinable(files[0], covered)
     if left:
         raise ValueError(
             f"cannot combine {', '.join(left)}: not a union of covered sets; leave it out of --sadl-metrics"
         )
+    return covered
+
+
+def _sources(files: list[Results]) -> list[_Source]:
+    """Every test once (the last file's), by node id."""
     chosen: dict[str, _Source] = {}
-    for res, cov in zip(files, covers, strict=True):
-        assert cov is not None
+    for res in files:
+        cov = Covered.of(res)
+        assert cov is not None  # checked
         for i, row in enumerate(res.tests):
             chosen[row.nodeid] = _Source(res, cov, i)
-    tests = [chosen[k] for k in sorted(chosen)]
-    names_m = list(first.metrics)
+    return [chosen[k] for k in sorted(chosen)]
+
+
+def _union(covered: Covered, tests: list[_Source]) -> dict[str, State]:
     union = covered.empty()
     for t in tests:
         for m, st in t.covered.state(t.row.nodeid).items():
             union[m] = union[m].union(st)
-    metrics = {m: (covered.metric(m, union[m]) if m in union else first.metrics[m]) for m in names_m}
-    layers = [
-        LayerRow(row.name, row.neurons, {m: covered.per_layer(m, union[m])[i] for m in row.coverage if m in union})
+    return union
+
+
+def _layers(first: Results, covered: Covered, union: dict[str, State]) -> list[LayerRow]:
+    per = {m: covered.per_layer(m, st) for m, st in union.items()}
+    return [
+        LayerRow(row.name, row.neurons, {m: per[m][i] for m in row.coverage if m in per})
         for i, row in enumerate(first.layers)
     ]
-    order = _group_order(names_m, tests, covered.groups)
+
+
+def _warnings(files: list[Results]) -> list[str]:
     warnings = list(dict.fromkeys(w for r in files for w in r.warnings))
     warnings.append(
         f"combined from {len(files)} runs by sadl combine; the most surprising inputs are the runs' own lists merged"
@@ -207,6 +233,17 @@ def combine(files: list[Results], names: list[str]) -> Results:
         warnings.append(
             "the runs' 'does surprise predict mistakes' sections are not combined (they need each input's output)"
         )
+    return warnings
+
+
+def combine(files: list[Results], names: list[str]) -> Results:
+    """One run's results over the union of the files' tests (see the module's docstring)."""
+    covered = _checked(files, names)
+    first = files[0]
+    tests = _sources(files)
+    metric_names = list(first.metrics)
+    union = _union(covered, tests)
+    metrics = {m: (covered.metric(m, union[m]) if m in union else first.metrics[m]) for m in metric_names}
     merged_covered = {**(first.covered or {}), "tests": {t.row.nodeid: t.covered.raw[t.row.nodeid] for t in tests}}
     return Results(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -215,12 +252,12 @@ def combine(files: list[Results], names: list[str]) -> Results:
         config=first.config,
         thresholds=dict(first.thresholds),
         metrics=metrics,
-        layers=layers,
-        groups=_groups(covered, tests, order, names_m),
+        layers=_layers(first, covered, union),
+        groups=_groups(covered, tests, _group_order(metric_names, tests, covered.groups), metric_names),
         tests=_rows(covered, tests),
         inputs=_inputs(tests),
         top_inputs=_tops(tests, files),
-        warnings=warnings,
+        warnings=_warnings(files),
         missing=[m for r in files for m in r.missing],
         stale=[s for r in files for s in r.stale],
         scope=_scope(files, len(tests)),
