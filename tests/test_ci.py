@@ -352,12 +352,11 @@ def test_the_workflow_files_are_valid() -> None:
 
 def test_log_mlflow_holds_the_metrics_options_and_html(five, tmp_path: Path) -> None:
     """In subprocesses: importing MLflow here would stay for the in-process runs after it
-    (its logging set-up broke their terminal output)."""
+    (their terminal summary went missing; cause not found)."""
+    import importlib.util
     import os
     import subprocess
     import sys
-
-    import importlib.util
 
     if importlib.util.find_spec("mlflow") is None:
         pytest.skip("MLflow is not installed (pip install 'pytest-sadl[mlflow]')")
