@@ -109,6 +109,8 @@ class SadlOptions:
     dask: str | None = None  # a Dask scheduler's address: the profile is traced on its workers
     compare: Path | None = None
     compare_fail: dict[str, float] = field(default_factory=dict)
+    #: apply --sadl-fail-under and --sadl-compare-fail to a partial run too (-x, -k, --lf...)
+    gate_partial: bool = False
     base_dir: Path = Path(".")
     #: the parameters of criteria registered from outside the package, by name
     extra: Mapping[str, Any] = field(default_factory=dict)

@@ -608,6 +608,62 @@ class MissingTest:
         return cls(str(data.get("nodeid", "?")), _str(data.get("reason")))
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What part of the suite a run measured (``scope``): marked tests (marked, or using
+    ``sadl_record``) collected before any deselection, selected, run (their setup began)
+    and recorded (they fed the model), and why some were not (``reasons``: a ``-x`` or
+    ``--maxfail`` stop, deselection by ``-k``/``-m``/``--lf``/``--sw``/``--deselect``,
+    collection errors, xdist workers lost). A run with a reason is *partial*: its
+    ``--sadl-fail-under`` and ``--sadl-compare-fail`` gates are not applied unless
+    ``--sadl-gate-partial`` (``gated``); the gates it did not apply are ``ungated``.
+
+    An older file has no ``scope``: :attr:`Results.scope` is then ``None`` (not known)."""
+
+    collected: int | None = None
+    selected: int | None = None
+    run: int | None = None
+    recorded: int | None = None
+    reasons: list[str] = field(default_factory=list)
+    gated: bool = True
+    ungated: list[str] = field(default_factory=list)
+    #: the combined runs' count, for a file ``sadl combine`` made (``None``: one run)
+    runs: int | None = None
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.reasons)
+
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {
+            "partial": self.partial,
+            "collected": self.collected,
+            "selected": self.selected,
+            "run": self.run,
+            "recorded": self.recorded,
+            "reasons": list[JSON](self.reasons),
+            "gated": self.gated,
+            "ungated": list[JSON](self.ungated),
+        }
+        if self.runs is not None:
+            out["runs"] = self.runs
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Scope:
+        gated = _bool(data.get("gated"))
+        return cls(
+            collected=_int(data.get("collected")),
+            selected=_int(data.get("selected")),
+            run=_int(data.get("run")),
+            recorded=_int(data.get("recorded")),
+            reasons=_strs(data.get("reasons")),
+            gated=True if gated is None else gated,
+            ungated=_strs(data.get("ungated")),
+            runs=_int(data.get("runs")),
+        )
+
+
 @dataclass
 class Results:
     """A run's results: what every report renders (:meth:`from_dict` reads a results
@@ -634,6 +690,11 @@ class Results:
     #: tests whose inputs were measured on a changed model (fit, set_weights during the
     #: session), left out of every metric
     stale: list[StaleTest] = field(default_factory=list)
+    #: what part of the suite the run measured (``None``: an older file does not say)
+    scope: Scope | None = None
+    #: each test's covered targets per metric (``sadl combine``, ``sadl minimize``, a
+    #: partial run's comparison): see :mod:`pytest_sadl.covered`; ``None``: not recorded
+    covered: JSONObject | None = None
 
     @property
     def passed(self) -> bool:
@@ -664,6 +725,8 @@ class Results:
                 "inputs": self.inputs,
                 "top_inputs": [r.to_dict() for r in self.top_inputs],
                 **({"mistakes": self.mistakes.to_dict()} if self.mistakes is not None else {}),
+                **({"scope": self.scope.to_dict()} if self.scope is not None else {}),
+                **({"covered": self.covered} if self.covered is not None else {}),
                 "outcome": {
                     "passed": self.passed,
                     "failures": [asdict(f) for f in self.failures],
@@ -685,6 +748,8 @@ class Results:
         not have are simply not in :attr:`metrics`."""
         outcome = _obj(data.get("outcome"))
         mistakes = data.get("mistakes")
+        scope = data.get("scope")
+        covered = data.get("covered")
         thresholds = {str(k): f for k, v in _obj(data.get("thresholds")).items() if (f := _float(v)) is not None}
         return cls(
             created=_str(data.get("created")),
@@ -703,6 +768,8 @@ class Results:
             missing=[MissingTest.from_dict(m) for m in _rows(outcome.get("missing"))],
             mistakes=Mistakes.from_dict(mistakes) if isinstance(mistakes, Mapping) else None,
             stale=[StaleTest.from_dict(m) for m in _rows(outcome.get("stale"))],
+            scope=Scope.from_dict(scope) if isinstance(scope, Mapping) else None,
+            covered=dict(covered) if isinstance(covered, Mapping) else None,
         )
 
 

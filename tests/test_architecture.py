@@ -153,6 +153,7 @@ TOP_LEVEL = {
     "__main__",
     "atomic",
     "config",
+    "covered",
     "errors",
     "fingerprint",
     "records",
@@ -242,6 +243,7 @@ MAY_IMPORT = {
     "fingerprint": set(),
     "specs": {"errors", "text"},
     "results": {"atomic"},
+    "covered": {"results"},
     "criteria": {"errors", "results"},
     "config": {"criteria"},
     "resultsfile": {"criteria", "errors", "results", "text"},  # criteria: the registry's names
@@ -249,11 +251,12 @@ MAY_IMPORT = {
     "records": {"capture"},  # capture.data's text helpers (NumPy), lazily
     "store": {"atomic", "errors"},
     "profile": {"capture", "criteria", "errors", "fingerprint", "store", "text"},
-    "engine": {"config", "criteria", "errors", "records", "results"},
+    "engine": {"config", "covered", "criteria", "errors", "records", "results"},
     "report": {"atomic", "config", "criteria", "results", "text"},
-    "plugin": {"atomic", "capture", "config", "criteria", "engine", "errors", "profile", "records", "report"}
+    "plugin": {"atomic", "capture", "config", "covered", "criteria", "engine", "errors", "profile", "records", "report"}
     | {"results", "resultsfile", "specs", "store", "text"},
-    "cli": {"atomic", "capture", "config", "criteria", "engine", "errors", "plugin", "profile", "records", "report"}
+    "cli": {"atomic", "capture", "config", "covered", "criteria", "engine", "errors", "plugin", "profile", "records"}
+    | {"report", "results"}
     | {"resultsfile", "store", "text"},
     "__main__": {"cli"},
     "__init__": set(),

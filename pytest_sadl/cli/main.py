@@ -348,7 +348,10 @@ LAZY = {
         "pytest_sadl.cli.select",
         "choose inputs of a pool to label or test next (by surprise, SC coverage, Table VII ranges or DeepGini)",
     ),
+    "combine": ("pytest_sadl.cli.combine", "combine the results of shards into one run's results (exactly)"),
     "estimate": ("pytest_sadl.cli.estimate", "estimate the model's accuracy on an unlabelled pool from a few labels"),
+    "log-mlflow": ("pytest_sadl.cli.tracking", "log a run's metrics, options and HTML report to MLflow"),
+    "minimize": ("pytest_sadl.cli.minimize", "the fewest tests that keep a run's coverage (greedy set cover)"),
 }
 
 

@@ -65,12 +65,13 @@ def _print_comparison(comp: Comparison) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """``sadl report RUN.json --html DIR [--markdown PATH] [--badge DIR] [--compare BASE]``."""
     prog = "sadl report"
-    if not (args.html or args.markdown or args.badge):
-        return _error(prog, "nothing to write: give --html DIR, --markdown PATH and/or --badge DIR")
+    if not (args.html or args.markdown or args.badge or args.pr_comment):
+        return _error(prog, "nothing to write: give --html DIR, --markdown PATH, --badge DIR and/or --pr-comment PATH")
     notes: list[str] = []  # metric names the files hold that this version ignores
     try:
         results = read_results(args.results, notes)
-        comparison = compare(results, read_results(args.compare, notes)) if args.compare else None
+        baseline = read_results(args.compare, notes) if args.compare else None
+        comparison = compare(results, baseline) if baseline is not None else None
     except ResultsFileError as exc:
         return _error(prog, str(exc))
     _warn(prog, notes)
@@ -83,6 +84,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             from pytest_sadl.report.markdown import write_markdown
 
             print(f"wrote {write_markdown(results, args.markdown, comparison=comparison)}")
+        if args.pr_comment:
+            from pytest_sadl.report.prcomment import write_pr_comment
+
+            print(f"wrote {write_pr_comment(results, args.pr_comment, comparison=comparison, baseline=baseline)}")
         if args.badge:
             from pytest_sadl.report.badge import write_badge, write_badges
 
@@ -153,6 +158,12 @@ def register(subparsers: Any) -> None:
     )
     rep.add_argument(
         "--compare", metavar="BASELINE.json", help="show the change of every metric against a baseline run"
+    )
+    rep.add_argument(
+        "--pr-comment",
+        metavar="PATH",
+        help="write a compact pull-request comment (Markdown, starting with the hidden marker "
+        "<!-- pytest-sadl --> that a CI step finds to update it in place)",
     )
     rep.set_defaults(func=cmd_report)
 

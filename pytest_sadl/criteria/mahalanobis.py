@@ -44,6 +44,7 @@ import numpy as np
 from pytest_sadl.criteria.checks import (
     as_pred,
     as_train_traces,
+    by_fixed_rows,
     check_fits,
     check_var_rule,
     check_var_threshold,
@@ -273,7 +274,7 @@ class MDSA:
                 missing.append(int(c))
                 continue
             i = int(slot[0])
-            z = (x[rows][:, self.kept] - self.means[i]) @ self._factor(i, singular)
+            z = by_fixed_rows(x[rows][:, self.kept] - self.means[i], self._factor(i, singular))
             out[rows] = np.sqrt(np.einsum("ij,ij->i", z, z))
         self._warn_singular(singular)
         if missing:

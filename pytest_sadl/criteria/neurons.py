@@ -299,6 +299,11 @@ class _LayerCoverage:
     def per_layer(self) -> list[float]:
         return [c / t if t else 0.0 for c, t in self.layer_counts()]
 
+    def covered_sets(self) -> tuple[list[Any], list[int], dict[str, int]]:
+        """Each layer's covered targets (flat) and the targets that count on it (KMNC:
+        not its constant neurons): what ``pytest_sadl.covered`` stores per test."""
+        return [c.reshape(-1).copy() for c in self._covered], [t for _, t in self.layer_counts()], {}
+
 
 def _sizes_of(ranges_or_sizes: NeuronRanges | Sequence[int]) -> tuple[int, ...]:
     if isinstance(ranges_or_sizes, NeuronRanges):

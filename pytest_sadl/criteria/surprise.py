@@ -29,6 +29,7 @@ from pytest_sadl.criteria.checks import (
     as_pred,
     as_traces,
     as_train_traces,
+    by_fixed_rows,
     check_fits,
     check_var_rule,
     check_var_threshold,
@@ -445,7 +446,7 @@ class LSA:
         log-sum-exp (the running maximum is subtracted before ``exp``), so an input far
         from every training trace neither underflows to ``-inf`` nor pays for denormals."""
         d = x.shape[1]
-        z = (x - kde.mean) @ kde.whiten
+        z = by_fixed_rows(x - kde.mean, kde.whiten)  # the same bits whichever inputs share the call
         q = np.empty((len(z), d + 2))
         q[:, :d] = z
         q[:, d] = 1.0
@@ -458,7 +459,7 @@ class LSA:
         for block in self._training_blocks(kde, cols):
             for r0 in range(0, m, rows):
                 r1 = min(m, r0 + rows)
-                v = q[r0:r1] @ block.T
+                v = by_fixed_rows(q[r0:r1], block.T)
                 new_top = np.maximum(top[r0:r1], v.max(axis=1))
                 acc[r0:r1] *= np.exp(top[r0:r1] - new_top)
                 v -= new_top[:, None]
@@ -809,6 +810,12 @@ class SurpriseCoverage:
 
     def bounds(self) -> dict[str, float | int]:
         return {"lower": self.lower, "upper": self.upper, "buckets": self.buckets}
+
+    def covered_sets(self) -> tuple[list[Any], list[int], dict[str, int]]:
+        """The covered buckets (one part), their total, and the scores below, above, in
+        all and NaN: what ``pytest_sadl.covered`` stores per test, so that runs combine."""
+        counts = {"below": self.below, "above": self.above, "count": self.count, "nan": self.nan}
+        return [self.covered.copy()], [self.total], counts
 
 
 def surprise_coverage(scores: Iterable[float], *, lower: float, upper: float, buckets: int = 1000) -> float:

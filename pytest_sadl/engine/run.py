@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from pytest_sadl import __version__
+from pytest_sadl.covered import section as covered_section
 from pytest_sadl.criteria.registry import COUNT, LABELS, SA_LABELS, choose
 from pytest_sadl.criteria.shape import Setup
 from pytest_sadl.engine import rows
@@ -85,6 +88,7 @@ def compute(
         warnings=messages,
         mistakes=rows.mistakes(kept, joined, scores, run.classifier, labels),
         stale=rows.stale_rows(stale),
+        covered=covered_section(_per_test(kept, joined, scores), total.fresh, options.groups),
     )
 
 
@@ -104,6 +108,12 @@ def _set_up(run: ProfileView, tell: Callable[[str], None]) -> list[str]:
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return notes
+
+
+def _per_test(records: Sequence[TestRecord], joined: Joined, scores: dict[str, Any]) -> Iterator[Any]:
+    """(node id, the criteria's batch of its inputs) of each test, for its covered sets."""
+    for t, rec in enumerate(records):
+        yield rec.nodeid, joined.part(np.flatnonzero(joined.owner == t), scores)
 
 
 def _scores(run: ProfileView, joined: Joined, messages: list[str], tell: Callable[[str], None]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,10 @@ if TYPE_CHECKING:
     from pytest_sadl.config import Report, SadlOptions
     from pytest_sadl.plugin.sources import Sources
     from pytest_sadl.report.compare import Comparison
-    from pytest_sadl.results import Results
+    from pytest_sadl.results import Results, Scope
+
+#: makes the run's scope from (tests recorded, tests whose inputs were lost)
+ScopeMaker = Callable[[int, int], "Scope"]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -42,6 +46,8 @@ class Ending:
     #: the results' JSON form (``results.to_dict()``), once they are computed
     data: dict[str, Any] | None = None
     comparison: Comparison | None = None
+    #: the comparison is against the baseline's coverage of this run's own tests
+    like_with_like: bool = False
 
 
 def write_report(report: Report, results: Results, data: dict[str, Any], comparison: Comparison | None) -> Path:
@@ -127,8 +133,11 @@ def compare_with_baseline(options: SadlOptions, ending: Ending, outcome: Outcome
     assert options.compare is not None and ending.results is not None
     try:
         notes: list[str] = []  # metric names the baseline holds that this version ignores
-        ending.comparison = compare(ending.results, read_results(options.compare, notes))
-        ending.comparison.warnings.extend(notes)
+        scoped: list[str] = []  # what a partial run's comparison is against: every report says it
+        baseline = like_with_like(ending, read_results(options.compare, notes), scoped)
+        ending.comparison = compare(ending.results, baseline)
+        ending.comparison.warnings.extend(notes + scoped)
+        outcome.warnings_after.extend(f"sadl: {note}" for note in scoped)
     except Exception as exc:  # never lose the reports for it
         reason = str(exc) if isinstance(exc, ResultsFileError) else _one_line(exc)
         message = f"pytest-sadl: cannot compare with the baseline: {reason}"
@@ -147,8 +156,11 @@ def finish(
     arrivals: transport.Arrivals,
     outcome: Outcome,
     ending: Ending,
+    make_scope: ScopeMaker | None = None,
 ) -> None:
-    """Controller or serial run: the results, the comparison, the reports (into ``ending``)."""
+    """Controller or serial run: the results, the comparison, the reports (into ``ending``).
+    ``make_scope`` says what part of the suite was measured: a partial run's gates are
+    not applied unless ``--sadl-gate-partial`` (:func:`gate_partial`)."""
     from pytest_sadl.engine import ProfileView, compute
     from pytest_sadl.errors import SadlWarning
     from pytest_sadl.results import MissingTest
@@ -174,13 +186,69 @@ def finish(
         ending.results = compute(view, records, options, model_info(options, sources, profile), messages, phases)
     keep_dsa_distances(profile)
     ending.results.missing = [MissingTest.from_dict(m) for m in missing]
+    if make_scope is not None:
+        ending.results.scope = make_scope(len(ending.results.tests), len(missing))
     ending.data = ending.results.to_dict()
     if options.compare is not None:
         compare_with_baseline(options, ending, outcome)
-        if outcome.warnings_after:  # in the results every report renders, and in their JSON form
-            ending.results.warnings.extend(outcome.warnings_after)
-            ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
+    gate_partial(options, ending, outcome)
+    if options.compare is not None and outcome.warnings_after:  # in what every report renders, and its JSON
+        ending.results.warnings.extend(outcome.warnings_after)
+        ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
     write_reports(options, ending, outcome)
+
+
+def like_with_like(ending: Ending, baseline: Results, notes: list[str]) -> Results:
+    """The baseline a partial run compares with: its coverage of the same tests when it
+    carries each test's sets (:mod:`pytest_sadl.covered`), else the whole baseline, said."""
+    from pytest_sadl.covered import restricted_metrics
+    from pytest_sadl.report.partial import scope_line
+
+    results = ending.results
+    assert results is not None
+    said = scope_line(results.scope)
+    if said is None:
+        if scope_line(baseline.scope) is not None:
+            notes.append(f"the baseline is a partial run ({scope_line(baseline.scope)}): not like with like")
+        return baseline
+    nodeids = [t.nodeid for t in results.tests]
+    try:
+        metrics = restricted_metrics(baseline, nodeids)
+    except (ValueError, KeyError, TypeError) as exc:
+        notes.append(f"the baseline's covered sets cannot be read ({exc})")
+        metrics = None
+    if metrics is None:
+        notes.append(
+            "this run is partial and the baseline has no covered sets of its tests: "
+            "the changes compare part of the suite with the whole baseline, and do not gate"
+        )
+        return baseline
+    ending.like_with_like = True
+    notes.append(f"compared like with like: with the baseline's coverage of the same {len(nodeids)} tests")
+    return replace(baseline, metrics=metrics)  # the others (TKNP, NLC, CC) have no sets: not compared
+
+
+def gate_partial(options: SadlOptions, ending: Ending, outcome: Outcome) -> None:
+    """A partial run's gates: a suite's floor (``--sadl-fail-under``) is not judged on a
+    fraction of it, nor a drop against a baseline of the whole suite
+    (``--sadl-compare-fail``), unless ``--sadl-gate-partial``; each gate not applied is
+    kept in ``scope.ungated`` and said in every report. A comparison made like with like
+    (against the baseline's own coverage of the same tests, :mod:`pytest_sadl.covered`)
+    gates as a whole run's does."""
+    results = ending.results
+    assert results is not None and ending.data is not None
+    scope = results.scope
+    if scope is None or not scope.partial or getattr(options, "gate_partial", False):
+        return
+    ungated = [f.message for f in results.failures]
+    if not ending.like_with_like:
+        ungated += outcome.comparison_failures
+        outcome.comparison_failures = []
+    results.failures = []
+    results.scope = replace(scope, gated=False, ungated=ungated)
+    ending.data["outcome"]["failures"] = []
+    ending.data["outcome"]["passed"] = True
+    ending.data["scope"] = results.scope.to_dict()
 
 
 def _on_cluster(view: Any, profile: Any, options: Any, status: Any) -> Any:

@@ -375,6 +375,16 @@ OPTIONS: tuple[Option, ...] = (
         "str",
         "SPEC",
     ),
+    Option(
+        "--sadl-gate-partial",
+        "sadl_gate_partial",
+        "apply --sadl-fail-under and --sadl-compare-fail to a partial run too (-x, --maxfail, -k, -m, --lf, --sw, "
+        "--deselect): by default a run that measured only some marked tests says so and does not gate",
+        "bool",
+        False,
+        "bool",
+        field="gate_partial",
+    ),
     *_BOUND_ALIASES,
 )
 

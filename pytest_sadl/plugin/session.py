@@ -29,6 +29,7 @@ from pytest_sadl.config import SadlOptions
 from pytest_sadl.plugin import finish as ending
 from pytest_sadl.plugin import transport
 from pytest_sadl.plugin.outcome import Outcome
+from pytest_sadl.plugin.scope import WORKER_KEY, ScopeTracker, selection_options, stop_reason
 from pytest_sadl.plugin.sources import Sources
 from pytest_sadl.plugin.status import short_path
 from pytest_sadl.text import terminal as safe
@@ -93,6 +94,7 @@ class RecordingSession:
         self.outcome = outcome
         self.recorder = sources.recorder
         self.order: dict[str, int] = {}
+        self.scope = ScopeTracker(may_record)  # which marked tests were collected, run
 
     def stop(self, exc: pytest.UsageError) -> None:
         """A usage error of a project fixture's model or data ends the run (exit status 4)."""
@@ -102,6 +104,17 @@ class RecordingSession:
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.order = {item.nodeid: i for i, item in enumerate(items)}
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.scope.on_deselected(items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self.scope.on_collect_report(report)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.scope.on_collected(session.items)
+        lf = session.config.pluginmanager.get_plugin("lfplugin")
+        self.scope.last_failed = bool(session.config.getoption("lf", False) and getattr(lf, "lastfailed", None))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -244,7 +257,14 @@ class SerialSession(RecordingSession):
         try:
             with backend_errors():
                 ending.finish(
-                    self.options, self.sources, self.recorder, self.order, self.arrivals, outcome, self.ending
+                    self.options,
+                    self.sources,
+                    self.recorder,
+                    self.order,
+                    self.arrivals,
+                    outcome,
+                    self.ending,
+                    self.scope_maker(session),
                 )
         except KeyboardInterrupt:  # Ctrl-C at the end: as pytest ends an interrupt, no traceback
             outcome.interrupt(ending.interrupted_message(self.options, self.ending, outcome))
@@ -255,6 +275,20 @@ class SerialSession(RecordingSession):
                 f"pytest-sadl: could not compute the results: {type(exc).__name__}: {exc}", traceback.format_exc()
             )
         session.exitstatus = outcome.exit_status(session.exitstatus, self.ending.results)
+        from pytest_sadl.plugin.junit import add_to_junit
+
+        add_to_junit(session.config, self.ending.results, outcome.comparison_failures)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.scope.on_report(report)
+
+    def scope_maker(self, session: pytest.Session) -> ending.ScopeMaker:
+        """What part of the suite this session measured, once the results say how many
+        tests recorded (:mod:`pytest_sadl.plugin.scope`)."""
+        config = session.config
+        stop = stop_reason(session.shouldfail or session.shouldstop, config.getoption("maxfail", 0) or 0)
+        selecting = selection_options(config.option, self.scope.last_failed)
+        return lambda recorded, lost: self.scope.scope(recorded=recorded, stop=stop, selecting=selecting, lost=lost)
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         tr, outcome, end = terminalreporter, self.outcome, self.ending
@@ -275,8 +309,15 @@ class SerialSession(RecordingSession):
             )
         elif end.results.missing:  # no table asked for, but an incomplete run is never silent
             tr.write_line(safe(end.results.warnings[0]), yellow=True)
+        from pytest_sadl.report.partial import partial_line, ungated_lines
+
+        said = partial_line(end.results)
+        if said is not None and not kinds & {"term", "term-verbose"}:  # the table says it too
+            tr.write_line(safe(f"sadl: {said}"), yellow=True)
         for line in outcome.written:
             tr.write_line(safe(line))
+        for line in ungated_lines(end.results):
+            tr.write_line(safe(line), yellow=True)
         for line in outcome.failure_lines(end.results):
             tr.write_line(safe(line), red=True, bold=True)
 
@@ -297,6 +338,7 @@ class ControllerSession(SerialSession):
         node.workerinput[transport.HOST_KEY] = socket.gethostname()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.scope.on_report(report)
         payload = transport.note(self.arrivals, report)
         if payload is None:
             return
@@ -312,6 +354,7 @@ class ControllerSession(SerialSession):
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """A worker ended; take what it sent at its end (``workeroutput``)."""
+        self.scope.merge_worker(getattr(node, "workeroutput", {}).get(WORKER_KEY))
         try:
             end = transport.node_down(self.arrivals, node, error)
             records = [] if end is None else transport.unpack(end.records)
@@ -381,6 +424,7 @@ class WorkerSession(RecordingSession):
             profile = sources.worker_profile()
         finally:  # the records no test report referred to a file for, and those made outside a test
             seen = sources.model_seen
+            self.config.workeroutput[WORKER_KEY] = self.scope.worker_payload()  # type: ignore[attr-defined]
             self.config.workeroutput["sadl"] = transport.worker_end(  # type: ignore[attr-defined]
                 self.pending + list(self.recorder.records.values()),
                 list(self.recorder.messages),

@@ -20,6 +20,7 @@ from pytest_sadl.atomic import atomic_write_text
 from pytest_sadl.criteria.registry import COUNT, METRICS
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.report._load import fmt_metric, metric_entry
+from pytest_sadl.report.partial import badge_label
 from pytest_sadl.results import Results
 
 #: A shields.io endpoint document: ``schemaVersion`` (1), ``label``, ``message``, ``color``.
@@ -58,7 +59,7 @@ def render_badge(results: Results, metric: str = "lsc") -> Badge:
     key = metric.lower()
     if key not in METRICS:
         raise ValueError(f"unknown metric {metric!r} for a badge; known metrics are {', '.join(METRICS)}")
-    label = METRIC_LABELS[key]
+    label = badge_label(results, METRIC_LABELS[key])
     entry = metric_entry(results, key)
     if entry is None or entry.value is None or not entry.applicable:
         return {"schemaVersion": 1, "label": label, "message": "n/a", "color": "lightgrey"}

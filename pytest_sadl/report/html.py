@@ -44,6 +44,7 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison
 from pytest_sadl.report.images import png_data_url
+from pytest_sadl.report.partial import partial_line, ungated_lines
 from pytest_sadl.results import (
     JSON,
     SCHEMA,
@@ -624,6 +625,7 @@ def build_context(results: Results, *, comparison: Comparison | None = None) -> 
         "failures": list(results.failures),
         "warnings": list(results.warnings),
         "missing": list(results.missing),
+        "partial": [p for p in [partial_line(results), *ungated_lines(results)] if p],
         "stale": list(results.stale),
         "hints": adequacy_hints(results),
         "cards": _cards(results, comparison),

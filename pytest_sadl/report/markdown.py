@@ -25,6 +25,7 @@ from pytest_sadl.report._load import (
     unit,
 )
 from pytest_sadl.report.compare import Comparison
+from pytest_sadl.report.partial import partial_line, ungated_lines
 from pytest_sadl.results import Failure, Metric, Results, TestRow
 from pytest_sadl.text import markdown
 
@@ -98,6 +99,8 @@ def _header(results: Results, passed: bool, n_failures: int) -> list[str]:
 def _notes(results: Results) -> list[str]:
     """Before the tables: tests whose inputs never came, and tests measured on a changed model."""
     lines: list[str] = []
+    said = [p for p in [partial_line(results), *ungated_lines(results)] if p]  # a partial run, first
+    lines += [f"> ⚠️ **{escape_md(p)}**" for p in said] + ([""] if said else [])
     missing = results.missing
     if missing:  # before the tables: the numbers below count without these tests' inputs
         lines.append(

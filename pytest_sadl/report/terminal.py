@@ -20,6 +20,7 @@ from pytest_sadl.criteria.registry import COUNT, LABELS, NEURON, SA_LABELS, SURP
 from pytest_sadl.criteria.registry import METRICS as ORDER
 from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
 from pytest_sadl.report.compare import Comparison, MetricDelta
+from pytest_sadl.report.partial import partial_line, ungated_lines
 from pytest_sadl.results import GroupRow, Metric, Results
 from pytest_sadl.text import terminal as safe
 
@@ -213,6 +214,7 @@ def _header(results: Results, width: int | None) -> list[str]:
         lines += _wrap(
             f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results.groups)} group(s)", width
         )
+    lines += [line for p in [partial_line(results), *ungated_lines(results)] if p for line in _wrap(p, width)]
     warnings = results.warnings
     if warnings:  # before the tables: an incomplete run must not read as a complete one
         lines.append("")

@@ -1,0 +1,176 @@
+"""``sadl minimize RESULTS --metrics lsc,dsc,nc``: which tests earn their time.
+
+From each test's covered sets (:mod:`pytest_sadl.covered`):
+
+* per test, what it covers that no other test does (``unique``, per metric: LSC/DSC
+  buckets, NC neurons, KMNC sections), and whether it is ``redundant`` for the chosen
+  metrics (it covers nothing the other tests do not);
+* a small set of tests that keeps the run's coverage of the chosen metrics: a *greedy*
+  set cover (take the test that adds the most targets not yet covered, ties by node id,
+  until every target the run covered is), as node ids a user can hand to pytest. Greedy
+  set cover is within a factor ``ln(targets) + 1`` of the smallest set, not always the
+  smallest: it is what this command promises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytest_sadl.covered import Covered
+from pytest_sadl.errors import ResultsFileError
+from pytest_sadl.text import terminal as safe
+
+EXIT_OK, EXIT_USAGE = 0, 2
+DEFAULT = ("lsc", "dsc", "nc")
+
+
+@dataclass(frozen=True)
+class Minimized:
+    """The greedy cover's node ids (in the order taken), and per test its unique targets."""
+
+    metrics: list[str]
+    keep: list[str]
+    unique: dict[str, dict[str, int]]
+    covered: dict[str, int]
+
+    @property
+    def redundant(self) -> list[str]:
+        return [t for t, u in self.unique.items() if not any(u.values())]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metrics": self.metrics,
+            "method": "greedy set cover",
+            "keep": self.keep,
+            "covered": self.covered,
+            "tests": [
+                {"nodeid": t, "unique": u, "redundant": not any(u.values()), "kept": t in self.keep}
+                for t, u in self.unique.items()
+            ],
+        }
+
+
+def _bits(covered: Covered, nodeid: str, metrics: list[str]) -> np.ndarray:
+    state = covered.state(nodeid)
+    return np.concatenate([s for m in metrics for s in state[m].sets])
+
+
+def minimize(covered: Covered, metrics: list[str]) -> Minimized:
+    """Unique targets per test and the greedy cover of ``metrics`` (node-id order)."""
+    unknown = [m for m in metrics if m not in covered.specs]
+    if unknown:
+        have = ", ".join(covered.specs)
+        raise ValueError(f"no covered sets of {', '.join(unknown)} in the results; they have {have}")
+    tests = sorted(covered.tests)
+    sizes = {m: sum(covered.specs[m].parts) for m in metrics}
+    matrix = np.stack([_bits(covered, t, metrics) for t in tests]) if tests else np.zeros((0, 0), bool)
+    hits = matrix.sum(axis=0) if tests else np.zeros(0, int)
+    bounds = np.cumsum([0, *sizes.values()])
+    unique: dict[str, dict[str, int]] = {}
+    for i, t in enumerate(tests):
+        only = matrix[i] & (hits == 1)
+        unique[t] = {m: int(only[bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
+    goal = hits > 0
+    done = np.zeros_like(goal)
+    keep: list[str] = []
+    while tests and (goal & ~done).any():
+        gains = (matrix & ~done).sum(axis=1)
+        best = int(np.argmax(gains))  # the first of the largest: node-id order breaks ties
+        keep.append(tests[best])
+        done |= matrix[best]
+    covered_counts = {m: int(goal[bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
+    return Minimized(list(metrics), keep, unique, covered_counts)
+
+
+def terminal_lines(result: Minimized, total_tests: int) -> list[str]:
+    """The short summary: the cover, then the redundant tests."""
+    lines = [
+        f"{len(result.keep)} of {total_tests} tests keep the coverage of "
+        f"{', '.join(m.upper() for m in result.metrics)} (greedy set cover):"
+    ]
+    lines += [f"  {t}" for t in result.keep]
+    redundant = result.redundant
+    if redundant:
+        lines.append(f"{len(redundant)} redundant (cover nothing the others do not): " + ", ".join(redundant))
+    return [safe(line) for line in lines]
+
+
+_SORT = (
+    "document.querySelectorAll('th').forEach((th,i)=>th.onclick=()=>{const b=th.closest('table').tBodies[0];"
+    "const rows=[...b.rows];const num=i>0;const k=r=>num?+r.cells[i].dataset.v:r.cells[i].textContent;"
+    "const d=th.dataset.d=th.dataset.d==='1'?'-1':'1';rows.sort((x,y)=>(k(x)>k(y)?1:k(x)<k(y)?-1:0)*d);"
+    "rows.forEach(r=>b.appendChild(r));});"
+)
+
+
+def render_html(result: Minimized) -> str:
+    """A self-contained page: each test's unique targets per metric, redundant and kept
+    flags, sortable by any column (every text escaped)."""
+    from html import escape
+
+    head = "".join(f"<th>unique {escape(m.upper())}</th>" for m in result.metrics)
+    rows = []
+    for t, u in result.unique.items():
+        cells = "".join(f'<td data-v="{u[m]}">{u[m]}</td>' for m in result.metrics)
+        red, kept = not any(u.values()), t in result.keep
+        rows.append(
+            f"<tr><td>{escape(t)}</td>{cells}<td data-v='{int(red)}'>{'yes' if red else ''}</td>"
+            f"<td data-v='{int(kept)}'>{'yes' if kept else ''}</td></tr>"
+        )
+    title = f"{len(result.keep)} of {len(result.unique)} tests keep the coverage (greedy set cover)"
+    return (
+        "<!doctype html><meta charset='utf-8'><title>pytest-sadl: which tests earn their time</title>"
+        "<style>body{font:14px sans-serif}td,th{padding:2px 8px;text-align:right}td:first-child{text-align:left}"
+        "th{cursor:pointer}</style>"
+        f"<h1>{escape(title)}</h1><table><thead><tr><th>test</th>{head}<th>redundant</th><th>kept</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table><script>{_SORT}</script>\n"
+    )
+
+
+def cmd_minimize(args: argparse.Namespace) -> int:
+    from pytest_sadl.resultsfile import read_results
+
+    prog = "sadl minimize"
+    metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
+    try:
+        results = read_results(args.results)
+        covered = Covered.of(results)
+        if covered is None:
+            raise ValueError(f"{args.results} has no covered sets (written before pytest-sadl had them): rerun it")
+        result = minimize(covered, metrics)
+    except (ResultsFileError, ValueError) as exc:
+        print(f"{prog}: error: {safe(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.html:
+        from pytest_sadl.atomic import atomic_write_text
+
+        print(f"wrote {atomic_write_text(args.html, render_html(result))}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    elif args.node_ids:
+        print("\n".join(result.keep))
+    else:
+        print("\n".join(terminal_lines(result, len(covered.tests))))
+    return EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "minimize",
+        help="the fewest tests that keep a run's coverage (greedy set cover)",
+        description="From a results file's covered sets: each test's unique coverage, the redundant "
+        "tests, and a greedy set cover of the chosen metrics as node ids for pytest.",
+    )
+    p.add_argument("results", metavar="RUN.json", help="a results file (or a combined one)")
+    p.add_argument("--metrics", default=",".join(DEFAULT), help="comma-separated, default lsc,dsc,nc")
+    p.add_argument("--html", metavar="PATH", help="also write each test's unique coverage as a sortable HTML page")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the cover and each test's unique coverage as JSON")
+    out.add_argument("--node-ids", action="store_true", help="print only the kept node ids, one a line")
+    p.set_defaults(func=cmd_minimize)

@@ -1,0 +1,246 @@
+"""Each test's covered targets, compact and versioned (the results' ``covered`` section).
+
+Surprise coverage and the neuron coverages are unions of sets: the buckets a test's
+scores fall in, the neuron sections its traces reach. With each test's sets in the
+results, runs of parts of a suite combine into the results of one run over all of it
+(``sadl combine``), a partial run compares with the same tests of a baseline, and the
+smallest set of tests keeping the coverage can be found (``sadl minimize``).
+
+The section (format ``pytest-sadl/covered``, version 1)::
+
+    "covered": {
+      "format": "pytest-sadl/covered", "version": 1,
+      "groups": ["fgsm", ...],                     # the run's sadl_groups (group order)
+      "metrics": {"lsc": {"parts": [1000], "totals": [1000], "kind": "buckets"},
+                  "nc": {"parts": [32, 64], "totals": [32, 64], "kind": "targets"}, ...},
+      "tests": {"tests/test_a.py::test_x": {"lsc": {"sets": ["i:eJz..."], "below": 0,
+                "above": 1, "count": 10, "nan": 0}, "nc": {"sets": ["b:eJz...", "..."]}}}
+    }
+
+``parts``: the bits of each part (one per coverage layer; one for the buckets);
+``totals``: the targets that count in each part (KMNC leaves constant neurons out).
+Each part's set is text: ``b:`` and the zlib-compressed ``numpy.packbits`` of its bits,
+or ``i:`` and the zlib-compressed little-endian ``uint32`` gaps between its set bits'
+indices (the first from -1), whichever is shorter, in base64. Only criteria whose
+coverage is such a union (every surprise coverage, NC, KMNC, NBC, SNAC) have sets; the
+peers' counts (TKNP, NLC, CC) and TKNC do not combine.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pytest_sadl.results import JSON, JSONObject, Metric, Results
+
+FORMAT = "pytest-sadl/covered"
+VERSION = 1
+_COUNTS = ("below", "above", "count", "nan")
+
+
+# ------------------------------------------------------------------------- encoding
+
+
+def encode(bits: np.ndarray) -> str:
+    """One part's set as text: packed bits or index gaps, whichever is shorter."""
+    bits = np.asarray(bits, dtype=bool).reshape(-1)
+    packed = "b:" + base64.b64encode(zlib.compress(np.packbits(bits).tobytes(), 9)).decode("ascii")
+    where = np.flatnonzero(bits).astype(np.int64)
+    gaps = np.diff(where, prepend=-1).astype("<u4")
+    listed = "i:" + base64.b64encode(zlib.compress(gaps.tobytes(), 9)).decode("ascii")
+    return packed if len(packed) < len(listed) else listed
+
+
+def decode(text: str, size: int) -> np.ndarray:
+    """The bits of one part (``size`` of them); ValueError for anything else."""
+    kind, _, body = text.partition(":")
+    raw = zlib.decompress(base64.b64decode(body.encode("ascii"), validate=True))
+    if kind == "b":
+        bits = np.unpackbits(np.frombuffer(raw, np.uint8), count=size).astype(bool)
+        if bits.size != size:
+            raise ValueError(f"a covered set holds {bits.size} bits, not {size}")
+        return bits
+    if kind == "i":
+        where = np.cumsum(np.frombuffer(raw, "<u4").astype(np.int64)) - 1
+        if where.size and (where[-1] >= size or where[0] < 0):
+            raise ValueError(f"a covered set names target {int(where[-1])} of {size}")
+        bits = np.zeros(size, dtype=bool)
+        bits[where] = True
+        return bits
+    raise ValueError(f"a covered set is neither b: nor i: ({kind[:10]!r})")
+
+
+# ----------------------------------------------------------------- making the section
+
+
+def _state(coverage: Any) -> JSONObject:
+    parts, _, counts = coverage.covered_sets()
+    return {"sets": [encode(p) for p in parts], **counts}
+
+
+def section(
+    tests: Iterable[tuple[str, Any]], fresh: Callable[[], Any], groups: Sequence[str] = ()
+) -> JSONObject | None:
+    """The ``covered`` section: for each (node id, batch of its inputs), the sets a fresh
+    set of the run's criteria (``fresh()``: ``made`` by name, ``update(batch)``) covers
+    with that test alone. ``None`` when no chosen criterion has sets."""
+    first = fresh()
+    metrics: JSONObject = {}
+    for name, cov in first.made.items():
+        if cov is None or not hasattr(cov, "covered_sets"):
+            continue
+        parts, totals, counts = cov.covered_sets()
+        metrics[name] = {
+            "kind": "buckets" if counts else "targets",
+            "parts": [int(len(p)) for p in parts],
+            "totals": [int(t) for t in totals],
+        }
+    if not metrics:
+        return None
+    per_test: JSONObject = {}
+    for nodeid, batch in tests:
+        criteria = fresh()
+        criteria.update(batch)
+        per_test[nodeid] = {name: _state(criteria.made[name]) for name in metrics}
+    return {"format": FORMAT, "version": VERSION, "groups": list(groups), "metrics": metrics, "tests": per_test}
+
+
+# ------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One metric's parts: bits and counted targets of each, buckets or neuron targets."""
+
+    kind: str
+    parts: tuple[int, ...]
+    totals: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.totals)
+
+
+@dataclass
+class State:
+    """One metric's covered sets (one bool array per part) and, for buckets, its counts."""
+
+    sets: list[np.ndarray]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def covered(self) -> int:
+        return sum(int(np.count_nonzero(s)) for s in self.sets)
+
+    def union(self, other: State) -> State:
+        counts = {k: self.counts.get(k, 0) + other.counts.get(k, 0) for k in {*self.counts, *other.counts}}
+        return State([a | b for a, b in zip(self.sets, other.sets, strict=True)], counts)
+
+    def new_in(self, other: State) -> int:
+        """Targets of ``other`` this state does not cover."""
+        return sum(int(np.count_nonzero(b & ~a)) for a, b in zip(self.sets, other.sets, strict=True))
+
+
+@dataclass
+class Covered:
+    """A results file's ``covered`` section, decoded lazily test by test."""
+
+    specs: dict[str, Spec]
+    raw: Mapping[str, Any]
+    groups: list[str]
+    _cache: dict[str, dict[str, State]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, results: Results) -> Covered | None:
+        """The results' sets, ``None`` when they carry none; ValueError for another
+        format or a newer version."""
+        data: dict[str, Any] | None = results.covered  # a validated document: the schema's types
+        if data is None:
+            return None
+        if data.get("format") != FORMAT:
+            raise ValueError(f"the covered section is not {FORMAT} (format {data.get('format')!r})")
+        version = data.get("version")
+        if not isinstance(version, int) or version > VERSION:
+            raise ValueError(f"the covered section is version {version!r}; this pytest-sadl reads up to {VERSION}")
+        specs = {}
+        for name, spec in dict(data.get("metrics") or {}).items():
+            specs[str(name)] = Spec(str(spec["kind"]), tuple(spec["parts"]), tuple(spec["totals"]))
+        groups = [g for g in data.get("groups") or [] if isinstance(g, str)]
+        return cls(specs, dict(data.get("tests") or {}), groups)
+
+    @property
+    def tests(self) -> list[str]:
+        return list(self.raw)
+
+    def state(self, nodeid: str) -> dict[str, State]:
+        found = self._cache.get(nodeid)
+        if found is None:
+            entry = self.raw[nodeid]
+            found = {}
+            for name, spec in self.specs.items():
+                item = entry[name]
+                sets = [decode(t, n) for t, n in zip(item["sets"], spec.parts, strict=True)]
+                found[name] = State(sets, {k: int(item[k]) for k in _COUNTS if k in item})
+            self._cache[nodeid] = found
+        return found
+
+    def empty(self) -> dict[str, State]:
+        return {
+            name: State(
+                [np.zeros(n, dtype=bool) for n in spec.parts],
+                dict.fromkeys(_COUNTS, 0) if spec.kind == "buckets" else {},
+            )
+            for name, spec in self.specs.items()
+        }
+
+    def union(self, nodeids: Iterable[str]) -> dict[str, State]:
+        out = self.empty()
+        for nodeid in nodeids:
+            for name, st in self.state(nodeid).items():
+                out[name] = out[name].union(st)
+        return out
+
+    def value(self, name: str, state: State) -> float:
+        """The metric's value of a state, computed as its criterion computes it."""
+        spec = self.specs[name]
+        if spec.kind == "buckets":
+            return float(np.count_nonzero(state.sets[0])) / spec.totals[0]
+        total = spec.total
+        return state.covered() / total if total else 0.0
+
+    def metric(self, name: str, state: State) -> Metric:
+        spec = self.specs[name]
+        value = self.value(name, state)
+        if spec.kind == "buckets":
+            c = state.counts
+            return Metric(value, state.covered(), spec.total, True, c["below"], c["above"], c["count"], c["nan"])
+        return Metric(value, state.covered(), spec.total)
+
+    def per_layer(self, name: str, state: State) -> list[float]:
+        spec = self.specs[name]
+        return [int(np.count_nonzero(s)) / t if t else 0.0 for s, t in zip(state.sets, spec.totals, strict=True)]
+
+
+def restricted_metrics(results: Results, nodeids: Sequence[str]) -> dict[str, Metric] | None:
+    """The metrics ``results`` had over only the tests ``nodeids`` (a like-with-like
+    baseline for a partial run); ``None`` when it carries no sets or lacks one of the
+    tests."""
+    covered = Covered.of(results)
+    if covered is None or any(n not in covered.raw for n in nodeids):
+        return None
+    union = covered.union(nodeids)
+    return {name: covered.metric(name, union[name]) for name in covered.specs}
+
+
+def sizes(results: Results) -> dict[str, JSON]:
+    """The section's size in characters, all told and per metric (for the docs' figures)."""
+    data: dict[str, Any] = results.covered or {}
+    per: dict[str, int] = {}
+    for entry in dict(data.get("tests") or {}).values():
+        for name, item in entry.items():
+            per[name] = per.get(name, 0) + sum(len(s) for s in item["sets"])
+    return {"total": sum(per.values()), **per}
