@@ -389,7 +389,6 @@ def prioritiser_section(tip_prio: Any, tip_apfd: Any, data: tuple[np.ndarray, ..
     n = len(test)
     km = KMultisectionCoverage(ranges, options.kmnc_k)
     valid = km._valid(0)
-    tip_km = tip_mod_kmnc = None  # noqa: F841
 
     def sc_profile() -> np.ndarray:
         idx = bucket_index(mdsa, bucket_edges(*bounds))

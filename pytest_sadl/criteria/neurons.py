@@ -407,7 +407,7 @@ def _sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> 
         pos *= k
     np.fmax(pos, 0.0, out=pos)
     np.minimum(pos, k - 1, out=pos)
-    idx = pos.astype(np.int64)  # non-negative: truncation is the floor
+    idx: np.ndarray = pos.astype(np.int64)  # non-negative: truncation is the floor
     # Settle values within rounding of an edge exactly by the edges' definition (both
     # edges of the section found first): low + width * idx / k and low + width * (idx + 1) / k.
     edge = np.multiply(width, idx, out=pos)

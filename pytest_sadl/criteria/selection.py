@@ -375,7 +375,7 @@ def ctm_order(counts: object) -> np.ndarray:
     """Coverage-total order: by ``counts`` (targets each input covers alone), most first,
     ties in pool order."""
     c = np.asarray(counts).reshape(-1)
-    if c.dtype.kind in "iu" and c.size and 0 <= c.min() and c.max() < 1 << 16:
+    if c.dtype.kind in "iu" and c.size and c.min() >= 0 and c.max() < 1 << 16:
         return np.argsort((c.max() - c).astype(np.uint16), kind="stable").astype(np.int64)  # radix sort
     c = np.asarray(c, dtype=np.float64)
     return np.argsort(-c, kind="stable").astype(np.int64)
@@ -586,7 +586,9 @@ def _extrema_rows(ext: tuple[np.ndarray, np.ndarray], li: int, n: int, a: int, b
     return lo[a:b], hi[a:b]
 
 
-HitPairs = Callable[[Any, int, np.ndarray, "tuple[np.ndarray, np.ndarray] | None", np.ndarray], tuple[np.ndarray, np.ndarray]]
+HitPairs = Callable[
+    [Any, int, np.ndarray, "tuple[np.ndarray, np.ndarray] | None", np.ndarray], tuple[np.ndarray, np.ndarray]
+]
 
 
 def _input_hits() -> dict[type, HitPairs]:
