@@ -544,51 +544,25 @@ def load_tip() -> tuple[Any, Any, Any, Any]:
     return tip, dnn_tip.prioritizers, dnn_tip.apfd, dnn_tip.neuron_coverage
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=3, help="alternating repetitions; the minimum is kept")
-    parser.add_argument("--loop-inputs", type=int, default=500, help="inputs a slow per-input loop is timed on")
-    parser.add_argument("--large", default="", help="more sizes of the memory-mapped set, e.g. 100000,1000000")
-    parser.add_argument("--nlc-repo", type=Path, default=None, help="a checkout of NeuraL-Coverage")
-    parser.add_argument(
-        "--only", default="", help="comma-separated sections: surprise,neurons,prioritise,softmax,large,recording,nlc"
-    )
-    args = parser.parse_args()
-    only = set(filter(None, args.only.split(",")))
-    want = lambda s: not only or s in only  # noqa: E731
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from peers_surprise import traces
+def large_section(tip: Any, args: Any) -> None:
+    import _real_traces
 
-    tip, prio, tip_apfd, _ = load_tip()
-    data = traces()
-    train, tp, test, pred, faults = data
-    print(
-        f"timings: minimum of {args.reps} alternating repetitions; ratio = peer time / pytest-sadl time (> 1: faster)"
-    )
-    if want("surprise"):
-        surprise_section(tip, train, tp, test, pred, args, "digits MLP hidden layer")
-    if want("neurons"):
-        neuron_section(tip, train, test, args)
-    if want("prioritise"):
-        prioritiser_section(prio, tip_apfd, data, args)
-    if want("softmax"):
-        softmax_dsa_section(tip, args)
-    if want("large"):
-        import _real_traces
+    for n in [60000] + [int(v) for v in args.large.split(",") if v]:
+        x, xp = _real_traces.traces(n, "hidden")
+        q, qp = _real_traces.traces(10000, "hidden", seed=1)
+        label = "MNIST MLP hidden layer, memory-mapped"
+        surprise_section(tip if n <= 60000 else None, x, xp, np.asarray(q), qp, args, label, tip_dsa=False)
 
-        for n in [60000] + [int(v) for v in args.large.split(",") if v]:
-            x, xp = _real_traces.traces(n, "hidden")
-            q, qp = _real_traces.traces(10000, "hidden", seed=1)
-            label = "MNIST MLP hidden layer, memory-mapped"
-            surprise_section(tip if n <= 60000 else None, x, xp, np.asarray(q), qp, args, label, tip_dsa=False)
-    if want("recording"):
-        recording_section(args)
-    if want("nlc") and args.nlc_repo:
-        import compare_neural_coverage
 
-        print("\n== NeuraL-Coverage's criteria on the digits ConvNet (benchmarks/compare_neural_coverage.py) ==")
-        sys.argv = ["compare_neural_coverage.py", "--repo", str(args.nlc_repo), "--reps", str(args.reps)]
-        compare_neural_coverage.main()
+def nlc_section(args: Any) -> None:
+    import compare_neural_coverage
+
+    print("\n== NeuraL-Coverage's criteria on the digits ConvNet (benchmarks/compare_neural_coverage.py) ==")
+    sys.argv = ["compare_neural_coverage.py", "--repo", str(args.nlc_repo), "--reps", str(args.reps)]
+    compare_neural_coverage.main()
+
+
+def report() -> None:
     print(
         "\n(1) the classes keep different neurons (per-class variance rule), dnn-tip one set: rank correlation"
         "\n(2) dnn-tip's MDSA is the squared distance under the maximum-likelihood covariance: ours squared x n/(n-1)"
@@ -601,6 +575,41 @@ def main() -> None:
         print(f"{'met   ' if met else 'MISSED'} {what:<62} {measured}")
     missed = sum(not m for _, m, _ in TARGETS)
     print(f"{len(TARGETS) - missed} met, {missed} MISSED")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3, help="alternating repetitions; the minimum is kept")
+    parser.add_argument("--loop-inputs", type=int, default=500, help="inputs a slow per-input loop is timed on")
+    parser.add_argument("--large", default="", help="more sizes of the memory-mapped set, e.g. 100000,1000000")
+    parser.add_argument("--nlc-repo", type=Path, default=None, help="a checkout of NeuraL-Coverage")
+    parser.add_argument(
+        "--only", default="", help="comma-separated sections: surprise,neurons,prioritise,softmax,large,recording,nlc"
+    )
+    args = parser.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from peers_surprise import traces
+
+    tip, prio, tip_apfd, _ = load_tip()
+    data = traces()
+    train, tp, test, pred, _ = data
+    print(
+        f"timings: minimum of {args.reps} alternating repetitions; ratio = peer time / pytest-sadl time (> 1: faster)"
+    )
+    sections: dict[str, Callable[[], None]] = {
+        "surprise": lambda: surprise_section(tip, train, tp, test, pred, args, "digits MLP hidden layer"),
+        "neurons": lambda: neuron_section(tip, train, test, args),
+        "prioritise": lambda: prioritiser_section(prio, tip_apfd, data, args),
+        "softmax": lambda: softmax_dsa_section(tip, args),
+        "large": lambda: large_section(tip, args),
+        "recording": lambda: recording_section(args),
+        "nlc": lambda: nlc_section(args) if args.nlc_repo else None,
+    }
+    for name, run in sections.items():
+        if not only or name in only:
+            run()
+    report()
 
 
 if __name__ == "__main__":

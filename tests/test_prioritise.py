@@ -206,3 +206,13 @@ def test_generic_cam_copies_the_state_not_the_set_up():
         assert cov.metric().covered == before < fork.metric().covered
     kmnc = registry.BY_NAME["kmnc"].make(setup)
     assert _fork(kmnc).coverage.ranges is kmnc.coverage.ranges  # read-only: shared
+
+
+def test_ctm_order_is_the_stable_descending_sort_for_small_and_large_counts():
+    rng = np.random.default_rng(9)
+    for high in (5, 70_000):  # a 16-bit radix sort, and the general one
+        counts = rng.integers(0, high, size=300)
+        counts[:50] = counts[50:100]  # ties
+        want = sorted(range(300), key=lambda i: (-counts[i], i))
+        assert ctm_order(counts).tolist() == want
+        assert ctm_order(counts.astype(float)).tolist() == want
