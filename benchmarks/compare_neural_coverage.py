@@ -1,5 +1,8 @@
 """pytest-sadl beside NeuraL-Coverage (Yuan et al., ICSE 2023) on one small PyTorch model.
 
+``benchmarks/peers.py`` runs this beside every other peer in one run (its traces and
+model come from here).
+
 NeuraL-Coverage is not a dependency and is not fetched here: give a checkout of
 https://github.com/Yuanyuan-Yuan/NeuraL-Coverage with ``--repo``. Its ``coverage.py``,
 ``tool.py`` and ``constants.py`` are imported as they are, with stand-ins for the imports

@@ -1,5 +1,8 @@
 """pytest-sadl's MLSA, MMDSA, CTM, CAM and APFD beside dnn-tip's on the same traces.
 
+``benchmarks/peers.py`` runs this beside every other peer in one run (its traces and
+model come from here).
+
 dnn-tip (Weiss and Tonella, ISSTA 2022) is not a dependency and is not fetched here: give
 a checkout of https://github.com/testingautomated-usi/dnn-tip with ``--repo`` (its
 ``dnn_tip`` package is imported as it is, with stand-ins for ``psutil`` and ``tqdm`` when

@@ -122,3 +122,97 @@ def test_select_ctm_cam_with_apfd_and_errors():
         select("ctm", 3, criterion="xyz", setup=setup, batch=batch)
     with pytest.raises(ValueError, match="LSC does not apply"):
         select("ctm", 3, criterion="lsc", setup=setup, batch=batch)
+
+
+@pytest.mark.parametrize("name", ["nc", "kmnc", "nbc", "snac"])
+@pytest.mark.parametrize("block", [1 << 22, 7])  # one block of inputs, and blocks of a few inputs
+def test_vectorised_targets_equal_each_inputs_own_update(name, block, monkeypatch):
+    """Each input's targets, read for many inputs at once, are what ``update`` of that
+    input alone counts (NC with the extrema of the full maps, KMNC with constant neurons)."""
+    from pytest_sadl.criteria import selection
+
+    monkeypatch.setattr(selection, "BLOCK", block)  # the block size only bounds memory
+    rng = np.random.default_rng(7)
+    train = [rng.normal(size=(150, 6)), np.abs(rng.normal(size=(150, 4)))]
+    train[0][:, 2] = 0.5  # constant in training: no KMNC sections
+    layers = [rng.normal(size=(40, 6)) * 1.6, np.abs(rng.normal(size=(40, 4))) * 1.8]
+    layers[0][:5, 2] = 0.5
+    extrema = [(a.min(axis=1) - rng.random(40), a.max(axis=1) + rng.random(40)) for a in layers]
+    setup = Setup(fit_ranges(train), OPTIONS)
+    batch = Batch({}, layers, extrema)
+    cov = registry.BY_NAME[name].make(setup)
+    targets = selection.input_targets(cov, batch)
+    assert targets is not None and len(targets) == 40
+    for i, t in enumerate(targets):
+        alone = registry.BY_NAME[name].make(setup)
+        assert t.size == alone.update(selection._one(batch, i))
+        assert len(np.unique(t)) == t.size
+    assert sum(t.size for t in targets) > 0
+
+
+def test_cam_of_targets_is_the_plain_greedy_on_random_sets_and_sparse_ids():
+    from pytest_sadl.criteria.selection import cam_of_targets
+
+    rng = np.random.default_rng(2)
+    for trial in range(30):
+        n, m = int(rng.integers(0, 50)), int(rng.integers(1, 30))
+        scale = 1 if trial % 2 else 10**7  # dense ids, and ids far apart (ranked)
+        sets = [np.sort(rng.choice(m, size=rng.integers(0, min(m, 6) + 1), replace=False)) * scale for _ in range(n)]
+        order, gains = cam_of_targets(sets)
+        assert order.tolist() == naive.cam([set(s.tolist()) for s in sets])
+        covered: set = set()
+        for i, g in zip(order.tolist(), gains, strict=True):
+            assert g == len(set(sets[i].tolist()) - covered)
+            covered |= set(sets[i].tolist())
+
+
+def test_cam_ties_after_the_greedy_picks_go_in_pool_order_and_decide_apfd():
+    """Once no input adds a target the definition (DeepGini's CAM: the rest by CTM) says
+    nothing of ties; ours are in pool order, so the APFD of an all-tied rest is the pool's
+    own order there (dnn-tip's unstable sort gives another order, hence another APFD)."""
+    sets = [{0, 1}, {0}, {1}, {0}, {2}, {1}]  # greedy: 0, then 4; the rest all cover one target
+    batch = Batch({"id": np.arange(6)}, [], [])
+
+    class Sets:
+        def __init__(self):
+            self.done = set()
+
+        def update(self, b):
+            new = set().union(*(sets[int(i)] for i in b.scores["id"])) - self.done
+            self.done |= new
+            return len(new)
+
+    order, gains = cam_order(Sets, batch)
+    assert order.tolist() == [0, 4, 1, 2, 3, 5] == naive.cam(sets)
+    assert gains == [2, 1, 0, 0, 0, 0]
+    faults = np.array([False, False, False, False, False, True])
+    assert apfd(order, faults) == pytest.approx(1 - 6 / 6 + 1 / 12)  # the fault last of the ties
+    tied_reversed = [0, 4, 5, 3, 2, 1]  # another valid CAM order: the ties reversed
+    assert apfd(tied_reversed, faults) == pytest.approx(1 - 3 / 6 + 1 / 12)
+
+
+def test_generic_cam_copies_the_state_not_the_set_up():
+    from pytest_sadl.criteria.selection import _fork
+
+    rng = np.random.default_rng(4)
+    setup = Setup(fit_ranges([rng.normal(size=(50, 3))]), OPTIONS)
+    top = Setup(setup.ranges, SimpleNamespace(tknc_k=1))
+    for name, made_for in (("kmnc", setup), ("tknc", top)):  # a neuron coverage, one without copy()
+        cov = registry.BY_NAME[name].make(made_for)
+        cov.update(Batch({}, [np.array([[3.0, 0.0, 0.0]])], [None]))
+        before = cov.metric().covered
+        fork = _fork(cov)
+        fork.update(Batch({}, [rng.normal(size=(20, 3)) * 3], [None]))
+        assert cov.metric().covered == before < fork.metric().covered
+    kmnc = registry.BY_NAME["kmnc"].make(setup)
+    assert _fork(kmnc).coverage.ranges is kmnc.coverage.ranges  # read-only: shared
+
+
+def test_ctm_order_is_the_stable_descending_sort_for_small_and_large_counts():
+    rng = np.random.default_rng(9)
+    for high in (5, 70_000):  # a 16-bit radix sort, and the general one
+        counts = rng.integers(0, high, size=300)
+        counts[:50] = counts[50:100]  # ties
+        want = sorted(range(300), key=lambda i: (-counts[i], i))
+        assert ctm_order(counts).tolist() == want
+        assert ctm_order(counts.astype(float)).tolist() == want

@@ -830,8 +830,8 @@ class TorchTraceModel:
                     captured[_p + "\0token"] = _token(main, self._head[1], self._mask)
                 if _e:
                     flat = main.detach().reshape(main.shape[0], -1).float()
-                    captured[_p + "\0min"] = flat.min(dim=1).values
-                    captured[_p + "\0max"] = flat.max(dim=1).values
+                    captured[_p + "\0min"] = flat.amin(dim=1)  # amin/amax: no indices, unlike .min(dim=1)
+                    captured[_p + "\0max"] = flat.amax(dim=1)
 
             handles.append(self._modules[path].register_forward_hook(fn))
         try:

@@ -406,30 +406,49 @@ class KMultisectionCoverage(_RangeCoverage):
 
     def sections(self, i: int, values: np.ndarray) -> np.ndarray:
         """Section index per value of layer ``i`` (``-1`` outside the training range)."""
-        low, high, k = self.ranges.low[i], self.ranges.high[i], self.k
-        width = high - low
-        safe = np.where(width > 0, width, 1.0)
-        # Clipped before the cast: a huge (1e30), infinite or NaN value must not reach
-        # int64 (NumPy warns "invalid value encountered in cast", an error under
-        # -W error); such values are outside the range and get -1 below anyway.
-        with np.errstate(over="ignore", invalid="ignore"):
-            pos = (values - low) / safe * k
-        pos = np.clip(np.nan_to_num(pos, nan=0.0), 0, k - 1)
-        idx = np.floor(pos).astype(np.int64)
-        # Settle values within rounding of an edge exactly by the edges' definition.
-        lower_edge = low + width * idx / k
-        upper_edge = low + width * (idx + 1) / k
-        idx -= (values < lower_edge) & (idx > 0)
-        idx += (values >= upper_edge) & (idx < k - 1)
-        inside = (values >= low) & (values <= high) & (width > 0)
-        return np.where(inside, idx, -1)
+        return _sections(self.ranges.low[i], self.ranges.high[i], self.k, values)
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         idx = self.sections(i, values)
-        hit = np.zeros((self.sizes[i], self.k), dtype=bool)
-        rows, cols = np.nonzero(idx >= 0)
-        hit[cols, idx[rows, cols]] = True
-        return hit
+        size, k = self.sizes[i], self.k
+        flat = idx + np.arange(size) * k  # (neuron, section) as one id; outside: a sink id
+        flat[idx < 0] = size * k
+        hit = np.zeros(size * k + 1, dtype=bool)
+        hit[flat.reshape(-1)] = True
+        return hit[:-1].reshape(size, k)
+
+
+def _sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
+    """:meth:`KMultisectionCoverage.sections`: the section of each value, ``-1`` outside
+    ``[low, high]``; the same operations as ``floor((v - low) / width * k)`` settled by the
+    edges ``low + width * j / k``, in place (a few passes where temporaries cost many)."""
+    width = high - low
+    safe = np.where(width > 0, width, 1.0)
+    # Clipped before the cast: a huge (1e30), infinite or NaN value must not reach int64
+    # (NumPy warns "invalid value encountered in cast", an error under -W error); such
+    # values are outside the range and get -1 below anyway. fmax(NaN, 0) is 0, as
+    # nan_to_num then clip gave; +-inf clip to k - 1 and 0 as before.
+    with np.errstate(over="ignore", invalid="ignore"):
+        pos = np.subtract(values, low)
+        pos /= safe
+        pos *= k
+    np.fmax(pos, 0.0, out=pos)
+    np.minimum(pos, k - 1, out=pos)
+    idx: np.ndarray = pos.astype(np.int64)  # non-negative: truncation is the floor
+    # Settle values within rounding of an edge exactly by the edges' definition (both
+    # edges of the section found first): low + width * idx / k and low + width * (idx + 1) / k.
+    edge = np.multiply(width, idx, out=pos)
+    edge /= k
+    edge += low
+    down = (values < edge) & (idx > 0)
+    np.multiply(width, idx + 1, out=edge)
+    edge /= k
+    edge += low
+    idx += (values >= edge) & (idx < k - 1)
+    idx -= down
+    inside = (values >= low) & (values <= high) & (width > 0)
+    idx[~inside] = -1
+    return idx
 
 
 class NeuronBoundaryCoverage(_RangeCoverage):

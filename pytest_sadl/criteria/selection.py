@@ -256,35 +256,12 @@ def _select(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
     if strategy in ("ctm", "cam"):
-        if criterion is None or setup is None or batch is None:
-            raise ValueError(f"the {strategy} strategy needs a coverage criterion, its setup and the pool's traces")
-        order, counts = prioritise(strategy, criterion, setup, batch)
-        k = _check_budget(budget, len(order))
-        return Selection(
-            strategy, int(budget), order[:k], len(order), criterion=criterion, new_targets=counts[:k], order=order
-        )
+        return _by_coverage_order(strategy, budget, criterion, setup, batch)
     present = {k: np.asarray(v, dtype=np.float64) for k, v in (scores or {}).items() if v is not None}
     if strategy == "deepgini":
-        if output is None:
-            raise ValueError("the deepgini strategy needs the model's outputs on the pool")
-        gini = confidence_scores(output)["deepgini"]
-        k = _check_budget(budget, len(gini))
-        order = _descending(gini)
-        return Selection(strategy, int(budget), order[:k], len(gini), by="deepgini", order=order)
+        return _by_deepgini(budget, output)
     if strategy == "coverage":
-        if not bounds:
-            raise ValueError(
-                "the coverage strategy needs SC bounds (a results JSON of the current tests, or the profile's defaults)"
-            )
-        per_metric = {m: present[SURPRISE[m]] for m in bounds if SURPRISE.get(m) in present}
-        picks, gains = greedy_coverage(per_metric, bounds, budget, covered)
-        n = len(next(iter(per_metric.values())))
-        notes = []
-        if gains and gains[-1] == 0:
-            notes.append(
-                f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left"
-            )
-        return Selection(strategy, int(budget), picks, n, by=",".join(per_metric), new_buckets=gains, notes=notes)
+        return _by_sc_coverage(budget, present, bounds, covered)
     if by not in present:
         raise ValueError(f"no {by!r} scores for the pool; available: {', '.join(present) or 'none'}")
     s = present[by]
@@ -292,7 +269,54 @@ def _select(
         k = _check_budget(budget, len(s))
         order = _descending(s)
         return Selection(strategy, int(budget), order[:k], len(s), by=by, order=order)
-    # ranges
+    return _by_ranges(budget, s, by, bounds, upto, seed)
+
+
+def _by_coverage_order(
+    strategy: str, budget: int, criterion: str | None, setup: Setup | None, batch: Batch | None
+) -> Selection:
+    if criterion is None or setup is None or batch is None:
+        raise ValueError(f"the {strategy} strategy needs a coverage criterion, its setup and the pool's traces")
+    order, counts = prioritise(strategy, criterion, setup, batch)
+    k = _check_budget(budget, len(order))
+    return Selection(
+        strategy, int(budget), order[:k], len(order), criterion=criterion, new_targets=counts[:k], order=order
+    )
+
+
+def _by_deepgini(budget: int, output: np.ndarray | None) -> Selection:
+    if output is None:
+        raise ValueError("the deepgini strategy needs the model's outputs on the pool")
+    gini = confidence_scores(output)["deepgini"]
+    k = _check_budget(budget, len(gini))
+    order = _descending(gini)
+    return Selection("deepgini", int(budget), order[:k], len(gini), by="deepgini", order=order)
+
+
+def _by_sc_coverage(
+    budget: int,
+    present: Mapping[str, np.ndarray],
+    bounds: Mapping[str, Bounds] | None,
+    covered: Mapping[str, np.ndarray] | None,
+) -> Selection:
+    if not bounds:
+        raise ValueError(
+            "the coverage strategy needs SC bounds (a results JSON of the current tests, or the profile's defaults)"
+        )
+    per_metric = {m: present[SURPRISE[m]] for m in bounds if SURPRISE.get(m) in present}
+    picks, gains = greedy_coverage(per_metric, bounds, budget, covered)
+    n = len(next(iter(per_metric.values())))
+    notes = []
+    if gains and gains[-1] == 0:
+        notes.append(
+            f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left"
+        )
+    return Selection("coverage", int(budget), picks, n, by=",".join(per_metric), new_buckets=gains, notes=notes)
+
+
+def _by_ranges(
+    budget: int, s: np.ndarray, by: str, bounds: Mapping[str, Bounds] | None, upto: float, seed: int
+) -> Selection:
     if not (0 < upto <= 1):
         raise ValueError(f"upto must be in (0, 1] (a fraction of the SC upper bound U), got {upto!r}")
     metric = {v: k for k, v in SURPRISE.items()}[by]
@@ -308,7 +332,7 @@ def _select(
     rng = np.random.default_rng(seed)
     picks = rng.choice(eligible, size=min(k, eligible.size), replace=False) if eligible.size else np.zeros(0, np.int64)
     return Selection(
-        strategy,
+        "ranges",
         int(budget),
         picks.astype(np.int64),
         len(s),
@@ -350,7 +374,10 @@ def faults_of(pred: np.ndarray, labels: np.ndarray) -> np.ndarray:
 def ctm_order(counts: object) -> np.ndarray:
     """Coverage-total order: by ``counts`` (targets each input covers alone), most first,
     ties in pool order."""
-    c = np.asarray(counts, dtype=np.float64).reshape(-1)
+    c = np.asarray(counts).reshape(-1)
+    if c.dtype.kind in "iu" and c.size and c.min() >= 0 and c.max() < 1 << 16:
+        return np.argsort((c.max() - c).astype(np.uint16), kind="stable").astype(np.int64)  # radix sort
+    c = np.asarray(c, dtype=np.float64)
     return np.argsort(-c, kind="stable").astype(np.int64)
 
 
@@ -376,15 +403,53 @@ def cam_order(
     Lazy greedy: a gain computed against fewer covered targets bounds the gain against more
     (a coverage's newly covered targets only shrink as it grows), so each pick re-evaluates
     only the inputs whose bound could still win; exactly the greedy order with ties to the
-    lowest index, each gain ``copy(covered).update(input)``. ``counts``: each input's CTM
-    count (computed when ``None``); ``start``: what counts as covered already."""
+    lowest index, each gain what ``update(input)`` reports on a copy of the covered state
+    (:func:`_fork`: the state's arrays copied, never its read-only set-up). ``counts``: each
+    input's CTM count (computed when ``None``); ``start``: what counts as covered already."""
     total = input_counts(make, batch) if counts is None else np.asarray(counts, dtype=np.int64)
-    state = make() if start is None else copy.deepcopy(start)
+    state = make() if start is None else _fork(start)
     return _lazy_greedy(
         total,
-        gain=lambda i: int(copy.deepcopy(state).update(_one(batch, i))),
+        gain=lambda i: int(_fork(state).update(_one(batch, i))),
         take=lambda i: state.update(_one(batch, i)),
     )
+
+
+def _fork(cov: Any) -> Any:
+    """An independent copy of a coverage's state for one trial ``update``: its own
+    ``copy()`` when it is one of this package's coverages (a :class:`SurpriseCoverage`, a
+    neuron coverage: their ranges and bounds are shared, read-only), else a shallow copy
+    whose attributes are copied by :func:`_fork_value`; a ``deepcopy`` for anything else."""
+    if _own_copy(cov):
+        return cov.copy()
+    try:
+        attrs = vars(cov)
+    except TypeError:  # __slots__ and the like: no attribute dict to walk
+        return copy.deepcopy(cov)
+    new = copy.copy(cov)
+    for name, value in attrs.items():
+        setattr(new, name, _fork_value(value))
+    return new
+
+
+def _own_copy(value: object) -> bool:
+    """Whether ``value`` is one of this package's objects with a ``copy()`` (a full copy
+    of its mutable state)."""
+    return type(value).__module__.startswith("pytest_sadl.") and callable(getattr(value, "copy", None))
+
+
+def _fork_value(value: object) -> object:
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, frozenset)):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, tuple) and all(isinstance(v, (bool, int, float, str)) for v in value):
+        return value
+    if isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
+        return [v.copy() for v in value]
+    if _own_copy(value):
+        return value.copy()  # type: ignore[attr-defined]
+    return copy.deepcopy(value)
 
 
 def _lazy_greedy(
@@ -440,66 +505,214 @@ def prioritise(strategy: str, criterion: str, setup: Setup, batch: Batch) -> tup
 
     if strategy not in ("ctm", "cam"):
         raise ValueError(f"prioritise orders by 'ctm' or 'cam', not {strategy!r}")
-    targets = input_targets(make(), batch)  # one clear error before any work
-    if targets is not None:  # the registry's own shapes: each input's targets once, then plain arrays
-        counts = np.array([t.size for t in targets], dtype=np.int64)
-        if strategy == "ctm":
-            order = ctm_order(counts)
-            return order, [int(counts[i]) for i in order]
-        return cam_of_targets(targets)
-    counts = input_counts(make, batch)
-    if strategy == "ctm":
-        order = ctm_order(counts)
-        return order, [int(counts[i]) for i in order]
-    return cam_order(make, batch, counts)
+    pairs = target_pairs(make(), batch)  # one clear error before any work
+    if pairs is not None:  # the registry's own shapes: each input's targets once, then plain arrays
+        if strategy == "cam":
+            return cam_of_pairs(*pairs)
+        counts = np.bincount(pairs[1], minlength=pairs[0]).astype(np.int64)
+    else:
+        counts = input_counts(make, batch)
+        if strategy == "cam":
+            return cam_order(make, batch, counts)
+    order = ctm_order(counts)
+    return order, counts[order].tolist()
 
 
-def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
-    """The targets (integer ids) each input of ``batch`` covers on its own, for the shapes
-    of :mod:`~pytest_sadl.criteria.shape` whose targets are known here: a surprise
-    coverage's bucket, a neuron coverage's (neuron, section/corner) flags over traces that
-    are already one value per neuron; ``None`` for any other criterion (then the generic
-    path asks its ``update``). Equal to what ``update`` counts, input by input."""
-    from pytest_sadl.criteria.checks import as_layers
+#: each input's targets as (inputs, rows, target ids): one pair per input and target it covers
+Pairs = tuple[int, np.ndarray, np.ndarray]
+#: values per block of rows when a layer's per-input hits are computed (bounds the memory)
+BLOCK = 1 << 22
+
+
+def target_pairs(cov: Any, batch: Batch) -> Pairs | None:
+    """The targets (integer ids) each input of ``batch`` covers on its own, as ``(n, rows,
+    ids)``, rows ascending, for the shapes of :mod:`~pytest_sadl.criteria.shape` whose
+    targets are known here: a surprise coverage's bucket, a neuron coverage's (neuron,
+    section/corner) flags over traces that are already one value per neuron; ``None`` for
+    any other criterion (then the generic path asks its ``update``). Equal to what
+    ``update`` counts, input by input, computed for a block of inputs at once."""
     from pytest_sadl.criteria.neurons import _LayerCoverage
     from pytest_sadl.criteria.surprise import SurpriseCoverage
 
     if isinstance(cov, SurpriseCoverage) and cov.sa is not None:
-        n = len(batch.layers[0]) if batch.layers else len(next(iter(batch.scores.values()), []))
-        scores = batch.scores.get(cov.sa)
-        if scores is None:
-            return [np.zeros(0, np.int64) for _ in range(n)]
-        sc = cov
-        idx = bucket_index(np.asarray(scores, dtype=np.float64), bucket_edges(sc.lower, sc.upper, sc.buckets))
-        return [np.array([b], np.int64) if 0 <= b < sc.buckets else np.zeros(0, np.int64) for b in idx.tolist()]
-    if not isinstance(cov, _LayerCoverage):
+        return _bucket_pairs(cov, batch)
+    if not isinstance(cov, _LayerCoverage) or type(cov) not in _input_hits():
         return None
-    inner = cov
     if any(np.ndim(a) != 2 for a in batch.layers):
         return None  # unreduced maps: NC scales them whole; leave that to update
+    return _neuron_pairs(cov, batch, cov.uses_extrema)
+
+
+def _bucket_pairs(cov: Any, batch: Batch) -> Pairs:
+    n = len(batch.layers[0]) if batch.layers else len(next(iter(batch.scores.values()), []))
+    scores = batch.scores.get(cov.sa)
+    if scores is None:
+        return n, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    sc = cov
+    idx = bucket_index(np.asarray(scores, dtype=np.float64), bucket_edges(sc.lower, sc.upper, sc.buckets))
+    rows = np.flatnonzero((idx >= 0) & (idx < sc.buckets))
+    return n, rows.astype(np.int64), idx[rows].astype(np.int64)
+
+
+def _neuron_pairs(inner: Any, batch: Batch, uses_extrema: bool) -> Pairs:
+    from pytest_sadl.criteria.checks import as_layers
+
     arrays = as_layers("layers", batch.layers, sizes=inner.sizes)
     n = arrays[0].shape[0]
-    out: list[list[np.ndarray]] = [[] for _ in range(n)]
+    hits = _input_hits()[type(inner)]
+    rows: list[np.ndarray] = []
+    ids: list[np.ndarray] = []
     offset = 0
     for li, values in enumerate(arrays):
-        valid = inner._valid(li)[:, None]
-        ext = batch.extrema[li] if cov.uses_extrema and li < len(batch.extrema) else None
-        for i in range(n):
-            one = None if ext is None else (ext[0][i : i + 1], ext[1][i : i + 1])
-            hit = inner._hits(li, values[i : i + 1], one) & valid
-            out[i].append(offset + np.flatnonzero(hit.reshape(-1)))
+        valid = inner._valid(li)
+        ext = batch.extrema[li] if uses_extrema and li < len(batch.extrema) else None
+        step = max(1, BLOCK // max(1, values.shape[1] * inner.per_neuron))
+        for s in range(0, n, step):
+            block = None if ext is None else _extrema_rows(ext, li, n, s, s + step)
+            r, t = hits(inner, li, values[s : s + step], block, valid)
+            rows.append(r + s)
+            ids.append(t + offset)
         offset += inner.sizes[li] * inner.per_neuron
-    return [np.concatenate(parts) for parts in out]
+    r_all, t_all = np.concatenate(rows), np.concatenate(ids)
+    order = np.argsort(r_all, kind="stable")  # by input; each input's ids stay ascending
+    return n, r_all[order], t_all[order]
+
+
+def _extrema_rows(ext: tuple[np.ndarray, np.ndarray], li: int, n: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.asarray(ext[0], np.float64).reshape(-1)
+    hi = np.asarray(ext[1], np.float64).reshape(-1)
+    if lo.shape != (n,) or hi.shape != (n,):
+        raise ValueError(f"extrema[{li}] must hold one minimum and one maximum per input ({n})")
+    return lo[a:b], hi[a:b]
+
+
+HitPairs = Callable[
+    [Any, int, np.ndarray, "tuple[np.ndarray, np.ndarray] | None", np.ndarray], tuple[np.ndarray, np.ndarray]
+]
+
+
+def _input_hits() -> dict[type, HitPairs]:
+    """Per neuron criterion: a block of inputs' hits as (row, target-in-layer) pairs, each
+    row's hits exactly what the criterion's ``_hits`` gives for that input alone."""
+    from pytest_sadl.criteria import neurons
+
+    return {
+        neurons.NeuronCoverage: _nc_pairs,
+        neurons.KMultisectionCoverage: _kmnc_pairs,
+        neurons.NeuronBoundaryCoverage: _nbc_pairs,
+        neurons.StrongNeuronActivationCoverage: _snac_pairs,
+    }
+
+
+def _flags(hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, flat id) of the True values of a ``(rows, neurons, per_neuron)`` array."""
+    rows, flat = np.divmod(np.flatnonzero(hit), hit.shape[1] * hit.shape[2])
+    return rows, flat
+
+
+def _nc_pairs(
+    cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = (values.min(axis=1), values.max(axis=1)) if extrema is None else extrema
+    span = hi - lo
+    safe = np.where(span > 0, span, 1.0)
+    scaled = (values - lo[:, None]) / safe[:, None]
+    scaled[span <= 0] = 0.0
+    return _flags(((scaled > cov.threshold) & valid)[:, :, None])
+
+
+def _kmnc_pairs(
+    cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    idx = cov.sections(li, values)
+    rows, cols = np.nonzero((idx >= 0) & valid)
+    return rows, cols * cov.k + idx[rows, cols]
+
+
+def _nbc_pairs(
+    cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    lower = values < cov.ranges.low[li]
+    upper = values > cov.ranges.high[li]
+    return _flags(np.stack([lower, upper], axis=2) & valid[:, None])
+
+
+def _snac_pairs(
+    cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    return _flags(((values > cov.ranges.high[li]) & valid)[:, :, None])
+
+
+def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
+    """:func:`target_pairs` as one array of target ids per input (``None`` where the
+    criterion's targets are not known here)."""
+    pairs = target_pairs(cov, batch)
+    if pairs is None:
+        return None
+    n, rows, ids = pairs
+    return np.split(ids, np.cumsum(np.bincount(rows, minlength=n))[:-1])
 
 
 def cam_of_targets(targets: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
-    """:func:`cam_order` over known target ids: the same lazy greedy, a gain being the
-    number of an input's targets not yet covered."""
-    size = max((int(t.max()) + 1 for t in targets if t.size), default=0)
-    covered = np.zeros(size, dtype=bool)
+    """:func:`cam_of_pairs` over one array of target ids per input."""
+    sizes = np.array([t.size for t in targets], dtype=np.int64)
+    rows = np.repeat(np.arange(len(targets), dtype=np.int64), sizes)
+    ids = np.concatenate(targets).astype(np.int64) if targets else np.zeros(0, np.int64)
+    return cam_of_pairs(len(targets), rows, ids)
 
-    def take(i: int) -> None:
-        covered[targets[i]] = True
 
-    total = np.array([t.size for t in targets], dtype=np.int64)
-    return _lazy_greedy(total, gain=lambda i: int(np.count_nonzero(~covered[targets[i]])), take=take)
+def cam_of_pairs(n: int, rows: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """:func:`cam_order` over known targets (``rows[j]`` covers ``ids[j]``, each pair once):
+    the plain greedy with every input's gain kept up to date, as dnn-tip's ``cam`` does
+    on a dense profile, here on the sparse pairs: a pick's newly covered targets take one
+    off the gain of each input that covers them. The pick is the largest gain, the lowest
+    index on a tie (``argmax``), until no input adds a target; the rest in CTM order (ties
+    in pool order). The same order and gains as the lazy greedy of :func:`cam_order`."""
+    total = np.bincount(rows, minlength=n).astype(np.int64)
+    col, m = _dense_ids(ids)
+    row_ptr = np.concatenate([[0], np.cumsum(total)])  # rows are ascending: row i's targets
+    col_rows = rows[_stable_argsort(col, m)]
+    col_ptr = np.concatenate([[0], np.cumsum(np.bincount(col, minlength=m))])
+    covered = np.zeros(m, dtype=bool)
+    gain = total.copy()
+    picks: list[int] = []
+    gains: list[int] = []
+    while n:
+        best = int(np.argmax(gain))  # the first of the largest: ties to the lowest index
+        g = int(gain[best])
+        if g <= 0:
+            break
+        mine = col[row_ptr[best] : row_ptr[best + 1]]
+        new = mine[~covered[mine]]
+        covered[new] = True
+        np.subtract.at(gain, col_rows[_spans(col_ptr, new)], 1)
+        picks.append(best)
+        gains.append(g)
+    taken = np.zeros(n, dtype=bool)
+    taken[picks] = True
+    order = ctm_order(total)
+    rest = order[~taken[order]]
+    return np.concatenate([np.array(picks, dtype=np.int64), rest]), gains + [0] * len(rest)
+
+
+def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """Target ids as columns ``0..m-1`` (the ids themselves when they are not much sparser
+    than the pairs, else their ranks) and ``m``."""
+    top = int(ids.max()) + 1 if ids.size else 0
+    if top <= 4 * ids.size + 1024:
+        return ids, top
+    targets, col = np.unique(ids, return_inverse=True)
+    return col.reshape(-1), int(targets.size)
+
+
+def _stable_argsort(col: np.ndarray, m: int) -> np.ndarray:
+    """``argsort(col, kind="stable")``, by NumPy's radix sort when the columns fit 16 bits."""
+    if m <= 1 << 16:
+        return np.argsort(col.astype(np.uint16), kind="stable")
+    return np.argsort(col, kind="stable")
+
+
+def _spans(ptr: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """The positions ``ptr[w]:ptr[w + 1]`` of every ``w`` in ``which``, concatenated."""
+    starts, lens = ptr[which], ptr[which + 1] - ptr[which]
+    return np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
