@@ -10,6 +10,7 @@ run that imported it first would drop it from ``sys.modules`` afterwards.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 from typing import Any
@@ -334,3 +335,87 @@ def test_dsa_on_traces_that_do_not_vary_is_not_available_and_lsa_names_the_proje
     wide = rng.standard_normal((60, 40)).astype(np.float32)
     with pytest.raises(ValueError, match=r"--sadl-sa-components=N, N below 40"):
         LSA(wide, pred)
+
+
+# ----------------------------------------------------------------------------- keras-hub tasks
+
+KERAS_HUB_CONFTEST = """
+import numpy as np
+import pytest
+import keras
+import keras_hub
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]
+
+
+def texts(n, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 20, (n, 5))
+    return [" ".join(f"w{k}" for k in row) for row in ids], (ids.min(axis=1) < 3).astype("int32")
+
+
+@pytest.fixture(scope="session")
+def sadl_model(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab.write_text("\\n".join(VOCAB))
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=str(vocab))
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=8)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(VOCAB), num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        max_sequence_length=8,
+    )
+    return keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+
+
+@pytest.fixture(scope="session")
+def sadl_train():
+    return texts(120, 0)  # raw strings and labels: the task's preprocessor makes the backbone's inputs
+"""
+
+KERAS_HUB_TESTS = """
+import numpy as np
+import pytest
+
+from conftest import texts
+
+
+@pytest.mark.sadl
+def test_a_list_of_str(sadl_model):
+    assert sadl_model.predict(texts(20, 1)[0], verbose=0).shape == (20, 2)
+
+
+@pytest.mark.sadl
+def test_a_list_of_numpy_str(sadl_model):
+    assert sadl_model.predict([np.str_(t) for t in texts(12, 2)[0]], verbose=0).shape == (12, 2)
+
+
+@pytest.mark.sadl
+def test_an_array_of_bytes(sadl_model):
+    x = np.array([t.encode() for t in texts(8, 3)[0]])
+    assert sadl_model.predict(x, verbose=0).shape == (8, 2)
+"""
+
+
+def test_a_keras_hub_text_classifier_fed_raw_strings_through_its_preprocessor(pytester: pytest.Pytester) -> None:
+    """A ``BertTextClassifier`` with its preprocessor, as keras-hub's guides call it:
+    ``predict`` on a list of ``str``, a list of ``np.str_``, an array of bytes, each input
+    recorded; training data as raw strings, run through the task's preprocessor; the SA
+    layer the backbone's pooled output. Run in a subprocess (TensorFlow beside torch)."""
+    for name in ("keras_hub", "tensorflow_text"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed (pip install --no-deps keras-hub tensorflow-text)")
+    pytester.makeconftest(KERAS_HUB_CONFTEST)
+    pytester.makepyfile(test_kh=KERAS_HUB_TESTS)
+    res = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "--sadl-coverage", "--sadl-report=json:out.json", timeout=300
+    )
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "out.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in report["tests"]}
+    assert tests == {"test_a_list_of_str": 20, "test_a_list_of_numpy_str": 12, "test_an_array_of_bytes": 8}
+    assert not report["outcome"]["warnings"], report["outcome"]["warnings"]
+    metrics = report["metrics"]
+    assert all(metrics[m]["value"] is not None for m in ("nc", "kmnc", "nbc", "snac")), metrics
+    # the pooled output of a tiny untrained BERT barely varies (variance ~1e-9): SA says so
+    assert "pooled_dense" in metrics["lsc"]["reason"] and "do not vary" in metrics["lsc"]["reason"]
