@@ -10,6 +10,7 @@ run that imported it first would drop it from ``sys.modules`` afterwards.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 from typing import Any
@@ -334,3 +335,142 @@ def test_dsa_on_traces_that_do_not_vary_is_not_available_and_lsa_names_the_proje
     wide = rng.standard_normal((60, 40)).astype(np.float32)
     with pytest.raises(ValueError, match=r"--sadl-sa-components=N, N below 40"):
         LSA(wide, pred)
+
+
+# ----------------------------------------------------------------------------- keras-hub tasks
+
+KERAS_HUB_CONFTEST = """
+import numpy as np
+import pytest
+import keras
+import keras_hub
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]
+
+
+def texts(n, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 20, (n, 5))
+    return [" ".join(f"w{k}" for k in row) for row in ids], (ids.min(axis=1) < 3).astype("int32")
+
+
+@pytest.fixture(scope="session")
+def sadl_model(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab.write_text("\\n".join(VOCAB))
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=str(vocab))
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=8)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(VOCAB), num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        max_sequence_length=8,
+    )
+    return keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+
+
+@pytest.fixture(scope="session")
+def sadl_train():
+    return texts(120, 0)  # raw strings and labels: the task's preprocessor makes the backbone's inputs
+"""
+
+KERAS_HUB_TESTS = """
+import numpy as np
+import pytest
+
+from conftest import texts
+
+
+@pytest.mark.sadl
+def test_a_list_of_str(sadl_model):
+    assert sadl_model.predict(texts(20, 1)[0], verbose=0).shape == (20, 2)
+
+
+@pytest.mark.sadl
+def test_a_list_of_numpy_str(sadl_model):
+    assert sadl_model.predict([np.str_(t) for t in texts(12, 2)[0]], verbose=0).shape == (12, 2)
+
+
+@pytest.mark.sadl
+def test_an_array_of_bytes(sadl_model):
+    x = np.array([t.encode() for t in texts(8, 3)[0]])
+    assert sadl_model.predict(x, verbose=0).shape == (8, 2)
+"""
+
+
+def test_a_keras_hub_text_classifier_fed_raw_strings_through_its_preprocessor(pytester: pytest.Pytester) -> None:
+    """A ``BertTextClassifier`` with its preprocessor, as keras-hub's guides call it:
+    ``predict`` on a list of ``str``, a list of ``np.str_``, an array of bytes, each input
+    recorded; training data as raw strings, run through the task's preprocessor; the SA
+    layer the backbone's pooled output. Run in a subprocess (TensorFlow beside torch)."""
+    for name in ("keras_hub", "tensorflow_text"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed (pip install --no-deps keras-hub tensorflow-text)")
+    pytester.makeconftest(KERAS_HUB_CONFTEST)
+    pytester.makepyfile(test_kh=KERAS_HUB_TESTS)
+    res = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "--sadl-coverage", "--sadl-report=json:out.json", timeout=300
+    )
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "out.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in report["tests"]}
+    assert tests == {"test_a_list_of_str": 20, "test_a_list_of_numpy_str": 12, "test_an_array_of_bytes": 8}
+    assert not report["outcome"]["warnings"], report["outcome"]["warnings"]
+    metrics = report["metrics"]
+    assert all(metrics[m]["value"] is not None for m in ("nc", "kmnc", "nbc", "snac")), metrics
+    # the pooled output of a tiny untrained BERT barely varies (variance ~1e-9): SA says so
+    assert "pooled_dense" in metrics["lsc"]["reason"] and "do not vary" in metrics["lsc"]["reason"]
+
+
+KERAS_HUB_IMAGE_CONFTEST = """import keras
+import keras_hub
+import numpy as np
+import pytest
+def images(n, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    x = rng.random((n, 16, 16, 3)).astype("float32") * 0.5 + y[:, None, None, None] * 0.5
+    return x, y.astype("int32")
+@pytest.fixture(scope="session")
+def sadl_model():
+    keras.utils.set_random_seed(0)
+    bb = keras_hub.models.ResNetBackbone(input_conv_filters=[64], input_conv_kernel_sizes=[3], stackwise_num_filters=[64, 16], stackwise_num_blocks=[1, 1], stackwise_num_strides=[1, 2], use_pre_activation=False, block_type="basic_block", image_shape=(16, 16, 3))
+    pre = keras_hub.models.ResNetImageClassifierPreprocessor(keras_hub.layers.ResNetImageConverter(image_size=(16, 16), scale=1.0))
+    m = keras_hub.models.ResNetImageClassifier(bb, num_classes=2, preprocessor=pre)
+    x, y = images(120, 0)
+    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    m.fit(x, y, epochs=4, batch_size=32, verbose=0)
+    return m
+@pytest.fixture(scope="session")
+def sadl_train():
+    return images(120, 0)
+"""
+
+KERAS_HUB_IMAGE_TESTS = """import numpy as np
+import pytest
+from conftest import images
+@pytest.mark.sadl
+def test_predict(sadl_model):
+    assert sadl_model.predict(images(20, 1)[0], verbose=0).shape == (20, 2)
+@pytest.mark.sadl
+def test_call(sadl_model):
+    assert np.asarray(sadl_model(images(10, 2)[0])).shape == (10, 2)
+"""
+
+
+def test_a_keras_hub_image_classifier_with_its_preprocessor(pytester: pytest.Pytester) -> None:
+    """A tiny ``ResNetImageClassifier`` with its preprocessor (an identity-sized image
+    converter), trained for seconds: ``predict(images)`` and ``model(images)`` recorded,
+    every metric reported on the defaults (SA on the backbone's pooler)."""
+    for name in ("keras_hub", "tensorflow_text"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed (pip install --no-deps keras-hub tensorflow-text)")
+    pytester.makeconftest(KERAS_HUB_IMAGE_CONFTEST)
+    pytester.makepyfile(test_img=KERAS_HUB_IMAGE_TESTS)
+    res = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:randomly", "--sadl-coverage", "--sadl-report=json:out.json", timeout=300
+    )
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "out.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in report["tests"]}
+    assert tests == {"test_predict": 20, "test_call": 10}
+    assert all(m["value"] is not None for m in report["metrics"].values()), report["metrics"]

@@ -320,8 +320,10 @@ def _finite(x: Any) -> bool:
 
 def _numpy_text(x: Any) -> bool:
     """NumPy arrays of a ``str``/``bytes`` dtype among the inputs (``model(x)`` takes them,
-    Keras' ``predict`` does not: its own loop must answer)."""
-    return any(isinstance(p, np.ndarray) and p.dtype.kind in "US" for p in parts(x))
+    Keras' ``predict`` does not: its own loop must answer). A list of NumPy strings
+    (``np.str_``/``np.bytes_`` scalars, a keras-hub task's raw text) counts: each looks like an
+    array but is one text, for the task's preprocessor."""
+    return any(isinstance(p, (np.ndarray, np.generic)) and p.dtype.kind in "US" for p in parts(x))
 
 
 def _is_array_like(x: Any) -> bool:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -669,7 +669,7 @@ class TraceModel:
 
     def prepare(self, data: TrainingData) -> TrainingData:
         """``data`` bound to this model's inputs (by name) with their shapes checked."""
-        bound = data.bind(self.input_names)
+        bound = _preprocessed(self.model, data).bind(self.input_names)
         expected = self.input_shapes if len(self.input_names) > 1 else self.input_shape
         if self._adjusts_rank:  # column arrays (n,) for Input((1,)), as Keras' functional models take them
             bound = bound.adjusted(expected)
@@ -961,3 +961,20 @@ def is_classifier(model: Any, output: str | int | None = None) -> bool:
     rank other than 2 is not a classifier.
     """
     return TraceModel(model, output=output).classifier
+
+
+def _preprocessed(model: Any, data: TrainingData, batch_size: int = 256) -> TrainingData:
+    """Raw text for a keras-hub task (a model with a ``preprocessor``, whose inputs are its
+    backbone's) run through that preprocessor as the task's ``predict`` applies it: the
+    backbone's inputs (token ids, segment ids, padding mask) as a dict of arrays by name.
+    Other data, and models without a preprocessor, as they are."""
+    pre, x = getattr(model, "preprocessor", None), data.x
+    if pre is None or not isinstance(x, (np.ndarray, list)) or len(x) == 0 or not is_text(np.asarray(x)):
+        return data
+    texts = np.asarray(x)
+    parts = [pre(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+    if isinstance(parts[0], dict):
+        out: Any = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+    else:
+        out = np.concatenate([np.asarray(p) for p in parts])
+    return replace(data, x=out, _fingerprint=None, _row_digests=None)
