@@ -242,3 +242,23 @@ def cache_dir_for(args: argparse.Namespace, options: Any | None = None) -> Path:
     if options is not None and options.cache_dir is not None:
         return expand_path(options.cache_dir, root)
     return default_cache_dir(root, getattr(args, "pytest_cache_dir", None))
+
+
+def check_out_dir(out: str | os.PathLike[str], what: str) -> Path:
+    """``out`` as a directory a ``sadl`` command can write ``what`` into (made if missing); a
+    :class:`~pytest_sadl.errors.SadlConfigError` naming the problem otherwise. Checked before
+    the model is loaded, so a typo costs no tracing."""
+    from pytest_sadl.errors import SadlConfigError
+
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise SadlConfigError(f"--out {folder}: is a file; give a directory for {what}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SadlConfigError(
+            f"--out {folder}: cannot create the directory ({exc.strerror or exc}); give a writable one"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SadlConfigError(f"--out {folder}: the directory is not writable; give a writable one")
+    return folder

@@ -29,6 +29,7 @@ from pytest_sadl.cli.args import (
     add_model_options,
     add_profile_options,
     cache_dir_for,
+    check_out_dir,
     model_and_train,
     project_options,
 )
@@ -81,19 +82,6 @@ def plan_pool(
     return choose(method, budget, n=len(sa), seed=seed, scores=scores, features=sa), pred
 
 
-def _check_out_dir(out: str | os.PathLike[str]) -> Path:
-    from pytest_sadl.errors import SadlConfigError
-
-    folder = Path(out)
-    if folder.exists() and not folder.is_dir():
-        raise SadlConfigError(f"--out {out}: a file is there, not a directory; give a directory")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SadlConfigError(f"--out {out}: cannot make the directory ({exc.strerror or exc})") from None
-    return folder
-
-
 def cmd_choose(args: argparse.Namespace) -> int:
     """``sadl estimate choose``: the handler."""
     import numpy as np
@@ -106,7 +94,7 @@ def cmd_choose(args: argparse.Namespace) -> int:
     from pytest_sadl.profile.build import ProfileOptions
     from pytest_sadl.profile.lookup import load_or_build
 
-    folder = _check_out_dir(args.out)
+    folder = check_out_dir(args.out, "the chosen inputs")
     sadl = project_options(args)
     model_spec, train, base_dir = model_and_train(args, sadl)
     pool = load_training_data(args.pool, base_dir=base_dir, what="the pool")

@@ -33,6 +33,7 @@ from pytest_sadl.cli.args import (
     add_profile_options,
     add_sa_components,
     cache_dir_for,
+    check_out_dir,
     model_and_train,
     project_options,
 )
@@ -188,26 +189,6 @@ def _gallery(
     return render_template("select.html.j2", title=title, notes=" ".join(chosen.notes), cells=cells)
 
 
-def check_out_dir(out: str | os.PathLike[str]) -> Path:
-    """``out`` as a directory ``sadl select`` can write into (made if missing); a
-    :class:`~pytest_sadl.errors.SadlConfigError` naming the problem otherwise. Checked before
-    the model is loaded, so a typo costs no tracing."""
-    from pytest_sadl.errors import SadlConfigError
-
-    folder = Path(out)
-    if folder.exists() and not folder.is_dir():
-        raise SadlConfigError(f"--out {folder}: is a file; give a directory for the selection")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SadlConfigError(
-            f"--out {folder}: cannot create the directory ({exc.strerror or exc}); give a writable one"
-        ) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise SadlConfigError(f"--out {folder}: the directory is not writable; give a writable one")
-    return folder
-
-
 def write_selection(
     out: str | os.PathLike[str],
     chosen: Selection,
@@ -229,7 +210,7 @@ def write_selection(
         atomic_write_text,
     )
 
-    folder = check_out_dir(out)
+    folder = check_out_dir(out, "the selection")
     idx = chosen.indices
     doc = {
         **chosen.to_dict(),
@@ -316,7 +297,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     _check_select_args(args)
     results = _results_of(args)
-    check_out_dir(args.out)  # before the model is loaded and the pool traced
+    check_out_dir(args.out, "the selection")  # before the model is loaded and the pool traced
     sadl = project_options(args)
     model_spec, train, base_dir = model_and_train(args, sadl)  # flags are relative to the current directory
     pool = load_training_data(args.pool, base_dir=base_dir, what="the pool")
