@@ -205,7 +205,12 @@ def _row(group: str, score: str, auroc: float, fpr: float) -> OodRow:
 
 def test_the_sentence_names_each_groups_best_score():
     labels = {"lsa": "LSA", "msp": "MSP"}
-    rows = [_row("a", "lsa", 0.9, 0.5), _row("a", "msp", 0.8, 0.4), _row("b", "lsa", 0.6, 0.9), _row("b", "msp", 0.7, 0.8)]
+    rows = [
+        _row("a", "lsa", 0.9, 0.5),
+        _row("a", "msp", 0.8, 0.4),
+        _row("b", "lsa", 0.6, 0.9),
+        _row("b", "msp", 0.7, 0.8),
+    ]
     assert best_sentence(rows, labels, "X") == (
         "Separated best from X: a by LSA (AUROC 0.90, FPR@95 0.50); b by MSP (AUROC 0.70, FPR@95 0.80)."
     )
