@@ -15,7 +15,7 @@ import pytest
 
 from pytest_sadl.criteria.detection import OodRow, best_sentence
 from pytest_sadl.results import Results
-from tests.test_plugin import _warm_imports, project, project_profile, results, run  # noqa: F401
+from tests.test_plugin import _warm_imports, project, project_profile, results, run  # noqa: F401  (fixtures)
 from tests.test_report_cli import sadl
 
 pytestmark = pytest.mark.tf
@@ -112,7 +112,7 @@ def check_rows(section: dict, data: dict, reference: dict[str, np.ndarray], grou
 # ------------------------------------------------------------ the runs
 
 
-def test_ood_section_against_held_out_traces_and_a_named_group(project, tmp_path, capsys):
+def test_ood_section_against_held_out_traces_and_a_named_group(project, tmp_path, capsys):  # noqa: F811  (the fixture imported above)
     pytester = project(tests=TWO_GROUPS)
     res = run(
         pytester,
@@ -172,7 +172,7 @@ def per_group_scores_all(data: dict, keys: list[str], group: str) -> dict[str, n
     return {k: per_group_scores(data, k)[group] for k in keys}
 
 
-def test_an_unknown_reference_group_is_refused_in_one_line(project):
+def test_an_unknown_reference_group_is_refused_in_one_line(project):  # noqa: F811  (the fixture imported above)
     pytester = project(tests=TWO_GROUPS)
     res = run(
         pytester, "--sadl-coverage", "--sadl-ood-reference=nosuch", "--sadl-report=json:out.json", "--sadl-report=term"
@@ -188,7 +188,7 @@ def test_an_unknown_reference_group_is_refused_in_one_line(project):
     assert "No OOD section: " + want[:40] in res.stdout.str()
 
 
-def test_the_ood_reference_option_is_declared_with_its_ini_twin(project):
+def test_the_ood_reference_option_is_declared_with_its_ini_twin(project):  # noqa: F811  (the fixture imported above)
     pytester = project(tests=TWO_GROUPS, extra="sadl_ood_reference = noisy")
     res = run(pytester, "--sadl-coverage", "--sadl-metrics=lsc", "--sadl-report=json:out.json")
     res.assert_outcomes(passed=2)
