@@ -155,8 +155,12 @@ def test_ood_section_against_held_out_traces_and_a_named_group(project, tmp_path
     assert typed.ood is not None and typed.ood.to_dict() == section
 
     # sadl report of the results file renders it
-    assert sadl("report", pytester.path / "out.json", "--markdown", tmp_path / "again.md") == 0
+    assert (
+        sadl("report", pytester.path / "out.json", "--markdown", tmp_path / "again.md", "--html", tmp_path / "h") == 0
+    )
     assert (tmp_path / "again.md").read_text() == md
+    again = (tmp_path / "h" / "index.html").read_text()
+    assert 'id="ood-table"' in again and lsa_noisy in again and sentence.split(":")[0] in again
 
     # a group named as in-distribution: the other group against it, from the results alone
     res = run(pytester, "--sadl-coverage", METRICS, "--sadl-ood-reference=clean", "--sadl-report=json:ref.json")
