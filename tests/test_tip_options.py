@@ -47,23 +47,26 @@ def _layers(rng, n):
 # ------------------------------------------------------------------ NBC / SNAC std
 
 
+def _close(got, want):
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-15)
+
+
 def test_ranges_keep_each_neurons_training_std_whatever_the_batches(tmp_path):
     rng = np.random.default_rng(0)
     train = _layers(rng, 500)
     want = [[naive.std(a[:, j]) for j in range(a.shape[1])] for a in train]
     whole = fit_ranges(train)
-    for got, w in zip(whole.std, want, strict=True):
-        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-15)
+    _close(whole.std, want)
     assert whole.std[0][2] == 0.0  # the constant neuron
     # in uneven batches, and two fits merged (a Dask build's shards)
     first, second = RangeFit([4, 3]), RangeFit([4, 3])
     for i, a in enumerate(train):
-        for s in (0, 7, 200):
-            first.update(i, a[s : [7, 200, 300][[0, 7, 200].index(s)]], s)
+        for lo, hi in ((0, 7), (7, 200), (200, 300)):
+            first.update(i, a[lo:hi], lo)
         second.update(i, a[300:], 0)
     first.merge(second, 300)
-    for got, w in zip(first.result().std, want, strict=True):
-        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-15)
+    _close(first.result().std, want)
     # stored and read back (a profile's arrays); ranges stored without std read as None
     back = NeuronRanges.from_arrays(whole.to_arrays())
     np.testing.assert_array_equal(np.concatenate(back.std), np.concatenate(whole.std))
