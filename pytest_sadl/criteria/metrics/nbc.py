@@ -6,13 +6,22 @@ the training ``high``) that some input reaches
 moves the boundaries ``S`` training standard deviations outwards (dnn-tip's ``scaler``).
 """
 
+from typing import Any
+
 from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Param, Setup
+
+
+def std_scale(options: Any, name: str) -> float:
+    """The run's ``name`` (``nbc_std``, ``snac_std``); 0 for options without parameters
+    (a hand-made set-up's plain namespace)."""
+    param = getattr(options, "param", None)
+    return 0.0 if param is None else float(param(name))
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import NeuronBoundaryCoverage
 
-    return NeuronBoundaryCoverage(setup.ranges, float(setup.options.param("nbc_std")))
+    return NeuronBoundaryCoverage(setup.ranges, std_scale(setup.options, "nbc_std"))
 
 
 CRITERION = Criterion(

@@ -6,13 +6,14 @@ The fraction of neurons that some input drives above their training ``high``
 (dnn-tip's ``scaler``).
 """
 
+from pytest_sadl.criteria.metrics.nbc import std_scale
 from pytest_sadl.criteria.shape import NEURON_KIND, Colour, Coverage, Criterion, Param, Setup
 
 
 def make(setup: Setup) -> Coverage:
     from pytest_sadl.criteria.neurons import StrongNeuronActivationCoverage
 
-    return StrongNeuronActivationCoverage(setup.ranges, float(setup.options.param("snac_std")))
+    return StrongNeuronActivationCoverage(setup.ranges, std_scale(setup.options, "snac_std"))
 
 
 CRITERION = Criterion(
