@@ -96,8 +96,9 @@ def select_from_pool(
         traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
     view = ProfileView.of(profile, _pool_metrics(options, by, criterion), options)
     if cluster is not None:  # a view's given scorers: these two on the cluster
-        view.use("lsa", cluster[0].lsa)
-        view.use("dsa", cluster[0].dsa if profile.classifier else None)
+        from pytest_sadl.profile.cluster import use_cluster_scores
+
+        use_cluster_scores(view, cluster[0].lsa, cluster[0].dsa if profile.classifier else None)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()

@@ -143,7 +143,9 @@ class LSA:
         var_rule: str = "class",
         chunk_bytes: int = _CHUNK_BYTES,
         max_bytes: int | None = None,
+        max_features: int = 0,
     ) -> None:
+        self.max_features = check_max_features(max_features)
         var_threshold = check_var_threshold(var_threshold)
         var_rule = check_var_rule(var_rule)
         if near_singular not in NEAR_SINGULAR:
@@ -181,6 +183,7 @@ class LSA:
                 var_rule,
                 "measure another layer (a layer whose outputs barely vary carries no density information)",
             )
+            start = highest_variance(start, {label: v[2] for label, v in stats.items()}, self.max_features)
             filtered = np.unique(np.concatenate(list(start.values())))
             usable = [i for i in usable if int(classes[i]) in start]
             usable = self._enough_traces(classes, members, usable, start)
@@ -480,6 +483,8 @@ class LSA:
         }
         if self._train_pred is not None:
             arrays["train_pred"] = self._train_pred
+        if self.max_features:
+            arrays["max_features"] = np.array(self.max_features)
         return arrays
 
     @classmethod
@@ -492,7 +497,32 @@ class LSA:
             near_singular=mode,
             var_rule=str(arrays["var_rule"]) if "var_rule" in arrays else "paper",  # stored before the rule existed
             chunk_bytes=chunk_bytes,
+            max_features=int(arrays["max_features"]) if "max_features" in arrays else 0,
         )
+
+
+def check_max_features(value: object) -> int:
+    """LSA's ``max_features`` as a whole number >= 0 (0: every neuron), or a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"max_features must be a whole number >= 0 (0: every neuron), got {value!r}")
+    return int(value)
+
+
+def highest_variance(
+    cols: Mapping[int, np.ndarray], variances: Mapping[int, np.ndarray], m: int
+) -> dict[int, np.ndarray]:
+    """Each class's neurons ``cols[label]`` cut to the ``m`` of highest training variance
+    in that class (``variances[label]``, over every neuron), ascending; ties go to the
+    lower neuron index; ``m == 0`` or ``m`` at least the neurons: all of them. dnn-tip's
+    LSA ``max_features`` (``np.argsort(var)[:-m]`` dropped), per class as its
+    ``MultiModalSA.build_by_class`` sets LSA up, after pytest-sadl's variance filter."""
+    out = {}
+    for label, c in cols.items():
+        if 0 < m < c.size:
+            order = np.argsort(-variances[label][c], kind="stable")[:m]
+            c = np.sort(c[order])
+        out[label] = c
+    return out
 
 
 # --------------------------------------------------------------------------- DSA

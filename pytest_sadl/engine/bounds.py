@@ -177,7 +177,8 @@ def _held_out_name(key: str, view: ProfileView) -> str:
     """The stored name of a score's held-out values: with the options it depends on
     (``Criterion.params``: ``heldout-mlsa-k3-1000``)."""
     params = SCORES[key].params if key in SCORES else None
-    tag = f"-{params(view.options)}" if params is not None else ""
+    text = params(view.options) if params is not None else ""
+    tag = f"-{text}" if text else ""  # none by default: the names stored before the options
     if view.projects(key):
         tag += f"-pca{view.components}"
     return f"heldout-{key}{tag}-{HELD_OUT}"

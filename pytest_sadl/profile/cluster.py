@@ -87,12 +87,23 @@ def scoring_on(
         if status is not None:
             what = "DSA" if projected else "LSA and DSA"
             status(f"scoring {what} on {len(scorer._workers)} Dask worker(s) at {address}")
-        if not projected:
-            view.use("lsa", scorer.lsa)
-        view.use("dsa", scorer.dsa if profile.classifier else None)
+        use_cluster_scores(view, scorer.lsa, scorer.dsa if profile.classifier else None, projected)
         yield True
     finally:
         scorer.__exit__(None, None, None)
+
+
+def use_cluster_scores(view: Any, lsa: Any, dsa: Any, projected: bool = False) -> None:
+    """``view`` scores LSA and DSA on the cluster where the cluster's are the run's: not LSA
+    on principal axes or on its highest-variance neurons (``--sadl-lsa-max-features``), not
+    DSA on a subsample (``--sadl-dsa-subsample``); those are set up here, by their criteria."""
+    from pytest_sadl.criteria.metrics import dsc, lsc
+
+    options = getattr(view, "options", None)
+    if not projected and lsc.max_features(options) == 0:
+        view.use("lsa", lsa)
+    if dsc.subsample(options)[0] == 0:
+        view.use("dsa", dsa)
 
 
 def _source(x: np.ndarray) -> tuple[str, str, tuple[int, ...], int, int, int] | None:

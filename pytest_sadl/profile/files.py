@@ -204,6 +204,8 @@ def check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
     }
     if "order" in shapes:
         want["order"] = ((n,), "iu")
+    if "ranges.std" in shapes:  # the per-neuron training std (absent: stored before it was kept)
+        want["ranges.std"] = ((n_cov,), "f")
     if "head.kernel" in shapes or "head.bias" in shapes:  # the output layer over the SA traces
         want["head.kernel"] = ((d, meta["n_outputs"]), "f")
         want["head.bias"] = ((meta["n_outputs"],), "f")
@@ -259,6 +261,9 @@ def _check_content(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
     low, high = np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])
     if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
         raise Invalid("the neuron ranges hold NaN, inf or low > high")
+    std = a.get("ranges.std")
+    if std is not None and not (np.isfinite(std).all() and (np.asarray(std) >= 0).all()):
+        raise Invalid("the neuron ranges' standard deviations hold NaN, inf or negative values")
     if list(np.asarray(a["ranges.sizes"])) != meta["coverage_sizes"]:
         raise Invalid(f"the neuron ranges have sizes {list(a['ranges.sizes'])}, expected {meta['coverage_sizes']}")
     _check_indices(meta, a)
