@@ -239,7 +239,8 @@ def outlier_bound_note(metric: str, scores: np.ndarray, lower: float | None = No
     The rule of :func:`default_bounds` ignores the top 1% of the held-out SA; more
     atypical training inputs than that (a tail of over 1% far above the rest) still set
     it. The note names the option to pin and a bound by the same rule from the 90th
-    percentile. ``lower``: the lower bound in use when it is configured (the note then
+    percentile, in ``--sadl-sc-bounds``' form (``sadl_sc_bounds = lsc:LOWER:UPPER``).
+    ``lower``: the lower bound in use when it is configured (the note keeps it and
     suggests only the upper one). It needs :data:`OUTLIER_MIN_SCORES` held-out scores (a
     training set of about ten times as many inputs)."""
     finite = scores[np.isfinite(scores)]
@@ -251,9 +252,10 @@ def outlier_bound_note(metric: str, scores: np.ndarray, lower: float | None = No
     if q <= low or (upper - low) <= OUTLIER_SPREAD * 2.0 * (q - low):
         return None
     suggested = low + 2.0 * (q - low)
-    hint = f"sadl_{metric}_upper = {suggested:.4g}"
-    if lower is None:  # rounded down, so that no held-out score falls below it
-        hint += f" (and sadl_{metric}_lower = {math.floor(low * 100) / 100:g})"
+    # the configured lower bound as it is; the default one rounded down, so that no
+    # held-out score falls below it
+    pin = f"{lower:.12g}" if lower is not None else f"{math.floor(low * 100) / 100:g}"
+    hint = f"sadl_sc_bounds = {metric}:{pin}:{suggested:.4g}"
     return (
         f"default {LABELS[metric]} upper bound {upper:,.4g} comes from held-out training traces far above "
         f"the rest (90% are at most {q:,.4g}): most inputs will fall into its lowest buckets and {LABELS[metric]} "
