@@ -238,7 +238,10 @@ def cache_dir_for(args: argparse.Namespace, options: Any | None = None) -> Path:
 
     if args.cache_dir:
         return expand_path(args.cache_dir, os.getcwd())
-    root = getattr(args, "project_rootdir", None) or args.rootdir
+    root = getattr(args, "project_rootdir", None)
+    if root is None:  # pytest's rootdir, as pytest finds it (project_options sets it)
+        project_options(args)
+        root = args.project_rootdir
     if options is not None and options.cache_dir is not None:
         return expand_path(options.cache_dir, root)
     return default_cache_dir(root, getattr(args, "pytest_cache_dir", None))
