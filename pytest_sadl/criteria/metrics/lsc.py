@@ -35,5 +35,6 @@ CRITERION = Criterion(
     sa="lsa",
     sa_label="LSA",
     fit=fit,
+    projected=True,
     colour=Colour("#2f6fdb", "#6ea2ff"),
 )
