@@ -311,14 +311,19 @@ def _held_out_quietly(view: ProfileView, keys: Sequence[str], errors: dict[str, 
 def _bounds(cfg: Bounds, held: np.ndarray | None) -> tuple[tuple[float, float, int], str]:
     """One surprise coverage's bounds: the configured ones, the others by the default rule."""
     lo_d, up_d = default_bounds(held) if held is not None else (0.0, 1.0)
-    lower = cfg.lower if cfg.lower is not None else lo_d
-    upper = cfg.upper if cfg.upper is not None else up_d
-    if cfg.lower is not None and cfg.upper is None and upper <= lower:
-        upper = lower + abs(lower) + 1.0
-    if cfg.upper is not None and cfg.lower is None and lower >= upper:
-        lower = min(0.0, upper - 1.0)
+    lower, upper = _completed(cfg.lower, cfg.upper, lo_d, up_d)
     rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
     return (float(lower), float(upper), int(cfg.buckets)), rule
+
+
+def _completed(lower: float | None, upper: float | None, lo_d: float, up_d: float) -> tuple[float, float]:
+    """The configured bounds with the missing one from the defaults ``lo_d``, ``up_d``,
+    moved when the default would not lie on the right side of the configured one."""
+    if lower is not None and upper is None:
+        return lower, up_d if up_d > lower else lower + abs(lower) + 1.0
+    if upper is not None and lower is None:
+        return (lo_d if lo_d < upper else min(0.0, upper - 1.0)), upper
+    return (lo_d if lower is None else lower), (up_d if upper is None else upper)
 
 
 def sc_options(options: SadlOptions, metric: str) -> Bounds:

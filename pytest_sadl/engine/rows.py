@@ -386,11 +386,7 @@ def input_labels(
             "sadl_labels: the recorded inputs could not be matched to labels (inputs that are not numeric arrays)"
         )
         return None, notes
-    out: list[Any] = [None] * n
-    for i, d in enumerate(digests.tolist()):
-        v = table.get(int(d))
-        if v is not None:
-            out[i] = [float(x) for x in v]
+    out = _labels_in_order(table, digests, n)
     unmatched = len(table) - len({int(d) for d in digests.tolist()} & set(table))
     if unmatched:
         notes.append(
@@ -398,6 +394,16 @@ def input_labels(
             "labels match recorded inputs by their values, so label the same array that is fed to the model"
         )
     return out, notes
+
+
+def _labels_in_order(table: dict[int, np.ndarray], digests: np.ndarray, n: int) -> list[Any]:
+    """Each of the ``n`` recorded inputs' label (a list of floats) by its digest, else ``None``."""
+    out: list[Any] = [None] * n
+    for i, d in enumerate(digests.tolist()):
+        v = table.get(int(d))
+        if v is not None:
+            out[i] = [float(x) for x in v]
+    return out
 
 
 def _label_table(given: Sequence[tuple[np.ndarray, Any]]) -> tuple[dict[int, np.ndarray], int]:

@@ -20,6 +20,7 @@ from pytest_sadl.criteria.registry import BY_NAME, SA_LABELS, SCORES, choose
 from pytest_sadl.criteria.shape import Training
 from pytest_sadl.engine.bounds import held_out_sa, stored_held_out_sa
 
+
 def score_keys(metrics: Sequence[str]) -> list[str]:
     """The per-input scores ``metrics`` need, in report order."""
     keys = (BY_NAME[m].sa for m in metrics if BY_NAME[m].sa in SCORES)
