@@ -179,17 +179,24 @@ def _metric_number(item: str, option: str, drops: bool) -> tuple[str, float]:
             f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
             + (" (or all)" if drops else "")
         )
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"{option}: {number!r} for {name} is not {unit}; write e.g. {name}:{example}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{option}: {number!r} for {name} is not a finite number")
+    value = _finite_number(number, f"{option}: {number!r} for {name}", f"{unit}; write e.g. {name}:{example}")
     if drops:
         _check_drop(name, number, value, option)
     else:
         _check_threshold(name, value, option)
     return name, value
+
+
+def _finite_number(number: str, what: str, expected: str) -> float:
+    """``number`` as a finite float; else a ValueError, ``"{what} is not {expected}"`` (or
+    "is not a finite number" for inf and NaN)."""
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{what} is not {expected}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{what} is not a finite number")
+    return value
 
 
 def _check_drop(name: str, number: str, value: float, option: str) -> None:
