@@ -259,7 +259,7 @@ def _channels_last(arr: np.ndarray, channels_first: bool) -> np.ndarray | None:
     if channels_first and arr.ndim == 4:
         if arr.shape[1] not in (1, 3, 4):
             return None
-        return arr.transpose(0, 2, 3, 1)
+        return np.transpose(arr, (0, 2, 3, 1))
     return arr[..., None] if arr.ndim == 3 else arr
 
 

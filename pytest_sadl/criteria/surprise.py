@@ -90,7 +90,6 @@ class _Kde:
         return len(self.rows)
 
 
-
 def _warn_too_few_traces(
     classes: np.ndarray, members: list[np.ndarray], too_small: list[int], cols: Mapping[int, np.ndarray]
 ) -> None:
@@ -135,6 +134,7 @@ def _kept_neurons(start: Mapping[int, np.ndarray], kdes: Mapping[int, Any], near
     if near_singular == "drop":
         return np.unique(np.concatenate([kde.cols for kde in kdes.values()]))
     return np.unique(np.concatenate(list(start.values())))
+
 
 class LSA:
     """Likelihood-based Surprise Adequacy.

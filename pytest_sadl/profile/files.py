@@ -104,7 +104,7 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
 def _score_arrays(
     profile: TrainingProfile,
     cands: dict[str, Callable[[], np.ndarray]],
-    score: tuple[str, dict[str, Any]],
+    score: tuple[str, Mapping[str, Any]],
     arrays: dict[str, np.ndarray],
     refs: dict[str, Any],
 ) -> bool:
