@@ -138,15 +138,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if limits:  # all:-1 means every metric the two runs have, not every registered one
         limits = parse_compare_fail(args.fail, every=[m.metric for m in comp.metrics])
     failures = [f.replace("--sadl-compare-fail", "--fail") for f in compare_failures(comp, limits)]
-    if args.json:
+    _print_compared(comp, failures, as_json=args.json)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def _print_compared(comp: Any, failures: list[str], *, as_json: bool) -> None:
+    """``sadl compare``'s output: the comparison and its failures, as JSON or as lines."""
+    if as_json:
         doc: dict[str, Any] = comp.to_dict()
         doc["failures"] = failures
         print(json.dumps(doc, indent=2))
-    else:
-        _print_comparison(comp)
-        for f in failures:
-            print(f"FAILED: {safe(f)}")
-    return EXIT_FAILED if failures else EXIT_OK
+        return
+    _print_comparison(comp)
+    for f in failures:
+        print(f"FAILED: {safe(f)}")
 
 
 def register(subparsers: Any) -> None:

@@ -47,28 +47,40 @@ def _ini_cache_dir(path: Path) -> tuple[bool, str | None]:
     except (OSError, UnicodeDecodeError):
         return False, None
     if path.name == "pyproject.toml":
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # pragma: no cover - Python 3.10
-            import tomli as tomllib
-        try:
-            ini = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
-        except Exception:
-            return False, None
-        if not isinstance(ini, dict):
-            return False, None
-        value = ini.get("cache_dir")
-        return True, None if value is None else str(value)
+        return _toml_cache_dir(text)
+    return _cfg_cache_dir(path.name, text)
+
+
+def _toml_cache_dir(text: str) -> tuple[bool, str | None]:
+    """A ``pyproject.toml``: a pytest configuration when it has ``[tool.pytest.ini_options]``."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        ini = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
+    except Exception:
+        return False, None
+    if not isinstance(ini, dict):
+        return False, None
+    value = ini.get("cache_dir")
+    return True, None if value is None else str(value)
+
+
+def _cfg_cache_dir(name: str, text: str) -> tuple[bool, str | None]:
+    """An ini-style file ``name``: ``pytest.ini`` (and ``.pytest.ini``) always is a pytest
+    configuration; ``tox.ini`` with a ``[pytest]``, ``setup.cfg`` with a ``[tool:pytest]`` section."""
     import configparser
 
+    always = name in ("pytest.ini", ".pytest.ini")
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(text)
     except configparser.Error:
-        return path.name in ("pytest.ini", ".pytest.ini"), None
-    section = "pytest" if path.name in ("pytest.ini", ".pytest.ini", "tox.ini") else "tool:pytest"
+        return always, None
+    section = "pytest" if always or name == "tox.ini" else "tool:pytest"
     if not parser.has_section(section):
-        return path.name in ("pytest.ini", ".pytest.ini"), None
+        return always, None
     return True, parser.get(section, "cache_dir", fallback=None)
 
 
