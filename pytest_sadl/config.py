@@ -61,6 +61,11 @@ class Bounds:
     upper: float | None
     buckets: int
 
+    @property
+    def complete(self) -> bool:
+        """Both bounds configured: nothing comes from the held-out training scores."""
+        return self.lower is not None and self.upper is not None
+
 
 DEFAULT_BOUNDS = Bounds(None, None, 1000)
 

@@ -278,9 +278,9 @@ class ScBounds:
         """Configured bounds where ``options`` sets them; the others from the held-out
         training traces, scored only for the metrics that need them."""
         out = cls()
-        chosen = {m: SURPRISE[m] for m in metrics if m in SURPRISE and view.scorer(SURPRISE[m]) is not None}
+        chosen = _set_up_surprise(view, metrics)
         configs = {m: sc_options(options, m) for m in chosen}
-        needed = [key for m, key in chosen.items() if configs[m].lower is None or configs[m].upper is None]
+        needed = [key for m, key in chosen.items() if not configs[m].complete]
         errors: dict[str, str] = {}
         held = _held_out_quietly(view, needed, errors)
         for metric, key in chosen.items():
@@ -299,6 +299,11 @@ class ScBounds:
             self.notes.append(note)
 
 
+def _set_up_surprise(view: ProfileView, metrics: Sequence[str]) -> dict[str, str]:
+    """The surprise coverages among ``metrics`` whose score is set up, each with its score's key."""
+    return {m: SURPRISE[m] for m in metrics if m in SURPRISE and view.scorer(SURPRISE[m]) is not None}
+
+
 def _held_out_quietly(view: ProfileView, keys: Sequence[str], errors: dict[str, str]) -> dict[str, np.ndarray]:
     """The held-out scores of ``keys`` (none when there are none), the set-ups' warnings silenced."""
     if not keys:
@@ -312,7 +317,7 @@ def _bounds(cfg: Bounds, held: np.ndarray | None) -> tuple[tuple[float, float, i
     """One surprise coverage's bounds: the configured ones, the others by the default rule."""
     lo_d, up_d = default_bounds(held) if held is not None else (0.0, 1.0)
     lower, upper = _completed(cfg.lower, cfg.upper, lo_d, up_d)
-    rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
+    rule = "configured" if cfg.complete else BOUNDS_RULE
     return (float(lower), float(upper), int(cfg.buckets)), rule
 
 

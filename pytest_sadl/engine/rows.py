@@ -310,10 +310,18 @@ def input_rows(
     for key in keys:
         inputs[key] = scores[key].tolist() if key in scores else [None] * n
     if labels is not None:
-        inputs["label"] = [
-            None if v is None else ((int(v[0]) if classifier else v[0]) if len(v) == 1 else list(v)) for v in labels
-        ]
+        inputs["label"] = [_label_value(v, classifier) for v in labels]
     return inputs
+
+
+def _label_value(v: Any, classifier: bool) -> JSON:
+    """One input's label as the results hold it: a class id (int) or a target value, a list
+    of them for several, ``None`` without one."""
+    if v is None:
+        return None
+    if len(v) != 1:
+        return list(v)
+    return int(v[0]) if classifier else v[0]
 
 
 def mistakes(
