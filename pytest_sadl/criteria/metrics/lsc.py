@@ -70,5 +70,6 @@ CRITERION = Criterion(
             description="LSA's highest-variance neurons per class, 0 for all (when the run computed LSC)",
         ),
     ),
+    projected=True,
     colour=Colour("#2f6fdb", "#6ea2ff"),
 )

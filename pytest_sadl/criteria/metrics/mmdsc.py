@@ -52,6 +52,7 @@ CRITERION = Criterion(
     sa_label="MMDSA",
     default=False,
     fit=fit,
+    projected=True,
     params=params,
     parameters=(
         Param(
