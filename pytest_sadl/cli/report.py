@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from pytest_sadl.covered import fill_unique
 from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.report.compare import (
@@ -70,6 +71,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     notes: list[str] = []  # metric names the files hold that this version ignores
     try:
         results = read_results(args.results, notes)
+        fill_unique(results)
         baseline = read_results(args.compare, notes) if args.compare else None
         comparison = compare(results, baseline) if baseline is not None else None
     except ResultsFileError as exc:

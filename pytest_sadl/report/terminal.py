@@ -187,6 +187,7 @@ def render_terminal(
     lines = _header(results, width)
     lines += _metrics_table(results, comparison, width)
     lines += _groups_table(results, width)
+    lines += who_tests_what(results, width)
     lines += _mistakes_table(results, width)
     if verbose:
         lines += _tests_table(results)
@@ -322,6 +323,36 @@ def _mistakes_table(results: Results, width: int | None) -> list[str]:
     for text in results.mistakes.overall.sentences:
         lines += _wrap(f"  {text}", width, indent="    ")
     return lines
+
+
+#: how many tests the short "who tests what" line names in each part
+WHO_NAMED = 3
+
+
+def _listed(names: list[str]) -> str:
+    more = len(names) - WHO_NAMED
+    return ", ".join(names[:WHO_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+def who_tests_what(results: Results, width: int | None) -> list[str]:
+    """Short: the tests covering the most no other test covers, and the redundant tests
+    (``TestRow.unique``/``redundant``, from the covered sets); nothing without them."""
+    rows = [t for t in results.tests if t.unique is not None]
+    if not rows:
+        return []
+    metrics = list(dict.fromkeys(m for t in rows for m in t.unique or {}))
+    said = ", ".join(LABELS.get(m, m.upper()) for m in metrics)
+    best = sorted((t for t in rows if not t.redundant), key=lambda t: (-sum((t.unique or {}).values()), t.nodeid))
+    parts = []
+    if best:
+        each = [
+            f"{t.nodeid} ({', '.join(f'{LABELS.get(m, m.upper())} {n}' for m, n in (t.unique or {}).items() if n)})"
+            for t in best
+        ]
+        parts.append(f"most unique: {_listed(each)}")
+    redundant = [t.nodeid for t in rows if t.redundant]
+    parts.append(f"redundant: {_listed(redundant) if redundant else 'none'}")
+    return ["", *_wrap(f"who tests what ({said}; targets no other test covers): {'; '.join(parts)}", width)]
 
 
 def _tests_table(results: Results) -> list[str]:
