@@ -88,6 +88,10 @@ def _numbers(value: object) -> Numbers:
     return {str(k): _float(v) for k, v in _obj(value).items()}
 
 
+def _bool_or_none(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
 def _ints(value: object) -> dict[str, int]:
     return {str(k): n for k, v in _obj(value).items() if (n := _int(v)) is not None}
 
@@ -379,7 +383,7 @@ class TestRow:
             high,
             _ints(data.get("new")),
             _ints(data["unique"]) if isinstance(data.get("unique"), Mapping) else None,
-            data["redundant"] if isinstance(data.get("redundant"), bool) else None,
+            _bool_or_none(data.get("redundant")),
         )
 
 
