@@ -279,6 +279,14 @@ def _greedy(matrix: np.ndarray, goal: np.ndarray) -> list[int]:
     return taken
 
 
+def _matrix(covered: Covered, tests: Sequence[str], metrics: Sequence[str]) -> np.ndarray:
+    """One row of bits per test: its targets of every metric, side by side."""
+    width = sum(sum(covered.specs[m].parts) for m in metrics)
+    if not tests or not metrics:
+        return np.zeros((len(tests), width), bool)
+    return np.stack([_bits(covered, t, metrics) for t in tests])
+
+
 def minimize(covered: Covered, metrics: Sequence[str] | None = None) -> Minimized:
     """Each test's unique targets and the greedy cover of ``metrics`` (default: every
     metric with covered sets); ValueError naming a metric without sets."""
@@ -288,23 +296,18 @@ def minimize(covered: Covered, metrics: Sequence[str] | None = None) -> Minimize
         have = ", ".join(covered.specs)
         raise ValueError(f"no covered sets of {', '.join(unknown)} in the results; they have {have}")
     tests = sorted(covered.tests)
-    width = sum(sum(covered.specs[m].parts) for m in metrics)
-    matrix = (
-        np.stack([_bits(covered, t, metrics) for t in tests])
-        if tests and metrics
-        else np.zeros((len(tests), width), bool)
-    )
+    matrix = _matrix(covered, tests, metrics)
     hits = matrix.sum(axis=0)
     bounds = np.cumsum([0, *(sum(covered.specs[m].parts) for m in metrics)])
+
+    def per_metric(bits: np.ndarray) -> dict[str, int]:
+        return {m: int(bits[bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
+
     only = matrix & (hits == 1)
-    unique = {
-        t: {m: int(only[i, bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
-        for i, t in enumerate(tests)
-    }
+    unique = {t: per_metric(only[i]) for i, t in enumerate(tests)}
     goal = hits > 0
     keep = [tests[i] for i in _greedy(matrix, goal)]
-    counts = {m: int(goal[bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
-    return Minimized(metrics, keep, unique, counts)
+    return Minimized(metrics, keep, unique, per_metric(goal))
 
 
 def with_unique(tests: Sequence[TestRow], covered: Covered | None) -> list[TestRow]:

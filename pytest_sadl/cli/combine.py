@@ -207,27 +207,28 @@ def _labels(inputs: dict[str, list[JSON]], same: np.ndarray) -> list[JSON] | Non
 def _mistakes(first: Results, rows: list[TestRow], inputs: dict[str, list[JSON]]) -> Mistakes | None:
     """The "does surprise predict mistakes" section of one run over the combined inputs,
     from their scores, labels, predictions and confidence baselines (or outputs)."""
-    from pytest_sadl.criteria.mistakes import BASELINES, analyse
     from pytest_sadl.engine.rows import mistakes_of
 
     labels = _labels(inputs, _same(inputs))
     if labels is None or all(v is None for v in labels):
         return None
     inputs["label"] = labels
-    n = len(labels)
-    owner = inputs.get("test", [])
-    groups = [rows[int(str(t))].group for t in owner]
-    classifier = bool(first.model.classifier)
-    if classifier:
-        pred = np.array([-1 if p is None else p for p in inputs.get("pred", [])], dtype=np.int64)
-        confidence = {k: _floats(inputs[k], n) for k in BASELINES if k in inputs}
-        result = analyse(
-            _scores(inputs), labels, classifier=True, pred=pred, confidence=confidence or None, groups=groups
-        )
-    else:
+    groups = [rows[int(str(t))].group for t in inputs.get("test", [])]
+    return mistakes_of(_analysis(bool(first.model.classifier), inputs, labels, groups))
+
+
+def _analysis(classifier: bool, inputs: dict[str, list[JSON]], labels: list[JSON], groups: list[str]) -> Any:
+    """``criteria.mistakes.analyse`` of the combined columns: a classifier's predictions and
+    confidence baselines, a regression model's outputs."""
+    from pytest_sadl.criteria.mistakes import BASELINES, analyse
+
+    if not classifier:
         output = np.array(inputs.get("output") or [], dtype=np.float64)
-        result = analyse(_scores(inputs), labels, classifier=False, output=output, groups=groups)
-    return mistakes_of(result)
+        return analyse(_scores(inputs), labels, classifier=False, output=output, groups=groups)
+    n = len(labels)
+    pred = np.array([-1 if p is None else p for p in inputs.get("pred", [])], dtype=np.int64)
+    confidence = {k: _floats(inputs[k], n) for k in BASELINES if k in inputs}
+    return analyse(_scores(inputs), labels, classifier=True, pred=pred, confidence=confidence or None, groups=groups)
 
 
 def _scope(files: list[Results], recorded: int) -> Scope:

@@ -21,7 +21,7 @@ from pytest_sadl.criteria.registry import METRICS as ORDER
 from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
 from pytest_sadl.report.compare import Comparison, MetricDelta
 from pytest_sadl.report.partial import partial_line, ungated_lines
-from pytest_sadl.results import GroupRow, Metric, Results
+from pytest_sadl.results import GroupRow, Metric, Results, TestRow
 from pytest_sadl.text import terminal as safe
 
 
@@ -334,6 +334,11 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names[:WHO_NAMED]) + (f" and {more} more" if more > 0 else "")
 
 
+def _unique_of(t: TestRow) -> str:
+    said = ", ".join(f"{LABELS.get(m, m.upper())} {n}" for m, n in (t.unique or {}).items() if n)
+    return f"{t.nodeid} ({said})"
+
+
 def who_tests_what(results: Results, width: int | None) -> list[str]:
     """Short: the tests covering the most no other test covers, and the redundant tests
     (``TestRow.unique``/``redundant``, from the covered sets); nothing without them."""
@@ -342,17 +347,15 @@ def who_tests_what(results: Results, width: int | None) -> list[str]:
         return []
     metrics = list(dict.fromkeys(m for t in rows for m in t.unique or {}))
     said = ", ".join(LABELS.get(m, m.upper()) for m in metrics)
+    return ["", *_wrap(f"who tests what ({said}; targets no other test covers): {_who_parts(rows)}", width)]
+
+
+def _who_parts(rows: list[TestRow]) -> str:
     best = sorted((t for t in rows if not t.redundant), key=lambda t: (-sum((t.unique or {}).values()), t.nodeid))
-    parts = []
-    if best:
-        each = [
-            f"{t.nodeid} ({', '.join(f'{LABELS.get(m, m.upper())} {n}' for m, n in (t.unique or {}).items() if n)})"
-            for t in best
-        ]
-        parts.append(f"most unique: {_listed(each)}")
+    parts = [f"most unique: {_listed([_unique_of(t) for t in best])}"] if best else []
     redundant = [t.nodeid for t in rows if t.redundant]
     parts.append(f"redundant: {_listed(redundant) if redundant else 'none'}")
-    return ["", *_wrap(f"who tests what ({said}; targets no other test covers): {'; '.join(parts)}", width)]
+    return "; ".join(parts)
 
 
 def _tests_table(results: Results) -> list[str]:
