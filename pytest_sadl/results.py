@@ -580,6 +580,84 @@ class Mistakes:
 
 
 @dataclass(frozen=True)
+class OodRow:
+    """How well one score separates one group from the reference (``ood``): AUROC,
+    AUPR-In, AUPR-Out and FPR at 95% TPR (:mod:`pytest_sadl.criteria.detection`), over
+    ``inputs`` of the group's and ``reference_inputs`` of the reference's finite scores."""
+
+    group: str
+    score: str
+    inputs: int
+    reference_inputs: int
+    auroc: float | None
+    aupr_in: float | None
+    aupr_out: float | None
+    fpr95: float | None
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "group": self.group,
+            "score": self.score,
+            "inputs": self.inputs,
+            "reference_inputs": self.reference_inputs,
+            "auroc": self.auroc,
+            "aupr_in": self.aupr_in,
+            "aupr_out": self.aupr_out,
+            "fpr95": self.fpr95,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> OodRow:
+        return cls(
+            str(data.get("group", "")),
+            str(data.get("score", "")),
+            _int(data.get("inputs")) or 0,
+            _int(data.get("reference_inputs")) or 0,
+            _float(data.get("auroc")),
+            _float(data.get("aupr_in")),
+            _float(data.get("aupr_out")),
+            _float(data.get("fpr95")),
+        )
+
+
+@dataclass(frozen=True)
+class Ood:
+    """ "How well does each score tell each group from in-distribution inputs": every
+    per-input score's detection metrics per group against ``reference``, the group named
+    as in-distribution (``--sadl-ood-reference``), or ``None``: the held-out training
+    traces the profile keeps. ``unavailable``: score key -> why it has no rows;
+    ``reason``: why there are no rows at all (a reference group the run does not have)."""
+
+    reference: str | None
+    rows: list[OodRow] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    sentences: list[str] = field(default_factory=list)
+    reason: str | None = None
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "reference": self.reference,
+            "rows": [r.to_dict() for r in self.rows],
+            "labels": dict[str, JSON](self.labels),
+            "unavailable": dict[str, JSON](self.unavailable),
+            "sentences": list[JSON](self.sentences),
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Ood:
+        return cls(
+            _str(data.get("reference")),
+            [OodRow.from_dict(r) for r in _list(data.get("rows")) if isinstance(r, dict)],
+            {str(k): v for k, v in _obj(data.get("labels")).items() if isinstance(v, str)},
+            {str(k): v for k, v in _obj(data.get("unavailable")).items() if isinstance(v, str)},
+            _strs(data.get("sentences")),
+            _str(data.get("reason")),
+        )
+
+
+@dataclass(frozen=True)
 class StaleTest:
     """A test whose inputs were measured on a changed model: left out of every metric."""
 
@@ -701,6 +779,9 @@ class Results:
     missing: list[MissingTest] = field(default_factory=list)
     # "does surprise predict this model's mistakes" (pytest_sadl.criteria.mistakes), when tests gave labels
     mistakes: Mistakes | None = None
+    #: how well each score tells each group from in-distribution inputs (AUROC, AUPR,
+    #: FPR@95; :mod:`pytest_sadl.criteria.detection`); ``None``: no per-input score or no group
+    ood: Ood | None = None
     #: tests whose inputs were measured on a changed model (fit, set_weights during the
     #: session), left out of every metric
     stale: list[StaleTest] = field(default_factory=list)
@@ -739,6 +820,7 @@ class Results:
                 "inputs": self.inputs,
                 "top_inputs": [r.to_dict() for r in self.top_inputs],
                 **({"mistakes": self.mistakes.to_dict()} if self.mistakes is not None else {}),
+                **({"ood": self.ood.to_dict()} if self.ood is not None else {}),
                 **({"scope": self.scope.to_dict()} if self.scope is not None else {}),
                 **({"covered": self.covered} if self.covered is not None else {}),
                 "outcome": {
@@ -762,6 +844,7 @@ class Results:
         not have are simply not in :attr:`metrics`."""
         outcome = _obj(data.get("outcome"))
         mistakes = data.get("mistakes")
+        ood = data.get("ood")
         scope = data.get("scope")
         covered = data.get("covered")
         thresholds = {str(k): f for k, v in _obj(data.get("thresholds")).items() if (f := _float(v)) is not None}
@@ -781,6 +864,7 @@ class Results:
             warnings=_strs(outcome.get("warnings")),
             missing=[MissingTest.from_dict(m) for m in _rows(outcome.get("missing"))],
             mistakes=Mistakes.from_dict(mistakes) if isinstance(mistakes, Mapping) else None,
+            ood=Ood.from_dict(ood) if isinstance(ood, Mapping) else None,
             stale=[StaleTest.from_dict(m) for m in _rows(outcome.get("stale"))],
             scope=Scope.from_dict(scope) if isinstance(scope, Mapping) else None,
             covered=dict(covered) if isinstance(covered, Mapping) else None,

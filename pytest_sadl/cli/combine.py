@@ -18,6 +18,9 @@ row carries (its scores, predicted class, label, digest, and a classifier's conf
 baselines or a regression model's output): those of one run too. Each top input's
 thumbnail comes from the run that listed it (an input in the combined top is in its own
 run's top).
+
+Not combined (said in the file's warnings): the OOD section, whose default reference
+(the held-out training scores) is in the profile, not in the files.
 """
 
 from __future__ import annotations
@@ -291,6 +294,11 @@ def _warnings(files: list[Results]) -> list[str]:
         warnings.append(
             "the mistakes section and the most surprising inputs are recomputed from inputs without digests "
             "(files of a version before them): copies of an input in two runs count as two inputs"
+        )
+    if any(r.ood is not None for r in files):
+        warnings.append(
+            "the runs' OOD sections are not combined (their held-out training scores are in the profile, "
+            "not in the files): run the suite in one session for it"
         )
     return warnings
 

@@ -75,6 +75,10 @@ def compute(
     messages.extend(notes)
     covered = covered_section(_per_test(kept, joined, scores), total.fresh, options.groups)
     tests = with_unique(tests, None if covered is None else Covered.of_section(covered))
+    tell("the OOD section (each group against the reference)")
+    ood = rows.ood(kept, group_names, joined, scores, run, getattr(options, "ood_reference", None))
+    if ood is not None and ood.reason:
+        messages.append(ood.reason)
     return Results(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         version=__version__,
@@ -90,6 +94,7 @@ def compute(
         failures=check_thresholds(metrics, options.fail_under, len(joined)),
         warnings=messages,
         mistakes=rows.mistakes(kept, joined, scores, run.classifier, labels),
+        ood=ood,
         stale=rows.stale_rows(stale),
         covered=None if getattr(options, "omit_covered_sets", False) else covered,
     )
