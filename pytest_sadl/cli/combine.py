@@ -230,7 +230,7 @@ def _analysis(classifier: bool, inputs: dict[str, list[JSON]], labels: list[JSON
         return analyse(_scores(inputs), labels, classifier=False, output=output, groups=groups)
     n = len(labels)
     pred = np.array([-1 if p is None else p for p in inputs.get("pred", [])], dtype=np.int64)
-    confidence = {k: _floats(inputs[k], n) for k in BASELINES if k in inputs}
+    confidence = {k: _floats(inputs[f"baseline_{k}"], n) for k in BASELINES if f"baseline_{k}" in inputs}
     return analyse(_scores(inputs), labels, classifier=True, pred=pred, confidence=confidence or None, groups=groups)
 
 

@@ -331,13 +331,13 @@ def input_rows(
 def exact_columns(joined: Joined, classifier: bool) -> dict[str, list[JSON]]:
     """What ``sadl combine`` needs to make the top inputs and the mistakes section of one
     run over several: each input's digest (16 hex digits: copies of one input), and a
-    classifier's confidence baselines (DeepGini, entropy, margin of its output) or a
-    regression model's output."""
+    classifier's confidence baselines of its output (``baseline_deepgini``, ...: prefixed,
+    as ``msp`` is also a score's key) or a regression model's output."""
     out: dict[str, list[JSON]] = {}
     if joined.digests is not None:
         out["digest"] = [f"{int(d) & 0xFFFFFFFFFFFFFFFF:016x}" for d in joined.digests.tolist()]
     if classifier and joined.outputs is not None:
-        out.update({k: v.tolist() for k, v in found.confidence_scores(joined.outputs).items()})
+        out.update({f"baseline_{k}": v.tolist() for k, v in found.confidence_scores(joined.outputs).items()})
     elif not classifier:
         out["output"] = np.asarray(joined.pred, dtype=np.float64).tolist()
     return out
