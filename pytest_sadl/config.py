@@ -118,6 +118,8 @@ class SadlOptions:
     compare_fail: dict[str, float] = field(default_factory=dict)
     #: apply --sadl-fail-under and --sadl-compare-fail to a partial run too (-x, -k, --lf...)
     gate_partial: bool = False
+    #: leave the per-test covered sets out of the results (--sadl-omit-covered-sets)
+    omit_covered_sets: bool = False
     base_dir: Path = Path(".")
     #: the parameters of criteria registered from outside the package, by name
     extra: Mapping[str, Any] = field(default_factory=dict)

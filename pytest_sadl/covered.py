@@ -31,12 +31,12 @@ from __future__ import annotations
 import base64
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from pytest_sadl.results import JSON, JSONObject, Metric, Results
+from pytest_sadl.results import JSON, JSONObject, Metric, Results, TestRow
 
 FORMAT = "pytest-sadl/covered"
 VERSION = 1
@@ -166,6 +166,11 @@ class Covered:
         version = data.get("version")
         if not isinstance(version, int) or version > VERSION:
             raise ValueError(f"the covered section is version {version!r}; this pytest-sadl reads up to {VERSION}")
+        return cls.of_section(data)
+
+    @classmethod
+    def of_section(cls, data: Mapping[str, Any]) -> Covered:
+        """A ``covered`` section already known to be this format (the engine's own)."""
         specs = {}
         for name, spec in dict(data.get("metrics") or {}).items():
             specs[str(name)] = Spec(str(spec["kind"]), tuple(spec["parts"]), tuple(spec["totals"]))
@@ -223,6 +228,119 @@ class Covered:
     def per_layer(self, name: str, state: State) -> list[float]:
         spec = self.specs[name]
         return [int(np.count_nonzero(s)) / t if t else 0.0 for s, t in zip(state.sets, spec.totals, strict=True)]
+
+
+# ----------------------------------------------------------------- who tests what
+
+
+@dataclass(frozen=True)
+class Minimized:
+    """Who tests what over ``metrics``: per test (node-id order) the targets no other test
+    covers (``unique``), the greedy set cover's node ids (``keep``, in the order taken) and
+    the targets the tests cover together (``covered``)."""
+
+    metrics: list[str]
+    keep: list[str]
+    unique: dict[str, dict[str, int]]
+    covered: dict[str, int]
+
+    @property
+    def redundant(self) -> list[str]:
+        """The tests that cover nothing of ``metrics`` the other tests do not."""
+        return [t for t, u in self.unique.items() if not any(u.values())]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metrics": self.metrics,
+            "method": "greedy set cover",
+            "keep": self.keep,
+            "covered": self.covered,
+            "tests": [
+                {"nodeid": t, "unique": u, "redundant": not any(u.values()), "kept": t in self.keep}
+                for t, u in self.unique.items()
+            ],
+        }
+
+
+def _bits(covered: Covered, nodeid: str, metrics: Sequence[str]) -> np.ndarray:
+    state = covered.state(nodeid)
+    return np.concatenate([s for m in metrics for s in state[m].sets])
+
+
+def _greedy(matrix: np.ndarray, goal: np.ndarray) -> list[int]:
+    """Greedy set cover: the row adding the most targets not yet covered (the first of the
+    largest: node-id order breaks ties), until ``goal`` is covered."""
+    done = np.zeros_like(goal)
+    taken: list[int] = []
+    while matrix.size and (goal & ~done).any():
+        best = int(np.argmax((matrix & ~done).sum(axis=1)))
+        taken.append(best)
+        done |= matrix[best]
+    return taken
+
+
+def _matrix(covered: Covered, tests: Sequence[str], metrics: Sequence[str]) -> np.ndarray:
+    """One row of bits per test: its targets of every metric, side by side."""
+    width = sum(sum(covered.specs[m].parts) for m in metrics)
+    if not tests or not metrics:
+        return np.zeros((len(tests), width), bool)
+    return np.stack([_bits(covered, t, metrics) for t in tests])
+
+
+def minimize(covered: Covered, metrics: Sequence[str] | None = None) -> Minimized:
+    """Each test's unique targets and the greedy cover of ``metrics`` (default: every
+    metric with covered sets); ValueError naming a metric without sets."""
+    metrics = list(covered.specs) if metrics is None else list(metrics)
+    unknown = [m for m in metrics if m not in covered.specs]
+    if unknown:
+        have = ", ".join(covered.specs)
+        raise ValueError(f"no covered sets of {', '.join(unknown)} in the results; they have {have}")
+    tests = sorted(covered.tests)
+    matrix = _matrix(covered, tests, metrics)
+    hits = matrix.sum(axis=0)
+    bounds = np.cumsum([0, *(sum(covered.specs[m].parts) for m in metrics)])
+
+    def per_metric(bits: np.ndarray) -> dict[str, int]:
+        return {m: int(bits[bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
+
+    only = matrix & (hits == 1)
+    unique = {t: per_metric(only[i]) for i, t in enumerate(tests)}
+    goal = hits > 0
+    keep = [tests[i] for i in _greedy(matrix, goal)]
+    return Minimized(metrics, keep, unique, per_metric(goal))
+
+
+def with_unique(tests: Sequence[TestRow], covered: Covered | None) -> list[TestRow]:
+    """The rows with each test's unique targets and redundancy over every metric with
+    covered sets (rows of tests without sets, or no sets at all: unchanged)."""
+    if covered is None or not covered.specs:
+        return list(tests)
+    found = minimize(covered)
+    out = []
+    for row in tests:
+        u = found.unique.get(row.nodeid)
+        out.append(row if u is None else replace(row, unique=u, redundant=not any(u.values())))
+    return out
+
+
+def fill_unique(results: Results) -> None:
+    """Give a results file's rows their unique counts from its covered sets when it has
+    sets but not the counts (a file of a version before them); otherwise unchanged."""
+    if results.covered is None or all(t.unique is not None for t in results.tests):
+        return
+    try:
+        covered = Covered.of(results)
+    except ValueError:
+        return
+    results.tests = with_unique(results.tests, covered)
+
+
+def no_sets_message(name: str) -> str:
+    """The one line refusing a results file without covered sets."""
+    return (
+        f"{name} has no covered sets (it was written with --sadl-omit-covered-sets, or before pytest-sadl had "
+        "them): rerun it without --sadl-omit-covered-sets"
+    )
 
 
 def restricted_metrics(results: Results, nodeids: Sequence[str]) -> dict[str, Metric] | None:

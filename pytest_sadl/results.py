@@ -88,6 +88,10 @@ def _numbers(value: object) -> Numbers:
     return {str(k): _float(v) for k, v in _obj(value).items()}
 
 
+def _bool_or_none(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
 def _ints(value: object) -> dict[str, int]:
     return {str(k): n for k, v in _obj(value).items() if (n := _int(v)) is not None}
 
@@ -344,6 +348,11 @@ class TestRow:
     mean: Numbers = field(default_factory=dict)
     max: Numbers = field(default_factory=dict)
     new: dict[str, int] = field(default_factory=dict)
+    #: per metric with covered sets, the targets no other test of the run covers
+    #: (``covered.with_unique``); ``None``: the results carry no covered sets
+    unique: dict[str, int] | None = None
+    #: it covers nothing of those metrics the other tests do not
+    redundant: bool | None = None
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {"nodeid": self.nodeid, "group": self.group, "outcome": self.outcome, "inputs": self.inputs}
@@ -351,6 +360,9 @@ class TestRow:
             out[f"{key}_mean"] = self.mean.get(key)
             out[f"{key}_max"] = self.max.get(key)
         out["new"] = dict(self.new)
+        if self.unique is not None:
+            out["unique"] = dict(self.unique)
+            out["redundant"] = bool(self.redundant)
         return out
 
     @classmethod
@@ -370,6 +382,8 @@ class TestRow:
             mean,
             high,
             _ints(data.get("new")),
+            _ints(data["unique"]) if isinstance(data.get("unique"), Mapping) else None,
+            _bool_or_none(data.get("redundant")),
         )
 
 

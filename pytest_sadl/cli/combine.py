@@ -12,11 +12,15 @@ combined is refused in one line naming the difference: another model, training p
 configuration (layers, bounds, options), metrics or pytest-sadl version, or a file
 without covered sets.
 
-Not combined exactly (said in the file's warnings): the most surprising inputs are the
-shards' own lists merged by score (an input fed in two shards may show twice), and the
-"does surprise predict mistakes" section, which needs each input's model output, and the
-OOD section, whose default reference (the held-out training scores) is in the profile, not
-in the files, are left out when the shards have them.
+The most surprising inputs and the "does surprise predict mistakes" section are made
+again over the combined inputs, by the engine's own functions, from what each input's
+row carries (its scores, predicted class, label, digest, and a classifier's confidence
+baselines or a regression model's output): those of one run too. Each top input's
+thumbnail comes from the run that listed it (an input in the combined top is in its own
+run's top).
+
+Not combined (said in the file's warnings): the OOD section, whose default reference
+(the held-out training scores) is in the profile, not in the files.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_sadl.covered import Covered, State
+import numpy as np
+
+from pytest_sadl.covered import Covered, State, no_sets_message, with_unique
+from pytest_sadl.criteria.registry import SA_LABELS
 from pytest_sadl.errors import ResultsFileError
-from pytest_sadl.results import JSON, GroupRow, LayerRow, Results, Scope, TestRow, TopInput
+from pytest_sadl.results import JSON, GroupRow, LayerRow, Mistakes, Results, Scope, TestRow, TopInput
 from pytest_sadl.text import terminal as safe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -61,7 +68,7 @@ def check_same(first: Results, other: Results, names: tuple[str, str]) -> None:
     ca, cb = Covered.of(first), Covered.of(other)
     for name, cov in ((a, ca), (b, cb)):
         if cov is None:
-            raise ValueError(f"cannot combine {name}: it has no covered sets (written before pytest-sadl had them)")
+            raise ValueError(f"cannot combine: {no_sets_message(name)}")
     assert ca is not None and cb is not None
     if ca.specs != cb.specs:
         raise ValueError(f"cannot combine {a} and {b}: their covered sets are of other targets")
@@ -132,43 +139,99 @@ def _inputs(tests: list[_Source]) -> dict[str, list[JSON]]:
     return out
 
 
-def _offsets(tests: list[_Source]) -> dict[tuple[int, int], int]:
-    """(a file, its input index) -> the input's index in the combined list."""
+def _floats(column: list[JSON] | None, n: int) -> np.ndarray:
+    """A numeric column (``None`` as NaN; a missing column: all NaN)."""
+    if column is None:
+        return np.full(n, np.nan)
+    return np.array([np.nan if v is None else v for v in column], dtype=np.float64)
+
+
+def _scores(inputs: dict[str, list[JSON]]) -> dict[str, np.ndarray]:
+    """Each score the run computed (a column not all null), in the inputs' order."""
+    n = len(inputs.get("test", []))
+    keys = [k for k in inputs if k in SA_LABELS and any(v is not None for v in inputs[k])]
+    return {k: _floats(inputs[k], n) for k in keys}
+
+
+def _same(inputs: dict[str, list[JSON]]) -> np.ndarray:
+    """Each input's first copy (by digest; itself where the runs kept no digests), as the
+    engine's ``Joined.same_input``."""
+    digests = inputs.get("digest")
+    n = len(inputs.get("test", []))
+    if digests is None or any(d is None for d in digests):
+        return np.arange(n)
+    values = np.array([int(str(d), 16) for d in digests], dtype=np.uint64)
+    _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    same: np.ndarray = first[inverse.reshape(-1)]
+    return same
+
+
+def _shown(tests: list[_Source]) -> dict[int, tuple[Any, Any]]:
+    """The thumbnail and text of every input a run listed among its top inputs, by its
+    index in the combined inputs."""
     offsets: dict[tuple[int, int], int] = {}
     for t in tests:
         for i in t.input_rows():
             offsets[(id(t.results), i)] = len(offsets)
-    return offsets
-
-
-def _moved(
-    top: TopInput, res: Results, where: dict[tuple[int, int], int], offsets: dict[tuple[int, int], int]
-) -> TopInput | None:
-    """A file's top input with the combined indices; ``None`` when its test was replaced."""
-    owner = (id(res), -1 if top.test is None else top.test)
-    at = (id(res), -1 if top.input is None else top.input)
-    if owner not in where or at not in offsets:
-        return None
-    tests_of = [where[(id(res), x)] for x in top.tests or [] if (id(res), x) in where]
-    return replace(top, input=offsets[at], test=where[owner], tests=tests_of)
-
-
-def _tops(tests: list[_Source], files: list[Results]) -> list[TopInput]:
-    """The shards' most surprising inputs merged by score (indices into the combined lists)."""
-    where = {(id(t.results), t.index): n for n, t in enumerate(tests)}
-    offsets = _offsets(tests)
-    by: dict[str, list[TopInput]] = {}
-    for res in files:
+    shown: dict[int, tuple[Any, Any]] = {}
+    for res in {id(t.results): t.results for t in tests}.values():
         for top in res.top_inputs:
-            moved = _moved(top, res, where, offsets)
-            if moved is not None:
-                by.setdefault(top.by, []).append(moved)
-    out: list[TopInput] = []
-    for name, items in by.items():
-        items.sort(key=lambda x: -(x.scores.get(name) or float("-inf")))
-        n = max(sum(1 for x in r.top_inputs if x.by == name) for r in files)
-        out += [replace(x, rank=i + 1) for i, x in enumerate(items[:n])]
-    return out
+            at = offsets.get((id(res), -1 if top.input is None else top.input))
+            if at is not None:
+                shown[at] = (top.image, top.text)
+    return shown
+
+
+def _tops(first: Results, tests: list[_Source], inputs: dict[str, list[JSON]]) -> list[TopInput]:
+    """The most surprising inputs of one run over the combined inputs (``engine.rows.top_of``
+    on their columns; each one's thumbnail from the run that listed it)."""
+    from pytest_sadl.engine.rows import top_of
+
+    shown = _shown(tests)
+    owner = np.array(inputs.get("test", []), dtype=np.int64)
+    pred = np.array(inputs["pred"], dtype=np.int64) if first.model.classifier and inputs.get("pred") else None
+    keys = [k for k in inputs if k in SA_LABELS]
+    return top_of(_scores(inputs), _same(inputs), owner, pred, keys, lambda i: shown.get(i, (None, None)))
+
+
+def _labels(inputs: dict[str, list[JSON]], same: np.ndarray) -> list[JSON] | None:
+    """Each input's label; an input a run left unlabelled takes its copy's label (the run
+    that labelled it), as one run matches labels to inputs by digest."""
+    labels = inputs.get("label")
+    if labels is None:
+        return None
+    by_copy: dict[int, JSON] = {}
+    for i, v in enumerate(labels):
+        if v is not None:
+            by_copy.setdefault(int(same[i]), v)
+    return [v if v is not None else by_copy.get(int(same[i])) for i, v in enumerate(labels)]
+
+
+def _mistakes(first: Results, rows: list[TestRow], inputs: dict[str, list[JSON]]) -> Mistakes | None:
+    """The "does surprise predict mistakes" section of one run over the combined inputs,
+    from their scores, labels, predictions and confidence baselines (or outputs)."""
+    from pytest_sadl.engine.rows import mistakes_of
+
+    labels = _labels(inputs, _same(inputs))
+    if labels is None or all(v is None for v in labels):
+        return None
+    inputs["label"] = labels
+    groups = [rows[int(str(t))].group for t in inputs.get("test", [])]
+    return mistakes_of(_analysis(bool(first.model.classifier), inputs, labels, groups))
+
+
+def _analysis(classifier: bool, inputs: dict[str, list[JSON]], labels: list[JSON], groups: list[str]) -> Any:
+    """``criteria.mistakes.analyse`` of the combined columns: a classifier's predictions and
+    confidence baselines, a regression model's outputs."""
+    from pytest_sadl.criteria.mistakes import BASELINES, analyse
+
+    if not classifier:
+        output = np.array(inputs.get("output") or [], dtype=np.float64)
+        return analyse(_scores(inputs), labels, classifier=False, output=output, groups=groups)
+    n = len(labels)
+    pred = np.array([-1 if p is None else p for p in inputs.get("pred", [])], dtype=np.int64)
+    confidence = {k: _floats(inputs[f"baseline_{k}"], n) for k in BASELINES if f"baseline_{k}" in inputs}
+    return analyse(_scores(inputs), labels, classifier=True, pred=pred, confidence=confidence or None, groups=groups)
 
 
 def _scope(files: list[Results], recorded: int) -> Scope:
@@ -189,7 +252,7 @@ def _checked(files: list[Results], names: list[str]) -> Covered:
         check_same(files[0], res, (names[0], name))
     covered = Covered.of(files[0])
     if covered is None:
-        raise ValueError(f"cannot combine {names[0]}: it has no covered sets (written before pytest-sadl had them)")
+        raise ValueError(f"cannot combine: {no_sets_message(names[0])}")
     left = _uncombinable(files[0], covered)
     if left:
         raise ValueError(
@@ -227,12 +290,10 @@ def _layers(first: Results, covered: Covered, union: dict[str, State]) -> list[L
 
 def _warnings(files: list[Results]) -> list[str]:
     warnings = list(dict.fromkeys(w for r in files for w in r.warnings))
-    warnings.append(
-        f"combined from {len(files)} runs by sadl combine; the most surprising inputs are the runs' own lists merged"
-    )
-    if any(r.mistakes is not None for r in files):
+    if any(r.mistakes is not None and "digest" not in r.inputs for r in files):
         warnings.append(
-            "the runs' 'does surprise predict mistakes' sections are not combined (they need each input's output)"
+            "the mistakes section and the most surprising inputs are recomputed from inputs without digests "
+            "(files of a version before them): copies of an input in two runs count as two inputs"
         )
     if any(r.ood is not None for r in files):
         warnings.append(
@@ -251,6 +312,8 @@ def combine(files: list[Results], names: list[str]) -> Results:
     union = _union(covered, tests)
     metrics = {m: (covered.metric(m, union[m]) if m in union else first.metrics[m]) for m in metric_names}
     merged_covered = {**(first.covered or {}), "tests": {t.row.nodeid: t.covered.raw[t.row.nodeid] for t in tests}}
+    rows = with_unique(_rows(covered, tests), Covered.of_section(merged_covered))
+    inputs = _inputs(tests)
     return Results(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         version=first.version,
@@ -260,9 +323,10 @@ def combine(files: list[Results], names: list[str]) -> Results:
         metrics=metrics,
         layers=_layers(first, covered, union),
         groups=_groups(covered, tests, _group_order(metric_names, tests, covered.groups), metric_names),
-        tests=_rows(covered, tests),
-        inputs=_inputs(tests),
-        top_inputs=_tops(tests, files),
+        tests=rows,
+        inputs=inputs,
+        top_inputs=_tops(first, tests, inputs),
+        mistakes=_mistakes(first, rows, inputs),
         warnings=_warnings(files),
         missing=[m for r in files for m in r.missing],
         stale=[s for r in files for s in r.stale],

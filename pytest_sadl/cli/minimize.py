@@ -1,6 +1,7 @@
 """``sadl minimize RESULTS --metrics lsc,dsc,nc``: which tests earn their time.
 
-From each test's covered sets (:mod:`pytest_sadl.covered`):
+From each test's covered sets (:mod:`pytest_sadl.covered`, whose :func:`~pytest_sadl.covered.minimize`
+the plugin's reports use too):
 
 * per test, what it covers that no other test does (``unique``, per metric: LSC/DSC
   buckets, NC neurons, KMNC sections), and whether it is ``redundant`` for the chosen
@@ -17,75 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from pytest_sadl.covered import Covered
+from pytest_sadl.covered import Covered, Minimized, minimize, no_sets_message
 from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.text import terminal as safe
 
 EXIT_OK, EXIT_USAGE = 0, 2
 DEFAULT = ("lsc", "dsc", "nc")
-
-
-@dataclass(frozen=True)
-class Minimized:
-    """The greedy cover's node ids (in the order taken), and per test its unique targets."""
-
-    metrics: list[str]
-    keep: list[str]
-    unique: dict[str, dict[str, int]]
-    covered: dict[str, int]
-
-    @property
-    def redundant(self) -> list[str]:
-        return [t for t, u in self.unique.items() if not any(u.values())]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metrics": self.metrics,
-            "method": "greedy set cover",
-            "keep": self.keep,
-            "covered": self.covered,
-            "tests": [
-                {"nodeid": t, "unique": u, "redundant": not any(u.values()), "kept": t in self.keep}
-                for t, u in self.unique.items()
-            ],
-        }
-
-
-def _bits(covered: Covered, nodeid: str, metrics: list[str]) -> np.ndarray:
-    state = covered.state(nodeid)
-    return np.concatenate([s for m in metrics for s in state[m].sets])
-
-
-def minimize(covered: Covered, metrics: list[str]) -> Minimized:
-    """Unique targets per test and the greedy cover of ``metrics`` (node-id order)."""
-    unknown = [m for m in metrics if m not in covered.specs]
-    if unknown:
-        have = ", ".join(covered.specs)
-        raise ValueError(f"no covered sets of {', '.join(unknown)} in the results; they have {have}")
-    tests = sorted(covered.tests)
-    sizes = {m: sum(covered.specs[m].parts) for m in metrics}
-    matrix = np.stack([_bits(covered, t, metrics) for t in tests]) if tests else np.zeros((0, 0), bool)
-    hits = matrix.sum(axis=0) if tests else np.zeros(0, int)
-    bounds = np.cumsum([0, *sizes.values()])
-    unique: dict[str, dict[str, int]] = {}
-    for i, t in enumerate(tests):
-        only = matrix[i] & (hits == 1)
-        unique[t] = {m: int(only[bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
-    goal = hits > 0
-    done = np.zeros_like(goal)
-    keep: list[str] = []
-    while tests and (goal & ~done).any():
-        gains = (matrix & ~done).sum(axis=1)
-        best = int(np.argmax(gains))  # the first of the largest: node-id order breaks ties
-        keep.append(tests[best])
-        done |= matrix[best]
-    covered_counts = {m: int(goal[bounds[k] : bounds[k + 1]].sum()) for k, m in enumerate(metrics)}
-    return Minimized(list(metrics), keep, unique, covered_counts)
 
 
 def terminal_lines(result: Minimized, total_tests: int) -> list[str]:
@@ -142,7 +82,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         results = read_results(args.results)
         covered = Covered.of(results)
         if covered is None:
-            raise ValueError(f"{args.results} has no covered sets (written before pytest-sadl had them): rerun it")
+            raise ValueError(no_sets_message(str(args.results)))
         result = minimize(covered, metrics)
     except (ResultsFileError, ValueError) as exc:
         print(f"{prog}: error: {safe(str(exc))}", file=sys.stderr)

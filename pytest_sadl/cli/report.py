@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pytest_sadl.covered import fill_unique
 from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.report.compare import (
@@ -88,6 +89,7 @@ def _read_with_baseline(args: argparse.Namespace, notes: list[str]) -> tuple[Any
     """The run's results, the ``--compare`` baseline's (or ``None``) and their comparison
     (or ``None``); a :class:`ResultsFileError` when either file cannot be read."""
     results = read_results(args.results, notes)
+    fill_unique(results)
     if not args.compare:
         return results, None, None
     baseline = read_results(args.compare, notes)

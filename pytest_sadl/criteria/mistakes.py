@@ -209,6 +209,7 @@ def analyse(
     pred: np.ndarray | None = None,
     output: np.ndarray | None = None,
     groups: Sequence[str] | np.ndarray | None = None,
+    confidence: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[Analysis, list[Analysis]] | None:
     """The analysis over all labelled inputs and per group (in order of first appearance).
 
@@ -216,7 +217,9 @@ def analyse(
     regression model); ``labels``: the true class (classifier) or target (regression) of
     each input, ``None``/NaN where unlabelled; ``pred``: predicted classes (classifier);
     ``output``: the model's outputs (probabilities or logits for a classifier, which give
-    the baselines; predictions for a regression model); ``groups``: each input's group.
+    the baselines; predictions for a regression model); ``groups``: each input's group;
+    ``confidence``: a classifier's baselines already computed (``confidence_scores`` of
+    its output, as a results file keeps them), used instead of ``output``.
     ``None`` when no input is labelled.
     """
     lab = _label_matrix(labels)
@@ -229,7 +232,9 @@ def analyse(
             raise ValueError("analyse(classifier=True) needs pred, the predicted classes")
         correct_all = np.asarray(pred).reshape(-1) == lab[:, 0]
         err_all = None
-        if output is not None:
+        if confidence is not None:
+            sa.update({k: np.asarray(v, dtype=np.float64) for k, v in confidence.items()})
+        elif output is not None:
             sa.update(confidence_scores(output))
     else:
         if output is None:

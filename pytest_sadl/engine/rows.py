@@ -194,11 +194,45 @@ def _is_number(value: object) -> bool:
 def top_inputs(joined: Joined, scores: dict[str, np.ndarray], classifier: bool, keys: Sequence[str]) -> list[TopInput]:
     """Most surprising inputs by each score, with thumbnails where the inputs are images:
     each distinct input once (by its digest), with every test that fed it."""
-    same = joined.same_input()
+
+    def shown(i: int) -> tuple[Thumbnail | None, str | None]:
+        thumb, text = joined.thumbs[i], joined.texts[i]
+        return (None if thumb is None else _image(thumb)), (None if text is None else str(text))
+
+    pred = joined.pred if classifier else None
+    return top_of(scores, joined.same_input(), joined.owner, pred, keys, shown)
+
+
+def top_of(
+    scores: Mapping[str, np.ndarray],
+    same: np.ndarray,
+    owner: np.ndarray,
+    pred: np.ndarray | None,
+    keys: Sequence[str],
+    shown: Any,
+) -> list[TopInput]:
+    """The top inputs of arrays (the engine's, or ``sadl combine``'s from the inputs'
+    columns): ``same`` each input's first copy, ``owner`` its test, ``pred`` the predicted
+    classes (a classifier), ``shown(i)`` the thumbnail and text of input ``i``."""
     top = []
     for by, values in scores.items():
         for rank, i in enumerate(_most_surprising(values, same), start=1):
-            top.append(_top_input(joined, same, by, rank, int(i), scores, classifier, keys))
+            copies = np.flatnonzero(same == same[i])
+            image, text = shown(int(i))
+            top.append(
+                TopInput(
+                    by=by,
+                    rank=rank,
+                    input=int(i),
+                    test=int(owner[i]),
+                    tests=sorted({int(t) for t in owner[copies]}),
+                    copies=int(copies.size),
+                    pred=None if pred is None else int(pred[i]),
+                    scores={key: (_number(float(scores[key][i])) if key in scores else None) for key in keys},
+                    image=image,
+                    text=text,
+                )
+            )
     return top
 
 
@@ -216,33 +250,6 @@ def _most_surprising(values: np.ndarray, same: np.ndarray) -> list[int]:
             seen.add(int(same[i]))
             out.append(int(i))
     return out
-
-
-def _top_input(
-    joined: Joined,
-    same: np.ndarray,
-    by: str,
-    rank: int,
-    i: int,
-    scores: dict[str, np.ndarray],
-    classifier: bool,
-    keys: Sequence[str],
-) -> TopInput:
-    copies = np.flatnonzero(same == same[i])
-    thumb = joined.thumbs[i]
-    text = joined.texts[i]
-    return TopInput(
-        by=by,
-        rank=rank,
-        input=i,
-        test=int(joined.owner[i]),
-        tests=sorted({int(t) for t in joined.owner[copies]}),
-        copies=int(copies.size),
-        pred=int(joined.pred[i]) if classifier else None,
-        scores={key: (_number(float(scores[key][i])) if key in scores else None) for key in keys},
-        image=None if thumb is None else _image(thumb),
-        text=None if text is None else str(text),
-    )
 
 
 def _image(thumb: np.ndarray) -> Thumbnail:
@@ -313,6 +320,7 @@ def input_rows(
     }
     for key in keys:
         inputs[key] = scores[key].tolist() if key in scores else [None] * n
+    inputs.update(exact_columns(joined, classifier))
     if labels is not None:
         inputs["label"] = [_label_value(v, classifier) for v in labels]
     return inputs
@@ -328,6 +336,21 @@ def _label_value(v: Any, classifier: bool) -> JSON:
     return int(v[0]) if classifier else v[0]
 
 
+def exact_columns(joined: Joined, classifier: bool) -> dict[str, list[JSON]]:
+    """What ``sadl combine`` needs to make the top inputs and the mistakes section of one
+    run over several: each input's digest (16 hex digits: copies of one input), and a
+    classifier's confidence baselines of its output (``baseline_deepgini``, ...: prefixed,
+    as ``msp`` is also a score's key) or a regression model's output."""
+    out: dict[str, list[JSON]] = {}
+    if joined.digests is not None:
+        out["digest"] = [f"{int(d) & 0xFFFFFFFFFFFFFFFF:016x}" for d in joined.digests.tolist()]
+    if classifier and joined.outputs is not None:
+        out.update({f"baseline_{k}": v.tolist() for k, v in found.confidence_scores(joined.outputs).items()})
+    elif not classifier:
+        out["output"] = np.asarray(joined.pred, dtype=np.float64).tolist()
+    return out
+
+
 def mistakes(
     records: Sequence[TestRecord],
     joined: Joined,
@@ -338,14 +361,20 @@ def mistakes(
     """Whether surprise predicts the model's mistakes, when tests gave labels."""
     if labels is None:
         return None
-    result = analyse(
-        scores,
-        labels,
-        classifier=classifier,
-        pred=joined.pred if classifier else None,
-        output=joined.outputs if classifier else joined.pred,
-        groups=[records[t].group for t in joined.owner],
+    return mistakes_of(
+        analyse(
+            scores,
+            labels,
+            classifier=classifier,
+            pred=joined.pred if classifier else None,
+            output=joined.outputs if classifier else joined.pred,
+            groups=[records[t].group for t in joined.owner],
+        )
     )
+
+
+def mistakes_of(result: tuple[found.Analysis, list[found.Analysis]] | None) -> Mistakes | None:
+    """The results' mistakes section of an analysis (``criteria.mistakes.analyse``)."""
     if result is None:
         return None
     overall, per_group = result

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_sadl import __version__
+from pytest_sadl.covered import Covered, with_unique
 from pytest_sadl.covered import section as covered_section
 from pytest_sadl.criteria.registry import COUNT, LABELS, SA_LABELS, choose
 from pytest_sadl.criteria.shape import Setup
@@ -72,6 +73,8 @@ def compute(
     metrics = rows.metric_rows(total, run, options)
     labels, notes = rows.input_labels(kept, joined.digests, len(joined))
     messages.extend(notes)
+    covered = covered_section(_per_test(kept, joined, scores), total.fresh, options.groups)
+    tests = with_unique(tests, None if covered is None else Covered.of_section(covered))
     tell("the OOD section (each group against the reference)")
     ood = rows.ood(kept, group_names, joined, scores, run, getattr(options, "ood_reference", None))
     if ood is not None and ood.reason:
@@ -93,7 +96,7 @@ def compute(
         mistakes=rows.mistakes(kept, joined, scores, run.classifier, labels),
         ood=ood,
         stale=rows.stale_rows(stale),
-        covered=covered_section(_per_test(kept, joined, scores), total.fresh, options.groups),
+        covered=None if getattr(options, "omit_covered_sets", False) else covered,
     )
 
 

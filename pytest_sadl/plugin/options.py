@@ -397,6 +397,17 @@ OPTIONS: tuple[Option, ...] = (
         "bool",
         field="gate_partial",
     ),
+    Option(
+        "--sadl-omit-covered-sets",
+        "sadl_omit_covered_sets",
+        "leave each test's covered sets (the results' covered section, MBs on a big model) out of the JSON "
+        "results: the per-test unique counts are still computed, but sadl combine, sadl minimize and a "
+        "partial run's like-with-like comparison against this file need them",
+        "bool",
+        False,
+        "bool",
+        field="omit_covered_sets",
+    ),
     *_BOUND_ALIASES,
 )
 

@@ -241,13 +241,15 @@ class SerialSession(RecordingSession):
         """The status lines no header took (``-q``), before the first test."""
         self._release()
 
+    #: a controller's: why pytest-xdist stopped the run (-x, --maxfail), which pytest sees
+    #: as an interrupt; ``None`` otherwise
+    stopped: str | None = None
+
     def measures(self, session: pytest.Session, exitstatus: int) -> bool:
-        """Whether this session's end computes results (not for --collect-only or Ctrl-C)."""
-        return (
-            not session.config.option.collectonly
-            and exitstatus != pytest.ExitCode.INTERRUPTED
-            and not self.outcome.fatal
-        )
+        """Whether this session's end computes results (not for --collect-only or Ctrl-C;
+        a pytest-xdist stop after failures is not a Ctrl-C)."""
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED and self.stopped is None
+        return not session.config.option.collectonly and not interrupted and not self.outcome.fatal
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -286,7 +288,9 @@ class SerialSession(RecordingSession):
         """What part of the suite this session measured, once the results say how many
         tests recorded (:mod:`pytest_sadl.plugin.scope`)."""
         config = session.config
-        stop = stop_reason(session.shouldfail or session.shouldstop, config.getoption("maxfail", 0) or 0)
+        stop = stop_reason(
+            session.shouldfail or session.shouldstop or self.stopped, config.getoption("maxfail", 0) or 0
+        )
         selecting = selection_options(config.option, self.scope.last_failed)
         return lambda recorded, lost: self.scope.scope(recorded=recorded, stop=stop, selecting=selecting, lost=lost)
 
@@ -339,6 +343,13 @@ class ControllerSession(SerialSession):
     def __init__(self, config: pytest.Config, options: SadlOptions, sources: Sources, outcome: Outcome) -> None:
         super().__init__(config, options, sources, outcome)
         self.spool: Path | None = None  # where collocated workers put each test's records
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """pytest-xdist ends a run stopped by -x/--maxfail with its ``Interrupted`` (a
+        ``KeyboardInterrupt``): the run is measured as a serial one stopped there is."""
+        kind = type(excinfo.value)
+        if kind.__name__ == "Interrupted" and kind.__module__.startswith("xdist"):
+            self.stopped = str(excinfo.value) or "stopping after failures"
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

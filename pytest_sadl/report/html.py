@@ -400,6 +400,10 @@ def _cell(t: TestRow, key: str) -> str | int | float | None:
     """One column of the tests table (:func:`_tests`) of a test."""
     if key.startswith("new."):
         return t.new.get(key[4:])
+    if key.startswith("unique."):
+        return (t.unique or {}).get(key[7:])
+    if key == "redundant":
+        return None if t.redundant is None else int(t.redundant)
     if key.endswith("_mean"):
         return t.mean.get(key[: -len("_mean")])
     if key.endswith("_max"):
@@ -435,6 +439,35 @@ def _test_columns(results: Results) -> list[dict[str, Any]]:
                 "title": f"{METRIC_TITLES[m]}: targets first covered by this test",
             }
         )
+    return columns + _unique_columns(results)
+
+
+def _unique_columns(results: Results) -> list[dict[str, Any]]:
+    """Who tests what: each metric's targets no other test covers, and redundant (from the
+    covered sets; none when the results carry no counts)."""
+    names = list(dict.fromkeys(m for t in results.tests for m in t.unique or {}))
+    if not names:
+        return []
+    columns: list[dict[str, Any]] = [
+        {
+            "key": f"unique.{m}",
+            "label": f"only {METRIC_LABELS.get(m, m.upper())}",
+            "kind": "int",
+            "agg": "sum",
+            "title": f"{METRIC_TITLES.get(m, m.upper())}: targets no other test covers",
+        }
+        for m in names
+    ]
+    said = ", ".join(METRIC_LABELS.get(m, m.upper()) for m in names)
+    columns.append(
+        {
+            "key": "redundant",
+            "label": "Redundant",
+            "kind": "flag",
+            "agg": "sum",
+            "title": f"covers nothing of {said} the other tests do not",
+        }
+    )
     return columns
 
 

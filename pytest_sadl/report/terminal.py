@@ -31,7 +31,7 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison, MetricDelta
 from pytest_sadl.report.partial import partial_line, ungated_lines
-from pytest_sadl.results import GroupRow, Metric, Results
+from pytest_sadl.results import GroupRow, Metric, Results, TestRow
 from pytest_sadl.text import terminal as safe
 
 
@@ -200,6 +200,7 @@ def render_terminal(
     lines = _header(results, width)
     lines += _metrics_table(results, comparison, width)
     lines += _groups_table(results, width)
+    lines += who_tests_what(results, width)
     lines += _mistakes_table(results, width)
     lines += _ood_table(results, width)
     if verbose:
@@ -337,6 +338,39 @@ def _mistakes_table(results: Results, width: int | None) -> list[str]:
     for text in results.mistakes.overall.sentences:
         lines += _wrap(f"  {text}", width, indent="    ")
     return lines
+
+
+#: how many tests the short "who tests what" line names in each part
+WHO_NAMED = 3
+
+
+def _listed(names: list[str]) -> str:
+    more = len(names) - WHO_NAMED
+    return ", ".join(names[:WHO_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _unique_of(t: TestRow) -> str:
+    said = ", ".join(f"{LABELS.get(m, m.upper())} {n}" for m, n in (t.unique or {}).items() if n)
+    return f"{t.nodeid} ({said})"
+
+
+def who_tests_what(results: Results, width: int | None) -> list[str]:
+    """Short: the tests covering the most no other test covers, and the redundant tests
+    (``TestRow.unique``/``redundant``, from the covered sets); nothing without them."""
+    rows = [t for t in results.tests if t.unique is not None]
+    if not rows:
+        return []
+    metrics = list(dict.fromkeys(m for t in rows for m in t.unique or {}))
+    said = ", ".join(LABELS.get(m, m.upper()) for m in metrics)
+    return ["", *_wrap(f"who tests what ({said}; targets no other test covers): {_who_parts(rows)}", width)]
+
+
+def _who_parts(rows: list[TestRow]) -> str:
+    best = sorted((t for t in rows if not t.redundant), key=lambda t: (-sum((t.unique or {}).values()), t.nodeid))
+    parts = [f"most unique: {_listed([_unique_of(t) for t in best])}"] if best else []
+    redundant = [t.nodeid for t in rows if t.redundant]
+    parts.append(f"redundant: {_listed(redundant) if redundant else 'none'}")
+    return "; ".join(parts)
 
 
 def _ood_table(results: Results, width: int | None) -> list[str]:
