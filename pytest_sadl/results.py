@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from pytest_sadl.codec import DOUBLE, INTEGER, Extra, Json, Record, Spec, spec
-from pytest_sadl.codec import encode as _encode
 from pytest_sadl.codec import schema as _schema
 
 SCHEMA = "pytest-sadl/results"
