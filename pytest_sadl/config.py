@@ -101,6 +101,8 @@ class SadlOptions:
     batch_size: int = 256
     reports: tuple[Report, ...] = (Report("term"),)
     groups: tuple[str, ...] = ()  # the order of the groups (sadl_groups); the rest follow
+    #: the group whose inputs are in-distribution in the OOD section (``None``: the held-out training traces)
+    ood_reference: str | None = None
     fail_under: dict[str, float] = field(default_factory=dict)
     #: the metrics computed and reported (``--sadl-metrics``), in report order
     metrics: tuple[str, ...] = DEFAULT_METRICS

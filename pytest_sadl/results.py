@@ -278,6 +278,40 @@ class Mistakes(Record):
 
 
 @dataclass(frozen=True)
+class OodRow(Record):
+    """How well one score separates one group from the reference (``ood``): AUROC,
+    AUPR-In, AUPR-Out and FPR at 95% TPR (:mod:`pytest_sadl.criteria.detection`), over
+    ``inputs`` of the group's and ``reference_inputs`` of the reference's finite scores."""
+
+    group: str
+    score: str
+    inputs: int
+    reference_inputs: int
+    auroc: float | None = spec(**_SHARE)
+    aupr_in: float | None = spec(**_SHARE)
+    aupr_out: float | None = spec(**_SHARE)
+    fpr95: float | None = spec(**_SHARE)
+
+
+@dataclass(frozen=True)
+class Ood(Record):
+    """ "How well does each score tell each group from in-distribution inputs": every
+    per-input score's detection metrics per group against ``reference``, the group named
+    as in-distribution (``--sadl-ood-reference``), or ``None``: the held-out training
+    traces the profile keeps. ``unavailable``: score key -> why it has no rows;
+    ``reason``: why there are no rows at all (a reference group the run does not have)."""
+
+    reference: str | None = spec(
+        doc="the group named as in-distribution (--sadl-ood-reference); null: the held-out training traces"
+    )
+    rows: list[OodRow] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = spec(default_factory=dict, doc="score key -> why it has no rows")
+    sentences: list[str] = field(default_factory=list)
+    reason: str | None = spec(default=None, doc="why there are no rows (a reference group the run does not have)")
+
+
+@dataclass(frozen=True)
 class StaleTest(Record):
     """A test whose inputs were measured on a changed model: left out of every metric."""
 
@@ -427,6 +461,15 @@ class Results(Record):
         omit_none=True,
         null=True,
         doc="does surprise predict the model's mistakes (only when tests gave labels)",
+    )
+    #: how well each score tells each group from in-distribution inputs (AUROC, AUPR,
+    #: FPR@95; :mod:`pytest_sadl.criteria.detection`); ``None``: no per-input score or no group
+    ood: Ood | None = spec(
+        default=None,
+        omit_none=True,
+        null=True,
+        doc="how well each per-input score tells each group from in-distribution inputs: AUROC, AUPR-In, "
+        "AUPR-Out and FPR at 95% TPR (absent: no per-input score or no group)",
     )
     #: tests whose inputs were measured on a changed model (fit, set_weights during the
     #: session), left out of every metric

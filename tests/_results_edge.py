@@ -153,3 +153,22 @@ def small_results() -> Results:
         inputs={},
         top_inputs=[],
     )
+
+
+def ood_results() -> Results:
+    """:func:`edge_results` with an OOD section (a row with ``None`` metrics, an
+    unavailable score, a reference group)."""
+    from pytest_sadl.results import Ood, OodRow
+
+    rows = [
+        OodRow(
+            group="adv", score="lsa", inputs=10, reference_inputs=20, auroc=0.9, aupr_in=0.8, aupr_out=0.7, fpr95=0.1
+        ),
+        OodRow(
+            group="adv", score="dsa", inputs=10, reference_inputs=0, auroc=None, aupr_in=None, aupr_out=None, fpr95=None
+        ),
+    ]
+    ood = Ood(reference="test", rows=rows, labels={"lsa": "LSA"}, unavailable={"mdsa": "not set up"}, sentences=["x"])
+    results = edge_results()
+    results.ood = ood
+    return results

@@ -50,6 +50,7 @@ def test_confidence_scores_follow_their_formulas():
         s["entropy"], [-(0.7 * np.log(0.7) + 0.2 * np.log(0.2) + 0.1 * np.log(0.1)), np.log(3), 0.0]
     )
     np.testing.assert_allclose(s["margin"], [1 - 0.5, 1.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(s["msp"], [1 - 0.7, 1 - 1 / 3, 0.0], atol=1e-12)  # 1 - the top probability
     # logits go through a softmax; one sigmoid unit is two classes
     np.testing.assert_allclose(probabilities(np.log(p[:1] + 0.0) + 5.0), p[:1], rtol=1e-9)
     np.testing.assert_allclose(probabilities(np.array([[0.8], [0.1]])), [[0.2, 0.8], [0.9, 0.1]])
@@ -85,11 +86,13 @@ def test_analyse_classifier_overall_groups_fifths_and_words():
     assert overall.labelled == keep.sum()
     assert overall.errors == wrong[keep].sum()
     assert overall.error_rate == pytest.approx(wrong[keep].mean())
-    assert set(overall.auc) == {"lsa", "dsa", "deepgini", "entropy", "margin"}
+    assert set(overall.auc) == {"lsa", "dsa", "deepgini", "entropy", "margin", "msp"}
     assert overall.auc["lsa"] == pytest.approx(naive.roc_auc(surprise[keep], wrong[keep]))
     assert overall.auc["dsa"] == pytest.approx(1 - overall.auc["lsa"])
     gini = 1 - (probs**2).sum(axis=1)
     assert overall.auc["deepgini"] == pytest.approx(naive.roc_auc(gini[keep], wrong[keep]))
+    msp = 1 - probs.max(axis=1)  # Hendrycks and Gimpel's maximum softmax probability, oriented as surprise
+    assert overall.auc["msp"] == pytest.approx(naive.roc_auc(msp[keep], wrong[keep]))
     fifths = overall.fifths["lsa"]
     assert [f.inputs for f in fifths] == [72] * 5 and sum(f.inputs for f in fifths) == keep.sum()
     order = np.argsort(surprise[keep], kind="stable")

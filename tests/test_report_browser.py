@@ -355,3 +355,48 @@ def test_card_status_stays_inside_its_card_at_every_width(browser, tmp_path):
         )
         assert out == [], f"at {width}px the status of {out} leaves its card"
     ctx.close()
+
+
+def test_the_ood_section_loads_offline_with_its_table_and_toc_link(browser, tmp_path):
+    """A run with the OOD section (its figures as a run writes them, a hostile group name
+    too): no script error, no request, the table's rows and the best row in bold."""
+    doc = load_results(DATA / "results-classifier.json")
+    doc["ood"] = {
+        "reference": None,
+        "rows": [
+            {
+                "group": g,
+                "score": k,
+                "inputs": 20,
+                "reference_inputs": 100,
+                "auroc": a,
+                "aupr_in": 0.5,
+                "aupr_out": 0.6,
+                "fpr95": f,
+            }
+            for g, k, a, f in [
+                ("<script>alert('ood')</script>", "lsa", 0.91, 0.4),
+                ("<script>alert('ood')</script>", "dsa", 0.85, 0.5),
+                ("noisy", "lsa", 0.55, 0.9),
+                ("noisy", "dsa", 0.6, 0.8),
+            ]
+        ],
+        "labels": {"lsa": "LSA", "dsa": "DSA"},
+        "unavailable": {"mdsa": "MDSA cannot be set up: a test reason"},
+        "sentences": ["Separated best from the held-out training traces: ..."],
+        "reason": None,
+    }
+    p = _open(browser, write_html(doc, tmp_path / "html"))
+    p.page.wait_for_timeout(200)
+    assert p.errors == [] and p.dialogs == []
+    assert [m for m in p.console if m.startswith(("error", "warning"))] == []
+    assert all(u == p.url or u.startswith("data:") for u in p.requests), p.requests
+    assert p.page.is_visible("#ood-table") and p.page.is_visible("nav.toc a[href='#ood']")
+    rows = p.page.eval_on_selector_all("#ood-table tbody tr", "rs => rs.map(r => r.className)")
+    assert rows == ["best", "", "", "best"]
+    weight = p.page.eval_on_selector(
+        "#ood-table tbody tr.best td:nth-child(4)", "td => getComputedStyle(td).fontWeight"
+    )
+    assert int(weight) >= 600
+    assert "<script>alert('ood')</script>" in p.page.inner_text("#ood-table")
+    assert "MDSA cannot be set up: a test reason" in p.page.inner_text("#ood-words")

@@ -3,7 +3,7 @@
 The golden files were written by the hand-written ``to_dict`` of before the codec
 (``tests/golden/results-*.json``, frozen before it): today's JSON form must be the same
 text, key order included. The generated schema must be the hand-kept one it replaced
-(``tests/golden/results.schema.before-codec.json``), so it accepts and rejects the same
+(``tests/golden/results.schema.before-codec.json``, the OOD section's entry included), so it accepts and rejects the same
 documents. The reader keeps its leniency: an older or smaller file reads as empty.
 """
 
@@ -39,9 +39,9 @@ from pytest_sadl.results import (
 from pytest_sadl.resultsfile import JSON_SCHEMA, validate_results
 
 try:
-    from tests._results_edge import edge_results, small_results
+    from tests._results_edge import edge_results, ood_results, small_results
 except ImportError:  # pragma: no cover - tests/ itself on sys.path
-    from _results_edge import edge_results, small_results  # type: ignore[no-redef]
+    from _results_edge import edge_results, ood_results, small_results  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -52,7 +52,7 @@ FILES = {
     "regression": DATA / "results-regression.json",
     "baseline": DATA / "results-baseline.json",
 }
-BUILT = {"edge": edge_results, "small": small_results}
+BUILT = {"edge": edge_results, "small": small_results, "ood": ood_results}
 
 
 def _text(doc: dict[str, Any]) -> str:
@@ -212,23 +212,23 @@ class _Auroc(Record):
 
 @dataclass
 class _MoreResults(Results):
-    ood: list[_Auroc] | None = spec(default=None, omit_none=True, doc="out-of-distribution detection, per group")
+    detect: list[_Auroc] | None = spec(default=None, omit_none=True, doc="out-of-distribution detection, per group")
     unique: dict[str, int] = field(default_factory=dict)
 
 
 def test_a_new_section_is_a_dataclass_and_a_field() -> None:
     base = small_results()
-    more = _MoreResults(**{f.name: getattr(base, f.name) for f in fields(base)}, ood=[_Auroc("g", 0.75)])
+    more = _MoreResults(**{f.name: getattr(base, f.name) for f in fields(base)}, detect=[_Auroc("g", 0.75)])
     doc = more.to_dict()
-    assert doc["ood"] == [{"group": "g", "auroc": 0.75}]
+    assert doc["detect"] == [{"group": "g", "auroc": 0.75}]
     assert doc["unique"] == {}
-    assert list(doc)[-3:] == ["ood", "unique", "outcome"]  # after the fields before it, before `outcome`
+    assert list(doc)[-3:] == ["detect", "unique", "outcome"]  # after the fields before it, before `outcome`
     assert decode(_MoreResults, doc) == more
-    assert _MoreResults.from_dict({"metrics": {}}).ood is None  # an older file: absent
+    assert _MoreResults.from_dict({"metrics": {}}).detect is None  # an older file: absent
 
 
 def test_a_new_section_is_in_the_schema() -> None:
-    entry = schema(_MoreResults)["properties"]["ood"]
+    entry = schema(_MoreResults)["properties"]["detect"]
     assert entry["description"] == "out-of-distribution detection, per group"
     assert entry["items"]["properties"]["auroc"] == {
         "description": "area under the ROC curve",

@@ -14,8 +14,9 @@ without covered sets.
 
 Not combined exactly (said in the file's warnings): the most surprising inputs are the
 shards' own lists merged by score (an input fed in two shards may show twice), and the
-"does surprise predict mistakes" section, which needs each input's model output, is left
-out when the shards have one.
+"does surprise predict mistakes" section, which needs each input's model output, and the
+OOD section, whose default reference (the held-out training scores) is in the profile, not
+in the files, are left out when the shards have them.
 """
 
 from __future__ import annotations
@@ -232,6 +233,11 @@ def _warnings(files: list[Results]) -> list[str]:
     if any(r.mistakes is not None for r in files):
         warnings.append(
             "the runs' 'does surprise predict mistakes' sections are not combined (they need each input's output)"
+        )
+    if any(r.ood is not None for r in files):
+        warnings.append(
+            "the runs' OOD sections are not combined (their held-out training scores are in the profile, "
+            "not in the files): run the suite in one session for it"
         )
     return warnings
 

@@ -15,7 +15,8 @@ are the papers' (Hendrycks and Gimpel 2017; Liu et al. 2020; Sun et al. 2022):
   threshold that keeps 95% of the in-distribution inputs (in-distribution positive, as
   ``roc_curve``'s first point with TPR >= 0.95).
 
-:func:`ood_table` makes the rows a report shows from per-group scores.
+:func:`ood_table` makes the rows a report shows from per-group scores, and
+:func:`best_sentence` says in words which score separates each group best.
 """
 
 from __future__ import annotations
@@ -127,3 +128,39 @@ def _finite(a: object) -> np.ndarray:
     s = np.asarray(a, dtype=np.float64).reshape(-1)
     out: np.ndarray = s[np.isfinite(s)]
     return out
+
+
+#: a best AUROC within 0.5 + this is "no better than chance"
+CHANCE_BAND = 0.05
+
+
+def best_per_group(rows: Sequence[OodRow]) -> dict[str, OodRow]:
+    """Each group's row with the highest AUROC (the lower FPR@95, then the first in
+    ``rows``' order, on a tie), groups in ``rows``' order."""
+    best: dict[str, OodRow] = {}
+    for row in rows:
+        old = best.get(row.group)
+        if old is None or (row.auroc, -row.fpr95) > (old.auroc, -old.fpr95):
+            best[row.group] = row
+    return best
+
+
+def best_sentence(rows: Sequence[OodRow], labels: Mapping[str, str], against: str) -> str | None:
+    """One sentence naming the score that separates each group best from ``against`` (the
+    reference, in words), with its AUROC and FPR@95; ``None`` without rows. A group whose
+    best AUROC is within :data:`CHANCE_BAND` of 0.5 is said to be at chance."""
+    best = best_per_group(rows)
+    if not best:
+        return None
+
+    def figures(r: OodRow) -> str:
+        chance = ", no better than chance" if r.auroc < 0.5 + CHANCE_BAND else ""
+        return f"AUROC {r.auroc:.2f}, FPR@95 {r.fpr95:.2f}{chance}"
+
+    winners = {r.score for r in best.values()}
+    if len(winners) == 1 and len(best) > 1:
+        label = labels.get(next(iter(winners)), next(iter(winners)))
+        parts = ", ".join(f"{g} ({figures(r)})" for g, r in best.items())
+        return f"{label} separates every group best from {against}: {parts}."
+    parts = "; ".join(f"{g} by {labels.get(r.score, r.score)} ({figures(r)})" for g, r in best.items())
+    return f"Separated best from {against}: {parts}."

@@ -8,7 +8,8 @@ model's mistakes apart, next to simple confidence baselines (Weiss and Tonella, 
 * classifiers: the error rate; the ROC-AUC of each score for "misclassified" against
   "correct" (1.0: every misclassified input scores higher than every correct one; 0.5:
   chance), for LSA, DSA and MDSA and for the baselines DeepGini (``1 - sum p^2``), softmax
-  entropy (``-sum p log p``) and margin (``1 - (p_top - p_second)``), each oriented so that
+  entropy (``-sum p log p``), margin (``1 - (p_top - p_second)``) and the maximum softmax
+  probability, MSP (``1 - p_top``, Hendrycks and Gimpel, ICLR 2017), each oriented so that
   higher means "less sure"; the accuracy in each fifth of the inputs ordered by a score
   (the paper's RQ1 view: accuracy should fall as surprise rises);
 * regression models: the Spearman rank correlation of each score with the absolute error,
@@ -45,8 +46,9 @@ SCORE_LABELS = {
     "deepgini": "DeepGini",
     "entropy": "softmax entropy",
     "margin": "margin",
+    "msp": "MSP",
 }
-BASELINES = ("deepgini", "entropy", "margin")
+BASELINES = ("deepgini", "entropy", "margin", "msp")
 FIFTHS = 5
 CHANCE_BAND = 0.05  # an AUC within 0.5 +- this is "no better than chance"
 TIE_BAND = 0.02  # two AUCs closer than this are "about as good"
@@ -109,7 +111,10 @@ def probabilities(output: np.ndarray) -> np.ndarray:
 
 
 def confidence_scores(output: np.ndarray) -> dict[str, np.ndarray]:
-    """DeepGini, softmax entropy and margin of each input, higher meaning less sure."""
+    """DeepGini, softmax entropy, margin and MSP (``1 - p_top``) of each input, higher
+    meaning less sure. (MSP is also an OOD score, ``mspc``, computed from the SA layer's
+    logits; here it is the model's own output's, which replaces it in the mistakes
+    analysis: the same number where both exist.)"""
     p = probabilities(output)
     top2 = np.sort(p, axis=1)[:, -2:] if p.shape[1] >= 2 else np.c_[np.zeros(len(p)), p]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -118,6 +123,7 @@ def confidence_scores(output: np.ndarray) -> dict[str, np.ndarray]:
         "deepgini": 1.0 - (p * p).sum(axis=1),
         "entropy": entropy,
         "margin": 1.0 - (top2[:, 1] - top2[:, 0]),
+        "msp": 1.0 - top2[:, 1],
     }
 
 

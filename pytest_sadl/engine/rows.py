@@ -1,6 +1,6 @@
 """The parts of a run's results, one function per part, each returning the typed rows of
 :mod:`pytest_sadl.results`: tests, groups (Table VI), metrics, layers, top inputs, the
-configuration, the inputs and the mistakes analysis, the stale tests.
+configuration, the inputs, the mistakes analysis, the OOD section, the stale tests.
 
 Numbers are kept as a results document holds them: NumPy scalars as Python numbers, NaN
 and inf as ``None``.
@@ -9,12 +9,14 @@ and inf as ``None``.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pytest_sadl.criteria import mistakes as found
+from pytest_sadl.criteria.detection import best_sentence, ood_table
 from pytest_sadl.criteria.mistakes import BASELINES, SCORE_LABELS, analyse
 from pytest_sadl.criteria.registry import BY_NAME, LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.shape import Setup
@@ -29,6 +31,8 @@ from pytest_sadl.results import (
     LayerRow,
     Metric,
     Mistakes,
+    Ood,
+    OodRow,
     RunConfig,
     StaleTest,
     TestRow,
@@ -364,6 +368,103 @@ def _analysis(a: found.Analysis) -> Analysis:
 def _fifth(f: found.Fifth) -> Fifth:
     return Fifth(
         _number(f.lowest), _number(f.highest), _integer(f.inputs) or 0, _number(f.accuracy), _number(f.mean_abs_error)
+    )
+
+
+def ood(
+    records: Sequence[TestRecord],
+    group_names: Sequence[str],
+    joined: Joined,
+    scores: dict[str, np.ndarray],
+    run: ProfileView,
+    reference: str | None,
+) -> Ood | None:
+    """How well each per-input score tells each group from in-distribution inputs: the
+    held-out training traces (``reference`` ``None``; their scores as the SC bounds use
+    them, kept with the profile) or the group named ``reference``. ``None`` when the run
+    has no per-input score or no group; a score without held-out values is left out,
+    its reason in ``unavailable``; a ``reference`` the run has no group of gives no rows,
+    its reason in ``reason``."""
+    keys = run.score_keys()
+    if not keys or not group_names:
+        return None
+    labels = {k: SA_LABELS[k] for k in keys}
+    unavailable = _unavailable_scores(run, keys, scores)
+    if reference is not None and reference not in group_names:
+        return Ood(reference, labels=labels, unavailable=unavailable, reason=_unknown_reference(reference, group_names))
+    per_group = _by_group(records, group_names, joined, {k: scores[k] for k in keys if k in scores})
+    return _ood_against(per_group, reference, run, labels, unavailable)
+
+
+def _ood_against(
+    per_group: dict[str, dict[str, np.ndarray]],
+    reference: str | None,
+    run: ProfileView,
+    labels: dict[str, str],
+    unavailable: dict[str, str],
+) -> Ood:
+    """The OOD section of the groups' scores against the reference (a group, or ``None``:
+    the held-out training traces)."""
+    present = list(next(iter(per_group.values())))
+    if reference is not None:
+        ref, against = per_group[reference], f"the group {reference}"
+    else:
+        ref, against = _held_out(run, present, unavailable), "the held-out training traces"
+    table = ood_table(per_group, reference if reference is not None else ref, present)
+    sentence = best_sentence(table, labels, against)
+    return Ood(
+        reference,
+        rows=[_ood_row(r, int(np.isfinite(ref[r.score]).sum())) for r in table],
+        labels=labels,
+        unavailable=unavailable,
+        sentences=[] if sentence is None else [sentence],
+    )
+
+
+def _by_group(
+    records: Sequence[TestRecord], group_names: Sequence[str], joined: Joined, scores: dict[str, np.ndarray]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Each group's inputs' scores (group -> score key -> scores), groups in order."""
+    owner_group = np.array([records[t].group for t in joined.owner.tolist()], dtype=object)
+    return {g: {k: v[owner_group == g] for k, v in scores.items()} for g in group_names}
+
+
+def _unavailable_scores(run: ProfileView, keys: Sequence[str], scores: Mapping[str, object]) -> dict[str, str]:
+    """The run's scores that could not be set up, with their reasons."""
+    return {k: why for k in keys if k not in scores and (why := run.unavailable.get(k))}
+
+
+def _unknown_reference(reference: str, group_names: Sequence[str]) -> str:
+    return (
+        f"--sadl-ood-reference={reference} names no group of this run (its groups: {', '.join(group_names)}); "
+        "name one of them, or leave it out to compare with the held-out training traces"
+    )
+
+
+def _held_out(run: ProfileView, keys: Sequence[str], unavailable: dict[str, str]) -> dict[str, np.ndarray]:
+    """The held-out training traces' scores of ``keys`` (kept with the profile); one that
+    has none is in ``unavailable`` with its reason."""
+    errors: dict[str, str] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        held = run.held_out(list(keys), errors) if keys else {}
+    for key in keys:
+        if key not in held:
+            why = " ".join(errors.get(key, "it cannot be set up on the rest of the training traces").split())
+            unavailable[key] = f"{SA_LABELS[key]} has no held-out training scores: {why}"
+    return held
+
+
+def _ood_row(r: Any, reference_inputs: int) -> OodRow:
+    return OodRow(
+        r.group,
+        r.score,
+        int(r.n),
+        reference_inputs,
+        _number(r.auroc),
+        _number(r.aupr_in),
+        _number(r.aupr_out),
+        _number(r.fpr95),
     )
 
 

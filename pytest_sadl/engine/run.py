@@ -72,6 +72,10 @@ def compute(
     metrics = rows.metric_rows(total, run, options)
     labels, notes = rows.input_labels(kept, joined.digests, len(joined))
     messages.extend(notes)
+    tell("the OOD section (each group against the reference)")
+    ood = rows.ood(kept, group_names, joined, scores, run, getattr(options, "ood_reference", None))
+    if ood is not None and ood.reason:
+        messages.append(ood.reason)
     return Results(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         version=__version__,
@@ -87,6 +91,7 @@ def compute(
         failures=check_thresholds(metrics, options.fail_under, len(joined)),
         warnings=messages,
         mistakes=rows.mistakes(kept, joined, scores, run.classifier, labels),
+        ood=ood,
         stale=rows.stale_rows(stale),
         covered=covered_section(_per_test(kept, joined, scores), total.fresh, options.groups),
     )

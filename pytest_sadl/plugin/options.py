@@ -303,6 +303,18 @@ OPTIONS: tuple[Option, ...] = (
         "G1,G2",
     ),
     Option(
+        "--sadl-ood-reference",
+        "sadl_ood_reference",
+        "the group whose inputs are in-distribution in the reports' OOD section (each other group's AUROC, AUPR "
+        "and FPR@95 per score); default: the held-out training traces the profile keeps",
+        None,
+        None,
+        "str",
+        "GROUP",
+        field="ood_reference",
+        parse=_text_or_none,
+    ),
+    Option(
         "--sadl-report",
         "sadl_report",
         "report type: term, term-verbose, json[:PATH], html[:DIR], markdown[:PATH], badge[:DIR] (one shields.io file per metric); repeatable (default term)",

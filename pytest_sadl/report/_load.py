@@ -14,7 +14,7 @@ from __future__ import annotations
 from pytest_sadl.criteria.registry import COUNT, CRITERIA, METRICS, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.shape import COUNT_KIND
-from pytest_sadl.results import JSON, Analysis, GroupRow, Metric, Results
+from pytest_sadl.results import JSON, Analysis, GroupRow, Metric, Mistakes, Ood, OodRow, Results
 
 
 def thresholds_of(results: Results) -> dict[str, float]:
@@ -122,6 +122,59 @@ def mistakes_rows(results: Results) -> tuple[list[str], list[list[str]]] | None:
             [str(r.name or "all labelled"), labelled, err] + [fmt_num(per_score(r, classifier).get(k), 2) for k in keys]
         )
     return header, table
+
+
+def baseline_names(found: Mistakes) -> str:
+    """The mistakes section's confidence baselines in words ("DeepGini, softmax entropy and margin")."""
+    names = [found.labels.get(k) or k for k in found.baselines]
+    return _and(names) if names else "none"
+
+
+#: the OOD section's columns, for the text reports
+OOD_HEADER = ["group", "score", "inputs", "AUROC", "AUPR-In", "AUPR-Out", "FPR@95"]
+
+
+def ood_reference(ood: Ood) -> str:
+    """The OOD section's in-distribution side, in words."""
+    return "the held-out training traces" if ood.reference is None else f"the group {ood.reference}"
+
+
+def ood_best(rows: list[OodRow]) -> set[int]:
+    """The indices of each group's best row: the highest AUROC (the lower FPR@95 on a tie,
+    then the first), as the section's sentence says."""
+    best: dict[str, int] = {}
+    for i, r in enumerate(rows):
+        old = best.get(r.group)
+        if r.auroc is not None and (old is None or _ood_key(r) > _ood_key(rows[old])):
+            best[r.group] = i
+    return set(best.values())
+
+
+def _ood_key(r: OodRow) -> tuple[float, float]:
+    return (r.auroc or 0.0, -(r.fpr95 if r.fpr95 is not None else 1.0))
+
+
+def ood_rows(ood: Ood) -> list[list[str]]:
+    """The OOD section's rows as text cells (:data:`OOD_HEADER`), in the results' order."""
+    return [
+        [
+            r.group,
+            ood.labels.get(r.score) or SA_LABELS.get(r.score, r.score),
+            f"{r.inputs:,}",
+            fmt_num(r.auroc, 3),
+            fmt_num(r.aupr_in, 3),
+            fmt_num(r.aupr_out, 3),
+            fmt_num(r.fpr95, 3),
+        ]
+        for r in ood.rows
+    ]
+
+
+def ood_notes(ood: Ood) -> list[str]:
+    """Why the section has no rows, or which scores it leaves out and why."""
+    if ood.reason:
+        return [f"No OOD section: {ood.reason}."]
+    return [f"Not in the section: {why}" for why in ood.unavailable.values()]
 
 
 def numbers(values: list[JSON]) -> list[float]:

@@ -34,11 +34,15 @@ from pytest_sadl.criteria.shape import SURPRISE_KIND
 from pytest_sadl.report._load import (
     COUNT_PARTS,
     adequacy_hints,
+    baseline_names,
     fmt_metric,
     fmt_num,
     fmt_pct,
     in_units,
     metric_entry,
+    ood_best,
+    ood_notes,
+    ood_reference,
     tests_summary,
     thresholds_of,
 )
@@ -577,7 +581,30 @@ def _mistakes(results: Results) -> dict[str, Any] | None:
         "rows": table,
         "fifths": fifths,
         "sentences": list(overall.sentences),
+        "baseline_names": baseline_names(found),
     }
+
+
+def _ood(results: Results) -> dict[str, Any] | None:
+    """View data of the OOD section: each group's detection metrics per score (figures
+    from the results), each group's best row marked."""
+    ood = results.ood
+    if ood is None:
+        return None
+    best = ood_best(ood.rows)
+    rows = [
+        {
+            "group": r.group,
+            "first": i == 0 or ood.rows[i - 1].group != r.group,
+            "label": ood.labels.get(r.score) or SA_LABELS.get(r.score, r.score),
+            "inputs": r.inputs,
+            "reference_inputs": r.reference_inputs,
+            "values": [_num(r.auroc), _num(r.aupr_in), _num(r.aupr_out), _num(r.fpr95)],
+            "best": i in best,
+        }
+        for i, r in enumerate(ood.rows)
+    ]
+    return {"against": ood_reference(ood), "rows": rows, "sentences": list(ood.sentences), "notes": ood_notes(ood)}
 
 
 def _group_cell(m: str, v: float | None, p: float | None, a: float | None) -> dict[str, Any]:
@@ -635,6 +662,7 @@ def build_context(results: Results, *, comparison: Comparison | None = None) -> 
         "chart": _line_chart(groups, [m for m in group_metrics if m not in COUNT]),  # percent axis
         "tests": _tests(results),
         "mistakes": _mistakes(results),
+        "ood": _ood(results),
         "tests_summary": tests_summary(results),
         "surprise_metrics": [m for m in SURPRISE if m in results.config.bounds],
         "layers": _layers(results),

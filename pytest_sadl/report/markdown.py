@@ -15,11 +15,17 @@ from pytest_sadl.atomic import atomic_write_text
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.registry import METRICS, SURPRISE
 from pytest_sadl.report._load import (
+    OOD_HEADER,
     adequacy_hints,
+    baseline_names,
     fmt_metric,
     in_units,
     metric_entry,
     mistakes_rows,
+    ood_best,
+    ood_notes,
+    ood_reference,
+    ood_rows,
     tests_summary,
     thresholds_of,
     unit,
@@ -68,6 +74,7 @@ def render_markdown(
     lines += _failures_and_warnings(results, failures, comparison)
     lines += _groups(results)
     lines += _mistakes(results)
+    lines += _ood(results)
     lines += _hints(results)
     lines += _top_tests(results, max_tests)
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -224,10 +231,40 @@ def _mistakes(results: Results) -> list[str]:
         lines.append("")
         lines.append(
             "AUC: how well a score tells misclassified inputs from correct ones (0.5 chance, 1 perfect); "
-            "DeepGini, softmax entropy and margin are confidence baselines."
+            f"{escape_md(baseline_names(results.mistakes))} are confidence baselines."
         )
         lines.append("")
 
+    return lines
+
+
+def _ood(results: Results) -> list[str]:
+    """How well each score tells each group from in-distribution inputs; each group's best
+    score in bold."""
+    ood = results.ood
+    if ood is None:
+        return []
+    lines = [f"### How well does each score tell each group from {escape_md(ood_reference(ood))}?", ""]
+    lines.extend(escape_md(text) for text in ood.sentences)
+    lines.extend(escape_md(text) for text in ood_notes(ood))
+    lines.append("")
+    table = ood_rows(ood)
+    if table:
+        best = ood_best(ood.rows)
+        lines.append("| " + " | ".join(OOD_HEADER) + " |")
+        lines.append("|:--|:--|" + "--:|" * (len(OOD_HEADER) - 2))
+        for i, row in enumerate(table):
+            cells = [escape_md(c) for c in row]
+            if i in best:
+                cells[1], cells[3] = f"**{cells[1]}**", f"**{cells[3]}**"
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append(
+            "AUROC: the chance that an input of the group scores above an in-distribution one (0.5 chance, 1 perfect); "
+            "AUPR-In/-Out: average precision with either side as positives; FPR@95: the fraction of the group "
+            "taken for in-distribution at the threshold that keeps 95% of the in-distribution inputs (lower is better)."
+        )
+        lines.append("")
     return lines
 
 

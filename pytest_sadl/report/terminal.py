@@ -14,11 +14,21 @@ the log or split a row (CR/LF), and each line is checked once more as it is writ
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pytest_sadl.criteria.registry import COUNT, LABELS, NEURON, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import METRICS as ORDER
-from pytest_sadl.report._load import COUNT_PARTS, fmt_metric, mistakes_rows, tests_summary, unit
+from pytest_sadl.report._load import (
+    COUNT_PARTS,
+    OOD_HEADER,
+    fmt_metric,
+    mistakes_rows,
+    ood_notes,
+    ood_reference,
+    ood_rows,
+    tests_summary,
+    unit,
+)
 from pytest_sadl.report.compare import Comparison, MetricDelta
 from pytest_sadl.report.partial import partial_line, ungated_lines
 from pytest_sadl.results import GroupRow, Metric, Results
@@ -81,11 +91,14 @@ def _names(names: list[str], room: int | None) -> str:
     return full
 
 
-def _fold_baselines(header: list[str], table: list[list[str]]) -> tuple[list[str], list[list[str]]]:
-    """The mistakes table with its confidence-baseline columns folded into one, the best
-    baseline (highest value) of each row: the surprise measures stay side by side."""
-    sa_names = tuple(f"{label} " for label in SA_LABELS.values())
-    keep = [i for i, h in enumerate(header) if i < 3 or h.startswith(sa_names)]
+def _fold_baselines(
+    header: list[str], table: list[list[str]], baselines: Sequence[str] = ()
+) -> tuple[list[str], list[list[str]]]:
+    """The mistakes table with its confidence-baseline columns (headed by a label of
+    ``baselines``) folded into one, the best baseline (highest value) of each row: the
+    surprise measures stay side by side."""
+    base_names = tuple(f"{label} " for label in baselines)
+    keep = [i for i, h in enumerate(header) if i < 3 or not h.startswith(base_names)]
     base = [i for i in range(3, len(header)) if i not in keep]
     if len(base) < 2:
         return header, table
@@ -188,6 +201,7 @@ def render_terminal(
     lines += _metrics_table(results, comparison, width)
     lines += _groups_table(results, width)
     lines += _mistakes_table(results, width)
+    lines += _ood_table(results, width)
     if verbose:
         lines += _tests_table(results)
         lines += _layers_table(results)
@@ -312,7 +326,8 @@ def _mistakes_table(results: Results, width: int | None) -> list[str]:
         return []
     header, table = found
     if width is not None:
-        header, table = _fold_baselines(header, table)
+        baselines = [results.mistakes.labels.get(k) or k for k in results.mistakes.baselines]
+        header, table = _fold_baselines(header, table, baselines)
         header = _short_units(header, table, width)
     lines = [""]
     lines += _wrap(
@@ -320,6 +335,26 @@ def _mistakes_table(results: Results, width: int | None) -> list[str]:
     )
     lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
     for text in results.mistakes.overall.sentences:
+        lines += _wrap(f"  {text}", width, indent="    ")
+    return lines
+
+
+def _ood_table(results: Results, width: int | None) -> list[str]:
+    """How well each score tells each group from in-distribution inputs (AUROC, AUPR,
+    FPR@95), each group's name on its first row."""
+    ood = results.ood
+    if ood is None:
+        return []
+    lines = [""]
+    lines += _wrap(
+        f"how well does each score tell each group from {ood_reference(ood)}? (AUROC 0.5 = chance, 1 = perfect)",
+        width,
+    )
+    table = ood_rows(ood)
+    if table:
+        shown = [row if i == 0 or row[0] != table[i - 1][0] else ["", *row[1:]] for i, row in enumerate(table)]
+        lines += _table([OOD_HEADER, *shown], right=set(range(2, len(OOD_HEADER))), width=width)
+    for text in [*ood.sentences, *ood_notes(ood)]:
         lines += _wrap(f"  {text}", width, indent="    ")
     return lines
 
