@@ -61,6 +61,11 @@ class Bounds:
     upper: float | None
     buckets: int
 
+    @property
+    def complete(self) -> bool:
+        """Both bounds configured: nothing comes from the held-out training scores."""
+        return self.lower is not None and self.upper is not None
+
 
 DEFAULT_BOUNDS = Bounds(None, None, 1000)
 
@@ -181,17 +186,24 @@ def _metric_number(item: str, option: str, drops: bool) -> tuple[str, float]:
             f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
             + (" (or all)" if drops else "")
         )
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"{option}: {number!r} for {name} is not {unit}; write e.g. {name}:{example}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{option}: {number!r} for {name} is not a finite number")
+    value = _finite_number(number, f"{option}: {number!r} for {name}", f"{unit}; write e.g. {name}:{example}")
     if drops:
         _check_drop(name, number, value, option)
     else:
         _check_threshold(name, value, option)
     return name, value
+
+
+def _finite_number(number: str, what: str, expected: str) -> float:
+    """``number`` as a finite float; else a ValueError, ``"{what} is not {expected}"`` (or
+    "is not a finite number" for inf and NaN)."""
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{what} is not {expected}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{what} is not a finite number")
+    return value
 
 
 def _check_drop(name: str, number: str, value: float, option: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,22 +188,39 @@ def snippets(x: Any) -> np.ndarray | None:
     ``SNIPPET_MAX`` characters with an ellipsis), for inputs that are strings; of several
     inputs, the first that is text; ``None`` for anything else."""
     if isinstance(x, (dict, list, tuple)):
-        parts = list(x.values()) if isinstance(x, dict) else list(x)
-        return next((t for t in (snippets(p) for p in parts) if t is not None), None)
-    from pytest_sadl.capture.data import is_text, text_bytes
+        return _first_of(x, snippets)
+    from pytest_sadl.capture.data import is_text
 
+    arr = _as_array(x)
+    if arr is None or arr.ndim == 0 or arr.shape[0] == 0 or not is_text(arr):
+        return None
+    rows = [_snippet(row) for row in arr.reshape(arr.shape[0], -1)]
+    return np.array(rows, dtype=f"<U{SNIPPET_MAX}")
+
+
+def _snippet(row: np.ndarray) -> str:
+    """One text input's strings joined by `` | ``, white space collapsed, cut at ``SNIPPET_MAX``."""
+    from pytest_sadl.capture.data import text_bytes
+
+    text = " | ".join(text_bytes(v).decode("utf-8", "replace") for v in row)
+    text = " ".join(text.split())
+    return text if len(text) <= SNIPPET_MAX else text[: SNIPPET_MAX - 1] + "\u2026"
+
+
+def _first_of(
+    x: dict[Any, Any] | list[Any] | tuple[Any, ...], each: Callable[[Any], np.ndarray | None]
+) -> np.ndarray | None:
+    """``each`` of the first of several inputs (a dict's values, a list's items) it gives one for."""
+    parts = list(x.values()) if isinstance(x, dict) else list(x)
+    return next((t for t in (each(p) for p in parts) if t is not None), None)
+
+
+def _as_array(x: Any) -> np.ndarray | None:
+    """``np.asarray(x)``, ``None`` when ``x`` is no array."""
     try:
-        arr = np.asarray(x)
+        return np.asarray(x)
     except Exception:
         return None
-    if arr.ndim == 0 or arr.shape[0] == 0 or not is_text(arr):
-        return None
-    rows = []
-    for row in arr.reshape(arr.shape[0], -1):
-        text = " | ".join(text_bytes(v).decode("utf-8", "replace") for v in row)
-        text = " ".join(text.split())
-        rows.append(text if len(text) <= SNIPPET_MAX else text[: SNIPPET_MAX - 1] + "\u2026")
-    return np.array(rows, dtype=f"<U{SNIPPET_MAX}")
 
 
 def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
@@ -212,8 +229,7 @@ def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
     own and strided down to at most ``THUMB_MAX`` pixels a side. Of several inputs (a dict
     or list), the first image-like one."""
     if isinstance(x, (dict, list, tuple)):
-        parts = list(x.values()) if isinstance(x, dict) else list(x)
-        return next((t for t in (thumbnails(p, channels_first=channels_first) for p in parts) if t is not None), None)
+        return _first_of(x, lambda p: thumbnails(p, channels_first=channels_first))
     arr = _image(x, channels_first)
     if arr is None:
         return None
@@ -228,21 +244,23 @@ def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
 
 def _image(x: Any, channels_first: bool) -> np.ndarray | None:
     """``x`` as images ``(n, h, w, 1|3|4)`` (channels last), or ``None`` when it is not image-like."""
-    try:
-        arr = np.asarray(x)
-    except Exception:
+    arr = _as_array(x)
+    if arr is None or arr.dtype.kind not in "fiub" or arr.ndim not in (3, 4) or arr.shape[0] == 0:
         return None
-    if arr.dtype.kind not in "fiub" or arr.ndim not in (3, 4) or arr.shape[0] == 0:
+    arr = _channels_last(arr, channels_first)
+    if arr is None or arr.shape[-1] not in (1, 3, 4) or min(arr.shape[1:3]) < 2:
         return None
+    return arr
+
+
+def _channels_last(arr: np.ndarray, channels_first: bool) -> np.ndarray | None:
+    """Images ``(n, h, w, c)``: grey ``(n, h, w)`` given a channel, PyTorch's ``(n, c, h, w)``
+    transposed (``None`` when its channels are not 1, 3 or 4)."""
     if channels_first and arr.ndim == 4:
         if arr.shape[1] not in (1, 3, 4):
             return None
-        arr = arr.transpose(0, 2, 3, 1)
-    if arr.ndim == 3:
-        arr = arr[..., None]
-    if arr.shape[-1] not in (1, 3, 4) or min(arr.shape[1:3]) < 2:
-        return None
-    return arr
+        return np.transpose(arr, (0, 2, 3, 1))
+    return arr[..., None] if arr.ndim == 3 else arr
 
 
 # ----------------------------------------------------------------------------- labels
@@ -269,22 +287,24 @@ def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: lis
     soft rows become their argmax), the target values for a regression model; of a model
     with several outputs, the measured ``output``'s targets (``y`` a dict by output name
     or a list in ``outputs`` order). ``None`` when ``y`` holds no numeric target per input."""
-    if isinstance(y, dict):
-        y = y.get(output)
-    elif isinstance(y, (list, tuple)) and len(outputs) > 1:
-        y = y[outputs.index(output)] if len(y) == len(outputs) else None
-    if y is None:
-        return None
-    try:
-        arr = np.asarray(y)
-    except Exception:
-        return None
-    if arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.shape[0] != n:
+    y = _measured_targets(y, output, outputs)
+    arr = None if y is None else _as_array(y)
+    if arr is None or arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.shape[0] != n:
         return None
     arr = arr.reshape(n, -1)
     if classifier and arr.shape[1] > 1:  # one-hot (categorical_crossentropy) or soft labels
         arr = np.argmax(arr, axis=1).reshape(n, 1)
     return arr.astype(np.float64)
+
+
+def _measured_targets(y: Any, output: str, outputs: list[str]) -> Any:
+    """The measured ``output``'s targets of a model's ``y``: by name from a dict, by place
+    from a list of one per output (``None`` when it is not one per output); else ``y``."""
+    if isinstance(y, dict):
+        return y.get(output)
+    if isinstance(y, (list, tuple)) and len(outputs) > 1:
+        return y[outputs.index(output)] if len(y) == len(outputs) else None
+    return y
 
 
 # ----------------------------------------------------------------------------- the wire format

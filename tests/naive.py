@@ -406,3 +406,81 @@ def cc(layers, threshold: float) -> int:
                 centres.append(x)
         total += len(centres)
     return total
+
+
+# ---------------------------------------------------------------- dnn-tip's options (issue 36)
+
+
+def std(values) -> float:
+    """The population standard deviation (ddof=0) of a list of numbers, as a sum."""
+    values = [float(v) for v in values]
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def nbc_std(layers, lows, highs, stds, scale: float) -> float:
+    """dnn-tip's NBC with ``scaler``: the lower corner below ``low - scale * std``, the upper
+    above ``high + scale * std`` (strict, as pytest-sadl's NBC), over ``2 |N|`` corners."""
+    lows = [[lo - scale * s for lo, s in zip(low, sd, strict=True)] for low, sd in zip(lows, stds, strict=True)]
+    highs = [[hi + scale * s for hi, s in zip(high, sd, strict=True)] for high, sd in zip(highs, stds, strict=True)]
+    return nbc(layers, lows, highs)
+
+
+def snac_std(layers, highs, stds, scale: float) -> float:
+    """dnn-tip's SNAC with ``scaler``: neurons above ``high + scale * std``."""
+    highs = [[hi + scale * s for hi, s in zip(high, sd, strict=True)] for high, sd in zip(highs, stds, strict=True)]
+    return snac(layers, highs, highs)
+
+
+def top_variance_neurons(rows: np.ndarray, candidates, m: int) -> list[int]:
+    """dnn-tip's LSA ``max_features``: of ``candidates``, the ``m`` neurons of highest
+    variance (ddof=0) over ``rows``; on equal variances the lower index first."""
+    ranked = sorted(candidates, key=lambda j: (-float(np.var(rows[:, j])), j))
+    return sorted(ranked[:m]) if m else sorted(candidates)
+
+
+def lsa_max_features(train, train_pred, tests, pred, m: int, var_threshold: float = 1e-5) -> np.ndarray:
+    """LSA per class over the class's ``m`` highest-variance neurons among those whose
+    variance in the class is at least ``var_threshold`` (``var_rule="class"``)."""
+    train_pred = np.zeros(len(train), int) if train_pred is None else np.asarray(train_pred)
+    out = []
+    for x, c in zip(tests, pred, strict=True):
+        rows = train[train_pred == c]
+        varying = [j for j in range(train.shape[1]) if np.var(rows[:, j]) >= var_threshold]
+        keep = top_variance_neurons(rows, varying, m)
+        out.append(-kde_log_density(rows[:, keep], x[keep]))
+    return np.array(out)
+
+
+def dnn_tip_subsample(n: int, size: int, seed: int) -> list[int]:
+    """The rows dnn-tip's ``_subsample_arrays(size, ..., seed)`` keeps of ``n``: ``size``
+    distinct rows drawn by ``np.random.RandomState(seed).choice`` (all when ``size >= n``)."""
+    if size >= n:
+        return list(range(n))
+    return sorted(int(i) for i in np.random.RandomState(seed).choice(np.arange(n), size, replace=False))
+
+
+def dsa_subsample(train, train_pred, tests, pred, size: int, seed: int) -> np.ndarray:
+    """DSA set up on dnn-tip's subsample of the training traces."""
+    rows = dnn_tip_subsample(len(train), size, seed)
+    return dsa(train[rows], np.asarray(train_pred)[rows], tests, pred)
+
+
+def silhouette(x: np.ndarray, labels) -> float:
+    """The mean silhouette coefficient (Rousseeuw 1987), Euclidean: for each point, ``a``
+    its mean distance to the other points of its cluster, ``b`` the smallest mean distance
+    to another cluster's points, ``s = (b - a) / max(a, b)``; 0 for a point alone in its cluster."""
+    labels = list(labels)
+    total = 0.0
+    for i, xi in enumerate(x):
+        dist: dict = {}
+        for j, xj in enumerate(x):
+            if j != i:
+                dist.setdefault(labels[j], []).append(float(np.linalg.norm(xi - xj)))
+        own = dist.get(labels[i], [])
+        if not own:
+            continue
+        a = sum(own) / len(own)
+        b = min(sum(d) / len(d) for lab, d in dist.items() if lab != labels[i])
+        total += (b - a) / max(a, b)
+    return total / len(x)

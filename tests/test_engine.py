@@ -167,21 +167,34 @@ def test_an_outlier_that_sets_the_default_upper_bound_is_noted():
     tail = np.full(20, 65_600.0)  # 2% of the held-out traces: more than the 99th percentile ignores
     q = np.quantile(np.append(typical, tail), 0.9)
     note = outlier_bound_note("lsc", np.append(typical, tail))
-    assert note is not None and "LSC upper bound 1.312e+05" in note and "sadl_lsc_upper = " in note
-    suggested = float(note.split("sadl_lsc_upper = ")[1].split()[0])
+    assert note is not None and "LSC upper bound 1.312e+05" in note
+    lower, suggested, buckets = _suggested_bounds(note)
     assert suggested == pytest.approx(2 * q, rel=1e-3)  # the documented rule on the 90th percentile
+    assert lower == 0 and buckets is None  # the default lower bound min(0, m); the buckets left as they are
     assert outlier_bound_note("lsc", typical) is None  # no outlier: no note
     assert outlier_bound_note("lsc", np.append(typical, tail[:5])) is None  # 0.5%: the rule ignores them
     assert outlier_bound_note("dsc", np.append(typical, 2 * typical.max())) is None  # a mild tail is no outlier
     assert outlier_bound_note("lsc", np.append(typical[:97], tail[:2])) is None  # 99 scores: too few to tell
     assert outlier_bound_note("lsc", np.append(typical[:98], tail[:2])) is not None
-    # the lower bound pinned: only the upper one is suggested, from the pinned lower bound
+    # the lower bound pinned: kept as configured, the upper one suggested from it
     pinned = outlier_bound_note("lsc", np.append(typical, tail), lower=-500.0)
-    assert pinned is not None and "sadl_lsc_lower" not in pinned
-    assert float(pinned.split("sadl_lsc_upper = ")[1].split()[0]) == pytest.approx(-500 + 2 * (q + 500), rel=1e-3)
+    assert pinned is not None
+    lower, suggested, _ = _suggested_bounds(pinned)
+    assert lower == -500.0 and suggested == pytest.approx(-500 + 2 * (q + 500), rel=1e-3)
     # the suggested lower bound is rounded down: no held-out score falls below it
     low = outlier_bound_note("lsc", np.append(typical - 55.4649, tail))
-    assert float(low.split("sadl_lsc_lower = ")[1].rstrip(")")) <= (typical - 55.4649).min()
+    lower, _, _ = _suggested_bounds(low)
+    assert lower is not None and -55.4649 - 0.01 <= lower <= (typical - 55.4649).min()
+
+
+def _suggested_bounds(note: str | None) -> tuple[float | None, float | None, int | None]:
+    """The LSC bounds a note suggests, read by the option's own parser: the hint is a
+    value ``--sadl-sc-bounds`` takes as it is."""
+    from pytest_sadl.config import parse_sc_bounds
+
+    assert note is not None and "sadl_sc_bounds = " in note and "sadl_lsc_" not in note
+    spec = note.split("sadl_sc_bounds = ")[1].split()[0]
+    return parse_sc_bounds(spec)["lsc"]
 
 
 def test_compute_notes_an_outlier_bound_only_when_the_bound_is_not_pinned():

@@ -1406,3 +1406,47 @@ def test_the_end_of_a_session_says_what_it_is_doing_only_when_it_takes_a_while()
     assert said == ["setting DSA up", "scoring 10 recorded inputs"]
     time.sleep(0.1)
     assert len(said) == 2  # the timer is gone
+
+
+def test_dnn_tips_options_end_to_end(project, digits):
+    """dnn-tip's options (issue 36) in one run: NBC/SNAC boundaries scaled by the training
+    std (one from the ini file), LSA on 4 highest-variance neurons, DSA on a seeded
+    subsample, MMDSA's modes by silhouette; the config records them, the scores and
+    coverages equal the naive references on the profile's traces."""
+    import keras
+
+    pytester = project(THRESHOLD_TESTS, extra="sadl_cache_dir = .sadl-cache\nsadl_nbc_std = 0.5")
+    pytester.makeconftest(KEEP_RECORDED)
+    args = (
+        "--sadl-coverage",
+        "--sadl-metrics=lsc,dsc,nbc,snac,mmdsc",
+        "--sadl-snac-std=1",
+        "--sadl-lsa-max-features=4",
+        "--sadl-dsa-subsample=300",
+        "--sadl-dsa-seed=1",
+        "--sadl-mmdsa-silhouette=3",
+        "--sadl-report=json:out.json",
+    )
+    res = run(pytester, *args)
+    assert res.ret == 0, res.stdout.str()
+    data = results(pytester)
+    config = data["config"]
+    assert (config["nbc_std"], config["snac_std"], config["lsa_max_features"]) == (0.5, 1.0, 4)
+    assert (config["dsa_subsample"], config["dsa_seed"], config["mmdsa_silhouette"]) == (300, 1, 3)
+    profile = project_profile(pytester.path)
+    sa, sa_pred = recorded(pytester.path)
+    x, p = np.asarray(profile.sa_traces, np.float64), np.asarray(profile.sa_pred)
+    np.testing.assert_allclose(data["inputs"]["lsa"], naive.lsa_max_features(x, p, sa, sa_pred, 4), rtol=1e-9)
+    np.testing.assert_allclose(data["inputs"]["dsa"], naive.dsa_subsample(x, p, sa, sa_pred, 300, 1), rtol=1e-10)
+    from pytest_sadl.criteria.modes import MMDSA
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mmdsa = MMDSA(x, p, silhouette=3)
+        expected = mmdsa(sa, sa_pred)
+    np.testing.assert_allclose(data["inputs"]["mmdsa"], expected, rtol=1e-12)
+    model = keras.models.load_model(pytester.path / "model.keras")
+    cov = profile.trace_model(model).traces(np.load(pytester.path / "inputs.npy")).coverage
+    r = profile.ranges
+    assert data["metrics"]["nbc"]["value"] == pytest.approx(naive.nbc_std(cov, r.low, r.high, r.std, 0.5), abs=1e-12)
+    assert data["metrics"]["snac"]["value"] == pytest.approx(naive.snac_std(cov, r.high, r.std, 1.0), abs=1e-12)

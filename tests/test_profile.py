@@ -31,7 +31,7 @@ from pytest_sadl.profile.build import ProfileOptions, model_fingerprint
 from pytest_sadl.profile.files import load_profile, save_profile
 from pytest_sadl.profile.lookup import list_profiles, load_or_build, profile_path
 from pytest_sadl.store.entry import FORMAT_VERSION, Invalid
-from pytest_sadl.store.location import default_cache_dir, find_rootdir
+from pytest_sadl.store.location import default_cache_dir
 
 try:
     from tests import _models, naive
@@ -742,21 +742,32 @@ def test_errors_are_value_errors_naming_the_fix(conv_model: Any, digits: Any, tm
 # ----------------------------------------------------------------------------- cache dir
 
 
-def test_default_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_cache_dir(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = '-q'\n")
-    sub = tmp_path / "pkg" / "deep"
-    sub.mkdir(parents=True)
-    assert find_rootdir(sub) == tmp_path.resolve()
     assert default_cache_dir(tmp_path) == tmp_path.resolve() / ".pytest_cache" / "d" / "sadl"
-    monkeypatch.chdir(sub)
-    assert default_cache_dir() == tmp_path.resolve() / ".pytest_cache" / "d" / "sadl"
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\ncache_dir = 'build/cache'\n")
-    assert default_cache_dir() == tmp_path.resolve() / "build" / "cache" / "d" / "sadl"
+    assert default_cache_dir(tmp_path) == tmp_path.resolve() / "build" / "cache" / "d" / "sadl"
+    assert default_cache_dir(tmp_path, "given") == tmp_path.resolve() / "given" / "d" / "sadl"  # pytest's value first
     other = tmp_path / "other"
     other.mkdir()
     (other / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no pytest section: not a rootdir
     (other / "pytest.ini").write_text("[pytest]\ncache_dir = .c\n")
     assert default_cache_dir(other) == other.resolve() / ".c" / "d" / "sadl"
+
+
+def test_the_sadl_commands_cache_is_under_pytests_rootdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from a subfolder, ``sadl`` finds the rootdir as pytest does (no finder of its own)."""
+    import argparse
+
+    from pytest_sadl.cli.args import cache_dir_for
+
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\ncache_dir = 'build/cache'\n")
+    sub = tmp_path / "pkg" / "deep"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    args = argparse.Namespace(cache_dir=None, rootdir=None)
+    assert cache_dir_for(args) == tmp_path.resolve() / "build" / "cache" / "d" / "sadl"
+    assert args.project_rootdir == tmp_path.resolve()
 
 
 def test_cache_dir_matches_pytest(pytester: pytest.Pytester) -> None:

@@ -47,3 +47,11 @@ def test_projection_is_the_leading_principal_axes_and_lets_lsa_measure_a_layer_t
     np.testing.assert_array_equal(again(tests), projected_tests)
     with pytest.raises(ValueError, match="components must be an integer from 1 to the 40 neurons"):
         Projection.fit(train, 41)
+
+
+def test_the_projected_scores_are_the_densities_and_covariances_their_criteria_declare() -> None:
+    """``--sadl-sa-components`` projects the scores whose criterion is ``projected`` (issue 37:
+    declared in the registry, no list in the engine); DSA, a distance, measures every neuron."""
+    from pytest_sadl.criteria.registry import SCORES
+
+    assert {key for key, c in SCORES.items() if c.projected} == {"lsa", "mdsa", "mlsa", "mmdsa"}

@@ -144,6 +144,35 @@ def test_predict_and_evaluate_on_a_pydataset_keep_its_labels(dense: Any, digits:
     np.testing.assert_array_equal(_labels_of(rec, x)[:, 0], y)
 
 
+def test_a_later_tests_evaluate_on_batches_of_another_shape_is_traced(dense: Any, digits: Any) -> None:
+    """Issue 37's regression: the test function compiled at one test's evaluate() is kept for
+    the next test's, and Keras' JAX trainer bound it to the first test's recorded step; a
+    generator of smaller batches makes JAX retrace that step, which must still find the
+    running test's traced loop (it once ran untraced, and Keras failed in its callback
+    thread: "'str' object has no attribute 'items'")."""
+    x, y = digits.x_test[:80], digits.y_test[:80]
+
+    def batches() -> Any:
+        for a in range(50, 80, 10):
+            yield x[a : a + 10], y[a : a + 10]
+
+    plain_first, plain_second = (
+        dense.evaluate(x[:50], y[:50], batch_size=25, verbose=0),
+        dense.evaluate(batches(), verbose=0),
+    )
+    recorder = _recorder()
+    first, rec_first = _recorded(
+        dense, lambda: dense.evaluate(x[:50], y[:50], batch_size=25, verbose=0), recorder, "t.py::a"
+    )
+    second, rec_second = _recorded(dense, lambda: dense.evaluate(batches(), verbose=0), recorder, "t.py::b")
+    _same((first, second), (plain_first, plain_second))
+    assert [len(b) for b in rec_first.batches] == [25, 25] and [len(b) for b in rec_second.batches] == [10, 10, 10]
+    np.testing.assert_allclose(
+        _traces_of(rec_second), TraceModel(dense, jit=False).traces(x[50:]).sa, rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_array_equal(_labels_of(rec_second, x[50:])[:, 0], y[50:])
+
+
 def test_evaluate_and_test_on_batch_return_keras_numbers_with_y_as_labels(dense: Any, digits: Any) -> None:
     x, y = digits.x_test, digits.y_test
     ds = tf.data.Dataset.from_tensor_slices((x[:100], y[:100])).batch(32)

@@ -27,14 +27,6 @@ from tests import _models  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 ALL = ("lsc", "dsc", "nc", "kmnc", "nbc", "snac")
 
-#: a known regression of the recorder's move to capture/keras_calls.py (issue 37): on Keras'
-#: JAX backend, evaluate() on a generator of dict batches fails inside Keras' data thread
-#: ("'str' object has no attribute 'items'"); TensorFlow and torch are unaffected. Open:
-#: bisected to the merge of the recorder split, cause not yet found.
-JAX_EVALUATE_GENERATOR = pytest.mark.xfail(
-    keras.backend.backend() == "jax", reason="known JAX regression: evaluate() on a dict generator", strict=False
-)
-
 ONE_INPUT_TESTS = """
 import keras
 import numpy as np
@@ -218,7 +210,6 @@ def test_evaluate_noisy_dataset(sadl_model):
 """
 
 
-@JAX_EVALUATE_GENERATOR
 def test_tests_of_only_predict_dataset_and_evaluate_get_every_metric_and_the_mistakes(
     pytester: pytest.Pytester, conv_model_path: Path, digits: Any
 ) -> None:
@@ -320,7 +311,6 @@ def test_evaluate_generator(sadl_model):
 """
 
 
-@JAX_EVALUATE_GENERATOR
 def test_a_tabular_model_fed_column_arrays_a_pydataset_and_a_generator(pytester: pytest.Pytester) -> None:
     """Issue 21: Input((1,)) columns of shape (n,), training data as a PyDataset from a
     fixture, tests feeding arrays, a PyDataset and a generator; labels from their y."""

@@ -40,6 +40,15 @@ __all__ = ["recording_calls"]
 
 METHODS = ("predict", "predict_on_batch", "evaluate", "test_on_batch")
 
+#: ``.loop``: the traced loop running in this thread (:class:`~pytest_sadl.capture.loops.Loop`),
+#: for every recorded class. One for the process, not one per :func:`recording_calls` block:
+#: a compiled loop function is kept on the trace model across tests, and Keras' JAX trainer
+#: binds it to the ``test_step``/``predict_step`` of the recorded class it was built with (an
+#: earlier test's); when a later test's batches of another shape make JAX retrace that step,
+#: its dispatch must still find the loop running now, or the step runs untraced and the loop
+#: unpacks the plain step's result as the traced one's (issue 37).
+_RUNNING = threading.local()
+
 
 @contextlib.contextmanager
 def recording_calls(ledger: Ledger, model: Any, tm: Any) -> Iterator[None]:
@@ -87,7 +96,6 @@ class _EntryPoints:
     def __init__(self, ledger: Ledger, model: Any, tm: Any, original_cls: type) -> None:
         self.ledger, self.model, self.tm = ledger, model, tm
         self.cls: Any = original_cls  # the model's own class: its methods are the plain calls
-        self._local = threading.local()  # .loop: this thread's traced loop
 
     def _unrecorded(self, rec: Any, why: str, method: Any, *args: Any, **kwargs: Any) -> Any:
         """The model's own ``method``, unrecorded, with a warning naming ``why``."""
@@ -277,18 +285,18 @@ class _EntryPoints:
         return out
 
     def _active_loop(self, model: Any, kind: str) -> Loop | None:
-        loop: Loop | None = getattr(self._local, "loop", None)
+        loop: Loop | None = getattr(_RUNNING, "loop", None)
         return loop if loop is not None and loop.model is model and loop.kind == kind else None
 
     @contextlib.contextmanager
     def _activating(self, loop: Loop) -> Iterator[None]:
         """``loop`` is this thread's traced loop while the block runs."""
-        previous = getattr(self._local, "loop", None)
-        self._local.loop = loop
+        previous = getattr(_RUNNING, "loop", None)
+        _RUNNING.loop = loop
         try:
             yield
         finally:
-            self._local.loop = previous
+            _RUNNING.loop = previous
 
 
 def _unrecordable_call(tm: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:

@@ -142,6 +142,31 @@ def _our_flags(message: str) -> str:
     return message
 
 
+def _pytest_argv(args: argparse.Namespace) -> list[str]:
+    """The pytest command line the subcommand's flags stand for (``--batch-size=64`` as
+    ``--sadl-batch-size=64``), with its ``--rootdir`` as pytest's rootdir and argument."""
+    argv = ["--sadl-coverage", "--noconftest"]  # not the project's conftest (nor its addopts, which may need it)
+    rootdir = getattr(args, "rootdir", None)
+    if rootdir:
+        argv.append(f"--rootdir={rootdir}")
+    for dest, flag in _FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            argv.append(f"{flag}={','.join(value) if isinstance(value, list) else value}")
+    if rootdir:
+        argv.append(str(Path(rootdir)))
+    return argv
+
+
+def _pytest_cache_dir(config: Any) -> str | None:
+    """pytest's ``cache_dir`` ini value, ``None`` when unset or undeclared (``-p no:cacheprovider``)."""
+    try:
+        value = config.getini("cache_dir")
+    except ValueError:
+        return None
+    return value or None
+
+
 def project_options(args: argparse.Namespace) -> Any:
     """The :class:`~pytest_sadl.config.SadlOptions` a ``pytest --sadl-coverage`` run in the
     project would use, with the subcommand's flags in place of the ini's values. Also
@@ -151,33 +176,17 @@ def project_options(args: argparse.Namespace) -> Any:
     from pytest_sadl.errors import SadlConfigError
     from pytest_sadl.plugin.options import read_options
 
-    argv = ["--sadl-coverage", "--noconftest"]  # not the project's conftest (nor its addopts, which may need it)
-    if getattr(args, "rootdir", None):
-        argv.append(f"--rootdir={args.rootdir}")
-    for dest, flag in _FLAGS.items():
-        value = getattr(args, dest, None)
-        if value is None:
-            continue
-        if isinstance(value, list):
-            value = ",".join(value)
-        argv.append(f"{flag}={value}")
-    if getattr(args, "rootdir", None):
-        argv.append(str(Path(args.rootdir)))
     try:
         # pytest's own rootdir and inifile discovery, through its public constructor (the
         # one pytest-xdist's workers use); the project's addopts are not applied
-        config = pytest.Config.fromdictargs({}, argv)
+        config = pytest.Config.fromdictargs({}, _pytest_argv(args))
     except pytest.UsageError as exc:
         raise SadlConfigError(_our_flags(str(exc))) from None
     try:
         options = read_options(config)
-        try:
-            pytest_cache = config.getini("cache_dir")
-        except ValueError:
-            pytest_cache = None
         args.project_rootdir = Path(config.rootpath)
         args.project_inifile = None if config.inipath is None else str(config.inipath)
-        args.pytest_cache_dir = pytest_cache or None
+        args.pytest_cache_dir = _pytest_cache_dir(config)
     except pytest.UsageError as exc:
         raise SadlConfigError(_our_flags(str(exc))) from None
     return options
@@ -191,8 +200,6 @@ def model_and_train(
     directory), else the ini's ``sadl_model``/``sadl_train`` (relative to the ini file, as
     the plugin takes them). A one-line :class:`~pytest_sadl.errors.SadlConfigError` when
     neither names one."""
-    from pytest_sadl.errors import SadlConfigError
-
     model = args.model if args.model is not None else options.model
     train = args.train if args.train is not None else options.train
     missing = [
@@ -204,19 +211,27 @@ def model_and_train(
         if value is None and (need_train or flag == "--model")
     ]
     if missing:
-        flags = " and ".join(f"{flag} PATH" for _, flag, _ in missing)
-        inis = " and ".join(ini for _, _, ini in missing)
-        where = (
-            getattr(args, "project_inifile", None)
-            or "pyproject.toml [tool.pytest.ini_options], pytest.ini, tox.ini or setup.cfg"
-        )
-        raise SadlConfigError(
-            f"no {' and no '.join(what for what, _, _ in missing)} given: pass {flags}, "
-            f"or set {inis} in the project's pytest configuration ({where})"
-        )
+        raise _nothing_given(args, missing)
     base_dir = Path(args.rootdir) if getattr(args, "rootdir", None) else None
     _importable_from_project(args)
     return str(model), None if train is None else str(train), base_dir
+
+
+def _nothing_given(args: argparse.Namespace, missing: list[tuple[str, str, str]]) -> Exception:
+    """The one-line error for a model and/or training data named neither by a flag nor by
+    the project's configuration (``missing``: what, its flag, its ini key)."""
+    from pytest_sadl.errors import SadlConfigError
+
+    flags = " and ".join(f"{flag} PATH" for _, flag, _ in missing)
+    inis = " and ".join(ini for _, _, ini in missing)
+    where = (
+        getattr(args, "project_inifile", None)
+        or "pyproject.toml [tool.pytest.ini_options], pytest.ini, tox.ini or setup.cfg"
+    )
+    return SadlConfigError(
+        f"no {' and no '.join(what for what, _, _ in missing)} given: pass {flags}, "
+        f"or set {inis} in the project's pytest configuration ({where})"
+    )
 
 
 def _importable_from_project(args: argparse.Namespace) -> None:
@@ -238,7 +253,10 @@ def cache_dir_for(args: argparse.Namespace, options: Any | None = None) -> Path:
 
     if args.cache_dir:
         return expand_path(args.cache_dir, os.getcwd())
-    root = getattr(args, "project_rootdir", None) or args.rootdir
+    root = getattr(args, "project_rootdir", None)
+    if root is None:  # pytest's rootdir, as pytest finds it (project_options sets it)
+        project_options(args)
+        root = args.project_rootdir
     if options is not None and options.cache_dir is not None:
         return expand_path(options.cache_dir, root)
     return default_cache_dir(root, getattr(args, "pytest_cache_dir", None))

@@ -128,10 +128,11 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     )
     cache_dir = cache_dir_for(args, sadl)
     start = time.monotonic()
-    if args.dask or sadl.dask:  # the workers load the model while this process imports TensorFlow
+    dask = args.dask or sadl.dask
+    if dask:  # the workers load the model while this process imports TensorFlow
         from pytest_sadl.profile.distributed import load_ahead
 
-        load_ahead(args.dask or sadl.dask, model, base_dir)
+        load_ahead(dask, model, base_dir)
     if not args.quiet:
         bar.status("importing TensorFlow")
     import keras  # noqa: F401  (imports TensorFlow: timed apart from the work, it is most of a cache hit)
@@ -151,13 +152,19 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
             rebuild=args.rebuild,
             base_dir=base_dir,
             lock_timeout=sadl.lock_timeout,
-            dask=args.dask or sadl.dask,
+            dask=dask,
         )
-    for w in caught:  # one line each (the profile's own warnings say what happened)
-        if w.category.__module__.startswith("pytest_sadl"):
-            print(f"sadl: warning: {w.message}", file=sys.stderr, flush=True)
+    _print_own_warnings(caught)
     print(_built_line(profile, time.monotonic() - start, imported))
     return EXIT_OK
+
+
+def _print_own_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """pytest-sadl's warnings among ``caught``, one line each on stderr (the profile's own
+    warnings say what happened)."""
+    for w in caught:
+        if w.category.__module__.startswith("pytest_sadl"):
+            print(f"sadl: warning: {w.message}", file=sys.stderr, flush=True)
 
 
 def _built_line(profile: Any, elapsed: float, imported: float) -> str:
@@ -181,23 +188,33 @@ def cmd_profile_layers(args: argparse.Namespace) -> int:
     tm, sadl, data = _layers_model(args)
     rows = tm.describe_layers()
     fit = _usable_layers(sadl, tm, data) if sadl is not None and args.usable and data is not None else None
-    for r in rows:
-        if fit is not None and r["path"] in fit:
-            r["usable"] = fit[r["path"]]
+    _mark_usable(rows, fit)
     if args.json:
         print(json.dumps(_layers_json(tm, rows), indent=2))
         return EXIT_OK
-    print(
+    for line in _layers_text(tm, rows, with_usable=fit is not None):
+        print(line)
+    return EXIT_OK
+
+
+def _mark_usable(rows: list[dict[str, Any]], fit: dict[str, dict[str, str | None]] | None) -> None:
+    """Each layer row's ``usable`` (the SA measures that can be set up on it), where known."""
+    for r in rows:
+        if fit is not None and r["path"] in fit:
+            r["usable"] = fit[r["path"]]
+
+
+def _layers_text(tm: Any, rows: list[dict[str, Any]], *, with_usable: bool) -> list[str]:
+    """``sadl profile layers``' lines: the model, one line per layer, and the usable SA layers' summary."""
+    lines = [
         f"model {tm.name!r}: inputs {', '.join(tm.input_names)}; outputs {', '.join(tm.output_names)} "
         f"(measured: {tm.output_name}, {'classifier' if tm.classifier else 'regression'})"
-    )
+    ]
     width = max(len(r["path"]) for r in rows) if rows else 4
-    for r in rows:
-        print(_layer_line(r, width))
-    if fit is not None:
-        for line in _usable_summary(rows):
-            print(line)
-    return EXIT_OK
+    lines += [_layer_line(r, width) for r in rows]
+    if with_usable:
+        lines += list(_usable_summary(rows))
+    return lines
 
 
 def _layers_model(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -240,17 +257,23 @@ def _layers_json(tm: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _layer_line(r: dict[str, Any], width: int) -> str:
     """One layer of ``sadl profile layers``: path, class, output shape, calls, defaults, usable SA."""
-    shape = (
-        "-"
-        if r["output_shape"] is None
-        else "(" + ", ".join("n" if d is None else str(d) for d in r["output_shape"]) + ")"
-    )
+    shape = _shape_text(r["output_shape"])
     marks = ", ".join(m for m, on in (("SA default", r["sa"]), ("coverage default", r["coverage"])) if on)
     calls = f" [runs {r['calls']}x]" if r["calls"] > 1 else ""
-    ok = ""
-    if "usable" in r:
-        ok = " SA: " + (" ".join(k.upper() for k, why in r["usable"].items() if why is None) or "none")
+    ok = " SA: " + _usable_names(r["usable"]) if "usable" in r else ""
     return f"  {r['path']:<{width}}  {r['class']:<22} {shape:<20}{calls} {marks}{ok}".rstrip()
+
+
+def _shape_text(shape: Any) -> str:
+    """An output shape as ``(n, 28, 28)`` (``n``: the batch), ``-`` when unknown."""
+    if shape is None:
+        return "-"
+    return "(" + ", ".join("n" if d is None else str(d) for d in shape) + ")"
+
+
+def _usable_names(usable: dict[str, str | None]) -> str:
+    """The SA measures a layer can be set up for (``LSA DSA``), or ``none``."""
+    return " ".join(k.upper() for k, why in usable.items() if why is None) or "none"
 
 
 def _usable_layers(sadl: Any, tm: Any, data: Any) -> dict[str, dict[str, str | None]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_sadl.criteria.registry import METRICS
@@ -69,38 +69,57 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _error(prog, "nothing to write: give --html DIR, --markdown PATH, --badge DIR and/or --pr-comment PATH")
     notes: list[str] = []  # metric names the files hold that this version ignores
     try:
-        results = read_results(args.results, notes)
-        baseline = read_results(args.compare, notes) if args.compare else None
-        comparison = compare(results, baseline) if baseline is not None else None
+        results, baseline, comparison = _read_with_baseline(args, notes)
     except ResultsFileError as exc:
         return _error(prog, str(exc))
     _warn(prog, notes)
     try:
-        if args.html:
-            from pytest_sadl.report.html import write_html
-
-            print(f"wrote {write_html(results, args.html, comparison=comparison)}")
-        if args.markdown:
-            from pytest_sadl.report.markdown import write_markdown
-
-            print(f"wrote {write_markdown(results, args.markdown, comparison=comparison)}")
-        if args.pr_comment:
-            from pytest_sadl.report.prcomment import write_pr_comment
-
-            print(f"wrote {write_pr_comment(results, args.pr_comment, comparison=comparison, baseline=baseline)}")
-        if args.badge:
-            from pytest_sadl.report.badge import write_badge, write_badges
-
-            if args.badge_metric:
-                print(f"wrote {write_badge(results, args.badge, args.badge_metric)}")
-            else:
-                print(f"wrote {write_badges(results, args.badge)}")
+        for written in _write_outputs(args, results, comparison, baseline):
+            print(f"wrote {written}")
     except (OSError, ValueError) as exc:
         return _error(prog, str(exc))
     if comparison is not None:
         for w in comparison.warnings:
             print(f"warning: {safe(w)}", file=sys.stderr)
     return EXIT_OK
+
+
+def _read_with_baseline(args: argparse.Namespace, notes: list[str]) -> tuple[Any, Any, Any]:
+    """The run's results, the ``--compare`` baseline's (or ``None``) and their comparison
+    (or ``None``); a :class:`ResultsFileError` when either file cannot be read."""
+    results = read_results(args.results, notes)
+    if not args.compare:
+        return results, None, None
+    baseline = read_results(args.compare, notes)
+    return results, baseline, compare(results, baseline)
+
+
+def _write_outputs(args: argparse.Namespace, results: Any, comparison: Any, baseline: Any) -> Iterator[Any]:
+    """Write each file ``sadl report`` was asked for (HTML, Markdown, PR comment, badges),
+    in that order, yielding each one's path as it is written."""
+    if args.html:
+        from pytest_sadl.report.html import write_html
+
+        yield write_html(results, args.html, comparison=comparison)
+    if args.markdown:
+        from pytest_sadl.report.markdown import write_markdown
+
+        yield write_markdown(results, args.markdown, comparison=comparison)
+    if args.pr_comment:
+        from pytest_sadl.report.prcomment import write_pr_comment
+
+        yield write_pr_comment(results, args.pr_comment, comparison=comparison, baseline=baseline)
+    if args.badge:
+        yield _write_badge(args, results)
+
+
+def _write_badge(args: argparse.Namespace, results: Any) -> Any:
+    """``--badge DIR``: one metric's badge (``--badge-metric``), else every metric's."""
+    from pytest_sadl.report.badge import write_badge, write_badges
+
+    if args.badge_metric:
+        return write_badge(results, args.badge, args.badge_metric)
+    return write_badges(results, args.badge)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -119,15 +138,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if limits:  # all:-1 means every metric the two runs have, not every registered one
         limits = parse_compare_fail(args.fail, every=[m.metric for m in comp.metrics])
     failures = [f.replace("--sadl-compare-fail", "--fail") for f in compare_failures(comp, limits)]
-    if args.json:
+    _print_compared(comp, failures, as_json=args.json)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def _print_compared(comp: Any, failures: list[str], *, as_json: bool) -> None:
+    """``sadl compare``'s output: the comparison and its failures, as JSON or as lines."""
+    if as_json:
         doc: dict[str, Any] = comp.to_dict()
         doc["failures"] = failures
         print(json.dumps(doc, indent=2))
-    else:
-        _print_comparison(comp)
-        for f in failures:
-            print(f"FAILED: {safe(f)}")
-    return EXIT_FAILED if failures else EXIT_OK
+        return
+    _print_comparison(comp)
+    for f in failures:
+        print(f"FAILED: {safe(f)}")
 
 
 def register(subparsers: Any) -> None:

@@ -87,17 +87,15 @@ def select_from_pool(
     import numpy as np
 
     from pytest_sadl.criteria.selection import covered_from_results, faults_of, select
-    from pytest_sadl.criteria.shape import Batch, Setup
+    from pytest_sadl.criteria.shape import Setup
     from pytest_sadl.engine import ProfileView, default_sc_bounds
 
-    if cluster is not None:  # sadl select --dask: traced and scored on the workers
-        traces = cluster[0].traces(cluster[1], cluster[2], profile.trace_model(model), x, batch_size, extrema=True)
-    else:
-        traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
+    traces = _pool_traces(profile, model, x, batch_size, cluster)
     view = ProfileView.of(profile, _pool_metrics(options, by, criterion), options)
     if cluster is not None:  # a view's given scorers: these two on the cluster
-        view.use("lsa", cluster[0].lsa)
-        view.use("dsa", cluster[0].dsa if profile.classifier else None)
+        from pytest_sadl.profile.cluster import use_cluster_scores
+
+        use_cluster_scores(view, cluster[0].lsa, cluster[0].dsa if profile.classifier else None)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
@@ -105,9 +103,7 @@ def select_from_pool(
         bounds, covered = covered_from_results(results)
     else:
         bounds, covered = default_sc_bounds(view, options), {}
-    layers = [np.asarray(a) for a in traces.coverage]
-    extrema = traces.coverage_extrema
-    batch = Batch(scores, layers, list(extrema) if extrema is not None else [None] * len(layers))
+    batch = _pool_batch(traces, scores)
     faults = faults_of(np.asarray(traces.pred), y) if y is not None and profile.classifier else None
     chosen = select(
         strategy,
@@ -129,6 +125,24 @@ def select_from_pool(
 
         scores = {**scores, "deepgini": confidence_scores(np.asarray(traces.output))["deepgini"]}
     return chosen, scores
+
+
+def _pool_traces(profile: Any, model: Any, x: Any, batch_size: int, cluster: Any) -> Any:
+    """The pool's traces: on the cluster's workers (``sadl select --dask``), else here."""
+    if cluster is not None:
+        return cluster[0].traces(cluster[1], cluster[2], profile.trace_model(model), x, batch_size, extrema=True)
+    return profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
+
+
+def _pool_batch(traces: Any, scores: dict[str, np.ndarray]) -> Any:
+    """The criteria's batch of the whole pool: its scores, coverage layers and their extrema."""
+    import numpy as np
+
+    from pytest_sadl.criteria.shape import Batch
+
+    layers = [np.asarray(a) for a in traces.coverage]
+    extrema = traces.coverage_extrema
+    return Batch(scores, layers, list(extrema) if extrema is not None else [None] * len(layers))
 
 
 def _pool_metrics(options: Any, by: str, criterion: str | None) -> list[str]:
@@ -255,21 +269,7 @@ def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -
 
 def _print_selection(chosen: Selection) -> None:
     """What ``sadl select`` chose, in a few lines."""
-    head = f"selected {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
-    if chosen.strategy in ("surprise", "ranges"):
-        head += f" ({chosen.by.upper() if chosen.by else ''}"
-        head += (
-            f", range [{chosen.range[0]:.4g}, {chosen.range[1]:.4g}], {chosen.eligible} eligible)"
-            if chosen.range
-            else ")"
-        )
-    if chosen.new_buckets is not None:
-        head += f": {sum(chosen.new_buckets)} new SC buckets"
-    if chosen.criterion is not None:
-        head += f" by {chosen.criterion.upper()}"
-    if chosen.new_targets is not None:
-        head += f": {sum(chosen.new_targets)} targets" + (" newly covered" if chosen.strategy == "cam" else " in all")
-    print(head)
+    print(_selection_head(chosen))
     if chosen.faults is not None:
         value = "undefined" if chosen.apfd is None else f"{chosen.apfd:.4f}"
         print(
@@ -282,6 +282,28 @@ def _print_selection(chosen: Selection) -> None:
         + ", ".join(str(i) for i in chosen.indices[:10].tolist())
         + (" …" if len(chosen.indices) > 10 else "")
     )
+
+
+def _selection_head(chosen: Selection) -> str:
+    """The first line: how many inputs were chosen by what, and what they add."""
+    head = f"selected {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
+    if chosen.strategy in ("surprise", "ranges"):
+        head += _score_range(chosen)
+    if chosen.new_buckets is not None:
+        head += f": {sum(chosen.new_buckets)} new SC buckets"
+    if chosen.criterion is not None:
+        head += f" by {chosen.criterion.upper()}"
+    if chosen.new_targets is not None:
+        head += f": {sum(chosen.new_targets)} targets" + (" newly covered" if chosen.strategy == "cam" else " in all")
+    return head
+
+
+def _score_range(chosen: Selection) -> str:
+    """`` (LSA, range [a, b], n eligible)``: the score a surprise or ranges selection used."""
+    out = f" ({chosen.by.upper() if chosen.by else ''}"
+    if chosen.range:
+        return out + f", range [{chosen.range[0]:.4g}, {chosen.range[1]:.4g}], {chosen.eligible} eligible)"
+    return out + ")"
 
 
 def cmd_select(args: argparse.Namespace) -> int:

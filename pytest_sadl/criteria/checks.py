@@ -43,9 +43,11 @@ __all__ = [
 ]
 
 
-def warn(message: str) -> None:
-    """Issue a :class:`SadlWarning` attributed to the caller of the public API."""
-    warnings.warn(message, SadlWarning, stacklevel=4)
+def warn(message: str, *, depth: int = 0) -> None:
+    """Issue a :class:`SadlWarning` attributed to the caller of the public API: three
+    frames up from the function calling this one (a set-up function called by a measure's
+    ``__init__``), ``depth`` more from a helper of that function."""
+    warnings.warn(message, SadlWarning, stacklevel=4 + depth)
 
 
 def _finite_or_raise(name: str, a: np.ndarray, chunk_bytes: int = 16 * 2**20) -> None:
@@ -192,20 +194,33 @@ def variance_filter(
     if var_rule == "paper":
         kept = low_variance_filter(who, [variances[c] for c in labels], var_threshold, hint)
         return {c: kept for c in labels}
+    return _each_class_filter(who, variances, var_threshold, hint)
+
+
+def _each_class_filter(
+    who: str, variances: Mapping[int, np.ndarray], var_threshold: float, hint: str
+) -> dict[int, np.ndarray]:
+    """The ``"class"`` rule of :func:`variance_filter`: each class keeps its own neurons."""
+    labels = list(variances)
     out = {c: np.flatnonzero(variances[c] >= var_threshold) for c in labels}
     empty = [c for c in labels if out[c].size == 0]
     if len(empty) == len(labels):
-        d = len(variances[labels[0]])
-        raise ValueError(
-            f"{who}: every one of the {d} neurons has a training variance below var_threshold={var_threshold:g} "
-            f"in every class (the layer's outputs do not vary with the input); lower var_threshold or {hint}"
-        )
+        raise _nothing_varies(who, len(variances[labels[0]]), var_threshold, hint)
     if empty:
         warn(
             f"{who}: no neuron has a training variance of at least var_threshold={var_threshold:g} in class(es) "
-            f"{class_list(empty)}; their inputs score NaN"
+            f"{class_list(empty)}; their inputs score NaN",
+            depth=1,  # from variance_filter's helper
         )
     return {c: v for c, v in out.items() if v.size}
+
+
+def _nothing_varies(who: str, d: int, var_threshold: float, hint: str) -> ValueError:
+    """The error of a layer none of whose ``d`` neurons varies enough in any class."""
+    return ValueError(
+        f"{who}: every one of the {d} neurons has a training variance below var_threshold={var_threshold:g} "
+        f"in every class (the layer's outputs do not vary with the input); lower var_threshold or {hint}"
+    )
 
 
 def low_variance_filter(who: str, variances: Sequence[np.ndarray], var_threshold: float, hint: str) -> np.ndarray:
@@ -343,13 +358,18 @@ def as_pred(name: str, pred: object, n: int) -> np.ndarray:
     arr = arr.reshape(-1) if arr.ndim == 2 and arr.shape[1] == 1 else arr
     if arr.ndim != 1 or arr.shape[0] != n:
         raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {given}")
-    if (
-        arr.size
-        and not np.issubdtype(arr.dtype, np.integer)
-        and (not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)))
-    ):
+    if arr.size and not _whole_numbers(arr):
         raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
+
+
+def _whole_numbers(arr: np.ndarray) -> bool:
+    """Integers, or finite numbers with no fractional part (``3.0``)."""
+    if np.issubdtype(arr.dtype, np.integer):
+        return True
+    if not np.issubdtype(arr.dtype, np.number):
+        return False
+    return bool(np.all(np.isfinite(arr))) and not np.any(arr != np.round(arr))
 
 
 def scoring_inputs(
@@ -406,6 +426,20 @@ def _one_layer(
     return arr
 
 
+def _layer_list(name: str, layers: object, sizes: Sequence[int] | None) -> list[Any] | tuple[Any, ...]:
+    """The per-layer arrays of :func:`as_layers` (one array: one layer), as many as ``sizes``."""
+    if isinstance(layers, np.ndarray):
+        layers = [layers]
+    if not isinstance(layers, (list, tuple)) or len(layers) == 0:
+        raise ValueError(f"{name} must be a non-empty list of per-layer arrays (n_inputs, ...)")
+    if sizes is not None and len(layers) != len(sizes):
+        raise ValueError(
+            f"{name} has {len(layers)} layer(s) but the neuron ranges were fitted on {len(sizes)}; "
+            "pass the outputs of the same layers, in the same order"
+        )
+    return layers
+
+
 def as_layers(
     name: str,
     layers: object,
@@ -421,15 +455,7 @@ def as_layers(
     copied to float64, for callers whose result does not depend on it (a minimum or a
     maximum is the same value in either precision); layers that need the spatial mean
     are still reduced in float64."""
-    if isinstance(layers, np.ndarray):
-        layers = [layers]
-    if not isinstance(layers, (list, tuple)) or len(layers) == 0:
-        raise ValueError(f"{name} must be a non-empty list of per-layer arrays (n_inputs, ...)")
-    if sizes is not None and len(layers) != len(sizes):
-        raise ValueError(
-            f"{name} has {len(layers)} layer(s) but the neuron ranges were fitted on {len(sizes)}; "
-            "pass the outputs of the same layers, in the same order"
-        )
+    layers = _layer_list(name, layers, sizes)
     out: list[np.ndarray] = []
     n = None
     for i, layer in enumerate(layers):

@@ -55,6 +55,46 @@ __all__ = ["MMDSA", "MODES"]
 MODES = 2
 
 
+def check_silhouette(value: object) -> int:
+    """MMDSA's ``silhouette`` as 0 (off) or a whole number >= 2, or a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0 or value == 1:
+        raise ValueError(
+            f"silhouette must be 0 (off: a fixed number of modes) or the largest number of modes to "
+            f"try, >= 2 (the silhouette score needs two clusters at least), got {value!r}"
+        )
+    return int(value)
+
+
+def kmeans(xc: np.ndarray, k: int, seed: int) -> Any:
+    """scikit-learn's k-means as dnn-tip calls it (``n_init=10, max_iter=300``), seeded, fitted."""
+    from sklearn.cluster import KMeans
+
+    return KMeans(n_clusters=k, n_init=10, max_iter=300, random_state=seed).fit(xc)
+
+
+def best_by_silhouette(xc: np.ndarray, most: int, seed: int) -> Any:
+    """dnn-tip's ``_KmeansDiscriminator`` on one class: k-means with each ``k`` of
+    ``2..most`` and the one whose labels have the highest mean silhouette coefficient
+    (``sklearn.metrics.silhouette_score``, Euclidean; the first, smallest ``k``, on a
+    tie). A ``k`` is tried only while the silhouette is defined: ``k < n`` traces and
+    k-means finding at least two distinct clusters. With none (fewer than three traces,
+    or all alike), the class has one mode."""
+    from sklearn.metrics import silhouette_score
+
+    best, best_score = None, -np.inf
+    for k in range(2, min(most, len(xc) - 1) + 1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "fewer distinct clusters than n_clusters": judged below
+            km = kmeans(xc, k, seed)
+        found = np.unique(km.labels_).size
+        if found < 2 or found >= len(xc):
+            continue
+        score = float(silhouette_score(xc, km.labels_))
+        if score > best_score:
+            best, best_score = km, score
+    return best if best is not None else kmeans(xc, 1, seed)
+
+
 class MMDSA:
     """Multimodal MDSA.
 
@@ -72,10 +112,10 @@ class MMDSA:
         modes: int = MODES,
         var_threshold: float = 1e-5,
         seed: int = 0,
+        silhouette: int = 0,
     ) -> None:
-        from sklearn.cluster import KMeans
-
         self.modes = check_count("modes", modes)
+        self.silhouette = check_silhouette(silhouette)
         self.var_threshold = check_var_threshold(var_threshold)
         self.seed = int(seed)
         split = split_by_class("MMDSA", train_ats, train_pred, self.var_threshold, "it has no modes")
@@ -91,8 +131,7 @@ class MMDSA:
         with one_thread():
             for i in usable:
                 xc = np.asarray(x[members[i]], dtype=np.float64)[:, self.kept]
-                km = KMeans(n_clusters=min(self.modes, len(xc)), n_init=10, max_iter=300, random_state=self.seed)
-                km.fit(xc)
+                km = self._kmeans(xc)
                 ids.append(offset + km.predict(xc))
                 self.kmeans[int(classes[i])] = (km, offset)
                 parts.append(xc)
@@ -103,6 +142,13 @@ class MMDSA:
             # one MDSA over the modes as its classes, on the neurons already filtered
             self.mdsa = MDSA(np.concatenate(parts), np.concatenate(ids), var_threshold=0.0)
         self._pass_on(caught)
+
+    def _kmeans(self, xc: np.ndarray) -> Any:
+        """One class's fitted k-means: ``modes`` modes (at most its traces), or with
+        ``silhouette`` the best of 2..``silhouette`` by the silhouette score."""
+        if self.silhouette:
+            return best_by_silhouette(xc, self.silhouette, self.seed)
+        return kmeans(xc, min(self.modes, len(xc)), self.seed)
 
     def _pass_on(self, caught: list[warnings.WarningMessage]) -> None:
         """MDSA's warnings about its "classes" (here: modes) in MMDSA's words."""

@@ -36,6 +36,10 @@ Semantics, per neuron with training range ``[low, high]``:
 * NBC: the upper corner is ``value > high``, the lower ``value < low``;
   ``NBC = (|upper| + |lower|) / (2 |N|)``.
 * SNAC: ``|upper| / |N|``.
+* NBC and SNAC with ``std_scale = s > 0`` (dnn-tip's ``scaler``, Weiss and Tonella, ISSTA
+  2022): ``high + s * std`` and ``low - s * std`` in place of ``high`` and ``low``, ``std``
+  the neuron's training standard deviation (``ddof=0``, :attr:`NeuronRanges.std`); the
+  comparisons stay strict (dnn-tip's are ``>=`` and ``<=``).
 """
 
 from __future__ import annotations
@@ -73,11 +77,14 @@ Extrema = Sequence["tuple[np.ndarray, np.ndarray] | None"]
 
 @dataclass(frozen=True)
 class NeuronRanges:
-    """Per-neuron ``[low, high]`` of each layer over the training set."""
+    """Per-neuron ``[low, high]`` of each layer over the training set, and the per-neuron
+    standard deviation (``ddof=0``) of the training traces (``std``; ``None`` in a profile
+    stored before it was kept: NBC's and SNAC's ``std_scale`` then needs a rebuild)."""
 
     low: tuple[np.ndarray, ...]
     high: tuple[np.ndarray, ...]
     names: tuple[str, ...] = ()
+    std: tuple[np.ndarray, ...] | None = None
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -92,6 +99,8 @@ class NeuronRanges:
         }
         if self.names:
             arrays["names"] = np.asarray(self.names, dtype=np.str_)
+        if self.std is not None:
+            arrays["std"] = np.concatenate(self.std)
         return arrays
 
     @classmethod
@@ -102,7 +111,27 @@ class NeuronRanges:
             raise ValueError("saved neuron ranges are inconsistent: low/high must be 1-D with sum(sizes) values")
         cuts = np.cumsum(sizes)[:-1]
         names = tuple(str(n) for n in arrays["names"]) if "names" in arrays else ()
-        return cls(tuple(np.split(low, cuts)), tuple(np.split(high, cuts)), names)
+        std = None
+        if "std" in arrays:
+            flat = np.asarray(arrays["std"], np.float64)
+            if flat.shape != low.shape:
+                raise ValueError("saved neuron ranges are inconsistent: std must have one value per neuron")
+            std = tuple(np.split(flat, cuts))
+        return cls(tuple(np.split(low, cuts)), tuple(np.split(high, cuts)), names, std)
+
+    def widened(self, i: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """Layer ``i``'s ``(low - scale * std, high + scale * std)``: NBC's and SNAC's
+        boundaries (dnn-tip's ``scaler``); ``scale == 0``: ``(low, high)`` themselves.
+        Raises ``ValueError`` when ``scale > 0`` and the ranges carry no ``std``."""
+        if scale == 0:
+            return self.low[i], self.high[i]
+        if self.std is None:
+            raise ValueError(
+                "the boundaries scaled by the training standard deviation need the per-neuron "
+                "standard deviations, which this profile was stored without; rebuild it "
+                "(sadl profile build --rebuild) or leave the std scale at 0"
+            )
+        return self.low[i] - scale * self.std[i], self.high[i] + scale * self.std[i]
 
 
 def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: int = 16 * 2**20) -> NeuronRanges:
@@ -147,6 +176,8 @@ class RangeFit:
         self._high = [np.full(int(s), -np.inf) for s in sizes]
         self._bad = [(-1, 0, False)] * len(sizes)  # (first row, rows, any NaN) of non-finite values
         self.rows = 0
+        # per layer: (rows, mean, sum of squared deviations), folded by Chan et al.'s rule
+        self._moments = [(0, np.zeros(int(s)), np.zeros(int(s))) for s in sizes]
 
     def update(self, i: int, block: np.ndarray, offset: int) -> None:
         """Fold layer ``i``'s traces of the rows ``offset, offset + 1, ...`` in."""
@@ -157,6 +188,22 @@ class RangeFit:
         np.minimum(self._low[i], low, out=self._low[i])
         np.maximum(self._high[i], high, out=self._high[i])
         self.rows = max(self.rows, offset + len(block))
+        if len(block):  # one float64 temporary of the block's size (a float32 block is not copied first)
+            mean = block.mean(axis=0, dtype=np.float64)
+            dev = np.subtract(block, mean, dtype=np.float64)
+            np.square(dev, out=dev)
+            self._fold(i, (len(block), mean, dev.sum(axis=0)))
+
+    def _fold(self, i: int, other: tuple[int, np.ndarray, np.ndarray]) -> None:
+        """Layer ``i``'s moments with ``other``'s (rows, mean, squared deviations) folded in
+        (Chan, Golub and LeVeque's pairwise update: exact up to rounding, any split)."""
+        n_a, mean_a, m2_a = self._moments[i]
+        n_b, mean_b, m2_b = other
+        if n_b == 0:
+            return
+        n = n_a + n_b
+        delta = mean_b - mean_a
+        self._moments[i] = (n, mean_a + delta * (n_b / n), m2_a + m2_b + np.square(delta) * (n_a * n_b / n))
 
     def merge(self, other: RangeFit, offset: int) -> None:
         """Fold in ``other``, a fit of the same layers over the rows ``offset, offset + 1,
@@ -167,6 +214,7 @@ class RangeFit:
         for i, (first, count, nan) in enumerate(other._bad):
             np.minimum(self._low[i], other._low[i], out=self._low[i])
             np.maximum(self._high[i], other._high[i], out=self._high[i])
+            self._fold(i, other._moments[i])
             if count:
                 self._note_bad(i, offset + first, count, nan)
         if other.rows:
@@ -192,7 +240,8 @@ class RangeFit:
                 )
         if self.rows == 0:
             raise ValueError("train_layers holds no inputs; at least one is needed")
-        return NeuronRanges(tuple(self._low), tuple(self._high), self.names)
+        std = tuple(np.sqrt(m2 / max(n, 1)) for n, _, m2 in self._moments)
+        return NeuronRanges(tuple(self._low), tuple(self._high), self.names, std)
 
 
 class _LayerCoverage:
@@ -451,14 +500,37 @@ def _sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> 
     return idx
 
 
-class NeuronBoundaryCoverage(_RangeCoverage):
+class _CornerCoverage(_RangeCoverage):
+    """NBC's and SNAC's shape: corners beyond each neuron's training range, widened by
+    ``std_scale`` training standard deviations on each side (dnn-tip's ``scaler``; 0: the
+    range itself, DeepGauge's definition)."""
+
+    def __init__(self, ranges: NeuronRanges, std_scale: float = 0.0) -> None:
+        scale = float(std_scale)
+        if not np.isfinite(scale) or scale < 0:
+            raise ValueError(f"std_scale must be a finite number >= 0, got {std_scale!r}")
+        super().__init__(ranges)
+        self.std_scale = scale
+        self._bounds = [ranges.widened(i, scale) for i in range(len(self.sizes))]
+
+    def _key(self) -> tuple[Any, ...]:
+        return super()._key() + (self.std_scale,)
+
+    def bounds(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer ``i``'s (lower, upper) boundaries: a value below the first (above the
+        second) reaches the lower (upper) corner."""
+        return self._bounds[i]
+
+
+class NeuronBoundaryCoverage(_CornerCoverage):
     """DeepGauge's neuron boundary coverage, cumulative: targets are (lower, upper) corners."""
 
     per_neuron = 2
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-        lower = (values < self.ranges.low[i]).any(axis=0)
-        upper = (values > self.ranges.high[i]).any(axis=0)
+        low, high = self._bounds[i]
+        lower = (values < low).any(axis=0)
+        upper = (values > high).any(axis=0)
         return np.stack([lower, upper], axis=1)
 
     def corners(self) -> tuple[int, int]:
@@ -467,11 +539,11 @@ class NeuronBoundaryCoverage(_RangeCoverage):
         return int(c[:, 0].sum()), int(c[:, 1].sum())
 
 
-class StrongNeuronActivationCoverage(_RangeCoverage):
+class StrongNeuronActivationCoverage(_CornerCoverage):
     """DeepGauge's strong neuron activation coverage, cumulative: the upper corner only."""
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-        upper = np.asarray((values > self.ranges.high[i]).any(axis=0))
+        upper = np.asarray((values > self._bounds[i][1]).any(axis=0))
         return upper[:, None]
 
 
@@ -495,15 +567,16 @@ def kmnc(layers: object, ranges: NeuronRanges, k: int = 1000) -> float:
     return cov.value
 
 
-def nbc(layers: object, ranges: NeuronRanges) -> float:
-    """Neuron boundary coverage (DeepGauge), in [0, 1]."""
-    cov = NeuronBoundaryCoverage(ranges)
+def nbc(layers: object, ranges: NeuronRanges, std_scale: float = 0.0) -> float:
+    """Neuron boundary coverage (DeepGauge), in [0, 1]; ``std_scale``: the corners beyond
+    ``low - std_scale * std`` and ``high + std_scale * std`` (dnn-tip's ``scaler``)."""
+    cov = NeuronBoundaryCoverage(ranges, std_scale)
     cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
     return cov.value
 
 
-def snac(layers: object, ranges: NeuronRanges) -> float:
-    """Strong neuron activation coverage (DeepGauge), in [0, 1]."""
-    cov = StrongNeuronActivationCoverage(ranges)
+def snac(layers: object, ranges: NeuronRanges, std_scale: float = 0.0) -> float:
+    """Strong neuron activation coverage (DeepGauge), in [0, 1]; ``std_scale`` as :func:`nbc`'s."""
+    cov = StrongNeuronActivationCoverage(ranges, std_scale)
     cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
     return cov.value

@@ -632,15 +632,14 @@ def _kmnc_pairs(
 def _nbc_pairs(
     cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    lower = values < cov.ranges.low[li]
-    upper = values > cov.ranges.high[li]
-    return _flags(np.stack([lower, upper], axis=2) & valid[:, None])
+    low, high = cov.bounds(li)  # widened by --sadl-nbc-std
+    return _flags(np.stack([values < low, values > high], axis=2) & valid[:, None])
 
 
 def _snac_pairs(
     cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    return _flags(((values > cov.ranges.high[li]) & valid)[:, :, None])
+    return _flags(((values > cov.bounds(li)[1]) & valid)[:, :, None])
 
 
 def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:

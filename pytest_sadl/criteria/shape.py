@@ -184,6 +184,10 @@ class Criterion:
     #: options as text (``"k3"``), part of the name under which a profile stores the score's
     #: held-out values, so that other options never read another's bounds; ``None``: none
     params: Callable[[Any], str] | None = None
+    #: surprise kinds whose ``fit`` sets up a density or a covariance over the neurons: with
+    #: ``--sadl-sa-components`` the score is set up on the principal axes of the training
+    #: traces (LSA, MDSA, MLSA, MMDSA); a distance such as DSA's is defined at any width
+    projected: bool = False
 
     @property
     def option_names(self) -> tuple[str, ...]:

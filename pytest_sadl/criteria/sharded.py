@@ -132,10 +132,22 @@ def reduce_moments(
     means = {c: totals[c] / counts[c] for c in sorted(counts)}
     if scatters is None:
         return counts, means, None
-    covs: dict[int, np.ndarray] = {}
+    return counts, means, _covariances(counts, _summed(scatters))
+
+
+def _summed(scatters: list[dict[int, np.ndarray]]) -> dict[int, np.ndarray]:
+    """Each class's scatter matrix, summed over the shards."""
+    total: dict[int, np.ndarray] = {}
     for shard in scatters:
         for c, matrix in shard.items():
-            covs[c] = covs[c] + matrix if c in covs else np.array(matrix)
+            total[c] = total[c] + matrix if c in total else np.array(matrix)
+    return total
+
+
+def _covariances(counts: dict[int, int], scatter: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Each class's covariance (``ddof=1``) from its scatter; ``NaN`` for a class of one trace."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        cov = {c: covs[c] / (counts[c] - 1) if counts[c] > 1 else np.full_like(covs[c], np.nan) for c in sorted(covs)}
-    return counts, means, cov
+        return {
+            c: scatter[c] / (counts[c] - 1) if counts[c] > 1 else np.full_like(scatter[c], np.nan)
+            for c in sorted(scatter)
+        }

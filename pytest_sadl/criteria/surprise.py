@@ -90,6 +90,52 @@ class _Kde:
         return len(self.rows)
 
 
+def _warn_too_few_traces(
+    classes: np.ndarray, members: list[np.ndarray], too_small: list[int], cols: Mapping[int, np.ndarray]
+) -> None:
+    """One warning for the classes (indices ``too_small``) with no more training traces
+    than their KDE has neurons: their inputs score NaN."""
+    fix = "more training data, or a narrower layer, fixes this"
+    if len(too_small) == 1:
+        i = too_small[0]
+        d = cols[int(classes[i])].size
+        warn(
+            f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
+            f"{d + 1} a KDE over {d} neurons needs; its inputs score NaN ({fix})",
+            depth=1,
+        )
+        return
+    labels = [int(classes[i]) for i in too_small]
+    counts = [len(members[i]) for i in too_small]
+    d = max(cols[label].size for label in labels)
+    warn(
+        f"LSA: {len(too_small):,d} classes have fewer training traces than the {d + 1} a KDE over "
+        f"{d} neurons needs (e.g. {examples(labels)}, with {examples(counts)} traces); their "
+        f"inputs score NaN ({fix})",
+        depth=1,
+    )
+
+
+def _variances(classes: np.ndarray, usable: list[int], stats: Mapping[int, Any]) -> dict[int, np.ndarray]:
+    """Each usable class's neuron variances (the third of its moments), by class label."""
+    return {int(classes[i]): stats[int(classes[i])][2] for i in usable}
+
+
+def _widest_and_sizes(
+    classes: np.ndarray, members: list[np.ndarray], usable: list[int], cols: Mapping[int, np.ndarray]
+) -> tuple[int, list[int]]:
+    """The most neurons a usable class's KDE has, and each usable class's number of traces."""
+    return max(cols[int(classes[i])].size for i in usable), [len(members[i]) for i in usable]
+
+
+def _kept_neurons(start: Mapping[int, np.ndarray], kdes: Mapping[int, Any], near_singular: str) -> np.ndarray:
+    """The neurons LSA measures: those of every class's KDE when near-singular ones are
+    dropped (``"drop"``), else every neuron that varies in some class."""
+    if near_singular == "drop":
+        return np.unique(np.concatenate([kde.cols for kde in kdes.values()]))
+    return np.unique(np.concatenate(list(start.values())))
+
+
 class LSA:
     """Likelihood-based Surprise Adequacy.
 
@@ -143,7 +189,9 @@ class LSA:
         var_rule: str = "class",
         chunk_bytes: int = _CHUNK_BYTES,
         max_bytes: int | None = None,
+        max_features: int = 0,
     ) -> None:
+        self.max_features = check_max_features(max_features)
         var_threshold = check_var_threshold(var_threshold)
         var_rule = check_var_rule(var_rule)
         if near_singular not in NEAR_SINGULAR:
@@ -176,23 +224,18 @@ class LSA:
             stats = {int(classes[i]): self._moments(members[i]) for i in usable}
             start = variance_filter(
                 "LSA",
-                {int(classes[i]): stats[int(classes[i])][2] for i in usable},
+                _variances(classes, usable, stats),
                 self.var_threshold,
                 var_rule,
                 "measure another layer (a layer whose outputs barely vary carries no density information)",
             )
-            filtered = np.unique(np.concatenate(list(start.values())))
+            start = highest_variance(start, {label: v[2] for label, v in stats.items()}, self.max_features)
             usable = [i for i in usable if int(classes[i]) in start]
             usable = self._enough_traces(classes, members, usable, start)
-            self._check_memory(
-                max(start[int(classes[i])].size for i in usable), [len(members[i]) for i in usable], max_bytes
-            )
+            self._check_memory(*_widest_and_sizes(classes, members, usable, start), max_bytes)
             rows = {int(classes[i]): members[i] for i in usable}
-            cols = {label: start[label] for label in rows}
-            self._kdes = self._fit_all(rows, cols, stats)
-            if near_singular == "drop":
-                filtered = np.unique(np.concatenate([kde.cols for kde in self._kdes.values()]))
-            self.kept: np.ndarray = filtered
+            self._kdes = self._fit_all(rows, {label: start[label] for label in rows}, stats)
+            self.kept: np.ndarray = _kept_neurons(start, self._kdes, near_singular)
 
     def _enough_traces(
         self, classes: np.ndarray, members: list[np.ndarray], usable: list[int], cols: Mapping[int, np.ndarray]
@@ -200,23 +243,8 @@ class LSA:
         """The usable classes with more training traces than neurons (a KDE over ``d``
         neurons needs ``d + 1``); the others get one warning, and none left is an error."""
         too_small = [i for i in usable if len(members[i]) < cols[int(classes[i])].size + 1]
-        fix = "more training data, or a narrower layer, fixes this"
-        if len(too_small) == 1:
-            i = too_small[0]
-            d = cols[int(classes[i])].size
-            warn(
-                f"LSA: class {int(classes[i])} has {len(members[i])} training traces, fewer than the "
-                f"{d + 1} a KDE over {d} neurons needs; its inputs score NaN ({fix})"
-            )
-        elif too_small:
-            labels = [int(classes[i]) for i in too_small]
-            counts = [len(members[i]) for i in too_small]
-            d = max(cols[label].size for label in labels)
-            warn(
-                f"LSA: {len(too_small):,d} classes have fewer training traces than the {d + 1} a KDE over "
-                f"{d} neurons needs (e.g. {examples(labels)}, with {examples(counts)} traces); their "
-                f"inputs score NaN ({fix})"
-            )
+        if too_small:
+            _warn_too_few_traces(classes, members, too_small, cols)
         small = set(too_small)
         left = [i for i in usable if i not in small]
         if not left:
@@ -480,6 +508,8 @@ class LSA:
         }
         if self._train_pred is not None:
             arrays["train_pred"] = self._train_pred
+        if self.max_features:
+            arrays["max_features"] = np.array(self.max_features)
         return arrays
 
     @classmethod
@@ -492,7 +522,32 @@ class LSA:
             near_singular=mode,
             var_rule=str(arrays["var_rule"]) if "var_rule" in arrays else "paper",  # stored before the rule existed
             chunk_bytes=chunk_bytes,
+            max_features=int(arrays["max_features"]) if "max_features" in arrays else 0,
         )
+
+
+def check_max_features(value: object) -> int:
+    """LSA's ``max_features`` as a whole number >= 0 (0: every neuron), or a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"max_features must be a whole number >= 0 (0: every neuron), got {value!r}")
+    return int(value)
+
+
+def highest_variance(
+    cols: Mapping[int, np.ndarray], variances: Mapping[int, np.ndarray], m: int
+) -> dict[int, np.ndarray]:
+    """Each class's neurons ``cols[label]`` cut to the ``m`` of highest training variance
+    in that class (``variances[label]``, over every neuron), ascending; ties go to the
+    lower neuron index; ``m == 0`` or ``m`` at least the neurons: all of them. dnn-tip's
+    LSA ``max_features`` (``np.argsort(var)[:-m]`` dropped), per class as its
+    ``MultiModalSA.build_by_class`` sets LSA up, after pytest-sadl's variance filter."""
+    out = {}
+    for label, c in cols.items():
+        if 0 < m < c.size:
+            order = np.argsort(-variances[label][c], kind="stable")[:m]
+            c = np.sort(c[order])
+        out[label] = c
+    return out
 
 
 # --------------------------------------------------------------------------- DSA
@@ -612,23 +667,27 @@ class DSA:
                 self._other[part] = self._nn.nearest_out_each(q, self._pred[part])
             return
         jobs = [(int(c), part) for c in np.unique(cls) for part in _parts(needed[cls == c], step)]
-
-        def run(job: tuple[int, np.ndarray], workers: int = 0) -> None:
-            c, part = job
-            self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c, workers=workers)
-
         threads = min(len(jobs), cores())
         if threads < 2 or len(needed) < 4096:
             for job in jobs:
-                run(job)
+                self._fill_other_of_class(job)
             return
-        # k-d tree searches release the GIL: the classes' searches run side by side, one
-        # search thread each (the trees are built first, so no thread builds one), each
-        # writing its own rows; an interrupt cancels the searches not started yet
+        self._fill_other_side_by_side(jobs, threads)
+
+    def _fill_other_of_class(self, job: tuple[int, np.ndarray], workers: int = 0) -> None:
+        """``dist_b`` of the training rows of one class (``job``: the class, its rows), by its tree."""
+        c, part = job
+        self._other[part] = self._nn.nearest_out(np.asarray(self._x[part], dtype=np.float64), c, workers=workers)
+
+    def _fill_other_side_by_side(self, jobs: list[tuple[int, np.ndarray]], threads: int) -> None:
+        """The classes' ``jobs`` in ``threads`` threads: k-d tree searches release the GIL, so
+        they run side by side, one search thread each (the trees are built first, so no
+        thread builds one), each writing its own rows; an interrupt cancels the searches not
+        started yet."""
         self._nn.build_trees()
         pool = ThreadPoolExecutor(threads)
         try:
-            list(pool.map(lambda job: run(job, workers=1), jobs))
+            list(pool.map(lambda job: self._fill_other_of_class(job, workers=1), jobs))
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise

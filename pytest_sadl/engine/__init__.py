@@ -32,7 +32,7 @@ from pytest_sadl.engine.bounds import (
 from pytest_sadl.engine.joined import Joined
 from pytest_sadl.engine.rows import TOP_INPUTS
 from pytest_sadl.engine.run import check_thresholds, compute, ordered
-from pytest_sadl.engine.view import PROJECTED, ProfileView, score_keys
+from pytest_sadl.engine.view import ProfileView, score_keys
 
 __all__ = [
     "BOUNDS_QUANTILE",
@@ -43,7 +43,6 @@ __all__ = [
     "OUTLIER_MIN_SCORES",
     "OUTLIER_QUANTILE",
     "OUTLIER_SPREAD",
-    "PROJECTED",
     "TOP_INPUTS",
     "Joined",
     "ProfileView",

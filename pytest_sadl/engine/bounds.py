@@ -177,7 +177,8 @@ def _held_out_name(key: str, view: ProfileView) -> str:
     """The stored name of a score's held-out values: with the options it depends on
     (``Criterion.params``: ``heldout-mlsa-k3-1000``)."""
     params = SCORES[key].params if key in SCORES else None
-    tag = f"-{params(view.options)}" if params is not None else ""
+    text = params(view.options) if params is not None else ""
+    tag = f"-{text}" if text else ""  # none by default: the names stored before the options
     if view.projects(key):
         tag += f"-pca{view.components}"
     return f"heldout-{key}{tag}-{HELD_OUT}"
@@ -239,7 +240,8 @@ def outlier_bound_note(metric: str, scores: np.ndarray, lower: float | None = No
     The rule of :func:`default_bounds` ignores the top 1% of the held-out SA; more
     atypical training inputs than that (a tail of over 1% far above the rest) still set
     it. The note names the option to pin and a bound by the same rule from the 90th
-    percentile. ``lower``: the lower bound in use when it is configured (the note then
+    percentile, in ``--sadl-sc-bounds``' form (``sadl_sc_bounds = lsc:LOWER:UPPER``).
+    ``lower``: the lower bound in use when it is configured (the note keeps it and
     suggests only the upper one). It needs :data:`OUTLIER_MIN_SCORES` held-out scores (a
     training set of about ten times as many inputs)."""
     finite = scores[np.isfinite(scores)]
@@ -251,9 +253,10 @@ def outlier_bound_note(metric: str, scores: np.ndarray, lower: float | None = No
     if q <= low or (upper - low) <= OUTLIER_SPREAD * 2.0 * (q - low):
         return None
     suggested = low + 2.0 * (q - low)
-    hint = f"sadl_{metric}_upper = {suggested:.4g}"
-    if lower is None:  # rounded down, so that no held-out score falls below it
-        hint += f" (and sadl_{metric}_lower = {math.floor(low * 100) / 100:g})"
+    # the configured lower bound as it is; the default one rounded down, so that no
+    # held-out score falls below it
+    pin = f"{lower:.12g}" if lower is not None else f"{math.floor(low * 100) / 100:g}"
+    hint = f"sadl_sc_bounds = {metric}:{pin}:{suggested:.4g}"
     return (
         f"default {LABELS[metric]} upper bound {upper:,.4g} comes from held-out training traces far above "
         f"the rest (90% are at most {q:,.4g}): most inputs will fall into its lowest buckets and {LABELS[metric]} "
@@ -276,9 +279,9 @@ class ScBounds:
         """Configured bounds where ``options`` sets them; the others from the held-out
         training traces, scored only for the metrics that need them."""
         out = cls()
-        chosen = {m: SURPRISE[m] for m in metrics if m in SURPRISE and view.scorer(SURPRISE[m]) is not None}
+        chosen = _set_up_surprise(view, metrics)
         configs = {m: sc_options(options, m) for m in chosen}
-        needed = [key for m, key in chosen.items() if configs[m].lower is None or configs[m].upper is None]
+        needed = [key for m, key in chosen.items() if not configs[m].complete]
         errors: dict[str, str] = {}
         held = _held_out_quietly(view, needed, errors)
         for metric, key in chosen.items():
@@ -297,6 +300,11 @@ class ScBounds:
             self.notes.append(note)
 
 
+def _set_up_surprise(view: ProfileView, metrics: Sequence[str]) -> dict[str, str]:
+    """The surprise coverages among ``metrics`` whose score is set up, each with its score's key."""
+    return {m: SURPRISE[m] for m in metrics if m in SURPRISE and view.scorer(SURPRISE[m]) is not None}
+
+
 def _held_out_quietly(view: ProfileView, keys: Sequence[str], errors: dict[str, str]) -> dict[str, np.ndarray]:
     """The held-out scores of ``keys`` (none when there are none), the set-ups' warnings silenced."""
     if not keys:
@@ -309,14 +317,19 @@ def _held_out_quietly(view: ProfileView, keys: Sequence[str], errors: dict[str, 
 def _bounds(cfg: Bounds, held: np.ndarray | None) -> tuple[tuple[float, float, int], str]:
     """One surprise coverage's bounds: the configured ones, the others by the default rule."""
     lo_d, up_d = default_bounds(held) if held is not None else (0.0, 1.0)
-    lower = cfg.lower if cfg.lower is not None else lo_d
-    upper = cfg.upper if cfg.upper is not None else up_d
-    if cfg.lower is not None and cfg.upper is None and upper <= lower:
-        upper = lower + abs(lower) + 1.0
-    if cfg.upper is not None and cfg.lower is None and lower >= upper:
-        lower = min(0.0, upper - 1.0)
-    rule = "configured" if cfg.lower is not None and cfg.upper is not None else BOUNDS_RULE
+    lower, upper = _completed(cfg.lower, cfg.upper, lo_d, up_d)
+    rule = "configured" if cfg.complete else BOUNDS_RULE
     return (float(lower), float(upper), int(cfg.buckets)), rule
+
+
+def _completed(lower: float | None, upper: float | None, lo_d: float, up_d: float) -> tuple[float, float]:
+    """The configured bounds with the missing one from the defaults ``lo_d``, ``up_d``,
+    moved when the default would not lie on the right side of the configured one."""
+    if lower is not None and upper is None:
+        return lower, up_d if up_d > lower else lower + abs(lower) + 1.0
+    if upper is not None and lower is None:
+        return (lo_d if lo_d < upper else min(0.0, upper - 1.0)), upper
+    return (lo_d if lower is None else lower), (up_d if upper is None else upper)
 
 
 def sc_options(options: SadlOptions, metric: str) -> Bounds:

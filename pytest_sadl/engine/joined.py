@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -13,6 +13,8 @@ from pytest_sadl.records import TestRecord
 
 if TYPE_CHECKING:
     from pytest_sadl.engine.view import ProfileView
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -41,13 +43,13 @@ class Joined:
         return cls(
             sa=np.concatenate([b.sa for b in only]).astype(np.float64),
             pred=np.concatenate([b.pred for b in only]),
-            layers=[np.concatenate([b.coverage[i] for b in only]) for i in range(len(sizes))],
+            layers=_joined_layers(only, len(sizes)),
             extrema=[_joined_extrema(only, i) for i in range(len(sizes))],
             owner=np.concatenate([np.full(len(b), t) for t, b in batches]),
             digests=_joined(only, "digests"),
             outputs=_joined(only, "output"),
-            thumbs=[t for b in only for t in _thumbs(b)],
-            texts=[t for b in only for t in _texts(b)],
+            thumbs=_each_row(only, _thumbs),
+            texts=_each_row(only, _texts),
         )
 
     @classmethod
@@ -79,6 +81,16 @@ class Joined:
         _, first, inverse = np.unique(self.digests, return_index=True, return_inverse=True)
         same: np.ndarray = first[inverse.reshape(-1)]
         return same
+
+
+def _joined_layers(batches: list[Any], n_layers: int) -> list[np.ndarray]:
+    """Each coverage layer's outputs of every batch, one array per layer."""
+    return [np.concatenate([b.coverage[i] for b in batches]) for i in range(n_layers)]
+
+
+def _each_row(batches: list[Any], per_batch: Callable[[Any], list[_T]]) -> list[_T]:
+    """``per_batch``'s list of every batch, one item per input, in order."""
+    return [item for b in batches for item in per_batch(b)]
 
 
 def _thumbs(batch: Any) -> list[Any]:

@@ -314,10 +314,18 @@ def input_rows(
     for key in keys:
         inputs[key] = scores[key].tolist() if key in scores else [None] * n
     if labels is not None:
-        inputs["label"] = [
-            None if v is None else ((int(v[0]) if classifier else v[0]) if len(v) == 1 else list(v)) for v in labels
-        ]
+        inputs["label"] = [_label_value(v, classifier) for v in labels]
     return inputs
+
+
+def _label_value(v: Any, classifier: bool) -> JSON:
+    """One input's label as the results hold it: a class id (int) or a target value, a list
+    of them for several, ``None`` without one."""
+    if v is None:
+        return None
+    if len(v) != 1:
+        return list(v)
+    return int(v[0]) if classifier else v[0]
 
 
 def mistakes(
@@ -487,11 +495,7 @@ def input_labels(
             "sadl_labels: the recorded inputs could not be matched to labels (inputs that are not numeric arrays)"
         )
         return None, notes
-    out: list[Any] = [None] * n
-    for i, d in enumerate(digests.tolist()):
-        v = table.get(int(d))
-        if v is not None:
-            out[i] = [float(x) for x in v]
+    out = _labels_in_order(table, digests, n)
     unmatched = len(table) - len({int(d) for d in digests.tolist()} & set(table))
     if unmatched:
         notes.append(
@@ -499,6 +503,16 @@ def input_labels(
             "labels match recorded inputs by their values, so label the same array that is fed to the model"
         )
     return out, notes
+
+
+def _labels_in_order(table: dict[int, np.ndarray], digests: np.ndarray, n: int) -> list[Any]:
+    """Each of the ``n`` recorded inputs' label (a list of floats) by its digest, else ``None``."""
+    out: list[Any] = [None] * n
+    for i, d in enumerate(digests.tolist()):
+        v = table.get(int(d))
+        if v is not None:
+            out[i] = [float(x) for x in v]
+    return out
 
 
 def _label_table(given: Sequence[tuple[np.ndarray, Any]]) -> tuple[dict[int, np.ndarray], int]:

@@ -153,27 +153,33 @@ def check_thresholds(metrics: dict[str, Metric], thresholds: dict[str, float], n
 
 
 def _threshold_failure(name: str, threshold: float, metric: Metric | None, n_inputs: int) -> Failure | None:
-    label = LABELS[name]
     flag = f"--sadl-fail-under={name}:{threshold:g}"
+    why = _unmeetable(name, flag, metric, n_inputs)
+    if why is not None:
+        return Failure(name, None, threshold, why)
+    assert metric is not None  # _unmeetable says why when there is none
+    # a coverage is judged in percent; a count criterion (TKNP, NLC, CC) by its number
+    value = None if metric.value is None else round(metric.value, 2) if name in COUNT else percent(metric.value)
+    unit = "" if name in COUNT else "%"
+    if value is None or value >= threshold:
+        return None
+    return Failure(name, value, threshold, f"{LABELS[name]} {value:.2f}{unit} is below {flag} ({threshold:.2f}{unit})")
+
+
+def _unmeetable(name: str, flag: str, metric: Metric | None, n_inputs: int) -> str | None:
+    """Why the threshold ``flag`` of ``name`` cannot be met at all (no inputs, the metric
+    not available or not applicable), ``None`` when its value decides."""
+    label = LABELS[name]
     if n_inputs == 0:
-        message = (
+        return (
             f"{label}: no inputs were recorded, so {flag} cannot be met "
             "(mark the tests that feed the model with @pytest.mark.sadl)"
         )
-    elif metric is not None and metric.reason:
-        message = f"{label} is not available, so {flag} cannot be met: {metric.reason}"
-    elif metric is None or not metric.applicable:
-        message = (
-            f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under"
-        )
-    else:
-        # a coverage is judged in percent; a count criterion (TKNP, NLC, CC) by its number
-        value = None if metric.value is None else round(metric.value, 2) if name in COUNT else percent(metric.value)
-        unit = "" if name in COUNT else "%"
-        if value is None or value >= threshold:
-            return None
-        return Failure(name, value, threshold, f"{label} {value:.2f}{unit} is below {flag} ({threshold:.2f}{unit})")
-    return Failure(name, None, threshold, message)
+    if metric is not None and metric.reason:
+        return f"{label} is not available, so {flag} cannot be met: {metric.reason}"
+    if metric is None or not metric.applicable:
+        return f"{label} is not applicable to this model (DSA needs a classifier); remove {name} from --sadl-fail-under"
+    return None
 
 
 def ordered(records: Sequence[TestRecord], groups: Sequence[str] = ()) -> tuple[list[TestRecord], list[str]]:

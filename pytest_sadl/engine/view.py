@@ -20,10 +20,6 @@ from pytest_sadl.criteria.registry import BY_NAME, SA_LABELS, SCORES, choose
 from pytest_sadl.criteria.shape import Training
 from pytest_sadl.engine.bounds import held_out_sa, stored_held_out_sa
 
-#: the scores ``--sadl-sa-components`` projects: those of a density or a covariance over
-#: the neurons (DSA is a distance; it measures every neuron)
-PROJECTED = frozenset({"lsa", "mdsa", "mlsa", "mmdsa"})
-
 
 def score_keys(metrics: Sequence[str]) -> list[str]:
     """The per-input scores ``metrics`` need, in report order."""
@@ -132,8 +128,9 @@ class ProfileView:
         )
 
     def projects(self, key: str) -> bool:
-        """Whether score ``key`` is measured on principal axes (``--sadl-sa-components``)."""
-        return key in PROJECTED and self.components is not None
+        """Whether score ``key`` is measured on principal axes (``--sadl-sa-components``):
+        its criterion says it is :attr:`~pytest_sadl.criteria.shape.Criterion.projected`."""
+        return self.components is not None and key in SCORES and SCORES[key].projected
 
     def fit(self, key: str, training: Training, rows: np.ndarray | None = None) -> Any:
         """Score ``key`` set up by its criterion's ``fit`` on ``training`` (on principal

@@ -161,8 +161,7 @@ def finish(
     """Controller or serial run: the results, the comparison, the reports (into ``ending``).
     ``make_scope`` says what part of the suite was measured: a partial run's gates are
     not applied unless ``--sadl-gate-partial`` (:func:`gate_partial`)."""
-    from pytest_sadl.engine import ProfileView, compute
-    from pytest_sadl.errors import SadlWarning
+    from pytest_sadl.engine import compute
     from pytest_sadl.results import MissingTest
 
     records = list(recorder.records.values())
@@ -172,14 +171,7 @@ def finish(
     first = transport.missing_warning(missing, arrivals.workers_down)
     profile = sources.resolve_profile()
     messages = list(dict.fromkeys(([first] if first else []) + outcome.warnings + recorder.messages))
-    with warnings.catch_warnings(record=True) as caught:  # e.g. kept DSA distances that cannot be used
-        warnings.simplefilter("always")
-        view = ProfileView.of(profile, options.metrics, options)
-    for w in caught:  # the engine's own warnings become lines of the report; others pass on
-        if issubclass(w.category, SadlWarning):
-            messages.append(str(w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    view = _view_saying_warnings(profile, options, messages)
     status = sources.status
     phases = Phases(lambda what: status.say(what + " ...", False) if status is not None else None)
     with phases, _on_cluster(view, profile, options, status):
@@ -196,6 +188,23 @@ def finish(
         ending.results.warnings.extend(outcome.warnings_after)
         ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
     write_reports(options, ending, outcome)
+
+
+def _view_saying_warnings(profile: Any, options: SadlOptions, messages: list[str]) -> Any:
+    """The engine's view of ``profile``; the warnings setting it up gives (kept DSA distances
+    that cannot be used...) become lines of the report (``messages``), others pass on."""
+    from pytest_sadl.engine import ProfileView
+    from pytest_sadl.errors import SadlWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        view = ProfileView.of(profile, options.metrics, options)
+    for w in caught:
+        if issubclass(w.category, SadlWarning):
+            messages.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return view
 
 
 def like_with_like(ending: Ending, baseline: Results, notes: list[str]) -> Results:

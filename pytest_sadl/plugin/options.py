@@ -499,6 +499,16 @@ _TOML_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
+def _one_value(opt: Option, ini: Any) -> Any:
+    """An ini value as one value, unless the option takes a list: a list for a ``str``
+    option joined with commas (``sadl_fail_under = ["lsc:30", "nc:50"]``), else refused."""
+    if isinstance(ini, list) and opt.kind not in ("list", "append"):
+        if opt.kind != "str":
+            raise _usage(f"{opt.ini} (ini)={ini!r}: expected one value, not a list")
+        return ",".join(str(item) for item in ini)
+    return ini
+
+
 class _Reader:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -528,26 +538,30 @@ class _Reader:
         if value is not None:
             return value, self.cwd
         native = self.toml_values().get(opt.ini)
+        self._check_toml_type(opt, native)
+        ini = self._ini(opt, native)
+        if ini in (None, "", []):
+            return None, self.inidir
+        return _one_value(opt, ini), self.inidir
+
+    def _check_toml_type(self, opt: Option, native: Any) -> None:
+        """A value of the TOML table of a type the option takes (``True`` for a path is not)."""
         types, what = _TOML_TYPES[opt.kind]
         if native is not None and not isinstance(native, types) or (isinstance(native, bool) and bool not in types):
             raise _usage(
                 f"{opt.ini} = {_toml_repr(native)} in {Path(self.config.inipath).name}: expected {what}"  # type: ignore[arg-type]
             )
+
+    def _ini(self, opt: Option, native: Any) -> Any:
+        """The option's ini value as pytest gives it (``native``: its TOML value, if any)."""
         try:
-            ini = self.config.getini(opt.ini)
+            return self.config.getini(opt.ini)
         except _usage_error():
             # pytest 9's native [tool.pytest] table checks TOML types itself: a string where
             # the option is declared a line list; the value passed the check above
             if native is None:
                 raise
-            ini = [native] if isinstance(native, str) else native
-        if ini in (None, "", []):
-            return None, self.inidir
-        if isinstance(ini, list) and opt.kind not in ("list", "append"):
-            if opt.kind != "str":
-                raise _usage(f"{opt.ini} (ini)={ini!r}: expected one value, not a list")
-            ini = ",".join(str(item) for item in ini)  # sadl_fail_under = ["lsc:30", "nc:50"]
-        return ini, self.inidir
+            return [native] if isinstance(native, str) else native
 
     def label(self, opt: Option) -> str:
         """How to name the option in a message: as the user gave it."""

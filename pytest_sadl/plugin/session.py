@@ -293,15 +293,13 @@ class SerialSession(RecordingSession):
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         tr, outcome, end = terminalreporter, self.outcome, self.ending
         if outcome.error:
-            tr.section("pytest-sadl", sep="-", red=True)
-            if outcome.error_detail and config.option.verbose > 0:
-                tr.write(outcome.error_detail)
-            tr.write_line(safe(outcome.error), red=True)
+            self._write_error(tr, config)
             return
         if end.results is None or end.data is None:
             return
         kinds = {r.kind for r in self.options.reports}
-        if kinds & {"term", "term-verbose"}:
+        table = bool(kinds & {"term", "term-verbose"})
+        if table:
             from pytest_sadl.report.terminal import write_terminal
 
             write_terminal(
@@ -309,16 +307,29 @@ class SerialSession(RecordingSession):
             )
         elif end.results.missing:  # no table asked for, but an incomplete run is never silent
             tr.write_line(safe(end.results.warnings[0]), yellow=True)
+        self._write_closing_lines(tr, end.results, table=table)
+
+    def _write_error(self, tr: Any, config: pytest.Config) -> None:
+        """The run's error in the pytest-sadl section (its detail with ``-v``)."""
+        outcome = self.outcome
+        tr.section("pytest-sadl", sep="-", red=True)
+        if outcome.error_detail and config.option.verbose > 0:
+            tr.write(outcome.error_detail)
+        tr.write_line(safe(outcome.error), red=True)
+
+    def _write_closing_lines(self, tr: Any, results: Any, *, table: bool) -> None:
+        """After the table (or without one): a partial run said (the table says it itself),
+        the files written, the thresholds not gated, the threshold failures."""
         from pytest_sadl.report.partial import partial_line, ungated_lines
 
-        said = partial_line(end.results)
-        if said is not None and not kinds & {"term", "term-verbose"}:  # the table says it too
+        said = partial_line(results)
+        if said is not None and not table:  # the table says it too
             tr.write_line(safe(f"sadl: {said}"), yellow=True)
-        for line in outcome.written:
+        for line in self.outcome.written:
             tr.write_line(safe(line))
-        for line in ungated_lines(end.results):
+        for line in ungated_lines(results):
             tr.write_line(safe(line), yellow=True)
-        for line in outcome.failure_lines(end.results):
+        for line in self.outcome.failure_lines(results):
             tr.write_line(safe(line), red=True, bold=True)
 
 

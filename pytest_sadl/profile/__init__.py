@@ -43,8 +43,8 @@ rebuild=False, base_dir=None) -> TrainingProfile``
 ``save_profile(profile, path)``, ``load_profile(path, fingerprint=None)``
     :mod:`~pytest_sadl.profile.files`. The store's format 2 for a profile; ``load_profile`` raises :class:`pytest_sadl.store.entry.Invalid` when the
     folder must not be trusted.
-``default_cache_dir(rootdir=None) -> Path``, ``find_rootdir(start=None) -> Path``
-    From :mod:`pytest_sadl.store.location`.
+``default_cache_dir(rootdir, cache_dir=None) -> Path``
+    From :mod:`pytest_sadl.store.location` (``rootdir``: pytest's).
 ``list_profiles(cache_dir) -> list[ProfileInfo]``
     :mod:`~pytest_sadl.profile.lookup`. The profiles stored there, newest first, each with its fingerprint, size, age and
     whether it is readable.

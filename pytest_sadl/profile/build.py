@@ -128,20 +128,35 @@ class ProfileOptions:
 
     def __post_init__(self) -> None:
         for name in ("sa_layers", "coverage_layers"):
-            value = getattr(self, name)
-            if isinstance(value, (str, int)):
-                value = (value,)
-            if value is not None:
-                object.__setattr__(self, name, tuple(value) or None)
+            object.__setattr__(self, name, _layer_names(getattr(self, name)))
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
             raise SadlConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
-        vt = self.var_threshold
-        if isinstance(vt, bool) or not isinstance(vt, (int, float)) or not np.isfinite(vt) or vt < 0:
-            raise SadlConfigError(f"var_threshold must be a finite number >= 0, got {vt!r}")
+        if not _finite_non_negative(self.var_threshold):
+            raise SadlConfigError(f"var_threshold must be a finite number >= 0, got {self.var_threshold!r}")
         if self.lsa_near_singular not in ("drop", "keep"):
             raise SadlConfigError(f"lsa_near_singular must be 'drop' or 'keep', got {self.lsa_near_singular!r}")
         if self.var_rule not in ("class", "paper"):
             raise SadlConfigError(f"var_rule must be 'class' or 'paper', got {self.var_rule!r}")
+
+
+def _check_extra_name(name: str) -> None:
+    """A derived array's name is letters, digits, '-', '_' and '.', not hidden."""
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+        raise SadlConfigError(f"cached_array name {name!r} must be letters, digits, '-', '_' and '.'")
+
+
+def _layer_names(value: Any) -> tuple[Any, ...] | None:
+    """Layers as given (one name or index, or several) as a tuple; ``None`` (or none): the default."""
+    if isinstance(value, (str, int)):
+        value = (value,)
+    return None if value is None else tuple(value) or None
+
+
+def _finite_non_negative(value: Any) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return bool(np.isfinite(value)) and value >= 0
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -367,23 +382,13 @@ class TrainingProfile:
         unreadable file is recomputed with a :class:`SadlCacheWarning`, an unwritable
         folder keeps the value in memory (with one such warning).
         """
-        if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
-            raise SadlConfigError(f"cached_array name {name!r} must be letters, digits, '-', '_' and '.'")
+        _check_extra_name(name)
         if name in self._extras:
             return self._extras[name]
-        if self.path is not None:
-            try:
-                hit = store.read_extra(self.path, name)
-            except Invalid as exc:
-                hit = None
-                warnings.warn(
-                    f"pytest-sadl: cached array {name!r} of {self.path} cannot be used ({exc}); recomputing it",
-                    SadlCacheWarning,
-                    stacklevel=2,
-                )
-            if hit is not None:
-                self._extras[name] = hit
-                return hit
+        hit = self._stored_extra(name)
+        if hit is not None:
+            self._extras[name] = hit
+            return hit
         value = np.asarray(compute())
         if value.dtype.kind not in "biuf":
             raise SadlConfigError(f"cached_array {name!r}: compute() returned dtype {value.dtype}, not numbers")
@@ -394,6 +399,22 @@ class TrainingProfile:
                 cycle.uncached_warning(self.path, exc)
         self._extras[name] = value
         return value
+
+    def _stored_extra(self, name: str) -> np.ndarray | None:
+        """The derived array ``name`` stored in the profile's folder, ``None`` when there is
+        no folder, no such array, or one that cannot be used (with a warning)."""
+        if self.path is None:
+            return None
+        try:
+            hit: np.ndarray | None = store.read_extra(self.path, name)
+        except Invalid as exc:
+            warnings.warn(
+                f"pytest-sadl: cached array {name!r} of {self.path} cannot be used ({exc}); recomputing it",
+                SadlCacheWarning,
+                stacklevel=3,  # cached_array's caller
+            )
+            return None
+        return hit
 
     def trace_model(self, model: Any) -> Any:
         """A :class:`~pytest_sadl.capture.TraceModel` of ``model`` with this profile's layers,

@@ -87,12 +87,23 @@ def scoring_on(
         if status is not None:
             what = "DSA" if projected else "LSA and DSA"
             status(f"scoring {what} on {len(scorer._workers)} Dask worker(s) at {address}")
-        if not projected:
-            view.use("lsa", scorer.lsa)
-        view.use("dsa", scorer.dsa if profile.classifier else None)
+        use_cluster_scores(view, scorer.lsa, scorer.dsa if profile.classifier else None, projected)
         yield True
     finally:
         scorer.__exit__(None, None, None)
+
+
+def use_cluster_scores(view: Any, lsa: Any, dsa: Any, projected: bool = False) -> None:
+    """``view`` scores LSA and DSA on the cluster where the cluster's are the run's: not LSA
+    on principal axes or on its highest-variance neurons (``--sadl-lsa-max-features``), not
+    DSA on a subsample (``--sadl-dsa-subsample``); those are set up here, by their criteria."""
+    from pytest_sadl.criteria.metrics import dsc, lsc
+
+    options = getattr(view, "options", None)
+    if not projected and lsc.max_features(options) == 0:
+        view.use("lsa", lsa)
+    if dsc.subsample(options)[0] == 0:
+        view.use("dsa", dsa)
 
 
 def _source(x: np.ndarray) -> tuple[str, str, tuple[int, ...], int, int, int] | None:
@@ -256,9 +267,7 @@ class ClusterScorer:
 
     def _reduce(self, fn: Callable[..., Any], q: np.ndarray, cls: np.ndarray, what: str, *, pair: bool = False) -> Any:
         """``fn`` of each block of queries on every shard, reduced (min, first on a tie)."""
-        from pytest_sadl.criteria.sharded import reduce_nearest
-
-        blocks = [(s, min(s + QUERY_ROWS, len(q))) for s in range(0, len(q), QUERY_ROWS)]
+        blocks = _query_blocks(len(q))
         futures, sizes = [], []
         for a, b in blocks:
             qf = self.client.scatter(q[a:b], broadcast=False, hash=False)
@@ -267,13 +276,8 @@ class ClusterScorer:
                 sizes.append(b - a)
         results = gather_in_order(self.client, futures, sizes, None, self.status if len(futures) > 8 else None, what)
         per = len(self._dsa)
-        if pair:
-            parts = [reduce_nearest(results[i * per : (i + 1) * per]) for i in range(len(blocks))]
-            if not parts:
-                return np.zeros(0, dtype=np.int64), np.zeros(0)
-            return np.concatenate([i for i, _ in parts]), np.concatenate([d for _, d in parts])
-        mins = [np.minimum.reduce(results[i * per : (i + 1) * per]) for i in range(len(blocks))]
-        return np.concatenate(mins) if mins else np.zeros(0)
+        per_block = [results[i * per : (i + 1) * per] for i in range(len(blocks))]
+        return _nearest_pairs(per_block) if pair else _nearest_distances(per_block)
 
     # -- LSA ------------------------------------------------------------------------
 
@@ -282,19 +286,9 @@ class ClusterScorer:
         q = np.asarray(ats, dtype=np.float64)
         p = None if pred is None or self.pred is None else np.asarray(pred, dtype=np.int64)
         if not self._lsa:
-            arrays = {k: v for k, v in self.profile.lsa_arrays.items() if k != "train_ats"}
-            source = _source(self.x)
-            data = (
-                source
-                if source is not None and self._workers_see(source)
-                else self.client.scatter(np.asarray(self.x), broadcast=True, hash=False)
-            )
-            self._lsa = {
-                w: self.client.submit(_lsa_setup, data, arrays, workers=[w], allow_other_workers=False, pure=False)
-                for w in self._workers
-            }
+            self._lsa = self._lsa_on_each_worker()
         workers = list(self._lsa)
-        blocks = [(s, min(s + QUERY_ROWS, len(q))) for s in range(0, len(q), QUERY_ROWS)]
+        blocks = _query_blocks(len(q))
         futures = [
             self.client.submit(
                 _lsa_score,
@@ -309,6 +303,21 @@ class ClusterScorer:
         ]
         results = gather_in_order(self.client, futures, [b - a for a, b in blocks], None, self.status, "LSA")
         return np.concatenate(results) if results else np.zeros(0)
+
+    def _lsa_on_each_worker(self) -> dict[Any, Any]:
+        """LSA set up once on each worker (futures by worker), from the training traces the
+        workers can read themselves (their file), else scattered to them."""
+        arrays = {k: v for k, v in self.profile.lsa_arrays.items() if k != "train_ats"}
+        source = _source(self.x)
+        data = (
+            source
+            if source is not None and self._workers_see(source)
+            else self.client.scatter(np.asarray(self.x), broadcast=True, hash=False)
+        )
+        return {
+            w: self.client.submit(_lsa_setup, data, arrays, workers=[w], allow_other_workers=False, pure=False)
+            for w in self._workers
+        }
 
     # -- class moments (MDSA's set-up) --------------------------------------------
 
@@ -354,3 +363,24 @@ class ClusterScorer:
             self.client, futures, [b - a for a, b in parts], progress, self.status, "traced the pool"
         )
         return Traces.concatenate(results)
+
+
+def _query_blocks(n: int) -> list[tuple[int, int]]:
+    """The queries' blocks of at most ``QUERY_ROWS`` rows, as ``(start, stop)``."""
+    return [(s, min(s + QUERY_ROWS, n)) for s in range(0, n, QUERY_ROWS)]
+
+
+def _nearest_pairs(per_block: list[list[Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each block's shards' (index, distance) reduced to the nearest (first on a tie), joined."""
+    from pytest_sadl.criteria.sharded import reduce_nearest
+
+    parts = [reduce_nearest(shards) for shards in per_block]
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    return np.concatenate([i for i, _ in parts]), np.concatenate([d for _, d in parts])
+
+
+def _nearest_distances(per_block: list[list[Any]]) -> np.ndarray:
+    """Each block's shards' distances reduced to the smallest, joined."""
+    mins = [np.minimum.reduce(shards) for shards in per_block]
+    return np.concatenate(mins) if mins else np.zeros(0)

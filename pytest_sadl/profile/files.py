@@ -91,31 +91,45 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
     for key, value in (profile.head_arrays or {}).items():
         arrays[f"head.{key}"] = np.ascontiguousarray(value, dtype=np.float64)
     refs: dict[str, Any] = {"strings": {}}
-    strings = refs["strings"]
-    cands = _candidates(profile)
     need_order = False
+    cands = _candidates(profile)
     for group, d in (("lsa", profile.lsa_arrays), ("dsa", profile.dsa_arrays)):
-        if d is None:
-            continue
-        for key, value in d.items():
-            value = np.asarray(value)
-            name = f"{group}.{key}"
-            shape_of = {"sa_traces": profile.sa_traces.shape, "sa_pred": profile.sa_pred.shape}
-            if value.dtype.kind == "U":  # an option such as LSA's near_singular: the store holds numbers only
-                strings[name] = value.tolist()
-                continue
-            ref = next(
-                (c for c, make in cands.items() if value.ndim and _same(value, make, shape_of[c.split("[")[0]])),
-                None,
-            )
-            if ref is not None:
-                refs[name] = {"ref": ref, "dtype": value.dtype.str}
-                need_order |= ref.endswith("[order]")
-            else:
-                arrays[name] = value
+        if d is not None:
+            need_order |= _score_arrays(profile, cands, (group, d), arrays, refs)
     if need_order:
         arrays["order"] = np.argsort(profile.sa_pred, kind="stable")
     return arrays, refs
+
+
+def _score_arrays(
+    profile: TrainingProfile,
+    cands: dict[str, Callable[[], np.ndarray]],
+    score: tuple[str, Mapping[str, Any]],
+    arrays: dict[str, np.ndarray],
+    refs: dict[str, Any],
+) -> bool:
+    """A score's arrays (``score``: its group, ``"lsa"`` or ``"dsa"``, and its arrays) into
+    ``arrays``, or into ``refs`` as a reference to one of the ``cands`` they repeat
+    (strings: ``refs["strings"]``). Returns whether a reference needs the classes' ``order``."""
+    group, d = score
+    shape_of = {"sa_traces": profile.sa_traces.shape, "sa_pred": profile.sa_pred.shape}
+    need_order = False
+    for key, value in d.items():
+        value = np.asarray(value)
+        name = f"{group}.{key}"
+        if value.dtype.kind == "U":  # an option such as LSA's near_singular: the store holds numbers only
+            refs["strings"][name] = value.tolist()
+            continue
+        ref = next(
+            (c for c, make in cands.items() if value.ndim and _same(value, make, shape_of[c.split("[")[0]])),
+            None,
+        )
+        if ref is not None:
+            refs[name] = {"ref": ref, "dtype": value.dtype.str}
+            need_order |= ref.endswith("[order]")
+        else:
+            arrays[name] = value
+    return need_order
 
 
 def save_profile(profile: TrainingProfile, path: str | os.PathLike[str]) -> Path:
@@ -177,8 +191,7 @@ def _check_values(meta: dict[str, Any]) -> None:
     """The classifier flag, the variance threshold, the input shape and the objects."""
     if not isinstance(meta.get("classifier"), bool):
         raise _bad(meta, "classifier", "true or false")
-    vt = meta.get("var_threshold")
-    if isinstance(vt, bool) or not isinstance(vt, (int, float)) or not np.isfinite(vt) or vt < 0:
+    if not _is_threshold(meta.get("var_threshold")):
         raise _bad(meta, "var_threshold", "a finite number >= 0")
     shape = meta.get("input_shape")
     if not isinstance(shape, list) or not all(v is None or _is_int(v) for v in shape):
@@ -187,13 +200,32 @@ def _check_values(meta: dict[str, Any]) -> None:
         raise Invalid("metadata 'refs' or 'versions' is not an object")
 
 
+def _is_threshold(value: Any) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return bool(np.isfinite(value)) and value >= 0
+
+
 def check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
     """What the arrays' headers must say, checked before any data is read."""
+    shapes = entry.shapes()
+    want = _wanted_shapes(meta, shapes)
+    for key, (shape, kind) in want.items():
+        if key not in shapes:
+            raise Invalid(f"array {key!r} is missing")
+        if shapes[key] != shape or entry.arrays[key].dtype.kind not in kind:
+            raise Invalid(f"{key} is {entry.arrays[key].dtype} {shapes[key]}, expected shape {shape}")
+    _check_no_stray_arrays(shapes, want, meta["n_train"])
+
+
+def _wanted_shapes(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[tuple[Any, ...], str]]:
+    """Each array a profile of ``meta`` must hold: its shape and the dtype kinds it may have
+    (``order`` and the output layer's ``head.*`` when the entry holds them)."""
     n, d = meta["n_train"], sum(meta["sa_sizes"])
     n_cov, n_layers = sum(meta["coverage_sizes"]), len(meta["coverage_sizes"])
-    shapes, kinds = entry.shapes(), {k: v.dtype.kind for k, v in entry.arrays.items()}
     pred_shape = shapes.get("sa_pred", ())
-    want = {
+    want: dict[str, tuple[tuple[Any, ...], str]] = {
         "sa_traces": ((n, d), "f"),
         # a classifier's predicted classes; a regression model's outputs (n,) or (n, k)
         "sa_pred": ((n,), "iu") if meta["classifier"] else ((n, *pred_shape[1:2]), "iuf"),
@@ -204,14 +236,16 @@ def check_shapes(meta: dict[str, Any], entry: store.Entry) -> None:
     }
     if "order" in shapes:
         want["order"] = ((n,), "iu")
+    if "ranges.std" in shapes:  # the per-neuron training std (absent: stored before it was kept)
+        want["ranges.std"] = ((n_cov,), "f")
     if "head.kernel" in shapes or "head.bias" in shapes:  # the output layer over the SA traces
         want["head.kernel"] = ((d, meta["n_outputs"]), "f")
         want["head.bias"] = ((meta["n_outputs"],), "f")
-    for key, (shape, kind) in want.items():
-        if key not in shapes:
-            raise Invalid(f"array {key!r} is missing")
-        if shapes[key] != shape or kinds[key] not in kind:
-            raise Invalid(f"{key} is {entry.arrays[key].dtype} {shapes[key]}, expected shape {shape}")
+    return want
+
+
+def _check_no_stray_arrays(shapes: dict[str, tuple[int, ...]], want: dict[str, Any], n: int) -> None:
+    """Beside the wanted arrays, only the LSA's and DSA's, none longer than the ``n`` inputs."""
     for key, shape in shapes.items():
         group = key.partition(".")[0]
         if key not in want and (group not in ("lsa", "dsa") or (shape and shape[0] > n)):
@@ -259,6 +293,9 @@ def _check_content(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
     low, high = np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])
     if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
         raise Invalid("the neuron ranges hold NaN, inf or low > high")
+    std = a.get("ranges.std")
+    if std is not None and not (np.isfinite(std).all() and (np.asarray(std) >= 0).all()):
+        raise Invalid("the neuron ranges' standard deviations hold NaN, inf or negative values")
     if list(np.asarray(a["ranges.sizes"])) != meta["coverage_sizes"]:
         raise Invalid(f"the neuron ranges have sizes {list(a['ranges.sizes'])}, expected {meta['coverage_sizes']}")
     _check_indices(meta, a)
@@ -266,15 +303,19 @@ def _check_content(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
 
 def _check_indices(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
     """Classes and order in range, and the LSA's threshold the metadata's."""
-    pred = a["sa_pred"]
     n_classes = 2 if meta["n_outputs"] == 1 else meta["n_outputs"]
-    if meta["classifier"] and len(pred) and (int(pred.min()) < 0 or int(pred.max()) >= n_classes):
+    if meta["classifier"] and not _within(a["sa_pred"], n_classes):
         raise Invalid(f"sa_pred holds classes outside [0, {n_classes})")
     order = a.get("order")
-    if order is not None and len(order) and (int(order.min()) < 0 or int(order.max()) >= meta["n_train"]):
+    if order is not None and not _within(order, meta["n_train"]):
         raise Invalid("order is malformed")
     if "lsa.var_threshold" in a and float(a["lsa.var_threshold"]) != float(meta["var_threshold"]):
         raise Invalid("the LSA's var_threshold differs from the metadata's")
+
+
+def _within(indices: np.ndarray, stop: int) -> bool:
+    """Every index in ``[0, stop)`` (an empty array is)."""
+    return not len(indices) or (int(indices.min()) >= 0 and int(indices.max()) < stop)
 
 
 def _head(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:

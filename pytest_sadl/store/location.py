@@ -2,12 +2,12 @@
 
 Public API
 ----------
-``find_rootdir(start=None) -> Path``
-    pytest's rootdir for ``start`` (default: the current directory), simplified.
-``default_cache_dir(rootdir=None, cache_dir=None) -> Path``
+``default_cache_dir(rootdir, cache_dir=None) -> Path``
     ``<rootdir>/.pytest_cache/d/sadl`` (or ``<cache_dir>/d/sadl`` when the pytest
     configuration, or the ``cache_dir`` argument, sets pytest's ``cache_dir``): what
-    ``config.cache.mkdir("sadl")`` gives, without creating it.
+    ``config.cache.mkdir("sadl")`` gives, without creating it. ``rootdir`` is pytest's
+    (``config.rootpath``): the plugin's and the ``sadl`` command's, which reads the
+    project's configuration through pytest (:func:`pytest_sadl.cli.args.project_options`).
 ``expand_path(value, base) -> Path``
     A user-given folder: ``~`` and ``$VARS`` expanded, relative to ``base``.
 ``ensure_cache_dir(path) -> Path``
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pytest_sadl.atomic import atomic_write_text
 
-__all__ = ["find_rootdir", "default_cache_dir", "expand_path", "ensure_cache_dir"]
+__all__ = ["default_cache_dir", "expand_path", "ensure_cache_dir"]
 
 _INI_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 GITIGNORE = "# Created by pytest-sadl automatically.\n*\n"
@@ -47,43 +47,53 @@ def _ini_cache_dir(path: Path) -> tuple[bool, str | None]:
     except (OSError, UnicodeDecodeError):
         return False, None
     if path.name == "pyproject.toml":
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # pragma: no cover - Python 3.10
-            import tomli as tomllib
-        try:
-            ini = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
-        except Exception:
-            return False, None
-        if not isinstance(ini, dict):
-            return False, None
-        value = ini.get("cache_dir")
-        return True, None if value is None else str(value)
+        return _toml_cache_dir(text)
+    return _cfg_cache_dir(path.name, text)
+
+
+def _toml_cache_dir(text: str) -> tuple[bool, str | None]:
+    """A ``pyproject.toml``: a pytest configuration when it has ``[tool.pytest.ini_options]``."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        ini = tomllib.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
+    except Exception:
+        return False, None
+    if not isinstance(ini, dict):
+        return False, None
+    value = ini.get("cache_dir")
+    return True, None if value is None else str(value)
+
+
+def _cfg_cache_dir(name: str, text: str) -> tuple[bool, str | None]:
+    """An ini-style file ``name``: ``pytest.ini`` (and ``.pytest.ini``) always is a pytest
+    configuration; ``tox.ini`` with a ``[pytest]``, ``setup.cfg`` with a ``[tool:pytest]`` section."""
     import configparser
 
+    always = name in ("pytest.ini", ".pytest.ini")
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(text)
     except configparser.Error:
-        return path.name in ("pytest.ini", ".pytest.ini"), None
-    section = "pytest" if path.name in ("pytest.ini", ".pytest.ini", "tox.ini") else "tool:pytest"
+        return always, None
+    section = "pytest" if always or name == "tox.ini" else "tool:pytest"
     if not parser.has_section(section):
-        return path.name in ("pytest.ini", ".pytest.ini"), None
+        return always, None
     return True, parser.get(section, "cache_dir", fallback=None)
 
 
-def find_rootdir(start: str | os.PathLike[str] | None = None) -> Path:
-    """pytest's rootdir for ``start`` (default: the current directory), simplified: the
-    first directory upwards holding a pytest configuration (``pytest.ini``,
-    ``.pytest.ini``, ``pyproject.toml`` with ``[tool.pytest.ini_options]``, ``tox.ini``
-    or ``setup.cfg`` with a pytest section), else ``start`` itself."""
-    here = Path(start if start is not None else os.getcwd()).resolve()
-    for directory in (here, *here.parents):
-        for name in _INI_FILES:
-            candidate = directory / name
-            if candidate.is_file() and _ini_cache_dir(candidate)[0]:
-                return directory
-    return here
+def _configured_cache_dir(root: Path) -> str | None:
+    """The ``cache_dir`` set in ``root``'s pytest configuration file, if any (the first
+    file pytest would take as the configuration, in pytest's order)."""
+    for name in _INI_FILES:
+        candidate = root / name
+        if candidate.is_file():
+            is_config, value = _ini_cache_dir(candidate)
+            if is_config:
+                return value
+    return None
 
 
 def expand_path(value: str | os.PathLike[str], base: str | os.PathLike[str]) -> Path:
@@ -92,26 +102,19 @@ def expand_path(value: str | os.PathLike[str], base: str | os.PathLike[str]) -> 
     return Path(base) / os.path.expanduser(os.path.expandvars(os.fspath(value)))
 
 
-def default_cache_dir(
-    rootdir: str | os.PathLike[str] | None = None, cache_dir: str | os.PathLike[str] | None = None
-) -> Path:
+def default_cache_dir(rootdir: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``<rootdir>/.pytest_cache/d/sadl`` (or ``<cache_dir>/d/sadl`` when pytest's
     ``cache_dir`` is given, or set in the rootdir's pytest configuration): what
     ``config.cache.mkdir("sadl")`` gives. The folder is not created here.
 
-    The plugin passes ``config.rootpath`` and pytest's ``cache_dir`` ini value; the CLI
-    passes nothing, and the rootdir is found from the current directory with
-    :func:`find_rootdir`.
+    ``rootdir`` is pytest's (``config.rootpath``), and ``cache_dir`` pytest's ``cache_dir``
+    ini value when pytest knows it. The rootdir's configuration file is read for
+    ``cache_dir`` only when it is not given: with ``-p no:cacheprovider`` pytest does not
+    declare the option, and the folder is still the one a run with the cache would use.
     """
-    root = Path(rootdir).resolve() if rootdir is not None else find_rootdir()
+    root = Path(rootdir).resolve()
     if cache_dir is None:
-        for name in _INI_FILES:
-            candidate = root / name
-            if candidate.is_file():
-                is_config, value = _ini_cache_dir(candidate)
-                if is_config:
-                    cache_dir = value
-                    break
+        cache_dir = _configured_cache_dir(root)
     base = root / ".pytest_cache" if cache_dir is None else expand_path(cache_dir, root)
     return base / "d" / "sadl"
 

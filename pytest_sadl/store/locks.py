@@ -164,6 +164,25 @@ def _same_file(file: Path, inode: int) -> bool:
         return False
 
 
+def _take_over(file: Path, inode: int, holder: dict[str, Any], notice: Callable[[str], None] | None) -> None:
+    """A gone holder's lock file removed (when it is still the file the holder locked), said."""
+    with contextlib.suppress(OSError):
+        if os.stat(file).st_ino == inode:  # still the file the holder locked
+            os.unlink(file)
+    if notice:
+        notice(f"the lock {file} was held by {describe_holder(holder)}, which is gone; taking it over")
+
+
+def _waiting_notice(file: Path, holder: dict[str, Any] | None, timeout: float | None) -> str:
+    """The one notice of a long wait: who holds the lock, how long this waits, what to do."""
+    limit = "as long as it takes" if timeout is None else f"up to {timeout:g} s in all"
+    pid = f"kill {holder['pid']}" if holder else "end it"
+    return (
+        f"waiting for the lock {file}, held by {describe_holder(holder)} (building this profile?); "
+        f"waiting {limit} (--sadl-lock-timeout); if that process is stuck, {pid} or delete the lock file"
+    )
+
+
 def _wait_turn(
     file: Path,
     fd: int,
@@ -180,21 +199,12 @@ def _wait_turn(
     waited, patience, told = state
     holder = read_holder(fd)
     if holder is not None and holder_gone(holder):
-        with contextlib.suppress(OSError):
-            if os.stat(file).st_ino == inode:  # still the file the holder locked
-                os.unlink(file)
-        if notice:
-            notice(f"the lock {file} was held by {describe_holder(holder)}, which is gone; taking it over")
+        _take_over(file, inode, holder, notice)
         return told
     if timeout is not None and waited >= timeout:
         raise LockTimeout(f"waited {waited:.0f} s for the lock {file}, held by {describe_holder(holder)}") from None
     if not told and waited >= patience and notice:
         told = True
-        limit = "as long as it takes" if timeout is None else f"up to {timeout:g} s in all"
-        pid = f"kill {holder['pid']}" if holder else "end it"
-        notice(
-            f"waiting for the lock {file}, held by {describe_holder(holder)} (building this profile?); "
-            f"waiting {limit} (--sadl-lock-timeout); if that process is stuck, {pid} or delete the lock file"
-        )
+        notice(_waiting_notice(file, holder, timeout))
     time.sleep(_POLL)
     return told

@@ -29,5 +29,6 @@ CRITERION = Criterion(
     sa="mdsa",
     sa_label="MDSA",
     fit=fit,
+    projected=True,
     colour=Colour("#a16207", "#facc15"),
 )

@@ -41,6 +41,7 @@ CRITERION = Criterion(
     sa_label="MLSA",
     default=False,
     fit=fit,
+    projected=True,
     params=params,
     parameters=(
         Param(

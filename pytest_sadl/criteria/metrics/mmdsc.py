@@ -20,14 +20,25 @@ def fit(training: Any) -> Any:
     from pytest_sadl.criteria.modes import MMDSA, MODES
 
     modes = getattr(training.options, "mmdsa_modes", MODES)
-    return MMDSA(training.traces, training.pred, modes=modes, var_threshold=training.var_threshold)
+    return MMDSA(
+        training.traces,
+        training.pred,
+        modes=modes,
+        var_threshold=training.var_threshold,
+        silhouette=_silhouette(training.options),
+    )
+
+
+def _silhouette(options: Any) -> int:
+    return 0 if options is None else int(options.param("mmdsa_silhouette"))
 
 
 def params(options: Any) -> str:
-    """The option the score depends on, for the names of its stored held-out values."""
+    """The options the score depends on, for the names of its stored held-out values."""
     from pytest_sadl.criteria.modes import MODES
 
-    return f"m{getattr(options, 'mmdsa_modes', MODES)}"
+    most = _silhouette(options)
+    return f"m{getattr(options, 'mmdsa_modes', MODES)}" + (f"-s{most}" if most else "")
 
 
 CRITERION = Criterion(
@@ -41,6 +52,7 @@ CRITERION = Criterion(
     sa_label="MMDSA",
     default=False,
     fit=fit,
+    projected=True,
     params=params,
     parameters=(
         Param(
@@ -51,6 +63,16 @@ CRITERION = Criterion(
             at_least=1,
             at_least_why="MMDSA needs at least 1 k-means mode per class",
             description="MMDSA's k-means modes per class (when the run computed MMDSC)",
+        ),
+        Param(
+            "mmdsa_silhouette",
+            int,
+            0,
+            "MMDSA: each class's modes chosen among 2..K by the silhouette score, as dnn-tip's "
+            "potential_k (default 0: --sadl-mmdsa-modes modes)",
+            at_least=0,
+            at_least_why="MMDSA's silhouette is 0 (off) or the largest number of modes to try",
+            description="the most modes MMDSA's silhouette choice tried per class, 0 when off (when the run computed MMDSC)",
         ),
     ),
     colour=Colour("#78350f", "#fde68a", dashed=True),
