@@ -3,9 +3,13 @@
 Every report renders these; none recomputes a metric. Coverage values are fractions in
 [0, 1]; thresholds are percentages, as on the command line.
 
-The file format (``docs/results-schema.md``) is described by a JSON Schema (draft
-2020-12) shipped in the package as ``pytest_sadl/results.schema.json``; reading and
-validating files from outside is :mod:`pytest_sadl.resultsfile`.
+The dataclasses below are the one source of the file format (``docs/results-schema.md``):
+their type hints and field specs (:func:`pytest_sadl.codec.spec`) make the JSON form
+(``to_dict``), the lenient reading back (``from_dict``) and the JSON Schema (draft
+2020-12, :func:`json_schema`), which ``scripts/results_schema.py`` writes to
+``pytest_sadl/results.schema.json`` with the registry's per-metric entries; reading and
+validating files from outside is :mod:`pytest_sadl.resultsfile`. A new section is a
+dataclass (a ``Record``) and a field of :class:`Results` (or of a section), nothing else.
 
 Versioning: ``version`` is the major version of the format. A reader refuses a newer
 major version; new *optional* fields (another metric, a new section) do not change it,
@@ -16,22 +20,28 @@ newer minor additions.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+from pytest_sadl.codec import DOUBLE, INTEGER, Extra, Json, Record, Spec, spec
+from pytest_sadl.codec import schema as _schema
 
 SCHEMA = "pytest-sadl/results"
 VERSION = 1
 
-#: A JSON value as :func:`json.loads` gives it (and as a results file holds it).
-JSON: TypeAlias = "None | bool | int | float | str | list[JSON] | dict[str, JSON]"
-#: A JSON object.
-JSONObject: TypeAlias = "dict[str, JSON]"
+if TYPE_CHECKING:
+    #: A JSON value as :func:`json.loads` gives it (and as a results file holds it).
+    JSON: TypeAlias = "None | bool | int | float | str | list[JSON] | dict[str, JSON]"
+    #: A JSON object.
+    JSONObject: TypeAlias = "dict[str, JSON]"
+else:  # what the codec reads as "any JSON value, kept as it is"
+    JSON = Json
+    JSONObject = dict[str, Json]
 #: Per-metric (or per-score) numbers of a row, in the order the run reported them.
-Numbers: TypeAlias = "dict[str, float | None]"
+Numbers: TypeAlias = dict[str, float | None]
 
 
 def percent(value: float | None) -> float | None:
@@ -39,107 +49,45 @@ def percent(value: float | None) -> float | None:
     return None if value is None else round(value * 100.0, 2)
 
 
-# ------------------------------------------------------------------ reading JSON values
-# A validated document has the types the schema says; these read one value with that
-# type or give the default (a field a file does not have, or an older file's), so that
-# the typed results never hold a value of another type.
+#: The scores every older file has in ``tests``, ``top_inputs`` and ``inputs`` (the schema
+#: names them; a newer score's values are allowed, unnamed).
+_CLASSIC = ("lsa", "dsa", "mdsa")
+_SHARE = {"minimum": 0, "maximum": 1}  # a fraction in [0, 1]
+_BOUNDS_RULE = (
+    "how the bounds were chosen: 'configured', or the default rule with its version ('default v2: ...': "
+    "the 99th percentile of held-out training SA; 'default: ...' before v2: their maximum)"
+)
 
 
-def _py(value: object) -> object:
-    """A NumPy scalar as the Python value it holds (the engine's rows may have them)."""
-    if hasattr(value, "item") and not isinstance(value, (str, bytes, list, dict)):
-        return value.item()
-    return value
-
-
-def _obj(value: object) -> JSONObject:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[JSON]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: object) -> str | None:
-    value = _py(value)
-    return str(value) if isinstance(value, str) else None
-
-
-def _int(value: object) -> int | None:
-    value = _py(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(value: object) -> float | None:
-    """A number (an ``int`` kept as it is, as the document has it; NaN and inf as
-    ``None``, as the JSON form writes them)."""
-    value = _py(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value if isinstance(value, int) or math.isfinite(value) else None
-
-
-def _bool(value: object) -> bool | None:
-    value = _py(value)
-    return value if isinstance(value, bool) else None
-
-
-def _numbers(value: object) -> Numbers:
-    return {str(k): _float(v) for k, v in _obj(value).items()}
-
-
-def _bool_or_none(value: object) -> bool | None:
-    return value if isinstance(value, bool) else None
-
-
-def _ints(value: object) -> dict[str, int]:
-    return {str(k): n for k, v in _obj(value).items() if (n := _int(v)) is not None}
-
-
-def _strs(value: object) -> list[str]:
-    return [v for v in _list(value) if isinstance(v, str)]
-
-
-def _is_number(value: object) -> bool:
-    value = _py(value)
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+def _is_bounds(value: object) -> bool:
+    """A ``config`` value that is a surprise coverage's bounds (not a parameter)."""
+    return isinstance(value, Mapping) and {"lower", "upper"} <= set(value)
 
 
 # ------------------------------------------------------------------------ the sections
 
 
 @dataclass
-class Metric:
-    value: float | None
-    covered: int
-    total: int
+class Metric(Record):
+    value: float | None = spec(required=True, **_SHARE)
+    covered: int = spec(null=True)  # a file without it reads as 0
+    total: int = spec(null=True)
     applicable: bool = True
-    below: int | None = None  # surprise coverage only: scores at or below the lower bound
-    above: int | None = None  # ... above the upper bound
-    count: int | None = None  # ... scores in all
-    nan: int | None = None  # ... scores that are NaN (a class with no training traces)
+    #: surprise coverage only: scores at or below the lower bound
+    below: int | None = spec(default=None, omit_none=True, null=True)
+    above: int | None = spec(default=None, omit_none=True, null=True)  # ... above the upper bound
+    count: int | None = spec(default=None, omit_none=True, null=True)  # ... scores in all
+    #: ... scores that are NaN (a class with no training traces)
+    nan: int | None = spec(default=None, omit_none=True, null=True)
     #: why the metric is not available (its score cannot be set up on the chosen layer);
     #: ``None`` when it is computed, or merely not applicable (DSC of a regression model)
-    reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k == "value"}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Metric:
-        """A ``metrics`` entry; ``covered``/``total`` a file does not have read as 0."""
-        applicable = data.get("applicable")
-        return cls(
-            _float(data.get("value")),
-            _int(data.get("covered")) or 0,
-            _int(data.get("total")) or 0,
-            applicable=applicable if isinstance(applicable, bool) else True,
-            below=_int(data.get("below")),
-            above=_int(data.get("above")),
-            count=_int(data.get("count")),
-            nan=_int(data.get("nan")),
-            reason=_str(data.get("reason")),
-        )
+    reason: str | None = spec(
+        default=None,
+        omit_none=True,
+        null=True,
+        doc="why the metric is not available: its score cannot be set up on the chosen layer "
+        "(the other metrics are computed)",
+    )
 
     @property
     def measured(self) -> bool:
@@ -148,360 +96,177 @@ class Metric:
 
 
 @dataclass
-class Failure:
+class Failure(Record):
     metric: str
     value: float | None
     threshold: float
     message: str
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Failure:
-        return cls(
-            _str(data.get("metric")) or "",
-            _float(data.get("value")),
-            _float(data.get("threshold")) or 0.0,
-            _str(data.get("message")) or "",
-        )
-
 
 @dataclass(frozen=True)
-class ModelInfo:
+class ModelInfo(Record):
     """What the results say about the model (``model``)."""
 
     name: str | None = None
     source: str | None = None
     fingerprint: str | None = None
     profile_fingerprint: str | None = None
-    classifier: bool | None = None
+    classifier: bool | None = spec(default=None, null=False)
     n_classes: int | None = None
-    input_shape: list[int | None] | None = None
-    n_train: int | None = None
-
-    def to_dict(self) -> JSONObject:
-        shape: JSON = None if self.input_shape is None else list(self.input_shape)
-        return {
-            "name": self.name,
-            "source": self.source,
-            "fingerprint": self.fingerprint,
-            "profile_fingerprint": self.profile_fingerprint,
-            "classifier": self.classifier,
-            "n_classes": self.n_classes,
-            "input_shape": shape,
-            "n_train": self.n_train,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> ModelInfo:
-        shape = data.get("input_shape")
-        return cls(
-            name=_str(data.get("name")),
-            source=_str(data.get("source")),
-            fingerprint=_str(data.get("fingerprint")),
-            profile_fingerprint=_str(data.get("profile_fingerprint")),
-            classifier=_bool(data.get("classifier")),
-            n_classes=_int(data.get("n_classes")),
-            input_shape=[_int(v) for v in shape] if isinstance(shape, (list, tuple)) else None,
-            n_train=_int(data.get("n_train")),
-        )
+    input_shape: list[int | None] | None = spec(default=None, null=False)
+    n_train: int | None = spec(default=None, null=False)
 
 
 @dataclass(frozen=True)
-class ScBounds:
+class ScBounds(Record):
     """One surprise coverage's bounds in the configuration: ``(lower, upper]`` in
     ``buckets`` buckets, and the rule they came from (``None`` bounds: not available)."""
 
     lower: float | None
     upper: float | None
-    buckets: int | None
-    rule: str | None = None
-
-    def to_dict(self) -> JSONObject:
-        out: JSONObject = {"lower": self.lower, "upper": self.upper, "buckets": self.buckets}
-        if self.rule is not None:
-            out["rule"] = self.rule
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> ScBounds:
-        return cls(
-            _float(data.get("lower")), _float(data.get("upper")), _int(data.get("buckets")), _str(data.get("rule"))
-        )
-
-
-_CONFIG_KEYS = ("nc_threshold", "kmnc_k", "var_threshold", "lsa_near_singular", "var_rule", "sa_components")
+    buckets: int | None = spec(null=False)
+    rule: str | None = spec(default=None, omit_none=True, doc=_BOUNDS_RULE)
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(Record):
     """The configuration the numbers came from (``config``): layers, thresholds, an
     opt-in criterion's parameters (``params``, e.g. ``tknp_k``) and each surprise
-    coverage's bounds (``bounds``, by metric)."""
+    coverage's bounds (``bounds``, by metric). The schema's entries of the registry's
+    parameters (``nc_threshold``, ``kmnc_k``, ...) and bounds are made from the registry
+    (:mod:`pytest_sadl.criteria.schema`)."""
 
     sa_layers: list[str] = field(default_factory=list)
     coverage_layers: list[str] = field(default_factory=list)
-    nc_threshold: float | None = None
-    kmnc_k: int | None = None
-    var_threshold: float | None = None
-    lsa_near_singular: str | None = None
-    var_rule: str | None = None
+    nc_threshold: float | None = spec(default=None, omit_none=True, **_SHARE)
+    kmnc_k: int | None = spec(default=None, omit_none=True, minimum=1)
+    var_threshold: float | None = spec(default=None, omit_none=True, minimum=0)
+    lsa_near_singular: str | None = spec(default=None, omit_none=True, in_schema=False)
+    var_rule: str | None = spec(
+        default=None,
+        omit_none=True,
+        enum=("class", "paper"),
+        doc="which neurons LSA and MDSA drop for too little training variance: 'class' (per class) "
+        "or 'paper' (below var_threshold in any class: dropped from all)",
+    )
     #: ``--sadl-sa-components``: LSA/MDSA/MLSA/MMDSA on this many principal axes (absent: off)
-    sa_components: int | None = None
+    sa_components: int | None = spec(
+        default=None,
+        omit_none=True,
+        minimum=1,
+        doc="--sadl-sa-components: LSA, MDSA, MLSA and MMDSA measured on this many principal axes "
+        "of the SA layers' training traces; absent when every neuron is measured",
+    )
     #: every other plain value, in order: the opt-in criteria's parameters (and a newer
     #: file's settings this version does not name)
-    params: JSONObject = field(default_factory=dict)
-    bounds: dict[str, ScBounds] = field(default_factory=dict)
-
-    def to_dict(self) -> JSONObject:
-        out: JSONObject = {"sa_layers": list(self.sa_layers), "coverage_layers": list(self.coverage_layers)}
-        for key in _CONFIG_KEYS:
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        out.update(self.params)
-        out.update({k: b.to_dict() for k, b in self.bounds.items()})
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> RunConfig:
-        known = {"sa_layers", "coverage_layers", *_CONFIG_KEYS}
-        params: JSONObject = {}
-        bounds: dict[str, ScBounds] = {}
-        for key, value in data.items():
-            if key in known:
-                continue
-            if isinstance(value, Mapping) and {"lower", "upper"} <= set(value):  # a surprise coverage's bounds
-                bounds[key] = ScBounds.from_dict(value)
-            else:
-                params[key] = _clean(value)
-        return cls(
-            sa_layers=_strs(data.get("sa_layers")),
-            coverage_layers=_strs(data.get("coverage_layers")),
-            nc_threshold=_float(data.get("nc_threshold")),
-            kmnc_k=_int(data.get("kmnc_k")),
-            var_threshold=_float(data.get("var_threshold")),
-            lsa_near_singular=_str(data.get("lsa_near_singular")),
-            var_rule=_str(data.get("var_rule")),
-            sa_components=_int(data.get("sa_components")),
-            params=params,
-            bounds=bounds,
-        )
+    params: JSONObject = spec(default_factory=dict, flat="")
+    bounds: dict[str, ScBounds] = spec(default_factory=dict, flat="", when=_is_bounds)
 
 
 @dataclass(frozen=True)
-class LayerRow:
+class LayerRow(Record):
     """One coverage layer: its neurons and each neuron coverage on it (``coverage``)."""
 
-    name: str
-    neurons: int
-    coverage: Numbers = field(default_factory=dict)
-
-    def to_dict(self) -> JSONObject:
-        return {"name": self.name, "neurons": self.neurons, **self.coverage}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> LayerRow:
-        coverage = {k: _float(v) for k, v in data.items() if k not in ("name", "neurons") and _is_number(v)}
-        return cls(str(data.get("name", "?")), _int(data.get("neurons")) or 0, coverage)
+    name: str = spec(missing="?")
+    neurons: int = spec()
+    coverage: Numbers = spec(default_factory=dict, flat="", additional=True, **_SHARE)
 
 
 @dataclass(frozen=True)
-class GroupRow:
+class GroupRow(Record):
     """One group: alone (``metrics``) and cumulatively in the run's order (Table VI)."""
 
-    name: str
-    tests: int
-    inputs: int
-    metrics: Numbers = field(default_factory=dict)
-    cumulative: Numbers = field(default_factory=dict)
-
-    def to_dict(self) -> JSONObject:
-        return {
-            "name": self.name,
-            "tests": self.tests,
-            "inputs": self.inputs,
-            "metrics": dict(self.metrics),
-            "cumulative": dict(self.cumulative),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> GroupRow:
-        return cls(
-            str(data.get("name", "?")),
-            _int(data.get("tests")) or 0,
-            _int(data.get("inputs")) or 0,
-            _numbers(data.get("metrics")),
-            _numbers(data.get("cumulative")),
-        )
+    name: str = spec(missing="?")
+    tests: int = spec()
+    inputs: int = spec()
+    metrics: Numbers = spec(default_factory=dict, **_SHARE)
+    cumulative: Numbers = spec(default_factory=dict, **_SHARE)
 
 
 @dataclass(frozen=True)
-class TestRow:
-    """One marked test: its inputs, each score's mean and max over them, and the targets
-    of each criterion it covered first (``new``)."""
+class TestRow(Record):
+    """One marked test: its inputs, each score's mean and max over them (``lsa_mean``,
+    ``lsa_max``, ...), and the targets of each criterion it covered first (``new``)."""
 
     __test__ = False  # not a pytest test class
 
-    nodeid: str
-    group: str
-    outcome: str
-    inputs: int
-    mean: Numbers = field(default_factory=dict)
-    max: Numbers = field(default_factory=dict)
-    new: dict[str, int] = field(default_factory=dict)
-    #: per metric with covered sets, the targets no other test of the run covers
-    #: (``covered.with_unique``); ``None``: the results carry no covered sets
-    unique: dict[str, int] | None = None
-    #: it covers nothing of those metrics the other tests do not
-    redundant: bool | None = None
-
-    def to_dict(self) -> JSONObject:
-        out: JSONObject = {"nodeid": self.nodeid, "group": self.group, "outcome": self.outcome, "inputs": self.inputs}
-        for key in dict.fromkeys([*self.mean, *self.max]):
-            out[f"{key}_mean"] = self.mean.get(key)
-            out[f"{key}_max"] = self.max.get(key)
-        out["new"] = dict(self.new)
-        if self.unique is not None:
-            out["unique"] = dict(self.unique)
-            out["redundant"] = bool(self.redundant)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> TestRow:
-        mean: Numbers = {}
-        high: Numbers = {}
-        for key, value in data.items():
-            if key.endswith("_mean") and _is_number(value):
-                mean[key[: -len("_mean")]] = _float(value)
-            elif key.endswith("_max") and _is_number(value):
-                high[key[: -len("_max")]] = _float(value)
-        return cls(
-            str(data.get("nodeid", "?")),
-            str(data.get("group", "")),
-            str(data.get("outcome", "")),
-            _int(data.get("inputs")) or 0,
-            mean,
-            high,
-            _ints(data.get("new")),
-            _ints(data["unique"]) if isinstance(data.get("unique"), Mapping) else None,
-            _bool_or_none(data.get("redundant")),
-        )
+    nodeid: str = spec(missing="?")
+    group: str = spec()
+    outcome: str = spec()
+    inputs: int = spec()
+    mean: Numbers = spec(default_factory=dict, flat="_mean", group="scores", names=_CLASSIC)
+    max: Numbers = spec(default_factory=dict, flat="_max", group="scores", names=_CLASSIC)
+    new: dict[str, int] = spec(default_factory=dict, item_null=True)
+    unique: dict[str, int] | None = spec(
+        default=None,
+        omit_none=True,
+        minimum=0,
+        doc="who tests what: per metric with covered sets, the targets (buckets, neurons, sections) this test "
+        "covers and no other test of the run does",
+    )
+    redundant: bool | None = spec(
+        default=None,
+        omit_none=True,
+        doc="the test covers nothing of the metrics with covered sets that the other tests do not",
+    )
 
 
 @dataclass(frozen=True)
-class Thumbnail:
+class Thumbnail(Record):
     """A top input's picture: ``height`` x ``width`` x ``channels`` pixels (0-255), row-major."""
 
-    height: int
-    width: int
-    channels: int | None
-    pixels: list[int]
-
-    def to_dict(self) -> JSONObject:
-        out: JSONObject = {"height": self.height, "width": self.width}
-        if self.channels is not None:
-            out["channels"] = self.channels
-        out["pixels"] = list[JSON](self.pixels)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Thumbnail:
-        pixels = [v for v in _list(data.get("pixels")) if isinstance(v, int) and not isinstance(v, bool)]
-        return cls(_int(data.get("height")) or 0, _int(data.get("width")) or 0, _int(data.get("channels")), pixels)
-
-
-_TOP_KEYS = ("by", "rank", "input", "test", "tests", "copies", "pred", "image", "text")
+    height: int = spec(required=True, minimum=1, maximum=4096)
+    width: int = spec(required=True, minimum=1, maximum=4096)
+    channels: int | None = spec(omit_none=True, enum=(1, 3, 4))
+    pixels: list[int] = spec(required=True, maximum=255)
 
 
 @dataclass(frozen=True)
-class TopInput:
+class TopInput(Record):
     """One of the most surprising inputs by the score ``by``: each distinct input once,
     with every test that fed it (``tests``), its scores, and a thumbnail (images) or
     its text (raw-text models)."""
 
     by: str
     rank: int
-    input: int | None = None
-    test: int | None = None
-    tests: list[int] | None = None
-    copies: int | None = None
-    pred: float | None = None
-    scores: Numbers = field(default_factory=dict)
+    input: int | None = spec(default=None, null=False)
+    test: int | None = spec(default=None, null=False)
+    tests: list[int] | None = spec(default=None, omit_none=True)
+    copies: int | None = spec(default=None, omit_none=True)
+    pred: float | None = spec(default=None, schema={"type": ["integer", "null"], "minimum": 0, "maximum": INTEGER})
+    scores: Numbers = spec(default_factory=dict, flat="", names=_CLASSIC)
     image: Thumbnail | None = None
-    text: str | None = None
-
-    def to_dict(self) -> JSONObject:
-        out: JSONObject = {"by": self.by, "rank": self.rank, "input": self.input, "test": self.test}
-        if self.tests is not None:
-            out["tests"] = list[JSON](self.tests)
-        if self.copies is not None:
-            out["copies"] = self.copies
-        out["pred"] = self.pred
-        out.update(self.scores)
-        out["image"] = None if self.image is None else self.image.to_dict()
-        if self.text is not None:
-            out["text"] = self.text
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> TopInput:
-        image = data.get("image")
-        tests = data.get("tests")
-        return cls(
-            by=str(data.get("by", "")),
-            rank=_int(data.get("rank")) or 0,
-            input=_int(data.get("input")),
-            test=_int(data.get("test")),
-            tests=[t for t in tests if isinstance(t, int)] if isinstance(tests, list) else None,
-            copies=_int(data.get("copies")),
-            pred=_float(data.get("pred")),
-            scores={k: _float(v) for k, v in data.items() if k not in _TOP_KEYS and _is_number(v)},
-            image=Thumbnail.from_dict(image) if isinstance(image, Mapping) else None,
-            text=_str(data.get("text")),
-        )
+    text: str | None = spec(
+        default=None,
+        omit_none=True,
+        max_length=1000,
+        doc="a text input's first characters (raw-string models), shown in place of a thumbnail",
+    )
 
 
 @dataclass(frozen=True)
-class Fifth:
+class Fifth(Record):
     """One fifth of the labelled inputs ordered by a score (``mistakes``)."""
 
     lowest: float | None
     highest: float | None
     inputs: int
-    accuracy: float | None = None
+    accuracy: float | None = spec(default=None, **_SHARE)
     mean_abs_error: float | None = None
-
-    def to_dict(self) -> JSONObject:
-        return {
-            "lowest": self.lowest,
-            "highest": self.highest,
-            "inputs": self.inputs,
-            "accuracy": self.accuracy,
-            "mean_abs_error": self.mean_abs_error,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Fifth:
-        return cls(
-            _float(data.get("lowest")),
-            _float(data.get("highest")),
-            _int(data.get("inputs")) or 0,
-            _float(data.get("accuracy")),
-            _float(data.get("mean_abs_error")),
-        )
 
 
 @dataclass(frozen=True)
-class Analysis:
+class Analysis(Record):
     """Does surprise predict the mistakes of one set of labelled inputs (all of them, or
     one group): the figures of :class:`pytest_sadl.criteria.mistakes.Analysis`."""
 
     kind: str
     labelled: int | None
     errors: int | None = None
-    error_rate: float | None = None
+    error_rate: float | None = spec(default=None, **_SHARE)
     mean_abs_error: float | None = None
-    auc: Numbers = field(default_factory=dict)
-    spearman: Numbers = field(default_factory=dict)
+    auc: Numbers = spec(default_factory=dict, **_SHARE)
+    spearman: Numbers = spec(default_factory=dict, minimum=-1, maximum=1)
     fifths: dict[str, list[Fifth]] = field(default_factory=dict)
     scored: dict[str, int] = field(default_factory=dict)
     sentences: list[str] = field(default_factory=list)
@@ -511,76 +276,21 @@ class Analysis:
     def classifier(self) -> bool:
         return self.kind == "classifier"
 
-    def to_dict(self) -> JSONObject:
-        return {
-            "kind": self.kind,
-            "labelled": self.labelled,
-            "errors": self.errors,
-            "error_rate": self.error_rate,
-            "mean_abs_error": self.mean_abs_error,
-            "auc": dict[str, JSON](self.auc),
-            "spearman": dict[str, JSON](self.spearman),
-            "fifths": {k: [f.to_dict() for f in v] for k, v in self.fifths.items()},
-            "scored": dict[str, JSON](self.scored),
-            "sentences": list[JSON](self.sentences),
-            "name": self.name,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Analysis:
-        fifths = {
-            str(k): [Fifth.from_dict(f) for f in _list(v) if isinstance(f, dict)]
-            for k, v in _obj(data.get("fifths")).items()
-        }
-        return cls(
-            kind=str(data.get("kind", "")),
-            labelled=_int(data.get("labelled")),
-            errors=_int(data.get("errors")),
-            error_rate=_float(data.get("error_rate")),
-            mean_abs_error=_float(data.get("mean_abs_error")),
-            auc=_numbers(data.get("auc")),
-            spearman=_numbers(data.get("spearman")),
-            fifths=fifths,
-            scored=_ints(data.get("scored")),
-            sentences=_strs(data.get("sentences")),
-            name=_str(data.get("name")),
-        )
-
 
 @dataclass(frozen=True)
-class Mistakes:
+class Mistakes(Record):
     """ "Does surprise predict this model's mistakes" (when tests gave labels): overall,
-    per group, the scores' display names and which scores are confidence baselines."""
+    per group, the scores' display names and which scores are confidence baselines.
+    Without an ``overall`` analysis a file's ``mistakes`` reads as ``None``."""
 
-    overall: Analysis
+    overall: Analysis = spec(needed=True)
     groups: list[Analysis] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     baselines: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> JSONObject:
-        return {
-            "overall": self.overall.to_dict(),
-            "groups": [g.to_dict() for g in self.groups],
-            "labels": dict[str, JSON](self.labels),
-            "baselines": list[JSON](self.baselines),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Mistakes | None:
-        """``None`` without an ``overall`` analysis."""
-        overall = data.get("overall")
-        if not isinstance(overall, Mapping):
-            return None
-        return cls(
-            Analysis.from_dict(overall),
-            [Analysis.from_dict(g) for g in _list(data.get("groups")) if isinstance(g, dict)],
-            {str(k): v for k, v in _obj(data.get("labels")).items() if isinstance(v, str)},
-            _strs(data.get("baselines")),
-        )
-
 
 @dataclass(frozen=True)
-class OodRow:
+class OodRow(Record):
     """How well one score separates one group from the reference (``ood``): AUROC,
     AUPR-In, AUPR-Out and FPR at 95% TPR (:mod:`pytest_sadl.criteria.detection`), over
     ``inputs`` of the group's and ``reference_inputs`` of the reference's finite scores."""
@@ -589,119 +299,50 @@ class OodRow:
     score: str
     inputs: int
     reference_inputs: int
-    auroc: float | None
-    aupr_in: float | None
-    aupr_out: float | None
-    fpr95: float | None
-
-    def to_dict(self) -> JSONObject:
-        return {
-            "group": self.group,
-            "score": self.score,
-            "inputs": self.inputs,
-            "reference_inputs": self.reference_inputs,
-            "auroc": self.auroc,
-            "aupr_in": self.aupr_in,
-            "aupr_out": self.aupr_out,
-            "fpr95": self.fpr95,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> OodRow:
-        return cls(
-            str(data.get("group", "")),
-            str(data.get("score", "")),
-            _int(data.get("inputs")) or 0,
-            _int(data.get("reference_inputs")) or 0,
-            _float(data.get("auroc")),
-            _float(data.get("aupr_in")),
-            _float(data.get("aupr_out")),
-            _float(data.get("fpr95")),
-        )
+    auroc: float | None = spec(**_SHARE)
+    aupr_in: float | None = spec(**_SHARE)
+    aupr_out: float | None = spec(**_SHARE)
+    fpr95: float | None = spec(**_SHARE)
 
 
 @dataclass(frozen=True)
-class Ood:
+class Ood(Record):
     """ "How well does each score tell each group from in-distribution inputs": every
     per-input score's detection metrics per group against ``reference``, the group named
     as in-distribution (``--sadl-ood-reference``), or ``None``: the held-out training
     traces the profile keeps. ``unavailable``: score key -> why it has no rows;
     ``reason``: why there are no rows at all (a reference group the run does not have)."""
 
-    reference: str | None
+    reference: str | None = spec(
+        doc="the group named as in-distribution (--sadl-ood-reference); null: the held-out training traces"
+    )
     rows: list[OodRow] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = spec(default_factory=dict, doc="score key -> why it has no rows")
     sentences: list[str] = field(default_factory=list)
-    reason: str | None = None
-
-    def to_dict(self) -> JSONObject:
-        return {
-            "reference": self.reference,
-            "rows": [r.to_dict() for r in self.rows],
-            "labels": dict[str, JSON](self.labels),
-            "unavailable": dict[str, JSON](self.unavailable),
-            "sentences": list[JSON](self.sentences),
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Ood:
-        return cls(
-            _str(data.get("reference")),
-            [OodRow.from_dict(r) for r in _list(data.get("rows")) if isinstance(r, dict)],
-            {str(k): v for k, v in _obj(data.get("labels")).items() if isinstance(v, str)},
-            {str(k): v for k, v in _obj(data.get("unavailable")).items() if isinstance(v, str)},
-            _strs(data.get("sentences")),
-            _str(data.get("reason")),
-        )
+    reason: str | None = spec(default=None, doc="why there are no rows (a reference group the run does not have)")
 
 
 @dataclass(frozen=True)
-class StaleTest:
+class StaleTest(Record):
     """A test whose inputs were measured on a changed model: left out of every metric."""
 
-    nodeid: str
-    inputs: int
-    group: str | None = None
-    outcome: str | None = None
-
-    def to_dict(self) -> JSONObject:
-        out: JSONObject = {"nodeid": self.nodeid}
-        if self.group is not None:
-            out["group"] = self.group
-        if self.outcome is not None:
-            out["outcome"] = self.outcome
-        out["inputs"] = self.inputs
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> StaleTest:
-        return cls(
-            str(data.get("nodeid", "?")),
-            _int(data.get("inputs")) or 0,
-            _str(data.get("group")),
-            _str(data.get("outcome")),
-        )
+    nodeid: str = spec(required=True, missing="?")
+    group: str | None = spec(default=None, omit_none=True)
+    outcome: str | None = spec(default=None, omit_none=True)
+    inputs: int = spec(required=True, kw_only=True)
 
 
 @dataclass(frozen=True)
-class MissingTest:
+class MissingTest(Record):
     """A test whose inputs never reached the results (an xdist worker crashed)."""
 
-    nodeid: str
-    reason: str | None = None
-
-    def to_dict(self) -> JSONObject:
-        return {"nodeid": self.nodeid, **({"reason": self.reason} if self.reason is not None else {})}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> MissingTest:
-        return cls(str(data.get("nodeid", "?")), _str(data.get("reason")))
+    nodeid: str = spec(required=True, missing="?")
+    reason: str | None = spec(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)
-class Scope:
+class Scope(Record):
     """What part of the suite a run measured (``scope``): marked tests (marked, or using
     ``sadl_record``) collected before any deselection, selected, run (their setup began)
     and recorded (they fed the model), and why some were not (``reasons``: a ``-x`` or
@@ -712,84 +353,185 @@ class Scope:
 
     An older file has no ``scope``: :attr:`Results.scope` is then ``None`` (not known)."""
 
+    JSON_EXTRA: ClassVar[tuple[Extra, ...]] = (Extra("partial", attr="partial"),)
+
     collected: int | None = None
     selected: int | None = None
     run: int | None = None
     recorded: int | None = None
-    reasons: list[str] = field(default_factory=list)
-    gated: bool = True
-    ungated: list[str] = field(default_factory=list)
+    reasons: list[str] = spec(default_factory=list, doc="why some marked tests were not measured, one sentence each")
+    gated: bool = spec(default=True, doc="whether the thresholds and the comparison gate were applied")
+    ungated: list[str] = spec(default_factory=list, doc="the gate lines a partial run did not apply")
     #: the combined runs' count, for a file ``sadl combine`` made (``None``: one run)
-    runs: int | None = None
+    runs: int | None = spec(default=None, omit_none=True, minimum=1, doc="sadl combine: how many runs were combined")
 
     @property
     def partial(self) -> bool:
         return bool(self.reasons)
 
-    def to_dict(self) -> JSONObject:
-        out: JSONObject = {
-            "partial": self.partial,
-            "collected": self.collected,
-            "selected": self.selected,
-            "run": self.run,
-            "recorded": self.recorded,
-            "reasons": list[JSON](self.reasons),
-            "gated": self.gated,
-            "ungated": list[JSON](self.ungated),
-        }
-        if self.runs is not None:
-            out["runs"] = self.runs
-        return out
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Scope:
-        gated = _bool(data.get("gated"))
-        return cls(
-            collected=_int(data.get("collected")),
-            selected=_int(data.get("selected")),
-            run=_int(data.get("run")),
-            recorded=_int(data.get("recorded")),
-            reasons=_strs(data.get("reasons")),
-            gated=True if gated is None else gated,
-            ungated=_strs(data.get("ungated")),
-            runs=_int(data.get("runs")),
-        )
+def _scores(suffix: str, entry: dict[str, Any]) -> dict[str, Any]:
+    return {f"{name}{suffix}": dict(entry) for name in _CLASSIC}
+
+
+_NUMBER_OR_NULL = {"type": ["number", "null"], "minimum": -DOUBLE, "maximum": DOUBLE}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": INTEGER}
+_INPUTS_SCHEMA: dict[str, Any] = {
+    "additionalProperties": None,
+    "properties": {
+        "test": {"type": "array", "items": _COUNT},
+        "pred": {"type": "array", "items": {**_COUNT, "type": ["integer", "null"]}},
+        **{name: {"type": "array", "items": _NUMBER_OR_NULL} for name in _CLASSIC},
+        "label": {"type": "array", "description": "the label a test gave each input (sadl_labels), or null"},
+        "digest": {
+            "type": "array",
+            "description": "each input's digest (records.input_digests), 16 hex digits: copies of one input share "
+            "it (sadl combine's top inputs and labels)",
+            "items": {"type": ["string", "null"], "pattern": "^[0-9a-f]{16}$"},
+        },
+        "output": {
+            "type": "array",
+            "description": "a regression model's output of each input (the mistakes section's errors; sadl combine)",
+        },
+        **{
+            f"baseline_{name}": {
+                "type": "array",
+                "description": f"a classifier's {what} of each input's output (the mistakes section's baselines; "
+                "sadl combine)",
+                "items": _NUMBER_OR_NULL,
+            }
+            for name, what in (
+                ("deepgini", "DeepGini"),
+                ("entropy", "softmax entropy"),
+                ("margin", "1 - the margin of the top two probabilities"),
+                ("msp", "1 - its top probability (MSP)"),
+            )
+        },
+    },
+}
+_STRINGS = {"type": "array", "items": {"type": "string", "maxLength": 100000}}
+_COUNTS = {"type": "array", "items": _COUNT}
+#: the ``covered`` section's format (:mod:`pytest_sadl.covered`, ``pytest-sadl/covered`` v1)
+_COVERED_SCHEMA: dict[str, Any] = {
+    "additionalProperties": None,
+    "required": ["format", "version"],
+    "properties": {
+        "format": {"const": "pytest-sadl/covered"},
+        "version": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "groups": _STRINGS,
+        "metrics": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["kind", "parts", "totals"],
+                "properties": {"kind": {"enum": ["buckets", "targets"]}, "parts": _COUNTS, "totals": _COUNTS},
+            },
+        },
+        "tests": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["sets"],
+                    "properties": {
+                        "sets": {
+                            "type": "array",
+                            "items": {"type": "string", "maxLength": 100000000, "pattern": "^[bi]:[A-Za-z0-9+/=]*$"},
+                        },
+                        **{key: _COUNT for key in ("below", "above", "count", "nan")},
+                    },
+                },
+            },
+        },
+    },
+}
+_VERSION_SCHEMA = {
+    "description": 'the major version (an integer), or "MAJOR.MINOR"; readers refuse a newer major',
+    "type": ["integer", "string"],
+    "minimum": 1,
+    "pattern": "^[0-9]{1,9}([.][0-9]{1,9})?$",
+}
 
 
 @dataclass
-class Results:
+class Results(Record):
     """A run's results: what every report renders (:meth:`from_dict` reads a results
-    document back into the same types, :meth:`to_dict` is its JSON form)."""
+    document back into the same types, :meth:`to_dict` is its JSON form).
 
-    created: str | None
-    version: str | None
-    model: ModelInfo
-    config: RunConfig
-    thresholds: dict[str, float]
-    metrics: dict[str, Metric]
-    layers: list[LayerRow]
-    groups: list[GroupRow]
-    tests: list[TestRow]
+    :meth:`from_dict` takes a validated document (what
+    :func:`pytest_sadl.resultsfile.load_results` returns): every section but ``metrics``
+    may be absent (an older or a smaller file) and reads as empty; fields this version
+    does not know are ignored; the metrics a file does not have are simply not in
+    :attr:`metrics`."""
+
+    JSON_EXTRA: ClassVar[tuple[Extra, ...]] = (
+        Extra("schema", SCHEMA, spec=Spec(required=True, schema={"const": SCHEMA})),
+        Extra("version", VERSION, spec=Spec(required=True, schema=_VERSION_SCHEMA)),
+        Extra("passed", attr="passed", spec=Spec(at="outcome")),
+    )
+
+    created: str | None = spec(null=False)
+    version: str | None = spec(key="pytest_sadl_version", null=False)
+    model: ModelInfo = spec()
+    config: RunConfig = spec()
+    thresholds: dict[str, float] = spec(minimum=0, maximum=100)  # percent
+    metrics: dict[str, Metric] = spec(required=True)
+    layers: list[LayerRow] = spec()
+    groups: list[GroupRow] = spec()
+    tests: list[TestRow] = spec()
     #: per input, in the run's order: ``test`` (its test's index), ``pred``, each score, ``label``
-    inputs: dict[str, list[JSON]]
-    top_inputs: list[TopInput]
-    failures: list[Failure] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    inputs: dict[str, list[JSON]] = spec(schema=_INPUTS_SCHEMA)
+    top_inputs: list[TopInput] = spec()
+    failures: list[Failure] = spec(default_factory=list, at="outcome")
+    warnings: list[str] = spec(default_factory=list, at="outcome")
     #: tests whose inputs never reached the results (xdist crash)
-    missing: list[MissingTest] = field(default_factory=list)
+    missing: list[MissingTest] = spec(
+        default_factory=list,
+        at="outcome",
+        doc="tests whose recorded inputs never reached the results (a pytest-xdist worker crashed while running them)",
+    )
     # "does surprise predict this model's mistakes" (pytest_sadl.criteria.mistakes), when tests gave labels
-    mistakes: Mistakes | None = None
+    mistakes: Mistakes | None = spec(
+        default=None,
+        omit_none=True,
+        null=True,
+        doc="does surprise predict the model's mistakes (only when tests gave labels)",
+    )
     #: how well each score tells each group from in-distribution inputs (AUROC, AUPR,
     #: FPR@95; :mod:`pytest_sadl.criteria.detection`); ``None``: no per-input score or no group
-    ood: Ood | None = None
+    ood: Ood | None = spec(
+        default=None,
+        omit_none=True,
+        null=True,
+        doc="how well each per-input score tells each group from in-distribution inputs: AUROC, AUPR-In, "
+        "AUPR-Out and FPR at 95% TPR (absent: no per-input score or no group)",
+    )
     #: tests whose inputs were measured on a changed model (fit, set_weights during the
     #: session), left out of every metric
-    stale: list[StaleTest] = field(default_factory=list)
+    stale: list[StaleTest] = spec(
+        default_factory=list,
+        at="outcome",
+        doc="tests that ended on a model changed since the profile's was bound (fit, set_weights, "
+        "load_weights, a new layer during the session): their inputs count in no metric, group or test row",
+    )
     #: what part of the suite the run measured (``None``: an older file does not say)
-    scope: Scope | None = None
+    scope: Scope | None = spec(
+        default=None,
+        omit_none=True,
+        doc="what part of the suite the run measured: marked tests collected (before deselection), "
+        "selected, run and recorded, and why some were not; a run with reasons is partial, and its "
+        "gates are not applied unless --sadl-gate-partial (absent in files of versions before it: not known)",
+    )
     #: each test's covered targets per metric (``sadl combine``, ``sadl minimize``, a
     #: partial run's comparison): see :mod:`pytest_sadl.covered`; ``None``: not recorded
-    covered: JSONObject | None = None
+    covered: JSONObject | None = spec(
+        default=None,
+        omit_none=True,
+        schema=_COVERED_SCHEMA,
+        doc="each test's covered targets (pytest_sadl/covered.py): what sadl combine, sadl minimize "
+        "and a partial run's like-with-like comparison read; absent in files before it",
+    )
 
     @property
     def passed(self) -> bool:
@@ -803,92 +545,31 @@ class Results:
         """The ``metrics`` entry of ``name``, or ``None`` when the run has none."""
         return self.metrics.get(name)
 
-    def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = _clean(
-            {
-                "schema": SCHEMA,
-                "version": VERSION,
-                "created": self.created,
-                "pytest_sadl_version": self.version,
-                "model": self.model.to_dict(),
-                "config": self.config.to_dict(),
-                "thresholds": self.thresholds,
-                "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
-                "layers": [r.to_dict() for r in self.layers],
-                "groups": [r.to_dict() for r in self.groups],
-                "tests": [r.to_dict() for r in self.tests],
-                "inputs": self.inputs,
-                "top_inputs": [r.to_dict() for r in self.top_inputs],
-                **({"mistakes": self.mistakes.to_dict()} if self.mistakes is not None else {}),
-                **({"ood": self.ood.to_dict()} if self.ood is not None else {}),
-                **({"scope": self.scope.to_dict()} if self.scope is not None else {}),
-                **({"covered": self.covered} if self.covered is not None else {}),
-                "outcome": {
-                    "passed": self.passed,
-                    "failures": [asdict(f) for f in self.failures],
-                    "warnings": list(self.warnings),
-                    "missing": [m.to_dict() for m in self.missing],
-                    "stale": [m.to_dict() for m in self.stale],
-                },
-            }
-        )
-        return doc
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Results:
-        """The results of a results document (what
-        :func:`pytest_sadl.resultsfile.load_results` returns, already validated).
-
-        Every section but ``metrics`` may be absent (an older or a smaller file): it reads
-        as empty. Fields this version does not know are ignored; the metrics a file does
-        not have are simply not in :attr:`metrics`."""
-        outcome = _obj(data.get("outcome"))
-        mistakes = data.get("mistakes")
-        ood = data.get("ood")
-        scope = data.get("scope")
-        covered = data.get("covered")
-        thresholds = {str(k): f for k, v in _obj(data.get("thresholds")).items() if (f := _float(v)) is not None}
-        return cls(
-            created=_str(data.get("created")),
-            version=_str(data.get("pytest_sadl_version")),
-            model=ModelInfo.from_dict(_obj(data.get("model"))),
-            config=RunConfig.from_dict(_obj(data.get("config"))),
-            thresholds=thresholds,
-            metrics={str(k): Metric.from_dict(v) for k, v in _obj(data.get("metrics")).items() if isinstance(v, dict)},
-            layers=[LayerRow.from_dict(r) for r in _rows(data.get("layers"))],
-            groups=[GroupRow.from_dict(r) for r in _rows(data.get("groups"))],
-            tests=[TestRow.from_dict(r) for r in _rows(data.get("tests"))],
-            inputs={str(k): [_clean(x) for x in v] for k, v in _obj(data.get("inputs")).items() if isinstance(v, list)},
-            top_inputs=[TopInput.from_dict(r) for r in _rows(data.get("top_inputs"))],
-            failures=[Failure.from_dict(f) for f in _rows(outcome.get("failures"))],
-            warnings=_strs(outcome.get("warnings")),
-            missing=[MissingTest.from_dict(m) for m in _rows(outcome.get("missing"))],
-            mistakes=Mistakes.from_dict(mistakes) if isinstance(mistakes, Mapping) else None,
-            ood=Ood.from_dict(ood) if isinstance(ood, Mapping) else None,
-            stale=[StaleTest.from_dict(m) for m in _rows(outcome.get("stale"))],
-            scope=Scope.from_dict(scope) if isinstance(scope, Mapping) else None,
-            covered=dict(covered) if isinstance(covered, Mapping) else None,
-        )
+#: ``$defs/count_metric``: a count criterion's ``metrics`` entry (the registry's count
+#: criteria refer to it: :mod:`pytest_sadl.criteria.schema`)
+_COUNT_VALUE = {
+    "description": "a count criterion's number (TKNP's distinct patterns, CC's clusters, NLC), not a fraction",
+    "type": ["number", "null"],
+    "minimum": 0,
+    "maximum": DOUBLE,
+}
 
 
-def _rows(value: object) -> list[Mapping[str, object]]:
-    """The objects of a list of rows (anything else in it skipped)."""
-    if not isinstance(value, (list, tuple)):
-        return []
-    return [r for r in value if isinstance(r, Mapping)]
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe: NaN and inf become null; NumPy scalars become Python numbers."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+def json_schema() -> dict[str, Any]:
+    """The results file's JSON Schema (draft 2020-12), made from the dataclasses, without
+    the registry's per-metric entries (:func:`pytest_sadl.criteria.schema.with_registry`)."""
+    count_metric = _schema(Metric)
+    count_metric["properties"]["value"] = dict(_COUNT_VALUE)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://github.com/pytest-sadl/pytest-sadl/pytest_sadl/results.schema.json",
+        "title": "pytest-sadl results",
+        "description": "A run's surprise adequacy and neuron coverage (pytest --sadl-report=json). Coverage "
+        "values are fractions in [0, 1]; thresholds are percentages.",
+        **_schema(Results),
+        "$defs": {"count_metric": count_metric},
+    }
 
 
 def write_json(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -3,7 +3,7 @@
 # expected to find nothing: ruff's lint rules ([tool.ruff]: pyflakes, pycodestyle, isort,
 # bugbear, pyupgrade, simplify, complexity at most 15) and ruff's formatter (check only) on
 # the whole project, mypy in strict mode on the package ([tool.mypy]), the options table of
-# docs/options.md and the results schema's per-metric entries against the registry, the
+# docs/options.md and the results schema against the dataclasses and the registry, the
 # GitHub workflow of docs/ci.md with actionlint, and
 # the documentation site (mkdocs.yml, docs/) built with every warning an error.
 # Usage: bash scripts/check.sh   (PYTHON=... to use another interpreter)

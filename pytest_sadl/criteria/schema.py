@@ -1,10 +1,12 @@
 """The results schema's per-metric entries, from the registry.
 
-Most of ``results.schema.json`` is written by hand; what depends on the criteria is made
-here: a count criterion's ``metrics``, ``thresholds`` and group entries (a number, not a
-fraction in [0, 1]: the hand-written ``additionalProperties`` cover every share), and the
-``config`` entries of each surprise coverage's bounds and of every criterion's parameters.
-``scripts/results_schema.py`` writes them into the shipped file (``--check`` in
+The schema of the sections is made from the dataclasses of :mod:`pytest_sadl.results`
+(:func:`pytest_sadl.results.json_schema`); what depends on the criteria is made here: a
+count criterion's ``metrics``, ``thresholds`` and group entries (a number, not a fraction
+in [0, 1]: the dataclasses' ``additionalProperties`` cover every share), and the
+``config`` entries of each surprise coverage's bounds (:class:`~pytest_sadl.results.ScBounds`)
+and of every criterion's parameters.
+``scripts/results_schema.py`` writes both into the shipped file (``--check`` in
 ``scripts/check.sh``); :func:`with_registry` gives the same for a schema in memory, so a
 criterion registered from outside is validated as a built-in one. Pure Python.
 """
@@ -14,11 +16,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pytest_sadl.codec import DOUBLE, INTEGER, schema
 from pytest_sadl.criteria.registry import CRITERIA, PARAMS, SURPRISE
 from pytest_sadl.criteria.shape import COUNT_KIND, Param
-
-DOUBLE = 1.7976931348623157e308
-INTEGER = 9007199254740992  # 2**53: the largest integer a JSON number keeps exactly
+from pytest_sadl.results import ScBounds
 
 #: where, under the schema's ``properties``, each count criterion gets an entry, and which
 _COUNT_PLACES: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
@@ -28,21 +29,9 @@ _COUNT_PLACES: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("groups", "items", "properties", "cumulative"), {"type": ["number", "null"], "minimum": 0, "maximum": DOUBLE}),
 )
 
-_BOUND = {"type": ["number", "null"], "minimum": -DOUBLE, "maximum": DOUBLE}
-BOUNDS: dict[str, Any] = {
-    "type": ["object", "null"],
-    "properties": {
-        "lower": _BOUND,
-        "upper": _BOUND,
-        "buckets": {"type": "integer", "minimum": 0, "maximum": INTEGER},
-        "rule": {
-            "description": "how the bounds were chosen: 'configured', or the default rule with its version "
-            "('default v2: ...': the 99th percentile of held-out training SA; 'default: ...' before v2: their maximum)",
-            "type": "string",
-            "maxLength": 100000,
-        },
-    },
-}
+#: a surprise coverage's bounds in ``config``: :class:`pytest_sadl.results.ScBounds`'s schema
+#: (``null``: not available)
+BOUNDS: dict[str, Any] = {**schema(ScBounds), "type": ["object", "null"]}
 
 
 def param_entry(param: Param) -> dict[str, Any]:

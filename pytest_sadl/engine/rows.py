@@ -102,7 +102,7 @@ def _stat(values: np.ndarray, fn: Any) -> float | None:
 
 def stale_rows(records: Sequence[TestRecord]) -> list[StaleTest]:
     """The stale records (in the order given), each with its inputs."""
-    return [StaleTest(r.nodeid, int(r.n_inputs), r.group, r.outcome) for r in records]
+    return [StaleTest(r.nodeid, r.group, r.outcome, inputs=int(r.n_inputs)) for r in records]
 
 
 def per_test_rows(
