@@ -297,20 +297,23 @@ def _image(x: Any, channels_first: bool) -> np.ndarray | None:
 
 
 def _snapshot(x: Any, row_limit: int) -> Any:
-    """A copy of numeric inputs ``x`` (an array or tensor on the host, or a dict, list or
-    tuple of them) of at most ``row_limit`` bytes a row, else ``None`` (anything else)."""
+    """A copy of numeric inputs ``x`` (an array on the host, or a dict, list or tuple of
+    them) of at most ``row_limit`` bytes a row, else ``None`` (anything else)."""
     if isinstance(x, (dict, list, tuple)):
-        each = [_snapshot(v, row_limit) for v in (x.values() if isinstance(x, dict) else x)]
-        if not each or any(v is None for v in each):
-            return None
-        if sum(v.nbytes // max(len(v), 1) for v in each) > row_limit:
-            return None
-        return dict(zip(x, each, strict=True)) if isinstance(x, dict) else tuple(each)
+        return _snapshot_parts(x, row_limit)
     if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiub" or x.ndim == 0 or not len(x):
         return None
     if x.nbytes // len(x) > row_limit:
         return None
     return np.array(x, copy=True)
+
+
+def _snapshot_parts(x: dict[Any, Any] | list[Any] | tuple[Any, ...], row_limit: int) -> Any:
+    """:func:`_snapshot` of several inputs: all of them, of at most ``row_limit`` bytes a row together."""
+    each = [_snapshot(v, row_limit) for v in (x.values() if isinstance(x, dict) else x)]
+    if not each or any(v is None for v in each) or sum(v.nbytes // len(v) for v in each) > row_limit:
+        return None
+    return dict(zip(x, each, strict=True)) if isinstance(x, dict) else tuple(each)
 
 
 # ----------------------------------------------------------------------------- labels
