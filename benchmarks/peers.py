@@ -478,12 +478,17 @@ def _apfd_over_tie_orders(
 
 
 def recording_section(args: Any) -> None:
-    """A recorded ``model(x)`` of a native torch module against the bare call, and
-    NeuraL-Coverage's hooks (its ``tool.get_layer_output``) where a checkout is given."""
+    """A recorded ``model(x)`` of a native torch module against the bare call (the whole
+    recorded call, through the plugin's recorder, and the trace model's pass alone), the
+    floor set by the hooks' reductions, and NeuraL-Coverage's hooks (its
+    ``tool.get_layer_output``) where a checkout is given."""
     import torch
     from compare_neural_coverage import build_model, digits, train
 
     from pytest_sadl.capture import trace_model
+    from pytest_sadl.capture.torch import _reduce
+    from pytest_sadl.plugin.recorder import Recorder
+    from pytest_sadl.records import TestRecord
 
     torch.set_num_threads(1)
     x_train, x_test, y_train, _ = digits(0)
@@ -492,27 +497,68 @@ def recording_section(args: Any) -> None:
     modules = [p for p, m in model.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
     x = torch.from_numpy(np.concatenate([x_train, x_test]))
     print(f"\n== recording a native torch module: the digits ConvNet, {len(x):,d} inputs in one call ==")
-    fns: dict[str, Callable[[], Any]] = {}
-    for label, extrema in (("recorded, extrema (NC)", True), ("recorded, no extrema", False)):
+    recorder = Recorder(
+        lambda m: trace_model(m, sa_layers=[modules[-2]], coverage_layers=modules, jit=False, extrema=True)
+    )
+    record = TestRecord("peers::recorded", 0, "g")
+
+    def recorded() -> Any:  # a call in a marked test (the recording entered once per test)
+        record.batches.clear()
+        recorder.current = record
+        try:
+            return model(x)
+        finally:
+            recorder.current = None
+
+    def per_test() -> Any:  # a test making one call: the recording entered for it
+        record.batches.clear()
+        with recorder.recording(record, model):
+            return model(x)
+
+    fns: dict[str, Callable[[], Any]] = {
+        "model(x)": lambda: model(x),
+        "recorded model(x), extrema (NC)": recorded,
+        "a test of one recorded model(x)": per_test,
+    }
+    for label, extrema in (("trace model's pass, extrema", True), ("trace model's pass, no extrema", False)):
         tm = trace_model(model, sa_layers=[modules[-2]], coverage_layers=modules, extrema=extrema)
         tm.call_tensors(x)  # probed once, as the recorder's first call does
         fns[label] = lambda tm=tm: tm.call_tensors(x)
+    maps = _module_outputs(model, modules, x)
 
-    def bare() -> Any:
-        return model(x)
+    def reductions() -> Any:  # what the hooks must compute of the maps, nothing else
+        out = []
+        for m in maps:
+            out.append(_reduce(m, "first"))
+            if m.dim() > 2:
+                flat = m.reshape(len(m), -1)
+                out += [flat.amin(dim=1), flat.amax(dim=1)]
+        return out
 
-    fns = {"model(x)": bare, **fns}
+    fns["the hooks' reductions alone"] = reductions
     if args.nlc_repo:
         from compare_neural_coverage import load_nlc
 
         _, tool = load_nlc(args.nlc_repo)
         fns["NeuraL-Coverage hooks"] = lambda: tool.get_layer_output(model, x)
-    with torch.no_grad():
-        _, t = race(fns, args.reps * 5)
-    for name, sec in t.items():
-        print(f"{name:26} {sec * 1e3:8.2f} ms   {sec / t['model(x)']:5.2f}x model(x)")
-    worst = max(t["recorded, extrema (NC)"], t["recorded, no extrema"]) / t["model(x)"]
-    target("torch recording <= 1.05x model(x)", worst <= 1.05, f"{worst:.2f}x")
+    with torch.no_grad(), recorder.recording(record, model):
+        recorder.current = None  # model(x) runs as it is unless a call sets the test's record
+        recorded()
+        _, t, cpu = race_cpu(fns, args.reps * 10)
+    for name in fns:
+        print(
+            f"{name:34} {t[name] * 1e3:8.2f} ms ({cpu[name] * 1e3:8.2f} CPU)  {t[name] / t['model(x)']:5.2f}x model(x)"
+        )
+    # judged by CPU time: on a shared machine a call's wall time is mostly other work's
+    whole = cpu["recorded model(x), extrema (NC)"] / cpu["model(x)"]
+    wall = t["recorded model(x), extrema (NC)"] / t["model(x)"]
+    floor = (cpu["model(x)"] + cpu["the hooks' reductions alone"]) / cpu["model(x)"]
+    print(f"floor: model(x) + the reductions the hooks must make = {floor:.2f}x model(x) by CPU time")
+    target(
+        "torch recording <= 1.05x model(x), CPU",
+        whole <= 1.05,
+        f"{whole:.2f}x CPU, {wall:.2f}x wall; the reductions alone: {floor:.2f}x",
+    )
     flat = torch.randn(900, 1024)
     _, t = race(
         {
@@ -525,6 +571,129 @@ def recording_section(args: Any) -> None:
         f"per-input extrema of a 900 x 1024 map: .min/.max(dim=1) {t['min/max(dim=1).values'] * 1e3:.3f} ms, "
         f"amin/amax {t['amin/amax'] * 1e3:.3f} ms"
     )
+
+
+def _module_outputs(model: Any, paths: list[str], x: Any) -> list[Any]:
+    """The outputs of the modules ``paths`` in one pass over ``x`` (detached)."""
+    import torch
+
+    got: dict[str, Any] = {}
+    mods = dict(model.named_modules())
+    handles = [mods[p].register_forward_hook(lambda m, a, o, _p=p: got.__setitem__(_p, o.detach())) for p in paths]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return [got[p] for p in paths]
+
+
+def race_cpu(fns: dict[str, Callable[[], Any]], reps: int) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+    """:func:`race` with the minimum process CPU time of each besides its wall time."""
+    best = dict.fromkeys(fns, float("inf"))
+    cpu = dict.fromkeys(fns, float("inf"))
+    out: dict[str, Any] = {name: fn() for name, fn in fns.items()}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            gc.collect()
+            c, t = time.process_time(), time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t)
+            cpu[name] = min(cpu[name], time.process_time() - c)
+    return out, best, cpu
+
+
+KERAS_CHILD = r"""
+import json, os, sys, time, gc
+sys.path.insert(0, {here!r})
+import numpy as np, keras
+from sklearn.datasets import load_digits
+from pytest_sadl.capture import trace_model
+from pytest_sadl.plugin.recorder import Recorder
+from pytest_sadl.records import TestRecord
+import peers
+
+d = load_digits()
+x = (d.images / 16.0).astype(np.float32)[..., None]
+y = d.target
+keras.utils.set_random_seed(0)
+model = keras.Sequential([
+    keras.Input((8, 8, 1)),
+    keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+    keras.layers.MaxPooling2D(2),
+    keras.layers.Conv2D(16, 3, activation="relu"),
+    keras.layers.Flatten(),
+    keras.layers.Dense(32, activation="relu"),
+    keras.layers.Dense(10, activation="softmax"),
+])
+model.compile("adam", "sparse_categorical_crossentropy")
+model.fit(x, y, epochs=2, batch_size=64, verbose=0)
+recorder = Recorder(lambda m: trace_model(m, jit=False, extrema=True))
+record = TestRecord("peers::recorded", 0, "g")
+
+def recorded(call):
+    def run():  # a call in a marked test (the recording entered once per test)
+        record.batches.clear()
+        recorder.current = record
+        try:
+            return call()
+        finally:
+            recorder.current = None
+    return run
+
+fns = {{
+    "predict": lambda: model.predict(x, verbose=0),
+    "recorded predict": recorded(lambda: model.predict(x, verbose=0)),
+    # as a test uses the output: on the host (JAX dispatches asynchronously: this waits for it)
+    "model(x)": lambda: keras.ops.convert_to_numpy(model(x)),
+    "recorded model(x)": recorded(lambda: keras.ops.convert_to_numpy(model(x))),
+}}
+with recorder.recording(record, model):
+    recorder.current = None  # the plain calls run as they are unless a call sets the record
+    if {profile!r}:
+        import cProfile, pstats
+        fns["recorded " + {profile!r}]()
+        pr = cProfile.Profile(); pr.enable()
+        for _ in range(20):
+            fns["recorded " + {profile!r}]()
+        pr.disable(); pstats.Stats(pr).sort_stats("cumtime").print_stats(40)
+    out, t, cpu = peers.race_cpu(fns, {reps})
+same = bool(np.allclose(out["predict"], out["recorded predict"], atol=1e-6))
+print("RESULT " + json.dumps({{"wall": t, "cpu": cpu, "same": same, "n": len(x)}}))
+"""
+
+
+def keras_recording_section(args: Any) -> None:
+    """A recorded ``predict`` and ``model(x)`` of a Keras ConvNet against the unrecorded
+    calls, on each Keras backend (TensorFlow, JAX, torch), each in its own process."""
+    import json
+    import subprocess
+
+    print("\n== recording a Keras model: a digits ConvNet, 1,797 inputs a call, per backend ==")
+    for backend in args.backends.split(","):
+        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        code = KERAS_CHILD.format(here=str(HERE), reps=args.reps * 5, profile=args.profile_call)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
+        line = next((v for v in done.stdout.splitlines() if v.startswith("RESULT ")), None)
+        if line is None:
+            print(f"{backend}: failed: {done.stderr.strip().splitlines()[-1:]}")
+            target(f"Keras ({backend}) recorded predict <= 1.05x predict", False, "not run")
+            continue
+        r = json.loads(line[len("RESULT ") :])
+        w, c = r["wall"], r["cpu"]
+        for plain, rec in (("predict", "recorded predict"), ("model(x)", "recorded model(x)")):
+            print(
+                f"{backend:<10} {rec:<18} {w[rec] * 1e3:8.2f} ms ({c[rec] * 1e3:8.2f} CPU) against {plain} "
+                f"{w[plain] * 1e3:8.2f} ms ({c[plain] * 1e3:8.2f} CPU): {w[rec] / w[plain]:.2f}x wall, "
+                f"{c[rec] / c[plain]:.2f}x CPU"
+            )
+            target(
+                f"Keras ({backend}) {rec} <= 1.05x {plain}, CPU",
+                c[rec] / c[plain] <= 1.05,
+                f"{c[rec] / c[plain]:.2f}x CPU, {w[rec] / w[plain]:.2f}x wall",
+            )
+        print(f"{backend:<10} outputs of the recorded predict equal predict's (1e-6): {r['same']}")
 
 
 # --------------------------------------------------------------------------- main
@@ -584,8 +753,12 @@ def main() -> None:
     parser.add_argument("--large", default="", help="more sizes of the memory-mapped set, e.g. 100000,1000000")
     parser.add_argument("--nlc-repo", type=Path, default=None, help="a checkout of NeuraL-Coverage")
     parser.add_argument(
-        "--only", default="", help="comma-separated sections: surprise,neurons,prioritise,softmax,large,recording,nlc"
+        "--only",
+        default="",
+        help="comma-separated sections: surprise,neurons,prioritise,softmax,large,recording,keras,nlc",
     )
+    parser.add_argument("--profile-call", default="", help="keras section: cProfile this call, e.g. 'model(x)'")
+    parser.add_argument("--backends", default="tensorflow,jax,torch", help="Keras backends of the keras section")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -604,6 +777,7 @@ def main() -> None:
         "softmax": lambda: softmax_dsa_section(tip, args),
         "large": lambda: large_section(tip, args),
         "recording": lambda: recording_section(args),
+        "keras": lambda: keras_recording_section(args),
         "nlc": lambda: nlc_section(args) if args.nlc_repo else None,
     }
     for name, run in sections.items():

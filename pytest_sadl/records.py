@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,31 @@ from typing import Any
 import numpy as np
 
 THUMB_MAX = 32  # thumbnails of image-like inputs are at most this many pixels a side
+# Batch.of keeps a snapshot of numeric inputs of at most this many bytes a row (or twice the
+# row's traces, if more) and makes their thumbnails and digests when first read (the
+# session's end), not in the recorded call; larger inputs are digested in the call.
+DEFER_ROW_BYTES = 4096
+_KEEP_LOCK = threading.Lock()
+
+
+class _Kept:
+    """A :class:`Batch` field made from its inputs (thumbnails, digests, snippets): when
+    :meth:`Batch.of` deferred it, made from the inputs' snapshot on first read or write."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return None  # the dataclass field's default
+        if "_inputs" in obj.__dict__:
+            obj._keep()
+        return obj.__dict__.get(self.slot)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if "_inputs" in obj.__dict__:
+            obj._keep()
+        obj.__dict__[self.slot] = value
 
 
 @dataclass
@@ -32,12 +58,13 @@ class Batch:
     sa: np.ndarray  # (n, d) float32
     coverage: list[np.ndarray]  # per coverage layer (n, c) float32
     pred: np.ndarray  # (n,) int64, or (n, k) float32 for a regression model
-    thumbs: np.ndarray | None = None  # (n, h, w, c) uint8 for image-like inputs
+    thumbs: np.ndarray | None = _Kept()  # type: ignore[assignment]  # (n, h, w, c) uint8 for image-like inputs
     # per coverage layer, the per-input (min, max) over its whole output (conv maps), or None
     extrema: list[tuple[np.ndarray, np.ndarray] | None] | None = None
     output: np.ndarray | None = None  # (n, k) float32: a classifier's outputs (the confidence baselines)
-    digests: np.ndarray | None = None  # (n,) uint64: each input's digest (input_digests), None if unhashable
-    texts: np.ndarray | None = None  # (n,) str: a short snippet of each text input (raw-string models)
+    # (n,) uint64: each input's digest (input_digests), None if unhashable
+    digests: np.ndarray | None = _Kept()  # type: ignore[assignment]
+    texts: np.ndarray | None = _Kept()  # type: ignore[assignment]  # (n,) str: a snippet of each text input
 
     def __len__(self) -> int:
         return int(self.sa.shape[0])
@@ -50,18 +77,42 @@ class Batch:
         inputs are ``(n, c, h, w)``, as a native PyTorch model takes them."""
         sa = np.asarray(traces.sa, dtype=np.float32)
         pred = np.asarray(traces.pred)
-        thumbs = thumbnails(x, channels_first=channels_first)
-        digests = input_digests(x)
-        return cls(
+        batch = cls(
             sa=sa,
             coverage=[np.asarray(c, dtype=np.float32) for c in traces.coverage],
             pred=pred,
-            thumbs=thumbs,
             extrema=getattr(traces, "coverage_extrema", None),
             output=np.asarray(traces.output, dtype=np.float32) if pred.ndim == 1 else None,
-            digests=digests if digests is not None and len(digests) == len(sa) else None,
-            texts=None if thumbs is not None else snippets(x),
         )
+        snapshot = _snapshot(x, max(DEFER_ROW_BYTES, 2 * batch.row_bytes()))
+        if snapshot is None:
+            batch._kept_of(x, channels_first)
+        else:  # the thumbnails and digests of a copy, when first read
+            batch.__dict__["_inputs"] = (snapshot, channels_first)
+        return batch
+
+    def row_bytes(self) -> int:
+        """The bytes of one input's traces (SA and coverage)."""
+        return (
+            int(self.sa.itemsize * self.sa[0].size + sum(c.itemsize * c[0].size for c in self.coverage))
+            if len(self)
+            else 0
+        )
+
+    def _kept_of(self, x: Any, channels_first: bool) -> None:
+        """The thumbnails (else text snippets) and digests of the inputs ``x``."""
+        thumbs = thumbnails(x, channels_first=channels_first)
+        digests = input_digests(x)
+        self.__dict__["_thumbs"] = thumbs
+        self.__dict__["_digests"] = digests if digests is not None and len(digests) == len(self) else None
+        self.__dict__["_texts"] = None if thumbs is not None else snippets(x)
+
+    def _keep(self) -> None:
+        """Make what :meth:`of` deferred, from the inputs' snapshot (once, in any thread)."""
+        with _KEEP_LOCK:
+            pending = self.__dict__.pop("_inputs", None)
+            if pending is not None:
+                self._kept_of(*pending)
 
     def finite(self) -> np.ndarray:
         """``(n,)`` bool: the inputs whose SA and coverage traces hold no NaN/inf."""
@@ -261,6 +312,26 @@ def _channels_last(arr: np.ndarray, channels_first: bool) -> np.ndarray | None:
             return None
         return np.transpose(arr, (0, 2, 3, 1))
     return arr[..., None] if arr.ndim == 3 else arr
+
+
+def _snapshot(x: Any, row_limit: int) -> Any:
+    """A copy of numeric inputs ``x`` (an array on the host, or a dict, list or tuple of
+    them) of at most ``row_limit`` bytes a row, else ``None`` (anything else)."""
+    if isinstance(x, (dict, list, tuple)):
+        return _snapshot_parts(x, row_limit)
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiub" or x.ndim == 0 or not len(x):
+        return None
+    if x.nbytes // len(x) > row_limit:
+        return None
+    return np.array(x, copy=True)
+
+
+def _snapshot_parts(x: dict[Any, Any] | list[Any] | tuple[Any, ...], row_limit: int) -> Any:
+    """:func:`_snapshot` of several inputs: all of them, of at most ``row_limit`` bytes a row together."""
+    each = [_snapshot(v, row_limit) for v in (x.values() if isinstance(x, dict) else x)]
+    if not each or any(v is None for v in each) or sum(v.nbytes // len(v) for v in each) > row_limit:
+        return None
+    return dict(zip(x, each, strict=True)) if isinstance(x, dict) else tuple(each)
 
 
 # ----------------------------------------------------------------------------- labels
