@@ -156,6 +156,110 @@ def test_torchvision_conv_norm_activation_blocks_are_one_layer() -> None:
     assert "features.0.2" in tm.coverage_layers and "features.0.0" not in tm.coverage_layers
 
 
+# timm and torchvision image classifiers through the plugin: the model built from its config
+# (no weights), trained for seconds on generated images of two classes, and enough training
+# images that each class has more traces than the default SA layer has neurons (LSA's KDE
+# needs that: 1280 on efficientnet_b0's pooled features), so every metric is reported.
+VISION = {
+    # name: (builder, image size, training images)
+    "resnet18": ("timm.create_model('resnet18', pretrained=False, num_classes=2)", 16, 1200),
+    "efficientnet_b0": ("timm.create_model('efficientnet_b0', pretrained=False, num_classes=2)", 16, 3000),
+    "vit_tiny": (
+        "timm.create_model('vit_tiny_patch16_224', pretrained=False, num_classes=2, img_size=16, patch_size=4)",
+        16,
+        600,
+    ),
+    "mobilenet_v3_small": ("torchvision.models.mobilenet_v3_small(weights=None, num_classes=2)", 16, 2400),
+}
+
+VISION_CONFTEST = """
+import numpy as np
+import pytest
+import timm
+import torch
+import torchvision
+
+
+def images(n, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    x = rng.standard_normal((n, 3, {px}, {px})).astype(np.float32) * 0.5
+    x[np.arange(n), y] += 1.0  # the class is the brighter channel
+    return x, y
+
+
+@pytest.fixture(scope="session")
+def sadl_model():
+    torch.manual_seed(0)
+    model = {build}
+    x, y = images(256, 100)
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    model.train()
+    for step in range(8):  # seconds of training
+        i = slice(32 * step, 32 * step + 32)
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x[i])), torch.from_numpy(y[i]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def sadl_train():
+    return images({n}, 0)
+"""
+
+VISION_TESTS = """
+import pytest
+import torch
+
+from conftest import images
+
+
+@pytest.mark.sadl
+def test_call(sadl_model):
+    with torch.no_grad():
+        out = sadl_model(torch.from_numpy(images(24, 1)[0]))
+    assert out.shape == (24, 2)
+
+
+@pytest.mark.sadl
+def test_batches(sadl_model):
+    x = torch.from_numpy(images(16, 2)[0])
+    with torch.no_grad():
+        for batch in x.split(8):
+            assert sadl_model(batch).shape == (8, 2)
+"""
+
+
+@pytest.mark.parametrize("name", list(VISION))
+def test_timm_and_torchvision_classifiers_report_every_metric_on_the_defaults(
+    pytester: pytest.Pytester, name: str
+) -> None:
+    """timm's ``resnet18``, ``efficientnet_b0``, a ViT and torchvision's ``mobilenet_v3_small``,
+    called as their users call them (``model(x)``, a loop over batches) under
+    ``pytest --sadl-coverage`` on the defaults: each input recorded, no warning, every metric
+    of the report computed, no coverage layer measured twice."""
+    library("timm")
+    library("torchvision.models")
+    build, px, n = VISION[name]
+    pytester.makeconftest(VISION_CONFTEST.format(build=build, px=px, n=n))
+    pytester.makepyfile(test_vision=VISION_TESTS)
+    pytester.syspathinsert()
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--sadl-coverage", "--sadl-report=json:out.json")
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "out.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in report["tests"]}
+    assert tests == {"test_call": 24, "test_batches": 16}
+    # MDSA may say that a class's covariance is singular (ReLU features at 16 px span fewer
+    # dimensions than the layer has neurons); nothing else, and nothing ran unrecorded
+    warnings = [w for w in report["outcome"]["warnings"] if not w.startswith("MDSA: the training covariance")]
+    assert not warnings, warnings
+    missing = {m: v.get("reason") for m, v in report["metrics"].items() if v["value"] is None}
+    assert not missing, missing
+    assert {"nc", "kmnc", "nbc", "snac", "lsc", "dsc"} <= set(report["metrics"])
+
+
 # ----------------------------------------------------------------------------- Hugging Face transformers
 
 HF_CONFTEST = """
