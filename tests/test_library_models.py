@@ -34,7 +34,7 @@ HF_CLASSES = (
     "ViTForImageClassification",
     "GPT2ForSequenceClassification",
 )
-for _name in ("transformers", "timm", "torchvision.models"):
+for _name in ("transformers", "timm", "torchvision.models", "datasets"):
     try:
         _module = importlib.import_module(_name)
         if _name == "transformers":
@@ -345,6 +345,48 @@ def test_a_hugging_face_text_classifier_called_with_keywords_end_to_end(pytester
     assert not [w for w in report["outcome"]["warnings"] if "unrecorded" in w]
     assert report["metrics"]["nc"]["value"] > 0
     assert all(m["value"] is not None for m in report["metrics"].values()), report["metrics"]
+
+
+HF_DATASETS_TRAIN = """
+@pytest.fixture(scope="session")
+def sadl_train():
+    import datasets
+
+    batch = tokens(240, 0)
+    texts = [" ".join(map(str, row)) for row in batch["input_ids"]]
+    labels = (batch["input_ids"][:, 0] > 30).astype(np.int64)
+    # a tokenised dataset as users keep one: its text, its label and the tokenizer's columns
+    return datasets.Dataset.from_dict({"text": texts, "label": labels, **{k: v.tolist() for k, v in batch.items()}})
+"""
+
+
+def test_a_datasets_dataset_as_training_data_for_a_hugging_face_classifier(pytester: pytest.Pytester) -> None:
+    """A ``datasets.Dataset`` of a tokenizer's columns (with its text and label columns) is the
+    training data of a BERT classifier: its numeric columns are the model's inputs by name,
+    ``label`` its labels, the text left out; every keyword call recorded, every metric
+    reported."""
+    library("transformers")
+    datasets = library("datasets")
+    conftest = HF_CONFTEST[: HF_CONFTEST.index('@pytest.fixture(scope="session")\ndef sadl_train')] + HF_DATASETS_TRAIN
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(test_hf=HF_TESTS)
+    pytester.syspathinsert()
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--sadl-coverage", "--sadl-report=json:out.json")
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "out.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in report["tests"]}
+    assert tests == {"test_keywords": 20, "test_named_arguments_shorter_sequences": 12, "test_with_labels": 8}
+    assert not [w for w in report["outcome"]["warnings"] if "unrecorded" in w]
+    assert all(m["value"] is not None for m in report["metrics"].values()), report["metrics"]
+    # the columns as load_training_data reads them: the text left out, label as labels
+    ds = datasets.Dataset.from_dict({"text": ["a", "b"], "input_ids": [[1, 2], [3, 4]], "label": [0, 1]})
+    data = load_training_data(ds, what="training data")
+    assert sorted(data.x) == ["input_ids"] and data.y.tolist() == [0, 1]
+    from pytest_sadl.errors import SadlDataError
+
+    ragged = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5]]})
+    with pytest.raises(SadlDataError, match="'input_ids'.*different lengths; pad them"):
+        load_training_data(ragged, what="training data")
 
 
 def test_hugging_face_heads_read_their_token_and_sequences_respect_the_mask() -> None:
