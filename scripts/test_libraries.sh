@@ -46,4 +46,4 @@ if [ ! -x "$py" ] || ! have_pins; then
 fi
 "$py" -c 'import pytest_sadl, torch, torchvision, timm; print("test_libraries: torch", torch.__version__, "torchvision", torchvision.__version__, "timm", timm.__version__, "pytest_sadl from", pytest_sadl.__file__)'
 # only the tests that need torchvision (the rest of the file runs in the main suite)
-"$py" -m pytest --durations=10 -p no:randomly tests/test_library_models.py -k "timm or torchvision or datasets" "$@"
+"$py" -m pytest -n 2 --durations=10 -p no:randomly tests/test_library_models.py -k "timm or torchvision or datasets" "$@"

@@ -132,14 +132,16 @@ def test_a_library_activation_and_a_fused_norm_activation_are_measured_after_the
 
 @pytest.mark.parametrize(
     "name",
-    ["efficientnet_b0", "resnet18", "mobilenetv3_small_050"],
+    ["efficientnet_b0", "resnet18", "mobilenetv3_small_050", "vit_tiny_patch16_224"],
 )
 def test_timm_models_measure_each_neuron_once(name: str) -> None:
-    """timm's ``BatchNormAct2d`` (conv, batch norm and activation: one layer) and its
-    activation layers; the defaults have no pair measured twice."""
+    """timm's ``BatchNormAct2d`` (conv, batch norm and activation: one layer), its
+    activation layers and a ViT's MLP (``fc1`` and its GELU); the defaults have no pair
+    measured twice."""
     timm = library("timm")
     torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False, num_classes=4)
+    kwargs = {"img_size": 32, "patch_size": 8} if name.startswith("vit") else {}
+    model = timm.create_model(name, pretrained=False, num_classes=4, **kwargs)
     tm = probed(model, np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32))
     assert measured_twice(tm) == []
     assert not any(tm._seen[p].fused for p in tm.coverage_layers)
@@ -249,7 +251,7 @@ def test_timm_and_torchvision_classifiers_report_every_metric_on_the_defaults(
     """timm's ``resnet18``, ``efficientnet_b0``, a ViT and torchvision's ``mobilenet_v3_small``,
     called as their users call them (``model(x)``, a loop over batches) under
     ``pytest --sadl-coverage`` on the defaults: each input recorded, no warning, every metric
-    of the report computed, no coverage layer measured twice."""
+    of the report computed (no layer measured twice: the tests above, on the same models)."""
     library("timm")
     library("torchvision.models")
     build, px, n = VISION[name]
