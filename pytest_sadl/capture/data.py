@@ -256,6 +256,8 @@ class TrainingData:
     file: Path | None = None
     _fingerprint: str | None = field(default=None, repr=False)
     _row_digests: np.ndarray | None = field(default=None, repr=False)
+    #: already run through a keras-hub task's preprocessor (images stay images: not again)
+    preprocessed: bool = field(default=False, repr=False)
 
     @property
     def n(self) -> int | None:

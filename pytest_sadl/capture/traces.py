@@ -970,7 +970,7 @@ def _preprocessed(model: Any, data: TrainingData, batch_size: int = 256) -> Trai
     or the images as its image converter makes them (resized, scaled). Other data, and
     models without a preprocessor, as they are."""
     pre: Any = getattr(model, "preprocessor", None)
-    raw = None if pre is None else _raw_inputs(pre, data.x)
+    raw = None if pre is None or data.preprocessed else _raw_inputs(pre, data.x)
     if raw is None:
         return data
     parts = [pre(raw[i : i + batch_size]) for i in range(0, len(raw), batch_size)]
@@ -978,7 +978,7 @@ def _preprocessed(model: Any, data: TrainingData, batch_size: int = 256) -> Trai
         out: Any = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
     else:
         out = np.concatenate([np.asarray(p) for p in parts])
-    return replace(data, x=out, _fingerprint=None, _row_digests=None)
+    return replace(data, x=out, _fingerprint=None, _row_digests=None, preprocessed=True)
 
 
 def _raw_inputs(pre: Any, x: Any) -> np.ndarray | None:
