@@ -256,6 +256,8 @@ class TrainingData:
     file: Path | None = None
     _fingerprint: str | None = field(default=None, repr=False)
     _row_digests: np.ndarray | None = field(default=None, repr=False)
+    #: already run through a keras-hub task's preprocessor (images stay images: not again)
+    preprocessed: bool = field(default=False, repr=False)
 
     @property
     def n(self) -> int | None:
@@ -712,14 +714,33 @@ def _is_torch_data(obj: Any) -> bool:
     return is_torch_data(obj)
 
 
-def _from_value(value: Any, source: str) -> TrainingData:
-    if isinstance(value, TrainingData):
-        return value
-    if _is_torch_data(value):  # a torch Dataset or DataLoader: read once, as arrays
+def _is_hf_dataset(obj: Any) -> bool:
+    from pytest_sadl.capture.hf import is_hf_dataset  # imports no datasets
+
+    return is_hf_dataset(obj)
+
+
+def _from_library(value: Any, source: str) -> TrainingData | None:
+    """A torch ``Dataset`` or ``DataLoader`` (read once, as arrays) or a Hugging Face
+    ``datasets.Dataset`` (its numeric columns, by name); ``None`` for anything else."""
+    if _is_torch_data(value):
         from pytest_sadl.capture.torchdata import arrays_from_torch_data
 
         x, y = arrays_from_torch_data(value, source)
         return TrainingData(source=source, x=x, y=y)
+    if _is_hf_dataset(value):
+        from pytest_sadl.capture.hf import dataset_columns
+
+        return _from_value(dataset_columns(value, source), source)
+    return None
+
+
+def _from_value(value: Any, source: str) -> TrainingData:
+    if isinstance(value, TrainingData):
+        return value
+    library = _from_library(value, source)
+    if library is not None:
+        return library
     if _is_stream(value):  # a tf.data.Dataset, a PyDataset, a re-iterable with a length: streamed
         return TrainingData(source=source, dataset=value)
     if hasattr(value, "__next__"):  # a generator or iterator: read once, to its end

@@ -14,9 +14,20 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from pytest_sadl.errors import SadlModelError
+import numpy as np
 
-__all__ = ["is_transformers", "check_supported", "forward_parameters", "bind_call", "KeywordCall", "output_items"]
+from pytest_sadl.errors import SadlDataError, SadlModelError
+
+__all__ = [
+    "is_transformers",
+    "check_supported",
+    "forward_parameters",
+    "bind_call",
+    "KeywordCall",
+    "output_items",
+    "is_hf_dataset",
+    "dataset_columns",
+]
 
 # heads whose output has one row per token or per generated position, not per input
 _UNSUPPORTED = (
@@ -105,3 +116,49 @@ def output_items(out: Any) -> tuple[list[Any], list[str]] | None:
     items = [(str(k), v) for k, v in out.items() if hasattr(v, "shape") and hasattr(v, "dtype")]
     items.sort(key=lambda kv: kv[0] != "logits")
     return [v for _, v in items], [k for k, _ in items]
+
+
+def is_hf_dataset(obj: Any) -> bool:
+    """A Hugging Face ``datasets.Dataset`` (not imported: recognised by its class's module)."""
+    return any(c.__name__ == "Dataset" and c.__module__.startswith("datasets.") for c in type(obj).__mro__)
+
+
+def dataset_columns(ds: Any, source: str) -> dict[str, np.ndarray]:
+    """A ``datasets.Dataset``'s columns as arrays, read once in its order (its format and
+    its selected columns, if ``set_format`` chose some): the numeric ones, by name (a
+    tokenised dataset's ``input_ids``, ``attention_mask``, ...), ``label`` as ``labels``;
+    text columns are left out, as the Trainer leaves out what ``forward`` does not take."""
+    columns = ds.format.get("columns") or ds.column_names
+    table = ds.with_format("numpy", columns=columns)
+    out: dict[str, np.ndarray] = {}
+    for name in columns:
+        column = _numeric_column(table[name] if len(ds) else np.empty(0), name, source)
+        if column is not None:
+            out["labels" if name == "label" else name] = column
+    if not out:
+        raise SadlDataError(
+            f"{source}: the datasets.Dataset has no numeric column (columns {ds.column_names}); "
+            "tokenise it first (dataset.map(tokenizer, batched=True))"
+        )
+    return out
+
+
+def _numeric_column(raw: Any, name: str, source: str) -> np.ndarray | None:
+    """A column as an array, ``None`` for text; ragged sequences refused in one line."""
+    try:
+        column = np.asarray(raw)
+    except ValueError:  # rows of different lengths
+        column = np.empty(0, dtype=object)
+        text = False
+    else:
+        text = column.dtype.kind in "US" or (
+            column.dtype == object and all(isinstance(v, (str, bytes)) for v in column[:16])
+        )
+    if text:
+        return None
+    if column.dtype == object:
+        raise SadlDataError(
+            f"{source}: column {name!r} of the datasets.Dataset holds sequences of different lengths; "
+            "pad them to one length (tokenizer(..., padding='max_length', max_length=N))"
+        )
+    return column

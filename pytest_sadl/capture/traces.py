@@ -964,17 +964,33 @@ def is_classifier(model: Any, output: str | int | None = None) -> bool:
 
 
 def _preprocessed(model: Any, data: TrainingData, batch_size: int = 256) -> TrainingData:
-    """Raw text for a keras-hub task (a model with a ``preprocessor``, whose inputs are its
-    backbone's) run through that preprocessor as the task's ``predict`` applies it: the
-    backbone's inputs (token ids, segment ids, padding mask) as a dict of arrays by name.
-    Other data, and models without a preprocessor, as they are."""
-    pre, x = getattr(model, "preprocessor", None), data.x
-    if pre is None or not isinstance(x, (np.ndarray, list)) or len(x) == 0 or not is_text(np.asarray(x)):
+    """Raw text or images for a keras-hub task (a model with a ``preprocessor``, whose inputs
+    are its backbone's) run through that preprocessor as the task's ``predict`` applies it:
+    the backbone's inputs (token ids, segment ids, padding mask) as a dict of arrays by name,
+    or the images as its image converter makes them (resized, scaled). Other data, and
+    models without a preprocessor, as they are."""
+    pre: Any = getattr(model, "preprocessor", None)
+    raw = None if pre is None or data.preprocessed else _raw_inputs(pre, data.x)
+    if raw is None:
         return data
-    texts = np.asarray(x)
-    parts = [pre(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+    parts = [pre(raw[i : i + batch_size]) for i in range(0, len(raw), batch_size)]
     if isinstance(parts[0], dict):
         out: Any = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
     else:
         out = np.concatenate([np.asarray(p) for p in parts])
-    return replace(data, x=out, _fingerprint=None, _row_digests=None)
+    return replace(data, x=out, _fingerprint=None, _row_digests=None, preprocessed=True)
+
+
+def _raw_inputs(pre: Any, x: Any) -> np.ndarray | None:
+    """``x`` as an array when the preprocessor ``pre`` takes it: texts (a list or an array of
+    strings), or numeric images ``(n, height, width[, channels])`` for a preprocessor with an
+    image converter (a keras-hub image task's); else ``None``."""
+    if isinstance(x, list) and x and not all(hasattr(v, "shape") for v in x):
+        x = np.asarray(x)
+    if not isinstance(x, np.ndarray) or len(x) == 0:
+        return None
+    return x if is_text(x) or _is_image_for(pre, x) else None
+
+
+def _is_image_for(pre: Any, x: np.ndarray) -> bool:
+    return getattr(pre, "image_converter", None) is not None and x.ndim in (3, 4) and x.dtype.kind in "fiu"
