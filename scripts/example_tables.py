@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ("README.md", "docs/index.md", "example_project/README.md")
+FILES = ("README.md", "docs/index.md", "docs/ood.md", "example_project/README.md")
 MARKER = re.compile(r"^<!-- example-output: (?P<args>[^|]*)\|(?P<sections>[^|]*)\| kernels: (?P<kernels>.*) -->$")
 SUMMARY = re.compile(r"^=* ?\d+ (passed|failed|error)")  # pytest's last line ends a section
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
