@@ -72,7 +72,8 @@ def test_a_changed_help_makes_the_table_stale(monkeypatch: pytest.MonkeyPatch) -
 
 def test_readme_gives_the_commands_ci_runs() -> None:
     """The README's two commands: the example project, and exactly what .ci/run runs:
-    scripts/ci.sh, the set-up, the checks and the suite, then the floors and the wheel."""
+    scripts/ci.sh, the set-up, the checks and the suite, the library models, then the floors
+    and the wheel."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     test_command = "bash scripts/ci.sh"
@@ -80,7 +81,7 @@ def test_readme_gives_the_commands_ci_runs() -> None:
     assert f"\n{test_command}\n" in ci
     assert "python3 -m pytest example_project --sadl-coverage" in readme
     steps = re.findall(r"^step .* bash (scripts/\S+\.sh)$", (ROOT / "scripts" / "ci.sh").read_text(), re.MULTILINE)
-    assert steps == [f"scripts/{name}.sh" for name in ("bootstrap", "check", "test", "lowest", "wheel")]
+    assert steps == [f"scripts/{name}.sh" for name in ("bootstrap", "check", "test", "test_libraries", "lowest", "wheel")]
 
 
 def test_linked_pages_exist() -> None:
