@@ -52,27 +52,18 @@ def _reject_number(text: str) -> Any:
     raise ResultsFileError(f"{text} is not allowed: a results file holds finite numbers only")
 
 
-_STRUCTURE = re.compile(r'[\[\]{}"\\]')
+#: A bracket, or a string (to its closing quote, or to the end of an unterminated one) whose
+#: brackets do not count; a backslash in it escapes the next character.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 
 
 def _check_depth(text: str, limit: int = MAX_DEPTH) -> None:
     """Refuse a document nested deeper than ``limit`` before parsing it: the parser and the
     validator recurse, so 200,000 nested arrays would end in ``RecursionError``."""
     depth = 0
-    in_string = False
-    escaped_at = -1  # the position of the character a backslash escapes
-    for match in _STRUCTURE.finditer(text):
-        pos, ch = match.start(), match.group()
-        if in_string:
-            if pos == escaped_at:
-                continue
-            if ch == "\\":
-                escaped_at = pos + 1
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    for match in _TOKEN.finditer(text):
+        ch = match.group()
+        if ch in "[{":
             depth += 1
             if depth > limit:
                 raise ResultsFileError(f"nested more than {limit} levels deep (a results file nests 5)")
