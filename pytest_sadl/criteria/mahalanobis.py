@@ -69,6 +69,12 @@ RCOND = 1e-10
 _KEEP_MATRICES = 256 * 2**20
 
 
+def _factor_width(d: int, sizes: list[int]) -> int:
+    """The columns of every class's factor over ``d`` neurons, for classes of ``sizes`` traces:
+    a class of n_c traces has rank at most n_c - 1, so no factor needs more."""
+    return min(d, max(sizes) - 1)
+
+
 def _must_stream(classes: int, d: int, width: int, max_bytes: int | None) -> bool:
     """Whether the classes' factors (``d x width`` float64 each) are too many for memory, so
     each is made when inputs of its class are scored (one class's matrices at a time);
@@ -157,8 +163,7 @@ class MDSA:
         kept = self._kept_neurons([var for _, _, var in stats])
         self.kept: np.ndarray = kept
         d = kept.size
-        # a class of n_c traces has rank at most n_c - 1: no factor needs more columns
-        width = min(d, max(len(members[i]) for i in usable) - 1)
+        width = _factor_width(d, [len(members[i]) for i in usable])
         streamed = _must_stream(len(usable), d, width, max_bytes)
         self.classes_: np.ndarray = classes[usable].astype(np.int64)
         means = [mean for mean, _, _ in stats]
@@ -172,7 +177,8 @@ class MDSA:
             self.factors = None
             self.ranks = np.full(len(usable), -1, dtype=np.int64)
             return
-        self._make_factors([scatter for _, scatter, _ in stats], width)
+        # warned here, so the warning's stack level names the same caller as before
+        self._warn_singular(self._make_factors([scatter for _, scatter, _ in stats], width))
 
     def _kept_neurons(self, variances: list[np.ndarray]) -> np.ndarray:
         """The neurons kept by :attr:`var_rule` from each usable class's variances (sorted)."""
@@ -187,8 +193,8 @@ class MDSA:
             )
         return np.unique(np.concatenate(list(per_class.values())))
 
-    def _make_factors(self, scatters: list[np.ndarray | None], width: int) -> None:
-        """Every usable class's factor and rank, made now; a warning names the singular ones."""
+    def _make_factors(self, scatters: list[np.ndarray | None], width: int) -> list[str]:
+        """Every usable class's factor and rank, made now; the classes whose covariance is singular."""
         d = self.kept.size
         # factor[c] (d, width): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
         # the columns past the class's rank are zero.
@@ -200,7 +206,7 @@ class MDSA:
             if self.ranks[i] < d:
                 singular.append(self._singular(i))
         self._source = None  # nothing more to read from the training traces
-        self._warn_singular(singular)
+        return singular
 
     def _make_factor(self, i: int, scatter: np.ndarray | None, out: np.ndarray) -> int:
         """Write class ``i``'s inverse-covariance factor into ``out`` (``d x width``); its rank."""
