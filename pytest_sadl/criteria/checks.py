@@ -59,19 +59,24 @@ def _finite_or_raise(name: str, a: np.ndarray, chunk_bytes: int = 16 * 2**20) ->
     row_bytes = max(1, (a.size // max(1, len(a))) * a.itemsize)
     step = max(1, chunk_bytes // row_bytes)
     first, count, nan = -1, 0, False
-    for s in range(0, len(a), step):
-        block = np.asarray(a[s : s + step])
-        if np.isfinite(block).all():
-            continue
-        rows = _bad_rows(block)
+    for s, rows, has_nan in _nonfinite_chunks(a, step):
         first = s + int(rows[0]) if first < 0 else first
         count += rows.size
-        nan = nan or bool(np.isnan(block).any())
+        nan = nan or has_nan
     if count:
         raise ValueError(
             f"{name} contains {'NaN' if nan else 'inf'} values in {count} row(s) (first: row {first}); "
             "traces must be finite: check the model's inputs and weights for NaN/inf"
         )
+
+
+def _nonfinite_chunks(a: np.ndarray, step: int) -> Iterator[tuple[int, np.ndarray, bool]]:
+    """Of each chunk of ``step`` rows of ``a`` holding a NaN or an inf: its first row, the
+    indices (in the chunk) of its rows that do, and whether a NaN is among them."""
+    for s in range(0, len(a), step):
+        block = np.asarray(a[s : s + step])
+        if not np.isfinite(block).all():
+            yield s, _bad_rows(block), bool(np.isnan(block).any())
 
 
 def _bad_rows(block: np.ndarray) -> np.ndarray:
