@@ -158,11 +158,6 @@ def encode(obj: Any) -> Any:
         return _encode_list(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return _encode_object(obj)
-    return _encode_scalar(obj)
-
-
-def _encode_scalar(obj: Any) -> Any:
-    """A scalar's JSON form: a NumPy scalar as the Python value, NaN and inf as ``None``."""
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -401,16 +396,12 @@ class _Flat:
 
     def take(self, key: str, raw: object) -> tuple[str, object] | None:
         """``(name, value)`` when this dict takes ``key``: ``raw``."""
-        if not (key.endswith(self.suffix) and self._accepts(raw)):
+        if not key.endswith(self.suffix) or (self.when is not None and not self.when(raw)):
+            return None
+        if not (self.optional and raw is None) and self.kind(raw) is BAD:
             return None
         value = self.read(raw)
         return None if value is BAD else (key[: len(key) - len(self.suffix)], value)
-
-    def _accepts(self, raw: object) -> bool:
-        """Whether ``raw`` passes this dict's ``when`` and is of its values' type (or an allowed ``None``)."""
-        if self.when is not None and not self.when(raw):
-            return False
-        return (self.optional and raw is None) or self.kind(raw) is not BAD
 
 
 @functools.cache
@@ -520,15 +511,19 @@ def schema(cls: type) -> dict[str, Any]:
     """The JSON Schema (an ``object``) of the dataclass ``cls``, nested ``at`` objects
     included, from its type hints and field specs."""
     node: dict[str, Any] = {"type": "object"}
-    rows = [(e.key, _extra_type(cls, e), e.spec) for e in _extras(cls)]
-    rows += [(sp.key or f.name, tp, sp) for f, tp, sp in _fields(cls)]
-    for key, tp, sp in rows:
+    for key, tp, sp in _schema_rows(cls):
         where = node if sp.at is None else _nested(node, sp.at)
         if sp.flat is not None:
             _flat_schema(tp, sp, where)
         elif sp.in_schema:
             _property_schema(key, tp, sp, where)
     return node
+
+
+def _schema_rows(cls: type) -> list[tuple[str, Any, Spec]]:
+    """The key, type and spec of everything an object of ``cls`` writes: its extras, then its fields."""
+    rows = [(e.key, _extra_type(cls, e), e.spec) for e in _extras(cls)]
+    return rows + [(sp.key or f.name, tp, sp) for f, tp, sp in _fields(cls)]
 
 
 def _property_schema(key: str, tp: Any, sp: Spec, node: dict[str, Any]) -> None:
