@@ -313,6 +313,15 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+def _budget(max_bytes: int | None) -> int | None:
+    """The bytes a set-up may take: ``max_bytes``, else half the memory available now
+    (``None`` where the system does not say)."""
+    if max_bytes is not None:
+        return int(max_bytes)
+    available = available_bytes()
+    return None if available is None else available // 2
+
+
 def check_fits(
     who: str, what: str, *, classes: int, neurons: int, columns: int | None = None, max_bytes: int | None = None
 ) -> None:
@@ -323,8 +332,7 @@ def check_fits(
     rest of the run: the memory-mapped training traces' pages, which count as available,
     the model, the other criteria), saying what would fit instead: fewer classes at this
     width, or this many classes at a smaller width."""
-    available = available_bytes()
-    budget = (None if available is None else available // 2) if max_bytes is None else int(max_bytes)
+    budget = _budget(max_bytes)
     matrix = neurons * (neurons if columns is None else max(1, columns)) * 8
     need = classes * matrix + 4 * neurons * neurons * 8
     if budget is None or need <= budget:
