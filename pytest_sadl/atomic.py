@@ -87,21 +87,28 @@ def sweep_leftovers(directory: str | os.PathLike[str], older_than: float = LEFTO
     sweeper removed first, no permission) are ignored; returns what was removed."""
     import time
 
-    d = Path(directory)
-    removed: list[Path] = []
-    try:
-        found = [p for p in d.iterdir() if p.name.startswith((".tmp-", ".old-"))]
-    except OSError:
-        return removed
     now = time.time()
-    for p in found:
-        with contextlib.suppress(OSError):
-            folder = p.is_dir() and not p.is_symlink()
-            parts = [p, *p.rglob("*")] if folder else [p]
-            if now - max(q.lstat().st_mtime for q in parts) > older_than:
-                shutil.rmtree(p) if folder else p.unlink()
-                removed.append(p)
-    return removed
+    return [p for p in _leftovers(Path(directory)) if _remove_if_untouched(p, now, older_than)]
+
+
+def _leftovers(directory: Path) -> list[Path]:
+    """The hidden ``.tmp-*`` and ``.old-*`` entries of ``directory`` (none when it cannot be listed)."""
+    try:
+        return [p for p in directory.iterdir() if p.name.startswith((".tmp-", ".old-"))]
+    except OSError:
+        return []
+
+
+def _remove_if_untouched(entry: Path, now: float, older_than: float) -> bool:
+    """Remove ``entry`` (a file, or a folder and all in it) when none of its files changed
+    in the ``older_than`` seconds before ``now``; whether it was removed (``False`` on any error)."""
+    with contextlib.suppress(OSError):
+        folder = entry.is_dir() and not entry.is_symlink()
+        parts = [entry, *entry.rglob("*")] if folder else [entry]
+        if now - max(q.lstat().st_mtime for q in parts) > older_than:
+            shutil.rmtree(entry) if folder else entry.unlink()
+            return True
+    return False
 
 
 def _sweep_once(directory: Path) -> None:
@@ -158,12 +165,17 @@ def _stream_flags(target: Path) -> int | None:
         return None
     if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
         return os.O_WRONLY
-    if stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
-        what = "a block device" if stat.S_ISBLK(st.st_mode) else "a socket"
-        raise OSError(errno.EINVAL, f"it is {what}; give a regular file, a FIFO or a character device", str(target))
+    _refuse_unwritable(st.st_mode, target)
     if stat.S_ISREG(st.st_mode) and _through_descriptor(str(target)):
         return os.O_WRONLY | os.O_APPEND
     return None
+
+
+def _refuse_unwritable(mode: int, target: Path) -> None:
+    """``OSError`` when ``target`` (of the stat ``mode``) is a block device or a socket."""
+    if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        what = "a block device" if stat.S_ISBLK(mode) else "a socket"
+        raise OSError(errno.EINVAL, f"it is {what}; give a regular file, a FIFO or a character device", str(target))
 
 
 @contextlib.contextmanager

@@ -279,6 +279,11 @@ def reader(tp: Any) -> Callable[[object], object]:
         return lambda v: None if v is None or (r := read(v)) is BAD else r
     if inner in _SCALARS:
         return _non_null(_SCALARS[inner]) if inner is not Json and inner is not Any else _SCALARS[inner]
+    return _composite_reader(inner)
+
+
+def _composite_reader(inner: Any) -> Callable[[object], object]:
+    """:func:`reader` of a list, a dict or a dataclass (``TypeError`` for any other type)."""
     origin = typing.get_origin(inner)
     if origin is list:
         return _list_reader(_args(inner)[0])
@@ -325,6 +330,11 @@ def _empty(f: dataclasses.Field[Any], tp: Any, sp: Spec) -> Any:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
+    return _empty_of_type(tp)
+
+
+def _empty_of_type(tp: Any) -> Any:
+    """An absent value of the type ``tp``: ``None`` when optional, an empty object or container."""
     inner, optional = _optional(tp)
     if optional:
         return None
@@ -429,44 +439,63 @@ def _scalar_schema(tp: Any, sp: Spec) -> dict[str, Any]:
     if tp is str:
         return {"type": "string", "maxLength": sp.max_length or MAX_LENGTH}
     if tp is int:
-        low, high = sp.minimum if sp.minimum is not None else 0, sp.maximum if sp.maximum is not None else INTEGER
-        return {"type": "integer", "minimum": low, "maximum": high}
+        return {"type": "integer", **_range(sp, 0, INTEGER)}
     if tp is float:
-        low = sp.minimum if sp.minimum is not None else -DOUBLE
-        return {"type": "number", "minimum": low, "maximum": sp.maximum if sp.maximum is not None else DOUBLE}
+        return {"type": "number", **_range(sp, -DOUBLE, DOUBLE)}
     return {}
+
+
+def _range(sp: Spec, low: float, high: float) -> dict[str, float]:
+    """A number's ``minimum`` and ``maximum``: the spec's, else ``low`` and ``high``."""
+    return {
+        "minimum": sp.minimum if sp.minimum is not None else low,
+        "maximum": sp.maximum if sp.maximum is not None else high,
+    }
 
 
 def _type_schema(tp: Any, sp: Spec, null: bool | None) -> dict[str, Any]:
     """The schema of a value of type ``tp``; ``null``: allow ``null`` (``None``: when optional)."""
     inner, optional = _optional(tp)
-    origin = typing.get_origin(inner)
-    node: dict[str, Any]
-    if origin is list:
-        node = {"type": "array", "items": _type_schema(_args(inner)[0], sp, sp.item_null)}
-    elif origin is dict:
-        node = {"type": "object", "additionalProperties": _type_schema(_args(inner)[1], sp, sp.item_null)}
-    elif dataclasses.is_dataclass(inner):
-        node = schema(typing.cast(type, inner))
-    elif sp.enum is not None:
+    if sp.enum is not None and _is_scalar(inner):
         return {"enum": list(sp.enum)}
-    else:
-        node = _scalar_schema(inner, sp)
+    node = _inner_schema(inner, sp)
     if (optional if null is None else null) and "type" in node:
         node["type"] = [node["type"], "null"]
     return node
+
+
+def _is_scalar(tp: Any) -> bool:
+    """Whether ``tp`` is no list, dict or dataclass."""
+    return typing.get_origin(tp) not in (list, dict) and not dataclasses.is_dataclass(tp)
+
+
+def _inner_schema(inner: Any, sp: Spec) -> dict[str, Any]:
+    """The schema of a value of the type ``inner`` (no ``None`` in it)."""
+    origin = typing.get_origin(inner)
+    if origin is list:
+        return {"type": "array", "items": _type_schema(_args(inner)[0], sp, sp.item_null)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(_args(inner)[1], sp, sp.item_null)}
+    if dataclasses.is_dataclass(inner):
+        return schema(typing.cast(type, inner))
+    return _scalar_schema(inner, sp)
 
 
 def _field_schema(tp: Any, sp: Spec) -> dict[str, Any]:
     node: dict[str, Any] = {"description": sp.doc} if sp.doc else {}
     null = sp.null if sp.null is not None else (None if not sp.omit_none else False)
     node.update(_type_schema(tp, sp, null))
-    for key, value in (sp.schema or {}).items():
+    _override(node, sp.schema or {})
+    return node
+
+
+def _override(node: dict[str, Any], changes: Mapping[str, Any]) -> None:
+    """Set each key of ``changes`` in ``node``; remove those whose value is ``None``."""
+    for key, value in changes.items():
         if value is None:
             node.pop(key, None)
         else:
             node[key] = value
-    return node
 
 
 def _flat_schema(tp: Any, sp: Spec, node: dict[str, Any]) -> None:
@@ -482,17 +511,26 @@ def schema(cls: type) -> dict[str, Any]:
     """The JSON Schema (an ``object``) of the dataclass ``cls``, nested ``at`` objects
     included, from its type hints and field specs."""
     node: dict[str, Any] = {"type": "object"}
-    rows = [(e.key, _extra_type(cls, e), e.spec) for e in _extras(cls)]
-    rows += [(sp.key or f.name, tp, sp) for f, tp, sp in _fields(cls)]
-    for key, tp, sp in rows:
+    for key, tp, sp in _schema_rows(cls):
         where = node if sp.at is None else _nested(node, sp.at)
         if sp.flat is not None:
             _flat_schema(tp, sp, where)
         elif sp.in_schema:
-            where.setdefault("properties", {})[key] = _field_schema(tp, sp)
-            if sp.required:
-                where.setdefault("required", []).append(key)
+            _property_schema(key, tp, sp, where)
     return node
+
+
+def _schema_rows(cls: type) -> list[tuple[str, Any, Spec]]:
+    """The key, type and spec of everything an object of ``cls`` writes: its extras, then its fields."""
+    rows = [(e.key, _extra_type(cls, e), e.spec) for e in _extras(cls)]
+    return rows + [(sp.key or f.name, tp, sp) for f, tp, sp in _fields(cls)]
+
+
+def _property_schema(key: str, tp: Any, sp: Spec, node: dict[str, Any]) -> None:
+    """The schema of the property ``key`` in ``node``, required when its spec says so."""
+    node.setdefault("properties", {})[key] = _field_schema(tp, sp)
+    if sp.required:
+        node.setdefault("required", []).append(key)
 
 
 def _nested(node: dict[str, Any], at: str) -> dict[str, Any]:

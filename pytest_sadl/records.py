@@ -176,12 +176,9 @@ def input_digests(x: Any) -> np.ndarray | None:
     a numeric array nor one of strings. Several inputs (a dict, by sorted name, or a list) digest each
     row across all of them."""
     if isinstance(x, (dict, list, tuple)):
-        return _joined_digests(
-            [input_digests(x[k]) for k in sorted(x)] if isinstance(x, dict) else [input_digests(p) for p in x]
-        )
-    try:
-        raw = np.asarray(x)
-    except Exception:
+        return _joined_digests(_each_input(x))
+    raw = _as_array(x)
+    if raw is None:
         return None
     text = _text_digests(raw) if raw.ndim and raw.dtype.kind in "USO" else None
     if text is not None:
@@ -189,16 +186,27 @@ def input_digests(x: Any) -> np.ndarray | None:
     return _number_digests(raw)
 
 
+def _each_input(x: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> list[np.ndarray | None]:
+    """:func:`input_digests` of each of several inputs: a dict's by sorted name, a list's in order."""
+    parts = [x[k] for k in sorted(x)] if isinstance(x, dict) else list(x)
+    return [input_digests(p) for p in parts]
+
+
 def _joined_digests(each: list[np.ndarray | None]) -> np.ndarray | None:
     """The digests of rows across several inputs, from each input's own digests."""
     parts = [p for p in each if p is not None]
-    if not parts or len(parts) != len(each) or any(len(p) != len(parts[0]) for p in parts):
+    if not _aligned(parts, len(each)):
         return None
     joined = np.ascontiguousarray(np.stack(parts, axis=1))
     return np.array(
         [int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "little") for row in joined],
         dtype=np.uint64,
     )
+
+
+def _aligned(parts: list[np.ndarray], inputs: int) -> bool:
+    """Whether every one of ``inputs`` inputs has digests (``parts``), one per row of the same rows."""
+    return bool(parts) and len(parts) == inputs and all(len(p) == len(parts[0]) for p in parts)
 
 
 def _number_digests(raw: np.ndarray) -> np.ndarray | None:
@@ -296,12 +304,17 @@ def thumbnails(x: Any, *, channels_first: bool = False) -> np.ndarray | None:
 def _image(x: Any, channels_first: bool) -> np.ndarray | None:
     """``x`` as images ``(n, h, w, 1|3|4)`` (channels last), or ``None`` when it is not image-like."""
     arr = _as_array(x)
-    if arr is None or arr.dtype.kind not in "fiub" or arr.ndim not in (3, 4) or arr.shape[0] == 0:
+    if arr is None or not _batch_of_grids(arr):
         return None
     arr = _channels_last(arr, channels_first)
     if arr is None or arr.shape[-1] not in (1, 3, 4) or min(arr.shape[1:3]) < 2:
         return None
     return arr
+
+
+def _batch_of_grids(arr: np.ndarray) -> bool:
+    """Whether ``arr`` is a non-empty batch of numeric 2-D or 3-D inputs (perhaps images)."""
+    return arr.dtype.kind in "fiub" and arr.ndim in (3, 4) and arr.shape[0] > 0
 
 
 def _channels_last(arr: np.ndarray, channels_first: bool) -> np.ndarray | None:
@@ -319,19 +332,27 @@ def _snapshot(x: Any, row_limit: int) -> Any:
     them) of at most ``row_limit`` bytes a row, else ``None`` (anything else)."""
     if isinstance(x, (dict, list, tuple)):
         return _snapshot_parts(x, row_limit)
-    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiub" or x.ndim == 0 or not len(x):
-        return None
-    if x.nbytes // len(x) > row_limit:
+    if not _numeric_rows(x) or x.nbytes // len(x) > row_limit:
         return None
     return np.array(x, copy=True)
+
+
+def _numeric_rows(x: Any) -> bool:
+    """Whether ``x`` is a host array of numbers with at least one row."""
+    return isinstance(x, np.ndarray) and x.dtype.kind in "fiub" and x.ndim > 0 and len(x) > 0
 
 
 def _snapshot_parts(x: dict[Any, Any] | list[Any] | tuple[Any, ...], row_limit: int) -> Any:
     """:func:`_snapshot` of several inputs: all of them, of at most ``row_limit`` bytes a row together."""
     each = [_snapshot(v, row_limit) for v in (x.values() if isinstance(x, dict) else x)]
-    if not each or any(v is None for v in each) or sum(v.nbytes // len(v) for v in each) > row_limit:
+    if not each or any(v is None for v in each) or _row_bytes(each) > row_limit:
         return None
     return dict(zip(x, each, strict=True)) if isinstance(x, dict) else tuple(each)
+
+
+def _row_bytes(arrays: list[np.ndarray]) -> int:
+    """The bytes of one row across ``arrays``."""
+    return sum(v.nbytes // len(v) for v in arrays)
 
 
 # ----------------------------------------------------------------------------- labels
@@ -358,14 +379,20 @@ def target_labels(y: Any, *, n: int, classifier: bool, output: str, outputs: lis
     soft rows become their argmax), the target values for a regression model; of a model
     with several outputs, the measured ``output``'s targets (``y`` a dict by output name
     or a list in ``outputs`` order). ``None`` when ``y`` holds no numeric target per input."""
-    y = _measured_targets(y, output, outputs)
-    arr = None if y is None else _as_array(y)
-    if arr is None or arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.shape[0] != n:
+    arr = _target_rows(_measured_targets(y, output, outputs), n)
+    if arr is None:
         return None
-    arr = arr.reshape(n, -1)
     if classifier and arr.shape[1] > 1:  # one-hot (categorical_crossentropy) or soft labels
         arr = np.argmax(arr, axis=1).reshape(n, 1)
     return arr.astype(np.float64)
+
+
+def _target_rows(y: Any, n: int) -> np.ndarray | None:
+    """``y`` as ``(n, k)`` numbers, one row per input; ``None`` when it is not that."""
+    arr = None if y is None else _as_array(y)
+    if arr is None or arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.shape[0] != n:
+        return None
+    return arr.reshape(n, -1)
 
 
 def _measured_targets(y: Any, output: str, outputs: list[str]) -> Any:
@@ -390,19 +417,7 @@ def to_bytes(records: Iterable[TestRecord]) -> bytes:
     arrays: dict[str, np.ndarray] = {}
     meta = []
     for r, rec in enumerate(records):
-        meta.append(
-            {
-                "nodeid": rec.nodeid,
-                "index": rec.index,
-                "group": rec.group,
-                "outcome": rec.outcome,
-                "attempt": rec.attempt,
-                "stale": rec.stale,
-                "batches": len(rec.batches),
-                "layers": len(rec.batches[0].coverage) if rec.batches else 0,
-                "labels": len(rec.labels),
-            }
-        )
+        meta.append(_meta(rec))
         for j, (digests, values) in enumerate(rec.labels):
             arrays[f"labeldig_{r}_{j}"], arrays[f"labelval_{r}_{j}"] = digests, values
         for b, batch in enumerate(rec.batches):
@@ -411,6 +426,21 @@ def to_bytes(records: Iterable[TestRecord]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]  # the keys are array names, never savez's allow_pickle
     return buf.getvalue()
+
+
+def _meta(rec: TestRecord) -> dict[str, Any]:
+    """What the wire format keeps of a record besides its arrays."""
+    return {
+        "nodeid": rec.nodeid,
+        "index": rec.index,
+        "group": rec.group,
+        "outcome": rec.outcome,
+        "attempt": rec.attempt,
+        "stale": rec.stale,
+        "batches": len(rec.batches),
+        "layers": len(rec.batches[0].coverage) if rec.batches else 0,
+        "labels": len(rec.labels),
+    }
 
 
 def _put_batch(arrays: dict[str, np.ndarray], key: str, batch: Batch) -> None:
@@ -451,13 +481,18 @@ def _read_batch(npz: Any, key: str, layers: int) -> Batch:
     def get(name: str) -> np.ndarray | None:
         return npz[name] if name in npz.files else None
 
-    extrema = [
-        (npz[f"min_{key}_{i}"], npz[f"max_{key}_{i}"]) if f"min_{key}_{i}" in npz.files else None for i in range(layers)
-    ]
     return Batch(
         npz[f"sa_{key}"],
         [npz[f"cov_{key}_{i}"] for i in range(layers)],
         npz[f"pred_{key}"],
-        extrema=extrema if any(e is not None for e in extrema) else None,
+        extrema=_read_extrema(npz, key, layers),
         **{name: get(f"{prefix}_{key}") for prefix, name in _OPTIONAL},
     )
+
+
+def _read_extrema(npz: Any, key: str, layers: int) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
+    """A batch's per-layer ``(min, max)`` (``None`` for a layer without), ``None`` when no layer has them."""
+    extrema = [
+        (npz[f"min_{key}_{i}"], npz[f"max_{key}_{i}"]) if f"min_{key}_{i}" in npz.files else None for i in range(layers)
+    ]
+    return extrema if any(e is not None for e in extrema) else None

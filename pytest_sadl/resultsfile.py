@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -51,27 +52,18 @@ def _reject_number(text: str) -> Any:
     raise ResultsFileError(f"{text} is not allowed: a results file holds finite numbers only")
 
 
-_STRUCTURE = re.compile(r'[\[\]{}"\\]')
+#: A bracket, or a string (to its closing quote, or to the end of an unterminated one) whose
+#: brackets do not count; a backslash in it escapes the next character.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 
 
 def _check_depth(text: str, limit: int = MAX_DEPTH) -> None:
     """Refuse a document nested deeper than ``limit`` before parsing it: the parser and the
     validator recurse, so 200,000 nested arrays would end in ``RecursionError``."""
     depth = 0
-    in_string = False
-    escaped_at = -1  # the position of the character a backslash escapes
-    for match in _STRUCTURE.finditer(text):
-        pos, ch = match.start(), match.group()
-        if in_string:
-            if pos == escaped_at:
-                continue
-            if ch == "\\":
-                escaped_at = pos + 1
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    for match in _TOKEN.finditer(text):
+        ch = match.group()
+        if ch in "[{":
             depth += 1
             if depth > limit:
                 raise ResultsFileError(f"nested more than {limit} levels deep (a results file nests 5)")
@@ -144,16 +136,37 @@ def _explain(error: Any) -> str:
         return _explain_type(where, value, expected)
     if rule in ("minimum", "maximum"):
         return _explain_range(where, value, rule, expected, error.schema)
-    if rule == "required":
-        missing = [k for k in expected if isinstance(value, dict) and k not in value]
-        return f"{where} has no {_short(missing[0] if missing else expected)} (required)"
-    if rule == "const":
-        return f"{where} is {_short(value)}, expected {_short(expected)}"
-    if rule == "maxLength":
-        return f"{where} is a string of {len(value)} characters, more than {expected}"
-    if rule == "enum":
-        return f"{where} must be one of {', '.join(map(str, expected))}, got {_short(value)}"
-    return f"{where}: {error.message[:200]}"
+    explain = _EXPLAIN_RULE.get(rule)
+    if explain is None:
+        return f"{where}: {error.message[:200]}"
+    return explain(where, value, expected)
+
+
+def _explain_required(where: str, value: Any, expected: Any) -> str:
+    missing = [k for k in expected if isinstance(value, dict) and k not in value]
+    return f"{where} has no {_short(missing[0] if missing else expected)} (required)"
+
+
+def _explain_const(where: str, value: Any, expected: Any) -> str:
+    return f"{where} is {_short(value)}, expected {_short(expected)}"
+
+
+def _explain_max_length(where: str, value: Any, expected: Any) -> str:
+    return f"{where} is a string of {len(value)} characters, more than {expected}"
+
+
+def _explain_enum(where: str, value: Any, expected: Any) -> str:
+    return f"{where} must be one of {', '.join(map(str, expected))}, got {_short(value)}"
+
+
+#: The one-line explanation of each schema rule broken (``type`` and the range rules, which
+#: need more of the error, are explained by :func:`_explain` itself).
+_EXPLAIN_RULE: dict[str, Callable[[str, Any, Any], str]] = {
+    "required": _explain_required,
+    "const": _explain_const,
+    "maxLength": _explain_max_length,
+    "enum": _explain_enum,
+}
 
 
 def _explain_type(where: str, value: Any, expected: Any) -> str:
@@ -200,9 +213,18 @@ def _range_suspects(values: list[Any], present: set[type], low: float | None, hi
     """Indices of the numbers among ``values`` outside ``[low, high]`` (none when min and max are inside)."""
     if (low is None and high is None) or not present & {int, float}:
         return
-    numbers = values if present <= {int, float} else [v for v in values if type(v) in (int, float)]
-    if (low is not None and min(numbers) < low) or (high is not None and max(numbers) > high):
+    if _extremes_outside(_numbers(values, present), low, high):
         yield from (i for i, v in enumerate(values) if type(v) in (int, float) and _outside(v, low, high))
+
+
+def _numbers(values: list[Any], present: set[type]) -> list[Any]:
+    """The ints and floats among ``values`` (``values`` itself when that is all it holds)."""
+    return values if present <= {int, float} else [v for v in values if type(v) in (int, float)]
+
+
+def _extremes_outside(numbers: list[Any], low: float | None, high: float | None) -> bool:
+    """Whether the least or the greatest of ``numbers`` is outside ``[low, high]`` (C-level min/max)."""
+    return (low is not None and min(numbers) < low) or (high is not None and max(numbers) > high)
 
 
 def _outside(value: float, low: float | None, high: float | None) -> bool:
@@ -250,6 +272,20 @@ def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None)
     """
     global _validator
     where = _where(source)
+    checked = _check_identity(data, where)
+    _check_version(checked.get("version"), where)
+    if _validator is None:
+        _validator = _make_validator()
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator.iter_errors(checked))
+    if error is not None:
+        raise ResultsFileError(f"{where}{_explain(error)}")
+    return checked
+
+
+def _check_identity(data: Any, where: str) -> dict[str, Any]:
+    """``data``, refused unless it is a JSON object whose ``schema`` is pytest-sadl's results'."""
     if not isinstance(data, dict):
         raise ResultsFileError(
             f"{where}not a pytest-sadl results file: expected a JSON object, got "
@@ -260,8 +296,19 @@ def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None)
             f'{where}not a pytest-sadl results file: "schema" is {_short(data.get("schema"))}, expected '
             f"{SCHEMA!r}; write one with `pytest --sadl-coverage --sadl-report=json`"
         )
-    version = data.get("version")
-    major = str(version).split(".", 1)[0] if isinstance(version, (int, str)) and not isinstance(version, bool) else ""
+    return data
+
+
+def _major(version: Any) -> str:
+    """The major part of a ``version`` (``"2"`` of ``"2.1"`` or ``2``; ``""`` when it is no int or string)."""
+    if isinstance(version, (int, str)) and not isinstance(version, bool):
+        return str(version).split(".", 1)[0]
+    return ""
+
+
+def _check_version(version: Any, where: str) -> None:
+    """Refuse a ``version`` that is no integer, newer than :data:`VERSION` or below 1."""
+    major = _major(version)
     if not major.isdigit() or len(major) > 9:
         raise ResultsFileError(f'{where}"version" is {_short(version)}, expected an integer')
     if int(major) > VERSION:
@@ -271,14 +318,6 @@ def validate_results(data: Any, *, source: str | os.PathLike[str] | None = None)
         )
     if int(major) < 1:
         raise ResultsFileError(f"{where}results schema version {version!r} is not a known version")
-    if _validator is None:
-        _validator = _make_validator()
-    from jsonschema.exceptions import best_match
-
-    error = best_match(_validator.iter_errors(data))
-    if error is not None:
-        raise ResultsFileError(f"{where}{_explain(error)}")
-    return data
 
 
 def max_bytes() -> int:
@@ -302,26 +341,32 @@ def unknown_metrics(data: dict[str, Any], *, source: str | os.PathLike[str] | No
     pytest-sadl does not know (they are ignored: a newer version's metric, a typo or a
     hand-made file), or ``None``."""
     from pytest_sadl.criteria.registry import METRICS
-    from pytest_sadl.text import terminal
 
-    names: set[str] = set()
-    for key in ("metrics", "thresholds"):
-        if isinstance(data.get(key), dict):
-            names.update(data[key])
-    for group in data.get("groups") or []:
-        for key in ("metrics", "cumulative"):
-            if isinstance(group, dict) and isinstance(group.get(key), dict):
-                names.update(group[key])
-    unknown = sorted(n for n in names if n not in METRICS)
+    unknown = sorted(n for n in _metric_names(data) if n not in METRICS)
     if not unknown:
         return None
-    shown = ", ".join(terminal(repr(n)) for n in unknown[:5]) + (
-        f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-    )
     return (
-        f"{_where(source)}unknown metric name(s) {shown}, ignored; this pytest-sadl knows "
+        f"{_where(source)}unknown metric name(s) {_first_names(unknown)}, ignored; this pytest-sadl knows "
         f"{', '.join(METRICS)} (a newer pytest-sadl's file? upgrade to read them)"
     )
+
+
+def _metric_names(data: dict[str, Any]) -> set[str]:
+    """Every metric name a results document uses: the keys of its ``metrics`` and
+    ``thresholds``, and of each group's ``metrics`` and ``cumulative``."""
+    tables = [data.get("metrics"), data.get("thresholds")]
+    for group in data.get("groups") or []:
+        if isinstance(group, dict):
+            tables += [group.get("metrics"), group.get("cumulative")]
+    return {name for table in tables if isinstance(table, dict) for name in table}
+
+
+def _first_names(names: list[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``names``, quoted and made safe for a terminal, and how many more."""
+    from pytest_sadl.text import terminal
+
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(terminal(repr(n)) for n in names[:shown]) + more
 
 
 def load_results(path: str | os.PathLike[str], notes: list[str] | None = None) -> dict[str, Any]:
@@ -331,27 +376,7 @@ def load_results(path: str | os.PathLike[str], notes: list[str] | None = None) -
     file larger than :func:`max_bytes`. What is read but ignored (metric names this
     version does not know) is one line appended to ``notes``, when given."""
     p = Path(path)
-    try:
-        if not p.is_file():
-            what = (
-                "no such results file"
-                if not p.exists()
-                else ("is a directory" if p.is_dir() else "not a regular file (a FIFO, a device?)")
-            )
-            raise ResultsFileError(f"{p}: {what}, expected a results JSON file")
-        limit = max_bytes()
-        with p.open("rb") as f:  # at most one byte past the cap, whatever the size said before
-            raw = f.read(limit + 1)
-        if len(raw) > limit:
-            raise ResultsFileError(
-                f"{p}: larger than {limit >> 20} MiB, the most a results file read may be; "
-                f"raise the cap with {MAX_MB_ENV}=<MiB> if the file is one you trust"
-            )
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ResultsFileError(f"{p}: not UTF-8 text ({exc.reason}); is it a results JSON file?") from None
-    except OSError as exc:
-        raise ResultsFileError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    text = _read_text(p)
     try:
         data = parse_json(text)
     except ResultsFileError as exc:
@@ -362,6 +387,33 @@ def load_results(path: str | os.PathLike[str], notes: list[str] | None = None) -
         if note is not None:
             notes.append(note)
     return data
+
+
+def _read_text(p: Path) -> str:
+    """The UTF-8 text of the regular file ``p``, of at most :func:`max_bytes` bytes."""
+    try:
+        if not p.is_file():
+            raise ResultsFileError(f"{p}: {_not_a_file(p)}, expected a results JSON file")
+        limit = max_bytes()
+        with p.open("rb") as f:  # at most one byte past the cap, whatever the size said before
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise ResultsFileError(
+                f"{p}: larger than {limit >> 20} MiB, the most a results file read may be; "
+                f"raise the cap with {MAX_MB_ENV}=<MiB> if the file is one you trust"
+            )
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{p}: not UTF-8 text ({exc.reason}); is it a results JSON file?") from None
+    except OSError as exc:
+        raise ResultsFileError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+
+
+def _not_a_file(p: Path) -> str:
+    """What ``p``, which is no regular file, is instead."""
+    if not p.exists():
+        return "no such results file"
+    return "is a directory" if p.is_dir() else "not a regular file (a FIFO, a device?)"
 
 
 def read_results(path: str | os.PathLike[str], notes: list[str] | None = None) -> Results:

@@ -59,20 +59,38 @@ def _finite_or_raise(name: str, a: np.ndarray, chunk_bytes: int = 16 * 2**20) ->
     row_bytes = max(1, (a.size // max(1, len(a))) * a.itemsize)
     step = max(1, chunk_bytes // row_bytes)
     first, count, nan = -1, 0, False
-    for s in range(0, len(a), step):
-        block = np.asarray(a[s : s + step])
-        if np.isfinite(block).all():
-            continue
-        bad = ~np.isfinite(block)
-        rows = np.flatnonzero(bad.reshape(len(block), -1).any(axis=1)) if block.ndim > 1 else np.flatnonzero(bad)
+    for s, rows, has_nan in _nonfinite_chunks(a, step):
         first = s + int(rows[0]) if first < 0 else first
         count += rows.size
-        nan = nan or bool(np.isnan(block).any())
+        nan = nan or has_nan
     if count:
         raise ValueError(
             f"{name} contains {'NaN' if nan else 'inf'} values in {count} row(s) (first: row {first}); "
             "traces must be finite: check the model's inputs and weights for NaN/inf"
         )
+
+
+def _nonfinite_chunks(a: np.ndarray, step: int) -> Iterator[tuple[int, np.ndarray, bool]]:
+    """Of each chunk of ``step`` rows of ``a`` holding a NaN or an inf: its first row, the
+    indices (in the chunk) of its rows that do, and whether a NaN is among them."""
+    for s in range(0, len(a), step):
+        block = np.asarray(a[s : s + step])
+        if not np.isfinite(block).all():
+            yield s, _bad_rows(block), bool(np.isnan(block).any())
+
+
+def _bad_rows(block: np.ndarray) -> np.ndarray:
+    """The indices of the rows of ``block`` holding a NaN or an inf."""
+    bad = ~np.isfinite(block)
+    return np.flatnonzero(bad.reshape(len(block), -1).any(axis=1)) if block.ndim > 1 else np.flatnonzero(bad)
+
+
+def _check_size(name: str, shape: tuple[int, ...], allow_empty: bool) -> None:
+    """Refuse traces of shape ``(n, d)`` without neurons, or without inputs unless ``allow_empty``."""
+    if shape[1] == 0:
+        raise ValueError(f"{name} has no neurons (shape {shape})")
+    if not allow_empty and shape[0] == 0:
+        raise ValueError(f"{name} is empty (shape {shape}); at least one input is needed")
 
 
 def as_traces(name: str, a: object, *, dims: int | None = None, allow_empty: bool = False) -> np.ndarray:
@@ -90,10 +108,7 @@ def as_traces(name: str, a: object, *, dims: int | None = None, allow_empty: boo
             "reduce conv outputs per channel first (pytest_sadl.criteria.neurons.reduce_layer) "
             "or concatenate the layers' traces along axis 1"
         )
-    if arr.shape[1] == 0:
-        raise ValueError(f"{name} has no neurons (shape {arr.shape})")
-    if not allow_empty and arr.shape[0] == 0:
-        raise ValueError(f"{name} is empty (shape {arr.shape}); at least one input is needed")
+    _check_size(name, arr.shape, allow_empty)
     if dims is not None and arr.shape[1] != dims:
         raise ValueError(
             f"{name} has {arr.shape[1]} neurons per input but the training traces have {dims}; "
@@ -116,10 +131,7 @@ def as_train_traces(name: str, a: object, *, chunk_bytes: int = 16 * 2**20) -> n
     held in memory; the engine converts the rows it works on, a chunk at a time.
     """
     if isinstance(a, np.ndarray) and a.dtype in (np.float32, np.float64) and a.ndim == 2:
-        if a.shape[1] == 0:
-            raise ValueError(f"{name} has no neurons (shape {a.shape})")
-        if a.shape[0] == 0:
-            raise ValueError(f"{name} is empty (shape {a.shape}); at least one input is needed")
+        _check_size(name, a.shape, allow_empty=False)
         _finite_or_raise(name, a, chunk_bytes)
         return a
     return as_traces(name, a)
@@ -159,17 +171,20 @@ def usable_classes(who: str, classes: np.ndarray, members: list[np.ndarray], wha
     count and the first few, however many there are) saying ``what`` they lack, and none
     usable is an error. ``what`` reads after "it": "it has no covariance"."""
     lone = [int(classes[i]) for i, m in enumerate(members) if len(m) < 2]
-    if len(lone) == 1:
-        warn(f"{who}: class {lone[0]} has 1 training trace; {what} and its inputs score NaN")
-    elif lone:
-        they = what.replace("it has", "they have").replace("it gets", "they get")
-        warn(
-            f"{who}: {len(lone):,d} classes have 1 training trace each (e.g. {examples(lone)}); {they} and their inputs score NaN"
-        )
+    if lone:
+        warn(_lone_classes(who, lone, what))
     usable = [i for i, m in enumerate(members) if len(m) >= 2]
     if not usable:
         raise ValueError(f"{who} needs at least one class with two or more training traces")
     return usable
+
+
+def _lone_classes(who: str, lone: list[int], what: str) -> str:
+    """The warning of :func:`usable_classes` about the classes ``lone`` of one training trace."""
+    if len(lone) == 1:
+        return f"{who}: class {lone[0]} has 1 training trace; {what} and its inputs score NaN"
+    they = what.replace("it has", "they have").replace("it gets", "they get")
+    return f"{who}: {len(lone):,d} classes have 1 training trace each (e.g. {examples(lone)}); {they} and their inputs score NaN"
 
 
 #: How LSA/MDSA drop neurons of too little variance: ``"class"`` per class (the default),
@@ -298,6 +313,15 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+def _budget(max_bytes: int | None) -> int | None:
+    """The bytes a set-up may take: ``max_bytes``, else half the memory available now
+    (``None`` where the system does not say)."""
+    if max_bytes is not None:
+        return int(max_bytes)
+    available = available_bytes()
+    return None if available is None else available // 2
+
+
 def check_fits(
     who: str, what: str, *, classes: int, neurons: int, columns: int | None = None, max_bytes: int | None = None
 ) -> None:
@@ -308,8 +332,7 @@ def check_fits(
     rest of the run: the memory-mapped training traces' pages, which count as available,
     the model, the other criteria), saying what would fit instead: fewer classes at this
     width, or this many classes at a smaller width."""
-    available = available_bytes()
-    budget = (None if available is None else available // 2) if max_bytes is None else int(max_bytes)
+    budget = _budget(max_bytes)
     matrix = neurons * (neurons if columns is None else max(1, columns)) * 8
     need = classes * matrix + 4 * neurons * neurons * 8
     if budget is None or need <= budget:
@@ -349,18 +372,24 @@ def one_blas_thread() -> Iterator[None]:
 
 def as_pred(name: str, pred: object, n: int) -> np.ndarray:
     """Return predicted classes as a 1-D int64 array of length ``n``."""
-    arr = np.asarray(pred)
-    given = arr.shape
-    if arr.ndim == 2 and arr.shape[1] > 1 and arr.shape[0] == n:
-        raise ValueError(
-            f"{name} has shape {arr.shape}: pass predicted classes (n,), e.g. np.argmax(probabilities, axis=1)"
-        )
-    arr = arr.reshape(-1) if arr.ndim == 2 and arr.shape[1] == 1 else arr
+    given = np.asarray(pred)
+    arr = _one_column(name, given, n)
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {given}")
+        raise ValueError(f"{name} must have one class per input: expected shape ({n},), got {given.shape}")
     if arr.size and not _whole_numbers(arr):
         raise ValueError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
+
+
+def _one_column(name: str, arr: np.ndarray, n: int) -> np.ndarray:
+    """``arr`` flattened when it is a column ``(n, 1)``; probabilities ``(n, k)`` refused."""
+    if arr.ndim != 2:
+        return arr
+    if arr.shape[1] > 1 and arr.shape[0] == n:
+        raise ValueError(
+            f"{name} has shape {arr.shape}: pass predicted classes (n,), e.g. np.argmax(probabilities, axis=1)"
+        )
+    return arr.reshape(-1) if arr.shape[1] == 1 else arr
 
 
 def _whole_numbers(arr: np.ndarray) -> bool:
@@ -416,14 +445,19 @@ def _one_layer(
         )
     _finite_or_raise(f"{name}[{i}]", arr, chunk_bytes)
     arr = reduce_layer(arr)
-    if arr.shape[1] == 0:
-        raise ValueError(f"{name}[{i}] has no neurons (shape {arr.shape})")
-    if size is not None and arr.shape[1] != size:
+    _check_neurons(f"{name}[{i}]", arr.shape, size)
+    return arr
+
+
+def _check_neurons(where: str, shape: tuple[int, ...], size: int | None) -> None:
+    """Refuse a reduced layer ``(n, neurons)`` without neurons, or of other than ``size`` when given."""
+    if shape[1] == 0:
+        raise ValueError(f"{where} has no neurons (shape {shape})")
+    if size is not None and shape[1] != size:
         raise ValueError(
-            f"{name}[{i}] has {arr.shape[1]} neurons but the ranges were fitted on {size}; "
+            f"{where} has {shape[1]} neurons but the ranges were fitted on {size}; "
             "pass the outputs of the same layers, in the same order"
         )
-    return arr
 
 
 def _layer_list(name: str, layers: object, sizes: Sequence[int] | None) -> list[Any] | tuple[Any, ...]:

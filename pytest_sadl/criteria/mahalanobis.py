@@ -69,6 +69,32 @@ RCOND = 1e-10
 _KEEP_MATRICES = 256 * 2**20
 
 
+def _factor_width(d: int, sizes: list[int]) -> int:
+    """The columns of every class's factor over ``d`` neurons, for classes of ``sizes`` traces:
+    a class of n_c traces has rank at most n_c - 1, so no factor needs more."""
+    return min(d, max(sizes) - 1)
+
+
+def _must_stream(classes: int, d: int, width: int, max_bytes: int | None) -> bool:
+    """Whether the classes' factors (``d x width`` float64 each) are too many for memory, so
+    each is made when inputs of its class are scored (one class's matrices at a time);
+    raises ``ValueError`` when not even one class's fits."""
+    what = f"{classes:,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)"
+    try:
+        check_fits("MDSA", what, classes=classes, neurons=d, columns=width, max_bytes=max_bytes)
+        return False
+    except ValueError:
+        check_fits(
+            "MDSA",
+            f"one class's inverse covariance over {d:,d} neurons ({d:,d} x {width:,d} float64)",
+            classes=1,
+            neurons=d,
+            columns=width,
+            max_bytes=max_bytes,
+        )
+        return True
+
+
 @dataclass(frozen=True)
 class _Source:
     """What a class's factor is made from: the training traces (a memmap stays one), the
@@ -134,40 +160,15 @@ class MDSA:
         # One chunked pass per class (float64 sums), so a memory-mapped set is never copied
         # whole; the scatter matrices are kept for the factors only while they are small.
         stats = [class_moments(x, members[i], chunk_bytes, scatter=keep) for i in usable]
-        with warnings.catch_warnings():  # a class in which nothing varies still has a mean and a distance
-            warnings.simplefilter("ignore", SadlWarning)
-            per_class = variance_filter(
-                "MDSA",
-                dict(enumerate(var for _, _, var in stats)),
-                self.var_threshold,
-                self.var_rule,
-                "measure another layer",
-            )
-        kept = np.unique(np.concatenate(list(per_class.values())))
+        kept = self._kept_neurons([var for _, _, var in stats])
         self.kept: np.ndarray = kept
         d = kept.size
-        # a class of n_c traces has rank at most n_c - 1: no factor needs more columns
-        width = min(d, max(len(members[i]) for i in usable) - 1)
-        what = f"{len(usable):,d} classes' inverse covariances over {d:,d} neurons ({d:,d} x {width:,d} float64 each)"
-        try:
-            check_fits("MDSA", what, classes=len(usable), neurons=d, columns=width, max_bytes=max_bytes)
-            streamed = False
-        except ValueError:
-            # Too many classes' factors for memory: streamed instead, each class's factor made
-            # when inputs of the class are scored (one class's matrices at a time), unless
-            # not even one class fits.
-            check_fits(
-                "MDSA",
-                f"one class's inverse covariance over {d:,d} neurons ({d:,d} x {width:,d} float64)",
-                classes=1,
-                neurons=d,
-                columns=width,
-                max_bytes=max_bytes,
-            )
-            streamed = True
+        width = _factor_width(d, [len(members[i]) for i in usable])
+        streamed = _must_stream(len(usable), d, width, max_bytes)
         self.classes_: np.ndarray = classes[usable].astype(np.int64)
-        self.means: np.ndarray = np.stack([mean[kept] for mean, _, _ in stats]) if stats else np.empty((0, d))
-        self._source: _Source | None = _Source(x, [members[i] for i in usable], [m for m, _, _ in stats], chunk_bytes)
+        means = [mean for mean, _, _ in stats]
+        self.means: np.ndarray = np.stack([mean[kept] for mean in means]) if means else np.empty((0, d))
+        self._source: _Source | None = _Source(x, [members[i] for i in usable], means, chunk_bytes)
         self.streamed = streamed
         self.factors: np.ndarray | None
         self.ranks: np.ndarray
@@ -176,17 +177,36 @@ class MDSA:
             self.factors = None
             self.ranks = np.full(len(usable), -1, dtype=np.int64)
             return
+        # warned here, so the warning's stack level names the same caller as before
+        self._warn_singular(self._make_factors([scatter for _, scatter, _ in stats], width))
+
+    def _kept_neurons(self, variances: list[np.ndarray]) -> np.ndarray:
+        """The neurons kept by :attr:`var_rule` from each usable class's variances (sorted)."""
+        with warnings.catch_warnings():  # a class in which nothing varies still has a mean and a distance
+            warnings.simplefilter("ignore", SadlWarning)
+            per_class = variance_filter(
+                "MDSA",
+                dict(enumerate(variances)),
+                self.var_threshold,
+                self.var_rule,
+                "measure another layer",
+            )
+        return np.unique(np.concatenate(list(per_class.values())))
+
+    def _make_factors(self, scatters: list[np.ndarray | None], width: int) -> list[str]:
+        """Every usable class's factor and rank, made now; the classes whose covariance is singular."""
+        d = self.kept.size
         # factor[c] (d, width): (x - mean) @ factor has squared norm (x - mean)^T pinv(cov) (x - mean);
         # the columns past the class's rank are zero.
-        self.factors = np.zeros((len(usable), d, width))
-        self.ranks = np.zeros(len(usable), dtype=np.int64)
+        self.factors = np.zeros((len(scatters), d, width))
+        self.ranks = np.zeros(len(scatters), dtype=np.int64)
         singular = []
-        for i, (_, scatter, _) in enumerate(stats):
+        for i, scatter in enumerate(scatters):
             self.ranks[i] = self._make_factor(i, scatter, self.factors[i])
             if self.ranks[i] < d:
                 singular.append(self._singular(i))
         self._source = None  # nothing more to read from the training traces
-        self._warn_singular(singular)
+        return singular
 
     def _make_factor(self, i: int, scatter: np.ndarray | None, out: np.ndarray) -> int:
         """Write class ``i``'s inverse-covariance factor into ``out`` (``d x width``); its rank."""
@@ -318,15 +338,15 @@ class MDSA:
         self.var_rule = str(arrays["var_rule"]) if "var_rule" in arrays else "paper"
         self.rcond = float(arrays["rcond"])
         self.streamed, self._source = False, None
-        k, d = len(self.classes_), self.kept.size
-        shape = self.factors.shape
-        if (
-            self.means.shape != (k, d)
-            or len(shape) != 3
-            or shape[:2] != (k, d)
-            or shape[2] > d
-            or self.ranks.shape != (k,)
-            or (k and self.ranks.max() > shape[2])
-        ):
+        if not self._shapes_agree():
             raise ValueError("MDSA arrays have inconsistent shapes; rebuild the profile")
         return self
+
+    def _shapes_agree(self) -> bool:
+        """Whether the means, factors and ranks read by :meth:`from_arrays` fit its classes and kept neurons."""
+        assert self.factors is not None
+        k, d = len(self.classes_), self.kept.size
+        shape = self.factors.shape
+        if self.means.shape != (k, d) or self.ranks.shape != (k,):
+            return False
+        return len(shape) == 3 and shape[:2] == (k, d) and shape[2] <= d and not (k and self.ranks.max() > shape[2])
