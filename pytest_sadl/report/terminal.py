@@ -97,18 +97,32 @@ def _fold_baselines(
     """The mistakes table with its confidence-baseline columns (headed by a label of
     ``baselines``) folded into one, the best baseline (highest value) of each row: the
     surprise measures stay side by side."""
-    base_names = tuple(f"{label} " for label in baselines)
-    keep = [i for i, h in enumerate(header) if i < 3 or not h.startswith(base_names)]
-    base = [i for i in range(3, len(header)) if i not in keep]
+    keep, base = _baseline_columns(header, baselines)
     if len(base) < 2:
         return header, table
-
-    def best(row: list[str]) -> str:
-        values = [(float(row[i]), row[i]) for i in base if row[i].replace(".", "", 1).lstrip("-").isdigit()]
-        return max(values)[1] if values else "-"
-
     unit = header[base[0]].rsplit(" ", 1)[-1]
-    return ([header[i] for i in keep] + [f"best conf. {unit}"], [[row[i] for i in keep] + [best(row)] for row in table])
+    return (
+        [header[i] for i in keep] + [f"best conf. {unit}"],
+        [[row[i] for i in keep] + [_best_cell(row, base)] for row in table],
+    )
+
+
+def _baseline_columns(header: list[str], baselines: Sequence[str]) -> tuple[list[int], list[int]]:
+    """The mistakes table's columns to keep (the first three and the surprise measures) and
+    its confidence-baseline columns (headed by a label of ``baselines``)."""
+    base_names = tuple(f"{label} " for label in baselines)
+    keep = [i for i, h in enumerate(header) if i < 3 or not h.startswith(base_names)]
+    return keep, [i for i in range(3, len(header)) if i not in keep]
+
+
+def _is_number(cell: str) -> bool:
+    return cell.replace(".", "", 1).lstrip("-").isdigit()
+
+
+def _best_cell(row: list[str], columns: list[int]) -> str:
+    """The highest number among ``row``'s ``columns``, as written; "-" when none is a number."""
+    values = [(float(row[i]), row[i]) for i in columns if _is_number(row[i])]
+    return max(values)[1] if values else "-"
 
 
 def _short_units(header: list[str], table: list[list[str]], width: int) -> list[str]:
@@ -174,19 +188,38 @@ def _group_columns(groups: list[GroupRow]) -> list[list[str]]:
 def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -> list[str]:
     """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
     =all``), several stacked, each with the group column and as many metrics as fit."""
-    cols = {k: [LABELS[k]] + [fmt_metric(k, g.cumulative.get(k)).rstrip("%") for g in groups] for k in shown}
+    cols = {k: _cumulative_column(groups, k) for k in shown}
     first = _group_columns(groups)
     name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
     room = None if width is None else width - name_w - 2
     chunks = _chunks(shown, cols, sum(max(map(len, c)) + 2 for c in first[1:]), room)
     if len(chunks) > 1:  # the parts' group columns cut alike, so the parts line up
-        first[0] = [c if len(c) <= name_w else c[: name_w - 1] + "…" for c in first[0]]
-    out: list[str] = []
-    for n, chunk in enumerate(chunks):
-        columns = (first if n == 0 else first[:1]) + [cols[k] for k in chunk]
-        rows = [list(r) for r in zip(*columns, strict=True)]
-        out += ([""] if n else []) + _table(rows, right=set(range(1, len(columns))), width=width)
+        first[0] = [_ellipsis(c, name_w) for c in first[0]]
+    return _stacked(first, [[cols[k] for k in chunk] for chunk in chunks], width)
+
+
+def _stacked(first: list[list[str]], parts: list[list[list[str]]], width: int | None) -> list[str]:
+    """Tables one under the other: the first with ``first``'s columns, the others with its
+    first column only, each followed by its part's metric columns."""
+    out = _columns_table(first + parts[0], width)
+    for part in parts[1:]:
+        out += ["", *_columns_table(first[:1] + part, width)]
     return out
+
+
+def _cumulative_column(groups: list[GroupRow], metric: str) -> list[str]:
+    """Table VI's column of ``metric``: its label, then each group's cumulative coverage."""
+    return [LABELS[metric]] + [fmt_metric(metric, g.cumulative.get(metric)).rstrip("%") for g in groups]
+
+
+def _ellipsis(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def _columns_table(columns: list[list[str]], width: int | None) -> list[str]:
+    """A table given by its columns, every column but the first right-aligned."""
+    rows = [list(r) for r in zip(*columns, strict=True)]
+    return _table(rows, right=set(range(1, len(columns))), width=width)
 
 
 def render_terminal(
@@ -211,34 +244,53 @@ def render_terminal(
 
 def _header(results: Results, width: int | None) -> list[str]:
     """The model, the layers, what was recorded, the run's warnings and the left-out tests."""
-    model, config = results.model, results.config
-    n_inputs = results.n_inputs
-    lines = _wrap(
-        f"model {'?' if model.name is None else model.name} (fingerprint {(model.fingerprint or '')[:12]}), "
-        f"{'?' if model.n_train is None else model.n_train} training inputs, "
-        f"{'classifier' if model.classifier else 'regression'}",
-        width,
-    )
-    coverage = list(config.coverage_layers)
-    projected = "" if config.sa_components is None else f" (LSA/MDSA on {config.sa_components} principal axes)"
-    head = f"SA layers: {', '.join(config.sa_layers)}{projected}; coverage layers: {len(coverage)} ("
-    lines += _wrap(head + _names(coverage, None if width is None else max(20, width - len(head) - 1)) + ")", width)
-    if n_inputs == 0:
-        lines += _wrap("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl", width)
-    else:
-        lines += _wrap(
-            f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results.groups)} group(s)", width
-        )
+    lines = _wrap(_model_line(results), width)
+    lines += _layers_lines(results, width)
+    lines += _wrap(_recorded_line(results), width)
     lines += [line for p in [partial_line(results), *ungated_lines(results)] if p for line in _wrap(p, width)]
-    warnings = results.warnings
-    if warnings:  # before the tables: an incomplete run must not read as a complete one
-        lines.append("")
-        for w in warnings:
-            lines += _wrap(f"warning: {w}", width)
+    lines += _warning_lines(results, width)
     for m in results.stale:  # measured on a changed model: listed, counted in no table below
         lines += _wrap(f"  left out (model changed): {m.nodeid}, {m.inputs} inputs", width, "    ")
     lines.append("")
     return lines
+
+
+def _unknown(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
+def _model_line(results: Results) -> str:
+    """The model's name, fingerprint, training inputs and kind."""
+    model = results.model
+    return (
+        f"model {_unknown(model.name)} (fingerprint {(model.fingerprint or '')[:12]}), "
+        f"{_unknown(model.n_train)} training inputs, "
+        f"{'classifier' if model.classifier else 'regression'}"
+    )
+
+
+def _layers_lines(results: Results, width: int | None) -> list[str]:
+    """The SA layers (and their projection) and the coverage layers, abbreviated to fit."""
+    config = results.config
+    coverage = list(config.coverage_layers)
+    projected = "" if config.sa_components is None else f" (LSA/MDSA on {config.sa_components} principal axes)"
+    head = f"SA layers: {', '.join(config.sa_layers)}{projected}; coverage layers: {len(coverage)} ("
+    room = None if width is None else max(20, width - len(head) - 1)
+    return _wrap(head + _names(coverage, room) + ")", width)
+
+
+def _recorded_line(results: Results) -> str:
+    """How many inputs were recorded by which tests, or how to record some."""
+    if results.n_inputs == 0:
+        return "no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl"
+    return f"{results.n_inputs} inputs recorded: {tests_summary(results)}, in {len(results.groups)} group(s)"
+
+
+def _warning_lines(results: Results, width: int | None) -> list[str]:
+    """The run's warnings, before the tables: an incomplete run must not read as a complete one."""
+    if not results.warnings:
+        return []
+    return ["", *(line for w in results.warnings for line in _wrap(f"warning: {w}", width))]
 
 
 def _metric_row(name: str, m: Metric, results: Results) -> list[str]:
@@ -279,21 +331,26 @@ def _metrics_rows(
 
 def _metrics_notes(results: Results, not_applicable: list[str], not_available: list[str]) -> list[str]:
     """What the metrics table leaves to sentences: not applicable, not available, counts, the rule."""
-    metrics = results.metrics
-    notes = []
-    if not_applicable:
-        notes.append(f"{', '.join(not_applicable)}: not applicable (regression model)")
+    notes = [f"{', '.join(not_applicable)}: not applicable (regression model)"] if not_applicable else []
     notes += not_available
-    note = _count_note([r for r in ORDER if r in metrics and metrics[r].applicable])
-    if note:
-        notes.append(note)
+    notes.append(_count_note(_applicable(results)))
     if not_available:
         notes.append("(`sadl profile layers --usable` says which layers each SA measure can use)")
+    notes.append(_default_rule(results))
+    return [note for note in notes if note is not None]
+
+
+def _applicable(results: Results) -> list[str]:
+    """The run's applicable metrics, in the registry's order."""
+    metrics = results.metrics
+    return [r for r in ORDER if r in metrics and metrics[r].applicable]
+
+
+def _default_rule(results: Results) -> str | None:
+    """ "bounds: " and the default rule the surprise coverages' bounds came from, if one did."""
     rules = {b.rule or "" for k in SURPRISE if (b := results.config.bounds.get(k)) is not None}
     default = next((r for r in sorted(rules) if r.startswith("default")), None)
-    if default is not None:
-        notes.append("bounds: " + default)
-    return notes
+    return None if default is None else "bounds: " + default
 
 
 def _metrics_table(results: Results, comparison: Comparison | None, width: int | None) -> list[str]:
