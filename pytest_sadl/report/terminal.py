@@ -331,7 +331,9 @@ def _metrics_rows(
 
 def _metrics_notes(results: Results, not_applicable: list[str], not_available: list[str]) -> list[str]:
     """What the metrics table leaves to sentences: not applicable, not available, counts, the rule."""
-    notes = [f"{', '.join(not_applicable)}: not applicable (regression model)"] if not_applicable else []
+    notes: list[str | None] = (
+        [f"{', '.join(not_applicable)}: not applicable (regression model)"] if not_applicable else []
+    )
     notes += not_available
     notes.append(_count_note(_applicable(results)))
     if not_available:
