@@ -114,28 +114,38 @@ class ScopeTracker:
     def scope(self, *, recorded: int, stop: str | None, selecting: list[str], lost: int) -> Scope:
         """The run's :class:`Scope` (``gated`` is decided by the caller)."""
         run = len(self.started & self.selected) if self.selected else len(self.started)
-        reasons = []
-        if stop is not None:
-            reasons.append(stop)
-        if self.deselected:
-            by = " or ".join(selecting) if selecting else "a plugin"
-            reasons.append(f"{_plural(len(self.deselected), 'marked test')} deselected by {by}")
-        elif self.last_failed:
-            reasons.append("only the tests that failed last time were collected (--lf)")
+        reasons = [stop] if stop is not None else []
+        reasons += self._selection_reasons(selecting)
         not_run = len(self.selected) - run
         if not_run > 0 and stop is None:
             reasons.append(f"{_plural(not_run, 'selected marked test')} did not run")
-        if self.collection_errors:
-            reasons.append(f"{_plural(self.collection_errors, 'collection error')}")
-        if lost:
-            reasons.append(f"the inputs of {_plural(lost, 'test')} were lost with crashed xdist workers")
-        # --lf collects only the failed tests of a file (and skips the files without):
-        # how many marked tests the suite has is not known then
-        known = not self.last_failed
+        reasons += self._loss_reasons(lost)
         return Scope(
-            collected=len(self.selected | self.deselected) if known else None,
+            collected=self._collected(),
             selected=len(self.selected),
             run=run,
             recorded=recorded,
             reasons=reasons,
         )
+
+    def _selection_reasons(self, selecting: list[str]) -> list[str]:
+        """Why only some marked tests were collected: a deselection (by ``selecting``'s
+        options or a plugin) or ``--lf``."""
+        if self.deselected:
+            by = " or ".join(selecting) if selecting else "a plugin"
+            return [f"{_plural(len(self.deselected), 'marked test')} deselected by {by}"]
+        if self.last_failed:
+            return ["only the tests that failed last time were collected (--lf)"]
+        return []
+
+    def _loss_reasons(self, lost: int) -> list[str]:
+        """Tests lost before they were measured: collection errors, crashed xdist workers."""
+        reasons = [_plural(self.collection_errors, "collection error")] if self.collection_errors else []
+        if lost:
+            reasons.append(f"the inputs of {_plural(lost, 'test')} were lost with crashed xdist workers")
+        return reasons
+
+    def _collected(self) -> int | None:
+        """How many marked tests the suite has; ``None`` under ``--lf``, which collects only
+        the failed tests of a file (and skips the files without)."""
+        return None if self.last_failed else len(self.selected | self.deselected)
