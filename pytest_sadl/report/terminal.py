@@ -152,13 +152,14 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
     rows = [[safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     rows = _cut_names(rows, widths, width)
-    out = []
-    for n, row in enumerate(rows):
-        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(row)]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
+    lines = [_aligned(row, widths, right) for row in rows]
+    return [lines[0], "  ".join("-" * w for w in widths), *lines[1:]]
+
+
+def _aligned(row: list[str], widths: list[int], right: set[int]) -> str:
+    """One row's cells padded to ``widths``, the ``right`` columns right-aligned."""
+    cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(row)]
+    return "  ".join(cells).rstrip()
 
 
 def _chunks(shown: list[str], cols: dict[str, list[str]], used: int, room: int | None) -> list[list[str]]:
@@ -318,15 +319,26 @@ def _metrics_rows(
             row = _metric_row(name, m, results)
         else:
             row = [LABELS[name], "n/a", "-", "", "", ""]
-            if m.reason:  # its score cannot be set up on the chosen layer
-                not_available.append(f"{LABELS[name]}: not available ({m.reason})")
-            else:
-                not_applicable.append(LABELS[name])
-        if deltas:
-            d = deltas.get(name)
-            row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
-        rows.append(row)
+            _say_why_not(name, m, not_applicable, not_available)
+        rows.append(row + _delta_cell(deltas, name))
     return rows
+
+
+def _say_why_not(name: str, m: Metric, not_applicable: list[str], not_available: list[str]) -> None:
+    """An inapplicable metric into the list that says why: not available (its score cannot
+    be set up on the chosen layer, with the reason) or not applicable."""
+    if m.reason:
+        not_available.append(f"{LABELS[name]}: not available ({m.reason})")
+    else:
+        not_applicable.append(LABELS[name])
+
+
+def _delta_cell(deltas: dict[str, MetricDelta], name: str) -> list[str]:
+    """The "vs baseline" cell of a metric (no cell without a comparison)."""
+    if not deltas:
+        return []
+    d = deltas.get(name)
+    return ["" if d is None or d.delta is None else f"{d.delta:+.2f}"]
 
 
 def _metrics_notes(results: Results, not_applicable: list[str], not_available: list[str]) -> list[str]:
@@ -403,13 +415,23 @@ def _mistakes_table(results: Results, width: int | None) -> list[str]:
 WHO_NAMED = 3
 
 
+def _label(metric: str) -> str:
+    """A metric's label (an unknown one's name in capitals)."""
+    return LABELS.get(metric, metric.upper())
+
+
+def _unique(t: TestRow) -> dict[str, int]:
+    """The targets of each metric only ``t`` covers (none without covered sets)."""
+    return t.unique or {}
+
+
 def _listed(names: list[str]) -> str:
     more = len(names) - WHO_NAMED
     return ", ".join(names[:WHO_NAMED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _unique_of(t: TestRow) -> str:
-    said = ", ".join(f"{LABELS.get(m, m.upper())} {n}" for m, n in (t.unique or {}).items() if n)
+    said = ", ".join(f"{_label(m)} {n}" for m, n in _unique(t).items() if n)
     return f"{t.nodeid} ({said})"
 
 
@@ -419,13 +441,16 @@ def who_tests_what(results: Results, width: int | None) -> list[str]:
     rows = [t for t in results.tests if t.unique is not None]
     if not rows:
         return []
-    metrics = list(dict.fromkeys(m for t in rows for m in t.unique or {}))
-    said = ", ".join(LABELS.get(m, m.upper()) for m in metrics)
+    said = ", ".join(_label(m) for m in dict.fromkeys(m for t in rows for m in _unique(t)))
     return ["", *_wrap(f"who tests what ({said}; targets no other test covers): {_who_parts(rows)}", width)]
 
 
+def _most_unique_first(t: TestRow) -> tuple[int, str]:
+    return (-sum(_unique(t).values()), t.nodeid)
+
+
 def _who_parts(rows: list[TestRow]) -> str:
-    best = sorted((t for t in rows if not t.redundant), key=lambda t: (-sum((t.unique or {}).values()), t.nodeid))
+    best = sorted((t for t in rows if not t.redundant), key=_most_unique_first)
     parts = [f"most unique: {_listed([_unique_of(t) for t in best])}"] if best else []
     redundant = [t.nodeid for t in rows if t.redundant]
     parts.append(f"redundant: {_listed(redundant) if redundant else 'none'}")
@@ -461,13 +486,14 @@ def _tests_table(results: Results) -> list[str]:
         + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
         + ["new LSC", "new NC"]
     ]
-    for t in results.tests:
-        rows.append(
-            [t.nodeid, t.group, t.outcome, str(t.inputs)]
-            + [_num(stat.get(k)) for k in keys for stat in (t.mean, t.max)]
-            + [str(t.new.get("lsc", 0)), str(t.new.get("nc", 0))]
-        )
+    rows += [_test_cells(t, keys) for t in results.tests]
     return lines + _table(rows, right=set(range(3, len(rows[0]))))
+
+
+def _test_cells(t: TestRow, keys: list[str]) -> list[str]:
+    """A test's row: id, group, outcome, inputs, each score's mean and max, what it covered first."""
+    scores = [_num(stat.get(k)) for k in keys for stat in (t.mean, t.max)]
+    return [t.nodeid, t.group, t.outcome, str(t.inputs), *scores, str(t.new.get("lsc", 0)), str(t.new.get("nc", 0))]
 
 
 def _layers_table(results: Results) -> list[str]:
