@@ -153,12 +153,9 @@ _HL, _HR, _HT, _HB = 48.0, 52.0, 12.0, 22.0  # margins: left (y labels, "<= lowe
 _HY = 22.0  # right edge of the y-axis labels
 
 
-def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
-    """Geometry of one histogram of ``values`` over ``(lower, upper]``.
-
-    Values ``<= lower`` and ``> upper`` count for no bucket; they are drawn as two
-    separate, marked bars left of ``lower`` and right of ``upper``.
-    """
+def _bin_counts(values: Sequence[float], lower: float, upper: float, bins: int) -> tuple[list[int], int, int]:
+    """Each bucket's count of ``values`` over ``(lower, upper]``, and how many are at or
+    below ``lower`` and above ``upper``."""
     width = (upper - lower) / bins
     counts = [0] * bins
     below = above = 0
@@ -169,6 +166,17 @@ def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = 
             above += 1
         else:
             counts[min(bins - 1, max(0, math.ceil((v - lower) / width) - 1))] += 1
+    return counts, below, above
+
+
+def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
+    """Geometry of one histogram of ``values`` over ``(lower, upper]``.
+
+    Values ``<= lower`` and ``> upper`` count for no bucket; they are drawn as two
+    separate, marked bars left of ``lower`` and right of ``upper``.
+    """
+    width = (upper - lower) / bins
+    counts, below, above = _bin_counts(values, lower, upper, bins)
     peak = max([*counts, below, above, 1])
     plot_w = _HW - _HL - _HR
     plot_h = _HH - _HT - _HB
@@ -228,10 +236,17 @@ def _by_group(
         if fv is None:
             continue
         everything.append(fv)
-        t = owner[i] if i < len(owner) else None
-        if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < len(group_of_test):
-            per_group.setdefault(group_of_test[t], []).append(fv)
+        group = _group_of(owner[i] if i < len(owner) else None, group_of_test)
+        if group is not None:
+            per_group.setdefault(group, []).append(fv)
     return everything, per_group
+
+
+def _group_of(test: object, group_of_test: list[str]) -> str | None:
+    """The group of the test with index ``test``; ``None`` for anything but a test's index."""
+    if isinstance(test, int) and not isinstance(test, bool) and 0 <= test < len(group_of_test):
+        return group_of_test[test]
+    return None
 
 
 def _surprise_bounds(results: Results, metric: str, key: str) -> tuple[float, float] | None:
@@ -240,7 +255,11 @@ def _surprise_bounds(results: Results, metric: str, key: str) -> tuple[float, fl
     bounds = results.config.bounds.get(metric)
     if entry is None or not entry.applicable or bounds is None or results.inputs.get(key) is None:
         return None
-    lower, upper = _num(bounds.lower), _num(bounds.upper)
+    return _span(_num(bounds.lower), _num(bounds.upper))
+
+
+def _span(lower: float | None, upper: float | None) -> tuple[float, float] | None:
+    """(lower, upper) when both are numbers and the range is not empty."""
     if lower is None or upper is None or upper <= lower:
         return None
     return lower, upper
@@ -248,39 +267,45 @@ def _surprise_bounds(results: Results, metric: str, key: str) -> tuple[float, fl
 
 def _surprise(results: Results) -> list[dict[str, Any]]:
     """Histograms of LSA and DSA, all inputs first, then per group in group order."""
-    inputs = results.inputs
-    group_of_test = [t.group for t in results.tests]
-    group_names: list[str] = list(dict.fromkeys([g.name for g in results.groups] + group_of_test))
     out = []
     for metric, key in SURPRISE.items():
         span = _surprise_bounds(results, metric, key)
-        if span is None:
-            continue
-        lower, upper = span
-        entry, bounds = results.metrics[metric], results.config.bounds[metric]
-        everything, per_group = _by_group(inputs[key], inputs.get("test") or [], group_of_test, group_names)
-        rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
-        if len(per_group) > 1:
-            rows += [
-                {"name": name, "all": False, "chart": _histogram(vals, lower, upper)}
-                for name, vals in per_group.items()
-            ]
-        out.append(
-            {
-                "metric": metric,
-                "key": key,
-                "label": SA_LABELS[key],
-                "lower": f"{lower:g}",
-                "upper": f"{upper:g}",
-                "buckets": bounds.buckets,
-                "rule": bounds.rule,
-                "above": entry.above,
-                "below": entry.below,
-                "nan": entry.nan,
-                "rows": rows,
-            }
-        )
+        if span is not None:
+            out.append(_surprise_section(results, metric, key, span))
     return out
+
+
+def _surprise_section(results: Results, metric: str, key: str, span: tuple[float, float]) -> dict[str, Any]:
+    """One surprise coverage's histograms over its bounds ``span``, with its bounds and counts."""
+    lower, upper = span
+    entry, bounds = results.metrics[metric], results.config.bounds[metric]
+    return {
+        "metric": metric,
+        "key": key,
+        "label": SA_LABELS[key],
+        "lower": f"{lower:g}",
+        "upper": f"{upper:g}",
+        "buckets": bounds.buckets,
+        "rule": bounds.rule,
+        "above": entry.above,
+        "below": entry.below,
+        "nan": entry.nan,
+        "rows": _histogram_rows(results, key, lower, upper),
+    }
+
+
+def _histogram_rows(results: Results, key: str, lower: float, upper: float) -> list[dict[str, Any]]:
+    """The histogram of every input's score ``key``, then (with several groups) each group's."""
+    group_of_test = [t.group for t in results.tests]
+    group_names: list[str] = list(dict.fromkeys([g.name for g in results.groups] + group_of_test))
+    inputs = results.inputs
+    everything, per_group = _by_group(inputs[key], inputs.get("test") or [], group_of_test, group_names)
+    rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
+    if len(per_group) > 1:
+        rows += [
+            {"name": name, "all": False, "chart": _histogram(vals, lower, upper)} for name, vals in per_group.items()
+        ]
+    return rows
 
 
 _LW, _LH = 560.0, 210.0
@@ -302,20 +327,13 @@ def _line_chart(groups: list[GroupRow], metrics: list[str]) -> dict[str, Any] | 
 
     lines = []
     for m in metrics:
-        pts = []
-        for i, g in enumerate(groups):
-            v = _num(g.cumulative.get(m))
-            if v is not None:
-                pts.append({"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v, "group": g.name})
+        pts = [
+            {"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v, "group": g.name}
+            for i, g in enumerate(groups)
+            if (v := _num(g.cumulative.get(m))) is not None
+        ]
         if pts:
-            lines.append(
-                {
-                    "metric": m,
-                    "label": METRIC_LABELS[m],
-                    "points": pts,
-                    "path": " ".join(f"{p['x']},{p['y']}" for p in pts),
-                }
-            )
+            lines.append(_chart_line(m, pts))
     grid = [{"y": y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
     xlabels = [
         {
@@ -336,6 +354,16 @@ def _line_chart(groups: list[GroupRow], metrics: list[str]) -> dict[str, Any] | 
         "lines": lines,
         "grid": grid,
         "xlabels": xlabels,
+    }
+
+
+def _chart_line(metric: str, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """One metric's line of the chart through its ``points``."""
+    return {
+        "metric": metric,
+        "label": METRIC_LABELS[metric],
+        "points": points,
+        "path": " ".join(f"{p['x']},{p['y']}" for p in points),
     }
 
 
