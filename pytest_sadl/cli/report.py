@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_sadl.covered import fill_unique
 from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.report.compare import (
@@ -87,6 +86,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _read_with_baseline(args: argparse.Namespace, notes: list[str]) -> tuple[Any, Any, Any]:
     """The run's results, the ``--compare`` baseline's (or ``None``) and their comparison
     (or ``None``); a :class:`ResultsFileError` when either file cannot be read."""
+    from pytest_sadl.covered import fill_unique  # NumPy: not imported for ``sadl report --help``
+
     results = read_results(args.results, notes)
     fill_unique(results)
     if not args.compare:
