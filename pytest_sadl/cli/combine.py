@@ -125,11 +125,8 @@ def _groups(covered: Covered, tests: list[_Source], order: list[str], names: lis
     out = []
     for g in order:
         members = [t for t in tests if t.row.group == g]
-        alone = covered.empty()
-        for t in members:
-            for m, st in t.covered.state(t.row.nodeid).items():
-                alone[m] = alone[m].union(st)
-                cum[m] = cum[m].union(st)
+        alone = _union(covered, members)
+        cum = {m: cum[m].union(st) for m, st in alone.items()}
         inputs = sum(t.row.inputs for t in members)
         out.append(GroupRow(g, len(members), inputs, _values(covered, alone, names), _values(covered, cum, names)))
     return out
@@ -240,25 +237,36 @@ def _mistakes(first: Results, rows: list[TestRow], inputs: dict[str, list[JSON]]
 def _analysis(classifier: bool, inputs: dict[str, list[JSON]], labels: list[JSON], groups: list[str]) -> Any:
     """``criteria.mistakes.analyse`` of the combined columns: a classifier's predictions and
     confidence baselines, a regression model's outputs."""
-    from pytest_sadl.criteria.mistakes import BASELINES, analyse
+    from pytest_sadl.criteria.mistakes import analyse
 
     if not classifier:
         output = np.array(inputs.get("output") or [], dtype=np.float64)
         return analyse(_scores(inputs), labels, classifier=False, output=output, groups=groups)
-    n = len(labels)
     pred = np.array([-1 if p is None else p for p in inputs.get("pred", [])], dtype=np.int64)
-    confidence = {k: _floats(inputs[f"baseline_{k}"], n) for k in BASELINES if f"baseline_{k}" in inputs}
+    confidence = _confidence(inputs, len(labels))
     return analyse(_scores(inputs), labels, classifier=True, pred=pred, confidence=confidence or None, groups=groups)
+
+
+def _confidence(inputs: dict[str, list[JSON]], n: int) -> dict[str, np.ndarray]:
+    """The confidence baselines the runs kept for each input (``baseline_<name>`` columns)."""
+    from pytest_sadl.criteria.mistakes import BASELINES
+
+    return {k: _floats(inputs[f"baseline_{k}"], n) for k in BASELINES if f"baseline_{k}" in inputs}
 
 
 def _scope(files: list[Results], recorded: int) -> Scope:
     """The combined runs' scope: the most tests any run collected, the tests they ran, and
     why the union is partial (a shard's own selection is not a reason)."""
     scopes = [r.scope for r in files if r.scope is not None]
-    collected = max((s.collected for s in scopes if s.collected is not None), default=None)
+    collected = _most_collected(scopes)
     run = sum(s.run or 0 for s in scopes)
     reasons = _partial_reasons(collected, run) + [x for s in scopes for x in s.reasons if _kept_reason(x)]
     return Scope(collected=collected, selected=run, run=run, recorded=recorded, reasons=reasons, runs=len(files))
+
+
+def _most_collected(scopes: list[Scope]) -> int | None:
+    """The most marked tests a run collected (``None`` when no run says: ``--lf``)."""
+    return max((s.collected for s in scopes if s.collected is not None), default=None)
 
 
 def _kept_reason(reason: str) -> bool:
@@ -337,6 +345,11 @@ def _warnings(files: list[Results]) -> list[str]:
     return warnings
 
 
+def _merged_covered(first: Results, tests: list[_Source]) -> dict[str, Any]:
+    """The combined ``covered`` section: the first file's, with every chosen test's sets."""
+    return {**(first.covered or {}), "tests": {t.row.nodeid: t.covered.raw[t.row.nodeid] for t in tests}}
+
+
 def combine(files: list[Results], names: list[str]) -> Results:
     """One run's results over the union of the files' tests (see the module's docstring)."""
     covered = _checked(files, names)
@@ -345,7 +358,7 @@ def combine(files: list[Results], names: list[str]) -> Results:
     metric_names = list(first.metrics)
     union = _union(covered, tests)
     metrics = {m: (covered.metric(m, union[m]) if m in union else first.metrics[m]) for m in metric_names}
-    merged_covered = {**(first.covered or {}), "tests": {t.row.nodeid: t.covered.raw[t.row.nodeid] for t in tests}}
+    merged_covered = _merged_covered(first, tests)
     rows = with_unique(_rows(covered, tests), Covered.of_section(merged_covered))
     inputs = _inputs(tests)
     return Results(
