@@ -452,11 +452,10 @@ def _print_partial(results: Results) -> None:
     """A partial combination's line and the gates it did not apply."""
     if results.scope is None or not results.scope.partial:
         return
-    from pytest_sadl.report.partial import partial_line, ungated_lines
+    from pytest_sadl.report.partial import partial_notes
 
-    for line in [partial_line(results), *ungated_lines(results)]:
-        if line:
-            print(safe(line))
+    for line in partial_notes(results):
+        print(safe(line))
 
 
 def register(subparsers: Any) -> None:

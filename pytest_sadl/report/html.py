@@ -49,7 +49,7 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison
 from pytest_sadl.report.images import png_data_url
-from pytest_sadl.report.partial import partial_line, ungated_lines
+from pytest_sadl.report.partial import partial_notes
 from pytest_sadl.results import (
     JSON,
     SCHEMA,
@@ -800,7 +800,7 @@ def _run_notes(results: Results) -> dict[str, Any]:
         "failures": list(results.failures),
         "warnings": list(results.warnings),
         "missing": list(results.missing),
-        "partial": [p for p in [partial_line(results), *ungated_lines(results)] if p],
+        "partial": partial_notes(results),
         "stale": list(results.stale),
         "hints": adequacy_hints(results),
     }

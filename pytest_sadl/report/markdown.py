@@ -31,7 +31,7 @@ from pytest_sadl.report._load import (
     unit,
 )
 from pytest_sadl.report.compare import Comparison
-from pytest_sadl.report.partial import partial_line, ungated_lines
+from pytest_sadl.report.partial import partial_notes
 from pytest_sadl.results import Failure, GroupRow, Metric, Ood, Results, TestRow
 from pytest_sadl.text import markdown
 
@@ -116,7 +116,7 @@ def _run_bits(results: Results) -> list[str]:
 def _notes(results: Results) -> list[str]:
     """Before the tables: a partial run, tests whose inputs never came, and tests measured on
     a changed model."""
-    said = [p for p in [partial_line(results), *ungated_lines(results)] if p]  # a partial run, first
+    said = partial_notes(results)  # a partial run, first
     lines = [f"> ⚠️ **{escape_md(p)}**" for p in said] + ([""] if said else [])
     return lines + _missing_note(results) + _stale_note(results)
 

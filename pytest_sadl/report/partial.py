@@ -40,6 +40,13 @@ def ungated_lines(results: Results) -> list[str]:
     return [f"not gated (partial run, --sadl-gate-partial gates it): {line}" for line in scope.ungated]
 
 
+def partial_notes(results: Results) -> list[str]:
+    """What every report says of a partial run before anything else: :func:`partial_line`
+    and :func:`ungated_lines` (nothing for a whole run)."""
+    said = partial_line(results)
+    return ([said] if said is not None else []) + ungated_lines(results)
+
+
 def badge_label(results: Results, label: str) -> str:
     """A badge's label, ``LSC (partial)`` for a partial run."""
     return f"{label} (partial)" if partial_line(results) is not None else label

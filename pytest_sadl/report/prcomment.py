@@ -18,7 +18,7 @@ from pytest_sadl.atomic import atomic_write_text
 from pytest_sadl.criteria.registry import LABELS, METRICS
 from pytest_sadl.report._load import fmt_metric, metric_entry
 from pytest_sadl.report.compare import Comparison
-from pytest_sadl.report.partial import partial_line, ungated_lines
+from pytest_sadl.report.partial import partial_notes
 from pytest_sadl.results import GroupRow, Results
 from pytest_sadl.text import markdown as md
 
@@ -101,7 +101,7 @@ def _tests(results: Results, baseline: Results | None) -> list[str]:
 
 
 def _paragraphs(lines: list[str]) -> list[str]:
-    """``lines`` each followed by an empty line; nothing for none."""
+    """``lines`` and an empty line after them; nothing for none."""
     return [*lines, ""] if lines else []
 
 
@@ -112,7 +112,7 @@ def render_pr_comment(
     failures = [f.message for f in results.failures]
     verdict = "❌ failed" if failures else "✅ passed"
     lines = [MARKER, f"### pytest-sadl: {verdict}", ""]
-    lines += _paragraphs([f"> ⚠️ {md(p)}" for p in [partial_line(results), *ungated_lines(results)] if p])
+    lines += _paragraphs([f"> ⚠️ {md(p)}" for p in partial_notes(results)])
     lines += _metrics(results, comparison) + [""]
     lines += _paragraphs([f"- FAIL {md(f)}" for f in failures])
     extra = _groups_moved(results, baseline) + _tests(results, baseline)

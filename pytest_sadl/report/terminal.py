@@ -30,7 +30,7 @@ from pytest_sadl.report._load import (
     unit,
 )
 from pytest_sadl.report.compare import Comparison, MetricDelta
-from pytest_sadl.report.partial import partial_line, ungated_lines
+from pytest_sadl.report.partial import partial_notes
 from pytest_sadl.results import GroupRow, Metric, Results, TestRow
 from pytest_sadl.text import terminal as safe
 
@@ -248,7 +248,7 @@ def _header(results: Results, width: int | None) -> list[str]:
     lines = _wrap(_model_line(results), width)
     lines += _layers_lines(results, width)
     lines += _wrap(_recorded_line(results), width)
-    lines += [line for p in [partial_line(results), *ungated_lines(results)] if p for line in _wrap(p, width)]
+    lines += [line for p in partial_notes(results) for line in _wrap(p, width)]
     lines += _warning_lines(results, width)
     for m in results.stale:  # measured on a changed model: listed, counted in no table below
         lines += _wrap(f"  left out (model changed): {m.nodeid}, {m.inputs} inputs", width, "    ")
