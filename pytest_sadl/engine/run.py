@@ -189,12 +189,18 @@ def _threshold_failure(name: str, threshold: float, metric: Metric | None, n_inp
     if why is not None:
         return Failure(name, None, threshold, why)
     assert metric is not None  # _unmeetable says why when there is none
-    # a coverage is judged in percent; a count criterion (TKNP, NLC, CC) by its number
-    value = None if metric.value is None else round(metric.value, 2) if name in COUNT else percent(metric.value)
-    unit = "" if name in COUNT else "%"
+    value, unit = _judged(name, metric.value)
     if value is None or value >= threshold:
         return None
     return Failure(name, value, threshold, f"{LABELS[name]} {value:.2f}{unit} is below {flag} ({threshold:.2f}{unit})")
+
+
+def _judged(name: str, value: float | None) -> tuple[float | None, str]:
+    """The value a threshold is judged on, and its unit: a coverage in percent, a count
+    criterion (TKNP, NLC, CC) by its number, both to two decimals."""
+    if name in COUNT:
+        return (None if value is None else round(value, 2)), ""
+    return (None if value is None else percent(value)), "%"
 
 
 def _unmeetable(name: str, flag: str, metric: Metric | None, n_inputs: int) -> str | None:

@@ -41,18 +41,24 @@ def stop_reason(shouldstop: object, maxfail: int) -> str | None:
 
 def selection_options(option: Any, lf_active: bool) -> list[str]:
     """The options of this run that deselect tests, as the user wrote them."""
-    found = []
-    if getattr(option, "keyword", ""):
-        found.append(f"-k {option.keyword!r}")
-    if getattr(option, "markexpr", ""):
-        found.append(f"-m {option.markexpr!r}")
-    if lf_active:
-        found.append("--lf")
-    if getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False):
-        found.append("--sw")
-    if getattr(option, "deselect", None):
-        found.append("--deselect")
-    return found
+    found = [
+        f"-k {option.keyword!r}" if getattr(option, "keyword", "") else "",
+        f"-m {option.markexpr!r}" if getattr(option, "markexpr", "") else "",
+        "--lf" if lf_active else "",
+        "--sw" if _stepwise(option) else "",
+        "--deselect" if getattr(option, "deselect", None) else "",
+    ]
+    return [said for said in found if said]
+
+
+def _stepwise(option: Any) -> bool:
+    """Whether ``--sw`` or ``--sw-skip`` is on."""
+    return bool(getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False))
+
+
+def _names(value: object) -> list[str]:
+    """The test names of a worker's list (anything else: none)."""
+    return [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
 
 
 @dataclass
@@ -99,10 +105,8 @@ class ScopeTracker:
     def merge_worker(self, payload: object) -> None:
         if not isinstance(payload, dict):
             return
-        for key in ("selected", "deselected"):
-            names = payload.get(key)
-            if isinstance(names, list):
-                getattr(self, key).update(n for n in names if isinstance(n, str))
+        self.selected.update(_names(payload.get("selected")))
+        self.deselected.update(_names(payload.get("deselected")))
         self.deselected -= self.selected
         errors = payload.get("collection_errors")
         if isinstance(errors, int):
