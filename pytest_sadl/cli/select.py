@@ -150,12 +150,15 @@ def _pool_batch(traces: Any, scores: dict[str, np.ndarray]) -> Any:
 def _pool_metrics(options: Any, by: str, criterion: str | None) -> list[str]:
     """The run's metrics (``--sadl-metrics``), the score chosen ``by`` and the ``criterion``
     ctm and cam order by always among them, in report order."""
-    metrics = list(getattr(options, "metrics", None) or DEFAULT_METRICS)
-    if by in SCORES and SCORES[by].name not in metrics:  # the score chosen by is always computed
-        metrics.append(SCORES[by].name)
-    if criterion is not None and criterion not in metrics:  # and the criterion ctm / cam order by
-        metrics.append(criterion)
-    return [m for m in METRICS if m in metrics]
+    wanted = {*(getattr(options, "metrics", None) or DEFAULT_METRICS), *_needed(by, criterion)}
+    return [m for m in METRICS if m in wanted]
+
+
+def _needed(by: str, criterion: str | None) -> list[str]:
+    """The metrics a selection computes whatever the run's: the score chosen ``by`` and
+    the ``criterion`` ctm and cam order by."""
+    score = SCORES[by].name if by in SCORES else None
+    return [name for name in (score, criterion) if name is not None]
 
 
 def _score_label(name: str) -> str:

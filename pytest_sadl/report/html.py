@@ -580,11 +580,13 @@ def _test_row(t: TestRow, columns: list[dict[str, Any]]) -> dict[str, Any]:
 def _totals(columns: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Any]:
     """Totals of every row (the page recomputes them for the rows a filter leaves)."""
     inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
-    totals: list[Any] = []
-    for j, c in enumerate(columns):
-        vals = [(r["cells"][j]["value"], r["cells"][inputs_col]["value"]) for r in rows]
-        totals.append(_total(c["agg"], [(n, _num(w) or 0.0) for v, w in vals if (n := _num(v)) is not None]))
-    return totals
+    weights = [_num(r["cells"][inputs_col]["value"]) or 0.0 for r in rows]
+    return [_total(c["agg"], _weighted([r["cells"][j]["value"] for r in rows], weights)) for j, c in enumerate(columns)]
+
+
+def _weighted(values: list[Any], weights: list[float]) -> list[tuple[float, float]]:
+    """(value, weight) of each value that is a finite number."""
+    return [(n, w) for v, w in zip(values, weights, strict=True) if (n := _num(v)) is not None]
 
 
 #: With this many coverage layers or more (an EfficientNetB0 has 206), the per-layer table
@@ -666,17 +668,21 @@ def _mistakes(results: Results) -> dict[str, Any] | None:
     rows: list[Analysis] = [overall, *found.groups]
     classifier = overall.classifier
     keys = list(dict.fromkeys(k for r in rows for k in per_score(r, classifier)))
-    baselines = set(found.baselines)
-    columns = [{"key": k, "label": _score_label(found, k), "baseline": k in baselines} for k in keys]
     return {
         "kind": overall.kind,
         "per": "auc" if classifier else "spearman",
-        "columns": columns,
+        "columns": _score_columns(found, keys),
         "rows": [_mistakes_row(r, r is overall, classifier, keys) for r in rows],
         "fifths": [_fifths(found, key, parts) for key, parts in overall.fifths.items() if parts],
         "sentences": list(overall.sentences),
         "baseline_names": baseline_names(found),
     }
+
+
+def _score_columns(found: Mistakes, keys: list[str]) -> list[dict[str, Any]]:
+    """The mistakes table's score columns, the confidence baselines marked."""
+    baselines = set(found.baselines)
+    return [{"key": k, "label": _score_label(found, k), "baseline": k in baselines} for k in keys]
 
 
 def _score_label(found: Mistakes, key: str) -> str:

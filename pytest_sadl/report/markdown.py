@@ -205,9 +205,12 @@ def _failures_and_warnings(
     lines = [f"- ❌ {escape_md(f.message or f.metric)}" for f in failures]
     lines += [f"- ⚠️ {METRIC_LABELS[m]} not available: {escape_md(why)}" for m, why in _unavailable(results)]
     lines += [f"- ⚠️ {escape_md(w)}" for w in results.warnings]
-    if comparison is not None:
-        lines += [f"- ⚠️ baseline: {escape_md(w)}" for w in comparison.warnings]
+    lines += [f"- ⚠️ baseline: {escape_md(w)}" for w in _baseline_warnings(comparison)]
     return [*lines, ""] if lines else []
+
+
+def _baseline_warnings(comparison: Comparison | None) -> list[str]:
+    return [] if comparison is None else list(comparison.warnings)
 
 
 def _unavailable(results: Results) -> list[tuple[str, str]]:

@@ -85,12 +85,17 @@ def _adders(results: Results) -> list[str]:
     return ["**Tests that added the most coverage:** " + "; ".join(md(t.nodeid) for t in adders)] if adders else []
 
 
-def _lost(results: Results, baseline: Results | None) -> list[str]:
-    """The baseline's tests that added coverage and are no longer measured."""
+def _gone(results: Results, baseline: Results | None) -> list[str]:
+    """The baseline's tests that covered something first and are not in ``results``."""
     if baseline is None:
         return []
     now = {t.nodeid for t in results.tests}
-    gone = [t.nodeid for t in baseline.tests if t.nodeid not in now and sum(t.new.values()) > 0]
+    return [t.nodeid for t in baseline.tests if t.nodeid not in now and sum(t.new.values()) > 0]
+
+
+def _lost(results: Results, baseline: Results | None) -> list[str]:
+    """The baseline's tests that added coverage and are no longer measured."""
+    gone = _gone(results, baseline)
     if not gone:
         return []
     return [f"**Coverage lost with {len(gone)} test(s) no longer measured:** " + "; ".join(md(t) for t in gone[:SHOWN])]
