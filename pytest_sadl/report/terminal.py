@@ -31,7 +31,7 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison, MetricDelta
 from pytest_sadl.report.partial import partial_notes
-from pytest_sadl.results import GroupRow, Metric, Results, TestRow
+from pytest_sadl.results import GroupRow, LayerRow, Metric, Results, TestRow
 from pytest_sadl.text import terminal as safe
 
 
@@ -452,9 +452,14 @@ def _most_unique_first(t: TestRow) -> tuple[int, str]:
 def _who_parts(rows: list[TestRow]) -> str:
     best = sorted((t for t in rows if not t.redundant), key=_most_unique_first)
     parts = [f"most unique: {_listed([_unique_of(t) for t in best])}"] if best else []
-    redundant = [t.nodeid for t in rows if t.redundant]
-    parts.append(f"redundant: {_listed(redundant) if redundant else 'none'}")
+    parts.append(f"redundant: {_redundant(rows)}")
     return "; ".join(parts)
+
+
+def _redundant(rows: list[TestRow]) -> str:
+    """The redundant tests, listed, or "none"."""
+    redundant = [t.nodeid for t in rows if t.redundant]
+    return _listed(redundant) if redundant else "none"
 
 
 def _ood_table(results: Results, width: int | None) -> list[str]:
@@ -470,17 +475,21 @@ def _ood_table(results: Results, width: int | None) -> list[str]:
     )
     table = ood_rows(ood)
     if table:
-        shown = [row if i == 0 or row[0] != table[i - 1][0] else ["", *row[1:]] for i, row in enumerate(table)]
-        lines += _table([OOD_HEADER, *shown], right=set(range(2, len(OOD_HEADER))), width=width)
+        lines += _table([OOD_HEADER, *_first_names(table)], right=set(range(2, len(OOD_HEADER))), width=width)
     for text in [*ood.sentences, *ood_notes(ood)]:
         lines += _wrap(f"  {text}", width, indent="    ")
     return lines
 
 
+def _first_names(table: list[list[str]]) -> list[list[str]]:
+    """The rows with each group's name on its first row only."""
+    return [row if i == 0 or row[0] != table[i - 1][0] else ["", *row[1:]] for i, row in enumerate(table)]
+
+
 def _tests_table(results: Results) -> list[str]:
     """Verbose: every test with its inputs, surprise and first-covered targets."""
     lines = ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
-    keys = [k for k in SA_LABELS if any(t.mean.get(k) is not None for t in results.tests)] or ["lsa"]
+    keys = _score_keys(results.tests)
     rows = [
         ["test", "group", "outcome", "inputs"]
         + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
@@ -490,17 +499,27 @@ def _tests_table(results: Results) -> list[str]:
     return lines + _table(rows, right=set(range(3, len(rows[0]))))
 
 
+def _score_keys(tests: list[TestRow]) -> list[str]:
+    """The scores some test has a mean of (LSA when none has)."""
+    return [k for k in SA_LABELS if any(t.mean.get(k) is not None for t in tests)] or ["lsa"]
+
+
 def _test_cells(t: TestRow, keys: list[str]) -> list[str]:
     """A test's row: id, group, outcome, inputs, each score's mean and max, what it covered first."""
     scores = [_num(stat.get(k)) for k in keys for stat in (t.mean, t.max)]
     return [t.nodeid, t.group, t.outcome, str(t.inputs), *scores, str(t.new.get("lsc", 0)), str(t.new.get("nc", 0))]
 
 
+def _kmnc(layer: LayerRow) -> float:
+    """A layer's KMNC (0 when it has none): the verbose layer table's order."""
+    return layer.coverage.get("kmnc") or 0.0
+
+
 def _layers_table(results: Results) -> list[str]:
     """Verbose: every coverage layer, least covered first by KMNC."""
     neuron = [k for k in NEURON if k in results.metrics]  # the run's neuron coverages
     rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
-    for layer in sorted(results.layers, key=lambda entry: entry.coverage.get("kmnc") or 0.0):
+    for layer in sorted(results.layers, key=_kmnc):
         rows.append([layer.name, str(layer.neurons)] + [_pct(layer.coverage.get(k)) for k in neuron])
     return ["", "layers (least covered first by KMNC):", *_table(rows, right=set(range(1, 2 + len(neuron))))]
 
