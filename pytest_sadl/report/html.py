@@ -507,23 +507,30 @@ def _new_columns(results: Results) -> list[dict[str, Any]]:
     ]
 
 
+def _label(metric: str) -> str:
+    """A metric's label (an unknown one's name in capitals)."""
+    return METRIC_LABELS.get(metric, metric.upper())
+
+
+def _unique_column(metric: str) -> dict[str, Any]:
+    """The column of the targets of ``metric`` no other test covers."""
+    return {
+        "key": f"unique.{metric}",
+        "label": f"only {_label(metric)}",
+        "kind": "int",
+        "agg": "sum",
+        "title": f"{METRIC_TITLES.get(metric, metric.upper())}: targets no other test covers",
+    }
+
+
 def _unique_columns(results: Results) -> list[dict[str, Any]]:
     """Who tests what: each metric's targets no other test covers, and redundant (from the
     covered sets; none when the results carry no counts)."""
-    names = list(dict.fromkeys(m for t in results.tests for m in t.unique or {}))
+    names = list(dict.fromkeys(m for t in results.tests for m in _unique(t)))
     if not names:
         return []
-    columns: list[dict[str, Any]] = [
-        {
-            "key": f"unique.{m}",
-            "label": f"only {METRIC_LABELS.get(m, m.upper())}",
-            "kind": "int",
-            "agg": "sum",
-            "title": f"{METRIC_TITLES.get(m, m.upper())}: targets no other test covers",
-        }
-        for m in names
-    ]
-    said = ", ".join(METRIC_LABELS.get(m, m.upper()) for m in names)
+    columns = [_unique_column(m) for m in names]
+    said = ", ".join(_label(m) for m in names)
     columns.append(
         {
             "key": "redundant",
@@ -812,9 +819,14 @@ def _run_notes(results: Results) -> dict[str, Any]:
     }
 
 
+def _some_cumulative(groups: list[GroupRow], metric: str) -> bool:
+    """Whether some group has a cumulative value of ``metric``."""
+    return any(_num(g.cumulative.get(metric)) is not None for g in groups)
+
+
 def _groups_view(groups: list[GroupRow]) -> dict[str, Any]:
     """Table VI's metrics, rows and chart (the percentages only: the chart's axis is a percent)."""
-    group_metrics = [m for m in METRICS if any(_num(g.cumulative.get(m)) is not None for g in groups)]
+    group_metrics = [m for m in METRICS if _some_cumulative(groups, m)]
     return {
         "group_metrics": [{"key": m, "label": METRIC_LABELS[m]} for m in group_metrics],
         "group_rows": _group_rows(groups, group_metrics),
