@@ -93,9 +93,7 @@ def select_from_pool(
     traces = _pool_traces(profile, model, x, batch_size, cluster)
     view = ProfileView.of(profile, _pool_metrics(options, by, criterion), options)
     if cluster is not None:  # a view's given scorers: these two on the cluster
-        from pytest_sadl.profile.cluster import use_cluster_scores
-
-        use_cluster_scores(view, cluster[0].lsa, cluster[0].dsa if profile.classifier else None)
+        _score_on_cluster(view, cluster[0], profile.classifier)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
@@ -127,6 +125,13 @@ def _with_deepgini(scores: dict[str, np.ndarray], traces: Any) -> dict[str, np.n
     from pytest_sadl.criteria.mistakes import confidence_scores
 
     return {**scores, "deepgini": confidence_scores(np.asarray(traces.output))["deepgini"]}
+
+
+def _score_on_cluster(view: Any, scorer: Any, classifier: bool) -> None:
+    """The view's LSA (and a classifier's DSA) scored on the cluster's workers."""
+    from pytest_sadl.profile.cluster import use_cluster_scores
+
+    use_cluster_scores(view, scorer.lsa, scorer.dsa if classifier else None)
 
 
 def _pool_traces(profile: Any, model: Any, x: Any, batch_size: int, cluster: Any) -> Any:
@@ -337,7 +342,6 @@ def _score_range(chosen: Selection) -> str:
 
 def cmd_select(args: argparse.Namespace) -> int:
     """``sadl select``: the handler."""
-    import numpy as np
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pytest_sadl.capture.data import load_training_data
@@ -366,7 +370,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     tm = profile.trace_model(model)
     pool = pool.bind(list(tm.input_names))  # one array, or one per input name as the profile binds
     x = pool.x
-    y = None if pool.y is None or isinstance(pool.y, dict) else np.asarray(pool.y)
+    y = _pool_labels(pool.y)
     try:
         with _cluster(args, sadl, profile, model_spec, base_dir) as cluster:
             chosen, scores = select_from_pool(
@@ -392,6 +396,13 @@ def cmd_select(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _pool_labels(y: Any) -> np.ndarray | None:
+    """The pool's labels as one array (none for labels per output name, or none given)."""
+    import numpy as np
+
+    return None if y is None or isinstance(y, dict) else np.asarray(y)
 
 
 def _check_select_args(args: argparse.Namespace) -> None:
