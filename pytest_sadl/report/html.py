@@ -316,28 +316,13 @@ def _line_chart(groups: list[GroupRow], metrics: list[str]) -> dict[str, Any] | 
     """Geometry of the cumulative coverage (Table VI) line chart, in percent."""
     if not groups:
         return None
-    plot_w, plot_h = _LW - _LL - _LR, _LH - _LT - _LB
+    plot_h = _LH - _LT - _LB
     n = len(groups)
-
-    def x(i: int) -> float:
-        return round(_LL + (plot_w * (i + 0.5) / n), 2)
-
-    def y(v: float) -> float:
-        return round(_LT + plot_h * (1.0 - v), 2)
-
-    lines = []
-    for m in metrics:
-        pts = [
-            {"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v, "group": g.name}
-            for i, g in enumerate(groups)
-            if (v := _num(g.cumulative.get(m))) is not None
-        ]
-        if pts:
-            lines.append(_chart_line(m, pts))
-    grid = [{"y": y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
+    lines = [line for m in metrics if (line := _chart_line(m, _chart_points(groups, m))) is not None]
+    grid = [{"y": _chart_y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
     xlabels = [
         {
-            "x": x(i),
+            "x": _chart_x(i, n),
             "label": g.name,
             "short": _shorten(g.name, 16),
             "tiny": _shorten(g.name, max(4, 48 // max(n, 1))),
@@ -357,8 +342,30 @@ def _line_chart(groups: list[GroupRow], metrics: list[str]) -> dict[str, Any] | 
     }
 
 
-def _chart_line(metric: str, points: list[dict[str, Any]]) -> dict[str, Any]:
-    """One metric's line of the chart through its ``points``."""
+def _chart_x(i: int, n: int) -> float:
+    """The x of the ``i``-th of ``n`` groups (the middle of its slot)."""
+    return round(_LL + ((_LW - _LL - _LR) * (i + 0.5) / n), 2)
+
+
+def _chart_y(v: float) -> float:
+    """The y of a share ``v`` (0 at the bottom, 1 at the top)."""
+    return round(_LT + (_LH - _LT - _LB) * (1.0 - v), 2)
+
+
+def _chart_points(groups: list[GroupRow], metric: str) -> list[dict[str, Any]]:
+    """The chart's points of ``metric``: each group with a cumulative value (drawn within 0..1)."""
+    n = len(groups)
+    return [
+        {"x": _chart_x(i, n), "y": _chart_y(min(max(v, 0.0), 1.0)), "value": v, "group": g.name}
+        for i, g in enumerate(groups)
+        if (v := _num(g.cumulative.get(metric))) is not None
+    ]
+
+
+def _chart_line(metric: str, points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One metric's line of the chart through its ``points`` (none without points)."""
+    if not points:
+        return None
     return {
         "metric": metric,
         "label": METRIC_LABELS[metric],
