@@ -31,7 +31,7 @@ from pytest_sadl.report._load import (
 )
 from pytest_sadl.report.compare import Comparison, MetricDelta
 from pytest_sadl.report.partial import partial_notes
-from pytest_sadl.results import GroupRow, LayerRow, Metric, Results, TestRow
+from pytest_sadl.results import GroupRow, LayerRow, Metric, Mistakes, Results, TestRow
 from pytest_sadl.text import terminal as safe
 
 
@@ -193,7 +193,7 @@ def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -
     first = _group_columns(groups)
     name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
     room = None if width is None else width - name_w - 2
-    chunks = _chunks(shown, cols, sum(max(map(len, c)) + 2 for c in first[1:]), room)
+    chunks = _chunks(shown, cols, _columns_width(first[1:]), room)
     if len(chunks) > 1:  # the parts' group columns cut alike, so the parts line up
         first[0] = [_ellipsis(c, name_w) for c in first[0]]
     return _stacked(first, [[cols[k] for k in chunk] for chunk in chunks], width)
@@ -206,6 +206,11 @@ def _stacked(first: list[list[str]], parts: list[list[list[str]]], width: int | 
     for part in parts[1:]:
         out += ["", *_columns_table(first[:1] + part, width)]
     return out
+
+
+def _columns_width(columns: list[list[str]]) -> int:
+    """The width ``columns`` take side by side, two spaces after each."""
+    return sum(max(map(len, c)) + 2 for c in columns)
 
 
 def _cumulative_column(groups: list[GroupRow], metric: str) -> list[str]:
@@ -361,7 +366,7 @@ def _applicable(results: Results) -> list[str]:
 
 
 def _default_rule(results: Results) -> str | None:
-    """ "bounds: " and the default rule the surprise coverages' bounds came from, if one did."""
+    """The bounds' note: the default rule the surprise coverages' bounds came from, if one did."""
     rules = {b.rule or "" for k in SURPRISE if (b := results.config.bounds.get(k)) is not None}
     default = next((r for r in sorted(rules) if r.startswith("default")), None)
     return None if default is None else "bounds: " + default
@@ -398,17 +403,28 @@ def _mistakes_table(results: Results, width: int | None) -> list[str]:
         return []
     header, table = found
     if width is not None:
-        baselines = [results.mistakes.labels.get(k) or k for k in results.mistakes.baselines]
-        header, table = _fold_baselines(header, table, baselines)
-        header = _short_units(header, table, width)
+        header, table = _fitted(header, table, results.mistakes, width)
     lines = [""]
     lines += _wrap(
         "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
     )
     lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
-    for text in results.mistakes.overall.sentences:
-        lines += _wrap(f"  {text}", width, indent="    ")
-    return lines
+    return lines + _indented(results.mistakes.overall.sentences, width)
+
+
+def _fitted(
+    header: list[str], table: list[list[str]], found: Mistakes, width: int
+) -> tuple[list[str], list[list[str]]]:
+    """The mistakes table made to fit ``width``: the confidence baselines folded into their
+    best, the score columns without their unit if still too wide."""
+    baselines = [found.labels.get(k) or k for k in found.baselines]
+    header, table = _fold_baselines(header, table, baselines)
+    return _short_units(header, table, width), table
+
+
+def _indented(texts: Sequence[str], width: int | None) -> list[str]:
+    """Sentences under a table, indented, each wrapped to ``width``."""
+    return [line for text in texts for line in _wrap(f"  {text}", width, indent="    ")]
 
 
 #: how many tests the short "who tests what" line names in each part
@@ -476,9 +492,7 @@ def _ood_table(results: Results, width: int | None) -> list[str]:
     table = ood_rows(ood)
     if table:
         lines += _table([OOD_HEADER, *_first_names(table)], right=set(range(2, len(OOD_HEADER))), width=width)
-    for text in [*ood.sentences, *ood_notes(ood)]:
-        lines += _wrap(f"  {text}", width, indent="    ")
-    return lines
+    return lines + _indented([*ood.sentences, *ood_notes(ood)], width)
 
 
 def _first_names(table: list[list[str]]) -> list[list[str]]:
