@@ -60,19 +60,32 @@ def decode(text: str, size: int) -> np.ndarray:
     """The bits of one part (``size`` of them); ValueError for anything else."""
     kind, _, body = text.partition(":")
     raw = zlib.decompress(base64.b64decode(body.encode("ascii"), validate=True))
-    if kind == "b":
-        bits = np.unpackbits(np.frombuffer(raw, np.uint8), count=size).astype(bool)
-        if bits.size != size:
-            raise ValueError(f"a covered set holds {bits.size} bits, not {size}")
-        return bits
-    if kind == "i":
-        where = np.cumsum(np.frombuffer(raw, "<u4").astype(np.int64)) - 1
-        if where.size and (where[-1] >= size or where[0] < 0):
-            raise ValueError(f"a covered set names target {int(where[-1])} of {size}")
-        bits = np.zeros(size, dtype=bool)
-        bits[where] = True
-        return bits
-    raise ValueError(f"a covered set is neither b: nor i: ({kind[:10]!r})")
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        raise ValueError(f"a covered set is neither b: nor i: ({kind[:10]!r})")
+    return decoder(raw, size)
+
+
+def _packed_bits(raw: bytes, size: int) -> np.ndarray:
+    """``b:``: the bits as ``numpy.packbits`` packed them."""
+    bits = np.unpackbits(np.frombuffer(raw, np.uint8), count=size).astype(bool)
+    if bits.size != size:
+        raise ValueError(f"a covered set holds {bits.size} bits, not {size}")
+    return bits
+
+
+def _listed_bits(raw: bytes, size: int) -> np.ndarray:
+    """``i:``: the bits set at the indices the gaps add up to (the first from -1)."""
+    where = np.cumsum(np.frombuffer(raw, "<u4").astype(np.int64)) - 1
+    if where.size and (where[-1] >= size or where[0] < 0):
+        raise ValueError(f"a covered set names target {int(where[-1])} of {size}")
+    bits = np.zeros(size, dtype=bool)
+    bits[where] = True
+    return bits
+
+
+#: A set's kind (the text before ``:``) and how its decompressed bytes become ``size`` bits.
+_DECODERS: dict[str, Callable[[bytes, int], np.ndarray]] = {"b": _packed_bits, "i": _listed_bits}
 
 
 # ----------------------------------------------------------------- making the section
@@ -89,25 +102,31 @@ def section(
     """The ``covered`` section: for each (node id, batch of its inputs), the sets a fresh
     set of the run's criteria (``fresh()``: ``made`` by name, ``update(batch)``) covers
     with that test alone. ``None`` when no chosen criterion has sets."""
-    first = fresh()
-    metrics: JSONObject = {}
-    for name, cov in first.made.items():
-        if cov is None or not hasattr(cov, "covered_sets"):
-            continue
-        parts, totals, counts = cov.covered_sets()
-        metrics[name] = {
-            "kind": "buckets" if counts else "targets",
-            "parts": [int(len(p)) for p in parts],
-            "totals": [int(t) for t in totals],
-        }
+    metrics: JSONObject = {
+        name: _spec_entry(cov) for name, cov in fresh().made.items() if cov is not None and hasattr(cov, "covered_sets")
+    }
     if not metrics:
         return None
-    per_test: JSONObject = {}
-    for nodeid, batch in tests:
-        criteria = fresh()
-        criteria.update(batch)
-        per_test[nodeid] = {name: _state(criteria.made[name]) for name in metrics}
+    per_test: JSONObject = {nodeid: _test_entry(fresh, batch, metrics) for nodeid, batch in tests}
     return {"format": FORMAT, "version": VERSION, "groups": list(groups), "metrics": metrics, "tests": per_test}
+
+
+def _spec_entry(coverage: Any) -> JSONObject:
+    """A criterion's entry of the section's ``metrics``: buckets or targets, each part's
+    bits and counted targets."""
+    parts, totals, counts = coverage.covered_sets()
+    return {
+        "kind": "buckets" if counts else "targets",
+        "parts": [int(len(p)) for p in parts],
+        "totals": [int(t) for t in totals],
+    }
+
+
+def _test_entry(fresh: Callable[[], Any], batch: Any, metrics: Mapping[str, Any]) -> JSONObject:
+    """The sets of ``metrics`` a fresh set of the criteria covers with one test's ``batch``."""
+    criteria = fresh()
+    criteria.update(batch)
+    return {name: _state(criteria.made[name]) for name in metrics}
 
 
 # ------------------------------------------------------------------------- reading
@@ -124,6 +143,11 @@ class Spec:
     @property
     def total(self) -> int:
         return sum(self.totals)
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> Spec:
+        """A metric's entry of the section's ``metrics``."""
+        return cls(str(entry["kind"]), tuple(entry["parts"]), tuple(entry["totals"]))
 
 
 @dataclass
@@ -171,9 +195,7 @@ class Covered:
     @classmethod
     def of_section(cls, data: Mapping[str, Any]) -> Covered:
         """A ``covered`` section already known to be this format (the engine's own)."""
-        specs = {}
-        for name, spec in dict(data.get("metrics") or {}).items():
-            specs[str(name)] = Spec(str(spec["kind"]), tuple(spec["parts"]), tuple(spec["totals"]))
+        specs = {str(name): Spec.of(spec) for name, spec in dict(data.get("metrics") or {}).items()}
         groups = [g for g in data.get("groups") or [] if isinstance(g, str)]
         return cls(specs, dict(data.get("tests") or {}), groups)
 
@@ -185,11 +207,7 @@ class Covered:
         found = self._cache.get(nodeid)
         if found is None:
             entry = self.raw[nodeid]
-            found = {}
-            for name, spec in self.specs.items():
-                item = entry[name]
-                sets = [decode(t, n) for t, n in zip(item["sets"], spec.parts, strict=True)]
-                found[name] = State(sets, {k: int(item[k]) for k in _COUNTS if k in item})
+            found = {name: _decoded(entry[name], spec) for name, spec in self.specs.items()}
             self._cache[nodeid] = found
         return found
 
@@ -228,6 +246,12 @@ class Covered:
     def per_layer(self, name: str, state: State) -> list[float]:
         spec = self.specs[name]
         return [int(np.count_nonzero(s)) / t if t else 0.0 for s, t in zip(state.sets, spec.totals, strict=True)]
+
+
+def _decoded(item: Mapping[str, Any], spec: Spec) -> State:
+    """One test's entry of one metric as a :class:`State`: its parts' bits and its counts."""
+    sets = [decode(t, n) for t, n in zip(item["sets"], spec.parts, strict=True)]
+    return State(sets, {k: int(item[k]) for k in _COUNTS if k in item})
 
 
 # ----------------------------------------------------------------- who tests what
@@ -287,14 +311,20 @@ def _matrix(covered: Covered, tests: Sequence[str], metrics: Sequence[str]) -> n
     return np.stack([_bits(covered, t, metrics) for t in tests])
 
 
-def minimize(covered: Covered, metrics: Sequence[str] | None = None) -> Minimized:
-    """Each test's unique targets and the greedy cover of ``metrics`` (default: every
-    metric with covered sets); ValueError naming a metric without sets."""
-    metrics = list(covered.specs) if metrics is None else list(metrics)
-    unknown = [m for m in metrics if m not in covered.specs]
+def _known(covered: Covered, metrics: Sequence[str] | None) -> list[str]:
+    """``metrics`` (default: every metric with covered sets); ValueError naming one without sets."""
+    chosen = list(covered.specs) if metrics is None else list(metrics)
+    unknown = [m for m in chosen if m not in covered.specs]
     if unknown:
         have = ", ".join(covered.specs)
         raise ValueError(f"no covered sets of {', '.join(unknown)} in the results; they have {have}")
+    return chosen
+
+
+def minimize(covered: Covered, metrics: Sequence[str] | None = None) -> Minimized:
+    """Each test's unique targets and the greedy cover of ``metrics`` (default: every
+    metric with covered sets); ValueError naming a metric without sets."""
+    metrics = _known(covered, metrics)
     tests = sorted(covered.tests)
     matrix = _matrix(covered, tests, metrics)
     hits = matrix.sum(axis=0)

@@ -202,19 +202,21 @@ def model_and_train(
     neither names one."""
     model = args.model if args.model is not None else options.model
     train = args.train if args.train is not None else options.train
-    missing = [
-        (what, flag, ini)
-        for what, flag, ini, value in (
-            ("model", "--model", "sadl_model", model),
-            ("training data", "--train", "sadl_train", train),
-        )
-        if value is None and (need_train or flag == "--model")
-    ]
+    missing = _missing(model, train, need_train)
     if missing:
         raise _nothing_given(args, missing)
     base_dir = Path(args.rootdir) if getattr(args, "rootdir", None) else None
     _importable_from_project(args)
     return str(model), None if train is None else str(train), base_dir
+
+
+def _missing(model: object, train: object, need_train: bool) -> list[tuple[str, str, str]]:
+    """What is named neither by a flag nor by the ini (``None``): the model and/or (when
+    needed) the training data, each with its flag and ini key."""
+    wanted = [("model", "--model", "sadl_model", model)]
+    if need_train:
+        wanted.append(("training data", "--train", "sadl_train", train))
+    return [(what, flag, ini) for what, flag, ini, value in wanted if value is None]
 
 
 def _nothing_given(args: argparse.Namespace, missing: list[tuple[str, str, str]]) -> Exception:

@@ -53,6 +53,16 @@ def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 def check_same(first: Results, other: Results, names: tuple[str, str]) -> None:
     """Raise :class:`ValueError` naming the first difference that forbids combining."""
     a, b = names
+    diff = _identity_difference(first, other)
+    if diff is not None:
+        raise ValueError(f"cannot combine {a} and {b}: another {diff}")
+    if _covered_of(first, a).specs != _covered_of(other, b).specs:
+        raise ValueError(f"cannot combine {a} and {b}: their covered sets are of other targets")
+
+
+def _identity_difference(first: Results, other: Results) -> str | None:
+    """The first of version, model, profile, metrics and configuration that differs, as
+    "what (this vs that)"; ``None`` when none does."""
     checks = [
         ("pytest-sadl version", first.version, other.version),
         ("model fingerprint", first.model.fingerprint, other.model.fingerprint),
@@ -61,17 +71,17 @@ def check_same(first: Results, other: Results, names: tuple[str, str]) -> None:
     ]
     for what, x, y in checks:
         if x != y:
-            raise ValueError(f"cannot combine {a} and {b}: another {what} ({x} vs {y})")
+            return f"{what} ({x} vs {y})"
     diff = _first_difference(first.config.to_dict(), other.config.to_dict())
-    if diff is not None:
-        raise ValueError(f"cannot combine {a} and {b}: another configuration ({diff})")
-    ca, cb = Covered.of(first), Covered.of(other)
-    for name, cov in ((a, ca), (b, cb)):
-        if cov is None:
-            raise ValueError(f"cannot combine: {no_sets_message(name)}")
-    assert ca is not None and cb is not None
-    if ca.specs != cb.specs:
-        raise ValueError(f"cannot combine {a} and {b}: their covered sets are of other targets")
+    return None if diff is None else f"configuration ({diff})"
+
+
+def _covered_of(results: Results, name: str) -> Covered:
+    """The covered sets of the file ``name``; :class:`ValueError` when it has none."""
+    covered = Covered.of(results)
+    if covered is None:
+        raise ValueError(f"cannot combine: {no_sets_message(name)}")
+    return covered
 
 
 class _Source:
@@ -115,11 +125,8 @@ def _groups(covered: Covered, tests: list[_Source], order: list[str], names: lis
     out = []
     for g in order:
         members = [t for t in tests if t.row.group == g]
-        alone = covered.empty()
-        for t in members:
-            for m, st in t.covered.state(t.row.nodeid).items():
-                alone[m] = alone[m].union(st)
-                cum[m] = cum[m].union(st)
+        alone = _union(covered, members)
+        cum = {m: cum[m].union(st) for m, st in alone.items()}
         inputs = sum(t.row.inputs for t in members)
         out.append(GroupRow(g, len(members), inputs, _values(covered, alone, names), _values(covered, cum, names)))
     return out
@@ -131,12 +138,13 @@ def _inputs(tests: list[_Source]) -> dict[str, list[JSON]]:
     for new_index, t in enumerate(tests):
         rows = t.input_rows()
         for k in keys:
-            column = t.results.inputs.get(k)
-            if k == "test":
-                out[k] += [new_index] * len(rows)
-            else:
-                out[k] += [None if column is None else column[i] for i in rows]
+            out[k] += [new_index] * len(rows) if k == "test" else _picked(t.results.inputs.get(k), rows)
     return out
+
+
+def _picked(column: list[JSON] | None, rows: list[int]) -> list[JSON]:
+    """``column``'s values at ``rows`` (all ``None`` for a column the run lacks)."""
+    return [None if column is None else column[i] for i in rows]
 
 
 def _floats(column: list[JSON] | None, n: int) -> np.ndarray:
@@ -166,13 +174,19 @@ def _same(inputs: dict[str, list[JSON]]) -> np.ndarray:
     return same
 
 
-def _shown(tests: list[_Source]) -> dict[int, tuple[Any, Any]]:
-    """The thumbnail and text of every input a run listed among its top inputs, by its
-    index in the combined inputs."""
+def _offsets(tests: list[_Source]) -> dict[tuple[int, int], int]:
+    """Each input's index in the combined inputs, by (its run's id, its index in its run)."""
     offsets: dict[tuple[int, int], int] = {}
     for t in tests:
         for i in t.input_rows():
             offsets[(id(t.results), i)] = len(offsets)
+    return offsets
+
+
+def _shown(tests: list[_Source]) -> dict[int, tuple[Any, Any]]:
+    """The thumbnail and text of every input a run listed among its top inputs, by its
+    index in the combined inputs."""
+    offsets = _offsets(tests)
     shown: dict[int, tuple[Any, Any]] = {}
     for res in {id(t.results): t.results for t in tests}.values():
         for top in res.top_inputs:
@@ -223,25 +237,48 @@ def _mistakes(first: Results, rows: list[TestRow], inputs: dict[str, list[JSON]]
 def _analysis(classifier: bool, inputs: dict[str, list[JSON]], labels: list[JSON], groups: list[str]) -> Any:
     """``criteria.mistakes.analyse`` of the combined columns: a classifier's predictions and
     confidence baselines, a regression model's outputs."""
-    from pytest_sadl.criteria.mistakes import BASELINES, analyse
+    from pytest_sadl.criteria.mistakes import analyse
 
     if not classifier:
         output = np.array(inputs.get("output") or [], dtype=np.float64)
         return analyse(_scores(inputs), labels, classifier=False, output=output, groups=groups)
-    n = len(labels)
     pred = np.array([-1 if p is None else p for p in inputs.get("pred", [])], dtype=np.int64)
-    confidence = {k: _floats(inputs[f"baseline_{k}"], n) for k in BASELINES if f"baseline_{k}" in inputs}
+    confidence = _confidence(inputs, len(labels))
     return analyse(_scores(inputs), labels, classifier=True, pred=pred, confidence=confidence or None, groups=groups)
 
 
+def _confidence(inputs: dict[str, list[JSON]], n: int) -> dict[str, np.ndarray]:
+    """The confidence baselines the runs kept for each input (``baseline_<name>`` columns)."""
+    from pytest_sadl.criteria.mistakes import BASELINES
+
+    return {k: _floats(inputs[f"baseline_{k}"], n) for k in BASELINES if f"baseline_{k}" in inputs}
+
+
 def _scope(files: list[Results], recorded: int) -> Scope:
+    """The combined runs' scope: the most tests any run collected, the tests they ran, and
+    why the union is partial (a shard's own selection is not a reason)."""
     scopes = [r.scope for r in files if r.scope is not None]
-    collected = max((s.collected for s in scopes if s.collected is not None), default=None)
+    collected = _most_collected(scopes)
     run = sum(s.run or 0 for s in scopes)
-    reasons = [x for s in scopes for x in s.reasons if "deselected" not in x and "--lf" not in x]
-    if collected is not None and run < collected:
-        reasons.insert(0, f"the combined runs measured {run} of {collected} marked tests")
+    reasons = _partial_reasons(collected, run) + [x for s in scopes for x in s.reasons if _kept_reason(x)]
     return Scope(collected=collected, selected=run, run=run, recorded=recorded, reasons=reasons, runs=len(files))
+
+
+def _most_collected(scopes: list[Scope]) -> int | None:
+    """The most marked tests a run collected (``None`` when no run says: ``--lf``)."""
+    return max((s.collected for s in scopes if s.collected is not None), default=None)
+
+
+def _kept_reason(reason: str) -> bool:
+    """Whether a run's reason for being partial holds for the union (a shard's deselection
+    or ``--lf`` does not)."""
+    return "deselected" not in reason and "--lf" not in reason
+
+
+def _partial_reasons(collected: int | None, run: int) -> list[str]:
+    if collected is not None and run < collected:
+        return [f"the combined runs measured {run} of {collected} marked tests"]
+    return []
 
 
 def _checked(files: list[Results], names: list[str]) -> Covered:
@@ -288,9 +325,14 @@ def _layers(first: Results, covered: Covered, union: dict[str, State]) -> list[L
     ]
 
 
+def _without_digests(results: Results) -> bool:
+    """Whether a run has a mistakes section but no input digests (a file of an older version)."""
+    return results.mistakes is not None and "digest" not in results.inputs
+
+
 def _warnings(files: list[Results]) -> list[str]:
     warnings = list(dict.fromkeys(w for r in files for w in r.warnings))
-    if any(r.mistakes is not None and "digest" not in r.inputs for r in files):
+    if any(_without_digests(r) for r in files):
         warnings.append(
             "the mistakes section and the most surprising inputs are recomputed from inputs without digests "
             "(files of a version before them): copies of an input in two runs count as two inputs"
@@ -303,6 +345,11 @@ def _warnings(files: list[Results]) -> list[str]:
     return warnings
 
 
+def _merged_covered(first: Results, tests: list[_Source]) -> dict[str, Any]:
+    """The combined ``covered`` section: the first file's, with every chosen test's sets."""
+    return {**(first.covered or {}), "tests": {t.row.nodeid: t.covered.raw[t.row.nodeid] for t in tests}}
+
+
 def combine(files: list[Results], names: list[str]) -> Results:
     """One run's results over the union of the files' tests (see the module's docstring)."""
     covered = _checked(files, names)
@@ -311,7 +358,7 @@ def combine(files: list[Results], names: list[str]) -> Results:
     metric_names = list(first.metrics)
     union = _union(covered, tests)
     metrics = {m: (covered.metric(m, union[m]) if m in union else first.metrics[m]) for m in metric_names}
-    merged_covered = {**(first.covered or {}), "tests": {t.row.nodeid: t.covered.raw[t.row.nodeid] for t in tests}}
+    merged_covered = _merged_covered(first, tests)
     rows = with_unique(_rows(covered, tests), Covered.of_section(merged_covered))
     inputs = _inputs(tests)
     return Results(
@@ -338,31 +385,41 @@ def combine(files: list[Results], names: list[str]) -> Results:
 def gate(results: Results, fail_under: str | None, baseline: str | None, compare_fail: str | None) -> list[str]:
     """The failures of ``--fail-under`` and ``--compare``/``--compare-fail``, as the plugin
     judges them (a partial combination does not gate, as a partial run does not)."""
-    from pytest_sadl.config import parse_metric_numbers
-    from pytest_sadl.engine import check_thresholds
-    from pytest_sadl.report.compare import compare, compare_failures
-    from pytest_sadl.resultsfile import read_results
-
-    lines: list[str] = []
-    if fail_under:
-        limits = parse_metric_numbers(fail_under, "--fail-under")
-        results.thresholds = limits
-        results.failures = check_thresholds(results.metrics, limits, results.n_inputs)
-        lines += [f.message for f in results.failures]
+    lines = _threshold_failures(results, fail_under) if fail_under else []
     if baseline:
-        comp = compare(results, read_results(baseline))
-        for w in comp.warnings:
-            print(f"warning: {safe(w)}", file=sys.stderr)
-        if compare_fail:
-            every = [m.metric for m in comp.metrics]
-            limits = parse_metric_numbers(compare_fail, "--compare-fail", drops=True, every=every)
-            lines += compare_failures(comp, limits)
+        lines += _compare_failures(results, baseline, compare_fail)
     scope = results.scope
     if lines and scope is not None and scope.partial:
         results.scope = replace(scope, gated=False, ungated=lines)
         results.failures = []
         return []
     return lines
+
+
+def _threshold_failures(results: Results, fail_under: str) -> list[str]:
+    """``--fail-under``'s failures, set on ``results`` as the plugin sets them."""
+    from pytest_sadl.config import parse_metric_numbers
+    from pytest_sadl.engine import check_thresholds
+
+    limits = parse_metric_numbers(fail_under, "--fail-under")
+    results.thresholds = limits
+    results.failures = check_thresholds(results.metrics, limits, results.n_inputs)
+    return [f.message for f in results.failures]
+
+
+def _compare_failures(results: Results, baseline: str, compare_fail: str | None) -> list[str]:
+    """The comparison's warnings (on stderr) and ``--compare-fail``'s failures."""
+    from pytest_sadl.config import parse_metric_numbers
+    from pytest_sadl.report.compare import compare, compare_failures
+    from pytest_sadl.resultsfile import read_results
+
+    comp = compare(results, read_results(baseline))
+    for w in comp.warnings:
+        print(f"warning: {safe(w)}", file=sys.stderr)
+    if not compare_fail:
+        return []
+    every = [m.metric for m in comp.metrics]
+    return compare_failures(comp, parse_metric_numbers(compare_fail, "--compare-fail", drops=True, every=every))
 
 
 def cmd_combine(args: argparse.Namespace) -> int:
@@ -379,17 +436,26 @@ def cmd_combine(args: argparse.Namespace) -> int:
     from pytest_sadl.results import write_json
 
     path = write_json(combined.to_dict(), Path(args.output))
-    said = ", ".join(f"{m.upper()} {100 * (x.value or 0):.2f}%" for m, x in combined.metrics.items() if x.measured)
-    print(f"combined {len(args.results)} runs, {len(combined.tests)} tests: {said}; wrote {path}")
-    if combined.scope is not None and combined.scope.partial:
-        from pytest_sadl.report.partial import partial_line, ungated_lines
-
-        for line in [partial_line(combined), *ungated_lines(combined)]:
-            if line:
-                print(safe(line))
+    print(f"combined {len(args.results)} runs, {len(combined.tests)} tests: {_measured(combined)}; wrote {path}")
+    _print_partial(combined)
     for line in failures:
         print(f"FAIL {safe(line)}")
     return EXIT_FAILED if failures else EXIT_OK
+
+
+def _measured(results: Results) -> str:
+    """The measured metrics in one line ("LSC 26.10%, NC 50.00%")."""
+    return ", ".join(f"{m.upper()} {100 * (x.value or 0):.2f}%" for m, x in results.metrics.items() if x.measured)
+
+
+def _print_partial(results: Results) -> None:
+    """A partial combination's line and the gates it did not apply."""
+    if results.scope is None or not results.scope.partial:
+        return
+    from pytest_sadl.report.partial import partial_notes
+
+    for line in partial_notes(results):
+        print(safe(line))
 
 
 def register(subparsers: Any) -> None:

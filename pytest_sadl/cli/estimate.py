@@ -63,23 +63,29 @@ def plan_pool(
     import numpy as np
 
     from pytest_sadl.criteria.estimate import choose
-    from pytest_sadl.criteria.registry import SCORES
-    from pytest_sadl.engine import ProfileView
 
     if not profile.classifier:
         raise ValueError("sadl estimate estimates a classifier's accuracy; this model is a regression model")
     traces = profile.trace_model(model).traces(x, batch_size=batch_size, what="the pool")
     sa, pred = np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred)
-    scores = None
-    if method == "stratified":
-        if by not in SCORES:
-            raise ValueError(f"--by {by!r} is not a surprise score; choose from {', '.join(SCORES)}")
-        view = ProfileView.of(profile, [SCORES[by].name], options)
-        found = view.score(sa, pred)
-        if by not in found:
-            raise ValueError(view.unavailable.get(by, f"{by} cannot be set up on this profile"))
-        scores = found[by]
+    scores = _strata_scores(profile, options, by, sa, pred) if method == "stratified" else None
     return choose(method, budget, n=len(sa), seed=seed, scores=scores, features=sa), pred
+
+
+def _strata_scores(profile: Any, options: Any, by: str, sa: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """The pool's surprise score ``by`` (what the ``stratified`` method cuts the pool by);
+    ValueError when it is not a surprise score or cannot be set up on the profile."""
+    from pytest_sadl.criteria.registry import SCORES
+    from pytest_sadl.engine import ProfileView
+
+    if by not in SCORES:
+        raise ValueError(f"--by {by!r} is not a surprise score; choose from {', '.join(SCORES)}")
+    view = ProfileView.of(profile, [SCORES[by].name], options)
+    found = view.score(sa, pred)
+    if by not in found:
+        raise ValueError(view.unavailable.get(by, f"{by} cannot be set up on this profile"))
+    scores: np.ndarray = found[by]
+    return scores
 
 
 def cmd_choose(args: argparse.Namespace) -> int:
@@ -115,9 +121,8 @@ def cmd_choose(args: argparse.Namespace) -> int:
     idx = plan.indices
     doc = {**plan.to_dict(), "by": args.by if plan.method == "stratified" else None, "pred": pred[idx].tolist()}
     written = [atomic_write_text(folder / "plan.json", json.dumps(doc, indent=1) + "\n")]
-    arrays = {k: np.asarray(v)[idx] for k, v in x.items()} if isinstance(x, dict) else {"x": np.asarray(x)[idx]}
     with atomic_open(folder / "to-label.npz") as fh:
-        np.savez(fh, index=idx, **arrays)
+        np.savez(fh, index=idx, **_chosen_inputs(x, idx))
     written.append(folder / "to-label.npz")
     print(f"{plan.method}: label these {idx.size} of the pool's {plan.n_pool} inputs (to-label.npz, in order)")
     for path in written:
@@ -125,9 +130,17 @@ def cmd_choose(args: argparse.Namespace) -> int:
     return 0
 
 
-def _labels(path: str, n_planned: int, n_pool: int, indices: np.ndarray) -> np.ndarray:
-    """The planned inputs' labels: a .npy, or a .npz's ``y``; one per planned input, or
-    one per pool input; one-hot rows become classes."""
+def _chosen_inputs(x: Any, idx: np.ndarray) -> dict[str, Any]:
+    """The inputs to label: ``x`` (or one array per input name) at ``idx``."""
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {k: np.asarray(v)[idx] for k, v in x.items()}
+    return {"x": np.asarray(x)[idx]}
+
+
+def _read_labels(path: str) -> np.ndarray:
+    """The labels of a .npy, or a .npz's ``y``; a one-line error when they cannot be read."""
     import numpy as np
 
     from pytest_sadl.errors import SadlConfigError
@@ -135,9 +148,17 @@ def _labels(path: str, n_planned: int, n_pool: int, indices: np.ndarray) -> np.n
     try:
         with open(path, "rb") as fh:
             loaded = np.load(fh, allow_pickle=False)
-            y = np.asarray(loaded["y"] if isinstance(loaded, np.lib.npyio.NpzFile) else loaded)
+            return np.asarray(loaded["y"] if isinstance(loaded, np.lib.npyio.NpzFile) else loaded)
     except (OSError, ValueError, KeyError) as exc:
         raise SadlConfigError(f"{path}: cannot read the labels ({exc}); give a .npy, or a .npz with 'y'") from None
+
+
+def _labels(path: str, n_planned: int, n_pool: int, indices: np.ndarray) -> np.ndarray:
+    """The planned inputs' labels: a .npy, or a .npz's ``y``; one per planned input, or
+    one per pool input; one-hot rows become classes."""
+    from pytest_sadl.errors import SadlConfigError
+
+    y = _read_labels(path)
     if y.ndim == 2 and y.shape[1] > 1:
         y = y.argmax(axis=1)
     y = y.reshape(-1)

@@ -129,17 +129,12 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     cache_dir = cache_dir_for(args, sadl)
     start = time.monotonic()
     dask = args.dask or sadl.dask
-    if dask:  # the workers load the model while this process imports TensorFlow
-        from pytest_sadl.profile.distributed import load_ahead
-
-        load_ahead(dask, model, base_dir)
-    if not args.quiet:
-        bar.status("importing TensorFlow")
+    _load_ahead(dask, model, base_dir)
+    bar.status("importing TensorFlow")  # (a quiet bar says nothing)
     import keras  # noqa: F401  (imports TensorFlow: timed apart from the work, it is most of a cache hit)
 
     imported = time.monotonic() - start
-    if not args.quiet:
-        bar.status(f"loading model {model} and training data {train}")
+    bar.status(f"loading model {model} and training data {train}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         profile = load_or_build(
@@ -159,6 +154,14 @@ def cmd_profile_build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _load_ahead(dask: str | None, model: Any, base_dir: Any) -> None:
+    """With a Dask scheduler, its workers load the model while this process imports TensorFlow."""
+    if dask:
+        from pytest_sadl.profile.distributed import load_ahead
+
+        load_ahead(dask, model, base_dir)
+
+
 def _print_own_warnings(caught: list[warnings.WarningMessage]) -> None:
     """pytest-sadl's warnings among ``caught``, one line each on stderr (the profile's own
     warnings say what happened)."""
@@ -167,12 +170,17 @@ def _print_own_warnings(caught: list[warnings.WarningMessage]) -> None:
             print(f"sadl: warning: {w.message}", file=sys.stderr, flush=True)
 
 
+def _folder_size(path: Path | None) -> int:
+    """The bytes of the files directly in ``path`` (0 for no folder)."""
+    if path is None or not path.is_dir():
+        return 0
+    return sum(f.stat().st_size for f in path.iterdir())
+
+
 def _built_line(profile: Any, elapsed: float, imported: float) -> str:
     """What ``sadl profile build`` did, in one line: built or found, the profile, the times, the folder."""
-    verb = "built" if profile.built else "found cached"
-    if profile.path is None:
-        verb += " (not cached)"
-    size = sum(f.stat().st_size for f in profile.path.iterdir()) if profile.path and profile.path.is_dir() else 0
+    verb = ("built" if profile.built else "found cached") + (" (not cached)" if profile.path is None else "")
+    size = _folder_size(profile.path)
     return (
         f"{verb} profile {profile.fingerprint[:16]} ({profile.n_train} inputs, "
         f"SA layers {', '.join(profile.sa_layers)}; coverage layers "
@@ -224,24 +232,34 @@ def _layers_model(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from pytest_sadl.capture.model import load_model
     from pytest_sadl.cli.args import model_and_train, parse_layers, project_options
 
-    base_dir = Path(args.rootdir) if args.rootdir else None
-    spec, train, output = args.model, args.train, args.output
-    sadl: Any = None
-    if spec is None or args.usable:  # the project's configuration, as the plugin reads it
-        sadl = project_options(args)
-    if spec is None:  # the project's model, as the plugin would measure it
-        spec, train, base_dir = model_and_train(args, sadl, need_train=False)
-        output = sadl.output if output is None else output
+    sadl: Any = project_options(args) if args.model is None or args.usable else None
+    spec, train, output, base_dir = _layers_source(args, sadl)
     if args.usable and train is None:  # the ini's sadl_train, or a one-line error
         _, train, _ = model_and_train(args, sadl)
     model = load_model(spec, base_dir=base_dir, what="--model")
     tm = trace_model(model, parse_layers(args.sa_layers), parse_layers(args.coverage_layers), output=output)
-    data = None
-    if train is not None:  # a PyTorch model's shapes come from a pass on its inputs
-        from pytest_sadl.capture.data import load_training_data
+    return tm, sadl, _layers_data(tm, train, base_dir)
 
-        data = tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
-    return tm, sadl, data
+
+def _layers_source(args: argparse.Namespace, sadl: Any) -> tuple[Any, Any, Any, Path | None]:
+    """The model, training data, output and base folder ``sadl profile layers`` reads: the
+    flags', or (no ``--model``) the project's, as the plugin would measure it."""
+    from pytest_sadl.cli.args import model_and_train
+
+    if args.model is not None:
+        return args.model, args.train, args.output, Path(args.rootdir) if args.rootdir else None
+    spec, train, base_dir = model_and_train(args, sadl, need_train=False)
+    return spec, train, sadl.output if args.output is None else args.output, base_dir
+
+
+def _layers_data(tm: Any, train: Any, base_dir: Path | None) -> Any:
+    """The training data prepared for ``tm`` (a PyTorch model's shapes come from a pass on
+    its inputs), ``None`` without any."""
+    if train is None:
+        return None
+    from pytest_sadl.capture.data import load_training_data
+
+    return tm.prepare(load_training_data(train, base_dir=base_dir, what="--train"))
 
 
 def _layers_json(tm: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -300,14 +318,19 @@ def _usable_summary(rows: list[dict[str, Any]]) -> list[str]:
     """Per SA measure: how many checked layers can use it and the last of them, and why the
     default SA layer cannot, when it cannot."""
     checked = [r for r in rows if "usable" in r]
-    lines = []
-    for key in ("lsa", "dsa", "mdsa"):
-        ok = [r["path"] for r in checked if r["usable"][key] is None]
-        last = f" (the last: {ok[-1]})" if ok else ""
-        lines.append(f"{key.upper()} can be set up on {len(ok)} of {len(checked)} layers{last}")
-        for r in checked:
-            if r["sa"] and r["usable"][key] is not None:
-                lines.append(f"  not on the default SA layer {r['path']}: {r['usable'][key]}")
+    return [line for key in ("lsa", "dsa", "mdsa") for line in _usable_lines(key, checked)]
+
+
+def _usable_lines(key: str, checked: list[dict[str, Any]]) -> list[str]:
+    """How many ``checked`` layers the SA measure ``key`` can use, and why not the default SA layer."""
+    ok = [r["path"] for r in checked if r["usable"][key] is None]
+    last = f" (the last: {ok[-1]})" if ok else ""
+    lines = [f"{key.upper()} can be set up on {len(ok)} of {len(checked)} layers{last}"]
+    lines += [
+        f"  not on the default SA layer {r['path']}: {r['usable'][key]}"
+        for r in checked
+        if r["sa"] and r["usable"][key] is not None
+    ]
     return lines
 
 
@@ -319,23 +342,7 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     cache_dir = cache_dir_for(args, None if args.cache_dir else project_options(args))
     infos = list_profiles(cache_dir)
     if args.json:
-        rows = [
-            {
-                "fingerprint": i.fingerprint,
-                "path": str(i.path),
-                "size": i.size,
-                "age_seconds": round(i.age_seconds, 1),
-                "ok": i.ok,
-                "problem": i.problem or None,
-                "model": i.meta.get("model_name"),
-                "model_fingerprint": i.meta.get("model_fingerprint"),
-                "n_train": i.meta.get("n_train"),
-                "sa_layers": i.meta.get("sa_layers"),
-                "coverage_layers": i.meta.get("coverage_layers"),
-                "created": i.meta.get("created"),
-            }
-            for i in infos
-        ]
+        rows = [_profile_json(i) for i in infos]
         print(json.dumps({"cache_dir": str(cache_dir), "profiles": rows}, indent=2))
         return EXIT_OK
     if not infos:
@@ -345,19 +352,44 @@ def cmd_profile_list(args: argparse.Namespace) -> int:
     header = f"{'fingerprint':16}  {'model':20}  {'inputs':>7}  {'size':>9}  {'age':>5}  layers (SA | coverage)"
     print(header)
     for i in infos:
-        if i.ok:
-            m = i.meta
-            layers = f"{','.join(m.get('sa_layers', []))} | {','.join(m.get('coverage_layers', []))}"
-            print(
-                f"{i.fingerprint[:16]:16}  {str(m.get('model_name', '?'))[:20]:20}  {m.get('n_train', '?'):>7}  "
-                f"{_human_size(i.size):>9}  {_human_age(i.age_seconds):>5}  {layers}"
-            )
-        else:
-            print(
-                f"{i.fingerprint[:16]:16}  {'(unusable)':20}  {'':>7}  {_human_size(i.size):>9}  "
-                f"{_human_age(i.age_seconds):>5}  {i.problem}; it will be rebuilt"
-            )
+        print(_profile_line(i) if i.ok else _unusable_line(i))
     return EXIT_OK
+
+
+def _profile_json(i: Any) -> dict[str, Any]:
+    """A stored profile as ``sadl profile list --json`` lists it."""
+    return {
+        "fingerprint": i.fingerprint,
+        "path": str(i.path),
+        "size": i.size,
+        "age_seconds": round(i.age_seconds, 1),
+        "ok": i.ok,
+        "problem": i.problem or None,
+        "model": i.meta.get("model_name"),
+        "model_fingerprint": i.meta.get("model_fingerprint"),
+        "n_train": i.meta.get("n_train"),
+        "sa_layers": i.meta.get("sa_layers"),
+        "coverage_layers": i.meta.get("coverage_layers"),
+        "created": i.meta.get("created"),
+    }
+
+
+def _profile_line(i: Any) -> str:
+    """A usable stored profile's line: fingerprint, model, inputs, size, age, layers."""
+    m = i.meta
+    layers = f"{','.join(m.get('sa_layers', []))} | {','.join(m.get('coverage_layers', []))}"
+    return (
+        f"{i.fingerprint[:16]:16}  {str(m.get('model_name', '?'))[:20]:20}  {m.get('n_train', '?'):>7}  "
+        f"{_human_size(i.size):>9}  {_human_age(i.age_seconds):>5}  {layers}"
+    )
+
+
+def _unusable_line(i: Any) -> str:
+    """An unusable stored profile's line: what is wrong with it."""
+    return (
+        f"{i.fingerprint[:16]:16}  {'(unusable)':20}  {'':>7}  {_human_size(i.size):>9}  "
+        f"{_human_age(i.age_seconds):>5}  {i.problem}; it will be rebuilt"
+    )
 
 
 #: Every subcommand: the module whose ``register`` adds it in full, and its one-line help.

@@ -49,20 +49,25 @@ _SORT = (
 )
 
 
+def _flag_cell(on: bool) -> str:
+    return f"<td data-v='{int(on)}'>{'yes' if on else ''}</td>"
+
+
+def _html_row(result: Minimized, test: str, unique: dict[str, int]) -> str:
+    """A test's row: its id, unique targets per metric, and whether it is redundant and kept."""
+    from html import escape
+
+    cells = "".join(f'<td data-v="{unique[m]}">{unique[m]}</td>' for m in result.metrics)
+    return f"<tr><td>{escape(test)}</td>{cells}{_flag_cell(not any(unique.values()))}{_flag_cell(test in result.keep)}</tr>"
+
+
 def render_html(result: Minimized) -> str:
     """A self-contained page: each test's unique targets per metric, redundant and kept
     flags, sortable by any column (every text escaped)."""
     from html import escape
 
     head = "".join(f"<th>unique {escape(m.upper())}</th>" for m in result.metrics)
-    rows = []
-    for t, u in result.unique.items():
-        cells = "".join(f'<td data-v="{u[m]}">{u[m]}</td>' for m in result.metrics)
-        red, kept = not any(u.values()), t in result.keep
-        rows.append(
-            f"<tr><td>{escape(t)}</td>{cells}<td data-v='{int(red)}'>{'yes' if red else ''}</td>"
-            f"<td data-v='{int(kept)}'>{'yes' if kept else ''}</td></tr>"
-        )
+    rows = [_html_row(result, t, u) for t, u in result.unique.items()]
     title = f"{len(result.keep)} of {len(result.unique)} tests keep the coverage (greedy set cover)"
     return (
         "<!doctype html><meta charset='utf-8'><title>pytest-sadl: which tests earn their time</title>"
@@ -79,10 +84,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     prog = "sadl minimize"
     metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
     try:
-        results = read_results(args.results)
-        covered = Covered.of(results)
-        if covered is None:
-            raise ValueError(no_sets_message(str(args.results)))
+        covered = _covered(read_results(args.results), str(args.results))
         result = minimize(covered, metrics)
     except (ResultsFileError, ValueError) as exc:
         print(f"{prog}: error: {safe(str(exc))}", file=sys.stderr)
@@ -91,13 +93,26 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         from pytest_sadl.atomic import atomic_write_text
 
         print(f"wrote {atomic_write_text(args.html, render_html(result))}", file=sys.stderr)
+    _print_result(args, result, len(covered.tests))
+    return EXIT_OK
+
+
+def _covered(results: Any, name: str) -> Covered:
+    """The results' covered sets; ValueError naming the file when it has none."""
+    covered = Covered.of(results)
+    if covered is None:
+        raise ValueError(no_sets_message(name))
+    return covered
+
+
+def _print_result(args: argparse.Namespace, result: Minimized, total_tests: int) -> None:
+    """The cover as JSON (``--json``), node ids (``--node-ids``) or the short summary."""
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     elif args.node_ids:
         print("\n".join(result.keep))
     else:
-        print("\n".join(terminal_lines(result, len(covered.tests))))
-    return EXIT_OK
+        print("\n".join(terminal_lines(result, total_tests)))
 
 
 def register(subparsers: Any) -> None:

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_sadl.covered import fill_unique
 from pytest_sadl.criteria.registry import METRICS
 from pytest_sadl.errors import ResultsFileError
 from pytest_sadl.report.compare import (
@@ -66,7 +65,7 @@ def _print_comparison(comp: Comparison) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """``sadl report RUN.json --html DIR [--markdown PATH] [--badge DIR] [--compare BASE]``."""
     prog = "sadl report"
-    if not (args.html or args.markdown or args.badge or args.pr_comment):
+    if not any(getattr(args, option) for option, _ in _WRITERS):
         return _error(prog, "nothing to write: give --html DIR, --markdown PATH, --badge DIR and/or --pr-comment PATH")
     notes: list[str] = []  # metric names the files hold that this version ignores
     try:
@@ -79,15 +78,16 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"wrote {written}")
     except (OSError, ValueError) as exc:
         return _error(prog, str(exc))
-    if comparison is not None:
-        for w in comparison.warnings:
-            print(f"warning: {safe(w)}", file=sys.stderr)
+    for w in comparison.warnings if comparison is not None else []:
+        print(f"warning: {safe(w)}", file=sys.stderr)
     return EXIT_OK
 
 
 def _read_with_baseline(args: argparse.Namespace, notes: list[str]) -> tuple[Any, Any, Any]:
     """The run's results, the ``--compare`` baseline's (or ``None``) and their comparison
     (or ``None``); a :class:`ResultsFileError` when either file cannot be read."""
+    from pytest_sadl.covered import fill_unique  # NumPy: not imported for ``sadl report --help``
+
     results = read_results(args.results, notes)
     fill_unique(results)
     if not args.compare:
@@ -99,23 +99,33 @@ def _read_with_baseline(args: argparse.Namespace, notes: list[str]) -> tuple[Any
 def _write_outputs(args: argparse.Namespace, results: Any, comparison: Any, baseline: Any) -> Iterator[Any]:
     """Write each file ``sadl report`` was asked for (HTML, Markdown, PR comment, badges),
     in that order, yielding each one's path as it is written."""
-    if args.html:
-        from pytest_sadl.report.html import write_html
-
-        yield write_html(results, args.html, comparison=comparison)
-    if args.markdown:
-        from pytest_sadl.report.markdown import write_markdown
-
-        yield write_markdown(results, args.markdown, comparison=comparison)
-    if args.pr_comment:
-        from pytest_sadl.report.prcomment import write_pr_comment
-
-        yield write_pr_comment(results, args.pr_comment, comparison=comparison, baseline=baseline)
-    if args.badge:
-        yield _write_badge(args, results)
+    for option, write in _WRITERS:
+        if getattr(args, option):
+            yield write(args, results, comparison, baseline)
 
 
-def _write_badge(args: argparse.Namespace, results: Any) -> Any:
+def _write_html(args: argparse.Namespace, results: Any, comparison: Any, baseline: Any) -> Any:
+    """``--html DIR``: the page."""
+    from pytest_sadl.report.html import write_html
+
+    return write_html(results, args.html, comparison=comparison)
+
+
+def _write_markdown(args: argparse.Namespace, results: Any, comparison: Any, baseline: Any) -> Any:
+    """``--markdown PATH``: the summary."""
+    from pytest_sadl.report.markdown import write_markdown
+
+    return write_markdown(results, args.markdown, comparison=comparison)
+
+
+def _write_pr_comment(args: argparse.Namespace, results: Any, comparison: Any, baseline: Any) -> Any:
+    """``--pr-comment PATH``: the pull-request comment."""
+    from pytest_sadl.report.prcomment import write_pr_comment
+
+    return write_pr_comment(results, args.pr_comment, comparison=comparison, baseline=baseline)
+
+
+def _write_badge(args: argparse.Namespace, results: Any, comparison: Any = None, baseline: Any = None) -> Any:
     """``--badge DIR``: one metric's badge (``--badge-metric``), else every metric's."""
     from pytest_sadl.report.badge import write_badge, write_badges
 
@@ -124,13 +134,22 @@ def _write_badge(args: argparse.Namespace, results: Any) -> Any:
     return write_badges(results, args.badge)
 
 
+#: ``sadl report``'s outputs in the order they are written: the option naming each and its writer.
+_WRITERS: tuple[tuple[str, Callable[[argparse.Namespace, Any, Any, Any], Any]], ...] = (
+    ("html", _write_html),
+    ("markdown", _write_markdown),
+    ("pr_comment", _write_pr_comment),
+    ("badge", _write_badge),
+)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """``sadl compare CURRENT.json BASELINE.json [--fail=lsc:-2] [--json]``."""
     prog = "sadl compare"
     try:
         limits = parse_compare_fail(args.fail) if args.fail is not None else {}
     except ValueError as exc:
-        return _error(prog, str(exc).replace("--sadl-compare-fail", "--fail"))
+        return _error(prog, _as_fail(str(exc)))
     notes: list[str] = []
     try:
         comp = compare(read_results(args.current, notes), read_results(args.baseline, notes))
@@ -139,9 +158,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _warn(prog, notes)
     if limits:  # all:-1 means every metric the two runs have, not every registered one
         limits = parse_compare_fail(args.fail, every=[m.metric for m in comp.metrics])
-    failures = [f.replace("--sadl-compare-fail", "--fail") for f in compare_failures(comp, limits)]
+    failures = [_as_fail(f) for f in compare_failures(comp, limits)]
     _print_compared(comp, failures, as_json=args.json)
     return EXIT_FAILED if failures else EXIT_OK
+
+
+def _as_fail(text: str) -> str:
+    """The plugin's ``--sadl-compare-fail`` in a message, as ``sadl compare`` spells it (``--fail``)."""
+    return text.replace("--sadl-compare-fail", "--fail")
 
 
 def _print_compared(comp: Any, failures: list[str], *, as_json: bool) -> None:

@@ -93,16 +93,11 @@ def select_from_pool(
     traces = _pool_traces(profile, model, x, batch_size, cluster)
     view = ProfileView.of(profile, _pool_metrics(options, by, criterion), options)
     if cluster is not None:  # a view's given scorers: these two on the cluster
-        from pytest_sadl.profile.cluster import use_cluster_scores
-
-        use_cluster_scores(view, cluster[0].lsa, cluster[0].dsa if profile.classifier else None)
+        _score_on_cluster(view, cluster[0], profile.classifier)
     scores = view.score(np.asarray(traces.sa, dtype=np.float64), np.asarray(traces.pred))
     with contextlib.suppress(OSError):  # a read-only cache: computed again next time
         profile.keep_dsa_distances()
-    if results is not None:
-        bounds, covered = covered_from_results(results)
-    else:
-        bounds, covered = default_sc_bounds(view, options), {}
+    bounds, covered = covered_from_results(results) if results is not None else (default_sc_bounds(view, options), {})
     batch = _pool_batch(traces, scores)
     faults = faults_of(np.asarray(traces.pred), y) if y is not None and profile.classifier else None
     chosen = select(
@@ -120,11 +115,23 @@ def select_from_pool(
         batch=batch,
         faults=faults,
     )
-    if strategy == "deepgini":
-        from pytest_sadl.criteria.mistakes import confidence_scores
+    return chosen, _with_deepgini(scores, traces) if strategy == "deepgini" else scores
 
-        scores = {**scores, "deepgini": confidence_scores(np.asarray(traces.output))["deepgini"]}
-    return chosen, scores
+
+def _with_deepgini(scores: dict[str, np.ndarray], traces: Any) -> dict[str, np.ndarray]:
+    """The pool's scores and its DeepGini (what a deepgini selection is by)."""
+    import numpy as np
+
+    from pytest_sadl.criteria.mistakes import confidence_scores
+
+    return {**scores, "deepgini": confidence_scores(np.asarray(traces.output))["deepgini"]}
+
+
+def _score_on_cluster(view: Any, scorer: Any, classifier: bool) -> None:
+    """The view's LSA (and a classifier's DSA) scored on the cluster's workers."""
+    from pytest_sadl.profile.cluster import use_cluster_scores
+
+    use_cluster_scores(view, scorer.lsa, scorer.dsa if classifier else None)
 
 
 def _pool_traces(profile: Any, model: Any, x: Any, batch_size: int, cluster: Any) -> Any:
@@ -148,12 +155,15 @@ def _pool_batch(traces: Any, scores: dict[str, np.ndarray]) -> Any:
 def _pool_metrics(options: Any, by: str, criterion: str | None) -> list[str]:
     """The run's metrics (``--sadl-metrics``), the score chosen ``by`` and the ``criterion``
     ctm and cam order by always among them, in report order."""
-    metrics = list(getattr(options, "metrics", None) or DEFAULT_METRICS)
-    if by in SCORES and SCORES[by].name not in metrics:  # the score chosen by is always computed
-        metrics.append(SCORES[by].name)
-    if criterion is not None and criterion not in metrics:  # and the criterion ctm / cam order by
-        metrics.append(criterion)
-    return [m for m in METRICS if m in metrics]
+    wanted = {*(getattr(options, "metrics", None) or DEFAULT_METRICS), *_needed(by, criterion)}
+    return [m for m in METRICS if m in wanted]
+
+
+def _needed(by: str, criterion: str | None) -> list[str]:
+    """The metrics a selection computes whatever the run's: the score chosen ``by`` and
+    the ``criterion`` ctm and cam order by."""
+    score = SCORES[by].name if by in SCORES else None
+    return [name for name in (score, criterion) if name is not None]
 
 
 def _score_label(name: str) -> str:
@@ -174,6 +184,19 @@ def _previews(x: Any, indices: np.ndarray, *, channels_first: bool) -> list[dict
     return None if texts is None else [{"text": str(t)} for t in texts]
 
 
+def _gallery_cell(
+    rank: int, i: int, preview: dict[str, str], scores: dict[str, np.ndarray], y: np.ndarray | None
+) -> dict[str, Any]:
+    """The gallery's cell of the pool's input ``i``, picked ``rank``-th: its preview, label and scores."""
+    return {
+        "rank": rank,
+        "index": i,
+        **preview,
+        "label": None if y is None else str(y[i].tolist()),
+        "scores": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
+    }
+
+
 def _gallery(
     chosen: Selection, x: Any, scores: dict[str, np.ndarray], y: np.ndarray | None, *, channels_first: bool = False
 ) -> str | None:
@@ -188,19 +211,31 @@ def _gallery(
     previews = _previews(x, chosen.indices, channels_first=channels_first)
     if previews is None:
         return None
-    cells = []
-    for rank, (i, preview) in enumerate(zip(chosen.indices.tolist(), previews, strict=True), 1):
-        cells.append(
-            {
-                "rank": rank,
-                "index": i,
-                **preview,
-                "label": None if y is None else str(y[i].tolist()),
-                "scores": " · ".join(f"{_score_label(k)} {v[i]:.3g}" for k, v in scores.items()),
-            }
-        )
+    cells = [
+        _gallery_cell(rank, i, preview, scores, y)
+        for rank, (i, preview) in enumerate(zip(chosen.indices.tolist(), previews, strict=True), 1)
+    ]
     title = f"sadl select: {len(chosen.indices)} of {chosen.pool} inputs by {chosen.strategy}"
     return render_template("select.html.j2", title=title, notes=" ".join(chosen.notes), cells=cells)
+
+
+def _finite_at(values: np.ndarray, indices: np.ndarray) -> list[float | None]:
+    """``values`` at ``indices`` as JSON numbers (``None`` for NaN and infinities)."""
+    import numpy as np
+
+    return [None if not np.isfinite(values[i]) else float(values[i]) for i in indices]
+
+
+def _selected_arrays(x: Any, y: np.ndarray | None, idx: np.ndarray) -> dict[str, Any]:
+    """``selected.npz``'s arrays: the chosen inputs (``x``, or one per input name), their pool
+    ``index`` and, when known, their labels ``y``."""
+    import numpy as np
+
+    arrays = {k: np.asarray(v)[idx] for k, v in x.items()} if isinstance(x, dict) else {"x": x[idx]}
+    arrays["index"] = idx
+    if y is not None:
+        arrays["y"] = y[idx]
+    return arrays
 
 
 def write_selection(
@@ -226,22 +261,26 @@ def write_selection(
 
     folder = check_out_dir(out, "the selection")
     idx = chosen.indices
-    doc = {
-        **chosen.to_dict(),
-        "scores": {k: [None if not np.isfinite(v[i]) else float(v[i]) for i in idx] for k, v in scores.items()},
-    }
+    doc = {**chosen.to_dict(), "scores": {k: _finite_at(v, idx) for k, v in scores.items()}}
     written = [atomic_write_text(folder / "selection.json", json.dumps(doc, indent=1) + "\n")]
-    arrays = {k: np.asarray(v)[idx] for k, v in x.items()} if isinstance(x, dict) else {"x": x[idx]}
-    arrays["index"] = idx
-    if y is not None:
-        arrays["y"] = y[idx]
     with atomic_open(folder / "selected.npz") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **_selected_arrays(x, y, idx))
     written.append(folder / "selected.npz")
     page = _gallery(chosen, x, scores, y, channels_first=channels_first)
     if page is not None:
         written.append(atomic_write_text(folder / "index.html", page))
     return written
+
+
+def _check_layers(key: str, want: list[Any] | None, have: list[Any]) -> None:
+    """The results' layers of ``key`` (when they say) must be the profile's."""
+    from pytest_sadl.errors import SadlConfigError
+
+    if want is not None and [str(v) for v in want] != [str(v) for v in have]:
+        raise SadlConfigError(
+            f"--results was measured with {key} {want} but the profile has {have}; "
+            "give the same layers (or the results of this configuration)"
+        )
 
 
 def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -> None:
@@ -253,12 +292,7 @@ def _check_results_config(results: dict[str, Any], profile: Any, options: Any) -
 
     config = results.get("config") or {}
     for key, have in (("sa_layers", list(profile.sa_layers)), ("coverage_layers", list(profile.coverage_layers))):
-        want = config.get(key)
-        if want is not None and [str(v) for v in want] != [str(v) for v in have]:
-            raise SadlConfigError(
-                f"--results was measured with {key} {want} but the profile has {have}; "
-                "give the same layers (or the results of this configuration)"
-            )
+        _check_layers(key, config.get(key), have)
     want_v = config.get("var_threshold")
     if want_v is not None and not np.isclose(float(want_v), float(options.var_threshold), rtol=1e-12, atol=0):
         raise SadlConfigError(
@@ -308,7 +342,6 @@ def _score_range(chosen: Selection) -> str:
 
 def cmd_select(args: argparse.Namespace) -> int:
     """``sadl select``: the handler."""
-    import numpy as np
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pytest_sadl.capture.data import load_training_data
@@ -337,7 +370,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     tm = profile.trace_model(model)
     pool = pool.bind(list(tm.input_names))  # one array, or one per input name as the profile binds
     x = pool.x
-    y = None if pool.y is None or isinstance(pool.y, dict) else np.asarray(pool.y)
+    y = _pool_labels(pool.y)
     try:
         with _cluster(args, sadl, profile, model_spec, base_dir) as cluster:
             chosen, scores = select_from_pool(
@@ -363,6 +396,13 @@ def cmd_select(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _pool_labels(y: Any) -> np.ndarray | None:
+    """The pool's labels as one array (none for labels per output name, or none given)."""
+    import numpy as np
+
+    return None if y is None or isinstance(y, dict) else np.asarray(y)
 
 
 def _check_select_args(args: argparse.Namespace) -> None:
@@ -392,12 +432,17 @@ def _results_of(args: argparse.Namespace) -> dict[str, Any] | None:
         results = load_results(args.results)
     except ValueError as exc:
         raise SadlConfigError(f"--results: {exc}") from None
-    config = results.get("config") or {}
-    for key in ("sa_layers", "coverage_layers", "var_threshold"):
-        if getattr(args, key) is None and config.get(key) is not None:
-            value = config[key]
-            setattr(args, key, [",".join(str(v) for v in value)] if isinstance(value, list) else value)
+    _fill_from(args, results.get("config") or {})
     return results
+
+
+def _fill_from(args: argparse.Namespace, config: dict[str, Any]) -> None:
+    """The layers and variance threshold not given as flags, from the results' configuration
+    (a list of layers as the one comma-separated flag value it stands for)."""
+    for key in ("sa_layers", "coverage_layers", "var_threshold"):
+        value = config.get(key)
+        if getattr(args, key) is None and value is not None:
+            setattr(args, key, [",".join(str(v) for v in value)] if isinstance(value, list) else value)
 
 
 def _write(out: Any, chosen: Selection, x: Any, scores: Any, y: Any, channels_first: bool) -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from pytest_sadl.engine.joined import Joined
 from pytest_sadl.engine.view import ProfileView
 from pytest_sadl.errors import SadlWarning
 from pytest_sadl.records import TestRecord
-from pytest_sadl.results import Failure, Metric, ModelInfo, Results, percent
+from pytest_sadl.results import Failure, Metric, ModelInfo, Ood, Results, percent
 
 if TYPE_CHECKING:  # the options are plain data; the engine itself imports no pytest
     from pytest_sadl.config import SadlOptions
@@ -52,9 +52,10 @@ def compute(
     A stale record (its test ended on a model that had changed since the profile's was
     bound: ``fit``, ``set_weights``) counts in no metric, group or test row: it is listed
     in ``Results.stale`` with its inputs, as if those inputs had never been fed."""
-    tell = phase if phase is not None else (lambda _what: None)
-    stale, _ = ordered([r for r in records if r.stale])
-    kept, group_names = ordered([r for r in records if not r.stale], options.groups)
+    tell = phase if phase is not None else _silent
+    stale, kept = _split_stale(records)
+    stale, _ = ordered(stale)
+    kept, group_names = ordered(kept, options.groups)
     chosen = choose(getattr(options, "metrics", None))
     run = view.for_run(chosen, options)
     keys = run.score_keys()
@@ -74,15 +75,14 @@ def compute(
     labels, notes = rows.input_labels(kept, joined.digests, len(joined))
     messages.extend(notes)
     covered = covered_section(_per_test(kept, joined, scores), total.fresh, options.groups)
-    tests = with_unique(tests, None if covered is None else Covered.of_section(covered))
+    tests = with_unique(tests, _covered(covered))
     tell("the OOD section (each group against the reference)")
     ood = rows.ood(kept, group_names, joined, scores, run, getattr(options, "ood_reference", None))
-    if ood is not None and ood.reason:
-        messages.append(ood.reason)
+    messages.extend(_ood_reason(ood))
     return Results(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         version=__version__,
-        model=ModelInfo.from_dict({k: v for k, v in model_info.items() if k not in ("sa_layers", "coverage_layers")}),
+        model=_model(model_info),
         config=rows.run_config(model_info, options, total, bounds, run),
         thresholds=dict(options.fail_under),
         metrics=metrics,
@@ -98,6 +98,34 @@ def compute(
         stale=rows.stale_rows(stale),
         covered=None if getattr(options, "omit_covered_sets", False) else covered,
     )
+
+
+def _silent(_what: str) -> None:
+    """No one is told of the steps."""
+
+
+def _split_stale(records: Sequence[TestRecord]) -> tuple[list[TestRecord], list[TestRecord]]:
+    """The stale records (measured on a changed model) and the others, each in the given order."""
+    stale: list[TestRecord] = []
+    kept: list[TestRecord] = []
+    for r in records:
+        (stale if r.stale else kept).append(r)
+    return stale, kept
+
+
+def _covered(section: Mapping[str, Any] | None) -> Covered | None:
+    """The covered sets of the run's section, ``None`` without one."""
+    return None if section is None else Covered.of_section(section)
+
+
+def _ood_reason(ood: Ood | None) -> list[str]:
+    """Why the OOD section could not be made, as a warning line (none when it could)."""
+    return [ood.reason] if ood is not None and ood.reason else []
+
+
+def _model(model_info: dict[str, Any]) -> ModelInfo:
+    """The model's part of the results (its layers are in the run's configuration)."""
+    return ModelInfo.from_dict({k: v for k, v in model_info.items() if k not in ("sa_layers", "coverage_layers")})
 
 
 def _set_up(run: ProfileView, tell: Callable[[str], None]) -> list[str]:
@@ -161,12 +189,18 @@ def _threshold_failure(name: str, threshold: float, metric: Metric | None, n_inp
     if why is not None:
         return Failure(name, None, threshold, why)
     assert metric is not None  # _unmeetable says why when there is none
-    # a coverage is judged in percent; a count criterion (TKNP, NLC, CC) by its number
-    value = None if metric.value is None else round(metric.value, 2) if name in COUNT else percent(metric.value)
-    unit = "" if name in COUNT else "%"
+    value, unit = _judged(name, metric.value)
     if value is None or value >= threshold:
         return None
     return Failure(name, value, threshold, f"{LABELS[name]} {value:.2f}{unit} is below {flag} ({threshold:.2f}{unit})")
+
+
+def _judged(name: str, value: float | None) -> tuple[float | None, str]:
+    """The value a threshold is judged on, and its unit: a coverage in percent, a count
+    criterion (TKNP, NLC, CC) by its number, both to two decimals."""
+    if name in COUNT:
+        return (None if value is None else round(value, 2)), ""
+    return (None if value is None else percent(value)), "%"
 
 
 def _unmeetable(name: str, flag: str, metric: Metric | None, n_inputs: int) -> str | None:

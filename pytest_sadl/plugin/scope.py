@@ -41,18 +41,24 @@ def stop_reason(shouldstop: object, maxfail: int) -> str | None:
 
 def selection_options(option: Any, lf_active: bool) -> list[str]:
     """The options of this run that deselect tests, as the user wrote them."""
-    found = []
-    if getattr(option, "keyword", ""):
-        found.append(f"-k {option.keyword!r}")
-    if getattr(option, "markexpr", ""):
-        found.append(f"-m {option.markexpr!r}")
-    if lf_active:
-        found.append("--lf")
-    if getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False):
-        found.append("--sw")
-    if getattr(option, "deselect", None):
-        found.append("--deselect")
-    return found
+    found = [
+        f"-k {option.keyword!r}" if getattr(option, "keyword", "") else "",
+        f"-m {option.markexpr!r}" if getattr(option, "markexpr", "") else "",
+        "--lf" if lf_active else "",
+        "--sw" if _stepwise(option) else "",
+        "--deselect" if getattr(option, "deselect", None) else "",
+    ]
+    return [said for said in found if said]
+
+
+def _stepwise(option: Any) -> bool:
+    """Whether ``--sw`` or ``--sw-skip`` is on."""
+    return bool(getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False))
+
+
+def _names(value: object) -> list[str]:
+    """The test names of a worker's list (anything else: none)."""
+    return [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
 
 
 @dataclass
@@ -99,10 +105,8 @@ class ScopeTracker:
     def merge_worker(self, payload: object) -> None:
         if not isinstance(payload, dict):
             return
-        for key in ("selected", "deselected"):
-            names = payload.get(key)
-            if isinstance(names, list):
-                getattr(self, key).update(n for n in names if isinstance(n, str))
+        self.selected.update(_names(payload.get("selected")))
+        self.deselected.update(_names(payload.get("deselected")))
         self.deselected -= self.selected
         errors = payload.get("collection_errors")
         if isinstance(errors, int):
@@ -114,28 +118,38 @@ class ScopeTracker:
     def scope(self, *, recorded: int, stop: str | None, selecting: list[str], lost: int) -> Scope:
         """The run's :class:`Scope` (``gated`` is decided by the caller)."""
         run = len(self.started & self.selected) if self.selected else len(self.started)
-        reasons = []
-        if stop is not None:
-            reasons.append(stop)
-        if self.deselected:
-            by = " or ".join(selecting) if selecting else "a plugin"
-            reasons.append(f"{_plural(len(self.deselected), 'marked test')} deselected by {by}")
-        elif self.last_failed:
-            reasons.append("only the tests that failed last time were collected (--lf)")
+        reasons = [stop] if stop is not None else []
+        reasons += self._selection_reasons(selecting)
         not_run = len(self.selected) - run
         if not_run > 0 and stop is None:
             reasons.append(f"{_plural(not_run, 'selected marked test')} did not run")
-        if self.collection_errors:
-            reasons.append(f"{_plural(self.collection_errors, 'collection error')}")
-        if lost:
-            reasons.append(f"the inputs of {_plural(lost, 'test')} were lost with crashed xdist workers")
-        # --lf collects only the failed tests of a file (and skips the files without):
-        # how many marked tests the suite has is not known then
-        known = not self.last_failed
+        reasons += self._loss_reasons(lost)
         return Scope(
-            collected=len(self.selected | self.deselected) if known else None,
+            collected=self._collected(),
             selected=len(self.selected),
             run=run,
             recorded=recorded,
             reasons=reasons,
         )
+
+    def _selection_reasons(self, selecting: list[str]) -> list[str]:
+        """Why only some marked tests were collected: a deselection (by ``selecting``'s
+        options or a plugin) or ``--lf``."""
+        if self.deselected:
+            by = " or ".join(selecting) if selecting else "a plugin"
+            return [f"{_plural(len(self.deselected), 'marked test')} deselected by {by}"]
+        if self.last_failed:
+            return ["only the tests that failed last time were collected (--lf)"]
+        return []
+
+    def _loss_reasons(self, lost: int) -> list[str]:
+        """Tests lost before they were measured: collection errors, crashed xdist workers."""
+        reasons = [_plural(self.collection_errors, "collection error")] if self.collection_errors else []
+        if lost:
+            reasons.append(f"the inputs of {_plural(lost, 'test')} were lost with crashed xdist workers")
+        return reasons
+
+    def _collected(self) -> int | None:
+        """How many marked tests the suite has; ``None`` under ``--lf``, which collects only
+        the failed tests of a file (and skips the files without)."""
+        return None if self.last_failed else len(self.selected | self.deselected)

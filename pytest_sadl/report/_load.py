@@ -11,6 +11,8 @@ first); none recomputes a metric. The metrics' names, labels and titles come fro
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from pytest_sadl.criteria.registry import COUNT, CRITERIA, METRICS, SA_LABELS, SURPRISE
 from pytest_sadl.criteria.registry import LABELS as METRIC_LABELS
 from pytest_sadl.criteria.shape import COUNT_KIND
@@ -107,21 +109,24 @@ def mistakes_rows(results: Results) -> tuple[list[str], list[list[str]]] | None:
     found = results.mistakes
     if found is None:
         return None
-    labels = found.labels
-    overall = found.overall
-    rows = [overall, *found.groups]
-    classifier = overall.classifier
+    rows = [found.overall, *found.groups]
+    classifier = found.overall.classifier
     keys = list(dict.fromkeys(k for r in rows for k in per_score(r, classifier)))
+    return _mistakes_header(found, keys), [_mistakes_row(r, classifier, keys) for r in rows]
+
+
+def _mistakes_header(found: Mistakes, keys: list[str]) -> list[str]:
+    """The mistakes table's header: the inputs, the error, then one column per score."""
+    classifier = found.overall.classifier
     header = ["inputs", "labelled", "error rate" if classifier else "mean abs error"]
-    header += [f"{labels.get(k) or SA_LABELS.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
-    table = []
-    for r in rows:
-        err = fmt_pct(r.error_rate, 1) if classifier else fmt_num(r.mean_abs_error, 4)
-        labelled = "?" if r.labelled is None else str(r.labelled)
-        table.append(
-            [str(r.name or "all labelled"), labelled, err] + [fmt_num(per_score(r, classifier).get(k), 2) for k in keys]
-        )
-    return header, table
+    return header + [f"{found.labels.get(k) or SA_LABELS.get(k, k)} {'AUC' if classifier else 'rho'}" for k in keys]
+
+
+def _mistakes_row(r: Analysis, classifier: bool, keys: list[str]) -> list[str]:
+    """One analysis (overall or a group's) as the mistakes table's cells."""
+    err = fmt_pct(r.error_rate, 1) if classifier else fmt_num(r.mean_abs_error, 4)
+    labelled = "?" if r.labelled is None else str(r.labelled)
+    return [str(r.name or "all labelled"), labelled, err] + [fmt_num(per_score(r, classifier).get(k), 2) for k in keys]
 
 
 def baseline_names(found: Mistakes) -> str:
@@ -227,80 +232,108 @@ def _reach_hint(results: Results, metric: str, key: str, lower: float, upper: fl
 
 def _surprise_hints(results: Results, metric: str, key: str) -> list[str]:
     """How far the recorded scores reach into the bounds, and the inputs outside them."""
-    hints: list[str] = []
-    name = SA_LABELS[key]
     entry = results.metrics.get(metric)
+    found = _usable_bounds(results, metric)
+    if entry is None or not entry.applicable or found is None:
+        return []
+    lower, upper = found
+    return (
+        _reach_hint(results, metric, key, lower, upper)
+        + _below_hint(entry.below, metric, key, lower)
+        + _above_hint(entry.above, metric, key, upper)
+    )
+
+
+def _usable_bounds(results: Results, metric: str) -> tuple[float, float] | None:
+    """``metric``'s (lower, upper] bounds, ``None`` when it has none or they are empty."""
     bounds = results.config.bounds.get(metric)
-    if entry is None or not entry.applicable or bounds is None:
+    if bounds is None or bounds.lower is None or bounds.upper is None or bounds.upper <= bounds.lower:
+        return None
+    return bounds.lower, bounds.upper
+
+
+def _inputs(n: int) -> str:
+    return f"{n} input{'s' if n != 1 else ''}"
+
+
+def _below_hint(below: int | None, metric: str, key: str, lower: float) -> list[str]:
+    """The inputs at or below the lower bound (and, for LSA, why a bound of 0 can leave typical inputs out)."""
+    if below is None or below <= 0:
         return []
-    lower, upper = bounds.lower, bounds.upper
-    if lower is None or upper is None or upper <= lower:
+    why = (
+        "; LSA is negative wherever the density is above 1, so a lower bound of 0 can leave typical inputs out."
+        if key == "lsa" and lower >= 0
+        else "."
+    )
+    return [
+        f"{_inputs(below)} had {SA_LABELS[key]} at or below the lower bound "
+        f"{lower:g} and cover no {METRIC_LABELS[metric]} bucket" + why
+    ]
+
+
+def _above_hint(above: int | None, metric: str, key: str, upper: float) -> list[str]:
+    """The inputs above the upper bound."""
+    if above is None or above <= 0:
         return []
-    hints += _reach_hint(results, metric, key, lower, upper)
-    below = entry.below
-    if below is not None and below > 0:
-        hints.append(
-            f"{below} input{'s' if below != 1 else ''} had {name} at or below the lower bound "
-            f"{lower:g} and cover no {METRIC_LABELS[metric]} bucket"
-            + (
-                "; LSA is negative wherever the density is above 1, so a lower bound of 0 can leave typical inputs out."
-                if key == "lsa" and lower >= 0
-                else "."
-            )
-        )
-    above = entry.above
-    if above is not None and above > 0:
-        hints.append(
-            f"{above} input{'s' if above != 1 else ''} had {name} above the upper bound "
-            f"{upper:g} and cover no {METRIC_LABELS[metric]} bucket; if such inputs are "
-            "expected, raise the upper bound (runs with other bounds do not compare)."
-        )
-    return hints
+    return [
+        f"{_inputs(above)} had {SA_LABELS[key]} above the upper bound "
+        f"{upper:g} and cover no {METRIC_LABELS[metric]} bucket; if such inputs are "
+        "expected, raise the upper bound (runs with other bounds do not compare)."
+    ]
 
 
 def _idle_group_hints(groups: list[GroupRow]) -> list[str]:
     """Groups that add less than a point to every cumulative coverage."""
-    hints: list[str] = []
-    prev: dict[str, float | None] = {}
-    for i, group in enumerate(groups):
-        cum = group.cumulative
-        if i > 0:
-            gains = [
-                (cum.get(m) or 0) - (prev.get(m) or 0) for m in METRICS if m not in COUNT and cum.get(m) is not None
-            ]
-            if gains and max(gains) < 0.01:
-                hints.append(
-                    f"Group {group.name!s} adds less than 1 point to any cumulative "
-                    "metric: its inputs behave like those of earlier groups."
-                )
-        prev = cum
-    return hints
+    return [
+        f"Group {group.name!s} adds less than 1 point to any cumulative "
+        "metric: its inputs behave like those of earlier groups."
+        for prev, group in pairwise(groups)
+        if _idle(group.cumulative, prev.cumulative)
+    ]
+
+
+def _idle(cum: dict[str, float | None], prev: dict[str, float | None]) -> bool:
+    """Whether no cumulative percentage (count criteria aside) rose by a point from ``prev`` to ``cum``."""
+    gains = [(cum.get(m) or 0) - (prev.get(m) or 0) for m in METRICS if m not in COUNT and cum.get(m) is not None]
+    return bool(gains) and max(gains) < 0.01
 
 
 def _best_group_hints(groups: list[GroupRow]) -> list[str]:
     """The group that added the most surprise coverage after the first."""
-    hints: list[str] = []
     if len(groups) < 2:
-        return hints
+        return []
     best_of: dict[str, list[str]] = {}
     for metric in SURPRISE:
-        steps: list[tuple[float, str]] = []  # (gain, group name)
-        before = 0.0
-        for group in groups:
-            v = group.cumulative.get(metric)
-            if v is not None:
-                steps.append((v - before, group.name))
-                before = v
-        if len(steps) > 1:
-            gain, name = max(steps[1:], key=lambda g: g[0])  # the first group starts from nothing
-            if gain >= 0.01:
-                best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
-    for name, what in best_of.items():
-        hints.append(
-            f"Group {name} added the most {_and(what)} after the first group: more "
-            "inputs of that kind are the likeliest to cover further surprise buckets."
-        )
-    return hints
+        best = _best_step(groups, metric)
+        if best is not None:
+            gain, name = best
+            best_of.setdefault(name, []).append(f"{METRIC_LABELS[metric]} (+{gain * 100:.1f} points)")
+    return [
+        f"Group {name} added the most {_and(what)} after the first group: more "
+        "inputs of that kind are the likeliest to cover further surprise buckets."
+        for name, what in best_of.items()
+    ]
+
+
+def _steps(groups: list[GroupRow], metric: str) -> list[tuple[float, str]]:
+    """What each group with a value added to ``metric``'s cumulative coverage: (gain, group name)."""
+    steps: list[tuple[float, str]] = []
+    before = 0.0
+    for group in groups:
+        v = group.cumulative.get(metric)
+        if v is not None:
+            steps.append((v - before, group.name))
+            before = v
+    return steps
+
+
+def _best_step(groups: list[GroupRow], metric: str) -> tuple[float, str] | None:
+    """The largest gain of a group after the first (which starts from nothing), if a point or more."""
+    steps = _steps(groups, metric)
+    if len(steps) < 2:
+        return None
+    gain, name = max(steps[1:], key=lambda g: g[0])
+    return (gain, name) if gain >= 0.01 else None
 
 
 def _idle_test_hints(results: Results) -> list[str]:

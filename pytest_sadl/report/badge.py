@@ -66,12 +66,16 @@ def render_badge(results: Results, metric: str = "lsc") -> Badge:
     given = results.thresholds.get(key)
     thr = None if given is None else float(given)
     if key in COUNT:  # a number, not a share: coloured only by its threshold
-        number = float(entry.value)
-        color = "blue" if thr is None else ("brightgreen" if round(number, 2) >= thr else "red")
-        return {"schemaVersion": 1, "label": label, "message": fmt_metric(key, number), "color": color}
+        return _count_badge(key, label, float(entry.value), thr)
     percent = float(entry.value) * 100.0
     message = f"{percent:.1f}%"
     return {"schemaVersion": 1, "label": label, "message": message, "color": _color(percent, thr)}
+
+
+def _count_badge(key: str, label: str, number: float, thr: float | None) -> Badge:
+    """A count criterion's badge (a number, not a share): blue, or by its threshold."""
+    color = "blue" if thr is None else ("brightgreen" if round(number, 2) >= thr else "red")
+    return {"schemaVersion": 1, "label": label, "message": fmt_metric(key, number), "color": color}
 
 
 def render_badges(results: Results) -> dict[str, Badge]:

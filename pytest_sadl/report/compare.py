@@ -97,12 +97,18 @@ def _config_differences(cur: RunConfig, base: RunConfig) -> list[str]:
     for metric in SURPRISE:
         cb = cur.bounds.get(metric)
         bb = base.bounds.get(metric)
-        if cb is None or bb is None:  # a metric one run does not have (an older results file)
-            continue
-        for key in _BOUND_KEYS:
-            cv, bv = _bound(cb, key), _bound(bb, key)
-            if cv != bv:
-                diffs.append(f"{metric}.{key} {_num(bv)} → {_num(cv)}")
+        if cb is not None and bb is not None:  # else a metric one run does not have (an older results file)
+            diffs += _bound_differences(metric, cb, bb)
+    return diffs
+
+
+def _bound_differences(metric: str, cur: ScBounds, base: ScBounds) -> list[str]:
+    """The settings of ``metric``'s bounds (lower, upper, buckets) that differ, as "was → now"."""
+    diffs = []
+    for key in _BOUND_KEYS:
+        cv, bv = _bound(cur, key), _bound(base, key)
+        if cv != bv:
+            diffs.append(f"{metric}.{key} {_num(bv)} → {_num(cv)}")
     return diffs
 
 
@@ -115,16 +121,27 @@ def _status(current: Results, baseline: Results, m: str) -> str:
     """Whether both runs have the metric, applicable and with a value (``"ok"``), or why not."""
     ce, be = metric_entry(current, m), metric_entry(baseline, m)
     if ce is None or be is None:
-        return "missing in baseline" if be is None else "missing in current"
-    if not ce.applicable and not be.applicable:
-        return "not applicable"
-    if not be.applicable:
-        return "not applicable in baseline"
-    if not ce.applicable:
-        return "not applicable in current"
-    if metric_percent(current, m) is None or metric_percent(baseline, m) is None:
-        return "missing in baseline" if metric_percent(baseline, m) is None else "missing in current"
-    return "ok"
+        return _missing(ce, be) or "ok"
+    return (
+        _APPLICABILITY.get((ce.applicable, be.applicable))
+        or _missing(metric_percent(current, m), metric_percent(baseline, m))
+        or "ok"
+    )
+
+
+#: (applicable in the current run, applicable in the baseline) → the status, when not both.
+_APPLICABILITY = {
+    (False, False): "not applicable",
+    (True, False): "not applicable in baseline",
+    (False, True): "not applicable in current",
+}
+
+
+def _missing(current: object, baseline: object) -> str | None:
+    """Which run lacks the metric (the baseline first), ``None`` when both have it."""
+    if baseline is None:
+        return "missing in baseline"
+    return "missing in current" if current is None else None
 
 
 def _delta(current: Results, baseline: Results, m: str) -> MetricDelta:
@@ -160,6 +177,12 @@ def _model_warnings(current: Results, baseline: Results) -> list[str]:
     return warnings
 
 
+def _metric_names(current: Results, baseline: Results) -> list[str]:
+    """The metrics of either run: the registry's in its order, then unknown ones sorted."""
+    names = [m for m in METRICS if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
+    return names + sorted((set(current.metrics) | set(baseline.metrics)) - set(METRICS))
+
+
 def compare(current: Results, baseline: Results) -> Comparison:
     """Compare two results documents (already validated) metric by metric.
 
@@ -169,9 +192,7 @@ def compare(current: Results, baseline: Results) -> Comparison:
     bounds and buckets) differ: surprise coverage of two runs with other bounds counts
     other buckets, so a delta there says little.
     """
-    names = [m for m in METRICS if metric_entry(current, m) is not None or metric_entry(baseline, m) is not None]
-    extra = sorted((set(current.metrics) | set(baseline.metrics)) - set(METRICS))
-    deltas = [_delta(current, baseline, m) for m in [*names, *extra]]
+    deltas = [_delta(current, baseline, m) for m in _metric_names(current, baseline)]
     missing = [d.metric for d in deltas if d.status.startswith("missing")]
     warnings = _model_warnings(current, baseline)
     cfp, bfp = current.model.fingerprint, baseline.model.fingerprint
@@ -217,23 +238,24 @@ def compare_failures(comparison: Comparison, limits: Mapping[str, float]) -> lis
     checked does not pass silently. A metric that applies in neither run (DSC of a
     regression model) cannot drop and is skipped.
     """
-    failures: list[str] = []
-    for metric, limit in limits.items():
-        label = METRIC_LABELS.get(metric, metric.upper())
-        spec = f"--sadl-compare-fail={metric}:{limit:g}"
-        md = comparison.get(metric)
-        if md is None:
-            failures.append(f"{label}: in neither run, so {spec} cannot be checked")
-            continue
-        if md.status == "not applicable":
-            continue
-        if md.status != "ok" or md.delta is None:
-            failures.append(f"{label}: {md.status}, so {spec} cannot be checked")
-            continue
-        if md.delta < limit:
-            failures.append(
-                f"{label} dropped by {-md.delta:.{DELTA_DIGITS}f} points "
-                f"({md.baseline:.{DELTA_DIGITS}f}% → {md.current:.{DELTA_DIGITS}f}%), "
-                f"more than the {-limit:g} allowed by {spec}"
-            )
-    return failures
+    failures = [_limit_failure(metric, limit, comparison.get(metric)) for metric, limit in limits.items()]
+    return [f for f in failures if f is not None]
+
+
+def _limit_failure(metric: str, limit: float, md: MetricDelta | None) -> str | None:
+    """Why ``metric``'s change breaks ``limit`` or cannot be checked; ``None`` when it passes."""
+    label = METRIC_LABELS.get(metric, metric.upper())
+    spec = f"--sadl-compare-fail={metric}:{limit:g}"
+    if md is None:
+        return f"{label}: in neither run, so {spec} cannot be checked"
+    if md.status == "not applicable":
+        return None
+    if md.status != "ok" or md.delta is None:
+        return f"{label}: {md.status}, so {spec} cannot be checked"
+    if md.delta >= limit:
+        return None
+    return (
+        f"{label} dropped by {-md.delta:.{DELTA_DIGITS}f} points "
+        f"({md.baseline:.{DELTA_DIGITS}f}% → {md.current:.{DELTA_DIGITS}f}%), "
+        f"more than the {-limit:g} allowed by {spec}"
+    )

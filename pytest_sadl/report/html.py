@@ -18,7 +18,7 @@ import base64
 import hashlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -43,21 +43,26 @@ from pytest_sadl.report._load import (
     ood_best,
     ood_notes,
     ood_reference,
+    per_score,
     tests_summary,
     thresholds_of,
 )
 from pytest_sadl.report.compare import Comparison
 from pytest_sadl.report.images import png_data_url
-from pytest_sadl.report.partial import partial_line, ungated_lines
+from pytest_sadl.report.partial import partial_notes
 from pytest_sadl.results import (
     JSON,
     SCHEMA,
     VERSION,
     Analysis,
+    Fifth,
     GroupRow,
+    Metric,
+    Mistakes,
     Results,
     TestRow,
     Thumbnail,
+    TopInput,
 )
 
 __all__ = ["render_html", "write_html", "HISTOGRAM_BINS"]
@@ -148,12 +153,9 @@ _HL, _HR, _HT, _HB = 48.0, 52.0, 12.0, 22.0  # margins: left (y labels, "<= lowe
 _HY = 22.0  # right edge of the y-axis labels
 
 
-def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
-    """Geometry of one histogram of ``values`` over ``(lower, upper]``.
-
-    Values ``<= lower`` and ``> upper`` count for no bucket; they are drawn as two
-    separate, marked bars left of ``lower`` and right of ``upper``.
-    """
+def _bin_counts(values: Sequence[float], lower: float, upper: float, bins: int) -> tuple[list[int], int, int]:
+    """Each bucket's count of ``values`` over ``(lower, upper]``, and how many are at or
+    below ``lower`` and above ``upper``."""
     width = (upper - lower) / bins
     counts = [0] * bins
     below = above = 0
@@ -164,6 +166,17 @@ def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = 
             above += 1
         else:
             counts[min(bins - 1, max(0, math.ceil((v - lower) / width) - 1))] += 1
+    return counts, below, above
+
+
+def _histogram(values: Sequence[float], lower: float, upper: float, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
+    """Geometry of one histogram of ``values`` over ``(lower, upper]``.
+
+    Values ``<= lower`` and ``> upper`` count for no bucket; they are drawn as two
+    separate, marked bars left of ``lower`` and right of ``upper``.
+    """
+    width = (upper - lower) / bins
+    counts, below, above = _bin_counts(values, lower, upper, bins)
     peak = max([*counts, below, above, 1])
     plot_w = _HW - _HL - _HR
     plot_h = _HH - _HT - _HB
@@ -223,10 +236,17 @@ def _by_group(
         if fv is None:
             continue
         everything.append(fv)
-        t = owner[i] if i < len(owner) else None
-        if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < len(group_of_test):
-            per_group.setdefault(group_of_test[t], []).append(fv)
+        group = _group_of(owner[i] if i < len(owner) else None, group_of_test)
+        if group is not None:
+            per_group.setdefault(group, []).append(fv)
     return everything, per_group
+
+
+def _group_of(test: object, group_of_test: list[str]) -> str | None:
+    """The group of the test with index ``test``; ``None`` for anything but a test's index."""
+    if isinstance(test, int) and not isinstance(test, bool) and 0 <= test < len(group_of_test):
+        return group_of_test[test]
+    return None
 
 
 def _surprise_bounds(results: Results, metric: str, key: str) -> tuple[float, float] | None:
@@ -235,7 +255,11 @@ def _surprise_bounds(results: Results, metric: str, key: str) -> tuple[float, fl
     bounds = results.config.bounds.get(metric)
     if entry is None or not entry.applicable or bounds is None or results.inputs.get(key) is None:
         return None
-    lower, upper = _num(bounds.lower), _num(bounds.upper)
+    return _span(_num(bounds.lower), _num(bounds.upper))
+
+
+def _span(lower: float | None, upper: float | None) -> tuple[float, float] | None:
+    """(lower, upper) when both are numbers and the range is not empty."""
     if lower is None or upper is None or upper <= lower:
         return None
     return lower, upper
@@ -243,39 +267,45 @@ def _surprise_bounds(results: Results, metric: str, key: str) -> tuple[float, fl
 
 def _surprise(results: Results) -> list[dict[str, Any]]:
     """Histograms of LSA and DSA, all inputs first, then per group in group order."""
-    inputs = results.inputs
-    group_of_test = [t.group for t in results.tests]
-    group_names: list[str] = list(dict.fromkeys([g.name for g in results.groups] + group_of_test))
     out = []
     for metric, key in SURPRISE.items():
         span = _surprise_bounds(results, metric, key)
-        if span is None:
-            continue
-        lower, upper = span
-        entry, bounds = results.metrics[metric], results.config.bounds[metric]
-        everything, per_group = _by_group(inputs[key], inputs.get("test") or [], group_of_test, group_names)
-        rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
-        if len(per_group) > 1:
-            rows += [
-                {"name": name, "all": False, "chart": _histogram(vals, lower, upper)}
-                for name, vals in per_group.items()
-            ]
-        out.append(
-            {
-                "metric": metric,
-                "key": key,
-                "label": SA_LABELS[key],
-                "lower": f"{lower:g}",
-                "upper": f"{upper:g}",
-                "buckets": bounds.buckets,
-                "rule": bounds.rule,
-                "above": entry.above,
-                "below": entry.below,
-                "nan": entry.nan,
-                "rows": rows,
-            }
-        )
+        if span is not None:
+            out.append(_surprise_section(results, metric, key, span))
     return out
+
+
+def _surprise_section(results: Results, metric: str, key: str, span: tuple[float, float]) -> dict[str, Any]:
+    """One surprise coverage's histograms over its bounds ``span``, with its bounds and counts."""
+    lower, upper = span
+    entry, bounds = results.metrics[metric], results.config.bounds[metric]
+    return {
+        "metric": metric,
+        "key": key,
+        "label": SA_LABELS[key],
+        "lower": f"{lower:g}",
+        "upper": f"{upper:g}",
+        "buckets": bounds.buckets,
+        "rule": bounds.rule,
+        "above": entry.above,
+        "below": entry.below,
+        "nan": entry.nan,
+        "rows": _histogram_rows(results, key, lower, upper),
+    }
+
+
+def _histogram_rows(results: Results, key: str, lower: float, upper: float) -> list[dict[str, Any]]:
+    """The histogram of every input's score ``key``, then (with several groups) each group's."""
+    group_of_test = [t.group for t in results.tests]
+    group_names: list[str] = list(dict.fromkeys([g.name for g in results.groups] + group_of_test))
+    inputs = results.inputs
+    everything, per_group = _by_group(inputs[key], inputs.get("test") or [], group_of_test, group_names)
+    rows = [{"name": "all inputs", "all": True, "chart": _histogram(everything, lower, upper)}]
+    if len(per_group) > 1:
+        rows += [
+            {"name": name, "all": False, "chart": _histogram(vals, lower, upper)} for name, vals in per_group.items()
+        ]
+    return rows
 
 
 _LW, _LH = 560.0, 210.0
@@ -286,35 +316,13 @@ def _line_chart(groups: list[GroupRow], metrics: list[str]) -> dict[str, Any] | 
     """Geometry of the cumulative coverage (Table VI) line chart, in percent."""
     if not groups:
         return None
-    plot_w, plot_h = _LW - _LL - _LR, _LH - _LT - _LB
+    plot_h = _LH - _LT - _LB
     n = len(groups)
-
-    def x(i: int) -> float:
-        return round(_LL + (plot_w * (i + 0.5) / n), 2)
-
-    def y(v: float) -> float:
-        return round(_LT + plot_h * (1.0 - v), 2)
-
-    lines = []
-    for m in metrics:
-        pts = []
-        for i, g in enumerate(groups):
-            v = _num(g.cumulative.get(m))
-            if v is not None:
-                pts.append({"x": x(i), "y": y(min(max(v, 0.0), 1.0)), "value": v, "group": g.name})
-        if pts:
-            lines.append(
-                {
-                    "metric": m,
-                    "label": METRIC_LABELS[m],
-                    "points": pts,
-                    "path": " ".join(f"{p['x']},{p['y']}" for p in pts),
-                }
-            )
-    grid = [{"y": y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
+    lines = [line for m in metrics if (line := _chart_line(m, _chart_points(groups, m))) is not None]
+    grid = [{"y": _chart_y(k / 4), "label": f"{k * 25}%"} for k in range(5)]
     xlabels = [
         {
-            "x": x(i),
+            "x": _chart_x(i, n),
             "label": g.name,
             "short": _shorten(g.name, 16),
             "tiny": _shorten(g.name, max(4, 48 // max(n, 1))),
@@ -334,6 +342,38 @@ def _line_chart(groups: list[GroupRow], metrics: list[str]) -> dict[str, Any] | 
     }
 
 
+def _chart_x(i: int, n: int) -> float:
+    """The x of the ``i``-th of ``n`` groups (the middle of its slot)."""
+    return round(_LL + ((_LW - _LL - _LR) * (i + 0.5) / n), 2)
+
+
+def _chart_y(v: float) -> float:
+    """The y of a share ``v`` (0 at the bottom, 1 at the top)."""
+    return round(_LT + (_LH - _LT - _LB) * (1.0 - v), 2)
+
+
+def _chart_points(groups: list[GroupRow], metric: str) -> list[dict[str, Any]]:
+    """The chart's points of ``metric``: each group with a cumulative value (drawn within 0..1)."""
+    n = len(groups)
+    return [
+        {"x": _chart_x(i, n), "y": _chart_y(min(max(v, 0.0), 1.0)), "value": v, "group": g.name}
+        for i, g in enumerate(groups)
+        if (v := _num(g.cumulative.get(metric))) is not None
+    ]
+
+
+def _chart_line(metric: str, points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One metric's line of the chart through its ``points`` (none without points)."""
+    if not points:
+        return None
+    return {
+        "metric": metric,
+        "label": METRIC_LABELS[metric],
+        "points": points,
+        "path": " ".join(f"{p['x']},{p['y']}" for p in points),
+    }
+
+
 def _shorten(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
@@ -347,9 +387,12 @@ def _card_status(m: str, applicable: bool, value: float | None, thr: float | Non
         return "n/a"
     if thr is None:
         return "none"
-    if failed or (value is not None and round(in_units(m, value), 2) < thr):
-        return "fail"
-    return "pass"
+    return "fail" if failed or _below(m, value, thr) else "pass"
+
+
+def _below(m: str, value: float | None, thr: float) -> bool:
+    """Whether ``value`` is below the threshold ``thr`` (in the metric's units, to 2 places)."""
+    return value is not None and round(in_units(m, value), 2) < thr
 
 
 def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, Any]]:
@@ -358,37 +401,43 @@ def _cards(results: Results, comparison: Comparison | None) -> list[dict[str, An
     cards = []
     for m in METRICS:
         entry = metric_entry(results, m)
-        if entry is None:
-            continue
-        applicable = entry.measured
-        value = _num(entry.value) if applicable else None
-        thr = _num(thresholds.get(m))
-        status = _card_status(m, applicable, value, thr, m in failed)
-        delta = comparison.get(m) if comparison is not None else None
-        criterion = BY_NAME[m]
-        cards.append(
-            {
-                "metric": m,
-                "label": METRIC_LABELS[m],
-                "title": METRIC_TITLES[m],
-                "value": value,
-                "text": fmt_metric(m, value),
-                "percent": m not in COUNT,  # a share with a meter, else a number
-                "threshold": thr,
-                "status": status,
-                "reason": entry.reason if not applicable else None,
-                "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.covered,
-                "total": entry.total,
-                "unit": criterion.units,
-                "explain": criterion.explanation,
-                "above": entry.above,
-                "below": entry.below,
-                "nan": entry.nan,
-                "delta": delta.delta if delta is not None else None,
-                "delta_status": delta.status if delta is not None else None,
-            }
-        )
+        if entry is not None:
+            card = _card(m, entry, _num(thresholds.get(m)), m in failed)
+            cards.append(card | _card_delta(comparison, m))
     return cards
+
+
+def _card(m: str, entry: Metric, thr: float | None, failed: bool) -> dict[str, Any]:
+    """One metric's card: its value, threshold and status, what it counts and means."""
+    applicable = entry.measured
+    value = _num(entry.value) if applicable else None
+    criterion = BY_NAME[m]
+    return {
+        "metric": m,
+        "label": METRIC_LABELS[m],
+        "title": METRIC_TITLES[m],
+        "value": value,
+        "text": fmt_metric(m, value),
+        "percent": m not in COUNT,  # a share with a meter, else a number
+        "threshold": thr,
+        "status": _card_status(m, applicable, value, thr, failed),
+        "reason": entry.reason if not applicable else None,
+        "covered": None if m in COUNT and COUNT_PARTS.get(m, ()) is None else entry.covered,
+        "total": entry.total,
+        "unit": criterion.units,
+        "explain": criterion.explanation,
+        "above": entry.above,
+        "below": entry.below,
+        "nan": entry.nan,
+    }
+
+
+def _card_delta(comparison: Comparison | None, m: str) -> dict[str, Any]:
+    """A card's change against the baseline (``None`` without one)."""
+    delta = comparison.get(m) if comparison is not None else None
+    if delta is None:
+        return {"delta": None, "delta_status": None}
+    return {"delta": delta.delta, "delta_status": delta.status}
 
 
 def _applicable(results: Results, metric: str) -> bool:
@@ -398,18 +447,38 @@ def _applicable(results: Results, metric: str) -> bool:
 
 def _cell(t: TestRow, key: str) -> str | int | float | None:
     """One column of the tests table (:func:`_tests`) of a test."""
-    if key.startswith("new."):
-        return t.new.get(key[4:])
-    if key.startswith("unique."):
-        return (t.unique or {}).get(key[7:])
+    for prefix, read in _PREFIXED:
+        if key.startswith(prefix):
+            return read(t).get(key[len(prefix) :])
+    for suffix, read in _SUFFIXED:
+        if key.endswith(suffix):
+            return read(t).get(key[: -len(suffix)])
     if key == "redundant":
         return None if t.redundant is None else int(t.redundant)
-    if key.endswith("_mean"):
-        return t.mean.get(key[: -len("_mean")])
-    if key.endswith("_max"):
-        return t.max.get(key[: -len("_max")])
     plain: dict[str, str | int] = {"nodeid": t.nodeid, "group": t.group, "outcome": t.outcome, "inputs": t.inputs}
     return plain[key]
+
+
+def _new(t: TestRow) -> Mapping[str, int]:
+    return t.new
+
+
+def _unique(t: TestRow) -> Mapping[str, int]:
+    return t.unique or {}
+
+
+def _mean(t: TestRow) -> Mapping[str, float | None]:
+    return t.mean
+
+
+def _max(t: TestRow) -> Mapping[str, float | None]:
+    return t.max
+
+
+#: The tests table's keyed columns: a prefix or suffix of the column's key, and the test's
+#: mapping the rest of the key indexes.
+_PREFIXED: tuple[tuple[str, Callable[[TestRow], Mapping[str, Any]]], ...] = (("new.", _new), ("unique.", _unique))
+_SUFFIXED: tuple[tuple[str, Callable[[TestRow], Mapping[str, Any]]], ...] = (("_mean", _mean), ("_max", _max))
 
 
 def _test_columns(results: Results) -> list[dict[str, Any]]:
@@ -427,38 +496,48 @@ def _test_columns(results: Results) -> list[dict[str, Any]]:
                 {"key": f"{key}_mean", "label": f"{SA_LABELS[key]} mean", "kind": "float", "agg": "wmean"},
                 {"key": f"{key}_max", "label": f"{SA_LABELS[key]} max", "kind": "float", "agg": "max"},
             ]
-    for m in METRICS:
-        if metric_entry(results, m) is None or (KINDS.get(m) == "surprise" and not _applicable(results, m)):
-            continue
-        columns.append(
-            {
-                "key": f"new.{m}",
-                "label": f"+{METRIC_LABELS[m]}",
-                "kind": "int",
-                "agg": "sum",
-                "title": f"{METRIC_TITLES[m]}: targets first covered by this test",
-            }
-        )
-    return columns + _unique_columns(results)
+    return columns + _new_columns(results) + _unique_columns(results)
+
+
+def _new_columns(results: Results) -> list[dict[str, Any]]:
+    """The targets each of the run's metrics first covered (an inapplicable surprise coverage left out)."""
+    return [
+        {
+            "key": f"new.{m}",
+            "label": f"+{METRIC_LABELS[m]}",
+            "kind": "int",
+            "agg": "sum",
+            "title": f"{METRIC_TITLES[m]}: targets first covered by this test",
+        }
+        for m in METRICS
+        if metric_entry(results, m) is not None and (KINDS.get(m) != "surprise" or _applicable(results, m))
+    ]
+
+
+def _label(metric: str) -> str:
+    """A metric's label (an unknown one's name in capitals)."""
+    return METRIC_LABELS.get(metric, metric.upper())
+
+
+def _unique_column(metric: str) -> dict[str, Any]:
+    """The column of the targets of ``metric`` no other test covers."""
+    return {
+        "key": f"unique.{metric}",
+        "label": f"only {_label(metric)}",
+        "kind": "int",
+        "agg": "sum",
+        "title": f"{METRIC_TITLES.get(metric, metric.upper())}: targets no other test covers",
+    }
 
 
 def _unique_columns(results: Results) -> list[dict[str, Any]]:
     """Who tests what: each metric's targets no other test covers, and redundant (from the
     covered sets; none when the results carry no counts)."""
-    names = list(dict.fromkeys(m for t in results.tests for m in t.unique or {}))
+    names = list(dict.fromkeys(m for t in results.tests for m in _unique(t)))
     if not names:
         return []
-    columns: list[dict[str, Any]] = [
-        {
-            "key": f"unique.{m}",
-            "label": f"only {METRIC_LABELS.get(m, m.upper())}",
-            "kind": "int",
-            "agg": "sum",
-            "title": f"{METRIC_TITLES.get(m, m.upper())}: targets no other test covers",
-        }
-        for m in names
-    ]
-    said = ", ".join(METRIC_LABELS.get(m, m.upper()) for m in names)
+    columns = [_unique_column(m) for m in names]
+    said = ", ".join(_label(m) for m in names)
     columns.append(
         {
             "key": "redundant",
@@ -474,30 +553,54 @@ def _unique_columns(results: Results) -> list[dict[str, Any]]:
 def _total(agg: str, nums: list[tuple[float, float]]) -> Any:
     """One column's total over (value, inputs) pairs: a sum, a maximum, a mean weighted
     by inputs, or nothing."""
-    if agg == "sum":
-        return int(sum(v for v, _ in nums)) if nums else 0
-    if agg == "max":
-        return max(v for v, _ in nums) if nums else None
-    if agg == "wmean":
-        wsum = sum(w for _, w in nums)
-        return sum(v * w for v, w in nums) / wsum if wsum else None
-    return None
+    total = _TOTALS.get(agg)
+    return None if total is None else total(nums)
+
+
+def _sum(nums: list[tuple[float, float]]) -> int:
+    return int(sum(v for v, _ in nums)) if nums else 0
+
+
+def _maximum(nums: list[tuple[float, float]]) -> float | None:
+    return max(v for v, _ in nums) if nums else None
+
+
+def _weighted_mean(nums: list[tuple[float, float]]) -> float | None:
+    wsum = sum(w for _, w in nums)
+    return sum(v * w for v, w in nums) / wsum if wsum else None
+
+
+#: A column's aggregation ("agg") and how it totals (value, inputs) pairs.
+_TOTALS: dict[str, Callable[[list[tuple[float, float]]], Any]] = {
+    "sum": _sum,
+    "max": _maximum,
+    "wmean": _weighted_mean,
+}
 
 
 def _tests(results: Results) -> dict[str, Any]:
     columns = _test_columns(results)
-    rows: list[dict[str, Any]] = []
-    for t in results.tests:
-        cells = [{"value": _cell(t, c["key"]), "kind": c["kind"]} for c in columns]
-        rows.append({"cells": cells, "outcome": t.outcome, "idle": t.inputs > 0 and not any(t.new.values())})
-    # Totals of every row (the page recomputes them for the rows a filter leaves).
-    totals: list[Any] = []
-    inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
-    for j, c in enumerate(columns):
-        vals = [(r["cells"][j]["value"], r["cells"][inputs_col]["value"]) for r in rows]
-        totals.append(_total(c["agg"], [(n, _num(w) or 0.0) for v, w in vals if (n := _num(v)) is not None]))
+    rows = [_test_row(t, columns) for t in results.tests]
     outcomes = sorted({r["outcome"] for r in rows if r["outcome"]})
-    return {"columns": columns, "rows": rows, "totals": totals, "outcomes": outcomes}
+    return {"columns": columns, "rows": rows, "totals": _totals(columns, rows), "outcomes": outcomes}
+
+
+def _test_row(t: TestRow, columns: list[dict[str, Any]]) -> dict[str, Any]:
+    """A test's row of the tests table: its cells, outcome and whether it covered nothing new."""
+    cells = [{"value": _cell(t, c["key"]), "kind": c["kind"]} for c in columns]
+    return {"cells": cells, "outcome": t.outcome, "idle": t.inputs > 0 and not any(t.new.values())}
+
+
+def _totals(columns: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Any]:
+    """Totals of every row (the page recomputes them for the rows a filter leaves)."""
+    inputs_col = next(i for i, c in enumerate(columns) if c["key"] == "inputs")
+    weights = [_num(r["cells"][inputs_col]["value"]) or 0.0 for r in rows]
+    return [_total(c["agg"], _weighted([r["cells"][j]["value"] for r in rows], weights)) for j, c in enumerate(columns)]
+
+
+def _weighted(values: list[Any], weights: list[float]) -> list[tuple[float, float]]:
+    """(value, weight) of each value that is a finite number."""
+    return [(n, w) for v, w in zip(values, weights, strict=True) if (n := _num(v)) is not None]
 
 
 #: With this many coverage layers or more (an EfficientNetB0 has 206), the per-layer table
@@ -523,41 +626,51 @@ def _layers(results: Results) -> list[dict[str, JSON]]:
 
 
 def _top_inputs(results: Results) -> list[dict[str, Any]]:
-    tests = results.tests
-
-    def test_of(index: int | None) -> dict[str, str]:
-        if index is None or not 0 <= index < len(tests):
-            return {"nodeid": "?", "group": "?"}
-        return {"nodeid": tests[index].nodeid, "group": tests[index].group}
-
     groups: dict[str, list[dict[str, Any]]] = {}
     for item in results.top_inputs:
-        ti = item.test
-        fed = item.tests if item.tests is not None else [ti]
-        fed_by = [test_of(t) for t in fed if t is not None and 0 <= t < len(tests)]
-        groups.setdefault(item.by or "lsa", []).append(
-            {
-                "rank": item.rank,
-                "input": item.input,
-                "pred": item.pred,
-                "scores": [
-                    (SA_LABELS[k], v, 3 if k == "dsa" else 2)
-                    for k in SA_LABELS
-                    if (v := _num(item.scores.get(k))) is not None
-                ],
-                **test_of(ti),
-                "fed_by": fed_by or [test_of(ti)],
-                "copies": item.copies,
-                "src": _thumbnail(item.image),
-                "text": item.text,
-            }
-        )
+        groups.setdefault(item.by or "lsa", []).append(_top_entry(item, results.tests))
     out = []
     for by in (*SA_LABELS, *sorted(set(groups) - set(SA_LABELS))):
         if by in groups:
-            items = sorted(groups[by], key=lambda it: (it["rank"] is None, it["rank"] or 0))
+            items = sorted(groups[by], key=_rank_key)
             out.append({"by": by, "label": SA_LABELS.get(by, by.upper()), "entries": items})
     return out
+
+
+def _rank_key(entry: dict[str, Any]) -> tuple[bool, int]:
+    """Ranked entries first, by rank."""
+    return (entry["rank"] is None, entry["rank"] or 0)
+
+
+def _test_of(tests: list[TestRow], index: int | None) -> dict[str, str]:
+    """The test at ``index`` (its id and group), "?" for an index out of range."""
+    if index is None or not 0 <= index < len(tests):
+        return {"nodeid": "?", "group": "?"}
+    return {"nodeid": tests[index].nodeid, "group": tests[index].group}
+
+
+def _top_scores(item: TopInput) -> list[tuple[str, float, int]]:
+    """A top input's scores: (label, value, digits shown), DSA with 3 digits."""
+    return [(SA_LABELS[k], v, 3 if k == "dsa" else 2) for k in SA_LABELS if (v := _num(item.scores.get(k))) is not None]
+
+
+def _top_entry(item: TopInput, tests: list[TestRow]) -> dict[str, Any]:
+    """One top input: its rank, prediction, scores, the test that fed it (and every test
+    that fed a copy of it), and its thumbnail or text."""
+    ti = item.test
+    fed = item.tests if item.tests is not None else [ti]
+    fed_by = [_test_of(tests, t) for t in fed if t is not None and 0 <= t < len(tests)]
+    return {
+        "rank": item.rank,
+        "input": item.input,
+        "pred": item.pred,
+        "scores": _top_scores(item),
+        **_test_of(tests, ti),
+        "fed_by": fed_by or [_test_of(tests, ti)],
+        "copies": item.copies,
+        "src": _thumbnail(item.image),
+        "text": item.text,
+    }
 
 
 def _mistakes(results: Results) -> dict[str, Any] | None:
@@ -565,56 +678,60 @@ def _mistakes(results: Results) -> dict[str, Any] | None:
     found = results.mistakes
     if found is None:
         return None
-    labels = found.labels
-    baselines = set(found.baselines)
     overall = found.overall
     rows: list[Analysis] = [overall, *found.groups]
     classifier = overall.classifier
-    per = "auc" if classifier else "spearman"
-
-    def values(r: Analysis) -> dict[str, float | None]:
-        return r.auc if classifier else r.spearman
-
-    keys = list(dict.fromkeys(k for r in rows for k in values(r)))
-    columns = [{"key": k, "label": labels.get(k) or SA_LABELS.get(k, k), "baseline": k in baselines} for k in keys]
-    table = [
-        {
-            "name": r.name or "all labelled inputs",
-            "all": r is overall,
-            "labelled": r.labelled,
-            "errors": r.errors,
-            "error_rate": _num(r.error_rate),
-            "mean_abs_error": _num(r.mean_abs_error),
-            "values": [_num(values(r).get(k)) for k in keys],
-        }
-        for r in rows
-    ]
-    fifths = [
-        {
-            "key": key,
-            "label": labels.get(key) or SA_LABELS.get(key, key),
-            "parts": [
-                {
-                    "lowest": _num(p.lowest),
-                    "highest": _num(p.highest),
-                    "inputs": p.inputs,
-                    "accuracy": _num(p.accuracy),
-                    "mae": _num(p.mean_abs_error),
-                }
-                for p in parts
-            ],
-        }
-        for key, parts in overall.fifths.items()
-        if parts
-    ]
+    keys = list(dict.fromkeys(k for r in rows for k in per_score(r, classifier)))
     return {
         "kind": overall.kind,
-        "per": per,
-        "columns": columns,
-        "rows": table,
-        "fifths": fifths,
+        "per": "auc" if classifier else "spearman",
+        "columns": _score_columns(found, keys),
+        "rows": [_mistakes_row(r, r is overall, classifier, keys) for r in rows],
+        "fifths": [_fifths(found, key, parts) for key, parts in overall.fifths.items() if parts],
         "sentences": list(overall.sentences),
         "baseline_names": baseline_names(found),
+    }
+
+
+def _score_columns(found: Mistakes, keys: list[str]) -> list[dict[str, Any]]:
+    """The mistakes table's score columns, the confidence baselines marked."""
+    baselines = set(found.baselines)
+    return [{"key": k, "label": _score_label(found, k), "baseline": k in baselines} for k in keys]
+
+
+def _score_label(found: Mistakes, key: str) -> str:
+    return found.labels.get(key) or SA_LABELS.get(key, key)
+
+
+def _mistakes_row(r: Analysis, overall: bool, classifier: bool, keys: list[str]) -> dict[str, Any]:
+    """One analysis (``overall`` or a group's) as a row of the mistakes table."""
+    values = per_score(r, classifier)
+    return {
+        "name": r.name or "all labelled inputs",
+        "all": overall,
+        "labelled": r.labelled,
+        "errors": r.errors,
+        "error_rate": _num(r.error_rate),
+        "mean_abs_error": _num(r.mean_abs_error),
+        "values": [_num(values.get(k)) for k in keys],
+    }
+
+
+def _fifths(found: Mistakes, key: str, parts: Sequence[Fifth]) -> dict[str, Any]:
+    """A score's fifths: each fifth's range of the score, inputs, accuracy and error."""
+    return {
+        "key": key,
+        "label": _score_label(found, key),
+        "parts": [
+            {
+                "lowest": _num(p.lowest),
+                "highest": _num(p.highest),
+                "inputs": p.inputs,
+                "accuracy": _num(p.accuracy),
+                "mae": _num(p.mean_abs_error),
+            }
+            for p in parts
+        ],
     }
 
 
@@ -671,28 +788,16 @@ def build_context(results: Results, *, comparison: Comparison | None = None) -> 
     """The plain data the template lays out (exposed for tests and other renderers): the
     one place the typed results become the mappings a template indexes (``r``,
     ``model``, ``config``, ``layers``)."""
-    groups = results.groups
-    group_metrics = [m for m in METRICS if any(_num(g.cumulative.get(m)) is not None for g in groups)]
-    group_rows = _group_rows(groups, group_metrics)
-    config = results.config.to_dict()
     run = {"created": results.created, "pytest_sadl_version": results.version, "schema": SCHEMA, "version": VERSION}
     return {
         "r": run,
         "model": results.model.to_dict(),
-        "config": config,
+        "config": results.config.to_dict(),
         "thresholds": thresholds_of(results),
-        "passed": results.passed,
-        "failures": list(results.failures),
-        "warnings": list(results.warnings),
-        "missing": list(results.missing),
-        "partial": [p for p in [partial_line(results), *ungated_lines(results)] if p],
-        "stale": list(results.stale),
-        "hints": adequacy_hints(results),
+        **_run_notes(results),
         "cards": _cards(results, comparison),
         "surprise": _surprise(results),
-        "group_metrics": [{"key": m, "label": METRIC_LABELS[m]} for m in group_metrics],
-        "group_rows": group_rows,
-        "chart": _line_chart(groups, [m for m in group_metrics if m not in COUNT]),  # percent axis
+        **_groups_view(results.groups),
         "tests": _tests(results),
         "mistakes": _mistakes(results),
         "ood": _ood(results),
@@ -704,6 +809,35 @@ def build_context(results: Results, *, comparison: Comparison | None = None) -> 
         "comparison": comparison,
         "metric_labels": METRIC_LABELS,
         "neuron_metrics": _neuron_metrics(results),
+    }
+
+
+def _run_notes(results: Results) -> dict[str, Any]:
+    """The verdict and what the page says before its tables: failures, warnings, missing
+    and stale tests, a partial run, the hints."""
+    return {
+        "passed": results.passed,
+        "failures": list(results.failures),
+        "warnings": list(results.warnings),
+        "missing": list(results.missing),
+        "partial": partial_notes(results),
+        "stale": list(results.stale),
+        "hints": adequacy_hints(results),
+    }
+
+
+def _some_cumulative(groups: list[GroupRow], metric: str) -> bool:
+    """Whether some group has a cumulative value of ``metric``."""
+    return any(_num(g.cumulative.get(metric)) is not None for g in groups)
+
+
+def _groups_view(groups: list[GroupRow]) -> dict[str, Any]:
+    """Table VI's metrics, rows and chart (the percentages only: the chart's axis is a percent)."""
+    group_metrics = [m for m in METRICS if _some_cumulative(groups, m)]
+    return {
+        "group_metrics": [{"key": m, "label": METRIC_LABELS[m]} for m in group_metrics],
+        "group_rows": _group_rows(groups, group_metrics),
+        "chart": _line_chart(groups, [m for m in group_metrics if m not in COUNT]),
     }
 
 

@@ -31,8 +31,8 @@ from pytest_sadl.report._load import (
     unit,
 )
 from pytest_sadl.report.compare import Comparison
-from pytest_sadl.report.partial import partial_line, ungated_lines
-from pytest_sadl.results import Failure, Metric, Results, TestRow
+from pytest_sadl.report.partial import partial_notes
+from pytest_sadl.results import Failure, GroupRow, Metric, Ood, Results, TestRow
 from pytest_sadl.text import markdown
 
 __all__ = ["render_markdown", "write_markdown", "escape_md"]
@@ -80,56 +80,77 @@ def render_markdown(
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def _row(cells: list[str]) -> str:
+    """One Markdown table row of ``cells`` (already escaped)."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def _plural(n: int, word: str) -> str:
+    """``word`` with an "s" unless ``n`` is 1."""
+    return word if n == 1 else word + "s"
+
+
 def _header(results: Results, passed: bool, n_failures: int) -> list[str]:
     """The title with the verdict, and the run in one line."""
     model = results.model
-    lines: list[str] = []
-    verdict = "✅ passed" if passed else f"❌ failed ({n_failures} threshold{'s' if n_failures != 1 else ''} missed)"
-    lines.append(f"## pytest-sadl: test adequacy of {escape_md(model.name or 'the model')}: {verdict}")
-    lines.append("")
-    fp = model.fingerprint
-    bits = []
-    if results.created:
-        bits.append(f"run of {escape_md(results.created)}")
-    if fp:
-        bits.append(f"model fingerprint {escape_md(fp[:12])}")
-    if model.n_train is not None:
-        bits.append(f"{model.n_train} training inputs")
-    if results.tests:
-        bits.append(tests_summary(results))
+    verdict = "✅ passed" if passed else f"❌ failed ({n_failures} {_plural(n_failures, 'threshold')} missed)"
+    lines = [f"## pytest-sadl: test adequacy of {escape_md(model.name or 'the model')}: {verdict}", ""]
+    bits = _run_bits(results)
     if bits:
-        lines.append(" · ".join(bits))
-        lines.append("")
+        lines += [" · ".join(bits), ""]
     return lines
+
+
+def _run_bits(results: Results) -> list[str]:
+    """The run's one line in parts: when, which model, its training inputs, the tests."""
+    model = results.model
+    bits = [
+        f"run of {escape_md(results.created)}" if results.created else "",
+        f"model fingerprint {escape_md(model.fingerprint[:12])}" if model.fingerprint else "",
+        "" if model.n_train is None else f"{model.n_train} training inputs",
+        tests_summary(results) if results.tests else "",
+    ]
+    return [bit for bit in bits if bit]
 
 
 def _notes(results: Results) -> list[str]:
-    """Before the tables: tests whose inputs never came, and tests measured on a changed model."""
-    lines: list[str] = []
-    said = [p for p in [partial_line(results), *ungated_lines(results)] if p]  # a partial run, first
-    lines += [f"> ⚠️ **{escape_md(p)}**" for p in said] + ([""] if said else [])
-    missing = results.missing
-    if missing:  # before the tables: the numbers below count without these tests' inputs
-        lines.append(
-            f"> ⚠️ **Incomplete results:** the inputs of {len(missing)} test"
-            f"{'' if len(missing) == 1 else 's'} never reached them:"
-        )
-        for test in missing:
-            reason = f": {escape_md(test.reason)}" if test.reason else ""
-            lines.append(f"> - {escape_md(test.nodeid)}{reason}")
-        lines.append("")
-    stale = results.stale
-    if stale:  # before the tables: measured on a changed model, counted in none of them
-        lines.append(
-            f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} test"
-            f"{'' if len(stale) == 1 else 's'} were measured on other weights or layers than the "
-            "profile's (fit, set_weights, load_weights), so no metric below counts them:"
-        )
-        for changed in stale:
-            lines.append(f"> - {escape_md(changed.nodeid)}: {escape_md(changed.inputs)} inputs")
-        lines.append("")
+    """Before the tables: a partial run, tests whose inputs never came, and tests measured on
+    a changed model."""
+    said = partial_notes(results)  # a partial run, first
+    lines = [f"> ⚠️ **{escape_md(p)}**" for p in said] + ([""] if said else [])
+    return lines + _missing_note(results) + _stale_note(results)
 
-    return lines
+
+def _missing_note(results: Results) -> list[str]:
+    """The tests whose inputs never reached the results: the numbers count without them."""
+    missing = results.missing
+    if not missing:
+        return []
+    lines = [
+        f"> ⚠️ **Incomplete results:** the inputs of {len(missing)} {_plural(len(missing), 'test')} never reached them:"
+    ]
+    for test in missing:
+        reason = f": {escape_md(test.reason)}" if test.reason else ""
+        lines.append(f"> - {escape_md(test.nodeid)}{reason}")
+    return [*lines, ""]
+
+
+def _stale_note(results: Results) -> list[str]:
+    """The tests measured on a changed model, counted in no table."""
+    stale = results.stale
+    if not stale:
+        return []
+    lines = [
+        f"> ⚠️ **The model changed during the session:** the inputs of {len(stale)} {_plural(len(stale), 'test')}"
+        " were measured on other weights or layers than the "
+        "profile's (fit, set_weights, load_weights), so no metric below counts them:"
+    ]
+    lines += [f"> - {escape_md(changed.nodeid)}: {escape_md(changed.inputs)} inputs" for changed in stale]
+    return [*lines, ""]
+
+
+def _below(m: str, value: float | None, thr: float) -> bool:
+    return value is not None and round(in_units(m, value), 2) < thr
 
 
 def _status(m: str, entry: Metric, value: float | None, thr: float | None, failed: bool) -> str:
@@ -138,38 +159,41 @@ def _status(m: str, entry: Metric, value: float | None, thr: float | None, faile
         return "n/a (not available)" if entry.reason else "n/a"
     if thr is None:
         return "–"
-    if failed or (value is not None and round(in_units(m, value), 2) < thr):
-        return "❌ fail"
-    return "✅ pass"
+    return "❌ fail" if failed or _below(m, value, thr) else "✅ pass"
 
 
 def _metrics_table(results: Results, failed_metrics: set[str], comparison: Comparison | None) -> list[str]:
     """Each metric: value, threshold, status (and the baseline and change)."""
     thresholds = thresholds_of(results)
-    lines: list[str] = []
     head = ["Metric", "Value", "Threshold", "Status"]
     if comparison is not None:
         head += ["Baseline", "Change (pts)"]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join([":--"] + ["--:"] * (len(head) - 1)) + "|")
+    lines = [_row(head), "|" + "|".join([":--"] + ["--:"] * (len(head) - 1)) + "|"]
     for m in METRICS:
         entry = metric_entry(results, m)
         if entry is None:
             continue
-        value = entry.value if entry.measured else None
-        thr = thresholds.get(m)
-        status = _status(m, entry, value, thr, m in failed_metrics)
-        row = [METRIC_LABELS[m], fmt_metric(m, value), "–" if thr is None else f"{thr:.2f}{unit(m)}", status]
+        row = _metric_cells(m, entry, thresholds.get(m), m in failed_metrics)
         if comparison is not None:
-            md = comparison.get(m)
-            row += [
-                "n/a" if md is None or md.baseline is None else f"{md.baseline:.2f}{unit(m)}",
-                _delta(md.delta if md else None, md.status if md else None),
-            ]
-        lines.append("| " + " | ".join(row) + " |")
+            row += _baseline_cells(m, comparison)
+        lines.append(_row(row))
     lines.append("")
-
     return lines
+
+
+def _metric_cells(m: str, entry: Metric, thr: float | None, failed: bool) -> list[str]:
+    """A metric's label, value, threshold and status."""
+    value = entry.value if entry.measured else None
+    status = _status(m, entry, value, thr, failed)
+    return [METRIC_LABELS[m], fmt_metric(m, value), "–" if thr is None else f"{thr:.2f}{unit(m)}", status]
+
+
+def _baseline_cells(m: str, comparison: Comparison) -> list[str]:
+    """A metric's baseline value and change, "n/a" when the baseline has none."""
+    md = comparison.get(m)
+    if md is None:
+        return ["n/a", _delta(None, None)]
+    return ["n/a" if md.baseline is None else f"{md.baseline:.2f}{unit(m)}", _delta(md.delta, md.status)]
 
 
 def _failures_and_warnings(
@@ -178,63 +202,61 @@ def _failures_and_warnings(
     comparison: Comparison | None,
 ) -> list[str]:
     """The thresholds missed, the metrics not available, the warnings."""
-    lines: list[str] = []
-    for f in failures:
-        lines.append(f"- ❌ {escape_md(f.message or f.metric)}")
-    unavailable = [(m, e.reason) for m in METRICS if (e := metric_entry(results, m)) and e.reason]
-    for m, why in unavailable:
-        lines.append(f"- ⚠️ {METRIC_LABELS[m]} not available: {escape_md(why)}")
-    for w in results.warnings:
-        lines.append(f"- ⚠️ {escape_md(w)}")
-    if comparison is not None:
-        for w in comparison.warnings:
-            lines.append(f"- ⚠️ baseline: {escape_md(w)}")
-    if failures or unavailable or results.warnings or (comparison is not None and comparison.warnings):
-        lines.append("")
+    lines = [f"- ❌ {escape_md(f.message or f.metric)}" for f in failures]
+    lines += [f"- ⚠️ {METRIC_LABELS[m]} not available: {escape_md(why)}" for m, why in _unavailable(results)]
+    lines += [f"- ⚠️ {escape_md(w)}" for w in results.warnings]
+    lines += [f"- ⚠️ baseline: {escape_md(w)}" for w in _baseline_warnings(comparison)]
+    return [*lines, ""] if lines else []
 
-    return lines
+
+def _baseline_warnings(comparison: Comparison | None) -> list[str]:
+    return [] if comparison is None else list(comparison.warnings)
+
+
+def _unavailable(results: Results) -> list[tuple[str, str]]:
+    """The metrics not available, each with why."""
+    return [(m, e.reason) for m in METRICS if (e := metric_entry(results, m)) and e.reason]
+
+
+def _group_metrics(groups: list[GroupRow]) -> list[str]:
+    """The metrics some group has a cumulative value of, in the registry's order."""
+    return [m for m in METRICS if any(g.cumulative.get(m) is not None for g in groups)]
 
 
 def _groups(results: Results) -> list[str]:
     """Table VI: each group's cumulative coverage."""
-    lines: list[str] = []
     groups = results.groups
-    gm = [m for m in METRICS if any(g.cumulative.get(m) is not None for g in groups)]
-    if groups and gm:
-        lines.append("### Cumulative coverage by group (Table VI)")
-        lines.append("")
-        lines.append("| Group | Tests | Inputs | " + " | ".join(METRIC_LABELS[m] for m in gm) + " |")
-        lines.append("|:--|--:|--:|" + "--:|" * len(gm))
-        for i, g in enumerate(groups):
-            cum = g.cumulative
-            name = ("+ " if i else "") + escape_md(g.name)
-            cells = [fmt_metric(m, cum.get(m)) for m in gm]
-            lines.append(f"| {name} | {g.tests} | {g.inputs} | " + " | ".join(cells) + " |")
-        lines.append("")
-
+    gm = _group_metrics(groups)
+    if not groups or not gm:
+        return []
+    lines = ["### Cumulative coverage by group (Table VI)", ""]
+    lines.append("| Group | Tests | Inputs | " + " | ".join(METRIC_LABELS[m] for m in gm) + " |")
+    lines.append("|:--|--:|--:|" + "--:|" * len(gm))
+    for i, g in enumerate(groups):
+        name = ("+ " if i else "") + escape_md(g.name)
+        lines.append(_row([name, str(g.tests), str(g.inputs), *(fmt_metric(m, g.cumulative.get(m)) for m in gm)]))
+    lines.append("")
     return lines
 
 
 def _mistakes(results: Results) -> list[str]:
     """Whether surprise predicts the model's mistakes (when tests gave labels)."""
-    lines: list[str] = []
     found = mistakes_rows(results)
-    if found is not None and results.mistakes is not None:
-        header, table = found
-        lines.append("### Does surprise predict this model's mistakes?")
-        lines.append("")
-        lines.extend(escape_md(text) for text in results.mistakes.overall.sentences)
-        lines.append("")
-        lines.append("| Group | " + " | ".join(header[1:]) + " |")
-        lines.append("|:--|" + "--:|" * (len(header) - 1))
-        lines.extend("| " + " | ".join(escape_md(c) for c in row) + " |" for row in table)
-        lines.append("")
-        lines.append(
-            "AUC: how well a score tells misclassified inputs from correct ones (0.5 chance, 1 perfect); "
-            f"{escape_md(baseline_names(results.mistakes))} are confidence baselines."
-        )
-        lines.append("")
-
+    if found is None or results.mistakes is None:
+        return []
+    header, table = found
+    lines = ["### Does surprise predict this model's mistakes?", ""]
+    lines.extend(escape_md(text) for text in results.mistakes.overall.sentences)
+    lines.append("")
+    lines.append("| Group | " + " | ".join(header[1:]) + " |")
+    lines.append("|:--|" + "--:|" * (len(header) - 1))
+    lines.extend(_row([escape_md(c) for c in row]) for row in table)
+    lines.append("")
+    lines.append(
+        "AUC: how well a score tells misclassified inputs from correct ones (0.5 chance, 1 perfect); "
+        f"{escape_md(baseline_names(results.mistakes))} are confidence baselines."
+    )
+    lines.append("")
     return lines
 
 
@@ -248,62 +270,61 @@ def _ood(results: Results) -> list[str]:
     lines.extend(escape_md(text) for text in ood.sentences)
     lines.extend(escape_md(text) for text in ood_notes(ood))
     lines.append("")
+    return lines + _ood_table(ood)
+
+
+def _ood_table(ood: Ood) -> list[str]:
+    """The OOD table, each group's best score in bold, and what its columns mean."""
     table = ood_rows(ood)
-    if table:
-        best = ood_best(ood.rows)
-        lines.append("| " + " | ".join(OOD_HEADER) + " |")
-        lines.append("|:--|:--|" + "--:|" * (len(OOD_HEADER) - 2))
-        for i, row in enumerate(table):
-            cells = [escape_md(c) for c in row]
-            if i in best:
-                cells[1], cells[3] = f"**{cells[1]}**", f"**{cells[3]}**"
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-        lines.append(
-            "AUROC: the chance that an input of the group scores above an in-distribution one (0.5 chance, 1 perfect); "
-            "AUPR-In/-Out: average precision with either side as positives; FPR@95: the fraction of the group "
-            "taken for in-distribution at the threshold that keeps 95% of the in-distribution inputs (lower is better)."
-        )
-        lines.append("")
+    if not table:
+        return []
+    best = ood_best(ood.rows)
+    lines = [_row(OOD_HEADER), "|:--|:--|" + "--:|" * (len(OOD_HEADER) - 2)]
+    lines += [_row(_ood_cells(row, i in best)) for i, row in enumerate(table)]
+    lines.append("")
+    lines.append(
+        "AUROC: the chance that an input of the group scores above an in-distribution one (0.5 chance, 1 perfect); "
+        "AUPR-In/-Out: average precision with either side as positives; FPR@95: the fraction of the group "
+        "taken for in-distribution at the threshold that keeps 95% of the in-distribution inputs (lower is better)."
+    )
+    lines.append("")
     return lines
+
+
+def _ood_cells(row: list[str], best: bool) -> list[str]:
+    """An OOD row's cells, escaped, its score and AUROC in bold when ``best``."""
+    cells = [escape_md(c) for c in row]
+    if best:
+        cells[1], cells[3] = f"**{cells[1]}**", f"**{cells[3]}**"
+    return cells
 
 
 def _hints(results: Results) -> list[str]:
     """What would improve the tests."""
-    lines: list[str] = []
     hints = [h for h in adequacy_hints(results) if not h.startswith("Threshold missed")]
-    if hints:
-        lines.append("### What would improve the tests")
-        lines.append("")
-        lines.extend(f"- {escape_md(h)}" for h in hints)
-        lines.append("")
+    if not hints:
+        return []
+    return ["### What would improve the tests", "", *(f"- {escape_md(h)}" for h in hints), ""]
 
-    return lines
+
+def _added(t: TestRow) -> tuple[int, int]:
+    """The surprise buckets and the NC neurons ``t`` covered first."""
+    return (sum(v for k, v in t.new.items() if k in SURPRISE), sum(v for k, v in t.new.items() if k == "nc"))
 
 
 def _top_tests(results: Results, max_tests: int) -> list[str]:
     """The tests that added the most coverage, folded."""
-    lines: list[str] = []
-    tests = results.tests
-
-    def added(t: TestRow) -> tuple[int, int]:
-        return (sum(v for k, v in t.new.items() if k in SURPRISE), sum(v for k, v in t.new.items() if k == "nc"))
-
-    ranked = sorted(tests, key=lambda t: added(t), reverse=True)[:max_tests]
-    if ranked:
-        lines.append("<details><summary>Tests that added the most coverage</summary>")
-        lines.append("")
-        measured = [METRIC_LABELS[m] for m in SURPRISE if (e := metric_entry(results, m)) is not None and e.applicable]
-        buckets = f"new {'+'.join(measured)} buckets"
-        lines.append(f"| Test | Group | Inputs | {buckets} | new NC neurons |")
-        lines.append("|:--|:--|--:|--:|--:|")
-        for t in ranked:
-            a, b = added(t)
-            lines.append(f"| {escape_md(t.nodeid)} | {escape_md(t.group)} | {t.inputs} | {a} | {b} |")
-        lines.append("")
-        lines.append("</details>")
-        lines.append("")
-    return lines
+    ranked = sorted(results.tests, key=_added, reverse=True)[:max_tests]
+    if not ranked:
+        return []
+    lines = ["<details><summary>Tests that added the most coverage</summary>", ""]
+    measured = [METRIC_LABELS[m] for m in SURPRISE if (e := metric_entry(results, m)) is not None and e.applicable]
+    lines.append(f"| Test | Group | Inputs | new {'+'.join(measured)} buckets | new NC neurons |")
+    lines.append("|:--|:--|--:|--:|--:|")
+    for t in ranked:
+        a, b = _added(t)
+        lines.append(_row([escape_md(t.nodeid), escape_md(t.group), str(t.inputs), str(a), str(b)]))
+    return [*lines, "", "</details>", ""]
 
 
 def write_markdown(results: Results, path: str | os.PathLike[str], *, comparison: Comparison | None = None) -> Path:

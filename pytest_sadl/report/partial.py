@@ -12,10 +12,19 @@ def scope_line(scope: Scope | None) -> str | None:
     older file that does not say)."""
     if scope is None or not scope.partial:
         return None
+    return f"partial: {_measured(scope)} measured ({'; '.join(scope.reasons)})"
+
+
+def _measured(scope: Scope) -> str:
+    """``R of C marked tests``; ``R marked tests`` under ``--lf`` (the suite's size not known)."""
     run = "?" if scope.run is None else str(scope.run)
-    of = "" if scope.collected is None else f" of {scope.collected}"  # --lf: the suite's size not known
-    noun = "test" if (scope.run if scope.collected is None else scope.collected) == 1 else "tests"
-    return f"partial: {run}{of} marked {noun} measured ({'; '.join(scope.reasons)})"
+    if scope.collected is None:
+        return f"{run} marked {_tests(scope.run)}"
+    return f"{run} of {scope.collected} marked {_tests(scope.collected)}"
+
+
+def _tests(n: int | None) -> str:
+    return "test" if n == 1 else "tests"
 
 
 def partial_line(results: Results) -> str | None:
@@ -29,6 +38,13 @@ def ungated_lines(results: Results) -> list[str]:
     if scope is None or scope.gated:
         return []
     return [f"not gated (partial run, --sadl-gate-partial gates it): {line}" for line in scope.ungated]
+
+
+def partial_notes(results: Results) -> list[str]:
+    """What every report says of a partial run before anything else: :func:`partial_line`
+    and :func:`ungated_lines` (nothing for a whole run)."""
+    said = partial_line(results)
+    return ([said] if said is not None else []) + ungated_lines(results)
 
 
 def badge_label(results: Results, label: str) -> str:

@@ -30,8 +30,8 @@ from pytest_sadl.report._load import (
     unit,
 )
 from pytest_sadl.report.compare import Comparison, MetricDelta
-from pytest_sadl.report.partial import partial_line, ungated_lines
-from pytest_sadl.results import GroupRow, Metric, Results, TestRow
+from pytest_sadl.report.partial import partial_notes
+from pytest_sadl.results import GroupRow, LayerRow, Metric, Mistakes, Results, TestRow
 from pytest_sadl.text import terminal as safe
 
 
@@ -97,18 +97,32 @@ def _fold_baselines(
     """The mistakes table with its confidence-baseline columns (headed by a label of
     ``baselines``) folded into one, the best baseline (highest value) of each row: the
     surprise measures stay side by side."""
-    base_names = tuple(f"{label} " for label in baselines)
-    keep = [i for i, h in enumerate(header) if i < 3 or not h.startswith(base_names)]
-    base = [i for i in range(3, len(header)) if i not in keep]
+    keep, base = _baseline_columns(header, baselines)
     if len(base) < 2:
         return header, table
-
-    def best(row: list[str]) -> str:
-        values = [(float(row[i]), row[i]) for i in base if row[i].replace(".", "", 1).lstrip("-").isdigit()]
-        return max(values)[1] if values else "-"
-
     unit = header[base[0]].rsplit(" ", 1)[-1]
-    return ([header[i] for i in keep] + [f"best conf. {unit}"], [[row[i] for i in keep] + [best(row)] for row in table])
+    return (
+        [header[i] for i in keep] + [f"best conf. {unit}"],
+        [[row[i] for i in keep] + [_best_cell(row, base)] for row in table],
+    )
+
+
+def _baseline_columns(header: list[str], baselines: Sequence[str]) -> tuple[list[int], list[int]]:
+    """The mistakes table's columns to keep (the first three and the surprise measures) and
+    its confidence-baseline columns (headed by a label of ``baselines``)."""
+    base_names = tuple(f"{label} " for label in baselines)
+    keep = [i for i, h in enumerate(header) if i < 3 or not h.startswith(base_names)]
+    return keep, [i for i in range(3, len(header)) if i not in keep]
+
+
+def _is_number(cell: str) -> bool:
+    return cell.replace(".", "", 1).lstrip("-").isdigit()
+
+
+def _best_cell(row: list[str], columns: list[int]) -> str:
+    """The highest number among ``row``'s ``columns``, as written; "-" when none is a number."""
+    values = [(float(row[i]), row[i]) for i in columns if _is_number(row[i])]
+    return max(values)[1] if values else "-"
 
 
 def _short_units(header: list[str], table: list[list[str]], width: int) -> list[str]:
@@ -138,13 +152,14 @@ def _table(rows: list[list[str]], right: set[int], width: int | None = None) -> 
     rows = [[safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     rows = _cut_names(rows, widths, width)
-    out = []
-    for n, row in enumerate(rows):
-        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(row)]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
+    lines = [_aligned(row, widths, right) for row in rows]
+    return [lines[0], "  ".join("-" * w for w in widths), *lines[1:]]
+
+
+def _aligned(row: list[str], widths: list[int], right: set[int]) -> str:
+    """One row's cells padded to ``widths``, the ``right`` columns right-aligned."""
+    cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(row)]
+    return "  ".join(cells).rstrip()
 
 
 def _chunks(shown: list[str], cols: dict[str, list[str]], used: int, room: int | None) -> list[list[str]]:
@@ -174,19 +189,43 @@ def _group_columns(groups: list[GroupRow]) -> list[list[str]]:
 def _group_tables(groups: list[GroupRow], shown: list[str], width: int | None) -> list[str]:
     """Table VI: one table, or, when its metric columns do not fit ``width`` (``--sadl-metrics
     =all``), several stacked, each with the group column and as many metrics as fit."""
-    cols = {k: [LABELS[k]] + [fmt_metric(k, g.cumulative.get(k)).rstrip("%") for g in groups] for k in shown}
+    cols = {k: _cumulative_column(groups, k) for k in shown}
     first = _group_columns(groups)
     name_w = max(12, min(max(map(len, first[0])), (width or 0) // 3))
     room = None if width is None else width - name_w - 2
-    chunks = _chunks(shown, cols, sum(max(map(len, c)) + 2 for c in first[1:]), room)
+    chunks = _chunks(shown, cols, _columns_width(first[1:]), room)
     if len(chunks) > 1:  # the parts' group columns cut alike, so the parts line up
-        first[0] = [c if len(c) <= name_w else c[: name_w - 1] + "…" for c in first[0]]
-    out: list[str] = []
-    for n, chunk in enumerate(chunks):
-        columns = (first if n == 0 else first[:1]) + [cols[k] for k in chunk]
-        rows = [list(r) for r in zip(*columns, strict=True)]
-        out += ([""] if n else []) + _table(rows, right=set(range(1, len(columns))), width=width)
+        first[0] = [_ellipsis(c, name_w) for c in first[0]]
+    return _stacked(first, [[cols[k] for k in chunk] for chunk in chunks], width)
+
+
+def _stacked(first: list[list[str]], parts: list[list[list[str]]], width: int | None) -> list[str]:
+    """Tables one under the other: the first with ``first``'s columns, the others with its
+    first column only, each followed by its part's metric columns."""
+    out = _columns_table(first + parts[0], width)
+    for part in parts[1:]:
+        out += ["", *_columns_table(first[:1] + part, width)]
     return out
+
+
+def _columns_width(columns: list[list[str]]) -> int:
+    """The width ``columns`` take side by side, two spaces after each."""
+    return sum(max(map(len, c)) + 2 for c in columns)
+
+
+def _cumulative_column(groups: list[GroupRow], metric: str) -> list[str]:
+    """Table VI's column of ``metric``: its label, then each group's cumulative coverage."""
+    return [LABELS[metric]] + [fmt_metric(metric, g.cumulative.get(metric)).rstrip("%") for g in groups]
+
+
+def _ellipsis(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def _columns_table(columns: list[list[str]], width: int | None) -> list[str]:
+    """A table given by its columns, every column but the first right-aligned."""
+    rows = [list(r) for r in zip(*columns, strict=True)]
+    return _table(rows, right=set(range(1, len(columns))), width=width)
 
 
 def render_terminal(
@@ -211,34 +250,53 @@ def render_terminal(
 
 def _header(results: Results, width: int | None) -> list[str]:
     """The model, the layers, what was recorded, the run's warnings and the left-out tests."""
-    model, config = results.model, results.config
-    n_inputs = results.n_inputs
-    lines = _wrap(
-        f"model {'?' if model.name is None else model.name} (fingerprint {(model.fingerprint or '')[:12]}), "
-        f"{'?' if model.n_train is None else model.n_train} training inputs, "
-        f"{'classifier' if model.classifier else 'regression'}",
-        width,
-    )
-    coverage = list(config.coverage_layers)
-    projected = "" if config.sa_components is None else f" (LSA/MDSA on {config.sa_components} principal axes)"
-    head = f"SA layers: {', '.join(config.sa_layers)}{projected}; coverage layers: {len(coverage)} ("
-    lines += _wrap(head + _names(coverage, None if width is None else max(20, width - len(head) - 1)) + ")", width)
-    if n_inputs == 0:
-        lines += _wrap("no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl", width)
-    else:
-        lines += _wrap(
-            f"{n_inputs} inputs recorded: {tests_summary(results)}, in {len(results.groups)} group(s)", width
-        )
-    lines += [line for p in [partial_line(results), *ungated_lines(results)] if p for line in _wrap(p, width)]
-    warnings = results.warnings
-    if warnings:  # before the tables: an incomplete run must not read as a complete one
-        lines.append("")
-        for w in warnings:
-            lines += _wrap(f"warning: {w}", width)
+    lines = _wrap(_model_line(results), width)
+    lines += _layers_lines(results, width)
+    lines += _wrap(_recorded_line(results), width)
+    lines += [line for p in partial_notes(results) for line in _wrap(p, width)]
+    lines += _warning_lines(results, width)
     for m in results.stale:  # measured on a changed model: listed, counted in no table below
         lines += _wrap(f"  left out (model changed): {m.nodeid}, {m.inputs} inputs", width, "    ")
     lines.append("")
     return lines
+
+
+def _unknown(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
+def _model_line(results: Results) -> str:
+    """The model's name, fingerprint, training inputs and kind."""
+    model = results.model
+    return (
+        f"model {_unknown(model.name)} (fingerprint {(model.fingerprint or '')[:12]}), "
+        f"{_unknown(model.n_train)} training inputs, "
+        f"{'classifier' if model.classifier else 'regression'}"
+    )
+
+
+def _layers_lines(results: Results, width: int | None) -> list[str]:
+    """The SA layers (and their projection) and the coverage layers, abbreviated to fit."""
+    config = results.config
+    coverage = list(config.coverage_layers)
+    projected = "" if config.sa_components is None else f" (LSA/MDSA on {config.sa_components} principal axes)"
+    head = f"SA layers: {', '.join(config.sa_layers)}{projected}; coverage layers: {len(coverage)} ("
+    room = None if width is None else max(20, width - len(head) - 1)
+    return _wrap(head + _names(coverage, room) + ")", width)
+
+
+def _recorded_line(results: Results) -> str:
+    """How many inputs were recorded by which tests, or how to record some."""
+    if results.n_inputs == 0:
+        return "no inputs were recorded: mark the tests that feed the model with @pytest.mark.sadl"
+    return f"{results.n_inputs} inputs recorded: {tests_summary(results)}, in {len(results.groups)} group(s)"
+
+
+def _warning_lines(results: Results, width: int | None) -> list[str]:
+    """The run's warnings, before the tables: an incomplete run must not read as a complete one."""
+    if not results.warnings:
+        return []
+    return ["", *(line for w in results.warnings for line in _wrap(f"warning: {w}", width))]
 
 
 def _metric_row(name: str, m: Metric, results: Results) -> list[str]:
@@ -266,34 +324,52 @@ def _metrics_rows(
             row = _metric_row(name, m, results)
         else:
             row = [LABELS[name], "n/a", "-", "", "", ""]
-            if m.reason:  # its score cannot be set up on the chosen layer
-                not_available.append(f"{LABELS[name]}: not available ({m.reason})")
-            else:
-                not_applicable.append(LABELS[name])
-        if deltas:
-            d = deltas.get(name)
-            row.append("" if d is None or d.delta is None else f"{d.delta:+.2f}")
-        rows.append(row)
+            _say_why_not(name, m, not_applicable, not_available)
+        rows.append(row + _delta_cell(deltas, name))
     return rows
+
+
+def _say_why_not(name: str, m: Metric, not_applicable: list[str], not_available: list[str]) -> None:
+    """An inapplicable metric into the list that says why: not available (its score cannot
+    be set up on the chosen layer, with the reason) or not applicable."""
+    if m.reason:
+        not_available.append(f"{LABELS[name]}: not available ({m.reason})")
+    else:
+        not_applicable.append(LABELS[name])
+
+
+def _delta_cell(deltas: dict[str, MetricDelta], name: str) -> list[str]:
+    """The "vs baseline" cell of a metric (no cell without a comparison)."""
+    if not deltas:
+        return []
+    d = deltas.get(name)
+    return ["" if d is None or d.delta is None else f"{d.delta:+.2f}"]
 
 
 def _metrics_notes(results: Results, not_applicable: list[str], not_available: list[str]) -> list[str]:
     """What the metrics table leaves to sentences: not applicable, not available, counts, the rule."""
-    metrics = results.metrics
-    notes = []
-    if not_applicable:
-        notes.append(f"{', '.join(not_applicable)}: not applicable (regression model)")
+    notes: list[str | None] = (
+        [f"{', '.join(not_applicable)}: not applicable (regression model)"] if not_applicable else []
+    )
     notes += not_available
-    note = _count_note([r for r in ORDER if r in metrics and metrics[r].applicable])
-    if note:
-        notes.append(note)
+    notes.append(_count_note(_applicable(results)))
     if not_available:
         notes.append("(`sadl profile layers --usable` says which layers each SA measure can use)")
+    notes.append(_default_rule(results))
+    return [note for note in notes if note is not None]
+
+
+def _applicable(results: Results) -> list[str]:
+    """The run's applicable metrics, in the registry's order."""
+    metrics = results.metrics
+    return [r for r in ORDER if r in metrics and metrics[r].applicable]
+
+
+def _default_rule(results: Results) -> str | None:
+    """The bounds' note: the default rule the surprise coverages' bounds came from, if one did."""
     rules = {b.rule or "" for k in SURPRISE if (b := results.config.bounds.get(k)) is not None}
     default = next((r for r in sorted(rules) if r.startswith("default")), None)
-    if default is not None:
-        notes.append("bounds: " + default)
-    return notes
+    return None if default is None else "bounds: " + default
 
 
 def _metrics_table(results: Results, comparison: Comparison | None, width: int | None) -> list[str]:
@@ -327,21 +403,42 @@ def _mistakes_table(results: Results, width: int | None) -> list[str]:
         return []
     header, table = found
     if width is not None:
-        baselines = [results.mistakes.labels.get(k) or k for k in results.mistakes.baselines]
-        header, table = _fold_baselines(header, table, baselines)
-        header = _short_units(header, table, width)
+        header, table = _fitted(header, table, results.mistakes, width)
     lines = [""]
     lines += _wrap(
         "does surprise predict this model's mistakes? (labelled inputs; AUC 0.5 = chance, 1 = perfect)", width
     )
     lines += _table([["group", *header[1:]]] + table, right=set(range(1, len(header))), width=width)
-    for text in results.mistakes.overall.sentences:
-        lines += _wrap(f"  {text}", width, indent="    ")
-    return lines
+    return lines + _indented(results.mistakes.overall.sentences, width)
+
+
+def _fitted(
+    header: list[str], table: list[list[str]], found: Mistakes, width: int
+) -> tuple[list[str], list[list[str]]]:
+    """The mistakes table made to fit ``width``: the confidence baselines folded into their
+    best, the score columns without their unit if still too wide."""
+    baselines = [found.labels.get(k) or k for k in found.baselines]
+    header, table = _fold_baselines(header, table, baselines)
+    return _short_units(header, table, width), table
+
+
+def _indented(texts: Sequence[str], width: int | None) -> list[str]:
+    """Sentences under a table, indented, each wrapped to ``width``."""
+    return [line for text in texts for line in _wrap(f"  {text}", width, indent="    ")]
 
 
 #: how many tests the short "who tests what" line names in each part
 WHO_NAMED = 3
+
+
+def _label(metric: str) -> str:
+    """A metric's label (an unknown one's name in capitals)."""
+    return LABELS.get(metric, metric.upper())
+
+
+def _unique(t: TestRow) -> dict[str, int]:
+    """The targets of each metric only ``t`` covers (none without covered sets)."""
+    return t.unique or {}
 
 
 def _listed(names: list[str]) -> str:
@@ -350,7 +447,7 @@ def _listed(names: list[str]) -> str:
 
 
 def _unique_of(t: TestRow) -> str:
-    said = ", ".join(f"{LABELS.get(m, m.upper())} {n}" for m, n in (t.unique or {}).items() if n)
+    said = ", ".join(f"{_label(m)} {n}" for m, n in _unique(t).items() if n)
     return f"{t.nodeid} ({said})"
 
 
@@ -360,17 +457,25 @@ def who_tests_what(results: Results, width: int | None) -> list[str]:
     rows = [t for t in results.tests if t.unique is not None]
     if not rows:
         return []
-    metrics = list(dict.fromkeys(m for t in rows for m in t.unique or {}))
-    said = ", ".join(LABELS.get(m, m.upper()) for m in metrics)
+    said = ", ".join(_label(m) for m in dict.fromkeys(m for t in rows for m in _unique(t)))
     return ["", *_wrap(f"who tests what ({said}; targets no other test covers): {_who_parts(rows)}", width)]
 
 
+def _most_unique_first(t: TestRow) -> tuple[int, str]:
+    return (-sum(_unique(t).values()), t.nodeid)
+
+
 def _who_parts(rows: list[TestRow]) -> str:
-    best = sorted((t for t in rows if not t.redundant), key=lambda t: (-sum((t.unique or {}).values()), t.nodeid))
+    best = sorted((t for t in rows if not t.redundant), key=_most_unique_first)
     parts = [f"most unique: {_listed([_unique_of(t) for t in best])}"] if best else []
-    redundant = [t.nodeid for t in rows if t.redundant]
-    parts.append(f"redundant: {_listed(redundant) if redundant else 'none'}")
+    parts.append(f"redundant: {_redundant(rows)}")
     return "; ".join(parts)
+
+
+def _redundant(rows: list[TestRow]) -> str:
+    """The redundant tests, listed, or "none"."""
+    redundant = [t.nodeid for t in rows if t.redundant]
+    return _listed(redundant) if redundant else "none"
 
 
 def _ood_table(results: Results, width: int | None) -> list[str]:
@@ -386,36 +491,49 @@ def _ood_table(results: Results, width: int | None) -> list[str]:
     )
     table = ood_rows(ood)
     if table:
-        shown = [row if i == 0 or row[0] != table[i - 1][0] else ["", *row[1:]] for i, row in enumerate(table)]
-        lines += _table([OOD_HEADER, *shown], right=set(range(2, len(OOD_HEADER))), width=width)
-    for text in [*ood.sentences, *ood_notes(ood)]:
-        lines += _wrap(f"  {text}", width, indent="    ")
-    return lines
+        lines += _table([OOD_HEADER, *_first_names(table)], right=set(range(2, len(OOD_HEADER))), width=width)
+    return lines + _indented([*ood.sentences, *ood_notes(ood)], width)
+
+
+def _first_names(table: list[list[str]]) -> list[list[str]]:
+    """The rows with each group's name on its first row only."""
+    return [row if i == 0 or row[0] != table[i - 1][0] else ["", *row[1:]] for i, row in enumerate(table)]
 
 
 def _tests_table(results: Results) -> list[str]:
     """Verbose: every test with its inputs, surprise and first-covered targets."""
     lines = ["", "tests (in collection order; 'new' = LSC buckets / NC neurons first covered by the test):"]
-    keys = [k for k in SA_LABELS if any(t.mean.get(k) is not None for t in results.tests)] or ["lsa"]
+    keys = _score_keys(results.tests)
     rows = [
         ["test", "group", "outcome", "inputs"]
         + [f"{SA_LABELS[k]} {s}" for k in keys for s in ("mean", "max")]
         + ["new LSC", "new NC"]
     ]
-    for t in results.tests:
-        rows.append(
-            [t.nodeid, t.group, t.outcome, str(t.inputs)]
-            + [_num(stat.get(k)) for k in keys for stat in (t.mean, t.max)]
-            + [str(t.new.get("lsc", 0)), str(t.new.get("nc", 0))]
-        )
+    rows += [_test_cells(t, keys) for t in results.tests]
     return lines + _table(rows, right=set(range(3, len(rows[0]))))
+
+
+def _score_keys(tests: list[TestRow]) -> list[str]:
+    """The scores some test has a mean of (LSA when none has)."""
+    return [k for k in SA_LABELS if any(t.mean.get(k) is not None for t in tests)] or ["lsa"]
+
+
+def _test_cells(t: TestRow, keys: list[str]) -> list[str]:
+    """A test's row: id, group, outcome, inputs, each score's mean and max, what it covered first."""
+    scores = [_num(stat.get(k)) for k in keys for stat in (t.mean, t.max)]
+    return [t.nodeid, t.group, t.outcome, str(t.inputs), *scores, str(t.new.get("lsc", 0)), str(t.new.get("nc", 0))]
+
+
+def _kmnc(layer: LayerRow) -> float:
+    """A layer's KMNC (0 when it has none): the verbose layer table's order."""
+    return layer.coverage.get("kmnc") or 0.0
 
 
 def _layers_table(results: Results) -> list[str]:
     """Verbose: every coverage layer, least covered first by KMNC."""
     neuron = [k for k in NEURON if k in results.metrics]  # the run's neuron coverages
     rows = [["layer", "neurons"] + [LABELS[k] for k in neuron]]
-    for layer in sorted(results.layers, key=lambda entry: entry.coverage.get("kmnc") or 0.0):
+    for layer in sorted(results.layers, key=_kmnc):
         rows.append([layer.name, str(layer.neurons)] + [_pct(layer.coverage.get(k)) for k in neuron])
     return ["", "layers (least covered first by KMNC):", *_table(rows, right=set(range(1, 2 + len(neuron))))]
 
