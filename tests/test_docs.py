@@ -81,7 +81,9 @@ def test_readme_gives_the_commands_ci_runs() -> None:
     assert f"\n{test_command}\n" in ci
     assert "python3 -m pytest example_project --sadl-coverage" in readme
     steps = re.findall(r"^step .* bash (scripts/\S+\.sh)$", (ROOT / "scripts" / "ci.sh").read_text(), re.MULTILINE)
-    assert steps == [f"scripts/{name}.sh" for name in ("bootstrap", "check", "test", "test_libraries", "lowest", "wheel")]
+    assert steps == [
+        f"scripts/{name}.sh" for name in ("bootstrap", "check", "test", "test_libraries", "lowest", "wheel")
+    ]
 
 
 def test_linked_pages_exist() -> None:
