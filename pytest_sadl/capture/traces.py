@@ -138,20 +138,38 @@ class _Input:
 
 def _model_inputs(model: Any) -> tuple[list[_Input], str]:
     """The model's inputs and how it takes them: ``single``, ``list`` or ``dict``."""
-    from keras import tree
+    struct = _graph_inputs(model)
+    if struct is not None:
+        return _inputs_of_struct(struct)
+    return _built_inputs(model)
 
+
+def _graph_inputs(model: Any) -> Any:
+    """A functional (or built Sequential) model's input structure; ``None`` for another model."""
+    if not _is_graph_model(model):
+        return None
     struct = getattr(model, "_inputs_struct", None)
-    if _is_graph_model(model) and struct is None:
+    if struct is None:
         try:
             struct = list(model.inputs)
         except (AttributeError, ValueError):  # an unbuilt Sequential
             struct = None
-    if _is_graph_model(model) and struct is not None:
-        flat = tree.flatten(struct)
-        kind = "dict" if isinstance(struct, dict) else ("list" if isinstance(struct, (list, tuple)) else "single")
-        if len(flat) == 1 and kind == "list":
-            kind = "single"
-        return [_Input(str(t.name), tuple(t.shape[1:]), str(t.dtype)) for t in flat], kind
+    return struct
+
+
+def _inputs_of_struct(struct: Any) -> tuple[list[_Input], str]:
+    """The inputs of a graph model's input structure (symbolic tensors) and how it takes them."""
+    from keras import tree
+
+    flat = tree.flatten(struct)
+    kind = "dict" if isinstance(struct, dict) else ("list" if isinstance(struct, (list, tuple)) else "single")
+    if len(flat) == 1 and kind == "list":
+        kind = "single"
+    return [_Input(str(t.name), tuple(t.shape[1:]), str(t.dtype)) for t in flat], kind
+
+
+def _built_inputs(model: Any) -> tuple[list[_Input], str]:
+    """The inputs of a subclassed model, from the shapes it was built with."""
     shapes = getattr(model, "_build_shapes_dict", None)
     if not model.built or not shapes:
         raise SadlModelError(
@@ -166,6 +184,11 @@ def _model_inputs(model: Any) -> tuple[list[_Input], str]:
         )
     shape = next(iter(shapes.values()))
     dtype = str(getattr(model, "input_dtype", None) or "float32")
+    return _inputs_of_shape(shape, dtype)
+
+
+def _inputs_of_shape(shape: Any, dtype: str) -> tuple[list[_Input], str]:
+    """The inputs of one build shape: a dict of shapes, a list of shapes, or one shape."""
     if isinstance(shape, dict):
         return [_Input(str(k), tuple(shape[k])[1:], dtype) for k in sorted(shape)], "dict"
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
@@ -226,6 +249,27 @@ def _kept(model: Any, attr: str, key: tuple[Any, ...], make: Callable[[], _T], m
         while len(kept) > most:
             del kept[next(iter(kept))]
         return value
+
+
+def _measures(layer: Any, source: Any, outputs: set[int]) -> bool:
+    """Whether ``layer`` (an activation or ``BatchNormalization`` layer, called on the
+    output of ``source`` alone) is where ``source``'s neurons are measured: ``source``
+    is not yet activated and gives no model output."""
+    return is_per_neuron(layer) and not (is_activated(source) or id(source) in outputs)
+
+
+def _classifier_by_loss(loss: Any) -> bool | None:
+    """Whether a loss names a classifier (cross-entropy, hinge) or a regression;
+    ``None`` when there is no loss or its name says neither."""
+    if loss is None:
+        return None
+    name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", "")
+    name = str(name).lower()
+    if "crossentropy" in name or "hinge" in name:
+        return True
+    if any(k in name for k in _REGRESSION_LOSSES):
+        return False
+    return None
 
 
 class Tracer(Protocol):
@@ -411,12 +455,20 @@ class TraceModel:
         self.coverage_layers: list[str] = (
             resolve_layers(model, coverage_layers, purpose="coverage layers") or self.default_coverage_layers()
         )
+        self._set_taps(extrema)
+
+    def _set_taps(self, extrema: bool) -> None:
+        """The chosen layers checked, their taps (each once), extrema layers and sizes."""
         unique = list(dict.fromkeys(self.sa_layers + self.coverage_layers))
         for path in unique:
             self._check_tap(path)
         by_path = {n.path: n.layer for n in self._nodes}
         self._taps = [by_path[p] for p in unique]
         self._tap_index = {p: i for i, p in enumerate(unique)}
+        self._set_sizes(extrema)
+
+    def _set_sizes(self, extrema: bool) -> None:
+        """The chosen layers' widths, and the coverage layers whose extrema are kept (with ``extrema``)."""
         self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
@@ -450,18 +502,22 @@ class TraceModel:
         """See :func:`is_classifier`."""
         if len(shape) != 2:
             return False
+        by_loss = _classifier_by_loss(self._output_loss())
+        if by_loss is not None:
+            return by_loss
+        return self._classifier_by_head(shape)
+
+    def _output_loss(self) -> Any:
+        """The loss the model was compiled with for the measured output, or ``None``."""
         loss = getattr(self.model, "loss", None)
         if isinstance(loss, dict):
-            loss = loss.get(self.output_name)
-        elif isinstance(loss, (list, tuple)):
-            loss = loss[self._output_index] if self._output_index < len(loss) else None
-        if loss is not None:
-            name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", "")
-            name = str(name).lower()
-            if "crossentropy" in name or "hinge" in name:
-                return True
-            if any(k in name for k in _REGRESSION_LOSSES):
-                return False
+            return loss.get(self.output_name)
+        if isinstance(loss, (list, tuple)):
+            return loss[self._output_index] if self._output_index < len(loss) else None
+        return loss
+
+    def _classifier_by_head(self, shape: tuple[Any, ...]) -> bool:
+        """A softmax or sigmoid output layer, else an output of two or more columns."""
         import keras
 
         layer = self._output_layer
@@ -517,14 +573,15 @@ class TraceModel:
         outputs = {id(layer) for layer in self._output_layers}
         out: dict[str, str] = {}
         for p in ordered:
-            j = self._seen[p].after
-            src = paths[j] if j >= 0 else None
-            if src is None or src in out or src not in ordered or not is_per_neuron(by_path[p]):
-                continue
-            source = by_path[src]
-            if not (is_activated(source) or id(source) in outputs):
+            src = self._called_on(p, paths)
+            if src is not None and src not in out and src in ordered and _measures(by_path[p], by_path[src], outputs):
                 out[src] = p
         return out
+
+    def _called_on(self, path: str, paths: list[str]) -> str | None:
+        """The path of the layer whose output alone ``path``'s layer was called on, or ``None``."""
+        j = self._seen[path].after
+        return paths[j] if j >= 0 else None
 
     def _activated_by(self, path: str) -> set[str]:
         """The layers an activation layer's output activates: the one it was called on,
@@ -559,24 +616,7 @@ class TraceModel:
         candidates = self.default_coverage_layers()
         owner = next((p for p, layer in by_path.items() if layer is self._output_layer), None)
         if owner in candidates:
-            # hidden: before the measured output's layer, and no other output's layer
-            candidates = [
-                p
-                for p in candidates[: candidates.index(owner) + 1]
-                if p == owner or all(by_path[p] is not o for o in self._output_layers)
-            ]
-            candidates = candidates[: candidates.index(owner)]
-            if is_activation_only(by_path[owner]):
-                # the layers the output activates are the output's (Dense -> Softmax)
-                activates = self._activated_by(owner)
-                leaves = set(self._ordered())
-                if any(p in leaves and not is_pass_through(by_path[p]) for p in activates):
-                    candidates = [p for p in candidates if p not in activates]
-                else:  # the probe did not see what it was called on: the layers before it
-                    while candidates and is_activation_only(by_path[candidates[-1]]):
-                        candidates.pop()
-                    if candidates:
-                        candidates.pop()
+            candidates = self._hidden_before(owner, candidates, by_path)
         elif candidates:
             candidates = candidates[:-1]
         if not candidates:
@@ -585,6 +625,34 @@ class TraceModel:
                 f"choose the SA layers explicitly; layers are: {describe_layers(self.model)}"
             )
         return [candidates[-1]]
+
+    def _hidden_before(self, owner: str, candidates: list[str], by_path: dict[str, Any]) -> list[str]:
+        """The candidates before the measured output's layer ``owner`` that are no other
+        output's layer, without the layers a bare activation output activates."""
+        candidates = [
+            p
+            for p in candidates[: candidates.index(owner) + 1]
+            if p == owner or all(by_path[p] is not o for o in self._output_layers)
+        ]
+        candidates = candidates[: candidates.index(owner)]
+        if is_activation_only(by_path[owner]):
+            return self._not_activated_by(owner, candidates, by_path)
+        return candidates
+
+    def _not_activated_by(self, owner: str, candidates: list[str], by_path: dict[str, Any]) -> list[str]:
+        """The candidates without the layers the activation output ``owner`` activates: they
+        are the output's (Dense -> Softmax)."""
+        activates = self._activated_by(owner)
+        leaves = set(self._ordered())
+        if any(p in leaves and not is_pass_through(by_path[p]) for p in activates):
+            return [p for p in candidates if p not in activates]
+        # the probe did not see what it was called on: the layers before it
+        candidates = list(candidates)
+        while candidates and is_activation_only(by_path[candidates[-1]]):
+            candidates.pop()
+        if candidates:
+            candidates.pop()
+        return candidates
 
     @property
     def jit(self) -> bool | None:
@@ -756,12 +824,24 @@ class TraceModel:
             raise SadlDataError(f"batch_size must be >= 1, got {batch_size}")
         data = x if isinstance(x, TrainingData) else load_training_data(_numpy_if_tensor(x), what=what)
         data = self.prepare(data)
-        what = data.source
-        jit = self._use_jit(data.n)
+        rows = self._rows(data.n, fit)
+        outputs = self._run_batches(data, batch_size, rows, progress)
+        if rows.done == 0:
+            raise SadlDataError(f"{data.source} is empty (0 inputs); give at least one input")
+        return outputs, self._split(rows.arrays(), coverage=fit is None)
+
+    def _rows(self, n: int | None, fit: Any) -> _Rows:
+        """Where a run's traces go: arrays of ``n`` rows, the coverage layers' folded into ``fit``."""
         folded = {} if fit is None else {1 + self._tap_index[p]: i for i, p in enumerate(self.coverage_layers)}
         # an SA layer's rows are kept, whether or not it is a coverage layer too
         dropped = set(folded) - {1 + self._tap_index[p] for p in self.sa_layers}
-        rows = _Rows(data.n, folded, dropped, fit)
+        return _Rows(n, folded, dropped, fit)
+
+    def _run_batches(self, data: TrainingData, batch_size: int, rows: _Rows, progress: Progress | None) -> list[Any]:
+        """The outputs of every batch of ``data``, their traces into ``rows``. An interrupted
+        run (a timeout, Ctrl-C, SystemExit) carries the batches done as ``sadl_partial``."""
+        what = data.source
+        jit = self._use_jit(data.n)
         outputs: list[Any] = []
         try:
             for batch in data.batches(batch_size):
@@ -775,12 +855,10 @@ class TraceModel:
         except BaseException as exc:  # a timeout, Ctrl-C, SystemExit: the batches done go with it
             if rows.done:
                 exc.sadl_partial = self._split(  # type: ignore[attr-defined]
-                    [None if a is None else a[: rows.done] for a in rows.arrays()], coverage=fit is None
+                    [None if a is None else a[: rows.done] for a in rows.arrays()], coverage=rows.fit is None
                 )
             raise
-        if rows.done == 0:
-            raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
-        return outputs, self._split(rows.arrays(), coverage=fit is None)
+        return outputs
 
     def traces(
         self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
@@ -902,14 +980,17 @@ class _Rows:
         if self.total is None:  # joined by np.concatenate at the end: owned arrays, not the pass's views
             self.parts.append(kept)
         else:
-            if self.filled is None:
-                self.filled = [
-                    None if a is None else np.empty((self.total,) + a.shape[1:], dtype=a.dtype) for a in kept
-                ]
-            for dst, src in zip(self.filled, kept, strict=True):
-                if dst is not None:
-                    dst[self.done : self.done + n] = src
+            self._fill(kept, n)
         self.done += n
+
+    def _fill(self, kept: list[np.ndarray | None], n: int) -> None:
+        """Copy one batch's ``n`` rows into the arrays (allocated at the first batch)."""
+        if self.filled is None:
+            assert self.total is not None
+            self.filled = [None if a is None else np.empty((self.total,) + a.shape[1:], dtype=a.dtype) for a in kept]
+        for dst, src in zip(self.filled, kept, strict=True):
+            if dst is not None:
+                dst[self.done : self.done + n] = src
 
     def arrays(self) -> list[np.ndarray | None]:
         if self.filled is not None:
@@ -933,6 +1014,12 @@ def _numpy_if_tensor(x: Any) -> Any:
         return {k: _numpy_if_tensor(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):  # several inputs in model.inputs order (never (x, y) here)
         return [_numpy_if_tensor(v) for v in x]
+    return _eager_numpy(x)
+
+
+def _eager_numpy(x: Any) -> Any:
+    """An eager tensor as NumPy; a symbolic tensor, or anything that fails, unchanged
+    (the caller names the problem)."""
     if hasattr(x, "shape") and hasattr(x, "dtype") and not is_symbolic(x):
         try:
             return to_numpy(x)
