@@ -61,7 +61,7 @@ data, or a recorded call), with one two-row probe pass.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -322,12 +322,21 @@ class _Probe:
         s.structured = not single
         src = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if s.calls == 1 and src is not None:
-            s.after = self.produced.get(id(src))
-            self.inputs[path] = src
-            if single and _may_act_elementwise(module, src, main):
-                self.samples[path] = src.detach().clone()
-        if not single:
-            return
+            self._note_input(path, module, src, main if single else None)
+        if single:
+            self._note_output(path, module, src, main, out)
+
+    def _note_input(self, path: str, module: Any, src: Any, main: Any) -> None:
+        """A module's first call's input: the module that gave it, and a copy to test
+        element-wise action on when the module may act so (``main``: its one output)."""
+        self.seen[path].after = self.produced.get(id(src))
+        self.inputs[path] = src
+        if main is not None and _may_act_elementwise(module, src, main):
+            self.samples[path] = src.detach().clone()
+
+    def _note_output(self, path: str, module: Any, src: Any, main: Any, out: Any) -> None:
+        """A module's one output: its shape, whether it has a row per input, its layout."""
+        s = self.seen[path]
         s.shape = (None,) + tuple(int(d) for d in main.shape[1:])
         s.per_input = main.dim() >= 1 and int(main.shape[0]) == self.rows
         s.layout = self._layout(module, main, src)
@@ -380,16 +389,21 @@ class _Probe:
     def _fused_leaf(self, path: str, module: Any) -> str | None:
         """The leaf that gives a per-neuron container's output (see :meth:`_containers`)."""
         children = [(p, m) for p, m in self.modules.items() if p.startswith(path + ".")]
-        if not children or any(v.dim() > 1 for v in module.parameters(recurse=False)):
-            return None
-        if not all(self._per_neuron_or_through(p, m) for p, m in children):
+        if not self._per_neuron_container(module, children):
             return None
         out = self.outputs[path]
         last = [p for p, _ in children if self.outputs.get(p) is out and not is_pass_through(self.modules[p])]
         return last[-1] if last else None
 
+    def _per_neuron_container(self, module: Any, children: list[tuple[str, Any]]) -> bool:
+        """Whether a module with submodules ``children`` computes per-neuron maps only: its
+        own parameters vectors, its submodules per-neuron or pass-through."""
+        if not children or any(v.dim() > 1 for v in module.parameters(recurse=False)):
+            return False
+        return all(self._per_neuron_or_through(p, m) for p, m in children)
+
     def _per_neuron_or_through(self, path: str, module: Any) -> bool:
-        if any(True for _ in module.children()):
+        if _has_children(module):
             return True  # judged by its own leaves, which are in the list too
         return is_pass_through(module) or is_per_neuron(module) or self.seen[path].elementwise
 
@@ -466,11 +480,18 @@ def _token(t: Any, kind: str, mask: Any) -> Any:
 def _may_act_elementwise(module: Any, src: Any, main: Any) -> bool:
     """A leaf of no known class, without parameters or buffers, whose output has its input's
     shape: it may be an activation of a library (Hugging Face's ``GELUActivation``)."""
-    if any(True for _ in module.children()) or is_pass_through(module) or is_per_neuron(module):
-        return False
-    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+    if _has_children(module) or is_pass_through(module) or is_per_neuron(module) or _has_state(module):
         return False
     return bool(tuple(main.shape) == tuple(src.shape) and src.is_floating_point() and src.numel() >= 2)
+
+
+def _has_children(module: Any) -> bool:
+    return any(True for _ in module.children())
+
+
+def _has_state(module: Any) -> bool:
+    """Whether a module has parameters or buffers."""
+    return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
 
 
 def _acts_elementwise(module: Any, sample: Any) -> bool:
@@ -490,6 +511,13 @@ def _acts_elementwise(module: Any, sample: Any) -> bool:
         return False
     same_rows = c.shape == a[:1].shape and torch.allclose(c, a[:1], equal_nan=True)
     return bool(same_rows and torch.allclose(a.reshape(-1)[perm], b.reshape(-1), equal_nan=True))
+
+
+def _is_index(item: Any, paths: Mapping[str, Any]) -> bool:
+    """Whether a layer item is an index: an int (not a bool), or digits that are no path."""
+    if isinstance(item, (int, np.integer)):
+        return not isinstance(item, bool)
+    return isinstance(item, str) and item.lstrip("-").isdigit() and item not in paths
 
 
 class TorchTraceModel:
@@ -543,28 +571,24 @@ class TorchTraceModel:
     def _check_spec(self, spec: Sequence[str | int] | None, purpose: str) -> list[str] | None:
         if not spec:
             return None
-        paths = list(self._modules)
-        out = []
-        for item in spec:
-            if (
-                isinstance(item, (int, np.integer))
-                and not isinstance(item, bool)
-                or (isinstance(item, str) and item.lstrip("-").isdigit() and item not in self._modules)
-            ):
-                i = int(item)
-                top = [p for p in paths if "." not in p]
-                if not -len(top) <= i < len(top):
-                    raise SadlLayerError(
-                        f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}"
-                    )
-                out.append(top[i])
-            elif item in self._modules:
-                out.append(str(item))
-            else:
+        return [self._module_path(item, purpose) for item in spec]
+
+    def _module_path(self, item: str | int, purpose: str) -> str:
+        """The path of one item: a ``named_modules()`` path, or an index (also given as
+        digits) into the top-level modules."""
+        if _is_index(item, self._modules):
+            i = int(item)
+            top = [p for p in self._modules if "." not in p]
+            if not -len(top) <= i < len(top):
                 raise SadlLayerError(
-                    f"{purpose}: module {item!r} not found; name modules by their named_modules() path: {self._listing()}"
+                    f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}"
                 )
-        return out
+            return top[i]
+        if item in self._modules:
+            return str(item)
+        raise SadlLayerError(
+            f"{purpose}: module {item!r} not found; name modules by their named_modules() path: {self._listing()}"
+        )
 
     def _listing(self) -> str:
         return ", ".join(f"{p} ({_class_name(m)})" for p, m in self._modules.items()) or "(no submodules)"
@@ -645,6 +669,10 @@ class TorchTraceModel:
         for path in self._taps:
             self._check_tap(path)
         self._tap_index = {p: i for i, p in enumerate(self._taps)}
+        self._set_sizes()
+
+    def _set_sizes(self) -> None:
+        """The chosen layers' widths, and the coverage layers whose extrema are kept."""
         self._extrema_paths = [p for p in self.coverage_layers if self._extrema and len(self._seen[p].shape or ()) > 2]
         self.sa_sizes = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes = [self._size(p) for p in self.coverage_layers]
@@ -845,31 +873,43 @@ class TorchTraceModel:
         out = to_numpy(flat[self._output_index]).astype(np.float32, copy=False)
         if out.ndim == 1:
             out = out[:, None]
-        missing = [p for p in self._taps if p not in captured]
-        if missing:
-            raise SadlLayerError(f"modules {missing} did not run in this forward pass; choose modules that always run")
-        taps = {p: to_numpy(captured[p]) for p in self._taps}
-        uneven = [p for p, t in taps.items() if len(t) != len(out)]
-        if uneven:
-            raise SadlLayerError(
-                f"modules {uneven} gave {len(taps[uneven[0]])} rows for {len(out)} inputs; choose modules whose "
-                "output has one row per input"
-            )
-        sa_parts = [to_numpy(captured.get(p + "\0token", captured[p])) for p in self.sa_layers]
-        sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
-        extrema = None
-        if self._extrema_paths:
-            pairs = {p: (to_numpy(captured[p + "\0min"]), to_numpy(captured[p + "\0max"])) for p in self._extrema_paths}
-            extrema = [pairs.get(p) for p in self.coverage_layers]
+        taps = self._tap_traces(captured, len(out))
         return Traces(
-            sa=np.asarray(sa, dtype=np.float32),
+            sa=self._sa_traces(captured),
             coverage=[taps[p] for p in self.coverage_layers],
             pred=self.predictions(out),
             output=out,
             sa_layers=list(self.sa_layers),
             coverage_layers=list(self.coverage_layers),
-            coverage_extrema=extrema,
+            coverage_extrema=self._extrema_of(captured),
         )
+
+    def _tap_traces(self, captured: dict[str, Any], n: int) -> dict[str, np.ndarray]:
+        """Every tapped module's traces, checked: each ran, with one row per input (``n``)."""
+        missing = [p for p in self._taps if p not in captured]
+        if missing:
+            raise SadlLayerError(f"modules {missing} did not run in this forward pass; choose modules that always run")
+        taps = {p: to_numpy(captured[p]) for p in self._taps}
+        uneven = [p for p, t in taps.items() if len(t) != n]
+        if uneven:
+            raise SadlLayerError(
+                f"modules {uneven} gave {len(taps[uneven[0]])} rows for {n} inputs; choose modules whose "
+                "output has one row per input"
+            )
+        return taps
+
+    def _sa_traces(self, captured: dict[str, Any]) -> np.ndarray:
+        """The SA layers' traces side by side (a sequence output's read token where there is one)."""
+        sa_parts = [to_numpy(captured.get(p + "\0token", captured[p])) for p in self.sa_layers]
+        sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
+        return np.asarray(sa, dtype=np.float32)
+
+    def _extrema_of(self, captured: dict[str, Any]) -> list[Any] | None:
+        """``(min, max)`` per coverage layer whose extrema are kept (``None`` for the others)."""
+        if not self._extrema_paths:
+            return None
+        pairs = {p: (to_numpy(captured[p + "\0min"]), to_numpy(captured[p + "\0max"])) for p in self._extrema_paths}
+        return [pairs.get(p) for p in self.coverage_layers]
 
     def predictions(self, output: np.ndarray) -> np.ndarray:
         """Predicted classes (argmax; for one unit, > 0.5 after its sigmoid) or the raw output."""
@@ -1035,19 +1075,10 @@ class TorchTraceModel:
         """Why ``model(x)`` (``x`` a tuple for several positional inputs) cannot be recorded
         now (``None``: it can)."""
         torch = import_torch()
-        compiler = getattr(torch, "compiler", None)
-        if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-            return "model(x) was called while torch.compile traces it (no values to record)"
-        if torch.jit.is_tracing() or torch.jit.is_scripting():
-            return "model(x) was called while torch.jit traces it (no values to record)"
-        parts = tuple(x.values()) if isinstance(x, dict) else tuple(x) if isinstance(x, tuple) else (x,)
-        if any(not isinstance(p, (torch.Tensor, np.ndarray)) for p in parts):
-            return "model(x) was called with something other than one tensor per input"
-        if any(isinstance(p, torch.Tensor) and type(p).__name__ in ("FakeTensor", "FunctionalTensor") for p in parts):
-            return "model(x) was called on symbolic tensors"
-        if self.model.training:
+        why = _tracing(torch) or _not_tensors(torch, x)
+        if why is None and self.model.training:
             return "model(x) was called in train() mode (dropout and batch statistics on); call model.eval() to record"
-        return None
+        return why
 
     def host(self, x: Any) -> Any:
         """The inputs of a call as NumPy (what the recorder digests): one array, or a dict
@@ -1074,6 +1105,26 @@ class TorchTraceModel:
         with self._hooked(captured):
             output = self.call_model(call, parts, getattr(x, "extra", None))
         return output, self._split(output, captured)
+
+
+def _tracing(torch: Any) -> str | None:
+    """Why nothing can be recorded while torch.compile or torch.jit traces the model (``None``: neither does)."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return "model(x) was called while torch.compile traces it (no values to record)"
+    if torch.jit.is_tracing() or torch.jit.is_scripting():
+        return "model(x) was called while torch.jit traces it (no values to record)"
+    return None
+
+
+def _not_tensors(torch: Any, x: Any) -> str | None:
+    """Why a call's inputs ``x`` cannot be recorded: not one tensor per input, or symbolic ones."""
+    parts = tuple(x.values()) if isinstance(x, dict) else tuple(x) if isinstance(x, tuple) else (x,)
+    if any(not isinstance(p, (torch.Tensor, np.ndarray)) for p in parts):
+        return "model(x) was called with something other than one tensor per input"
+    if any(isinstance(p, torch.Tensor) and type(p).__name__ in ("FakeTensor", "FunctionalTensor") for p in parts):
+        return "model(x) was called on symbolic tensors"
+    return None
 
 
 def _input_shape(t: Any, keywords: bool) -> tuple[int | None, ...]:
