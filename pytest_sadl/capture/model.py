@@ -113,6 +113,11 @@ def _from_file(path: Path, label: str) -> Any:
         raise SadlModelError(
             f"{label}: unknown model format {suffix or '(no suffix)'!r}; give a .keras file (model.save('model.keras'))"
         )
+    return _from_keras_file(path, label)
+
+
+def _from_keras_file(path: Path, label: str) -> Any:
+    """The model in a ``.keras`` archive, each way Keras fails to load it said in one line."""
     if not zipfile.is_zipfile(path):
         raise SadlModelError(
             f"{label}: {str(path)!r} is not a .keras archive (not a zip file; truncated or "
@@ -121,15 +126,7 @@ def _from_file(path: Path, label: str) -> Any:
     try:
         return _load_compiled(path, label)
     except ValueError as exc:
-        msg = str(exc)
-        if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
-            raise SadlModelError(
-                f"{label}: the model holds Python code (e.g. a Lambda layer) that Keras' "
-                "safe mode refuses to deserialise, and pytest-sadl keeps safe mode on. "
-                "Replace the Lambda with a registered custom layer, or provide the model "
-                "from a 'sadl_model' fixture in conftest.py"
-            ) from exc
-        raise SadlModelError(f"{label}: Keras cannot load it: {msg}") from exc
+        raise _refused(exc, label) from exc
     except TypeError as exc:
         raise SadlModelError(
             f"{label}: Keras cannot rebuild the model ({exc}); if it uses custom layers, "
@@ -142,6 +139,19 @@ def _from_file(path: Path, label: str) -> Any:
             f"{label}: Keras cannot load it ({type(exc).__name__}: {exc}); re-save the "
             "model with model.save('model.keras')"
         ) from exc
+
+
+def _refused(exc: ValueError, label: str) -> SadlModelError:
+    """The error for a ``ValueError`` of Keras' loader: safe mode refusing Python code, or another."""
+    msg = str(exc)
+    if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
+        return SadlModelError(
+            f"{label}: the model holds Python code (e.g. a Lambda layer) that Keras' "
+            "safe mode refuses to deserialise, and pytest-sadl keeps safe mode on. "
+            "Replace the Lambda with a registered custom layer, or provide the model "
+            "from a 'sadl_model' fixture in conftest.py"
+        )
+    return SadlModelError(f"{label}: Keras cannot load it: {msg}")
 
 
 def _load_compiled(path: Path, label: str) -> Any:

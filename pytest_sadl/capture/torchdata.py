@@ -68,10 +68,7 @@ def _split_batch(batch: Any, source: str) -> tuple[Any, Any]:
     (or one tensor per input name) and ``y``; ``x`` itself a tuple or list of tensors for
     a model with several positional inputs (``((image, aux), y)``)."""
     if isinstance(batch, dict):
-        y = next((batch[k] for k in _LABELS if k in batch), None)
-        if "x" in batch:
-            return batch["x"], y
-        return {str(k): v for k, v in batch.items() if k not in _LABELS}, y
+        return _split_mapping(batch)
     if isinstance(batch, (tuple, list)):
         if not batch or len(batch) > 2:
             raise SadlDataError(
@@ -80,6 +77,14 @@ def _split_batch(batch: Any, source: str) -> tuple[Any, Any]:
             )
         return batch[0], (batch[1] if len(batch) == 2 else None)
     return batch, None
+
+
+def _split_mapping(batch: dict[Any, Any]) -> tuple[Any, Any]:
+    """``(x, y)`` of a dict: its ``x`` (else one tensor per input name) and its labels."""
+    y = next((batch[k] for k in _LABELS if k in batch), None)
+    if "x" in batch:
+        return batch["x"], y
+    return {str(k): v for k, v in batch.items() if k not in _LABELS}, y
 
 
 def _parts(x: Any) -> dict[str, Any] | list[Any] | None:
@@ -105,21 +110,9 @@ def arrays_from_torch_data(
     labelled: bool | None = None
     for batch in loader:
         x, y = _split_batch(batch, source)
-        parts = _parts(x)
-        each = list(parts.values()) if isinstance(parts, dict) else (parts if parts is not None else [x])
-        if not each or any(not hasattr(p, "shape") for p in each):
-            raise SadlDataError(
-                f"{source} yields {type(x).__name__}, not tensors; yield x or (x, y) tensors "
-                "(((x1, x2), y) for several inputs)"
-            )
+        xs.append(_inputs_numpy(x, source))
         if labelled is None:
             labelled = y is not None
-        if isinstance(parts, dict):
-            xs.append({k: to_numpy(v) for k, v in parts.items()})
-        elif parts is not None:
-            xs.append([to_numpy(v) for v in parts])
-        else:
-            xs.append(to_numpy(x))
         if labelled and y is not None:
             ys.append(to_numpy(y))
     if not xs:
@@ -128,9 +121,35 @@ def arrays_from_torch_data(
     return _joined(xs, source), y_all
 
 
+def _inputs_numpy(x: Any, source: str) -> Any:
+    """One batch's inputs as NumPy: one array, a list of them or a dict by name."""
+    parts = _parts(x)
+    _check_tensors(x, parts, source)
+    if isinstance(parts, dict):
+        return {k: to_numpy(v) for k, v in parts.items()}
+    if parts is not None:
+        return [to_numpy(v) for v in parts]
+    return to_numpy(x)
+
+
+def _check_tensors(x: Any, parts: dict[str, Any] | list[Any] | None, source: str) -> None:
+    """Raise unless a batch's inputs ``x`` (split into ``parts``) are tensors or arrays."""
+    each = list(parts.values()) if isinstance(parts, dict) else (parts if parts is not None else [x])
+    if not each or any(not hasattr(p, "shape") for p in each):
+        raise SadlDataError(
+            f"{source} yields {type(x).__name__}, not tensors; yield x or (x, y) tensors "
+            "(((x1, x2), y) for several inputs)"
+        )
+
+
+def _same_structure(b: Any, first: Any) -> bool:
+    """Whether batch ``b``'s inputs have the first batch's structure (type and count)."""
+    return type(b) is type(first) and (isinstance(b, np.ndarray) or len(b) == len(first))
+
+
 def _joined(xs: list[Any], source: str) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
     first = xs[0]
-    if any(type(b) is not type(first) or (not isinstance(b, np.ndarray) and len(b) != len(first)) for b in xs):
+    if not all(_same_structure(b, first) for b in xs):
         raise SadlDataError(f"{source} yields batches of different structure; yield the same inputs in every batch")
     if isinstance(first, dict):
         return {k: np.concatenate([b[k] for b in xs]) for k in first}
