@@ -53,9 +53,8 @@ def _logits_layer(tm: Any, by_path: dict[str, Any], owner: str) -> str | None:
     return None
 
 
-def _head_paths(tm: Any) -> tuple[str, str]:
-    """(the dense layer that makes the logits, the layer its input comes from)."""
-    by_path = {n.path: n.layer for n in tm._nodes}
+def _logits_of_output(tm: Any, by_path: dict[str, Any]) -> str:
+    """The dense layer whose logits the measured output is a softmax of; raises for another output."""
     owner = next((p for p, layer in by_path.items() if layer is tm._output_layer), None)
     dense = None if owner is None else _logits_layer(tm, by_path, owner)
     if owner is None or dense is None:
@@ -63,15 +62,30 @@ def _head_paths(tm: Any) -> tuple[str, str]:
             f"model {tm.name!r}: its output {owner!r} is not a softmax over a Dense layer's logits, "
             "so energy, MaxLogit and MSP do not apply; use the other scores"
         )
+    return dense
+
+
+def _head_paths(tm: Any) -> tuple[str, str]:
+    """(the dense layer that makes the logits, the layer its input comes from)."""
+    by_path = {n.path: n.layer for n in tm._nodes}
+    dense = _logits_of_output(tm, by_path)
     source = _back(tm, dense)
     # back through layers that hand a (batch, d) input on unchanged (a Dropout, a Flatten of it)
     while source is not None and is_pass_through(by_path[source]):
-        before = _back(tm, source)
-        shape = tm._seen[source].shape or ()
-        if before is None or len(shape) != 2 or (tm._seen[before].shape or ()) != shape:
+        before = _unchanged_from(tm, source)
+        if before is None:
             break
         source = before
     return dense, source or ""
+
+
+def _unchanged_from(tm: Any, path: str) -> str | None:
+    """The layer whose ``(batch, d)`` output the layer at ``path`` hands on unchanged in shape, or ``None``."""
+    before = _back(tm, path)
+    shape = tm._seen[path].shape or ()
+    if before is None or len(shape) != 2 or (tm._seen[before].shape or ()) != shape:
+        return None
+    return before
 
 
 def logit_head(tm: Any) -> tuple[np.ndarray, np.ndarray]:
