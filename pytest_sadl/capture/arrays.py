@@ -52,12 +52,7 @@ class Traces:
         if not parts:
             raise ValueError("Traces.concatenate needs at least one Traces")
         first = parts[0]
-        extrema = None
-        if first.coverage_extrema is not None:
-            extrema = [
-                None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
-                for i, e in enumerate(first.coverage_extrema)
-            ]
+        extrema = None if first.coverage_extrema is None else _joined_extrema(parts, first.coverage_extrema)
         return cls(
             sa=np.concatenate([p.sa for p in parts]),
             coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
@@ -69,19 +64,35 @@ class Traces:
         )
 
 
+def _joined_extrema(parts: Sequence[Traces], first: list[Any]) -> list[Any]:
+    """The ``(min, max)`` per coverage layer of consecutive batches joined (``None`` stays ``None``)."""
+    return [
+        None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
+        for i, e in enumerate(first)
+    ]
+
+
 def resolve_output(output: str | int | None, names: Sequence[str], model_name: str) -> int:
     """The index of the measured output (``sadl_output``: a name, an index, an index as a
     string, or ``None`` for the first), for the Keras and the PyTorch trace models alike."""
     if output is None:
         return 0
-    if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
-        output = int(output)
-    if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
-        if -len(names) <= int(output) < len(names):
-            return int(output) % len(names)
-    elif isinstance(output, str) and output in names:  # a bool is neither an index nor a name
-        return list(names).index(output)
+    index = _output_index(output, names)
+    if index is not None:
+        return index
     raise SadlModelError(
         f"sadl_output={output!r}: model {model_name!r} has outputs "
         f"{', '.join(f'{i}:{n}' for i, n in enumerate(names))}; give one of these names or indices"
     )
+
+
+def _output_index(output: str | int, names: Sequence[str]) -> int | None:
+    """The index ``output`` names (an index in range, digits that are no name, or a
+    name), or ``None``: a bool is neither an index nor a name."""
+    if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
+        output = int(output)
+    if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
+        return int(output) % len(names) if -len(names) <= int(output) < len(names) else None
+    if isinstance(output, str) and output in names:
+        return list(names).index(output)
+    return None

@@ -81,6 +81,11 @@ def _head(x: Any, n: int) -> Any:
     if isinstance(x, (list, tuple)):
         each = [_head(v, n) for v in x]
         return None if any(v is None for v in each) else type(x)(each)
+    return _array_head(x, n)
+
+
+def _array_head(x: Any, n: int) -> Any:
+    """The first ``n`` rows of one array, or ``None`` when it has fewer or no length."""
     try:
         return x[:n] if len(x) >= n else None
     except TypeError:
