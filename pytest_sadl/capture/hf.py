@@ -12,6 +12,7 @@ never imported: a model and its outputs are recognised by their class's module.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -93,13 +94,7 @@ def bind_call(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tupl
         bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         return None, f"model(...) was called with arguments forward does not take ({exc})"
-    params = signature.parameters
-    named: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        if params[name].kind == inspect.Parameter.VAR_KEYWORD:
-            named.update({k: v for k, v in value.items() if v is not None})
-        elif value is not None:
-            named[name] = value
+    named = _named(bound.arguments, signature.parameters)
     extra = {k: named.pop(k) for k in LABEL_KEYWORDS if k in named}
     odd = [k for k, v in named.items() if not (hasattr(v, "shape") and hasattr(v, "dtype"))]
     if odd:
@@ -107,6 +102,17 @@ def bind_call(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tupl
     out = KeywordCall(named)
     out.extra = extra
     return out, None
+
+
+def _named(arguments: Mapping[str, Any], params: Mapping[str, inspect.Parameter]) -> dict[str, Any]:
+    """Bound arguments by name, ``**kwargs`` spread out, ``None`` values dropped."""
+    named: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if params[name].kind == inspect.Parameter.VAR_KEYWORD:
+            named.update({k: v for k, v in value.items() if v is not None})
+        elif value is not None:
+            named[name] = value
+    return named
 
 
 def output_items(out: Any) -> tuple[list[Any], list[str]] | None:
