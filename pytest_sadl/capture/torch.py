@@ -513,6 +513,26 @@ def _acts_elementwise(module: Any, sample: Any) -> bool:
     return bool(same_rows and torch.allclose(a.reshape(-1)[perm], b.reshape(-1), equal_nan=True))
 
 
+def _gives(output: Any, measured: Any) -> bool:
+    """Whether a module's output is the measured tensor (or a tuple that starts with it)."""
+    return output is measured or (isinstance(output, tuple) and bool(output) and output[0] is measured)
+
+
+def _flat_container(out: Any, torch: Any) -> tuple[list[Any], list[str]] | None:
+    """A dict's tensors by sorted key, or a tuple's or list's by index; ``None`` for another output."""
+    if isinstance(out, dict):
+        keys = sorted(out)
+        return [out[k] for k in keys], [str(k) for k in keys]
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out), [str(i) for i in range(len(out))]
+    return None
+
+
+def _once_per_input(s: _Seen) -> bool:
+    """A module that ran once and returned one tensor of one row per input."""
+    return s.calls == 1 and not s.structured and s.per_input
+
+
 def _is_index(item: Any, paths: Mapping[str, Any]) -> bool:
     """Whether a layer item is an index: an int (not a bool), or digits that are no path."""
     if isinstance(item, (int, np.integer)):
@@ -629,6 +649,13 @@ class TorchTraceModel:
         out_shape = self._learn_output(out, probe.outputs)
         mask = dict(zip(self.input_names, firsts, strict=True)).get("attention_mask") if self.keywords else None
         self._head = _head_reads(probe, self._flatten_output(out)[0][self._output_index], self._output_path, mask)
+        self._learn_inputs(firsts)
+        self._learn_classifier(out_shape)
+        self._choose_layers()
+        self._probed = True
+
+    def _learn_inputs(self, firsts: tuple[Any, ...]) -> None:
+        """The inputs' shapes (without the batch axis) and dtype, from the probe's rows."""
         first = firsts[0]
         self.input_shape: tuple[int | None, ...] = tuple(int(d) for d in first.shape[1:])
         self.input_shapes: dict[str, tuple[int | None, ...]] = {
@@ -637,6 +664,9 @@ class TorchTraceModel:
         if self.keywords and len(self.input_names) == 1:
             self.input_shape = self.input_shapes[self.input_names[0]]
         self.input_dtype = str(first.dtype).replace("torch.", "")
+
+    def _learn_classifier(self, out_shape: tuple[int, ...]) -> None:
+        """Whether the model is a classifier (given, else judged by its output), checked."""
         self.classifier = (
             self._is_classifier(out_shape) if self._classifier_spec is None else bool(self._classifier_spec)
         )
@@ -645,8 +675,6 @@ class TorchTraceModel:
                 f"model {self.name!r} has output {self.output_name!r} of shape {(None,) + out_shape[1:]}; a classifier "
                 "needs a (batch, classes) output (pass classifier=False for a regression model)"
             )
-        self._choose_layers()
-        self._probed = True
 
     def _learn_output(self, out: Any, outputs: dict[str, Any]) -> tuple[int, ...]:
         """The measured output's name and shape, and the modules that give it."""
@@ -656,7 +684,7 @@ class TorchTraceModel:
         self._output_index = self._resolve_output(self._output_spec)
         self.output_name = names[self._output_index]
         measured = flat[self._output_index]
-        owners = [p for p, o in outputs.items() if o is measured or (isinstance(o, tuple) and o and o[0] is measured)]
+        owners = [p for p, o in outputs.items() if _gives(o, measured)]
         self._output_path = min(owners, key=lambda p: seen[p].order) if owners else None
         self._output_paths = {p for p, o in outputs.items() if any(o is f for f in flat)}
         return tuple(measured.shape)
@@ -682,13 +710,10 @@ class TorchTraceModel:
         if isinstance(out, torch.Tensor):
             return [out], ["output"]
         items = hf.output_items(out)
+        if items is None:
+            items = _flat_container(out, torch)
         if items is not None:
             return items
-        if isinstance(out, dict):
-            keys = sorted(out)
-            return [out[k] for k in keys], [str(k) for k in keys]
-        if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
-            return list(out), [str(i) for i in range(len(out))]
         raise SadlModelError(
             f"model {self.name!r} returns {type(out).__name__}; pytest-sadl measures a tensor, or a tuple, list "
             "or dict of tensors"
@@ -733,14 +758,7 @@ class TorchTraceModel:
 
     def _ordered(self) -> list[str]:
         """Leaf modules that ran once and returned one tensor of one row per input, in call order."""
-        leaves = [
-            p
-            for p, m in self._modules.items()
-            if not any(True for _ in m.children())
-            and self._seen[p].calls == 1
-            and not self._seen[p].structured
-            and self._seen[p].per_input
-        ]
+        leaves = [p for p, m in self._modules.items() if not _has_children(m) and _once_per_input(self._seen[p])]
         return sorted(leaves, key=lambda p: self._seen[p].order)
 
     def _activated(self) -> dict[str, str]:
@@ -754,11 +772,23 @@ class TorchTraceModel:
             after = self._seen[p].after
             if after is not None and self._per_neuron(p) and self._may_activate(after):
                 out.setdefault(after, p)
-        leaves = set(ordered)
+        self._activated_by_containers(set(ordered), out)
+        return out
+
+    def _activated_by_containers(self, leaves: set[str], out: dict[str, str]) -> None:
+        """Into ``out``: a module a per-neuron container is applied to, measured after the
+        container's last leaf (when that leaf is one of ``leaves``)."""
         for s in self._seen.values():
             if s.fused is not None and s.fused in leaves and s.after is not None and self._may_activate(s.after):
                 out.setdefault(s.after, s.fused)
-        return out
+
+    def _hidden(self, candidates: list[str]) -> list[str]:
+        """The coverage layers before the module that gives the measured output (when it is
+        one of them; a block's output counts as its last leaf), and no model output."""
+        owner = self._output_path
+        if owner is not None and owner in candidates:
+            return [p for p in candidates[: candidates.index(owner)] if p not in self._output_paths]
+        return candidates[:-1]
 
     def _per_neuron(self, path: str) -> bool:
         """An activation or batch norm, by class or (an activation of a library) by acting
@@ -783,14 +813,7 @@ class TorchTraceModel:
         """The last coverage layer before the one that produces the measured output."""
         if self._head is not None:  # a sequence model's head reads one token of this module's output
             return [self._head[0]]
-        candidates = self.default_coverage_layers()
-        owner = self._output_path
-        if owner is not None and owner not in candidates:  # a block's output: its last leaf
-            owner = None
-        if owner in candidates:
-            candidates = [p for p in candidates[: candidates.index(owner)] if p not in self._output_paths]
-        elif candidates:
-            candidates = candidates[:-1]
+        candidates = self._hidden(self.default_coverage_layers())
         if not candidates:
             raise SadlLayerError(
                 f"model {self.name!r} has no hidden module with neurons to measure surprise on; choose the SA "
@@ -939,13 +962,7 @@ class TorchTraceModel:
         tensor, or a tuple/list (positional) or dict (by parameter name) for several."""
         n = len(self.input_names)
         if isinstance(x, dict):
-            missing = [name for name in self.input_names if name not in x]
-            if missing:
-                raise SadlDataError(
-                    f"inputs hold {sorted(x)}; the model's forward takes {', '.join(self.input_names)}: "
-                    "key them by forward's parameter names"
-                )
-            return tuple(x[name] for name in self.input_names)
+            return self._keyed_parts(x)
         parts = tuple(x) if isinstance(x, (tuple, list)) and n > 1 else (x,)
         if len(parts) != n:
             raise SadlDataError(
@@ -953,6 +970,16 @@ class TorchTraceModel:
                 "give one array or tensor per input"
             )
         return parts
+
+    def _keyed_parts(self, x: dict[str, Any]) -> tuple[Any, ...]:
+        """The inputs of a dict by ``forward``'s parameter names, in ``forward``'s order."""
+        missing = [name for name in self.input_names if name not in x]
+        if missing:
+            raise SadlDataError(
+                f"inputs hold {sorted(x)}; the model's forward takes {', '.join(self.input_names)}: "
+                "key them by forward's parameter names"
+            )
+        return tuple(x[name] for name in self.input_names)
 
     def _first_batch(self, data: TrainingData) -> Any:
         for batch in data.batches(2):

@@ -251,6 +251,13 @@ def _kept(model: Any, attr: str, key: tuple[Any, ...], make: Callable[[], _T], m
         return value
 
 
+def _padded(batch: dict[str, np.ndarray], n: int, size: int) -> dict[str, np.ndarray]:
+    """A batch of ``n`` rows padded with zero rows to ``size`` (as it is when ``size`` is ``n``)."""
+    if size == n:
+        return batch
+    return {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+
+
 def _measures(layer: Any, source: Any, outputs: set[int]) -> bool:
     """Whether ``layer`` (an activation or ``BatchNormalization`` layer, called on the
     output of ``source`` alone) is where ``source``'s neurons are measured: ``source``
@@ -356,11 +363,7 @@ class TraceModel:
 
         self.model = model
         inputs, self._input_kind = _model_inputs(model)
-        self.input_names: list[str] = [i.name for i in inputs]
-        self.input_shapes: dict[str, tuple[int | None, ...]] = {i.name: i.shape for i in inputs}
-        self._dtypes = {i.name: i.dtype for i in inputs}
-        self.input_shape: tuple[int | None, ...] = inputs[0].shape
-        self.input_dtype: str = inputs[0].dtype
+        self._learn_inputs(inputs)
         self._nodes = walk(model)
         # Keras' functional models (and Sequential) take an input one axis short of a shape
         # ending in 1, or with one axis of 1 too many (Functional._adjust_input_rank); a
@@ -372,8 +375,24 @@ class TraceModel:
         self._seen = {n.path: s for n, s in zip(self._nodes, seen, strict=True)}
         self._learn_output(spec, owners, layers, output, classifier)
         self._choose_layers(sa_layers, coverage_layers, extrema)
-        # every trace model of one key computes the same flat outputs: whichever made the
-        # pass serves them all
+        self._forward = self._shared_pass(structure)
+        self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
+        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
+        self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
+        self.name: str = str(model.name)
+
+    def _learn_inputs(self, inputs: list[_Input]) -> None:
+        """The inputs' names, shapes (without the batch axis) and dtypes."""
+        self.input_names: list[str] = [i.name for i in inputs]
+        self.input_shapes: dict[str, tuple[int | None, ...]] = {i.name: i.shape for i in inputs}
+        self._dtypes = {i.name: i.dtype for i in inputs}
+        self.input_shape: tuple[int | None, ...] = inputs[0].shape
+        self.input_dtype: str = inputs[0].dtype
+
+    def _shared_pass(self, structure: Any) -> Forward:
+        """The pass with this trace model's taps, kept on the model: every trace model of
+        one key computes the same flat outputs, so whichever made the pass serves them all."""
+        model = self.model
         pass_key = (
             structure,
             self._input_kind,
@@ -381,13 +400,7 @@ class TraceModel:
             self._output_index,
             tuple(self._extrema_paths),
         )
-        self._forward = _kept(
-            model, _PASSES, pass_key, lambda: Forward(model, self._call, self._body), most=_MAX_PASSES
-        )
-        self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
-        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
-        self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
-        self.name: str = str(model.name)
+        return _kept(model, _PASSES, pass_key, lambda: Forward(model, self._call, self._body), most=_MAX_PASSES)
 
     def _probe(self, inputs: list[Any], layers: list[Any], structure: Any) -> tuple[Any, list[Seen], Any]:
         """The probe's answer (output spec, what each layer was seen to do, the layer giving
@@ -722,9 +735,7 @@ class TraceModel:
         n = int(next(iter(batch.values())).shape[0])
         compiled = backend() == "jax" or (jit and self._forward.jit is not False and backend() == "tensorflow")
         if compiled:
-            size = max(pad_to, 1 << max(0, (n - 1).bit_length()))
-            if size != n:
-                batch = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+            batch = _padded(batch, n, max(pad_to, 1 << max(0, (n - 1).bit_length())))
         output, flat = self._forward.run(self._pack(batch), jit)
         if jit:  # XLA ran (True) or failed for this model (False)
             self._jit = self._forward.jit
@@ -1061,11 +1072,14 @@ def _preprocessed(model: Any, data: TrainingData, batch_size: int = 256) -> Trai
     if raw is None:
         return data
     parts = [pre(raw[i : i + batch_size]) for i in range(0, len(raw), batch_size)]
+    return replace(data, x=_joined_parts(parts), _fingerprint=None, _row_digests=None, preprocessed=True)
+
+
+def _joined_parts(parts: list[Any]) -> Any:
+    """Preprocessed batches joined: one array, or a dict of arrays by input name."""
     if isinstance(parts[0], dict):
-        out: Any = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
-    else:
-        out = np.concatenate([np.asarray(p) for p in parts])
-    return replace(data, x=out, _fingerprint=None, _row_digests=None, preprocessed=True)
+        return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+    return np.concatenate([np.asarray(p) for p in parts])
 
 
 def _raw_inputs(pre: Any, x: Any) -> np.ndarray | None:
