@@ -97,8 +97,12 @@ def _is_pydataset(obj: Any) -> bool:
 def _is_stream(obj: Any) -> bool:
     """A source of batches the profile streams: a ``tf.data.Dataset``, a ``PyDataset``,
     or a re-iterable object with a length (each ``iter()`` a new pass: a Sequence)."""
-    if _is_dataset(obj) or _is_pydataset(obj):
-        return True
+    return _is_dataset(obj) or _is_pydataset(obj) or _is_reiterable(obj)
+
+
+def _is_reiterable(obj: Any) -> bool:
+    """An object with a length whose each ``iter()`` is a new pass (a Sequence), that is
+    neither an iterator, a container of inputs nor an array."""
     return (
         hasattr(obj, "__iter__")
         and hasattr(obj, "__len__")
@@ -160,15 +164,16 @@ def text_rows(x: np.ndarray) -> list[bytes]:
     and UTF-8 bytes, and the row's shape): independent of the array's dtype and width."""
     n = int(x.shape[0])
     shape = repr(tuple(int(d) for d in x.shape[1:])).encode()
-    flat = x.reshape(n, -1)
-    out = []
-    for row in flat:
-        parts = [shape]
-        for v in row:
-            b = text_bytes(v)
-            parts += [len(b).to_bytes(8, "little"), b]
-        out.append(b"".join(parts))
-    return out
+    return [_text_row(shape, row) for row in x.reshape(n, -1)]
+
+
+def _text_row(shape: bytes, row: np.ndarray) -> bytes:
+    """One row of strings as bytes: its shape, then each string's length and UTF-8 bytes."""
+    parts = [shape]
+    for v in row:
+        b = text_bytes(v)
+        parts += [len(b).to_bytes(8, "little"), b]
+    return b"".join(parts)
 
 
 def _text_row_digests(x: np.ndarray) -> np.ndarray:
@@ -290,13 +295,12 @@ class TrainingData:
         column arrays ``(n,)`` for ``Input((1,))`` inputs, as Keras takes them)."""
         x = self.x
         if isinstance(x, np.ndarray) and not isinstance(expected_shape, dict):
-            new = adjust_rank(x, expected_shape)
-            return self if new is x else replace(self, x=new, _fingerprint=None, _row_digests=None)
-        if isinstance(x, dict) and isinstance(expected_shape, dict):
-            out = {k: adjust_rank(v, expected_shape[k]) if k in expected_shape else v for k, v in x.items()}
-            if any(out[k] is not x[k] for k in x):
-                return replace(self, x=out, _fingerprint=None, _row_digests=None)
-        return self
+            new: Any = adjust_rank(x, expected_shape)
+        elif isinstance(x, dict) and isinstance(expected_shape, dict):
+            new = _adjusted_inputs(x, expected_shape)
+        else:
+            return self
+        return self if new is x else replace(self, x=new, _fingerprint=None, _row_digests=None)
 
     def check_shape(self, expected_shape: tuple[int | None, ...] | dict[str, tuple[int | None, ...]]) -> None:
         """Check the whole arrays' shapes (cheap; NaN is checked batch by batch).
@@ -426,16 +430,16 @@ class TrainingData:
             raise TypeError("row digests of a tf.data.Dataset depend on the pass; use digest_batches()")
         if self._row_digests is None:
             n = self.n or 0
-            first = _first(self.x)
-            row_bytes = (
-                sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in _arrays(self.x))
-                if first is not None
-                else 1
-            )
-            step = max(1, _HASH_CHUNK // max(1, row_bytes))
+            step = max(1, _HASH_CHUNK // max(1, _row_bytes(self.x)))
             parts = [batch_row_digests(_slice_rows(self.x, i, i + step)) for i in range(0, n, step)]
             self._row_digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
         return self._row_digests
+
+
+def _adjusted_inputs(x: dict[str, np.ndarray], expected: dict[str, tuple[int | None, ...]]) -> dict[str, np.ndarray]:
+    """Arrays by input name with their ranks adjusted (:func:`adjust_rank`); ``x`` itself when none changes."""
+    out = {k: adjust_rank(v, expected[k]) if k in expected else v for k, v in x.items()}
+    return out if any(out[k] is not x[k] for k in x) else x
 
 
 def _ndarray(value: Any) -> np.ndarray:
@@ -448,6 +452,13 @@ def _label_rows(v: Any) -> np.ndarray:
     return np.asarray(v).reshape(len(v), -1) if np.ndim(v) > 1 else np.asarray(v)
 
 
+def _row_bytes(x: Any) -> int:
+    """The bytes of one row of the inputs (of every input together); 1 with no array."""
+    if _first(x) is None:
+        return 1
+    return sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in _arrays(x))
+
+
 def _arrays(x: Any) -> list[np.ndarray]:
     """The input arrays of one array, a dict of arrays (in its order) or a list of arrays."""
     if isinstance(x, dict):
@@ -458,20 +469,22 @@ def _arrays(x: Any) -> list[np.ndarray]:
 
 
 def _slice_rows(x: Any, start: int, stop: int) -> Any:
-    if isinstance(x, dict):
-        return {k: np.asarray(v[start:stop]) for k, v in x.items()}
-    if isinstance(x, list):
-        return [np.asarray(v[start:stop]) for v in x]
-    return np.asarray(x[start:stop])
+    """Rows ``start:stop`` of one array, of every array of a dict, or of a list."""
+    return _index_rows(x, slice(start, stop))
 
 
 def take_rows(x: Any, rows: np.ndarray) -> Any:
     """Rows ``rows`` (indices) of one array, of every array of a dict, or of a list."""
+    return _index_rows(x, rows)
+
+
+def _index_rows(x: Any, index: Any) -> Any:
+    """``a[index]`` of one array, of every array of a dict, or of a list, as NumPy."""
     if isinstance(x, dict):
-        return {k: np.asarray(v[rows]) for k, v in x.items()}
+        return {k: np.asarray(v[index]) for k, v in x.items()}
     if isinstance(x, list):
-        return [np.asarray(v[rows]) for v in x]
-    return np.asarray(x[rows])
+        return [np.asarray(v[index]) for v in x]
+    return np.asarray(x[index])
 
 
 def row_format(x: Any) -> tuple[str, tuple[int, ...]]:
@@ -580,18 +593,23 @@ def _dataset_element_y(element: Any) -> Any:
 def _stream_elements(stream: Any) -> Iterator[Any]:
     """The batches of a ``PyDataset`` (by index) or of one pass of a re-iterable object."""
     if _is_pydataset(stream):
-        count = stream.num_batches
-        if count is None:
-            raise SadlDataError(
-                "the training PyDataset has no length (num_batches is None); give it a __len__, "
-                "the profile reads the training data to its end"
-            )
-        for i in range(count):
-            yield stream[i]
-        if hasattr(stream, "on_epoch_end"):
-            stream.on_epoch_end()
-        return
-    yield from stream
+        yield from _pydataset_batches(stream)
+    else:
+        yield from stream
+
+
+def _pydataset_batches(stream: Any) -> Iterator[Any]:
+    """A ``PyDataset``'s batches by index, then its ``on_epoch_end``."""
+    count = stream.num_batches
+    if count is None:
+        raise SadlDataError(
+            "the training PyDataset has no length (num_batches is None); give it a __len__, "
+            "the profile reads the training data to its end"
+        )
+    for i in range(count):
+        yield stream[i]
+    if hasattr(stream, "on_epoch_end"):
+        stream.on_epoch_end()
 
 
 def _element_arrays(element: Any) -> Any:
@@ -960,9 +978,13 @@ def _check_loaded(data: TrainingData) -> None:
     """Raise when an input array of loaded data is a scalar, empty or not numeric."""
     arrays = {"": data.x} if isinstance(data.x, np.ndarray) else (data.x if isinstance(data.x, dict) else {})
     for name, x in arrays.items():
-        label = f"{data.source} (input {name!r})" if name else data.source
-        if x.ndim < 1:
-            raise SadlDataError(f"{label} is a scalar; expected (n, *input_shape) with one row per input")
-        if x.shape[0] == 0:
-            raise SadlDataError(f"{label} is empty (0 inputs); give at least one input")
-        _numeric(x, label)
+        _check_rows(x, f"{data.source} (input {name!r})" if name else data.source)
+
+
+def _check_rows(x: np.ndarray, label: str) -> None:
+    """Raise when one loaded input array is a scalar, empty or not numeric."""
+    if x.ndim < 1:
+        raise SadlDataError(f"{label} is a scalar; expected (n, *input_shape) with one row per input")
+    if x.shape[0] == 0:
+        raise SadlDataError(f"{label} is empty (0 inputs); give at least one input")
+    _numeric(x, label)
