@@ -339,12 +339,18 @@ def _graph_calls(model: Any, nodes_by_depth: dict[int, Any], by_id: dict[int, in
     available = {id(t) for t in model.inputs}
     for depth in sorted(nodes_by_depth, reverse=True):
         for node in nodes_by_depth[depth]:
-            if not node.operation or node.is_input or any(id(t) not in available for t in node.input_tensors):
+            if not _runs(node, available):
                 continue
             available.update(id(t) for t in node.outputs)
             i = by_id.get(id(node.operation))
             if i is not None:
                 yield i, node
+
+
+def _runs(node: Any, available: set[int]) -> bool:
+    """Whether the model's ``call`` runs a graph node: an operation's, not an input's, on
+    tensors (ids) already ``available``."""
+    return bool(node.operation) and not node.is_input and all(id(t) in available for t in node.input_tensors)
 
 
 def _note_call(seen: list[Seen], i: int, node: Any, order: int, by_id: dict[int, int]) -> None:
@@ -371,14 +377,20 @@ def _called_on(node: Any, by_id: dict[int, int], seen: list[Seen]) -> int:
     """The index of the layer whose output a graph node's layer is called on alone (its
     first argument, a mask aside), as the probe sees it, or -1: also when Keras casts that
     input on its way in (mixed precision), where the probe's ``call`` gets another tensor."""
-    args = getattr(node, "arguments", None)
-    first = (args.args[0] if args.args else args.kwargs.get("inputs")) if args is not None else None
-    flat = _keras().tree.flatten(first)
+    flat = _keras().tree.flatten(_first_argument(node))
     history = getattr(flat[0], "_keras_history", None) if len(flat) == 1 else None
     if history is None or casts_input(node.operation, history.operation, flat[0]):
         return -1
     j = by_id.get(id(history.operation), -1)
     return j if j >= 0 and seen[j].calls and not seen[j].structured else -1  # a layer that ran, with one output
+
+
+def _first_argument(node: Any) -> Any:
+    """A graph node's first argument (its ``inputs``), or ``None`` without arguments."""
+    args = getattr(node, "arguments", None)
+    if args is None:
+        return None
+    return args.args[0] if args.args else args.kwargs.get("inputs")
 
 
 def _graph_readable(model: Any, layers: Sequence[Any]) -> bool:

@@ -88,27 +88,36 @@ def _unchanged_from(tm: Any, path: str) -> str | None:
     return before
 
 
-def logit_head(tm: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(kernel (d, k), bias (k,))`` of the output layer, so that the logits of the SA
-    traces ``sa`` of trace model ``tm`` are ``sa @ kernel + bias``. Raises
-    :class:`SadlModelError` (a regression model, an output that is not a softmax over a
-    dense layer) or :class:`SadlLayerError` (SA layers that are not its input), one line."""
+def _check_head_model(tm: Any) -> None:
+    """Raise unless ``tm`` traces a Keras classifier (whose output layer can be read)."""
     if not getattr(tm, "classifier", False):
         raise SadlModelError(
             f"model {tm.name!r} is a regression model: it has no softmax output, so energy, MaxLogit and MSP do not apply"
         )
     if not hasattr(tm, "_nodes"):
         raise SadlModelError(f"model {tm.name!r}: energy, MaxLogit and MSP read a Keras model's output layer only")
+
+
+def logit_head(tm: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(kernel (d, k), bias (k,))`` of the output layer, so that the logits of the SA
+    traces ``sa`` of trace model ``tm`` are ``sa @ kernel + bias``. Raises
+    :class:`SadlModelError` (a regression model, an output that is not a softmax over a
+    dense layer) or :class:`SadlLayerError` (SA layers that are not its input), one line."""
+    _check_head_model(tm)
     dense, source = _head_paths(tm)
     if list(tm.sa_layers) != [source]:
         raise SadlLayerError(
             f"model {tm.name!r}: the logits are {dense!r} of {source or 'its input'!r}, not of the SA layers "
             f"{list(tm.sa_layers)}; measure SA on {source!r} for energy, MaxLogit and MSP"
         )
-    layer = {n.path: n.layer for n in tm._nodes}[dense]
-    weights = [np.asarray(w, dtype=np.float64) for w in layer.get_weights()]
-    kernel = weights[0]
-    bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[1])
+    kernel, bias = _dense_weights({n.path: n.layer for n in tm._nodes}[dense])
     if kernel.ndim != 2 or kernel.shape[0] != sum(tm.sa_sizes):
         raise SadlLayerError(f"model {tm.name!r}: the output layer {dense!r} does not take the SA traces as its input")
     return kernel, bias
+
+
+def _dense_weights(layer: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A dense layer's kernel and bias (zeros without one), as float64."""
+    weights = [np.asarray(w, dtype=np.float64) for w in layer.get_weights()]
+    kernel = weights[0]
+    return kernel, (weights[1] if len(weights) > 1 else np.zeros(kernel.shape[1]))
