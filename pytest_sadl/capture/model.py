@@ -188,18 +188,25 @@ def _load_h5(path: Path, label: str) -> Any:
                 f"{label}: {str(path)!r} is not an HDF5 file (truncated or another format); "
                 "re-save the model with model.save('model.keras')"
             )
-    convert = (
-        "Convert it once where the model's code is at hand: "
-        "keras.saving.load_model('model.h5', safe_mode=False).save('model.keras'), "
-        "after replacing any Lambda layer with a registered custom layer"
-    )
     try:
         return _load_compiled(path, label)
     except Exception as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
-            raise SadlModelError(
-                f"{label}: the legacy HDF5 model holds Python code (a Lambda layer) that Keras' safe "
-                f"mode refuses, and pytest-sadl keeps safe mode on. {convert}"
-            ) from None
-        raise SadlModelError(f"{label}: Keras cannot load this legacy HDF5 model ({msg}). {convert}") from None
+        raise _h5_refused(exc, label) from None
+
+
+_H5_CONVERT = (
+    "Convert it once where the model's code is at hand: "
+    "keras.saving.load_model('model.h5', safe_mode=False).save('model.keras'), "
+    "after replacing any Lambda layer with a registered custom layer"
+)
+
+
+def _h5_refused(exc: Exception, label: str) -> SadlModelError:
+    """The error for a legacy HDF5 model Keras cannot load: safe mode refusing Python code, or another."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
+        return SadlModelError(
+            f"{label}: the legacy HDF5 model holds Python code (a Lambda layer) that Keras' safe "
+            f"mode refuses, and pytest-sadl keeps safe mode on. {_H5_CONVERT}"
+        )
+    return SadlModelError(f"{label}: Keras cannot load this legacy HDF5 model ({msg}). {_H5_CONVERT}")
