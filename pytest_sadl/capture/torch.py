@@ -457,10 +457,14 @@ def _source(probe: _Probe, path: str) -> str | None:
         return None
     torch = import_torch()
     for q in sorted(probe.outputs, key=lambda q: -probe.seen[q].order):
-        o = probe.outputs[q]
-        if q != path and isinstance(o, torch.Tensor) and o.data_ptr() == src.data_ptr() and o.numel() == src.numel():
+        if q != path and _same_memory(probe.outputs[q], src, torch):
             return q
     return None
+
+
+def _same_memory(o: Any, src: Any, torch: Any) -> bool:
+    """Whether a module's output ``o`` is a tensor over the same memory as ``src`` (a view of it)."""
+    return isinstance(o, torch.Tensor) and o.data_ptr() == src.data_ptr() and o.numel() == src.numel()
 
 
 def _token(t: Any, kind: str, mask: Any) -> Any:

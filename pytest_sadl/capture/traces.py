@@ -251,6 +251,12 @@ def _kept(model: Any, attr: str, key: tuple[Any, ...], make: Callable[[], _T], m
         return value
 
 
+def _hands_on(layer: Any, past_first: bool) -> bool:
+    """Whether an activation's reach goes on back through ``layer``: an activation layer,
+    or (``past_first``: past the layer it was called on) a pass-through one."""
+    return is_activation_only(layer) or (past_first and is_pass_through(layer))
+
+
 def _padded(batch: dict[str, np.ndarray], n: int, size: int) -> dict[str, np.ndarray]:
     """A batch of ``n`` rows padded with zero rows to ``size`` (as it is when ``size`` is ``n``)."""
     if size == n:
@@ -442,8 +448,7 @@ class TraceModel:
         """The measured output (its name and layer), and whether the model is a classifier."""
         import keras
 
-        model = self.model
-        self.output_names: list[str] = _output_names(model, spec)
+        self.output_names: list[str] = _output_names(self.model, spec)
         if self.output_names == ["0"] and owners[0] >= 0:
             self.output_names = [layers[owners[0]].name]
         self._output_index = self._resolve_output(output)
@@ -451,11 +456,14 @@ class TraceModel:
         owner = owners[self._output_index]
         self._output_layer: Any = layers[owner] if owner >= 0 else None
         self._output_layers = [layers[o] for o in owners if o >= 0]  # of every output
-        out_shape = tuple(keras.tree.flatten(spec)[self._output_index].shape)
+        self._learn_classifier(tuple(keras.tree.flatten(spec)[self._output_index].shape), classifier)
+
+    def _learn_classifier(self, out_shape: tuple[Any, ...], classifier: bool | None) -> None:
+        """Whether the model is a classifier (given, else judged by its output), checked."""
         self.classifier: bool = self._is_classifier(out_shape) if classifier is None else bool(classifier)
         if self.classifier and len(out_shape) != 2:
             raise SadlModelError(
-                f"model {model.name!r} has output {self.output_name!r} of shape {out_shape}; a classifier "
+                f"model {self.model.name!r} has output {self.output_name!r} of shape {out_shape}; a classifier "
                 "needs a (batch, classes) output (pass classifier=False for a regression model)"
             )
 
@@ -603,11 +611,7 @@ class TraceModel:
         paths = [n.path for n in self._nodes]
         by_path = {n.path: n.layer for n in self._nodes}
         out: set[str] = set()
-        while (
-            (is_activation_only(by_path[path]) or (out and is_pass_through(by_path[path])))
-            and (j := self._seen[path].after) >= 0
-            and paths[j] not in out
-        ):
+        while _hands_on(by_path[path], bool(out)) and (j := self._seen[path].after) >= 0 and paths[j] not in out:
             path = paths[j]
             out.add(path)
         return out
@@ -809,11 +813,6 @@ class TraceModel:
         taps = flat[1 : 1 + len(self._taps)]
         sa_parts = [taps[self._tap_index[p]] for p in self.sa_layers]
         sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
-        extrema = None
-        if self._extrema_paths:
-            rest = iter(flat[1 + len(self._taps) :])
-            pairs = {p: (next(rest), next(rest)) for p in self._extrema_paths}
-            extrema = [pairs.get(p) for p in self.coverage_layers]
         return Traces(
             sa=np.asarray(sa, dtype=np.float32),
             coverage=[taps[self._tap_index[p]] for p in self.coverage_layers] if coverage else [],
@@ -821,8 +820,17 @@ class TraceModel:
             output=out,
             sa_layers=list(self.sa_layers),
             coverage_layers=list(self.coverage_layers),
-            coverage_extrema=extrema,
+            coverage_extrema=self._extrema_of(flat[1 + len(self._taps) :]),
         )
+
+    def _extrema_of(self, rest: list[Any]) -> list[Any] | None:
+        """``(min, max)`` per coverage layer whose extrema are kept (``None`` for the others),
+        from the flat captures after the taps; ``None`` when none is kept."""
+        if not self._extrema_paths:
+            return None
+        values = iter(rest)
+        pairs = {p: (next(values), next(values)) for p in self._extrema_paths}
+        return [pairs.get(p) for p in self.coverage_layers]
 
     def _run_all(
         self, x: Any, batch_size: int, progress: Progress | None, what: str, fit: Any = None
