@@ -102,9 +102,21 @@ def arrays_from_torch_data(
     (batches ``x`` or ``(x, y)``), read once in the order it yields; ``y`` is ``None``
     when no labels come with the inputs. For several positional inputs ``x`` is a list of
     arrays (items ``((x1, x2), y)``) or a dict by name (items ``{"image": ..., "y": ...}``)."""
-    torch = import_torch()
-    data = torch.utils.data
-    loader = value if isinstance(value, data.DataLoader) else data.DataLoader(value, batch_size=256, shuffle=False)
+    xs, ys = _read_batches(_loader(value), source)
+    if not xs:
+        raise SadlDataError(f"{source} is empty (0 inputs); give at least one input")
+    return _joined(xs, source), (None if ys is None else np.concatenate(ys))
+
+
+def _loader(value: Any) -> Any:
+    """A ``DataLoader`` as it is; a ``Dataset`` in a loader of its items in order, 256 at a time."""
+    data = import_torch().utils.data
+    return value if isinstance(value, data.DataLoader) else data.DataLoader(value, batch_size=256, shuffle=False)
+
+
+def _read_batches(loader: Any, source: str) -> tuple[list[Any], list[np.ndarray] | None]:
+    """Every batch's inputs as NumPy, and their labels (``None`` unless every batch has
+    them: the first batch says whether the data is labelled)."""
     xs: list[Any] = []
     ys: list[np.ndarray] = []
     labelled: bool | None = None
@@ -115,10 +127,7 @@ def arrays_from_torch_data(
             labelled = y is not None
         if labelled and y is not None:
             ys.append(to_numpy(y))
-    if not xs:
-        raise SadlDataError(f"{source} is empty (0 inputs); give at least one input")
-    y_all = np.concatenate(ys) if labelled and len(ys) == len(xs) else None
-    return _joined(xs, source), y_all
+    return xs, (ys if labelled and len(ys) == len(xs) else None)
 
 
 def _inputs_numpy(x: Any, source: str) -> Any:
@@ -151,6 +160,11 @@ def _joined(xs: list[Any], source: str) -> np.ndarray | list[np.ndarray] | dict[
     first = xs[0]
     if not all(_same_structure(b, first) for b in xs):
         raise SadlDataError(f"{source} yields batches of different structure; yield the same inputs in every batch")
+    return _concatenated(xs, first)
+
+
+def _concatenated(xs: list[Any], first: Any) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
+    """Batches of one structure (the first's) joined: one array, a list or a dict of them."""
     if isinstance(first, dict):
         return {k: np.concatenate([b[k] for b in xs]) for k in first}
     if isinstance(first, list):
