@@ -251,10 +251,27 @@ def _kept(model: Any, attr: str, key: tuple[Any, ...], make: Callable[[], _T], m
         return value
 
 
+def _before_last_dense(candidates: list[str], by_path: dict[str, Any]) -> list[str]:
+    """The candidates without their trailing activation layers and the layer before them."""
+    candidates = list(candidates)
+    while candidates and is_activation_only(by_path[candidates[-1]]):
+        candidates.pop()
+    return candidates[:-1]
+
+
 def _hands_on(layer: Any, past_first: bool) -> bool:
     """Whether an activation's reach goes on back through ``layer``: an activation layer,
     or (``past_first``: past the layer it was called on) a pass-through one."""
     return is_activation_only(layer) or (past_first and is_pass_through(layer))
+
+
+def _as_strings(a: np.ndarray, text: bool, name: str, label: str) -> np.ndarray:
+    """Text for a string input as an object array (as Keras takes it); raises for numbers."""
+    if not text:
+        raise SadlDataError(
+            f"{label} has dtype {a.dtype} but the model's input {name!r} takes strings; give the raw text"
+        )
+    return a if a.dtype == object else a.astype(object)
 
 
 def _padded(batch: dict[str, np.ndarray], n: int, size: int) -> dict[str, np.ndarray]:
@@ -269,6 +286,11 @@ def _measures(layer: Any, source: Any, outputs: set[int]) -> bool:
     output of ``source`` alone) is where ``source``'s neurons are measured: ``source``
     is not yet activated and gives no model output."""
     return is_per_neuron(layer) and not (is_activated(source) or id(source) in outputs)
+
+
+def _ran_once(seen: Seen) -> bool:
+    """A layer that ran once in the probe's pass and returned one tensor."""
+    return seen.calls == 1 and seen.shape is not None
 
 
 def _classifier_by_loss(loss: Any) -> bool | None:
@@ -575,9 +597,7 @@ class TraceModel:
     def _ordered(self) -> list[str]:
         """Leaves that ran once with one output: graph order for Sequential/functional
         models, call order for subclassed ones."""
-        nodes = [
-            n for n in self._nodes if n.leaf and self._seen[n.path].calls == 1 and self._seen[n.path].shape is not None
-        ]
+        nodes = [n for n in self._nodes if n.leaf and _ran_once(self._seen[n.path])]
         if not _is_graph_model(self.model):
             nodes.sort(key=lambda n: self._seen[n.path].order)
         return [n.path for n in nodes]
@@ -664,12 +684,7 @@ class TraceModel:
         if any(p in leaves and not is_pass_through(by_path[p]) for p in activates):
             return [p for p in candidates if p not in activates]
         # the probe did not see what it was called on: the layers before it
-        candidates = list(candidates)
-        while candidates and is_activation_only(by_path[candidates[-1]]):
-            candidates.pop()
-        if candidates:
-            candidates.pop()
-        return candidates
+        return _before_last_dense(candidates, by_path)
 
     @property
     def jit(self) -> bool | None:
@@ -778,11 +793,7 @@ class TraceModel:
         takes them."""
         dtype, text = self._dtypes[name], is_text(a)
         if dtype == "string":
-            if not text:
-                raise SadlDataError(
-                    f"{label} has dtype {a.dtype} but the model's input {name!r} takes strings; give the raw text"
-                )
-            return a if a.dtype == object else a.astype(object)
+            return _as_strings(a, text, name, label)
         if text:
             raise SadlDataError(
                 f"{label} holds strings but the model's input {name!r} takes {dtype}; give numbers "
@@ -1094,11 +1105,16 @@ def _raw_inputs(pre: Any, x: Any) -> np.ndarray | None:
     """``x`` as an array when the preprocessor ``pre`` takes it: texts (a list or an array of
     strings), or numeric images ``(n, height, width[, channels])`` for a preprocessor with an
     image converter (a keras-hub image task's); else ``None``."""
-    if isinstance(x, list) and x and not all(hasattr(v, "shape") for v in x):
+    if _is_list_of_values(x):
         x = np.asarray(x)
     if not isinstance(x, np.ndarray) or len(x) == 0:
         return None
     return x if is_text(x) or _is_image_for(pre, x) else None
+
+
+def _is_list_of_values(x: Any) -> bool:
+    """A non-empty list that is not one of arrays (a list of texts, say)."""
+    return isinstance(x, list) and bool(x) and not all(hasattr(v, "shape") for v in x)
 
 
 def _is_image_for(pre: Any, x: np.ndarray) -> bool:
