@@ -51,7 +51,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -786,38 +786,58 @@ def _is_hf_dataset(obj: Any) -> bool:
     return is_hf_dataset(obj)
 
 
-def _from_library(value: Any, source: str) -> TrainingData | None:
-    """A torch ``Dataset`` or ``DataLoader`` (read once, as arrays) or a Hugging Face
-    ``datasets.Dataset`` (its numeric columns, by name); ``None`` for anything else."""
-    if _is_torch_data(value):
-        from pytest_sadl.capture.torchdata import arrays_from_torch_data
+def _from_torch_data(value: Any, source: str) -> TrainingData:
+    """A torch ``Dataset`` or ``DataLoader``, read once, as arrays."""
+    from pytest_sadl.capture.torchdata import arrays_from_torch_data
 
-        x, y = arrays_from_torch_data(value, source)
-        return TrainingData(source=source, x=x, y=y)
-    if _is_hf_dataset(value):
-        from pytest_sadl.capture.hf import dataset_columns
+    x, y = arrays_from_torch_data(value, source)
+    return TrainingData(source=source, x=x, y=y)
 
-        return _from_value(dataset_columns(value, source), source)
-    return None
+
+def _from_hf_dataset(value: Any, source: str) -> TrainingData:
+    """A Hugging Face ``datasets.Dataset``: its numeric columns, by name."""
+    from pytest_sadl.capture.hf import dataset_columns
+
+    return _from_value(dataset_columns(value, source), source)
+
+
+def _from_stream(value: Any, source: str) -> TrainingData:
+    """A ``tf.data.Dataset``, a ``PyDataset`` or a re-iterable with a length: streamed."""
+    return TrainingData(source=source, dataset=value)
+
+
+def _from_array_list(value: list[Any], source: str) -> TrainingData:
+    """Arrays in model.inputs order (several inputs) or rows of one input: bind() decides."""
+    return TrainingData(source=source, x=[_as_array(v, source) for v in value])
+
+
+def _is_training_data(value: Any) -> bool:
+    return isinstance(value, TrainingData)
+
+
+def _given(value: TrainingData, source: str) -> TrainingData:
+    return value
+
+
+def _is_iterator(value: Any) -> bool:
+    """A generator or iterator (read once, to its end)."""
+    return hasattr(value, "__next__")
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
+def _is_tuple(value: Any) -> bool:
+    return isinstance(value, tuple)
 
 
 def _from_value(value: Any, source: str) -> TrainingData:
-    if isinstance(value, TrainingData):
-        return value
-    library = _from_library(value, source)
-    if library is not None:
-        return library
-    if _is_stream(value):  # a tf.data.Dataset, a PyDataset, a re-iterable with a length: streamed
-        return TrainingData(source=source, dataset=value)
-    if hasattr(value, "__next__"):  # a generator or iterator: read once, to its end
-        return _from_iterator(value, source)
-    if isinstance(value, Mapping):
-        return _from_mapping(value, source)
-    if _is_array_list(value):
-        # arrays in model.inputs order (several inputs) or rows of one input: bind() decides
-        return TrainingData(source=source, x=[_as_array(v, source) for v in value])
-    if isinstance(value, tuple):
-        return _from_tuple(value, source)
+    """Training data from a Python value, read by the first reader whose kind it is
+    (:data:`_VALUE_READERS`), else as one array."""
+    for kind, read in _VALUE_READERS:
+        if kind(value):
+            return read(value, source)
     return TrainingData(source=source, x=_as_array(value, source))
 
 
@@ -925,6 +945,19 @@ def _refuse_object_array(x: np.ndarray, value: Any, source: str) -> None:
         f"{source} ({type(value).__name__}) holds objects, neither numbers nor strings; give an array of "
         "shape (n, *input_shape), an (x, y) tuple, a path or a tf.data.Dataset"
     )
+
+
+#: (is it this kind of value, its reader), in the order they are asked
+_VALUE_READERS: tuple[tuple[Callable[[Any], bool], Callable[[Any, str], TrainingData]], ...] = (
+    (_is_training_data, _given),
+    (_is_torch_data, _from_torch_data),
+    (_is_hf_dataset, _from_hf_dataset),
+    (_is_stream, _from_stream),
+    (_is_iterator, _from_iterator),
+    (_is_mapping, _from_mapping),
+    (_is_array_list, _from_array_list),
+    (_is_tuple, _from_tuple),
+)
 
 
 def load_training_data(

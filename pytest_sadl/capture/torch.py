@@ -607,7 +607,7 @@ class TorchTraceModel:
                 raise SadlLayerError(
                     f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}"
                 )
-            return top[i]
+            return str(top[i])
         if item in self._modules:
             return str(item)
         raise SadlLayerError(
