@@ -361,20 +361,19 @@ class _Probe:
             with torch.no_grad(), _eval_mode(tm.model):
                 out = tm.call_model(tm.model, firsts)
         except Exception as exc:
-            shapes = ", ".join(str(tuple(t.shape)) for t in firsts)
-            raise SadlModelError(
-                f"model {tm.name!r} cannot be run on inputs of shape {shapes} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
-                "runs on a batch of its inputs"
-            ) from None
+            raise _cannot_run(tm.name, firsts, exc) from None
         finally:
             for h in handles:
                 h.remove()
         with torch.no_grad(), _eval_mode(tm.model):
-            for path, sample in self.samples.items():
-                self.seen[path].elementwise = _acts_elementwise(self.modules[path], sample)
+            self._elementwise()
         self._containers()
         return out
+
+    def _elementwise(self) -> None:
+        """Which parameter-free modules of no known class act element-wise, on their samples."""
+        for path, sample in self.samples.items():
+            self.seen[path].elementwise = _acts_elementwise(self.modules[path], sample)
 
     def _containers(self) -> None:
         """A module holding modules that computes per-neuron maps only (its own parameters
@@ -406,6 +405,16 @@ class _Probe:
         if _has_children(module):
             return True  # judged by its own leaves, which are in the list too
         return is_pass_through(module) or is_per_neuron(module) or self.seen[path].elementwise
+
+
+def _cannot_run(name: str, firsts: tuple[Any, ...], exc: Exception) -> SadlModelError:
+    """The error for a model that fails on the probe's rows: the shapes and the first line of why."""
+    shapes = ", ".join(str(tuple(t.shape)) for t in firsts)
+    return SadlModelError(
+        f"model {name!r} cannot be run on inputs of shape {shapes} "
+        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
+        "runs on a batch of its inputs"
+    )
 
 
 def _head_reads(probe: _Probe, measured: Any, owner: str | None, mask: Any) -> tuple[str, str] | None:
@@ -1007,12 +1016,17 @@ class TorchTraceModel:
         (``input_ids``, ``attention_mask``, ``pixel_values``): when ``names`` are parameters
         of ``forward`` other than its required positional ones; they become the inputs,
         in ``forward``'s order (decided once, before the probe)."""
-        if self.keywords or self._probed or not names or set(names) == set(self.input_names):
-            return
-        if not set(names) <= set(self._parameters):
+        if not self._takes_keywords(names):
             return
         self.keywords = True
         self.input_names = [p for p in self._parameters if p in names]
+
+    def _takes_keywords(self, names: Sequence[str]) -> bool:
+        """Whether ``names`` are inputs by keyword: not decided yet, other than the
+        positional inputs, and all parameters of ``forward``."""
+        if self.keywords or self._probed or not names or set(names) == set(self.input_names):
+            return False
+        return set(names) <= set(self._parameters)
 
     def call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str | None]:
         """The measured inputs of one call ``model(*args, **kwargs)`` (what the recorder
@@ -1055,23 +1069,26 @@ class TorchTraceModel:
             raise SadlDataError(f"batch_size must be >= 1, got {batch_size}")
         data = x if isinstance(x, TrainingData) else load_training_data(x, what=what)
         data = self.prepare(data)
-        what = data.source
-        total = data.n
+        with torch.no_grad(), _eval_mode(self.model):
+            parts = self._batch_traces(data, batch_size, progress)
+        if not any(len(t) for t in parts):
+            raise SadlDataError(f"{data.source} is empty (0 inputs); give at least one input")
+        return parts[0] if len(parts) == 1 else Traces.concatenate(parts)
+
+    def _batch_traces(self, data: TrainingData, batch_size: int, progress: Progress | None) -> list[Traces]:
+        """The traces of each batch of ``data``, one hooked pass per batch."""
         parts: list[Traces] = []
         done = 0
-        with torch.no_grad(), _eval_mode(self.model):
-            for batch in data.batches(batch_size):
-                ts = self._as_tensors(batch, what, done)
-                captured: dict[str, Any] = {}
-                with self._hooked(captured):
-                    output = self.call_model(self.model, ts)
-                parts.append(self._split(output, captured))
-                done += len(parts[-1])
-                if progress is not None:
-                    progress(done, total)
-        if done == 0:
-            raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
-        return parts[0] if len(parts) == 1 else Traces.concatenate(parts)
+        for batch in data.batches(batch_size):
+            ts = self._as_tensors(batch, data.source, done)
+            captured: dict[str, Any] = {}
+            with self._hooked(captured):
+                output = self.call_model(self.model, ts)
+            parts.append(self._split(output, captured))
+            done += len(parts[-1])
+            if progress is not None:
+                progress(done, data.n)
+        return parts
 
     def traces_and_ranges(
         self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
