@@ -114,14 +114,18 @@ def check_scope_names(model: Any) -> None:
         return
     bad = [node.path for node in walk(model) if not _SCOPE_NAME.fullmatch(str(node.layer.name))]
     if bad:
-        name = bad[0].rsplit("/", 1)[-1]
-        fixed = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.>-]", "_", name)).strip("_") or "layer"
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise SadlLayerError(
             f"layer {terminal(repr(bad[0]))}{more} of model {terminal(repr(model.name))} has a name TensorFlow "
             "refuses as a name scope (only letters, digits and _ . / > - are allowed), so the model cannot "
-            f"be traced: Keras' own model.predict fails on it too; rename the layer (e.g. name={fixed!r})"
+            f"be traced: Keras' own model.predict fails on it too; rename the layer (e.g. name={_scope_name(bad[0])!r})"
         )
+
+
+def _scope_name(path: str) -> str:
+    """A name TensorFlow takes as a scope for the layer at ``path`` (its refused characters as ``_``)."""
+    name = path.rsplit("/", 1)[-1]
+    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.>-]", "_", name)).strip("_") or "layer"
 
 
 def is_pass_through(layer: Any) -> bool:
@@ -156,8 +160,11 @@ def is_per_neuron(layer: Any) -> bool:
     measured after it."""
     if isinstance(layer, _types(_ACTIVATION_NAMES)):
         return True
-    if not isinstance(layer, _types(_NORMALIZATION_NAMES)):
-        return False
+    return isinstance(layer, _types(_NORMALIZATION_NAMES)) and _normalises_last_axis(layer)
+
+
+def _normalises_last_axis(layer: Any) -> bool:
+    """Whether a normalisation layer's axis is the last (channel) one."""
     axis, ndim = getattr(layer, "axis", -1), getattr(getattr(layer, "input_spec", None), "ndim", None)
     return axis == -1 or (isinstance(ndim, int) and axis == ndim - 1)
 
@@ -218,12 +225,14 @@ def walk(model: Any) -> list[Node]:
 def describe_layers(model: Any) -> str:
     """``index:path (Class)`` for the top-level layers, ``path (Class)`` for nested ones."""
     top = {id(layer): i for i, layer in enumerate(model.layers)}
-    parts = []
-    for node in walk(model):
-        index = top.get(id(node.layer))
-        prefix = f"{index}:" if index is not None and "/" not in node.path else ""
-        parts.append(f"{prefix}{node.path} ({type(node.layer).__name__})")
+    parts = [_described(node, top.get(id(node.layer))) for node in walk(model)]
     return ", ".join(parts) or "(none: the model tracks no layers)"
+
+
+def _described(node: Node, index: int | None) -> str:
+    """``index:path (Class)`` for a top-level layer (``index`` in ``model.layers``), ``path (Class)`` else."""
+    prefix = f"{index}:" if index is not None and "/" not in node.path else ""
+    return f"{prefix}{node.path} ({type(node.layer).__name__})"
 
 
 def resolve_layers(model: Any, spec: Sequence[str | int] | str | int | None, *, purpose: str) -> list[str]:
@@ -424,15 +433,20 @@ def _graph_owners(model: Any, by_id: dict[int, int]) -> list[int] | None:
     """The index of the layer giving each flat output of ``model`` (-1: none, a model
     input given back), or ``None`` when one may return its input itself (``Dropout``,
     ``Identity``, a linear ``Activation``: the probe names the layer before it)."""
-    keras = _keras()
     owners = []
     for t in model.outputs:
-        history = getattr(t, "_keras_history", None)
-        op = None if history is None else history.operation
-        if op is None or isinstance(op, keras.layers.InputLayer):
+        op = _producer(t)
+        if op is None:
             owners.append(-1)
         elif is_pass_through(op) or is_activation_only(op):
             return None
         else:
             owners.append(by_id.get(id(op), -1))
     return owners
+
+
+def _producer(t: Any) -> Any:
+    """The layer whose output the symbolic tensor ``t`` is; ``None`` for a model input."""
+    history = getattr(t, "_keras_history", None)
+    op = None if history is None else history.operation
+    return None if op is None or isinstance(op, _keras().layers.InputLayer) else op
