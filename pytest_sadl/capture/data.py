@@ -309,15 +309,19 @@ class TrainingData:
         if self.x is None:
             return
         if isinstance(expected_shape, dict):
-            if not isinstance(self.x, dict):
-                raise SadlDataError(
-                    f"{self.source} is one array but the model has {len(expected_shape)} inputs "
-                    f"({', '.join(expected_shape)}); give one array per input, keyed by input name"
-                )
-            for name, shape in expected_shape.items():
-                _check_shape(tuple(self.x[name].shape[1:]), shape, f"{self.source} (input {name!r})")
+            self._check_shapes(expected_shape)
         elif isinstance(self.x, np.ndarray):
             _check_shape(tuple(self.x.shape[1:]), expected_shape, self.source)
+
+    def _check_shapes(self, expected: dict[str, tuple[int | None, ...]]) -> None:
+        """Check each input's array against its shape, for a model of several inputs."""
+        if not isinstance(self.x, dict):
+            raise SadlDataError(
+                f"{self.source} is one array but the model has {len(expected)} inputs "
+                f"({', '.join(expected)}); give one array per input, keyed by input name"
+            )
+        for name, shape in expected.items():
+            _check_shape(tuple(self.x[name].shape[1:]), shape, f"{self.source} (input {name!r})")
 
     def bind(self, names: list[str]) -> TrainingData:
         """These inputs for a model whose inputs are ``names`` (in ``model.inputs`` order):
@@ -672,10 +676,15 @@ def _grouped_batches(elements: Iterable[Any], size: int, labels: list[Any] | Non
         yield _stacked(buf, ys, labels)
 
 
+def _stacked_targets(ys: list[Any]) -> np.ndarray | None:
+    """Single inputs' targets as one batch's; ``None`` when one has none."""
+    return None if any(v is None for v in ys) else np.stack(ys)
+
+
 def _stacked(buf: list[Any], ys: list[Any], labels: list[Any] | None) -> Any:
     """Single inputs ``buf`` as one batch; their targets ``ys`` as one (or ``None``) into ``labels``."""
     if labels is not None:
-        labels.append(None if any(v is None for v in ys) else np.stack(ys))
+        labels.append(_stacked_targets(ys))
     if isinstance(buf[0], dict):
         return {k: np.stack([b[k] for b in buf]) for k in buf[0]}
     return np.stack(buf)

@@ -714,7 +714,7 @@ class TorchTraceModel:
 
     def _set_sizes(self) -> None:
         """The chosen layers' widths, and the coverage layers whose extrema are kept."""
-        self._extrema_paths = [p for p in self.coverage_layers if self._extrema and len(self._seen[p].shape or ()) > 2]
+        self._extrema_paths = [p for p in self.coverage_layers if self._is_map(p)] if self._extrema else []
         self.sa_sizes = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes = [self._size(p) for p in self.coverage_layers]
 
@@ -761,6 +761,10 @@ class TorchTraceModel:
                 f"module {path!r} does not give one output row per input (it runs on a reshaped batch, such as "
                 "frames or a time-major sequence); choose a module whose output has the batch axis first"
             )
+
+    def _is_map(self, path: str) -> bool:
+        """Whether a module's output has more axes than ``(batch, features)`` (a feature map)."""
+        return len(self._seen[path].shape or ()) > 2
 
     def _size(self, path: str) -> int:
         s = self._seen[path]

@@ -293,13 +293,18 @@ def _ran_once(seen: Seen) -> bool:
     return seen.calls == 1 and seen.shape is not None
 
 
+def _loss_name(loss: Any) -> str:
+    """A loss's name in lower case: the string itself, or the loss object's or function's name."""
+    name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", "")
+    return str(name).lower()
+
+
 def _classifier_by_loss(loss: Any) -> bool | None:
     """Whether a loss names a classifier (cross-entropy, hinge) or a regression;
     ``None`` when there is no loss or its name says neither."""
     if loss is None:
         return None
-    name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", "")
-    name = str(name).lower()
+    name = _loss_name(loss)
     if "crossentropy" in name or "hinge" in name:
         return True
     if any(k in name for k in _REGRESSION_LOSSES):
@@ -456,13 +461,17 @@ class TraceModel:
         except (SadlModelError, SadlLayerError):
             raise
         except Exception as exc:
-            raise SadlModelError(
-                f"model {model.name!r} cannot be run on inputs of shape "
-                f"{', '.join(f'{n}={tuple(s)}' for n, s in self.input_shapes.items())} "
-                f"({one_line(message(exc))}); "
-                "check that the model runs on a batch of its inputs"
-            ) from None
+            raise self._cannot_run(exc) from None
         return answer
+
+    def _cannot_run(self, exc: Exception) -> SadlModelError:
+        """The error for a model that fails on symbolic inputs: their shapes and the backend's line."""
+        return SadlModelError(
+            f"model {self.model.name!r} cannot be run on inputs of shape "
+            f"{', '.join(f'{n}={tuple(s)}' for n, s in self.input_shapes.items())} "
+            f"({one_line(message(exc))}); "
+            "check that the model runs on a batch of its inputs"
+        )
 
     def _learn_output(
         self, spec: Any, owners: Any, layers: list[Any], output: str | int | None, classifier: bool | None
@@ -512,7 +521,7 @@ class TraceModel:
 
     def _set_sizes(self, extrema: bool) -> None:
         """The chosen layers' widths, and the coverage layers whose extrema are kept (with ``extrema``)."""
-        self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
+        self._extrema_paths = [p for p in self.coverage_layers if self._is_map(p)] if extrema else []
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
 
@@ -586,6 +595,10 @@ class TraceModel:
             raise SadlLayerError(
                 f"layer {path!r} of model {self.model.name!r} returns several tensors; choose a layer with one output"
             )
+
+    def _is_map(self, path: str) -> bool:
+        """Whether a layer's output has more axes than ``(batch, features)`` (a feature map)."""
+        return len(self._seen[path].shape or ()) > 2
 
     def _size(self, path: str) -> int:
         shape = self._seen[path].shape or ()
