@@ -5,7 +5,7 @@ recorder; and the ``Progress`` callback type of a long pass."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from pytest_sadl.errors import SadlLayerError, SadlModelError
 
-__all__ = ["Traces", "Progress", "resolve_output"]
+__all__ = ["Traces", "Progress", "resolve_output", "is_index"]
 
 Progress = Callable[[int, "int | None"], None]
 """``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
@@ -55,13 +55,18 @@ class Traces:
         extrema = None if first.coverage_extrema is None else _joined_extrema(parts, first.coverage_extrema)
         return cls(
             sa=np.concatenate([p.sa for p in parts]),
-            coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
+            coverage=_joined_coverage(parts, len(first.coverage)),
             pred=np.concatenate([p.pred for p in parts]),
             output=np.concatenate([p.output for p in parts]),
             sa_layers=list(first.sa_layers),
             coverage_layers=list(first.coverage_layers),
             coverage_extrema=extrema,
         )
+
+
+def _joined_coverage(parts: Sequence[Traces], layers: int) -> list[np.ndarray]:
+    """Each of the ``layers`` coverage layers' traces of consecutive batches joined."""
+    return [np.concatenate([p.coverage[i] for p in parts]) for i in range(layers)]
 
 
 def _joined_extrema(parts: Sequence[Traces], first: list[Any]) -> list[Any]:
@@ -89,10 +94,17 @@ def resolve_output(output: str | int | None, names: Sequence[str], model_name: s
 def _output_index(output: str | int, names: Sequence[str]) -> int | None:
     """The index ``output`` names (an index in range, digits that are no name, or a
     name), or ``None``: a bool is neither an index nor a name."""
-    if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
-        output = int(output)
-    if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
-        return int(output) % len(names) if -len(names) <= int(output) < len(names) else None
+    if is_index(output, names):
+        i = int(output)
+        return i % len(names) if -len(names) <= i < len(names) else None
     if isinstance(output, str) and output in names:
         return list(names).index(output)
     return None
+
+
+def is_index(item: Any, names: Container[str]) -> bool:
+    """Whether an output or layer item is an index: an int (not a bool), or digits that
+    are not one of ``names``."""
+    if isinstance(item, (int, np.integer)):
+        return not isinstance(item, bool)
+    return isinstance(item, str) and item.lstrip("-").isdigit() and item not in names

@@ -48,9 +48,14 @@ def _logits_layer(tm: Any, by_path: dict[str, Any], owner: str) -> str | None:
         return owner
     if is_activation_only(layer) and _softmax(layer):
         back = _back(tm, owner)
-        if back is not None and _dense(by_path[back]) and not is_activated(by_path[back]):
+        if back is not None and _linear_dense(by_path[back]):
             return back
     return None
+
+
+def _linear_dense(layer: Any) -> bool:
+    """A dense layer without an activation of its own (it gives logits)."""
+    return _dense(layer) and not is_activated(layer)
 
 
 def _logits_of_output(tm: Any, by_path: dict[str, Any]) -> str:

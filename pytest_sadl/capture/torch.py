@@ -61,14 +61,14 @@ data, or a recorded call), with one two-row probe pass.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from pytest_sadl.capture import hf
-from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
+from pytest_sadl.capture.arrays import Progress, Traces, is_index, resolve_output
 from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data, shape_matches
 from pytest_sadl.capture.torchdata import import_torch, is_torch_module, to_numpy
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
@@ -546,13 +546,6 @@ def _once_per_input(s: _Seen) -> bool:
     return s.calls == 1 and not s.structured and s.per_input
 
 
-def _is_index(item: Any, paths: Mapping[str, Any]) -> bool:
-    """Whether a layer item is an index: an int (not a bool), or digits that are no path."""
-    if isinstance(item, (int, np.integer)):
-        return not isinstance(item, bool)
-    return isinstance(item, str) and item.lstrip("-").isdigit() and item not in paths
-
-
 class TorchTraceModel:
     """A ``torch.nn.Module`` whose chosen modules are captured in its own forward pass;
     the interface of :class:`~pytest_sadl.capture.traces.TraceModel` (see the module
@@ -609,7 +602,7 @@ class TorchTraceModel:
     def _module_path(self, item: str | int, purpose: str) -> str:
         """The path of one item: a ``named_modules()`` path, or an index (also given as
         digits) into the top-level modules."""
-        if _is_index(item, self._modules):
+        if is_index(item, self._modules):
             i = int(item)
             top = [p for p in self._modules if "." not in p]
             if not -len(top) <= i < len(top):
