@@ -343,13 +343,7 @@ class TrainingData:
         if isinstance(x, list):
             return replace(self, x=_numeric(np.asarray(x), self.source), _fingerprint=None)
         assert isinstance(x, dict)
-        chosen = name if name in x else (next(iter(x)) if len(x) == 1 else None)
-        if chosen is None:
-            raise SadlDataError(
-                f"{self.source} holds arrays {sorted(x)}; name the model's input {name!r} "
-                f"(or 'x'), e.g. np.savez(path, {name}=x, y=y)"
-            )
-        return replace(self, x=x[chosen], _fingerprint=None)
+        return replace(self, x=x[_chosen_input(x, name, self.source)], _fingerprint=None)
 
     def _bind_several(self, names: list[str]) -> TrainingData:
         """These inputs for a model of several inputs ``names``: a dict of arrays by name."""
@@ -361,11 +355,7 @@ class TrainingData:
                 f"missing {missing}; key the arrays by input name"
             )
         bound = {n: _numeric(_ndarray(x[n]), f"{self.source} (input {n!r})") for n in names}
-        lengths = {n: int(a.shape[0]) for n, a in bound.items()}
-        if len(set(lengths.values())) > 1:
-            raise SadlDataError(
-                f"{self.source}: the inputs have different numbers of rows {lengths}; give one row per input in every array"
-            )
+        _check_lengths(bound, self.source)
         return replace(self, x=bound, _fingerprint=None)
 
     def _keyed(self, names: list[str]) -> Any:
@@ -444,6 +434,26 @@ def _adjusted_inputs(x: dict[str, np.ndarray], expected: dict[str, tuple[int | N
     """Arrays by input name with their ranks adjusted (:func:`adjust_rank`); ``x`` itself when none changes."""
     out = {k: adjust_rank(v, expected[k]) if k in expected else v for k, v in x.items()}
     return out if any(out[k] is not x[k] for k in x) else x
+
+
+def _chosen_input(x: dict[str, Any], name: str, source: str) -> str:
+    """The key of the one model input ``name`` in arrays by name: ``name``, or the only key."""
+    chosen = name if name in x else (next(iter(x)) if len(x) == 1 else None)
+    if chosen is None:
+        raise SadlDataError(
+            f"{source} holds arrays {sorted(x)}; name the model's input {name!r} "
+            f"(or 'x'), e.g. np.savez(path, {name}=x, y=y)"
+        )
+    return chosen
+
+
+def _check_lengths(bound: dict[str, np.ndarray], source: str) -> None:
+    """Raise when the inputs' arrays have different numbers of rows."""
+    lengths = {n: int(a.shape[0]) for n, a in bound.items()}
+    if len(set(lengths.values())) > 1:
+        raise SadlDataError(
+            f"{source}: the inputs have different numbers of rows {lengths}; give one row per input in every array"
+        )
 
 
 def _ndarray(value: Any) -> np.ndarray:
