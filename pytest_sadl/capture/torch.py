@@ -391,8 +391,12 @@ class _Probe:
         if not self._per_neuron_container(module, children):
             return None
         out = self.outputs[path]
-        last = [p for p, _ in children if self.outputs.get(p) is out and not is_pass_through(self.modules[p])]
+        last = [p for p, _ in children if self._gives_unmoved(p, out)]
         return last[-1] if last else None
+
+    def _gives_unmoved(self, path: str, out: Any) -> bool:
+        """Whether the module at ``path`` gave ``out`` and computes (does not only move) it."""
+        return self.outputs.get(path) is out and not is_pass_through(self.modules[path])
 
     def _per_neuron_container(self, module: Any, children: list[tuple[str, Any]]) -> bool:
         """Whether a module with submodules ``children`` computes per-neuron maps only: its
@@ -424,15 +428,20 @@ def _head_reads(probe: _Probe, measured: Any, owner: str | None, mask: Any) -> t
     one kept by the attention mask (a decoder's sequence classifier) when the measured
     output is, row by row, that token of a module's output (then the module before it
     is the one measured)."""
-    torch = import_torch()
-    order = sorted(probe.outputs, key=lambda p: -probe.seen[p].order)
-    sequences = [p for p in order if isinstance(probe.outputs[p], torch.Tensor) and probe.outputs[p].dim() == 3]
+    sequences = _sequence_outputs(probe)
     src = probe.inputs.get(owner) if owner is not None else None
     if src is not None and src.dim() == 2:
         return _reads_first(probe, sequences, src)
     if owner is not None or measured.dim() != 2:
         return None
     return _reads_last(probe, sequences, measured, mask)
+
+
+def _sequence_outputs(probe: _Probe) -> list[str]:
+    """The modules whose output is a sequence ``(n, t, f)``, the last called first."""
+    torch = import_torch()
+    order = sorted(probe.outputs, key=lambda p: -probe.seen[p].order)
+    return [p for p in order if isinstance(probe.outputs[p], torch.Tensor) and probe.outputs[p].dim() == 3]
 
 
 def _reads_first(probe: _Probe, sequences: list[str], src: Any) -> tuple[str, str] | None:
@@ -448,12 +457,17 @@ def _reads_last(probe: _Probe, sequences: list[str], measured: Any, mask: Any) -
     torch = import_torch()
     for p in sequences:
         o = probe.outputs[p]
-        if o.shape[0] != measured.shape[0] or o.shape[2] != measured.shape[1]:
+        if not _token_shaped(o, measured):
             continue
         after = _source(probe, p)
         if after is not None and torch.equal(_token(o, "last", mask), measured.detach().float()):
             return after, "last"
     return None
+
+
+def _token_shaped(sequence: Any, rows: Any) -> bool:
+    """Whether ``rows`` ``(n, f)`` has the shape of one token of ``sequence`` ``(n, t, f)``."""
+    return bool(sequence.shape[0] == rows.shape[0] and sequence.shape[2] == rows.shape[1])
 
 
 def _source(probe: _Probe, path: str) -> str | None:
