@@ -314,10 +314,7 @@ class _Probe:
     def record(self, path: str, module: Any, args: Any, out: Any) -> None:
         torch = import_torch()
         s = self.seen[path]
-        s.calls += 1
-        if s.order < 0:
-            s.order = self.counter
-            self.counter += 1
+        self._count_call(s)
         main, single = _main_output(module, out)
         s.structured = not single
         src = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -325,6 +322,13 @@ class _Probe:
             self._note_input(path, module, src, main if single else None)
         if single:
             self._note_output(path, module, src, main, out)
+
+    def _count_call(self, s: _Seen) -> None:
+        """One more call of a module; its first call's place in the order of first calls."""
+        s.calls += 1
+        if s.order < 0:
+            s.order = self.counter
+            self.counter += 1
 
     def _note_input(self, path: str, module: Any, src: Any, main: Any) -> None:
         """A module's first call's input: the module that gave it, and a copy to test
@@ -347,11 +351,17 @@ class _Probe:
     def _layout(self, module: Any, main: Any, src: Any) -> str:
         if _is_torch_class(module, _CHANNELS_FIRST):
             return "first"
+        known = self._known_layout(module, main, src)
+        if known is not None:
+            return known
+        return "first" if main.dim() >= 4 else "last"
+
+    def _known_layout(self, module: Any, main: Any, src: Any) -> str | None:
+        """The layout an element-wise module keeps of its input, or a block's of the leaf
+        whose output it returns; ``None`` when neither is known."""
         if _is_torch_class(module, _ELEMENTWISE) and src is not None and id(src) in self.layouts:
             return self.layouts[id(src)]
-        if id(main) in self.layouts:  # a block returning a leaf's output
-            return self.layouts[id(main)]
-        return "first" if main.dim() >= 4 else "last"
+        return self.layouts.get(id(main))  # a block returning a leaf's output
 
     def run(self, tm: TorchTraceModel, firsts: tuple[Any, ...]) -> Any:
         """The model's output on ``firsts``, every module seen; a failure is one line."""
