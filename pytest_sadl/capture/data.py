@@ -505,13 +505,18 @@ def row_format(x: Any) -> tuple[str, tuple[int, ...]]:
     """``(dtype, row shape)`` that the fingerprint records with the row digests; for
     several inputs the names, dtypes and shapes of every input go into the dtype text."""
     if isinstance(x, (dict, list)):
-        named = x.items() if isinstance(x, dict) else enumerate(x)
-        text = ";".join(
-            f"{name}:{_dtype_text(np.asarray(a))}:{tuple(int(d) for d in np.shape(a)[1:])}" for name, a in named
-        )
-        return f"inputs[{text}]", ()
+        return _inputs_format(x), ()
     a = np.asarray(x)
     return _dtype_text(a), tuple(int(d) for d in a.shape[1:])
+
+
+def _inputs_format(x: dict[str, Any] | list[Any]) -> str:
+    """The dtype text of several inputs: each input's name (or index), dtype and row shape."""
+    named = x.items() if isinstance(x, dict) else enumerate(x)
+    text = ";".join(
+        f"{name}:{_dtype_text(np.asarray(a))}:{tuple(int(d) for d in np.shape(a)[1:])}" for name, a in named
+    )
+    return f"inputs[{text}]"
 
 
 def batch_row_digests(x: Any) -> np.ndarray:
@@ -873,7 +878,7 @@ def _from_mapping(value: Mapping[Any, Any], source: str) -> TrainingData:
     """``{"x": ..., "y": ...}``, or one array per input keyed by input name (and labels)."""
     if "x" in value:
         return _from_value((value["x"], value.get("y")), source)
-    inputs = {str(k): _as_array(v, f"{source} (input {k!r})") for k, v in value.items() if k not in _LABEL_KEYS}
+    inputs = _mapping_inputs(value, source)
     y = next((value[k] for k in _LABEL_KEYS if k in value), None)
     if not inputs:
         raise SadlDataError(
@@ -881,6 +886,11 @@ def _from_mapping(value: Mapping[Any, Any], source: str) -> TrainingData:
             "(one input) or one array per input keyed by input name"
         )
     return TrainingData(source=source, x=inputs, y=_optional_array(y))
+
+
+def _mapping_inputs(value: Mapping[Any, Any], source: str) -> dict[str, np.ndarray]:
+    """A mapping's arrays by input name (its labels left out)."""
+    return {str(k): _as_array(v, f"{source} (input {k!r})") for k, v in value.items() if k not in _LABEL_KEYS}
 
 
 def _from_tuple(value: tuple[Any, ...], source: str) -> TrainingData:

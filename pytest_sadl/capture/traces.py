@@ -749,11 +749,15 @@ class TraceModel:
         ones on convolutions (8.3 s of CPU against 6.0 s for 60,000 MNIST inputs through
         a small ConvNet, ``benchmarks/bench_profile.py``), which is why Keras' ``predict``
         turns XLA off there too."""
-        if self.jit_mode is False or self._forward.jit is False or "string" in self._dtypes.values():
-            return False  # (XLA compiles no string ops)
+        if self._jit_ruled_out():
+            return False
         if self.jit_mode is True:
             return True
         return (total is None or total >= _JIT_MIN_INPUTS) and has_accelerator()
+
+    def _jit_ruled_out(self) -> bool:
+        """XLA turned off, known to fail for this model, or unable to take its string inputs."""
+        return self.jit_mode is False or self._forward.jit is False or "string" in self._dtypes.values()
 
     def _run(self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0) -> tuple[Any, list[np.ndarray]]:
         """One batch (inputs by name) through the pass, as NumPy.
