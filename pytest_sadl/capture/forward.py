@@ -371,10 +371,16 @@ def casts_input(layer: Any, producer: Any, tensor: Any) -> bool:
         return False
     std = keras.backend.standardize_dtype
     wanted = std(getattr(layer, "input_dtype", None) or tensor.dtype)
-    for dtype in (getattr(tensor, "dtype", None), getattr(producer, "compute_dtype", None)):
-        if dtype is not None and keras.backend.is_float_dtype(std(dtype)) and std(dtype) != wanted:
-            return True
-    return False
+    dtypes = (getattr(tensor, "dtype", None), getattr(producer, "compute_dtype", None))
+    return any(_other_float(keras, dtype, wanted) for dtype in dtypes)
+
+
+def _other_float(keras: Any, dtype: Any, wanted: str) -> bool:
+    """Whether ``dtype`` is a float dtype other than ``wanted`` (``None``: no dtype)."""
+    if dtype is None:
+        return False
+    std = keras.backend.standardize_dtype(dtype)
+    return bool(keras.backend.is_float_dtype(std) and std != wanted)
 
 
 @dataclass
