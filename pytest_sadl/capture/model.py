@@ -100,12 +100,7 @@ def _from_file(path: Path, label: str) -> Any:
             "loads only .keras files: re-save the model with model.save('model.keras')"
         )
     suffix = path.suffix.lower()
-    if suffix in _TORCH_SUFFIXES:
-        raise SadlModelError(
-            f"{label}: pytest-sadl does not load PyTorch files ({suffix}): a pickled model runs code when "
-            "loaded. Give 'package.module:function' returning the nn.Module (build it and load a state dict "
-            "with torch.load(path, weights_only=True)), or a sadl_model fixture in conftest.py"
-        )
+    _refuse_torch_file(suffix, label)
     import_backend()  # a model file needs Keras: missing or broken, one line saying what to install
     if suffix in (".h5", ".hdf5"):
         return _load_h5(path, label)
@@ -114,6 +109,16 @@ def _from_file(path: Path, label: str) -> Any:
             f"{label}: unknown model format {suffix or '(no suffix)'!r}; give a .keras file (model.save('model.keras'))"
         )
     return _from_keras_file(path, label)
+
+
+def _refuse_torch_file(suffix: str, label: str) -> None:
+    """Raise for a PyTorch file: a pickled model runs code when loaded."""
+    if suffix in _TORCH_SUFFIXES:
+        raise SadlModelError(
+            f"{label}: pytest-sadl does not load PyTorch files ({suffix}): a pickled model runs code when "
+            "loaded. Give 'package.module:function' returning the nn.Module (build it and load a state dict "
+            "with torch.load(path, weights_only=True)), or a sadl_model fixture in conftest.py"
+        )
 
 
 def _from_keras_file(path: Path, label: str) -> Any:
