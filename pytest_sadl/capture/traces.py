@@ -162,10 +162,14 @@ def _inputs_of_struct(struct: Any) -> tuple[list[_Input], str]:
     from keras import tree
 
     flat = tree.flatten(struct)
-    kind = "dict" if isinstance(struct, dict) else ("list" if isinstance(struct, (list, tuple)) else "single")
-    if len(flat) == 1 and kind == "list":
-        kind = "single"
-    return [_Input(str(t.name), tuple(t.shape[1:]), str(t.dtype)) for t in flat], kind
+    return [_Input(str(t.name), tuple(t.shape[1:]), str(t.dtype)) for t in flat], _input_kind(struct, len(flat))
+
+
+def _input_kind(struct: Any, count: int) -> str:
+    """How a graph model takes its ``count`` inputs: ``dict``, ``list`` or ``single`` (a list of one too)."""
+    if isinstance(struct, dict):
+        return "dict"
+    return "list" if isinstance(struct, (list, tuple)) and count != 1 else "single"
 
 
 def _built_inputs(model: Any) -> tuple[list[_Input], str]:
