@@ -550,15 +550,18 @@ def digest_batches(batches: Iterator[Any]) -> tuple[str, np.ndarray]:
 
     parts: list[np.ndarray] = []
     header: tuple[str, tuple[int, ...]] | None = None
-    for batch in batches:
-        if not isinstance(batch, (dict, list)):
-            batch = np.asarray(batch)
+    for batch in map(_batch_value, batches):
         if header is None:
             header = row_format(batch)
         parts.append(batch_row_digests(batch))
     dtype, shape = header or ("", ())
     digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
     return multiset_fingerprint(digests, dtype=dtype, row_shape=shape), digests
+
+
+def _batch_value(batch: Any) -> Any:
+    """A batch as an array, or as it is for several inputs (a dict or a list)."""
+    return batch if isinstance(batch, (dict, list)) else np.asarray(batch)
 
 
 def _first(x: Any) -> Any:
@@ -729,12 +732,14 @@ def _check_magic(path: Path, source: str, kind: str) -> None:
         return  # np.load reports it
     if head.startswith(_ZIP_MAGIC) or head.startswith(_NPY_MAGIC):
         return
-    what = (
-        "a zip archive of arrays, as np.savez(path, x=x, y=y) writes"
-        if kind == ".npz"
-        else "a NumPy array file, as np.save writes"
-    )
-    raise SadlDataError(f"{source} is not a {kind} file ({what}); it starts with {head!r}")
+    raise SadlDataError(f"{source} is not a {kind} file ({_FILE_KINDS[kind]}); it starts with {head!r}")
+
+
+#: what a file of each suffix is
+_FILE_KINDS = {
+    ".npz": "a zip archive of arrays, as np.savez(path, x=x, y=y) writes",
+    ".npy": "a NumPy array file, as np.save writes",
+}
 
 
 def _npz_keys(keys: list[str]) -> tuple[str | None, str | None]:
@@ -907,11 +912,7 @@ def _from_iterator(it: Any, source: str) -> TrainingData:
     """A generator's batches (``x``, ``(x,)``, ``(x, y)``, ``(x, y, w)``, dicts for several
     inputs) read once into arrays: it cannot be read again for the profile's second pass.
     ``len()`` or ``__length_hint__``, when the iterator has one, is how many batches it has."""
-    import itertools
-    import operator
-
-    known = operator.length_hint(it, -1)
-    batches = list(itertools.islice(it, known) if known >= 0 else it)
+    batches = _read_out(it)
     if not batches:
         raise SadlDataError(f"{source} is an empty generator (0 batches); give at least one input")
     xs = [_dataset_element_x(b) for b in batches]
@@ -924,6 +925,15 @@ def _from_iterator(it: Any, source: str) -> TrainingData:
             f"{source}: the generator's batches cannot be joined ({exc}); yield batches of one shape"
         ) from None
     return TrainingData(source=source, x=x, y=y)
+
+
+def _read_out(it: Any) -> list[Any]:
+    """An iterator's items to its end, or as many as its ``len()`` or ``__length_hint__`` says."""
+    import itertools
+    import operator
+
+    known = operator.length_hint(it, -1)
+    return list(itertools.islice(it, known) if known >= 0 else it)
 
 
 def _joined_inputs(xs: list[Any], source: str) -> Any:

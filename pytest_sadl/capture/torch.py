@@ -813,8 +813,12 @@ class TorchTraceModel:
         """Into ``out``: a module a per-neuron container is applied to, measured after the
         container's last leaf (when that leaf is one of ``leaves``)."""
         for s in self._seen.values():
-            if s.fused is not None and s.fused in leaves and s.after is not None and self._may_activate(s.after):
+            if s.fused is not None and s.after is not None and self._fused_activates(s, leaves):
                 out.setdefault(s.after, s.fused)
+
+    def _fused_activates(self, s: _Seen, leaves: set[str]) -> bool:
+        """Whether a per-neuron container's last leaf (one of ``leaves``) activates the module it is applied to."""
+        return s.fused in leaves and s.after is not None and self._may_activate(s.after)
 
     def _hidden(self, candidates: list[str]) -> list[str]:
         """The coverage layers before the module that gives the measured output (when it is
@@ -1214,6 +1218,13 @@ def positional_inputs(model: Any) -> list[str]:
         params = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):  # a builtin or C forward: one input
         return ["input"]
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    names = [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+    names = [p.name for p in params if _required_positional(p)]
     return names if len(names) > 1 else ["input"]
+
+
+def _required_positional(p: Any) -> bool:
+    """A parameter taken by position without a default."""
+    import inspect
+
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return p.kind in kinds and p.default is inspect.Parameter.empty
