@@ -5,7 +5,7 @@ recorder; and the ``Progress`` callback type of a long pass."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from pytest_sadl.errors import SadlLayerError, SadlModelError
 
-__all__ = ["Traces", "Progress", "resolve_output"]
+__all__ = ["Traces", "Progress", "resolve_output", "is_index"]
 
 Progress = Callable[[int, "int | None"], None]
 """``progress(done, total)``: called after every batch; ``total`` is ``None`` when unknown."""
@@ -52,15 +52,10 @@ class Traces:
         if not parts:
             raise ValueError("Traces.concatenate needs at least one Traces")
         first = parts[0]
-        extrema = None
-        if first.coverage_extrema is not None:
-            extrema = [
-                None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
-                for i, e in enumerate(first.coverage_extrema)
-            ]
+        extrema = None if first.coverage_extrema is None else _joined_extrema(parts, first.coverage_extrema)
         return cls(
             sa=np.concatenate([p.sa for p in parts]),
-            coverage=[np.concatenate([p.coverage[i] for p in parts]) for i in range(len(first.coverage))],
+            coverage=_joined_coverage(parts, len(first.coverage)),
             pred=np.concatenate([p.pred for p in parts]),
             output=np.concatenate([p.output for p in parts]),
             sa_layers=list(first.sa_layers),
@@ -69,19 +64,47 @@ class Traces:
         )
 
 
+def _joined_coverage(parts: Sequence[Traces], layers: int) -> list[np.ndarray]:
+    """Each of the ``layers`` coverage layers' traces of consecutive batches joined."""
+    return [np.concatenate([p.coverage[i] for p in parts]) for i in range(layers)]
+
+
+def _joined_extrema(parts: Sequence[Traces], first: list[Any]) -> list[Any]:
+    """The ``(min, max)`` per coverage layer of consecutive batches joined (``None`` stays ``None``)."""
+    return [
+        None if e is None else tuple(np.concatenate([p.coverage_extrema[i][j] for p in parts]) for j in (0, 1))  # type: ignore[index]
+        for i, e in enumerate(first)
+    ]
+
+
 def resolve_output(output: str | int | None, names: Sequence[str], model_name: str) -> int:
     """The index of the measured output (``sadl_output``: a name, an index, an index as a
     string, or ``None`` for the first), for the Keras and the PyTorch trace models alike."""
     if output is None:
         return 0
-    if isinstance(output, str) and output.lstrip("-").isdigit() and output not in names:
-        output = int(output)
-    if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
-        if -len(names) <= int(output) < len(names):
-            return int(output) % len(names)
-    elif isinstance(output, str) and output in names:  # a bool is neither an index nor a name
-        return list(names).index(output)
+    index = _output_index(output, names)
+    if index is not None:
+        return index
     raise SadlModelError(
         f"sadl_output={output!r}: model {model_name!r} has outputs "
         f"{', '.join(f'{i}:{n}' for i, n in enumerate(names))}; give one of these names or indices"
     )
+
+
+def _output_index(output: str | int, names: Sequence[str]) -> int | None:
+    """The index ``output`` names (an index in range, digits that are no name, or a
+    name), or ``None``: a bool is neither an index nor a name."""
+    if is_index(output, names):
+        i = int(output)
+        return i % len(names) if -len(names) <= i < len(names) else None
+    if isinstance(output, str) and output in names:
+        return list(names).index(output)
+    return None
+
+
+def is_index(item: Any, names: Container[str]) -> bool:
+    """Whether an output or layer item is an index: an int (not a bool), or digits that
+    are not one of ``names``."""
+    if isinstance(item, (int, np.integer)):
+        return not isinstance(item, bool)
+    return isinstance(item, str) and item.lstrip("-").isdigit() and item not in names

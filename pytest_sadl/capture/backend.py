@@ -32,15 +32,23 @@ _JAX = frozenset({"jax", "jaxlib"})
 def install_hint(module: str | None = None) -> str:
     """The ``pip install`` of the extra that provides ``module`` (or the backend Keras is
     set to use: ``KERAS_BACKEND``, TensorFlow by default)."""
-    backend = os.environ.get("KERAS_BACKEND", "tensorflow").strip().lower()
     top = (module or "").split(".")[0]
     if top == "torch":
-        return 'pip install "pytest-sadl[torch]" (native torch.nn.Module models, or Keras 3 with KERAS_BACKEND=torch)'
-    if module in (None, "keras") and backend == "torch":
-        return 'pip install keras "pytest-sadl[torch]" (Keras 3 on torch, with KERAS_BACKEND=torch)'
-    if top in _JAX or (module in (None, "keras") and backend == "jax"):
-        return 'pip install "pytest-sadl[jax]" (Keras 3 on JAX, with KERAS_BACKEND=jax)'
-    return 'pip install "pytest-sadl[tensorflow]" (or "pytest-sadl[jax]" with KERAS_BACKEND=jax)'
+        return _TORCH_HINT
+    if module in (None, "keras"):  # the backend Keras is set to use
+        backend = os.environ.get("KERAS_BACKEND", "tensorflow").strip().lower()
+        return _KERAS_HINTS.get(backend, _TENSORFLOW_HINT)
+    return _JAX_HINT if top in _JAX else _TENSORFLOW_HINT
+
+
+_TORCH_HINT = 'pip install "pytest-sadl[torch]" (native torch.nn.Module models, or Keras 3 with KERAS_BACKEND=torch)'
+_JAX_HINT = 'pip install "pytest-sadl[jax]" (Keras 3 on JAX, with KERAS_BACKEND=jax)'
+_TENSORFLOW_HINT = 'pip install "pytest-sadl[tensorflow]" (or "pytest-sadl[jax]" with KERAS_BACKEND=jax)'
+#: the install of Keras on each backend it may be set to use
+_KERAS_HINTS = {
+    "torch": 'pip install keras "pytest-sadl[torch]" (Keras 3 on torch, with KERAS_BACKEND=torch)',
+    "jax": _JAX_HINT,
+}
 
 
 def _top(name: Any) -> str | None:
@@ -53,22 +61,32 @@ def _failing_import(exc: BaseException) -> str | None:
     named = _top(getattr(exc, "name", None)) if isinstance(exc, ImportError) else None
     if named in BACKEND_MODULES:
         return named
-    # A module being imported runs its "<module>" code (importlib's own frames are cut
-    # from the traceback): the first such frame of a backend is the import that failed.
-    backend: str | None = None
-    tb: types.TracebackType | None = exc.__traceback__
-    while tb is not None and backend is None:
-        frame = tb.tb_frame
-        if frame.f_code.co_name == "<module>":
-            top = _top(frame.f_globals.get("__name__"))
-            if top in BACKEND_MODULES:
-                backend = top
-        tb = tb.tb_next
+    backend = _importing_backend(exc.__traceback__)
     # Whatever a backend's module code raised while it was imported is a broken import:
     # under a low ulimit -v TensorFlow and JAX fail with ImportError, MemoryError,
     # SystemError ("error return without exception set") or an AttributeError of the
     # half-made module an earlier failure left behind, depending on where memory ran out.
     return backend
+
+
+def _importing_backend(tb: types.TracebackType | None) -> str | None:
+    """The backend whose module code the traceback ``tb`` runs, or ``None``: a module being
+    imported runs its "<module>" code (importlib's own frames are cut from the
+    traceback), and the first such frame of a backend is the import that failed."""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "<module>":
+            top = _top(frame.f_globals.get("__name__"))
+            if top in BACKEND_MODULES:
+                return top
+        tb = tb.tb_next
+    return None
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception as one line of at most 300 characters."""
+    cause = " ".join((f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__).split())
+    return cause[:297] + "..." if len(cause) > 300 else cause
 
 
 def backend_error(exc: BaseException) -> SadlBackendError | None:
@@ -79,9 +97,7 @@ def backend_error(exc: BaseException) -> SadlBackendError | None:
     module = _failing_import(exc)
     if module is None:
         return None
-    cause = " ".join((f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__).split())
-    if len(cause) > 300:
-        cause = cause[:297] + "..."
+    cause = _cause(exc)
     hint = install_hint(module)
     limit = ""
     if not isinstance(exc, ModuleNotFoundError):

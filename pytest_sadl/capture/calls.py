@@ -76,11 +76,21 @@ def _head(x: Any, n: int) -> Any:
     """The first ``n`` rows of ``x`` (an array, or a list, tuple or dict of arrays, one per
     input), or ``None`` for anything else."""
     if isinstance(x, dict):
-        heads = {k: _head(v, n) for k, v in x.items()}
-        return None if any(v is None for v in heads.values()) else heads
+        return _mapping_head(x, n)
     if isinstance(x, (list, tuple)):
         each = [_head(v, n) for v in x]
         return None if any(v is None for v in each) else type(x)(each)
+    return _array_head(x, n)
+
+
+def _mapping_head(x: dict[Any, Any], n: int) -> dict[Any, Any] | None:
+    """The first ``n`` rows of each input of a dict, or ``None`` when one has fewer."""
+    heads = {k: _head(v, n) for k, v in x.items()}
+    return None if any(v is None for v in heads.values()) else heads
+
+
+def _array_head(x: Any, n: int) -> Any:
+    """The first ``n`` rows of one array, or ``None`` when it has fewer or no length."""
     try:
         return x[:n] if len(x) >= n else None
     except TypeError:

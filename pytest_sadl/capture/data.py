@@ -51,7 +51,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -97,8 +97,12 @@ def _is_pydataset(obj: Any) -> bool:
 def _is_stream(obj: Any) -> bool:
     """A source of batches the profile streams: a ``tf.data.Dataset``, a ``PyDataset``,
     or a re-iterable object with a length (each ``iter()`` a new pass: a Sequence)."""
-    if _is_dataset(obj) or _is_pydataset(obj):
-        return True
+    return _is_dataset(obj) or _is_pydataset(obj) or _is_reiterable(obj)
+
+
+def _is_reiterable(obj: Any) -> bool:
+    """An object with a length whose each ``iter()`` is a new pass (a Sequence), that is
+    neither an iterator, a container of inputs nor an array."""
     return (
         hasattr(obj, "__iter__")
         and hasattr(obj, "__len__")
@@ -160,15 +164,16 @@ def text_rows(x: np.ndarray) -> list[bytes]:
     and UTF-8 bytes, and the row's shape): independent of the array's dtype and width."""
     n = int(x.shape[0])
     shape = repr(tuple(int(d) for d in x.shape[1:])).encode()
-    flat = x.reshape(n, -1)
-    out = []
-    for row in flat:
-        parts = [shape]
-        for v in row:
-            b = text_bytes(v)
-            parts += [len(b).to_bytes(8, "little"), b]
-        out.append(b"".join(parts))
-    return out
+    return [_text_row(shape, row) for row in x.reshape(n, -1)]
+
+
+def _text_row(shape: bytes, row: np.ndarray) -> bytes:
+    """One row of strings as bytes: its shape, then each string's length and UTF-8 bytes."""
+    parts = [shape]
+    for v in row:
+        b = text_bytes(v)
+        parts += [len(b).to_bytes(8, "little"), b]
+    return b"".join(parts)
 
 
 def _text_row_digests(x: np.ndarray) -> np.ndarray:
@@ -224,21 +229,34 @@ def check_batch(
         raise SadlDataError(f"{what}: a scalar, not a batch of inputs; expected shape (n, ...)")
     if x.shape[0] == 0 and offset == 0:
         raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
-    text = x.dtype.kind not in "biuf" and is_text(x)
-    if x.dtype.kind not in "biuf" and not text:
-        _refuse_objects(x, what)
+    text = _check_kind(x, what)
     if expected_shape is not None:
         _check_shape(tuple(x.shape[1:]), expected_shape, what)
     if finite and not text and x.dtype.kind == "f" and x.size:
-        bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            kind = "NaN" if np.isnan(x[i]).any() else "inf"
-            raise SadlDataError(
-                f"{what}: input {offset + i} contains {kind} "
-                f"({int(bad.sum())} input(s) in this batch are not finite); "
-                "clean or drop them"
-            )
+        _check_finite(x, what, offset)
+
+
+def _check_kind(x: np.ndarray, what: str) -> bool:
+    """Whether ``x`` is text; raises for objects that are neither numbers nor text."""
+    if x.dtype.kind in "biuf":
+        return False
+    text = is_text(x)
+    if not text:
+        _refuse_objects(x, what)
+    return text
+
+
+def _check_finite(x: np.ndarray, what: str, offset: int) -> None:
+    """Raise naming the first input of a float batch that holds a NaN or an inf."""
+    bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        kind = "NaN" if np.isnan(x[i]).any() else "inf"
+        raise SadlDataError(
+            f"{what}: input {offset + i} contains {kind} "
+            f"({int(bad.sum())} input(s) in this batch are not finite); "
+            "clean or drop them"
+        )
 
 
 @dataclass
@@ -277,13 +295,12 @@ class TrainingData:
         column arrays ``(n,)`` for ``Input((1,))`` inputs, as Keras takes them)."""
         x = self.x
         if isinstance(x, np.ndarray) and not isinstance(expected_shape, dict):
-            new = adjust_rank(x, expected_shape)
-            return self if new is x else replace(self, x=new, _fingerprint=None, _row_digests=None)
-        if isinstance(x, dict) and isinstance(expected_shape, dict):
-            out = {k: adjust_rank(v, expected_shape[k]) if k in expected_shape else v for k, v in x.items()}
-            if any(out[k] is not x[k] for k in x):
-                return replace(self, x=out, _fingerprint=None, _row_digests=None)
-        return self
+            new: Any = adjust_rank(x, expected_shape)
+        elif isinstance(x, dict) and isinstance(expected_shape, dict):
+            new = _adjusted_inputs(x, expected_shape)
+        else:
+            return self
+        return self if new is x else replace(self, x=new, _fingerprint=None, _row_digests=None)
 
     def check_shape(self, expected_shape: tuple[int | None, ...] | dict[str, tuple[int | None, ...]]) -> None:
         """Check the whole arrays' shapes (cheap; NaN is checked batch by batch).
@@ -292,15 +309,19 @@ class TrainingData:
         if self.x is None:
             return
         if isinstance(expected_shape, dict):
-            if not isinstance(self.x, dict):
-                raise SadlDataError(
-                    f"{self.source} is one array but the model has {len(expected_shape)} inputs "
-                    f"({', '.join(expected_shape)}); give one array per input, keyed by input name"
-                )
-            for name, shape in expected_shape.items():
-                _check_shape(tuple(self.x[name].shape[1:]), shape, f"{self.source} (input {name!r})")
+            self._check_shapes(expected_shape)
         elif isinstance(self.x, np.ndarray):
             _check_shape(tuple(self.x.shape[1:]), expected_shape, self.source)
+
+    def _check_shapes(self, expected: dict[str, tuple[int | None, ...]]) -> None:
+        """Check each input's array against its shape, for a model of several inputs."""
+        if not isinstance(self.x, dict):
+            raise SadlDataError(
+                f"{self.source} is one array but the model has {len(expected)} inputs "
+                f"({', '.join(expected)}); give one array per input, keyed by input name"
+            )
+        for name, shape in expected.items():
+            _check_shape(tuple(self.x[name].shape[1:]), shape, f"{self.source} (input {name!r})")
 
     def bind(self, names: list[str]) -> TrainingData:
         """These inputs for a model whose inputs are ``names`` (in ``model.inputs`` order):
@@ -308,21 +329,38 @@ class TrainingData:
 
         Raises :class:`SadlDataError` naming the inputs the model has and what the data holds.
         """
-        x = self.x
-        if x is None:
+        if self.x is None:
             return self
         if len(names) == 1:
-            if isinstance(x, np.ndarray):
-                return self
-            if isinstance(x, list):
-                return replace(self, x=_numeric(np.asarray(x), self.source), _fingerprint=None)
-            chosen = names[0] if names[0] in x else (next(iter(x)) if len(x) == 1 else None)
-            if chosen is None:
-                raise SadlDataError(
-                    f"{self.source} holds arrays {sorted(x)}; name the model's input {names[0]!r} "
-                    f"(or 'x'), e.g. np.savez(path, {names[0]}=x, y=y)"
-                )
-            return replace(self, x=x[chosen], _fingerprint=None)
+            return self._bind_one(names[0])
+        return self._bind_several(names)
+
+    def _bind_one(self, name: str) -> TrainingData:
+        """These inputs for a model of one input ``name``: one array."""
+        x = self.x
+        if isinstance(x, np.ndarray):
+            return self
+        if isinstance(x, list):
+            return replace(self, x=_numeric(np.asarray(x), self.source), _fingerprint=None)
+        assert isinstance(x, dict)
+        return replace(self, x=x[_chosen_input(x, name, self.source)], _fingerprint=None)
+
+    def _bind_several(self, names: list[str]) -> TrainingData:
+        """These inputs for a model of several inputs ``names``: a dict of arrays by name."""
+        x = self._keyed(names)
+        missing = [n for n in names if n not in x]
+        if missing:
+            raise SadlDataError(
+                f"{self.source} holds arrays {sorted(x)} but the model's inputs are {names}: "
+                f"missing {missing}; key the arrays by input name"
+            )
+        bound = {n: _numeric(_ndarray(x[n]), f"{self.source} (input {n!r})") for n in names}
+        _check_lengths(bound, self.source)
+        return replace(self, x=bound, _fingerprint=None)
+
+    def _keyed(self, names: list[str]) -> Any:
+        """The arrays by input name (a list is taken in ``names`` order); raises for one array."""
+        x = self.x
         if isinstance(x, np.ndarray):
             raise SadlDataError(
                 f"{self.source} is one array but the model has {len(names)} inputs ({', '.join(names)}); "
@@ -335,47 +373,30 @@ class TrainingData:
                     f"{self.source} is a list of {len(x)} arrays but the model has {len(names)} inputs "
                     f"({', '.join(names)}); give one array per input, in model.inputs order"
                 )
-            x = dict(zip(names, x, strict=True))
-        missing = [n for n in names if n not in x]
-        if missing:
-            raise SadlDataError(
-                f"{self.source} holds arrays {sorted(x)} but the model's inputs are {names}: "
-                f"missing {missing}; key the arrays by input name"
-            )
-        bound = {
-            n: _numeric(np.asarray(x[n]) if not isinstance(x[n], np.ndarray) else x[n], f"{self.source} (input {n!r})")
-            for n in names
-        }
-        lengths = {n: int(a.shape[0]) for n, a in bound.items()}
-        if len(set(lengths.values())) > 1:
-            raise SadlDataError(
-                f"{self.source}: the inputs have different numbers of rows {lengths}; give one row per input in every array"
-            )
-        return replace(self, x=bound, _fingerprint=None)
+            return dict(zip(names, x, strict=True))
+        return x
 
     def batches(self, batch_size: int) -> Iterator[Any]:
         """Yield the inputs in order, ``batch_size`` at a time (a dataset's own batches
         are re-cut to ``batch_size`` only when it yields single inputs); a dict of arrays
         by input name for several inputs."""
         x = self.x
-        if isinstance(x, dict):
+        if isinstance(x, (dict, np.ndarray)):
             for start in range(0, self.n or 0, batch_size):
-                yield {k: np.asarray(v[start : start + batch_size]) for k, v in x.items()}
-            return
-        if isinstance(x, np.ndarray):
-            for start in range(0, x.shape[0], batch_size):
-                yield np.asarray(x[start : start + batch_size])
+                yield _slice_rows(x, start, start + batch_size)
             return
         if x is not None:
             raise SadlDataError(f"{self.source}: a list of arrays needs binding to the model's inputs first")
-        # the targets of a whole pass are kept as .y (in that pass's order), as an array's are
+        yield from self._dataset_pass(batch_size)
+
+    def _dataset_pass(self, batch_size: int) -> Iterator[Any]:
+        """One pass over the dataset's batches; the targets of the whole pass are kept as
+        ``.y`` (in that pass's order), as an array's are."""
         labels: list[Any] = []
         yield from _dataset_batches(self.dataset, batch_size, labels)
         if labels and all(v is not None for v in labels):
             try:
-                self.y = np.concatenate(
-                    [np.asarray(v).reshape(len(v), -1) if np.ndim(v) > 1 else np.asarray(v) for v in labels]
-                )
+                self.y = np.concatenate([_label_rows(v) for v in labels])
             except ValueError:  # targets of varying shapes: not labels
                 self.y = None
 
@@ -403,16 +424,53 @@ class TrainingData:
             raise TypeError("row digests of a tf.data.Dataset depend on the pass; use digest_batches()")
         if self._row_digests is None:
             n = self.n or 0
-            first = _first(self.x)
-            row_bytes = (
-                sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in _arrays(self.x))
-                if first is not None
-                else 1
-            )
-            step = max(1, _HASH_CHUNK // max(1, row_bytes))
+            step = max(1, _HASH_CHUNK // max(1, _row_bytes(self.x)))
             parts = [batch_row_digests(_slice_rows(self.x, i, i + step)) for i in range(0, n, step)]
             self._row_digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
         return self._row_digests
+
+
+def _adjusted_inputs(x: dict[str, np.ndarray], expected: dict[str, tuple[int | None, ...]]) -> dict[str, np.ndarray]:
+    """Arrays by input name with their ranks adjusted (:func:`adjust_rank`); ``x`` itself when none changes."""
+    out = {k: adjust_rank(v, expected[k]) if k in expected else v for k, v in x.items()}
+    return out if any(out[k] is not x[k] for k in x) else x
+
+
+def _chosen_input(x: dict[str, Any], name: str, source: str) -> str:
+    """The key of the one model input ``name`` in arrays by name: ``name``, or the only key."""
+    chosen = name if name in x else (next(iter(x)) if len(x) == 1 else None)
+    if chosen is None:
+        raise SadlDataError(
+            f"{source} holds arrays {sorted(x)}; name the model's input {name!r} "
+            f"(or 'x'), e.g. np.savez(path, {name}=x, y=y)"
+        )
+    return chosen
+
+
+def _check_lengths(bound: dict[str, np.ndarray], source: str) -> None:
+    """Raise when the inputs' arrays have different numbers of rows."""
+    lengths = {n: int(a.shape[0]) for n, a in bound.items()}
+    if len(set(lengths.values())) > 1:
+        raise SadlDataError(
+            f"{source}: the inputs have different numbers of rows {lengths}; give one row per input in every array"
+        )
+
+
+def _ndarray(value: Any) -> np.ndarray:
+    """``value`` as an array; an array (or a subclass such as a memmap) as it is."""
+    return value if isinstance(value, np.ndarray) else np.asarray(value)
+
+
+def _label_rows(v: Any) -> np.ndarray:
+    """One batch's targets with one row per input (flattened past the first axis)."""
+    return np.asarray(v).reshape(len(v), -1) if np.ndim(v) > 1 else np.asarray(v)
+
+
+def _row_bytes(x: Any) -> int:
+    """The bytes of one row of the inputs (of every input together); 1 with no array."""
+    if _first(x) is None:
+        return 1
+    return sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in _arrays(x))
 
 
 def _arrays(x: Any) -> list[np.ndarray]:
@@ -425,33 +483,40 @@ def _arrays(x: Any) -> list[np.ndarray]:
 
 
 def _slice_rows(x: Any, start: int, stop: int) -> Any:
-    if isinstance(x, dict):
-        return {k: np.asarray(v[start:stop]) for k, v in x.items()}
-    if isinstance(x, list):
-        return [np.asarray(v[start:stop]) for v in x]
-    return np.asarray(x[start:stop])
+    """Rows ``start:stop`` of one array, of every array of a dict, or of a list."""
+    return _index_rows(x, slice(start, stop))
 
 
 def take_rows(x: Any, rows: np.ndarray) -> Any:
     """Rows ``rows`` (indices) of one array, of every array of a dict, or of a list."""
+    return _index_rows(x, rows)
+
+
+def _index_rows(x: Any, index: Any) -> Any:
+    """``a[index]`` of one array, of every array of a dict, or of a list, as NumPy."""
     if isinstance(x, dict):
-        return {k: np.asarray(v[rows]) for k, v in x.items()}
+        return {k: np.asarray(v[index]) for k, v in x.items()}
     if isinstance(x, list):
-        return [np.asarray(v[rows]) for v in x]
-    return np.asarray(x[rows])
+        return [np.asarray(v[index]) for v in x]
+    return np.asarray(x[index])
 
 
 def row_format(x: Any) -> tuple[str, tuple[int, ...]]:
     """``(dtype, row shape)`` that the fingerprint records with the row digests; for
     several inputs the names, dtypes and shapes of every input go into the dtype text."""
     if isinstance(x, (dict, list)):
-        named = x.items() if isinstance(x, dict) else enumerate(x)
-        text = ";".join(
-            f"{name}:{_dtype_text(np.asarray(a))}:{tuple(int(d) for d in np.shape(a)[1:])}" for name, a in named
-        )
-        return f"inputs[{text}]", ()
+        return _inputs_format(x), ()
     a = np.asarray(x)
     return _dtype_text(a), tuple(int(d) for d in a.shape[1:])
+
+
+def _inputs_format(x: dict[str, Any] | list[Any]) -> str:
+    """The dtype text of several inputs: each input's name (or index), dtype and row shape."""
+    named = x.items() if isinstance(x, dict) else enumerate(x)
+    text = ";".join(
+        f"{name}:{_dtype_text(np.asarray(a))}:{tuple(int(d) for d in np.shape(a)[1:])}" for name, a in named
+    )
+    return f"inputs[{text}]"
 
 
 def batch_row_digests(x: Any) -> np.ndarray:
@@ -485,15 +550,18 @@ def digest_batches(batches: Iterator[Any]) -> tuple[str, np.ndarray]:
 
     parts: list[np.ndarray] = []
     header: tuple[str, tuple[int, ...]] | None = None
-    for batch in batches:
-        if not isinstance(batch, (dict, list)):
-            batch = np.asarray(batch)
+    for batch in map(_batch_value, batches):
         if header is None:
             header = row_format(batch)
         parts.append(batch_row_digests(batch))
     dtype, shape = header or ("", ())
     digests = np.concatenate(parts) if parts else np.zeros((0, 16), np.uint8)
     return multiset_fingerprint(digests, dtype=dtype, row_shape=shape), digests
+
+
+def _batch_value(batch: Any) -> Any:
+    """A batch as an array, or as it is for several inputs (a dict or a list)."""
+    return batch if isinstance(batch, (dict, list)) else np.asarray(batch)
 
 
 def _first(x: Any) -> Any:
@@ -547,18 +615,23 @@ def _dataset_element_y(element: Any) -> Any:
 def _stream_elements(stream: Any) -> Iterator[Any]:
     """The batches of a ``PyDataset`` (by index) or of one pass of a re-iterable object."""
     if _is_pydataset(stream):
-        count = stream.num_batches
-        if count is None:
-            raise SadlDataError(
-                "the training PyDataset has no length (num_batches is None); give it a __len__, "
-                "the profile reads the training data to its end"
-            )
-        for i in range(count):
-            yield stream[i]
-        if hasattr(stream, "on_epoch_end"):
-            stream.on_epoch_end()
-        return
-    yield from stream
+        yield from _pydataset_batches(stream)
+    else:
+        yield from stream
+
+
+def _pydataset_batches(stream: Any) -> Iterator[Any]:
+    """A ``PyDataset``'s batches by index, then its ``on_epoch_end``."""
+    count = stream.num_batches
+    if count is None:
+        raise SadlDataError(
+            "the training PyDataset has no length (num_batches is None); give it a __len__, "
+            "the profile reads the training data to its end"
+        )
+    for i in range(count):
+        yield stream[i]
+    if hasattr(stream, "on_epoch_end"):
+        stream.on_epoch_end()
 
 
 def _element_arrays(element: Any) -> Any:
@@ -584,46 +657,55 @@ def _dataset_batches(dataset: Any, batch_size: int | None, labels: list[Any] | N
     yielded batch's targets (``None`` where an element has none).
     """
     if not _is_dataset(dataset):
-        for element in _stream_elements(dataset):
-            if labels is not None:
-                labels.append(_element_target(element))
-            yield _element_arrays(element)
-        return
+        yield from _element_batches(_stream_elements(dataset), labels)
+    elif _is_batched(dataset):
+        yield from _element_batches(dataset.as_numpy_iterator(), labels)
+    else:
+        yield from _grouped_batches(dataset.as_numpy_iterator(), batch_size or 256, labels)
+
+
+def _is_batched(dataset: Any) -> bool:
+    """Whether a ``tf.data.Dataset`` yields batches: its element's leading dimension is
+    unknown (``None``) in the ``element_spec``, i.e. it was ``.batch()``-ed."""
     spec = _first(_dataset_element_x(dataset.element_spec))
     shape = getattr(spec, "shape", None)
-    batched = shape is not None and len(shape) > 0 and shape[0] is None
+    return shape is not None and len(shape) > 0 and shape[0] is None
 
-    if batched:
-        for element in dataset.as_numpy_iterator():
-            if labels is not None:
-                labels.append(_element_target(element))
-            yield _element_arrays(element)
-        return
-    size = batch_size or 256
-    buf: list[Any] = []
 
-    def stack() -> Any:
-        if isinstance(buf[0], dict):
-            return {k: np.stack([b[k] for b in buf]) for k in buf[0]}
-        return np.stack(buf)
-
-    ys: list[Any] = []
-
-    def stack_y() -> None:
+def _element_batches(elements: Iterable[Any], labels: list[Any] | None) -> Iterator[Any]:
+    """Elements that are batches, as NumPy batches (their targets into ``labels``)."""
+    for element in elements:
         if labels is not None:
-            labels.append(None if any(v is None for v in ys) else np.stack(ys))
-            ys.clear()
+            labels.append(_element_target(element))
+        yield _element_arrays(element)
 
-    for element in dataset.as_numpy_iterator():
+
+def _grouped_batches(elements: Iterable[Any], size: int, labels: list[Any] | None) -> Iterator[Any]:
+    """Elements that are single inputs, stacked ``size`` at a time (their targets into ``labels``)."""
+    buf: list[Any] = []
+    ys: list[Any] = []
+    for element in elements:
         buf.append(_element_arrays(element))
         ys.append(_element_target(element))
         if len(buf) == size:
-            stack_y()
-            yield stack()
-            buf = []
+            yield _stacked(buf, ys, labels)
+            buf, ys = [], []
     if buf:
-        stack_y()
-        yield stack()
+        yield _stacked(buf, ys, labels)
+
+
+def _stacked_targets(ys: list[Any]) -> np.ndarray | None:
+    """Single inputs' targets as one batch's; ``None`` when one has none."""
+    return None if any(v is None for v in ys) else np.stack(ys)
+
+
+def _stacked(buf: list[Any], ys: list[Any], labels: list[Any] | None) -> Any:
+    """Single inputs ``buf`` as one batch; their targets ``ys`` as one (or ``None``) into ``labels``."""
+    if labels is not None:
+        labels.append(_stacked_targets(ys))
+    if isinstance(buf[0], dict):
+        return {k: np.stack([b[k] for b in buf]) for k in buf[0]}
+    return np.stack(buf)
 
 
 _LABEL_KEYS = ("y", "y_train", "Y", "labels")
@@ -650,34 +732,47 @@ def _check_magic(path: Path, source: str, kind: str) -> None:
         return  # np.load reports it
     if head.startswith(_ZIP_MAGIC) or head.startswith(_NPY_MAGIC):
         return
-    what = (
-        "a zip archive of arrays, as np.savez(path, x=x, y=y) writes"
-        if kind == ".npz"
-        else "a NumPy array file, as np.save writes"
-    )
-    raise SadlDataError(f"{source} is not a {kind} file ({what}); it starts with {head!r}")
+    raise SadlDataError(f"{source} is not a {kind} file ({_FILE_KINDS[kind]}); it starts with {head!r}")
+
+
+#: what a file of each suffix is
+_FILE_KINDS = {
+    ".npz": "a zip archive of arrays, as np.savez(path, x=x, y=y) writes",
+    ".npy": "a NumPy array file, as np.save writes",
+}
+
+
+def _npz_keys(keys: list[str]) -> tuple[str | None, str | None]:
+    """The keys of the inputs (``None``: one array per input) and of the labels in a ``.npz``."""
+    xkey = _pick(keys, ("x", "x_train", "X", "inputs"))
+    if xkey is None and len(keys) == 1:
+        xkey = keys[0]
+    ykey = _pick(keys, _LABEL_KEYS) if xkey != keys[0] or len(keys) > 1 else None
+    return xkey, ykey
+
+
+def _npz_arrays(f: Any, source: str) -> tuple[Any, np.ndarray | None]:
+    """The inputs and labels of an open ``.npz``: its ``x`` (or only) array, else one array
+    per input keyed by input name (chosen by bind()); the labels by their usual keys."""
+    keys = list(f.files)
+    xkey, ykey = _npz_keys(keys)
+    y = f[ykey] if ykey else None
+    if xkey is not None:
+        return f[xkey], y
+    names = [k for k in keys if k != ykey]
+    if not names:
+        raise SadlDataError(
+            f"{source}: the .npz holds only labels {keys}; add the inputs as 'x' (one "
+            "input) or one array per input keyed by input name"
+        )
+    return {k: f[k] for k in names}, y
 
 
 def _from_npz(path: Path, source: str) -> TrainingData:
     _check_magic(path, source, ".npz")
     try:
         with np.load(path, allow_pickle=False) as f:
-            keys = list(f.files)
-            xkey = _pick(keys, ("x", "x_train", "X", "inputs"))
-            if xkey is None and len(keys) == 1:
-                xkey = keys[0]
-            ykey = _pick(keys, _LABEL_KEYS) if xkey != keys[0] or len(keys) > 1 else None
-            y = f[ykey] if ykey else None
-            if xkey is None:  # one array per input, keyed by input name (chosen by bind())
-                names = [k for k in keys if k != ykey]
-                if not names:
-                    raise SadlDataError(
-                        f"{source}: the .npz holds only labels {keys}; add the inputs as 'x' (one "
-                        "input) or one array per input keyed by input name"
-                    )
-                x: Any = {k: f[k] for k in names}
-            else:
-                x = f[xkey]
+            x, y = _npz_arrays(f, source)
     except SadlDataError:
         raise
     except ValueError as exc:
@@ -720,80 +815,111 @@ def _is_hf_dataset(obj: Any) -> bool:
     return is_hf_dataset(obj)
 
 
-def _from_library(value: Any, source: str) -> TrainingData | None:
-    """A torch ``Dataset`` or ``DataLoader`` (read once, as arrays) or a Hugging Face
-    ``datasets.Dataset`` (its numeric columns, by name); ``None`` for anything else."""
-    if _is_torch_data(value):
-        from pytest_sadl.capture.torchdata import arrays_from_torch_data
+def _from_torch_data(value: Any, source: str) -> TrainingData:
+    """A torch ``Dataset`` or ``DataLoader``, read once, as arrays."""
+    from pytest_sadl.capture.torchdata import arrays_from_torch_data
 
-        x, y = arrays_from_torch_data(value, source)
-        return TrainingData(source=source, x=x, y=y)
-    if _is_hf_dataset(value):
-        from pytest_sadl.capture.hf import dataset_columns
+    x, y = arrays_from_torch_data(value, source)
+    return TrainingData(source=source, x=x, y=y)
 
-        return _from_value(dataset_columns(value, source), source)
-    return None
+
+def _from_hf_dataset(value: Any, source: str) -> TrainingData:
+    """A Hugging Face ``datasets.Dataset``: its numeric columns, by name."""
+    from pytest_sadl.capture.hf import dataset_columns
+
+    return _from_value(dataset_columns(value, source), source)
+
+
+def _from_stream(value: Any, source: str) -> TrainingData:
+    """A ``tf.data.Dataset``, a ``PyDataset`` or a re-iterable with a length: streamed."""
+    return TrainingData(source=source, dataset=value)
+
+
+def _from_array_list(value: list[Any], source: str) -> TrainingData:
+    """Arrays in model.inputs order (several inputs) or rows of one input: bind() decides."""
+    return TrainingData(source=source, x=[_as_array(v, source) for v in value])
+
+
+def _is_training_data(value: Any) -> bool:
+    return isinstance(value, TrainingData)
+
+
+def _given(value: TrainingData, source: str) -> TrainingData:
+    return value
+
+
+def _is_iterator(value: Any) -> bool:
+    """A generator or iterator (read once, to its end)."""
+    return hasattr(value, "__next__")
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
+def _is_tuple(value: Any) -> bool:
+    return isinstance(value, tuple)
 
 
 def _from_value(value: Any, source: str) -> TrainingData:
-    if isinstance(value, TrainingData):
-        return value
-    library = _from_library(value, source)
-    if library is not None:
-        return library
-    if _is_stream(value):  # a tf.data.Dataset, a PyDataset, a re-iterable with a length: streamed
-        return TrainingData(source=source, dataset=value)
-    if hasattr(value, "__next__"):  # a generator or iterator: read once, to its end
-        return _from_iterator(value, source)
-    if isinstance(value, Mapping):
-        if "x" in value:
-            return _from_value((value["x"], value.get("y")), source)
-        inputs = {str(k): _as_array(v, f"{source} (input {k!r})") for k, v in value.items() if k not in _LABEL_KEYS}
-        y = next((value[k] for k in _LABEL_KEYS if k in value), None)
-        if not inputs:
-            raise SadlDataError(
-                f"{source} is a mapping with keys {sorted(map(str, value))}; it needs an 'x' key "
-                "(one input) or one array per input keyed by input name"
-            )
-        return TrainingData(source=source, x=inputs, y=None if y is None else np.asarray(y))
-    if isinstance(value, list) and value and all(hasattr(v, "shape") for v in value):
-        # arrays in model.inputs order (several inputs) or rows of one input: bind() decides
-        return TrainingData(source=source, x=[_as_array(v, source) for v in value])
-    y = None
-    if isinstance(value, tuple):
-        if len(value) not in (1, 2):
-            raise SadlDataError(f"{source} is a tuple of {len(value)} items; give x or (x, y)")
-        value, y = value[0], (value[1] if len(value) == 2 else None)
-    if isinstance(value, Mapping) or (isinstance(value, list) and value and all(hasattr(v, "shape") for v in value)):
-        # ({input: array}, y) or ([arrays in model.inputs order], y)
-        return replace(_from_value(value, source), y=None if y is None else np.asarray(y))
-    x = _as_array(value, source)
-    return TrainingData(source=source, x=x, y=None if y is None else np.asarray(y))
+    """Training data from a Python value, read by the first reader whose kind it is
+    (:data:`_VALUE_READERS`), else as one array."""
+    for kind, read in _VALUE_READERS:
+        if kind(value):
+            return read(value, source)
+    return TrainingData(source=source, x=_as_array(value, source))
+
+
+def _is_array_list(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of arrays (or tensors)."""
+    return isinstance(value, list) and bool(value) and all(hasattr(v, "shape") for v in value)
+
+
+def _optional_array(y: Any) -> np.ndarray | None:
+    return None if y is None else np.asarray(y)
+
+
+def _from_mapping(value: Mapping[Any, Any], source: str) -> TrainingData:
+    """``{"x": ..., "y": ...}``, or one array per input keyed by input name (and labels)."""
+    if "x" in value:
+        return _from_value((value["x"], value.get("y")), source)
+    inputs = _mapping_inputs(value, source)
+    y = next((value[k] for k in _LABEL_KEYS if k in value), None)
+    if not inputs:
+        raise SadlDataError(
+            f"{source} is a mapping with keys {sorted(map(str, value))}; it needs an 'x' key "
+            "(one input) or one array per input keyed by input name"
+        )
+    return TrainingData(source=source, x=inputs, y=_optional_array(y))
+
+
+def _mapping_inputs(value: Mapping[Any, Any], source: str) -> dict[str, np.ndarray]:
+    """A mapping's arrays by input name (its labels left out)."""
+    return {str(k): _as_array(v, f"{source} (input {k!r})") for k, v in value.items() if k not in _LABEL_KEYS}
+
+
+def _from_tuple(value: tuple[Any, ...], source: str) -> TrainingData:
+    """``(x,)`` or ``(x, y)``; ``x`` one array, ``{input: array}`` or ``[arrays in model.inputs order]``."""
+    if len(value) not in (1, 2):
+        raise SadlDataError(f"{source} is a tuple of {len(value)} items; give x or (x, y)")
+    x, y = value[0], (value[1] if len(value) == 2 else None)
+    if isinstance(x, Mapping) or _is_array_list(x):
+        return replace(_from_value(x, source), y=_optional_array(y))
+    return TrainingData(source=source, x=_as_array(x, source), y=_optional_array(y))
 
 
 def _from_iterator(it: Any, source: str) -> TrainingData:
     """A generator's batches (``x``, ``(x,)``, ``(x, y)``, ``(x, y, w)``, dicts for several
     inputs) read once into arrays: it cannot be read again for the profile's second pass.
     ``len()`` or ``__length_hint__``, when the iterator has one, is how many batches it has."""
-    import itertools
-    import operator
-
-    known = operator.length_hint(it, -1)
-    batches = list(itertools.islice(it, known) if known >= 0 else it)
+    batches = _read_out(it)
     if not batches:
         raise SadlDataError(f"{source} is an empty generator (0 batches); give at least one input")
     xs = [_dataset_element_x(b) for b in batches]
     ys = [_dataset_element_y(b) for b in batches]
     try:
-        if isinstance(xs[0], Mapping):
-            x: Any = {k: np.concatenate([np.asarray(b[k]) for b in xs]) for k in xs[0]}
-        else:
-            x = np.concatenate([_as_array(b, source) for b in xs])
-        y = (
-            None
-            if any(v is None or isinstance(v, (dict, list, tuple)) for v in ys)
-            else np.concatenate([np.asarray(v) for v in ys])
-        )
+        x = _joined_inputs(xs, source)
+        y = _joined_targets(ys)
     except ValueError as exc:
         raise SadlDataError(
             f"{source}: the generator's batches cannot be joined ({exc}); yield batches of one shape"
@@ -801,13 +927,32 @@ def _from_iterator(it: Any, source: str) -> TrainingData:
     return TrainingData(source=source, x=x, y=y)
 
 
+def _read_out(it: Any) -> list[Any]:
+    """An iterator's items to its end, or as many as its ``len()`` or ``__length_hint__`` says."""
+    import itertools
+    import operator
+
+    known = operator.length_hint(it, -1)
+    return list(itertools.islice(it, known) if known >= 0 else it)
+
+
+def _joined_inputs(xs: list[Any], source: str) -> Any:
+    """A generator's input batches as one array (a dict of them for several inputs)."""
+    if isinstance(xs[0], Mapping):
+        return {k: np.concatenate([np.asarray(b[k]) for b in xs]) for k in xs[0]}
+    return np.concatenate([_as_array(b, source) for b in xs])
+
+
+def _joined_targets(ys: list[Any]) -> np.ndarray | None:
+    """A generator's target batches as one array; ``None`` when one has none (or a structured one)."""
+    if any(v is None or isinstance(v, (dict, list, tuple)) for v in ys):
+        return None
+    return np.concatenate([np.asarray(v) for v in ys])
+
+
 def _as_array(value: Any, source: str) -> np.ndarray:
     """``value`` (an array, a tensor, nested lists) as a NumPy array of numbers."""
-    if not isinstance(value, np.ndarray) and hasattr(value, "numpy") and callable(value.numpy):
-        # a torch tensor may require grad or live on a GPU: detached, on the CPU; a symbolic
-        # tensor raises here, and np.asarray below names the problem
-        with contextlib.suppress(Exception):
-            value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
+    value = _tensor_numpy(value)
     if _is_ragged_tensor(value):
         raise _ragged(f"{source} (a tf.RaggedTensor)")
     try:
@@ -817,13 +962,41 @@ def _as_array(value: Any, source: str) -> np.ndarray:
             raise _ragged(source) from None
         raise SadlDataError(f"{source} ({type(value).__name__}) cannot be converted to an array: {exc}") from exc
     if x.dtype == object and not is_text(x):
-        if any(isinstance(v, (list, tuple, np.ndarray)) for v in x.flat):
-            raise _ragged(source)
-        raise SadlDataError(
-            f"{source} ({type(value).__name__}) holds objects, neither numbers nor strings; give an array of "
-            "shape (n, *input_shape), an (x, y) tuple, a path or a tf.data.Dataset"
-        )
+        _refuse_object_array(x, value, source)
     return x
+
+
+def _tensor_numpy(value: Any) -> Any:
+    """A tensor as a NumPy array (a torch tensor detached, on the CPU); anything else as it is.
+
+    A symbolic tensor raises here, and ``np.asarray`` in :func:`_as_array` names the problem."""
+    if not isinstance(value, np.ndarray) and hasattr(value, "numpy") and callable(value.numpy):
+        with contextlib.suppress(Exception):
+            value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
+    return value
+
+
+def _refuse_object_array(x: np.ndarray, value: Any, source: str) -> None:
+    """Raise for an array of objects: rows of different lengths, or neither numbers nor strings."""
+    if any(isinstance(v, (list, tuple, np.ndarray)) for v in x.flat):
+        raise _ragged(source)
+    raise SadlDataError(
+        f"{source} ({type(value).__name__}) holds objects, neither numbers nor strings; give an array of "
+        "shape (n, *input_shape), an (x, y) tuple, a path or a tf.data.Dataset"
+    )
+
+
+#: (is it this kind of value, its reader), in the order they are asked
+_VALUE_READERS: tuple[tuple[Callable[[Any], bool], Callable[[Any, str], TrainingData]], ...] = (
+    (_is_training_data, _given),
+    (_is_torch_data, _from_torch_data),
+    (_is_hf_dataset, _from_hf_dataset),
+    (_is_stream, _from_stream),
+    (_is_iterator, _from_iterator),
+    (_is_mapping, _from_mapping),
+    (_is_array_list, _from_array_list),
+    (_is_tuple, _from_tuple),
+)
 
 
 def load_training_data(
@@ -841,33 +1014,49 @@ def load_training_data(
         value = call_spec(source, what=what, error=SadlDataError)
         data = _from_value(value, f"{what} from {source}")
     elif isinstance(source, (str, os.PathLike)):
-        path = resolve_path(source, base_dir)
-        label = f"{what} {str(source)!r}"
-        if not path.exists():
-            raise SadlDataError(
-                f"{label}: file {str(path)!r} does not exist; give a .npz/.npy path "
-                "(relative to the rootdir) or 'package.module:function'"
-            )
-        if path.is_dir():
-            raise SadlDataError(f"{label}: {str(path)!r} is a directory; give a .npz or .npy file")
-        suffix = path.suffix.lower()
-        if suffix == ".npz":
-            data = _from_npz(path, label)
-        elif suffix == ".npy":
-            data = _from_npy(path, label)
-        else:
-            raise SadlDataError(
-                f"{label}: unknown format {suffix or '(no suffix)'!r}; save the inputs with "
-                "np.savez(path, x=x, y=y) as .npz, or np.save as .npy"
-            )
+        data = _from_file(source, base_dir, what)
     else:
         data = _from_value(source, what)
+    _check_loaded(data)
+    return data
+
+
+#: the reader of each data file's suffix
+_FILE_READERS = {".npz": _from_npz, ".npy": _from_npy}
+
+
+def _from_file(source: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None, what: str) -> TrainingData:
+    """A ``.npz`` or ``.npy`` file, relative to ``base_dir``, read by its suffix's reader."""
+    path = resolve_path(source, base_dir)
+    label = f"{what} {str(source)!r}"
+    if not path.exists():
+        raise SadlDataError(
+            f"{label}: file {str(path)!r} does not exist; give a .npz/.npy path "
+            "(relative to the rootdir) or 'package.module:function'"
+        )
+    if path.is_dir():
+        raise SadlDataError(f"{label}: {str(path)!r} is a directory; give a .npz or .npy file")
+    suffix = path.suffix.lower()
+    reader = _FILE_READERS.get(suffix)
+    if reader is None:
+        raise SadlDataError(
+            f"{label}: unknown format {suffix or '(no suffix)'!r}; save the inputs with "
+            "np.savez(path, x=x, y=y) as .npz, or np.save as .npy"
+        )
+    return reader(path, label)
+
+
+def _check_loaded(data: TrainingData) -> None:
+    """Raise when an input array of loaded data is a scalar, empty or not numeric."""
     arrays = {"": data.x} if isinstance(data.x, np.ndarray) else (data.x if isinstance(data.x, dict) else {})
     for name, x in arrays.items():
-        label = f"{data.source} (input {name!r})" if name else data.source
-        if x.ndim < 1:
-            raise SadlDataError(f"{label} is a scalar; expected (n, *input_shape) with one row per input")
-        if x.shape[0] == 0:
-            raise SadlDataError(f"{label} is empty (0 inputs); give at least one input")
-        _numeric(x, label)
-    return data
+        _check_rows(x, f"{data.source} (input {name!r})" if name else data.source)
+
+
+def _check_rows(x: np.ndarray, label: str) -> None:
+    """Raise when one loaded input array is a scalar, empty or not numeric."""
+    if x.ndim < 1:
+        raise SadlDataError(f"{label} is a scalar; expected (n, *input_shape) with one row per input")
+    if x.shape[0] == 0:
+        raise SadlDataError(f"{label} is empty (0 inputs); give at least one input")
+    _numeric(x, label)

@@ -11,6 +11,7 @@ traceback: the message is the part of the traceback the user can act on.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from pytest_sadl.errors import SadlModelError
 from pytest_sadl.text import one_line, plain, terminal
@@ -27,14 +28,39 @@ def message(exc: BaseException) -> str:
     lines = [line.strip() for line in plain(exc).splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
-    if lines[0].startswith("in user code"):  # a traced call: the stack, then the error
-        return f"{type(exc).__name__}: {lines[-1]}"
-    if lines[0].startswith("Graph execution error"):  # a graph op failed: its node's stack, then why
-        after = [i + 1 for i, line in enumerate(lines) if line.startswith('File "')]
-        return f"{type(exc).__name__}: {lines[after[-1] if after and after[-1] < len(lines) else -1]}"
-    if lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
-        return f"{type(exc).__name__} in {lines[0].split('calling ', 1)[1].rstrip('.')}: {lines[1]}"
-    return f"{type(exc).__name__}: {lines[0]}"
+    name = type(exc).__name__
+    for start, read in _READERS:
+        if lines[0].startswith(start):
+            found = read(name, lines)
+            if found is not None:
+                return found
+    return f"{name}: {lines[0]}"
+
+
+def _traced(name: str, lines: list[str]) -> str:
+    """A traced call's error: the stack, then the error."""
+    return f"{name}: {lines[-1]}"
+
+
+def _graph_op(name: str, lines: list[str]) -> str:
+    """A failed graph op's error: its node's stack, then why."""
+    after = [i + 1 for i, line in enumerate(lines) if line.startswith('File "')]
+    return f"{name}: {lines[after[-1] if after and after[-1] < len(lines) else -1]}"
+
+
+def _layer_call(name: str, lines: list[str]) -> str | None:
+    """Keras' error of a layer's call: the layer, then the error (``None`` without one)."""
+    if len(lines) < 2:
+        return None
+    return f"{name} in {lines[0].split('calling ', 1)[1].rstrip('.')}: {lines[1]}"
+
+
+#: the first line of a backend's message -> the reader of the line that says what is wrong
+_READERS: tuple[tuple[str, Callable[[str, list[str]], str | None]], ...] = (
+    ("in user code", _traced),
+    ("Graph execution error", _graph_op),
+    ("Exception encountered when calling", _layer_call),
+)
 
 
 def pass_failure(model_name: object, what: str, exc: BaseException) -> SadlModelError:

@@ -212,30 +212,34 @@ class Forward:
         from keras import tree
 
         if self.backend == "tensorflow":
-            out = None
-            if jit and self.jit is not False:
-                try:
-                    out = self._tf(True, x)(x)
-                    self.jit = True
-                except Exception:  # XLA could not compile (or run) this graph
-                    if self.jit:  # it worked before: a genuine error, not XLA's
-                        raise
-                    self.jit = False
-            if out is None:
-                out = self._tf(False, x)(x)
-        elif self.backend == "jax":
-            model = self.model
-            out = self._jax()(
-                [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x
-            )
+            output, flat = self._run_tf(x, jit)
+            # views, not copies (EagerTensor.numpy() copies)
+            return tree.map_structure(to_numpy, output), [np.asarray(v) for v in flat]
+        if self.backend == "jax":
+            output, flat = self._jax()(*self._jax_state(), x)
             self.jit = True
         else:
-            out = self._eager_body(x)
+            output, flat = self._eager_body(x)
             self.jit = False
-        output, flat = out
-        if self.backend == "tensorflow":  # views, not copies (EagerTensor.numpy() copies)
-            return tree.map_structure(to_numpy, output), [np.asarray(v) for v in flat]
         return tree.map_structure(to_numpy, output), [to_numpy(v) for v in flat]
+
+    def _run_tf(self, x: Any, jit: bool) -> Any:
+        """:meth:`run` on TensorFlow: XLA when asked and not known to fail, else the plain graph."""
+        if jit and self.jit is not False:
+            try:
+                out = self._tf(True, x)(x)
+                self.jit = True
+                return out
+            except Exception:  # XLA could not compile (or run) this graph
+                if self.jit:  # it worked before: a genuine error, not XLA's
+                    raise
+                self.jit = False
+        return self._tf(False, x)(x)
+
+    def _jax_state(self) -> tuple[list[Any], list[Any]]:
+        """The model's trainable and non-trainable variables' values, as the ``jax.jit`` pass takes them."""
+        model = self.model
+        return [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables]
 
     def _eager_body(self, x: Any) -> Any:
         if self.backend == "torch":
@@ -284,15 +288,11 @@ class Forward:
         """:meth:`eager` on JAX: the ``jax.jit`` pass on rows padded to a power of two."""
         from keras import tree
 
-        leaves = tree.flatten(x)
-        n = int(leaves[0].shape[0]) if leaves and len(leaves[0].shape) else 0
+        n = _leading_rows(tree.flatten(x))
         size = 1 << max(0, (n - 1).bit_length())
         if n and size != n:
             x = tree.map_structure(lambda a: _pad_rows(a, size - n), x)
-        model = self.model
-        output, flat = self._jax()(
-            [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x
-        )
+        output, flat = self._jax()(*self._jax_state(), x)
         if n and size != n:
             output = tree.map_structure(lambda a: a[:n], output)
             return output, [to_numpy(v)[:n] for v in flat]
@@ -309,6 +309,11 @@ class Forward:
             elif hasattr(fn, "_cache_size"):
                 total += int(fn._cache_size())
         return total
+
+
+def _leading_rows(leaves: list[Any]) -> int:
+    """The number of rows of a batch's first leaf (0: none, or no batch axis)."""
+    return int(leaves[0].shape[0]) if leaves and len(leaves[0].shape) else 0
 
 
 def _batch_spec(x: Any) -> Any:
@@ -366,10 +371,16 @@ def casts_input(layer: Any, producer: Any, tensor: Any) -> bool:
         return False
     std = keras.backend.standardize_dtype
     wanted = std(getattr(layer, "input_dtype", None) or tensor.dtype)
-    for dtype in (getattr(tensor, "dtype", None), getattr(producer, "compute_dtype", None)):
-        if dtype is not None and keras.backend.is_float_dtype(std(dtype)) and std(dtype) != wanted:
-            return True
-    return False
+    dtypes = (getattr(tensor, "dtype", None), getattr(producer, "compute_dtype", None))
+    return any(_other_float(keras, dtype, wanted) for dtype in dtypes)
+
+
+def _other_float(keras: Any, dtype: Any, wanted: str) -> bool:
+    """Whether ``dtype`` is a float dtype other than ``wanted`` (``None``: no dtype)."""
+    if dtype is None:
+        return False
+    std = keras.backend.standardize_dtype(dtype)
+    return bool(keras.backend.is_float_dtype(std) and std != wanted)
 
 
 @dataclass

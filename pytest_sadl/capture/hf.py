@@ -12,6 +12,7 @@ never imported: a model and its outputs are recognised by their class's module.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -93,13 +94,7 @@ def bind_call(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tupl
         bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         return None, f"model(...) was called with arguments forward does not take ({exc})"
-    params = signature.parameters
-    named: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        if params[name].kind == inspect.Parameter.VAR_KEYWORD:
-            named.update({k: v for k, v in value.items() if v is not None})
-        elif value is not None:
-            named[name] = value
+    named = _named(bound.arguments, signature.parameters)
     extra = {k: named.pop(k) for k in LABEL_KEYWORDS if k in named}
     odd = [k for k, v in named.items() if not (hasattr(v, "shape") and hasattr(v, "dtype"))]
     if odd:
@@ -107,6 +102,17 @@ def bind_call(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tupl
     out = KeywordCall(named)
     out.extra = extra
     return out, None
+
+
+def _named(arguments: Mapping[str, Any], params: Mapping[str, inspect.Parameter]) -> dict[str, Any]:
+    """Bound arguments by name, ``**kwargs`` spread out, ``None`` values dropped."""
+    named: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if params[name].kind == inspect.Parameter.VAR_KEYWORD:
+            named.update({k: v for k, v in value.items() if v is not None})
+        elif value is not None:
+            named[name] = value
+    return named
 
 
 def output_items(out: Any) -> tuple[list[Any], list[str]] | None:
@@ -130,11 +136,7 @@ def dataset_columns(ds: Any, source: str) -> dict[str, np.ndarray]:
     text columns are left out, as the Trainer leaves out what ``forward`` does not take."""
     columns = ds.format.get("columns") or ds.column_names
     table = ds.with_format("numpy", columns=columns)
-    out: dict[str, np.ndarray] = {}
-    for name in columns:
-        column = _numeric_column(table[name] if len(ds) else np.empty(0), name, source)
-        if column is not None:
-            out["labels" if name == "label" else name] = column
+    out = _numeric_columns(table, columns, len(ds), source)
     if not out:
         raise SadlDataError(
             f"{source}: the datasets.Dataset has no numeric column (columns {ds.column_names}); "
@@ -143,19 +145,32 @@ def dataset_columns(ds: Any, source: str) -> dict[str, np.ndarray]:
     return out
 
 
+def _numeric_columns(table: Any, columns: list[str], rows: int, source: str) -> dict[str, np.ndarray]:
+    """The numeric columns of a NumPy-formatted dataset by name, ``label`` as ``labels``."""
+    out: dict[str, np.ndarray] = {}
+    for name in columns:
+        column = _numeric_column(table[name] if rows else np.empty(0), name, source)
+        if column is not None:
+            out["labels" if name == "label" else name] = column
+    return out
+
+
+def _is_text_column(column: np.ndarray) -> bool:
+    """A column of strings: a string dtype, or objects (the first 16 looked at) that are strings."""
+    return column.dtype.kind in "US" or (
+        column.dtype == object and all(isinstance(v, (str, bytes)) for v in column[:16])
+    )
+
+
 def _numeric_column(raw: Any, name: str, source: str) -> np.ndarray | None:
     """A column as an array, ``None`` for text; ragged sequences refused in one line."""
     try:
         column = np.asarray(raw)
     except ValueError:  # rows of different lengths
         column = np.empty(0, dtype=object)
-        text = False
     else:
-        text = column.dtype.kind in "US" or (
-            column.dtype == object and all(isinstance(v, (str, bytes)) for v in column[:16])
-        )
-    if text:
-        return None
+        if _is_text_column(column):
+            return None
     if column.dtype == object:
         raise SadlDataError(
             f"{source}: column {name!r} of the datasets.Dataset holds sequences of different lengths; "

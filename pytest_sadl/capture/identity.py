@@ -55,13 +55,18 @@ def weight_array(weight: Any) -> np.ndarray:
     if callable(value):  # a tf.Variable's value() method, not a Keras variable's property
         value = weight
     if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        try:
-            array: np.ndarray = value.numpy()
-        except TypeError:  # bfloat16 and other dtypes NumPy lacks
-            array = value.float().numpy()
-        return array
+        return _tensor_array(value)
     return np.asarray(value)
+
+
+def _tensor_array(value: Any) -> np.ndarray:
+    """A torch tensor detached, on the CPU, as NumPy (a dtype NumPy lacks as float32)."""
+    value = value.detach().cpu()
+    try:
+        array: np.ndarray = value.numpy()
+    except TypeError:  # bfloat16 and other dtypes NumPy lacks
+        array = value.float().numpy()
+    return array
 
 
 def named_weights(model: Any) -> Iterator[tuple[str, np.ndarray]]:
@@ -85,17 +90,21 @@ def _bytes(value: np.ndarray) -> memoryview:
 def model_fingerprint(model: Any) -> str:
     """sha256 hex of the model's architecture and every weight (see the module docstring).
     A profile's key: the same model gives the same value in every version of the package."""
-    h = hashlib.sha256()
-    if is_torch_module(model):
-        h.update(f"torch\0{type(model).__module__}.{type(model).__qualname__}\0{model!r}\0".encode())
-    else:
-        h.update(f"{type(model).__module__}.{type(model).__qualname__}\0".encode())
-        h.update(json.dumps(_config(model), sort_keys=True, default=str).encode())
+    h = hashlib.sha256(_architecture(model))
     for name, value in named_weights(model):
         h.update(f"\0{name}\0{value.dtype.str}\0{value.shape}\0".encode())
         h.update(_bytes(value))  # the bytes, not a copy of them
     digest: str = h.hexdigest()
     return digest
+
+
+def _architecture(model: Any) -> bytes:
+    """What the fingerprint holds of the architecture: the class, and a torch module's
+    ``repr`` or a Keras model's configuration."""
+    kind = f"{type(model).__module__}.{type(model).__qualname__}"
+    if is_torch_module(model):
+        return f"torch\0{kind}\0{model!r}\0".encode()
+    return f"{kind}\0".encode() + json.dumps(_config(model), sort_keys=True, default=str).encode()
 
 
 def _config(model: Any) -> Any:
@@ -107,13 +116,17 @@ def _config(model: Any) -> Any:
         return {"layers": [(layer.name, type(layer).__qualname__) for layer in getattr(model, "layers", [])]}
 
 
+def _layers_crc(model: Any) -> int:
+    """The CRC-32 of a torch module's ``repr``, or of a Keras model's layers' classes and names."""
+    if is_torch_module(model):
+        return zlib.crc32(repr(model).encode())
+    layers = getattr(model, "layers", None) or []
+    return zlib.crc32(repr([f"{type(layer).__name__}:{getattr(layer, 'name', '')}" for layer in layers]).encode())
+
+
 def model_digest(model: Any) -> str:
     """A short hex digest of ``model``'s layers and weights (see the module docstring)."""
-    if is_torch_module(model):
-        crc = zlib.crc32(repr(model).encode())
-    else:
-        layers = getattr(model, "layers", None) or []
-        crc = zlib.crc32(repr([f"{type(layer).__name__}:{getattr(layer, 'name', '')}" for layer in layers]).encode())
+    crc = _layers_crc(model)
     count = 0
     for name, weight in named_weights(model):
         value = np.ascontiguousarray(weight)  # a 0-d weight is hashed as shape (1,), as it always was

@@ -31,7 +31,7 @@ Public API
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,14 +114,18 @@ def check_scope_names(model: Any) -> None:
         return
     bad = [node.path for node in walk(model) if not _SCOPE_NAME.fullmatch(str(node.layer.name))]
     if bad:
-        name = bad[0].rsplit("/", 1)[-1]
-        fixed = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.>-]", "_", name)).strip("_") or "layer"
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise SadlLayerError(
             f"layer {terminal(repr(bad[0]))}{more} of model {terminal(repr(model.name))} has a name TensorFlow "
             "refuses as a name scope (only letters, digits and _ . / > - are allowed), so the model cannot "
-            f"be traced: Keras' own model.predict fails on it too; rename the layer (e.g. name={fixed!r})"
+            f"be traced: Keras' own model.predict fails on it too; rename the layer (e.g. name={_scope_name(bad[0])!r})"
         )
+
+
+def _scope_name(path: str) -> str:
+    """A name TensorFlow takes as a scope for the layer at ``path`` (its refused characters as ``_``)."""
+    name = path.rsplit("/", 1)[-1]
+    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.>-]", "_", name)).strip("_") or "layer"
 
 
 def is_pass_through(layer: Any) -> bool:
@@ -156,8 +160,11 @@ def is_per_neuron(layer: Any) -> bool:
     measured after it."""
     if isinstance(layer, _types(_ACTIVATION_NAMES)):
         return True
-    if not isinstance(layer, _types(_NORMALIZATION_NAMES)):
-        return False
+    return isinstance(layer, _types(_NORMALIZATION_NAMES)) and _normalises_last_axis(layer)
+
+
+def _normalises_last_axis(layer: Any) -> bool:
+    """Whether a normalisation layer's axis is the last (channel) one."""
     axis, ndim = getattr(layer, "axis", -1), getattr(getattr(layer, "input_spec", None), "ndim", None)
     return axis == -1 or (isinstance(ndim, int) and axis == ndim - 1)
 
@@ -218,12 +225,14 @@ def walk(model: Any) -> list[Node]:
 def describe_layers(model: Any) -> str:
     """``index:path (Class)`` for the top-level layers, ``path (Class)`` for nested ones."""
     top = {id(layer): i for i, layer in enumerate(model.layers)}
-    parts = []
-    for node in walk(model):
-        index = top.get(id(node.layer))
-        prefix = f"{index}:" if index is not None and "/" not in node.path else ""
-        parts.append(f"{prefix}{node.path} ({type(node.layer).__name__})")
+    parts = [_described(node, top.get(id(node.layer))) for node in walk(model)]
     return ", ".join(parts) or "(none: the model tracks no layers)"
+
+
+def _described(node: Node, index: int | None) -> str:
+    """``index:path (Class)`` for a top-level layer (``index`` in ``model.layers``), ``path (Class)`` else."""
+    prefix = f"{index}:" if index is not None and "/" not in node.path else ""
+    return f"{prefix}{node.path} ({type(node.layer).__name__})"
 
 
 def resolve_layers(model: Any, spec: Sequence[str | int] | str | int | None, *, purpose: str) -> list[str]:
@@ -242,38 +251,50 @@ def resolve_layers(model: Any, spec: Sequence[str | int] | str | int | None, *, 
     by_name: dict[str, list[Node]] = {}
     for n in nodes:
         by_name.setdefault(n.layer.name, []).append(n)
-    top = list(model.layers)
     out: list[str] = []
     for item in spec:
-        if isinstance(item, bool) or not isinstance(item, (str, int, np.integer)):
-            raise SadlLayerError(
-                f"{purpose}: {item!r} is not a layer path, name or index; layers are: {describe_layers(model)}"
-            )
-        if isinstance(item, str) and item.lstrip("-").isdigit() and item not in by_path:
-            item = int(item)
-        if isinstance(item, (int, np.integer)):
-            if not -len(top) <= int(item) < len(top):
-                raise SadlLayerError(
-                    f"{purpose}: layer index {int(item)} is out of range for model {model.name!r} with "
-                    f"{len(top)} layers: {describe_layers(model)}"
-                )
-            path = top[int(item)].name
-        elif item in by_path:
-            path = item
-        elif len(by_name.get(item, [])) == 1:
-            path = by_name[item][0].path
-        elif item in by_name:
-            raise SadlLayerError(
-                f"{purpose}: {item!r} names {len(by_name[item])} layers "
-                f"({', '.join(n.path for n in by_name[item])}); give the path"
-            )
-        else:
-            raise SadlLayerError(
-                f"{purpose}: model {model.name!r} has no layer {item!r}; layers are: {describe_layers(model)}"
-            )
+        path = _layer_path(model, item, by_path, by_name, purpose)
         if path not in out:
             out.append(path)
     return out
+
+
+def _layer_path(model: Any, item: Any, by_path: dict[str, Node], by_name: dict[str, list[Node]], purpose: str) -> str:
+    """The path of one item: a path, a unique name, or an index (also given as digits)."""
+    if isinstance(item, bool) or not isinstance(item, (str, int, np.integer)):
+        raise SadlLayerError(
+            f"{purpose}: {item!r} is not a layer path, name or index; layers are: {describe_layers(model)}"
+        )
+    if isinstance(item, str) and item.lstrip("-").isdigit() and item not in by_path:
+        item = int(item)
+    if isinstance(item, (int, np.integer)):
+        return _indexed_layer(model, int(item), purpose)
+    return _named_layer(model, item, by_path, by_name, purpose)
+
+
+def _indexed_layer(model: Any, index: int, purpose: str) -> str:
+    """The path of ``model.layers[index]`` (negative allowed)."""
+    top = list(model.layers)
+    if not -len(top) <= index < len(top):
+        raise SadlLayerError(
+            f"{purpose}: layer index {index} is out of range for model {model.name!r} with "
+            f"{len(top)} layers: {describe_layers(model)}"
+        )
+    return str(top[index].name)
+
+
+def _named_layer(model: Any, item: str, by_path: dict[str, Node], by_name: dict[str, list[Node]], purpose: str) -> str:
+    """The path of the layer at path ``item``, or of the one layer named ``item``."""
+    if item in by_path:
+        return item
+    named = by_name.get(item, [])
+    if len(named) == 1:
+        return named[0].path
+    if named:
+        raise SadlLayerError(
+            f"{purpose}: {item!r} names {len(named)} layers ({', '.join(n.path for n in named)}); give the path"
+        )
+    raise SadlLayerError(f"{purpose}: model {model.name!r} has no layer {item!r}; layers are: {describe_layers(model)}")
 
 
 # Keras layers that run the user's code (a function, a torch or JAX module, a SavedModel),
@@ -310,48 +331,75 @@ def graph_probe(model: Any, layers: Sequence[Any]) -> tuple[Any, list[Seen], lis
     nodes_by_depth = getattr(model, "_nodes_by_depth", None)
     if not isinstance(nodes_by_depth, dict):  # pragma: no cover - keras internals moved
         return None
-    keras = _keras()
     seen = [Seen() for _ in layers]
-    available = {id(t) for t in model.inputs}
-    order = 0
-    for depth in sorted(nodes_by_depth, reverse=True):  # as Function._run_through_graph runs them
-        for node in nodes_by_depth[depth]:
-            if not node.operation or node.is_input or any(id(t) not in available for t in node.input_tensors):
-                continue
-            available.update(id(t) for t in node.outputs)
-            i = by_id.get(id(node.operation))
-            if i is None:
-                continue
-            s = seen[i]
-            s.calls += 1
-            if s.order < 0:
-                s.order, order = order, order + 1
-            s.structured = len(node.outputs) != 1
-            s.shape = None if s.structured else tuple(d if isinstance(d, int) else None for d in node.outputs[0].shape)
-            s.after = _called_on(node, by_id, seen)
+    for order, (i, node) in enumerate(_graph_calls(model, nodes_by_depth, by_id)):
+        _note_call(seen, i, node, order, by_id)
     if any(s.calls > 1 for s in seen):  # a shared layer: the probe says which call gives an output
         return None
     owners = _graph_owners(model, by_id)
     if owners is None:
         return None
+    return _output_spec(model), seen, owners
+
+
+def _graph_calls(model: Any, nodes_by_depth: dict[int, Any], by_id: dict[int, int]) -> Iterator[tuple[int, Any]]:
+    """``(index in layers, node)`` of each node of one of the layers, in the order the
+    model's ``call`` runs them (as Function._run_through_graph does)."""
+    available = {id(t) for t in model.inputs}
+    for depth in sorted(nodes_by_depth, reverse=True):
+        for node in nodes_by_depth[depth]:
+            if not _runs(node, available):
+                continue
+            available.update(id(t) for t in node.outputs)
+            i = by_id.get(id(node.operation))
+            if i is not None:
+                yield i, node
+
+
+def _runs(node: Any, available: set[int]) -> bool:
+    """Whether the model's ``call`` runs a graph node: an operation's, not an input's, on
+    tensors (ids) already ``available``."""
+    return bool(node.operation) and not node.is_input and all(id(t) in available for t in node.input_tensors)
+
+
+def _note_call(seen: list[Seen], i: int, node: Any, order: int, by_id: dict[int, int]) -> None:
+    """What layer ``i``'s call at graph node ``node`` (the ``order``-th call) did."""
+    s = seen[i]
+    s.calls += 1
+    if s.order < 0:
+        s.order = order
+    s.structured = len(node.outputs) != 1
+    s.shape = None if s.structured else tuple(d if isinstance(d, int) else None for d in node.outputs[0].shape)
+    s.after = _called_on(node, by_id, seen)
+
+
+def _output_spec(model: Any) -> Any:
+    """The model's output structure as symbolic tensors, a singleton unpacked as Functional.call does."""
+    keras = _keras()
     spec = keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, dtype=t.dtype), model._outputs_struct)
-    if isinstance(spec, (list, tuple)) and len(spec) == 1:  # Functional.call unpacks a singleton
+    if isinstance(spec, (list, tuple)) and len(spec) == 1:
         spec = spec[0]
-    return spec, seen, owners
+    return spec
 
 
 def _called_on(node: Any, by_id: dict[int, int], seen: list[Seen]) -> int:
     """The index of the layer whose output a graph node's layer is called on alone (its
     first argument, a mask aside), as the probe sees it, or -1: also when Keras casts that
     input on its way in (mixed precision), where the probe's ``call`` gets another tensor."""
-    args = getattr(node, "arguments", None)
-    first = (args.args[0] if args.args else args.kwargs.get("inputs")) if args is not None else None
-    flat = _keras().tree.flatten(first)
+    flat = _keras().tree.flatten(_first_argument(node))
     history = getattr(flat[0], "_keras_history", None) if len(flat) == 1 else None
     if history is None or casts_input(node.operation, history.operation, flat[0]):
         return -1
     j = by_id.get(id(history.operation), -1)
     return j if j >= 0 and seen[j].calls and not seen[j].structured else -1  # a layer that ran, with one output
+
+
+def _first_argument(node: Any) -> Any:
+    """A graph node's first argument (its ``inputs``), or ``None`` without arguments."""
+    args = getattr(node, "arguments", None)
+    if args is None:
+        return None
+    return args.args[0] if args.args else args.kwargs.get("inputs")
 
 
 def _graph_readable(model: Any, layers: Sequence[Any]) -> bool:
@@ -365,13 +413,19 @@ def _graph_readable(model: Any, layers: Sequence[Any]) -> bool:
     if any(str(t.dtype) == "string" for t in model.inputs):  # (where the probe says what a backend refuses)
         return False
     own = {id(layer) for layer in getattr(model, "_operations", ())}
-    return not any(
-        id(layer) not in own
-        or not type(layer).__module__.startswith("keras.")
-        or type(layer).__module__.startswith(_RUNS_USER_CODE)
-        or "call" in layer.__dict__
-        or id(getattr(layer, "layer", None)) in own  # a wrapper (TimeDistributed) of a top-level layer
-        for layer in layers
+    return all(_plain_keras_layer(layer, own) for layer in layers)
+
+
+def _plain_keras_layer(layer: Any, own: set[int]) -> bool:
+    """Whether ``layer`` is one of the model's own top-level Keras layers (ids ``own``)
+    that runs no user code, has its own ``call`` and wraps no other top-level layer."""
+    module = type(layer).__module__
+    return (
+        id(layer) in own
+        and module.startswith("keras.")
+        and not module.startswith(_RUNS_USER_CODE)
+        and "call" not in layer.__dict__
+        and id(getattr(layer, "layer", None)) not in own  # a wrapper (TimeDistributed) of a top-level layer
     )
 
 
@@ -379,15 +433,20 @@ def _graph_owners(model: Any, by_id: dict[int, int]) -> list[int] | None:
     """The index of the layer giving each flat output of ``model`` (-1: none, a model
     input given back), or ``None`` when one may return its input itself (``Dropout``,
     ``Identity``, a linear ``Activation``: the probe names the layer before it)."""
-    keras = _keras()
     owners = []
     for t in model.outputs:
-        history = getattr(t, "_keras_history", None)
-        op = None if history is None else history.operation
-        if op is None or isinstance(op, keras.layers.InputLayer):
+        op = _producer(t)
+        if op is None:
             owners.append(-1)
         elif is_pass_through(op) or is_activation_only(op):
             return None
         else:
             owners.append(by_id.get(id(op), -1))
     return owners
+
+
+def _producer(t: Any) -> Any:
+    """The layer whose output the symbolic tensor ``t`` is; ``None`` for a model input."""
+    history = getattr(t, "_keras_history", None)
+    op = None if history is None else history.operation
+    return None if op is None or isinstance(op, _keras().layers.InputLayer) else op

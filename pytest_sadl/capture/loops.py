@@ -62,12 +62,20 @@ def unsupported(model: Any, kind: str) -> str | None:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if backend() not in ("tensorflow", "jax"):
         return f"model.{'evaluate' if kind == 'test' else kind}() is recorded on the TensorFlow and JAX backends only"
-    for name in (f"{kind}_step", f"make_{kind}_function", f"{kind}_function"):
-        if not hasattr(model, name):
-            return f"this Keras has no model.{name} to record {kind} from"
+    missing = _missing_step(model, kind)
+    if missing is not None:
+        return missing
     if kind == "test" and int(getattr(model, "steps_per_execution", 1) or 1) != 1:
         # Keras keeps only the last step's logs of an execution: the others' traces would be lost
         return "model.evaluate() was called on a model compiled with steps_per_execution > 1"
+    return None
+
+
+def _missing_step(model: Any, kind: str) -> str | None:
+    """Why this Keras has no ``kind`` step to record (``None``: it has its step and functions)."""
+    for name in (f"{kind}_step", f"make_{kind}_function", f"{kind}_function"):
+        if not hasattr(model, name):
+            return f"this Keras has no model.{name} to record {kind} from"
     return None
 
 

@@ -100,12 +100,7 @@ def _from_file(path: Path, label: str) -> Any:
             "loads only .keras files: re-save the model with model.save('model.keras')"
         )
     suffix = path.suffix.lower()
-    if suffix in _TORCH_SUFFIXES:
-        raise SadlModelError(
-            f"{label}: pytest-sadl does not load PyTorch files ({suffix}): a pickled model runs code when "
-            "loaded. Give 'package.module:function' returning the nn.Module (build it and load a state dict "
-            "with torch.load(path, weights_only=True)), or a sadl_model fixture in conftest.py"
-        )
+    _refuse_torch_file(suffix, label)
     import_backend()  # a model file needs Keras: missing or broken, one line saying what to install
     if suffix in (".h5", ".hdf5"):
         return _load_h5(path, label)
@@ -113,6 +108,21 @@ def _from_file(path: Path, label: str) -> Any:
         raise SadlModelError(
             f"{label}: unknown model format {suffix or '(no suffix)'!r}; give a .keras file (model.save('model.keras'))"
         )
+    return _from_keras_file(path, label)
+
+
+def _refuse_torch_file(suffix: str, label: str) -> None:
+    """Raise for a PyTorch file: a pickled model runs code when loaded."""
+    if suffix in _TORCH_SUFFIXES:
+        raise SadlModelError(
+            f"{label}: pytest-sadl does not load PyTorch files ({suffix}): a pickled model runs code when "
+            "loaded. Give 'package.module:function' returning the nn.Module (build it and load a state dict "
+            "with torch.load(path, weights_only=True)), or a sadl_model fixture in conftest.py"
+        )
+
+
+def _from_keras_file(path: Path, label: str) -> Any:
+    """The model in a ``.keras`` archive, each way Keras fails to load it said in one line."""
     if not zipfile.is_zipfile(path):
         raise SadlModelError(
             f"{label}: {str(path)!r} is not a .keras archive (not a zip file; truncated or "
@@ -121,15 +131,7 @@ def _from_file(path: Path, label: str) -> Any:
     try:
         return _load_compiled(path, label)
     except ValueError as exc:
-        msg = str(exc)
-        if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
-            raise SadlModelError(
-                f"{label}: the model holds Python code (e.g. a Lambda layer) that Keras' "
-                "safe mode refuses to deserialise, and pytest-sadl keeps safe mode on. "
-                "Replace the Lambda with a registered custom layer, or provide the model "
-                "from a 'sadl_model' fixture in conftest.py"
-            ) from exc
-        raise SadlModelError(f"{label}: Keras cannot load it: {msg}") from exc
+        raise _refused(exc, label) from exc
     except TypeError as exc:
         raise SadlModelError(
             f"{label}: Keras cannot rebuild the model ({exc}); if it uses custom layers, "
@@ -142,6 +144,19 @@ def _from_file(path: Path, label: str) -> Any:
             f"{label}: Keras cannot load it ({type(exc).__name__}: {exc}); re-save the "
             "model with model.save('model.keras')"
         ) from exc
+
+
+def _refused(exc: ValueError, label: str) -> SadlModelError:
+    """The error for a ``ValueError`` of Keras' loader: safe mode refusing Python code, or another."""
+    msg = str(exc)
+    if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
+        return SadlModelError(
+            f"{label}: the model holds Python code (e.g. a Lambda layer) that Keras' "
+            "safe mode refuses to deserialise, and pytest-sadl keeps safe mode on. "
+            "Replace the Lambda with a registered custom layer, or provide the model "
+            "from a 'sadl_model' fixture in conftest.py"
+        )
+    return SadlModelError(f"{label}: Keras cannot load it: {msg}")
 
 
 def _load_compiled(path: Path, label: str) -> Any:
@@ -178,18 +193,25 @@ def _load_h5(path: Path, label: str) -> Any:
                 f"{label}: {str(path)!r} is not an HDF5 file (truncated or another format); "
                 "re-save the model with model.save('model.keras')"
             )
-    convert = (
-        "Convert it once where the model's code is at hand: "
-        "keras.saving.load_model('model.h5', safe_mode=False).save('model.keras'), "
-        "after replacing any Lambda layer with a registered custom layer"
-    )
     try:
         return _load_compiled(path, label)
     except Exception as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
-            raise SadlModelError(
-                f"{label}: the legacy HDF5 model holds Python code (a Lambda layer) that Keras' safe "
-                f"mode refuses, and pytest-sadl keeps safe mode on. {convert}"
-            ) from None
-        raise SadlModelError(f"{label}: Keras cannot load this legacy HDF5 model ({msg}). {convert}") from None
+        raise _h5_refused(exc, label) from None
+
+
+_H5_CONVERT = (
+    "Convert it once where the model's code is at hand: "
+    "keras.saving.load_model('model.h5', safe_mode=False).save('model.keras'), "
+    "after replacing any Lambda layer with a registered custom layer"
+)
+
+
+def _h5_refused(exc: Exception, label: str) -> SadlModelError:
+    """The error for a legacy HDF5 model Keras cannot load: safe mode refusing Python code, or another."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "safe_mode" in msg or "unsafe" in msg.lower() or "lambda" in msg.lower():
+        return SadlModelError(
+            f"{label}: the legacy HDF5 model holds Python code (a Lambda layer) that Keras' safe "
+            f"mode refuses, and pytest-sadl keeps safe mode on. {_H5_CONVERT}"
+        )
+    return SadlModelError(f"{label}: Keras cannot load this legacy HDF5 model ({msg}). {_H5_CONVERT}")

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from pytest_sadl.capture import hf
-from pytest_sadl.capture.arrays import Progress, Traces, resolve_output
+from pytest_sadl.capture.arrays import Progress, Traces, is_index, resolve_output
 from pytest_sadl.capture.data import TrainingData, check_batch, load_training_data, shape_matches
 from pytest_sadl.capture.torchdata import import_torch, is_torch_module, to_numpy
 from pytest_sadl.errors import SadlDataError, SadlLayerError, SadlModelError
@@ -314,20 +314,33 @@ class _Probe:
     def record(self, path: str, module: Any, args: Any, out: Any) -> None:
         torch = import_torch()
         s = self.seen[path]
-        s.calls += 1
-        if s.order < 0:
-            s.order = self.counter
-            self.counter += 1
+        self._count_call(s)
         main, single = _main_output(module, out)
         s.structured = not single
         src = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if s.calls == 1 and src is not None:
-            s.after = self.produced.get(id(src))
-            self.inputs[path] = src
-            if single and _may_act_elementwise(module, src, main):
-                self.samples[path] = src.detach().clone()
-        if not single:
-            return
+            self._note_input(path, module, src, main if single else None)
+        if single:
+            self._note_output(path, module, src, main, out)
+
+    def _count_call(self, s: _Seen) -> None:
+        """One more call of a module; its first call's place in the order of first calls."""
+        s.calls += 1
+        if s.order < 0:
+            s.order = self.counter
+            self.counter += 1
+
+    def _note_input(self, path: str, module: Any, src: Any, main: Any) -> None:
+        """A module's first call's input: the module that gave it, and a copy to test
+        element-wise action on when the module may act so (``main``: its one output)."""
+        self.seen[path].after = self.produced.get(id(src))
+        self.inputs[path] = src
+        if main is not None and _may_act_elementwise(module, src, main):
+            self.samples[path] = src.detach().clone()
+
+    def _note_output(self, path: str, module: Any, src: Any, main: Any, out: Any) -> None:
+        """A module's one output: its shape, whether it has a row per input, its layout."""
+        s = self.seen[path]
         s.shape = (None,) + tuple(int(d) for d in main.shape[1:])
         s.per_input = main.dim() >= 1 and int(main.shape[0]) == self.rows
         s.layout = self._layout(module, main, src)
@@ -338,11 +351,17 @@ class _Probe:
     def _layout(self, module: Any, main: Any, src: Any) -> str:
         if _is_torch_class(module, _CHANNELS_FIRST):
             return "first"
+        known = self._known_layout(module, main, src)
+        if known is not None:
+            return known
+        return "first" if main.dim() >= 4 else "last"
+
+    def _known_layout(self, module: Any, main: Any, src: Any) -> str | None:
+        """The layout an element-wise module keeps of its input, or a block's of the leaf
+        whose output it returns; ``None`` when neither is known."""
         if _is_torch_class(module, _ELEMENTWISE) and src is not None and id(src) in self.layouts:
             return self.layouts[id(src)]
-        if id(main) in self.layouts:  # a block returning a leaf's output
-            return self.layouts[id(main)]
-        return "first" if main.dim() >= 4 else "last"
+        return self.layouts.get(id(main))  # a block returning a leaf's output
 
     def run(self, tm: TorchTraceModel, firsts: tuple[Any, ...]) -> Any:
         """The model's output on ``firsts``, every module seen; a failure is one line."""
@@ -352,20 +371,19 @@ class _Probe:
             with torch.no_grad(), _eval_mode(tm.model):
                 out = tm.call_model(tm.model, firsts)
         except Exception as exc:
-            shapes = ", ".join(str(tuple(t.shape)) for t in firsts)
-            raise SadlModelError(
-                f"model {tm.name!r} cannot be run on inputs of shape {shapes} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
-                "runs on a batch of its inputs"
-            ) from None
+            raise _cannot_run(tm.name, firsts, exc) from None
         finally:
             for h in handles:
                 h.remove()
         with torch.no_grad(), _eval_mode(tm.model):
-            for path, sample in self.samples.items():
-                self.seen[path].elementwise = _acts_elementwise(self.modules[path], sample)
+            self._elementwise()
         self._containers()
         return out
+
+    def _elementwise(self) -> None:
+        """Which parameter-free modules of no known class act element-wise, on their samples."""
+        for path, sample in self.samples.items():
+            self.seen[path].elementwise = _acts_elementwise(self.modules[path], sample)
 
     def _containers(self) -> None:
         """A module holding modules that computes per-neuron maps only (its own parameters
@@ -380,18 +398,37 @@ class _Probe:
     def _fused_leaf(self, path: str, module: Any) -> str | None:
         """The leaf that gives a per-neuron container's output (see :meth:`_containers`)."""
         children = [(p, m) for p, m in self.modules.items() if p.startswith(path + ".")]
-        if not children or any(v.dim() > 1 for v in module.parameters(recurse=False)):
-            return None
-        if not all(self._per_neuron_or_through(p, m) for p, m in children):
+        if not self._per_neuron_container(module, children):
             return None
         out = self.outputs[path]
-        last = [p for p, _ in children if self.outputs.get(p) is out and not is_pass_through(self.modules[p])]
+        last = [p for p, _ in children if self._gives_unmoved(p, out)]
         return last[-1] if last else None
 
+    def _gives_unmoved(self, path: str, out: Any) -> bool:
+        """Whether the module at ``path`` gave ``out`` and computes (does not only move) it."""
+        return self.outputs.get(path) is out and not is_pass_through(self.modules[path])
+
+    def _per_neuron_container(self, module: Any, children: list[tuple[str, Any]]) -> bool:
+        """Whether a module with submodules ``children`` computes per-neuron maps only: its
+        own parameters vectors, its submodules per-neuron or pass-through."""
+        if not children or any(v.dim() > 1 for v in module.parameters(recurse=False)):
+            return False
+        return all(self._per_neuron_or_through(p, m) for p, m in children)
+
     def _per_neuron_or_through(self, path: str, module: Any) -> bool:
-        if any(True for _ in module.children()):
+        if _has_children(module):
             return True  # judged by its own leaves, which are in the list too
         return is_pass_through(module) or is_per_neuron(module) or self.seen[path].elementwise
+
+
+def _cannot_run(name: str, firsts: tuple[Any, ...], exc: Exception) -> SadlModelError:
+    """The error for a model that fails on the probe's rows: the shapes and the first line of why."""
+    shapes = ", ".join(str(tuple(t.shape)) for t in firsts)
+    return SadlModelError(
+        f"model {name!r} cannot be run on inputs of shape {shapes} "
+        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that the model "
+        "runs on a batch of its inputs"
+    )
 
 
 def _head_reads(probe: _Probe, measured: Any, owner: str | None, mask: Any) -> tuple[str, str] | None:
@@ -401,15 +438,20 @@ def _head_reads(probe: _Probe, measured: Any, owner: str | None, mask: Any) -> t
     one kept by the attention mask (a decoder's sequence classifier) when the measured
     output is, row by row, that token of a module's output (then the module before it
     is the one measured)."""
-    torch = import_torch()
-    order = sorted(probe.outputs, key=lambda p: -probe.seen[p].order)
-    sequences = [p for p in order if isinstance(probe.outputs[p], torch.Tensor) and probe.outputs[p].dim() == 3]
+    sequences = _sequence_outputs(probe)
     src = probe.inputs.get(owner) if owner is not None else None
     if src is not None and src.dim() == 2:
         return _reads_first(probe, sequences, src)
     if owner is not None or measured.dim() != 2:
         return None
     return _reads_last(probe, sequences, measured, mask)
+
+
+def _sequence_outputs(probe: _Probe) -> list[str]:
+    """The modules whose output is a sequence ``(n, t, f)``, the last called first."""
+    torch = import_torch()
+    order = sorted(probe.outputs, key=lambda p: -probe.seen[p].order)
+    return [p for p in order if isinstance(probe.outputs[p], torch.Tensor) and probe.outputs[p].dim() == 3]
 
 
 def _reads_first(probe: _Probe, sequences: list[str], src: Any) -> tuple[str, str] | None:
@@ -425,12 +467,17 @@ def _reads_last(probe: _Probe, sequences: list[str], measured: Any, mask: Any) -
     torch = import_torch()
     for p in sequences:
         o = probe.outputs[p]
-        if o.shape[0] != measured.shape[0] or o.shape[2] != measured.shape[1]:
+        if not _token_shaped(o, measured):
             continue
         after = _source(probe, p)
         if after is not None and torch.equal(_token(o, "last", mask), measured.detach().float()):
             return after, "last"
     return None
+
+
+def _token_shaped(sequence: Any, rows: Any) -> bool:
+    """Whether ``rows`` ``(n, f)`` has the shape of one token of ``sequence`` ``(n, t, f)``."""
+    return bool(sequence.shape[0] == rows.shape[0] and sequence.shape[2] == rows.shape[1])
 
 
 def _source(probe: _Probe, path: str) -> str | None:
@@ -443,10 +490,14 @@ def _source(probe: _Probe, path: str) -> str | None:
         return None
     torch = import_torch()
     for q in sorted(probe.outputs, key=lambda q: -probe.seen[q].order):
-        o = probe.outputs[q]
-        if q != path and isinstance(o, torch.Tensor) and o.data_ptr() == src.data_ptr() and o.numel() == src.numel():
+        if q != path and _same_memory(probe.outputs[q], src, torch):
             return q
     return None
+
+
+def _same_memory(o: Any, src: Any, torch: Any) -> bool:
+    """Whether a module's output ``o`` is a tensor over the same memory as ``src`` (a view of it)."""
+    return isinstance(o, torch.Tensor) and o.data_ptr() == src.data_ptr() and o.numel() == src.numel()
 
 
 def _token(t: Any, kind: str, mask: Any) -> Any:
@@ -466,11 +517,18 @@ def _token(t: Any, kind: str, mask: Any) -> Any:
 def _may_act_elementwise(module: Any, src: Any, main: Any) -> bool:
     """A leaf of no known class, without parameters or buffers, whose output has its input's
     shape: it may be an activation of a library (Hugging Face's ``GELUActivation``)."""
-    if any(True for _ in module.children()) or is_pass_through(module) or is_per_neuron(module):
-        return False
-    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+    if _has_children(module) or is_pass_through(module) or is_per_neuron(module) or _has_state(module):
         return False
     return bool(tuple(main.shape) == tuple(src.shape) and src.is_floating_point() and src.numel() >= 2)
+
+
+def _has_children(module: Any) -> bool:
+    return any(True for _ in module.children())
+
+
+def _has_state(module: Any) -> bool:
+    """Whether a module has parameters or buffers."""
+    return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
 
 
 def _acts_elementwise(module: Any, sample: Any) -> bool:
@@ -490,6 +548,26 @@ def _acts_elementwise(module: Any, sample: Any) -> bool:
         return False
     same_rows = c.shape == a[:1].shape and torch.allclose(c, a[:1], equal_nan=True)
     return bool(same_rows and torch.allclose(a.reshape(-1)[perm], b.reshape(-1), equal_nan=True))
+
+
+def _gives(output: Any, measured: Any) -> bool:
+    """Whether a module's output is the measured tensor (or a tuple that starts with it)."""
+    return output is measured or (isinstance(output, tuple) and bool(output) and output[0] is measured)
+
+
+def _flat_container(out: Any, torch: Any) -> tuple[list[Any], list[str]] | None:
+    """A dict's tensors by sorted key, or a tuple's or list's by index; ``None`` for another output."""
+    if isinstance(out, dict):
+        keys = sorted(out)
+        return [out[k] for k in keys], [str(k) for k in keys]
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out), [str(i) for i in range(len(out))]
+    return None
+
+
+def _once_per_input(s: _Seen) -> bool:
+    """A module that ran once and returned one tensor of one row per input."""
+    return s.calls == 1 and not s.structured and s.per_input
 
 
 class TorchTraceModel:
@@ -543,28 +621,24 @@ class TorchTraceModel:
     def _check_spec(self, spec: Sequence[str | int] | None, purpose: str) -> list[str] | None:
         if not spec:
             return None
-        paths = list(self._modules)
-        out = []
-        for item in spec:
-            if (
-                isinstance(item, (int, np.integer))
-                and not isinstance(item, bool)
-                or (isinstance(item, str) and item.lstrip("-").isdigit() and item not in self._modules)
-            ):
-                i = int(item)
-                top = [p for p in paths if "." not in p]
-                if not -len(top) <= i < len(top):
-                    raise SadlLayerError(
-                        f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}"
-                    )
-                out.append(top[i])
-            elif item in self._modules:
-                out.append(str(item))
-            else:
+        return [self._module_path(item, purpose) for item in spec]
+
+    def _module_path(self, item: str | int, purpose: str) -> str:
+        """The path of one item: a ``named_modules()`` path, or an index (also given as
+        digits) into the top-level modules."""
+        if is_index(item, self._modules):
+            i = int(item)
+            top = [p for p in self._modules if "." not in p]
+            if not -len(top) <= i < len(top):
                 raise SadlLayerError(
-                    f"{purpose}: module {item!r} not found; name modules by their named_modules() path: {self._listing()}"
+                    f"{purpose}: index {i} is out of range; the model's modules are: {self._listing()}"
                 )
-        return out
+            return str(top[i])
+        if item in self._modules:
+            return str(item)
+        raise SadlLayerError(
+            f"{purpose}: module {item!r} not found; name modules by their named_modules() path: {self._listing()}"
+        )
 
     def _listing(self) -> str:
         return ", ".join(f"{p} ({_class_name(m)})" for p, m in self._modules.items()) or "(no submodules)"
@@ -605,6 +679,13 @@ class TorchTraceModel:
         out_shape = self._learn_output(out, probe.outputs)
         mask = dict(zip(self.input_names, firsts, strict=True)).get("attention_mask") if self.keywords else None
         self._head = _head_reads(probe, self._flatten_output(out)[0][self._output_index], self._output_path, mask)
+        self._learn_inputs(firsts)
+        self._learn_classifier(out_shape)
+        self._choose_layers()
+        self._probed = True
+
+    def _learn_inputs(self, firsts: tuple[Any, ...]) -> None:
+        """The inputs' shapes (without the batch axis) and dtype, from the probe's rows."""
         first = firsts[0]
         self.input_shape: tuple[int | None, ...] = tuple(int(d) for d in first.shape[1:])
         self.input_shapes: dict[str, tuple[int | None, ...]] = {
@@ -613,6 +694,9 @@ class TorchTraceModel:
         if self.keywords and len(self.input_names) == 1:
             self.input_shape = self.input_shapes[self.input_names[0]]
         self.input_dtype = str(first.dtype).replace("torch.", "")
+
+    def _learn_classifier(self, out_shape: tuple[int, ...]) -> None:
+        """Whether the model is a classifier (given, else judged by its output), checked."""
         self.classifier = (
             self._is_classifier(out_shape) if self._classifier_spec is None else bool(self._classifier_spec)
         )
@@ -621,8 +705,6 @@ class TorchTraceModel:
                 f"model {self.name!r} has output {self.output_name!r} of shape {(None,) + out_shape[1:]}; a classifier "
                 "needs a (batch, classes) output (pass classifier=False for a regression model)"
             )
-        self._choose_layers()
-        self._probed = True
 
     def _learn_output(self, out: Any, outputs: dict[str, Any]) -> tuple[int, ...]:
         """The measured output's name and shape, and the modules that give it."""
@@ -632,7 +714,7 @@ class TorchTraceModel:
         self._output_index = self._resolve_output(self._output_spec)
         self.output_name = names[self._output_index]
         measured = flat[self._output_index]
-        owners = [p for p, o in outputs.items() if o is measured or (isinstance(o, tuple) and o and o[0] is measured)]
+        owners = [p for p, o in outputs.items() if _gives(o, measured)]
         self._output_path = min(owners, key=lambda p: seen[p].order) if owners else None
         self._output_paths = {p for p, o in outputs.items() if any(o is f for f in flat)}
         return tuple(measured.shape)
@@ -645,7 +727,11 @@ class TorchTraceModel:
         for path in self._taps:
             self._check_tap(path)
         self._tap_index = {p: i for i, p in enumerate(self._taps)}
-        self._extrema_paths = [p for p in self.coverage_layers if self._extrema and len(self._seen[p].shape or ()) > 2]
+        self._set_sizes()
+
+    def _set_sizes(self) -> None:
+        """The chosen layers' widths, and the coverage layers whose extrema are kept."""
+        self._extrema_paths = [p for p in self.coverage_layers if self._is_map(p)] if self._extrema else []
         self.sa_sizes = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes = [self._size(p) for p in self.coverage_layers]
 
@@ -654,13 +740,10 @@ class TorchTraceModel:
         if isinstance(out, torch.Tensor):
             return [out], ["output"]
         items = hf.output_items(out)
+        if items is None:
+            items = _flat_container(out, torch)
         if items is not None:
             return items
-        if isinstance(out, dict):
-            keys = sorted(out)
-            return [out[k] for k in keys], [str(k) for k in keys]
-        if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
-            return list(out), [str(i) for i in range(len(out))]
         raise SadlModelError(
             f"model {self.name!r} returns {type(out).__name__}; pytest-sadl measures a tensor, or a tuple, list "
             "or dict of tensors"
@@ -696,6 +779,10 @@ class TorchTraceModel:
                 "frames or a time-major sequence); choose a module whose output has the batch axis first"
             )
 
+    def _is_map(self, path: str) -> bool:
+        """Whether a module's output has more axes than ``(batch, features)`` (a feature map)."""
+        return len(self._seen[path].shape or ()) > 2
+
     def _size(self, path: str) -> int:
         s = self._seen[path]
         shape = s.shape or ()
@@ -705,14 +792,7 @@ class TorchTraceModel:
 
     def _ordered(self) -> list[str]:
         """Leaf modules that ran once and returned one tensor of one row per input, in call order."""
-        leaves = [
-            p
-            for p, m in self._modules.items()
-            if not any(True for _ in m.children())
-            and self._seen[p].calls == 1
-            and not self._seen[p].structured
-            and self._seen[p].per_input
-        ]
+        leaves = [p for p, m in self._modules.items() if not _has_children(m) and _once_per_input(self._seen[p])]
         return sorted(leaves, key=lambda p: self._seen[p].order)
 
     def _activated(self) -> dict[str, str]:
@@ -726,11 +806,27 @@ class TorchTraceModel:
             after = self._seen[p].after
             if after is not None and self._per_neuron(p) and self._may_activate(after):
                 out.setdefault(after, p)
-        leaves = set(ordered)
-        for s in self._seen.values():
-            if s.fused is not None and s.fused in leaves and s.after is not None and self._may_activate(s.after):
-                out.setdefault(s.after, s.fused)
+        self._activated_by_containers(set(ordered), out)
         return out
+
+    def _activated_by_containers(self, leaves: set[str], out: dict[str, str]) -> None:
+        """Into ``out``: a module a per-neuron container is applied to, measured after the
+        container's last leaf (when that leaf is one of ``leaves``)."""
+        for s in self._seen.values():
+            if s.fused is not None and s.after is not None and self._fused_activates(s, leaves):
+                out.setdefault(s.after, s.fused)
+
+    def _fused_activates(self, s: _Seen, leaves: set[str]) -> bool:
+        """Whether a per-neuron container's last leaf (one of ``leaves``) activates the module it is applied to."""
+        return s.fused in leaves and s.after is not None and self._may_activate(s.after)
+
+    def _hidden(self, candidates: list[str]) -> list[str]:
+        """The coverage layers before the module that gives the measured output (when it is
+        one of them; a block's output counts as its last leaf), and no model output."""
+        owner = self._output_path
+        if owner is not None and owner in candidates:
+            return [p for p in candidates[: candidates.index(owner)] if p not in self._output_paths]
+        return candidates[:-1]
 
     def _per_neuron(self, path: str) -> bool:
         """An activation or batch norm, by class or (an activation of a library) by acting
@@ -755,14 +851,7 @@ class TorchTraceModel:
         """The last coverage layer before the one that produces the measured output."""
         if self._head is not None:  # a sequence model's head reads one token of this module's output
             return [self._head[0]]
-        candidates = self.default_coverage_layers()
-        owner = self._output_path
-        if owner is not None and owner not in candidates:  # a block's output: its last leaf
-            owner = None
-        if owner in candidates:
-            candidates = [p for p in candidates[: candidates.index(owner)] if p not in self._output_paths]
-        elif candidates:
-            candidates = candidates[:-1]
+        candidates = self._hidden(self.default_coverage_layers())
         if not candidates:
             raise SadlLayerError(
                 f"model {self.name!r} has no hidden module with neurons to measure surprise on; choose the SA "
@@ -845,31 +934,43 @@ class TorchTraceModel:
         out = to_numpy(flat[self._output_index]).astype(np.float32, copy=False)
         if out.ndim == 1:
             out = out[:, None]
-        missing = [p for p in self._taps if p not in captured]
-        if missing:
-            raise SadlLayerError(f"modules {missing} did not run in this forward pass; choose modules that always run")
-        taps = {p: to_numpy(captured[p]) for p in self._taps}
-        uneven = [p for p, t in taps.items() if len(t) != len(out)]
-        if uneven:
-            raise SadlLayerError(
-                f"modules {uneven} gave {len(taps[uneven[0]])} rows for {len(out)} inputs; choose modules whose "
-                "output has one row per input"
-            )
-        sa_parts = [to_numpy(captured.get(p + "\0token", captured[p])) for p in self.sa_layers]
-        sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
-        extrema = None
-        if self._extrema_paths:
-            pairs = {p: (to_numpy(captured[p + "\0min"]), to_numpy(captured[p + "\0max"])) for p in self._extrema_paths}
-            extrema = [pairs.get(p) for p in self.coverage_layers]
+        taps = self._tap_traces(captured, len(out))
         return Traces(
-            sa=np.asarray(sa, dtype=np.float32),
+            sa=self._sa_traces(captured),
             coverage=[taps[p] for p in self.coverage_layers],
             pred=self.predictions(out),
             output=out,
             sa_layers=list(self.sa_layers),
             coverage_layers=list(self.coverage_layers),
-            coverage_extrema=extrema,
+            coverage_extrema=self._extrema_of(captured),
         )
+
+    def _tap_traces(self, captured: dict[str, Any], n: int) -> dict[str, np.ndarray]:
+        """Every tapped module's traces, checked: each ran, with one row per input (``n``)."""
+        missing = [p for p in self._taps if p not in captured]
+        if missing:
+            raise SadlLayerError(f"modules {missing} did not run in this forward pass; choose modules that always run")
+        taps = {p: to_numpy(captured[p]) for p in self._taps}
+        uneven = [p for p, t in taps.items() if len(t) != n]
+        if uneven:
+            raise SadlLayerError(
+                f"modules {uneven} gave {len(taps[uneven[0]])} rows for {n} inputs; choose modules whose "
+                "output has one row per input"
+            )
+        return taps
+
+    def _sa_traces(self, captured: dict[str, Any]) -> np.ndarray:
+        """The SA layers' traces side by side (a sequence output's read token where there is one)."""
+        sa_parts = [to_numpy(captured.get(p + "\0token", captured[p])) for p in self.sa_layers]
+        sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
+        return np.asarray(sa, dtype=np.float32)
+
+    def _extrema_of(self, captured: dict[str, Any]) -> list[Any] | None:
+        """``(min, max)`` per coverage layer whose extrema are kept (``None`` for the others)."""
+        if not self._extrema_paths:
+            return None
+        pairs = {p: (to_numpy(captured[p + "\0min"]), to_numpy(captured[p + "\0max"])) for p in self._extrema_paths}
+        return [pairs.get(p) for p in self.coverage_layers]
 
     def predictions(self, output: np.ndarray) -> np.ndarray:
         """Predicted classes (argmax; for one unit, > 0.5 after its sigmoid) or the raw output."""
@@ -899,13 +1000,7 @@ class TorchTraceModel:
         tensor, or a tuple/list (positional) or dict (by parameter name) for several."""
         n = len(self.input_names)
         if isinstance(x, dict):
-            missing = [name for name in self.input_names if name not in x]
-            if missing:
-                raise SadlDataError(
-                    f"inputs hold {sorted(x)}; the model's forward takes {', '.join(self.input_names)}: "
-                    "key them by forward's parameter names"
-                )
-            return tuple(x[name] for name in self.input_names)
+            return self._keyed_parts(x)
         parts = tuple(x) if isinstance(x, (tuple, list)) and n > 1 else (x,)
         if len(parts) != n:
             raise SadlDataError(
@@ -913,6 +1008,16 @@ class TorchTraceModel:
                 "give one array or tensor per input"
             )
         return parts
+
+    def _keyed_parts(self, x: dict[str, Any]) -> tuple[Any, ...]:
+        """The inputs of a dict by ``forward``'s parameter names, in ``forward``'s order."""
+        missing = [name for name in self.input_names if name not in x]
+        if missing:
+            raise SadlDataError(
+                f"inputs hold {sorted(x)}; the model's forward takes {', '.join(self.input_names)}: "
+                "key them by forward's parameter names"
+            )
+        return tuple(x[name] for name in self.input_names)
 
     def _first_batch(self, data: TrainingData) -> Any:
         for batch in data.batches(2):
@@ -936,12 +1041,17 @@ class TorchTraceModel:
         (``input_ids``, ``attention_mask``, ``pixel_values``): when ``names`` are parameters
         of ``forward`` other than its required positional ones; they become the inputs,
         in ``forward``'s order (decided once, before the probe)."""
-        if self.keywords or self._probed or not names or set(names) == set(self.input_names):
-            return
-        if not set(names) <= set(self._parameters):
+        if not self._takes_keywords(names):
             return
         self.keywords = True
         self.input_names = [p for p in self._parameters if p in names]
+
+    def _takes_keywords(self, names: Sequence[str]) -> bool:
+        """Whether ``names`` are inputs by keyword: not decided yet, other than the
+        positional inputs, and all parameters of ``forward``."""
+        if self.keywords or self._probed or not names or set(names) == set(self.input_names):
+            return False
+        return set(names) <= set(self._parameters)
 
     def call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str | None]:
         """The measured inputs of one call ``model(*args, **kwargs)`` (what the recorder
@@ -984,23 +1094,26 @@ class TorchTraceModel:
             raise SadlDataError(f"batch_size must be >= 1, got {batch_size}")
         data = x if isinstance(x, TrainingData) else load_training_data(x, what=what)
         data = self.prepare(data)
-        what = data.source
-        total = data.n
+        with torch.no_grad(), _eval_mode(self.model):
+            parts = self._batch_traces(data, batch_size, progress)
+        if not any(len(t) for t in parts):
+            raise SadlDataError(f"{data.source} is empty (0 inputs); give at least one input")
+        return parts[0] if len(parts) == 1 else Traces.concatenate(parts)
+
+    def _batch_traces(self, data: TrainingData, batch_size: int, progress: Progress | None) -> list[Traces]:
+        """The traces of each batch of ``data``, one hooked pass per batch."""
         parts: list[Traces] = []
         done = 0
-        with torch.no_grad(), _eval_mode(self.model):
-            for batch in data.batches(batch_size):
-                ts = self._as_tensors(batch, what, done)
-                captured: dict[str, Any] = {}
-                with self._hooked(captured):
-                    output = self.call_model(self.model, ts)
-                parts.append(self._split(output, captured))
-                done += len(parts[-1])
-                if progress is not None:
-                    progress(done, total)
-        if done == 0:
-            raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
-        return parts[0] if len(parts) == 1 else Traces.concatenate(parts)
+        for batch in data.batches(batch_size):
+            ts = self._as_tensors(batch, data.source, done)
+            captured: dict[str, Any] = {}
+            with self._hooked(captured):
+                output = self.call_model(self.model, ts)
+            parts.append(self._split(output, captured))
+            done += len(parts[-1])
+            if progress is not None:
+                progress(done, data.n)
+        return parts
 
     def traces_and_ranges(
         self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
@@ -1035,19 +1148,10 @@ class TorchTraceModel:
         """Why ``model(x)`` (``x`` a tuple for several positional inputs) cannot be recorded
         now (``None``: it can)."""
         torch = import_torch()
-        compiler = getattr(torch, "compiler", None)
-        if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-            return "model(x) was called while torch.compile traces it (no values to record)"
-        if torch.jit.is_tracing() or torch.jit.is_scripting():
-            return "model(x) was called while torch.jit traces it (no values to record)"
-        parts = tuple(x.values()) if isinstance(x, dict) else tuple(x) if isinstance(x, tuple) else (x,)
-        if any(not isinstance(p, (torch.Tensor, np.ndarray)) for p in parts):
-            return "model(x) was called with something other than one tensor per input"
-        if any(isinstance(p, torch.Tensor) and type(p).__name__ in ("FakeTensor", "FunctionalTensor") for p in parts):
-            return "model(x) was called on symbolic tensors"
-        if self.model.training:
+        why = _tracing(torch) or _not_tensors(torch, x)
+        if why is None and self.model.training:
             return "model(x) was called in train() mode (dropout and batch statistics on); call model.eval() to record"
-        return None
+        return why
 
     def host(self, x: Any) -> Any:
         """The inputs of a call as NumPy (what the recorder digests): one array, or a dict
@@ -1076,6 +1180,26 @@ class TorchTraceModel:
         return output, self._split(output, captured)
 
 
+def _tracing(torch: Any) -> str | None:
+    """Why nothing can be recorded while torch.compile or torch.jit traces the model (``None``: neither does)."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return "model(x) was called while torch.compile traces it (no values to record)"
+    if torch.jit.is_tracing() or torch.jit.is_scripting():
+        return "model(x) was called while torch.jit traces it (no values to record)"
+    return None
+
+
+def _not_tensors(torch: Any, x: Any) -> str | None:
+    """Why a call's inputs ``x`` cannot be recorded: not one tensor per input, or symbolic ones."""
+    parts = tuple(x.values()) if isinstance(x, dict) else tuple(x) if isinstance(x, tuple) else (x,)
+    if any(not isinstance(p, (torch.Tensor, np.ndarray)) for p in parts):
+        return "model(x) was called with something other than one tensor per input"
+    if any(isinstance(p, torch.Tensor) and type(p).__name__ in ("FakeTensor", "FunctionalTensor") for p in parts):
+        return "model(x) was called on symbolic tensors"
+    return None
+
+
 def _input_shape(t: Any, keywords: bool) -> tuple[int | None, ...]:
     """An input's shape without the batch axis; token ids and masks given by keyword (a
     tokenizer's output, padded to each batch's longest) have a sequence axis of any length."""
@@ -1094,6 +1218,13 @@ def positional_inputs(model: Any) -> list[str]:
         params = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):  # a builtin or C forward: one input
         return ["input"]
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    names = [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+    names = [p.name for p in params if _required_positional(p)]
     return names if len(names) > 1 else ["input"]
+
+
+def _required_positional(p: Any) -> bool:
+    """A parameter taken by position without a default."""
+    import inspect
+
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return p.kind in kinds and p.default is inspect.Parameter.empty

@@ -68,10 +68,7 @@ def _split_batch(batch: Any, source: str) -> tuple[Any, Any]:
     (or one tensor per input name) and ``y``; ``x`` itself a tuple or list of tensors for
     a model with several positional inputs (``((image, aux), y)``)."""
     if isinstance(batch, dict):
-        y = next((batch[k] for k in _LABELS if k in batch), None)
-        if "x" in batch:
-            return batch["x"], y
-        return {str(k): v for k, v in batch.items() if k not in _LABELS}, y
+        return _split_mapping(batch)
     if isinstance(batch, (tuple, list)):
         if not batch or len(batch) > 2:
             raise SadlDataError(
@@ -80,6 +77,14 @@ def _split_batch(batch: Any, source: str) -> tuple[Any, Any]:
             )
         return batch[0], (batch[1] if len(batch) == 2 else None)
     return batch, None
+
+
+def _split_mapping(batch: dict[Any, Any]) -> tuple[Any, Any]:
+    """``(x, y)`` of a dict: its ``x`` (else one tensor per input name) and its labels."""
+    y = next((batch[k] for k in _LABELS if k in batch), None)
+    if "x" in batch:
+        return batch["x"], y
+    return {str(k): v for k, v in batch.items() if k not in _LABELS}, y
 
 
 def _parts(x: Any) -> dict[str, Any] | list[Any] | None:
@@ -97,41 +102,69 @@ def arrays_from_torch_data(
     (batches ``x`` or ``(x, y)``), read once in the order it yields; ``y`` is ``None``
     when no labels come with the inputs. For several positional inputs ``x`` is a list of
     arrays (items ``((x1, x2), y)``) or a dict by name (items ``{"image": ..., "y": ...}``)."""
-    torch = import_torch()
-    data = torch.utils.data
-    loader = value if isinstance(value, data.DataLoader) else data.DataLoader(value, batch_size=256, shuffle=False)
+    xs, ys = _read_batches(_loader(value), source)
+    if not xs:
+        raise SadlDataError(f"{source} is empty (0 inputs); give at least one input")
+    return _joined(xs, source), (None if ys is None else np.concatenate(ys))
+
+
+def _loader(value: Any) -> Any:
+    """A ``DataLoader`` as it is; a ``Dataset`` in a loader of its items in order, 256 at a time."""
+    data = import_torch().utils.data
+    return value if isinstance(value, data.DataLoader) else data.DataLoader(value, batch_size=256, shuffle=False)
+
+
+def _read_batches(loader: Any, source: str) -> tuple[list[Any], list[np.ndarray] | None]:
+    """Every batch's inputs as NumPy, and their labels (``None`` unless every batch has
+    them: the first batch says whether the data is labelled)."""
     xs: list[Any] = []
     ys: list[np.ndarray] = []
     labelled: bool | None = None
     for batch in loader:
         x, y = _split_batch(batch, source)
-        parts = _parts(x)
-        each = list(parts.values()) if isinstance(parts, dict) else (parts if parts is not None else [x])
-        if not each or any(not hasattr(p, "shape") for p in each):
-            raise SadlDataError(
-                f"{source} yields {type(x).__name__}, not tensors; yield x or (x, y) tensors "
-                "(((x1, x2), y) for several inputs)"
-            )
+        xs.append(_inputs_numpy(x, source))
         if labelled is None:
             labelled = y is not None
-        if isinstance(parts, dict):
-            xs.append({k: to_numpy(v) for k, v in parts.items()})
-        elif parts is not None:
-            xs.append([to_numpy(v) for v in parts])
-        else:
-            xs.append(to_numpy(x))
         if labelled and y is not None:
             ys.append(to_numpy(y))
-    if not xs:
-        raise SadlDataError(f"{source} is empty (0 inputs); give at least one input")
-    y_all = np.concatenate(ys) if labelled and len(ys) == len(xs) else None
-    return _joined(xs, source), y_all
+    return xs, (ys if labelled and len(ys) == len(xs) else None)
+
+
+def _inputs_numpy(x: Any, source: str) -> Any:
+    """One batch's inputs as NumPy: one array, a list of them or a dict by name."""
+    parts = _parts(x)
+    _check_tensors(x, parts, source)
+    if isinstance(parts, dict):
+        return {k: to_numpy(v) for k, v in parts.items()}
+    if parts is not None:
+        return [to_numpy(v) for v in parts]
+    return to_numpy(x)
+
+
+def _check_tensors(x: Any, parts: dict[str, Any] | list[Any] | None, source: str) -> None:
+    """Raise unless a batch's inputs ``x`` (split into ``parts``) are tensors or arrays."""
+    each = list(parts.values()) if isinstance(parts, dict) else (parts if parts is not None else [x])
+    if not each or any(not hasattr(p, "shape") for p in each):
+        raise SadlDataError(
+            f"{source} yields {type(x).__name__}, not tensors; yield x or (x, y) tensors "
+            "(((x1, x2), y) for several inputs)"
+        )
+
+
+def _same_structure(b: Any, first: Any) -> bool:
+    """Whether batch ``b``'s inputs have the first batch's structure (type and count)."""
+    return type(b) is type(first) and (isinstance(b, np.ndarray) or len(b) == len(first))
 
 
 def _joined(xs: list[Any], source: str) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
     first = xs[0]
-    if any(type(b) is not type(first) or (not isinstance(b, np.ndarray) and len(b) != len(first)) for b in xs):
+    if not all(_same_structure(b, first) for b in xs):
         raise SadlDataError(f"{source} yields batches of different structure; yield the same inputs in every batch")
+    return _concatenated(xs, first)
+
+
+def _concatenated(xs: list[Any], first: Any) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
+    """Batches of one structure (the first's) joined: one array, a list or a dict of them."""
     if isinstance(first, dict):
         return {k: np.concatenate([b[k] for b in xs]) for k in first}
     if isinstance(first, list):

@@ -138,20 +138,42 @@ class _Input:
 
 def _model_inputs(model: Any) -> tuple[list[_Input], str]:
     """The model's inputs and how it takes them: ``single``, ``list`` or ``dict``."""
-    from keras import tree
+    struct = _graph_inputs(model)
+    if struct is not None:
+        return _inputs_of_struct(struct)
+    return _built_inputs(model)
 
+
+def _graph_inputs(model: Any) -> Any:
+    """A functional (or built Sequential) model's input structure; ``None`` for another model."""
+    if not _is_graph_model(model):
+        return None
     struct = getattr(model, "_inputs_struct", None)
-    if _is_graph_model(model) and struct is None:
+    if struct is None:
         try:
             struct = list(model.inputs)
         except (AttributeError, ValueError):  # an unbuilt Sequential
             struct = None
-    if _is_graph_model(model) and struct is not None:
-        flat = tree.flatten(struct)
-        kind = "dict" if isinstance(struct, dict) else ("list" if isinstance(struct, (list, tuple)) else "single")
-        if len(flat) == 1 and kind == "list":
-            kind = "single"
-        return [_Input(str(t.name), tuple(t.shape[1:]), str(t.dtype)) for t in flat], kind
+    return struct
+
+
+def _inputs_of_struct(struct: Any) -> tuple[list[_Input], str]:
+    """The inputs of a graph model's input structure (symbolic tensors) and how it takes them."""
+    from keras import tree
+
+    flat = tree.flatten(struct)
+    return [_Input(str(t.name), tuple(t.shape[1:]), str(t.dtype)) for t in flat], _input_kind(struct, len(flat))
+
+
+def _input_kind(struct: Any, count: int) -> str:
+    """How a graph model takes its ``count`` inputs: ``dict``, ``list`` or ``single`` (a list of one too)."""
+    if isinstance(struct, dict):
+        return "dict"
+    return "list" if isinstance(struct, (list, tuple)) and count != 1 else "single"
+
+
+def _built_inputs(model: Any) -> tuple[list[_Input], str]:
+    """The inputs of a subclassed model, from the shapes it was built with."""
     shapes = getattr(model, "_build_shapes_dict", None)
     if not model.built or not shapes:
         raise SadlModelError(
@@ -166,6 +188,11 @@ def _model_inputs(model: Any) -> tuple[list[_Input], str]:
         )
     shape = next(iter(shapes.values()))
     dtype = str(getattr(model, "input_dtype", None) or "float32")
+    return _inputs_of_shape(shape, dtype)
+
+
+def _inputs_of_shape(shape: Any, dtype: str) -> tuple[list[_Input], str]:
+    """The inputs of one build shape: a dict of shapes, a list of shapes, or one shape."""
     if isinstance(shape, dict):
         return [_Input(str(k), tuple(shape[k])[1:], dtype) for k in sorted(shape)], "dict"
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
@@ -226,6 +253,67 @@ def _kept(model: Any, attr: str, key: tuple[Any, ...], make: Callable[[], _T], m
         while len(kept) > most:
             del kept[next(iter(kept))]
         return value
+
+
+def _before_last_dense(candidates: list[str], by_path: dict[str, Any]) -> list[str]:
+    """The candidates without their trailing activation layers and the layer before them."""
+    candidates = list(candidates)
+    while candidates and is_activation_only(by_path[candidates[-1]]):
+        candidates.pop()
+    return candidates[:-1]
+
+
+def _hands_on(layer: Any, past_first: bool) -> bool:
+    """Whether an activation's reach goes on back through ``layer``: an activation layer,
+    or (``past_first``: past the layer it was called on) a pass-through one."""
+    return is_activation_only(layer) or (past_first and is_pass_through(layer))
+
+
+def _as_strings(a: np.ndarray, text: bool, name: str, label: str) -> np.ndarray:
+    """Text for a string input as an object array (as Keras takes it); raises for numbers."""
+    if not text:
+        raise SadlDataError(
+            f"{label} has dtype {a.dtype} but the model's input {name!r} takes strings; give the raw text"
+        )
+    return a if a.dtype == object else a.astype(object)
+
+
+def _padded(batch: dict[str, np.ndarray], n: int, size: int) -> dict[str, np.ndarray]:
+    """A batch of ``n`` rows padded with zero rows to ``size`` (as it is when ``size`` is ``n``)."""
+    if size == n:
+        return batch
+    return {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+
+
+def _measures(layer: Any, source: Any, outputs: set[int]) -> bool:
+    """Whether ``layer`` (an activation or ``BatchNormalization`` layer, called on the
+    output of ``source`` alone) is where ``source``'s neurons are measured: ``source``
+    is not yet activated and gives no model output."""
+    return is_per_neuron(layer) and not (is_activated(source) or id(source) in outputs)
+
+
+def _ran_once(seen: Seen) -> bool:
+    """A layer that ran once in the probe's pass and returned one tensor."""
+    return seen.calls == 1 and seen.shape is not None
+
+
+def _loss_name(loss: Any) -> str:
+    """A loss's name in lower case: the string itself, or the loss object's or function's name."""
+    name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", "")
+    return str(name).lower()
+
+
+def _classifier_by_loss(loss: Any) -> bool | None:
+    """Whether a loss names a classifier (cross-entropy, hinge) or a regression;
+    ``None`` when there is no loss or its name says neither."""
+    if loss is None:
+        return None
+    name = _loss_name(loss)
+    if "crossentropy" in name or "hinge" in name:
+        return True
+    if any(k in name for k in _REGRESSION_LOSSES):
+        return False
+    return None
 
 
 class Tracer(Protocol):
@@ -312,11 +400,7 @@ class TraceModel:
 
         self.model = model
         inputs, self._input_kind = _model_inputs(model)
-        self.input_names: list[str] = [i.name for i in inputs]
-        self.input_shapes: dict[str, tuple[int | None, ...]] = {i.name: i.shape for i in inputs}
-        self._dtypes = {i.name: i.dtype for i in inputs}
-        self.input_shape: tuple[int | None, ...] = inputs[0].shape
-        self.input_dtype: str = inputs[0].dtype
+        self._learn_inputs(inputs)
         self._nodes = walk(model)
         # Keras' functional models (and Sequential) take an input one axis short of a shape
         # ending in 1, or with one axis of 1 too many (Functional._adjust_input_rank); a
@@ -328,8 +412,24 @@ class TraceModel:
         self._seen = {n.path: s for n, s in zip(self._nodes, seen, strict=True)}
         self._learn_output(spec, owners, layers, output, classifier)
         self._choose_layers(sa_layers, coverage_layers, extrema)
-        # every trace model of one key computes the same flat outputs: whichever made the
-        # pass serves them all
+        self._forward = self._shared_pass(structure)
+        self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
+        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
+        self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
+        self.name: str = str(model.name)
+
+    def _learn_inputs(self, inputs: list[_Input]) -> None:
+        """The inputs' names, shapes (without the batch axis) and dtypes."""
+        self.input_names: list[str] = [i.name for i in inputs]
+        self.input_shapes: dict[str, tuple[int | None, ...]] = {i.name: i.shape for i in inputs}
+        self._dtypes = {i.name: i.dtype for i in inputs}
+        self.input_shape: tuple[int | None, ...] = inputs[0].shape
+        self.input_dtype: str = inputs[0].dtype
+
+    def _shared_pass(self, structure: Any) -> Forward:
+        """The pass with this trace model's taps, kept on the model: every trace model of
+        one key computes the same flat outputs, so whichever made the pass serves them all."""
+        model = self.model
         pass_key = (
             structure,
             self._input_kind,
@@ -337,13 +437,7 @@ class TraceModel:
             self._output_index,
             tuple(self._extrema_paths),
         )
-        self._forward = _kept(
-            model, _PASSES, pass_key, lambda: Forward(model, self._call, self._body), most=_MAX_PASSES
-        )
-        self._jit: bool | None = None  # TensorFlow: whether this trace model's XLA pass ran
-        self._loop_fns: dict[Any, Any] = {}  # capture.loops: Keras' step functions with the taps
-        self.jit_mode: bool | str = jit if backend() == "tensorflow" else bool(jit)
-        self.name: str = str(model.name)
+        return _kept(model, _PASSES, pass_key, lambda: Forward(model, self._call, self._body), most=_MAX_PASSES)
 
     def _probe(self, inputs: list[Any], layers: list[Any], structure: Any) -> tuple[Any, list[Seen], Any]:
         """The probe's answer (output spec, what each layer was seen to do, the layer giving
@@ -371,13 +465,17 @@ class TraceModel:
         except (SadlModelError, SadlLayerError):
             raise
         except Exception as exc:
-            raise SadlModelError(
-                f"model {model.name!r} cannot be run on inputs of shape "
-                f"{', '.join(f'{n}={tuple(s)}' for n, s in self.input_shapes.items())} "
-                f"({one_line(message(exc))}); "
-                "check that the model runs on a batch of its inputs"
-            ) from None
+            raise self._cannot_run(exc) from None
         return answer
+
+    def _cannot_run(self, exc: Exception) -> SadlModelError:
+        """The error for a model that fails on symbolic inputs: their shapes and the backend's line."""
+        return SadlModelError(
+            f"model {self.model.name!r} cannot be run on inputs of shape "
+            f"{', '.join(f'{n}={tuple(s)}' for n, s in self.input_shapes.items())} "
+            f"({one_line(message(exc))}); "
+            "check that the model runs on a batch of its inputs"
+        )
 
     def _learn_output(
         self, spec: Any, owners: Any, layers: list[Any], output: str | int | None, classifier: bool | None
@@ -385,8 +483,7 @@ class TraceModel:
         """The measured output (its name and layer), and whether the model is a classifier."""
         import keras
 
-        model = self.model
-        self.output_names: list[str] = _output_names(model, spec)
+        self.output_names: list[str] = _output_names(self.model, spec)
         if self.output_names == ["0"] and owners[0] >= 0:
             self.output_names = [layers[owners[0]].name]
         self._output_index = self._resolve_output(output)
@@ -394,11 +491,14 @@ class TraceModel:
         owner = owners[self._output_index]
         self._output_layer: Any = layers[owner] if owner >= 0 else None
         self._output_layers = [layers[o] for o in owners if o >= 0]  # of every output
-        out_shape = tuple(keras.tree.flatten(spec)[self._output_index].shape)
+        self._learn_classifier(tuple(keras.tree.flatten(spec)[self._output_index].shape), classifier)
+
+    def _learn_classifier(self, out_shape: tuple[Any, ...], classifier: bool | None) -> None:
+        """Whether the model is a classifier (given, else judged by its output), checked."""
         self.classifier: bool = self._is_classifier(out_shape) if classifier is None else bool(classifier)
         if self.classifier and len(out_shape) != 2:
             raise SadlModelError(
-                f"model {model.name!r} has output {self.output_name!r} of shape {out_shape}; a classifier "
+                f"model {self.model.name!r} has output {self.output_name!r} of shape {out_shape}; a classifier "
                 "needs a (batch, classes) output (pass classifier=False for a regression model)"
             )
 
@@ -411,13 +511,21 @@ class TraceModel:
         self.coverage_layers: list[str] = (
             resolve_layers(model, coverage_layers, purpose="coverage layers") or self.default_coverage_layers()
         )
+        self._set_taps(extrema)
+
+    def _set_taps(self, extrema: bool) -> None:
+        """The chosen layers checked, their taps (each once), extrema layers and sizes."""
         unique = list(dict.fromkeys(self.sa_layers + self.coverage_layers))
         for path in unique:
             self._check_tap(path)
         by_path = {n.path: n.layer for n in self._nodes}
         self._taps = [by_path[p] for p in unique]
         self._tap_index = {p: i for i, p in enumerate(unique)}
-        self._extrema_paths = [p for p in self.coverage_layers if extrema and len(self._seen[p].shape or ()) > 2]
+        self._set_sizes(extrema)
+
+    def _set_sizes(self, extrema: bool) -> None:
+        """The chosen layers' widths, and the coverage layers whose extrema are kept (with ``extrema``)."""
+        self._extrema_paths = [p for p in self.coverage_layers if self._is_map(p)] if extrema else []
         self.sa_sizes: list[int] = [self._size(p) for p in self.sa_layers]
         self.coverage_sizes: list[int] = [self._size(p) for p in self.coverage_layers]
 
@@ -450,18 +558,22 @@ class TraceModel:
         """See :func:`is_classifier`."""
         if len(shape) != 2:
             return False
+        by_loss = _classifier_by_loss(self._output_loss())
+        if by_loss is not None:
+            return by_loss
+        return self._classifier_by_head(shape)
+
+    def _output_loss(self) -> Any:
+        """The loss the model was compiled with for the measured output, or ``None``."""
         loss = getattr(self.model, "loss", None)
         if isinstance(loss, dict):
-            loss = loss.get(self.output_name)
-        elif isinstance(loss, (list, tuple)):
-            loss = loss[self._output_index] if self._output_index < len(loss) else None
-        if loss is not None:
-            name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", "")
-            name = str(name).lower()
-            if "crossentropy" in name or "hinge" in name:
-                return True
-            if any(k in name for k in _REGRESSION_LOSSES):
-                return False
+            return loss.get(self.output_name)
+        if isinstance(loss, (list, tuple)):
+            return loss[self._output_index] if self._output_index < len(loss) else None
+        return loss
+
+    def _classifier_by_head(self, shape: tuple[Any, ...]) -> bool:
+        """A softmax or sigmoid output layer, else an output of two or more columns."""
         import keras
 
         layer = self._output_layer
@@ -488,6 +600,10 @@ class TraceModel:
                 f"layer {path!r} of model {self.model.name!r} returns several tensors; choose a layer with one output"
             )
 
+    def _is_map(self, path: str) -> bool:
+        """Whether a layer's output has more axes than ``(batch, features)`` (a feature map)."""
+        return len(self._seen[path].shape or ()) > 2
+
     def _size(self, path: str) -> int:
         shape = self._seen[path].shape or ()
         size = shape[-1] if len(shape) >= 2 else 1
@@ -498,9 +614,7 @@ class TraceModel:
     def _ordered(self) -> list[str]:
         """Leaves that ran once with one output: graph order for Sequential/functional
         models, call order for subclassed ones."""
-        nodes = [
-            n for n in self._nodes if n.leaf and self._seen[n.path].calls == 1 and self._seen[n.path].shape is not None
-        ]
+        nodes = [n for n in self._nodes if n.leaf and _ran_once(self._seen[n.path])]
         if not _is_graph_model(self.model):
             nodes.sort(key=lambda n: self._seen[n.path].order)
         return [n.path for n in nodes]
@@ -517,14 +631,15 @@ class TraceModel:
         outputs = {id(layer) for layer in self._output_layers}
         out: dict[str, str] = {}
         for p in ordered:
-            j = self._seen[p].after
-            src = paths[j] if j >= 0 else None
-            if src is None or src in out or src not in ordered or not is_per_neuron(by_path[p]):
-                continue
-            source = by_path[src]
-            if not (is_activated(source) or id(source) in outputs):
+            src = self._called_on(p, paths)
+            if src is not None and src not in out and src in ordered and _measures(by_path[p], by_path[src], outputs):
                 out[src] = p
         return out
+
+    def _called_on(self, path: str, paths: list[str]) -> str | None:
+        """The path of the layer whose output alone ``path``'s layer was called on, or ``None``."""
+        j = self._seen[path].after
+        return paths[j] if j >= 0 else None
 
     def _activated_by(self, path: str) -> set[str]:
         """The layers an activation layer's output activates: the one it was called on,
@@ -533,11 +648,7 @@ class TraceModel:
         paths = [n.path for n in self._nodes]
         by_path = {n.path: n.layer for n in self._nodes}
         out: set[str] = set()
-        while (
-            (is_activation_only(by_path[path]) or (out and is_pass_through(by_path[path])))
-            and (j := self._seen[path].after) >= 0
-            and paths[j] not in out
-        ):
+        while _hands_on(by_path[path], bool(out)) and (j := self._seen[path].after) >= 0 and paths[j] not in out:
             path = paths[j]
             out.add(path)
         return out
@@ -559,24 +670,7 @@ class TraceModel:
         candidates = self.default_coverage_layers()
         owner = next((p for p, layer in by_path.items() if layer is self._output_layer), None)
         if owner in candidates:
-            # hidden: before the measured output's layer, and no other output's layer
-            candidates = [
-                p
-                for p in candidates[: candidates.index(owner) + 1]
-                if p == owner or all(by_path[p] is not o for o in self._output_layers)
-            ]
-            candidates = candidates[: candidates.index(owner)]
-            if is_activation_only(by_path[owner]):
-                # the layers the output activates are the output's (Dense -> Softmax)
-                activates = self._activated_by(owner)
-                leaves = set(self._ordered())
-                if any(p in leaves and not is_pass_through(by_path[p]) for p in activates):
-                    candidates = [p for p in candidates if p not in activates]
-                else:  # the probe did not see what it was called on: the layers before it
-                    while candidates and is_activation_only(by_path[candidates[-1]]):
-                        candidates.pop()
-                    if candidates:
-                        candidates.pop()
+            candidates = self._hidden_before(owner, candidates, by_path)
         elif candidates:
             candidates = candidates[:-1]
         if not candidates:
@@ -585,6 +679,29 @@ class TraceModel:
                 f"choose the SA layers explicitly; layers are: {describe_layers(self.model)}"
             )
         return [candidates[-1]]
+
+    def _hidden_before(self, owner: str, candidates: list[str], by_path: dict[str, Any]) -> list[str]:
+        """The candidates before the measured output's layer ``owner`` that are no other
+        output's layer, without the layers a bare activation output activates."""
+        candidates = [
+            p
+            for p in candidates[: candidates.index(owner) + 1]
+            if p == owner or all(by_path[p] is not o for o in self._output_layers)
+        ]
+        candidates = candidates[: candidates.index(owner)]
+        if is_activation_only(by_path[owner]):
+            return self._not_activated_by(owner, candidates, by_path)
+        return candidates
+
+    def _not_activated_by(self, owner: str, candidates: list[str], by_path: dict[str, Any]) -> list[str]:
+        """The candidates without the layers the activation output ``owner`` activates: they
+        are the output's (Dense -> Softmax)."""
+        activates = self._activated_by(owner)
+        leaves = set(self._ordered())
+        if any(p in leaves and not is_pass_through(by_path[p]) for p in activates):
+            return [p for p in candidates if p not in activates]
+        # the probe did not see what it was called on: the layers before it
+        return _before_last_dense(candidates, by_path)
 
     @property
     def jit(self) -> bool | None:
@@ -636,11 +753,15 @@ class TraceModel:
         ones on convolutions (8.3 s of CPU against 6.0 s for 60,000 MNIST inputs through
         a small ConvNet, ``benchmarks/bench_profile.py``), which is why Keras' ``predict``
         turns XLA off there too."""
-        if self.jit_mode is False or self._forward.jit is False or "string" in self._dtypes.values():
-            return False  # (XLA compiles no string ops)
+        if self._jit_ruled_out():
+            return False
         if self.jit_mode is True:
             return True
         return (total is None or total >= _JIT_MIN_INPUTS) and has_accelerator()
+
+    def _jit_ruled_out(self) -> bool:
+        """XLA turned off, known to fail for this model, or unable to take its string inputs."""
+        return self.jit_mode is False or self._forward.jit is False or "string" in self._dtypes.values()
 
     def _run(self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0) -> tuple[Any, list[np.ndarray]]:
         """One batch (inputs by name) through the pass, as NumPy.
@@ -654,9 +775,7 @@ class TraceModel:
         n = int(next(iter(batch.values())).shape[0])
         compiled = backend() == "jax" or (jit and self._forward.jit is not False and backend() == "tensorflow")
         if compiled:
-            size = max(pad_to, 1 << max(0, (n - 1).bit_length()))
-            if size != n:
-                batch = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+            batch = _padded(batch, n, max(pad_to, 1 << max(0, (n - 1).bit_length())))
         output, flat = self._forward.run(self._pack(batch), jit)
         if jit:  # XLA ran (True) or failed for this model (False)
             self._jit = self._forward.jit
@@ -695,11 +814,7 @@ class TraceModel:
         takes them."""
         dtype, text = self._dtypes[name], is_text(a)
         if dtype == "string":
-            if not text:
-                raise SadlDataError(
-                    f"{label} has dtype {a.dtype} but the model's input {name!r} takes strings; give the raw text"
-                )
-            return a if a.dtype == object else a.astype(object)
+            return _as_strings(a, text, name, label)
         if text:
             raise SadlDataError(
                 f"{label} holds strings but the model's input {name!r} takes {dtype}; give numbers "
@@ -730,11 +845,6 @@ class TraceModel:
         taps = flat[1 : 1 + len(self._taps)]
         sa_parts = [taps[self._tap_index[p]] for p in self.sa_layers]
         sa = sa_parts[0] if len(sa_parts) == 1 else np.concatenate(sa_parts, axis=1)
-        extrema = None
-        if self._extrema_paths:
-            rest = iter(flat[1 + len(self._taps) :])
-            pairs = {p: (next(rest), next(rest)) for p in self._extrema_paths}
-            extrema = [pairs.get(p) for p in self.coverage_layers]
         return Traces(
             sa=np.asarray(sa, dtype=np.float32),
             coverage=[taps[self._tap_index[p]] for p in self.coverage_layers] if coverage else [],
@@ -742,8 +852,17 @@ class TraceModel:
             output=out,
             sa_layers=list(self.sa_layers),
             coverage_layers=list(self.coverage_layers),
-            coverage_extrema=extrema,
+            coverage_extrema=self._extrema_of(flat[1 + len(self._taps) :]),
         )
+
+    def _extrema_of(self, rest: list[Any]) -> list[Any] | None:
+        """``(min, max)`` per coverage layer whose extrema are kept (``None`` for the others),
+        from the flat captures after the taps; ``None`` when none is kept."""
+        if not self._extrema_paths:
+            return None
+        values = iter(rest)
+        pairs = {p: (next(values), next(values)) for p in self._extrema_paths}
+        return [pairs.get(p) for p in self.coverage_layers]
 
     def _run_all(
         self, x: Any, batch_size: int, progress: Progress | None, what: str, fit: Any = None
@@ -756,12 +875,24 @@ class TraceModel:
             raise SadlDataError(f"batch_size must be >= 1, got {batch_size}")
         data = x if isinstance(x, TrainingData) else load_training_data(_numpy_if_tensor(x), what=what)
         data = self.prepare(data)
-        what = data.source
-        jit = self._use_jit(data.n)
+        rows = self._rows(data.n, fit)
+        outputs = self._run_batches(data, batch_size, rows, progress)
+        if rows.done == 0:
+            raise SadlDataError(f"{data.source} is empty (0 inputs); give at least one input")
+        return outputs, self._split(rows.arrays(), coverage=fit is None)
+
+    def _rows(self, n: int | None, fit: Any) -> _Rows:
+        """Where a run's traces go: arrays of ``n`` rows, the coverage layers' folded into ``fit``."""
         folded = {} if fit is None else {1 + self._tap_index[p]: i for i, p in enumerate(self.coverage_layers)}
         # an SA layer's rows are kept, whether or not it is a coverage layer too
         dropped = set(folded) - {1 + self._tap_index[p] for p in self.sa_layers}
-        rows = _Rows(data.n, folded, dropped, fit)
+        return _Rows(n, folded, dropped, fit)
+
+    def _run_batches(self, data: TrainingData, batch_size: int, rows: _Rows, progress: Progress | None) -> list[Any]:
+        """The outputs of every batch of ``data``, their traces into ``rows``. An interrupted
+        run (a timeout, Ctrl-C, SystemExit) carries the batches done as ``sadl_partial``."""
+        what = data.source
+        jit = self._use_jit(data.n)
         outputs: list[Any] = []
         try:
             for batch in data.batches(batch_size):
@@ -775,12 +906,10 @@ class TraceModel:
         except BaseException as exc:  # a timeout, Ctrl-C, SystemExit: the batches done go with it
             if rows.done:
                 exc.sadl_partial = self._split(  # type: ignore[attr-defined]
-                    [None if a is None else a[: rows.done] for a in rows.arrays()], coverage=fit is None
+                    [None if a is None else a[: rows.done] for a in rows.arrays()], coverage=rows.fit is None
                 )
             raise
-        if rows.done == 0:
-            raise SadlDataError(f"{what} is empty (0 inputs); give at least one input")
-        return outputs, self._split(rows.arrays(), coverage=fit is None)
+        return outputs
 
     def traces(
         self, x: Any, batch_size: int = 256, *, progress: Progress | None = None, what: str = "inputs"
@@ -902,14 +1031,17 @@ class _Rows:
         if self.total is None:  # joined by np.concatenate at the end: owned arrays, not the pass's views
             self.parts.append(kept)
         else:
-            if self.filled is None:
-                self.filled = [
-                    None if a is None else np.empty((self.total,) + a.shape[1:], dtype=a.dtype) for a in kept
-                ]
-            for dst, src in zip(self.filled, kept, strict=True):
-                if dst is not None:
-                    dst[self.done : self.done + n] = src
+            self._fill(kept, n)
         self.done += n
+
+    def _fill(self, kept: list[np.ndarray | None], n: int) -> None:
+        """Copy one batch's ``n`` rows into the arrays (allocated at the first batch)."""
+        if self.filled is None:
+            assert self.total is not None
+            self.filled = [None if a is None else np.empty((self.total,) + a.shape[1:], dtype=a.dtype) for a in kept]
+        for dst, src in zip(self.filled, kept, strict=True):
+            if dst is not None:
+                dst[self.done : self.done + n] = src
 
     def arrays(self) -> list[np.ndarray | None]:
         if self.filled is not None:
@@ -933,6 +1065,12 @@ def _numpy_if_tensor(x: Any) -> Any:
         return {k: _numpy_if_tensor(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):  # several inputs in model.inputs order (never (x, y) here)
         return [_numpy_if_tensor(v) for v in x]
+    return _eager_numpy(x)
+
+
+def _eager_numpy(x: Any) -> Any:
+    """An eager tensor as NumPy; a symbolic tensor, or anything that fails, unchanged
+    (the caller names the problem)."""
     if hasattr(x, "shape") and hasattr(x, "dtype") and not is_symbolic(x):
         try:
             return to_numpy(x)
@@ -974,22 +1112,30 @@ def _preprocessed(model: Any, data: TrainingData, batch_size: int = 256) -> Trai
     if raw is None:
         return data
     parts = [pre(raw[i : i + batch_size]) for i in range(0, len(raw), batch_size)]
+    return replace(data, x=_joined_parts(parts), _fingerprint=None, _row_digests=None, preprocessed=True)
+
+
+def _joined_parts(parts: list[Any]) -> Any:
+    """Preprocessed batches joined: one array, or a dict of arrays by input name."""
     if isinstance(parts[0], dict):
-        out: Any = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
-    else:
-        out = np.concatenate([np.asarray(p) for p in parts])
-    return replace(data, x=out, _fingerprint=None, _row_digests=None, preprocessed=True)
+        return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+    return np.concatenate([np.asarray(p) for p in parts])
 
 
 def _raw_inputs(pre: Any, x: Any) -> np.ndarray | None:
     """``x`` as an array when the preprocessor ``pre`` takes it: texts (a list or an array of
     strings), or numeric images ``(n, height, width[, channels])`` for a preprocessor with an
     image converter (a keras-hub image task's); else ``None``."""
-    if isinstance(x, list) and x and not all(hasattr(v, "shape") for v in x):
+    if _is_list_of_values(x):
         x = np.asarray(x)
     if not isinstance(x, np.ndarray) or len(x) == 0:
         return None
     return x if is_text(x) or _is_image_for(pre, x) else None
+
+
+def _is_list_of_values(x: Any) -> bool:
+    """A non-empty list that is not one of arrays (a list of texts, say)."""
+    return isinstance(x, list) and bool(x) and not all(hasattr(v, "shape") for v in x)
 
 
 def _is_image_for(pre: Any, x: np.ndarray) -> bool:
