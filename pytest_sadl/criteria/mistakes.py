@@ -188,17 +188,25 @@ def _one(
     else:
         a.mean_abs_error = float(abs_err.mean()) if n else None  # type: ignore[union-attr]
     for key, score in scores.items():
-        ok = np.isfinite(score)
-        a.scored[key] = int(ok.sum())
-        if correct is not None:
-            a.auc[key] = roc_auc(score[ok], ~correct[ok])
-        else:
-            a.spearman[key] = spearman(score[ok], abs_err[ok])  # type: ignore[index]
-        if key not in BASELINES:
-            a.fifths[key] = _fifths(
-                score[ok], None if correct is None else correct[ok], None if abs_err is None else abs_err[ok]
-            )
+        _add_score(a, key, score, correct, abs_err)
     return a
+
+
+def _add_score(
+    a: Analysis, key: str, score: np.ndarray, correct: np.ndarray | None, abs_err: np.ndarray | None
+) -> None:
+    """One score's figures over the inputs where it is finite: AUC (classifier) or Spearman
+    (regression), and its fifths unless it is a baseline."""
+    ok = np.isfinite(score)
+    a.scored[key] = int(ok.sum())
+    if correct is not None:
+        a.auc[key] = roc_auc(score[ok], ~correct[ok])
+    else:
+        a.spearman[key] = spearman(score[ok], abs_err[ok])  # type: ignore[index]
+    if key not in BASELINES:
+        a.fifths[key] = _fifths(
+            score[ok], None if correct is None else correct[ok], None if abs_err is None else abs_err[ok]
+        )
 
 
 def analyse(
@@ -227,23 +235,13 @@ def analyse(
     if not has.any():
         return None
     sa = {k: np.asarray(v, dtype=np.float64) for k, v in scores.items() if v is not None}
+    correct_all: np.ndarray | None = None
+    err_all: np.ndarray | None = None
     if classifier:
-        if pred is None:
-            raise ValueError("analyse(classifier=True) needs pred, the predicted classes")
-        correct_all = np.asarray(pred).reshape(-1) == lab[:, 0]
-        err_all = None
-        if confidence is not None:
-            sa.update({k: np.asarray(v, dtype=np.float64) for k, v in confidence.items()})
-        elif output is not None:
-            sa.update(confidence_scores(output))
+        correct_all = _correct(lab, pred)
+        sa.update(_baselines(output, confidence))
     else:
-        if output is None:
-            raise ValueError("analyse(classifier=False) needs output, the model's predictions")
-        out = np.asarray(output, dtype=np.float64).reshape(len(lab), -1)
-        if out.shape[1] != lab.shape[1]:
-            raise ValueError(f"labels have {lab.shape[1]} target(s) per input but the model outputs {out.shape[1]}")
-        correct_all = None
-        err_all = np.abs(out - lab).mean(axis=1)
+        err_all = _abs_errors(lab, output)
     kind = "classifier" if classifier else "regression"
 
     def subset(rows: np.ndarray, name: str | None) -> Analysis:
@@ -263,6 +261,32 @@ def analyse(
         for name in dict.fromkeys(g[has].tolist()):
             per_group.append(subset(np.flatnonzero(has & (g == name)), str(name)))
     return overall, per_group
+
+
+def _correct(lab: np.ndarray, pred: np.ndarray | None) -> np.ndarray:
+    """Whether a classifier's predicted class is each input's label."""
+    if pred is None:
+        raise ValueError("analyse(classifier=True) needs pred, the predicted classes")
+    return np.asarray(pred).reshape(-1) == lab[:, 0]
+
+
+def _baselines(output: np.ndarray | None, confidence: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """A classifier's confidence baselines: those already computed, else from its outputs."""
+    if confidence is not None:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in confidence.items()}
+    if output is not None:
+        return dict(confidence_scores(output))
+    return {}
+
+
+def _abs_errors(lab: np.ndarray, output: np.ndarray | None) -> np.ndarray:
+    """A regression model's mean absolute error per input over its targets."""
+    if output is None:
+        raise ValueError("analyse(classifier=False) needs output, the model's predictions")
+    out = np.asarray(output, dtype=np.float64).reshape(len(lab), -1)
+    if out.shape[1] != lab.shape[1]:
+        raise ValueError(f"labels have {lab.shape[1]} target(s) per input but the model outputs {out.shape[1]}")
+    return np.abs(out - lab).mean(axis=1)
 
 
 def _label_matrix(labels: Sequence[Any] | np.ndarray) -> np.ndarray:
