@@ -121,9 +121,7 @@ def ood_table(
     return rows
 
 
-def _ood_row(
-    group: str, key: str, ref: Mapping[str, np.ndarray], by_key: Mapping[str, np.ndarray]
-) -> OodRow | None:
+def _ood_row(group: str, key: str, ref: Mapping[str, np.ndarray], by_key: Mapping[str, np.ndarray]) -> OodRow | None:
     """How well score ``key`` separates ``group`` from the reference; None without finite
     scores on both sides."""
     if key not in by_key or key not in ref:

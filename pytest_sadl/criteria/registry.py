@@ -74,13 +74,18 @@ def _refill_scores() -> None:
     _refill(SCORES, _scores())
 
 
-def _derive() -> None:
-    """(Re)compute the names above from :data:`CRITERIA`, in place where they are dicts."""
-    global METRICS, DEFAULT_METRICS, NEURON, COUNT, PARAMS
+def _refill_by_name() -> None:
+    """Each criterion, its label, title and kind by its name."""
     _refill(BY_NAME, {c.name: c for c in CRITERIA})
     _refill(LABELS, {c.name: c.label for c in CRITERIA})
     _refill(TITLES, {c.name: c.title for c in CRITERIA})
     _refill(KINDS, {c.name: c.kind for c in CRITERIA})
+
+
+def _derive() -> None:
+    """(Re)compute the names above from :data:`CRITERIA`, in place where they are dicts."""
+    global METRICS, DEFAULT_METRICS, NEURON, COUNT, PARAMS
+    _refill_by_name()
     _refill_scores()
     METRICS = tuple(c.name for c in CRITERIA)
     DEFAULT_METRICS = tuple(c.name for c in CRITERIA if c.default)
