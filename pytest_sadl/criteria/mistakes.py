@@ -94,15 +94,19 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _two_classes(p: np.ndarray) -> np.ndarray:
+    """``[1 - p, p]`` of one sigmoid unit's outputs (a logit first goes through the sigmoid)."""
+    if p.size and (p.min() < 0 or p.max() > 1):
+        p = 1.0 / (1.0 + np.exp(-p))
+    return np.stack([1.0 - p, p], axis=1)
+
+
 def probabilities(output: np.ndarray) -> np.ndarray:
     """Class probabilities ``(n, k)`` from a classifier's output: one sigmoid unit becomes
     ``[1 - p, p]``; rows that are not already probabilities (logits) go through a softmax."""
     out = np.asarray(output, dtype=np.float64)
     if out.ndim == 1 or out.shape[1] == 1:
-        p = out.reshape(-1)
-        if p.size and (p.min() < 0 or p.max() > 1):
-            p = 1.0 / (1.0 + np.exp(-p))
-        return np.stack([1.0 - p, p], axis=1)
+        return _two_classes(out.reshape(-1))
     if out.size and (out.min() >= 0 and np.allclose(out.sum(axis=1), 1.0, atol=1e-3)):
         return out
     shifted = np.exp(out - out.max(axis=1, keepdims=True))
@@ -267,7 +271,8 @@ def _correct(lab: np.ndarray, pred: np.ndarray | None) -> np.ndarray:
     """Whether a classifier's predicted class is each input's label."""
     if pred is None:
         raise ValueError("analyse(classifier=True) needs pred, the predicted classes")
-    return np.asarray(pred).reshape(-1) == lab[:, 0]
+    correct: np.ndarray = np.asarray(pred).reshape(-1) == lab[:, 0]
+    return correct
 
 
 def _baselines(output: np.ndarray | None, confidence: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
@@ -286,7 +291,8 @@ def _abs_errors(lab: np.ndarray, output: np.ndarray | None) -> np.ndarray:
     out = np.asarray(output, dtype=np.float64).reshape(len(lab), -1)
     if out.shape[1] != lab.shape[1]:
         raise ValueError(f"labels have {lab.shape[1]} target(s) per input but the model outputs {out.shape[1]}")
-    return np.abs(out - lab).mean(axis=1)
+    errors: np.ndarray = np.abs(out - lab).mean(axis=1)
+    return errors
 
 
 def _label_matrix(labels: Sequence[Any] | np.ndarray) -> np.ndarray:
@@ -358,16 +364,31 @@ def _auc_sentence(key: str, auc: float, best_base: list[tuple[str, float]]) -> s
 def _fifths_sentence(a: Analysis, sa_keys: list[str]) -> str | None:
     """How accuracy moves from the least to the most surprising fifth, by the first SA score with fifths."""
     for key in sa_keys:
-        fifths = a.fifths.get(key) or []
-        if len(fifths) == FIFTHS and fifths[0].accuracy is not None and fifths[-1].accuracy is not None:
-            lo, hi = fifths[0].accuracy, fifths[-1].accuracy
-            trend = "falls" if hi < lo - 0.01 else ("rises" if hi > lo + 0.01 else "stays")
+        ends = _end_accuracies(a.fifths.get(key) or [])
+        if ends is not None:
+            lo, hi = ends
+            trend = _trend(lo, hi)
             expect = " (as the paper's RQ1 expects)." if trend == "falls" else " (the paper's RQ1 expects it to fall)."
             return (
                 f"By {SCORE_LABELS[key]}, accuracy {trend} from {100 * lo:.0f}% on the least surprising fifth of the "
                 f"inputs to {100 * hi:.0f}% on the most surprising fifth" + expect
             )
     return None
+
+
+def _end_accuracies(fifths: list[Fifth]) -> tuple[float, float] | None:
+    """The accuracy of the first and the last of all five fifths; None without both."""
+    if len(fifths) != FIFTHS:
+        return None
+    lo, hi = fifths[0].accuracy, fifths[-1].accuracy
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def _trend(lo: float, hi: float) -> str:
+    """How a value moves from ``lo`` to ``hi``, by more than a point either way."""
+    if hi < lo - 0.01:
+        return "falls"
+    return "rises" if hi > lo + 0.01 else "stays"
 
 
 def _regression_sentences(a: Analysis, sa_keys: list[str]) -> list[str]:

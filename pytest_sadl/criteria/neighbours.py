@@ -326,7 +326,7 @@ class ClassNeighbours:
     def _exclusion_groups(self, exclude: np.ndarray) -> list[tuple[np.ndarray, ...]]:
         """Per query row block: its classes' query ranges (``lo``, ``hi``) and their rows'
         spans in ``self.rows`` (``ss``, ``se``)."""
-        groups = []
+        groups: list[tuple[np.ndarray, ...]] = []
         for r0 in range(0, len(exclude), _ROW_BLOCK):
             cls = exclude[r0 : r0 + _ROW_BLOCK]
             cut = np.flatnonzero(cls[1:] != cls[:-1]) + 1

@@ -129,9 +129,14 @@ def choose(spec: str | Sequence[str] | None) -> tuple[str, ...]:
         return DEFAULT_METRICS
     if "all" in names:
         return METRICS
+    _check_known(names)
+    return tuple(m for m in METRICS if m in names)
+
+
+def _check_known(names: list[str]) -> None:
+    """Every name a registered criterion's; else one line listing the valid names."""
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise ValueError(
             f"unknown metric(s) {', '.join(map(repr, unknown))}; choose from {', '.join(METRICS)} (or all)"
         )
-    return tuple(m for m in METRICS if m in names)

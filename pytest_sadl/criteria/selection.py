@@ -215,13 +215,18 @@ def _covered_buckets(cfg: Mapping[str, Any], scores: list[Any] | None) -> tuple[
     if cfg.get("lower") is None or cfg.get("upper") is None or scores is None:
         return None
     b = (float(cfg["lower"]), float(cfg["upper"]), int(cfg.get("buckets") or 1000))
-    values = np.array([np.nan if v is None else v for v in scores], dtype=np.float64)
+    values = _with_nan(scores)
     if values.size and np.isnan(values).all():
         return None
     idx = bucket_index(values, bucket_edges(*b))
     done = np.zeros(b[2], dtype=bool)
     done[idx[(idx >= 0) & (idx < b[2])]] = True
     return b, done
+
+
+def _with_nan(values: list[Any]) -> np.ndarray:
+    """A results column as floats, NaN where it holds ``None``."""
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 def select(
@@ -337,12 +342,15 @@ def _by_sc_coverage(
     per_metric = {m: present[SURPRISE[m]] for m in bounds if SURPRISE.get(m) in present}
     picks, gains = greedy_coverage(per_metric, bounds, budget, covered)
     n = len(next(iter(per_metric.values())))
-    notes = []
-    if gains and gains[-1] == 0:
-        notes.append(
-            f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left"
-        )
+    notes = _fallback_notes(gains)
     return Selection("coverage", int(budget), picks, n, by=",".join(per_metric), new_buckets=gains, notes=notes)
+
+
+def _fallback_notes(gains: list[int]) -> list[str]:
+    """A note when the last picks opened no bucket (they are the most surprising left)."""
+    if not gains or gains[-1] != 0:
+        return []
+    return [f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left"]
 
 
 def _by_ranges(

@@ -224,9 +224,9 @@ def _header_fields(fh: BinaryIO, name: str) -> tuple[Any, bool, np.dtype[Any]]:
     fmt = np.lib.format
     major, _minor = fmt.read_magic(fh)
     if major == 1:
-        return fmt.read_array_header_1_0(fh)  # type: ignore[no-any-return]
+        return fmt.read_array_header_1_0(fh)
     if major in (2, 3):
-        return fmt.read_array_header_2_0(fh)  # type: ignore[no-any-return]
+        return fmt.read_array_header_2_0(fh)
     raise Invalid(f"{name}: .npy format version {major} is unknown")
 
 
