@@ -295,9 +295,14 @@ def _abs_errors(lab: np.ndarray, output: np.ndarray | None) -> np.ndarray:
     return errors
 
 
+def _label_row(label: Any) -> np.ndarray | None:
+    """One input's label as a float vector; ``None`` where unlabelled."""
+    return None if label is None else np.atleast_1d(np.asarray(label, dtype=np.float64)).reshape(-1)
+
+
 def _label_matrix(labels: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Labels as a float ``(n, k)`` matrix, NaN rows where unlabelled (``None``)."""
-    rows = [None if v is None else np.atleast_1d(np.asarray(v, dtype=np.float64)).reshape(-1) for v in labels]
+    rows = [_label_row(v) for v in labels]
     width = max((r.size for r in rows if r is not None), default=1)
     out = np.full((len(rows), width), np.nan)
     for i, r in enumerate(rows):

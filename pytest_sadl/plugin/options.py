@@ -725,6 +725,12 @@ def read_value(r: _Reader, opt: Option) -> Any:
         return parse_layers(value)
     if value is None:
         return opt.default
+    return _text_value(r, opt, value, base)
+
+
+def _text_value(r: _Reader, opt: Option, value: Any, base: Path) -> Any:
+    """A set value of a text row: a path (made absolute against ``base``), one of its
+    choices, or text; its ``parse`` applied."""
     if opt.kind == "path":
         value = _path_or_spec(value, base)
     elif opt.choices:
