@@ -52,7 +52,8 @@ def _check(payload: Any) -> dict[str, Any]:
             f"a worker sent records in an unknown format ({seen!r}; this controller reads "
             f"{TRANSPORT} version {TRANSPORT_VERSION}): run one pytest-sadl version everywhere"
         )
-    return payload
+    checked: dict[str, Any] = payload
+    return checked
 
 
 def pack(records: list[TestRecord]) -> dict[str, Any]:

@@ -342,17 +342,17 @@ class TrainingProfile:
         ``OSError`` when the folder cannot be written (a read-only cache: the distances are
         then computed again next time, nothing else changes) or when another process holds
         the lock (building or completing this profile: keeping is skipped, not waited for)."""
-        dsa = self._dsa
-        if dsa is None or not self._may_keep_distances():
+        dsa, path = self._dsa, self.path
+        if dsa is None or path is None or not self._may_keep_distances():
             return 0
         mine = dsa.to_arrays(complete=False)["other_dist"]
-        with locks.locked(locks.lock_path(self.path), wait=False):
-            if self.stored_digest is None or store.entry_digest(self.path) != self.stored_digest:
+        with locks.locked(locks.lock_path(path), wait=False):
+            if self.stored_digest is None or store.entry_digest(path) != self.stored_digest:
                 return 0
             theirs = self._kept_distances(warn=False)  # a damaged file was reported on load
             if theirs is not None:
                 mine = np.where(np.isnan(mine), theirs, mine)
-            store.write_extra(self.path, DSA_DISTANCES, mine)
+            store.write_extra(path, DSA_DISTANCES, mine)
         self._dsa_known = dsa.known
         return int(np.count_nonzero(~np.isnan(mine)))
 
