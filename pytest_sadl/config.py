@@ -166,13 +166,17 @@ def parse_metric_numbers(
             "(fail when LSC drops by more than 2 points or DSC by more than 1)"
         )
     out: dict[str, float] = {}
-    for item in (i.strip() for i in spec.split(",")):
-        if item:
-            name, value = _metric_number(item, option, drops)
-            out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
+    for item in _items(spec):
+        name, value = _metric_number(item, option, drops)
+        out.update(dict.fromkeys(every, value) if name == "all" else {name: value})
     if drops and not out:
         raise ValueError(f"{option} has no limits; write e.g. lsc:-2,dsc:-1")
     return out
+
+
+def _items(spec: str) -> list[str]:
+    """The non-empty items of a comma list, stripped."""
+    return [item for item in (i.strip() for i in spec.split(",")) if item]
 
 
 def _metric_number(item: str, option: str, drops: bool) -> tuple[str, float]:
@@ -183,17 +187,22 @@ def _metric_number(item: str, option: str, drops: bool) -> tuple[str, float]:
         form = "METRIC:POINTS" if drops else "METRIC:PERCENT"
         raise ValueError(f"{option}: {item!r} is not {form}; write e.g. lsc:{example}")
     name, number = match.group(1).lower(), match.group(2)
-    if name not in METRICS and not (drops and name == "all"):
-        raise ValueError(
-            f"{option}: unknown metric {match.group(1)!r}; known metrics are {', '.join(METRICS)}"
-            + (" (or all)" if drops else "")
-        )
+    _check_metric_name(name, match.group(1), option, drops)
     value = _finite_number(number, f"{option}: {number!r} for {name}", f"{unit}; write e.g. {name}:{example}")
     if drops:
         _check_drop(name, number, value, option)
     else:
         _check_threshold(name, value, option)
     return name, value
+
+
+def _check_metric_name(name: str, given: str, option: str, drops: bool) -> None:
+    """A known metric (or ``all``, for drops); ``given``: the name as written."""
+    if name not in METRICS and not (drops and name == "all"):
+        raise ValueError(
+            f"{option}: unknown metric {given!r}; known metrics are {', '.join(METRICS)}"
+            + (" (or all)" if drops else "")
+        )
 
 
 def _finite_number(number: str, what: str, expected: str) -> float:
@@ -270,26 +279,30 @@ def parse_sc_bounds(spec: str, option: str = "--sadl-sc-bounds") -> dict[str, Pa
     item of a metric overrides an earlier one. Raises a one-line ValueError naming the item
     and the fix (``option``: the option as the user gave it)."""
     out: dict[str, PartBounds] = {}
-    for item in (i.strip() for i in spec.split(",")):
-        if not item:
-            continue
-        name, *fields = (part.strip() for part in item.split(":"))
-        name = name.lower()
-        if name not in SURPRISE:
-            raise ValueError(
-                f"{option}: {name!r} is not a surprise coverage; bounds are for {', '.join(SURPRISE)} "
-                f"({SC_BOUNDS_FORM}, e.g. lsc:0:100:1000)"
-            )
-        if not 2 <= len(fields) <= 3:
-            raise ValueError(
-                f"{option}: {item!r} is not {SC_BOUNDS_FORM}; write e.g. {name}:0:100 or {name}:0:100:1000 "
-                "(an empty field: from the profile)"
-            )
-        lower = _bound_number(fields[0], f"lower bound of {name}", option)
-        upper = _bound_number(fields[1], f"upper bound of {name}", option)
-        buckets = _buckets(fields[2], name, option) if len(fields) == 3 else None
-        out[name] = (lower, upper, buckets)
+    for item in _items(spec):
+        name, bounds = _sc_bounds_item(item, option)
+        out[name] = bounds
     return out
+
+
+def _sc_bounds_item(item: str, option: str) -> tuple[str, PartBounds]:
+    """One ``METRIC:LOWER:UPPER[:BUCKETS]`` item of :func:`parse_sc_bounds`, checked."""
+    name, *fields = (part.strip() for part in item.split(":"))
+    name = name.lower()
+    if name not in SURPRISE:
+        raise ValueError(
+            f"{option}: {name!r} is not a surprise coverage; bounds are for {', '.join(SURPRISE)} "
+            f"({SC_BOUNDS_FORM}, e.g. lsc:0:100:1000)"
+        )
+    if not 2 <= len(fields) <= 3:
+        raise ValueError(
+            f"{option}: {item!r} is not {SC_BOUNDS_FORM}; write e.g. {name}:0:100 or {name}:0:100:1000 "
+            "(an empty field: from the profile)"
+        )
+    lower = _bound_number(fields[0], f"lower bound of {name}", option)
+    upper = _bound_number(fields[1], f"upper bound of {name}", option)
+    buckets = _buckets(fields[2], name, option) if len(fields) == 3 else None
+    return name, (lower, upper, buckets)
 
 
 def check_bounds(name: str, lower: float | None, upper: float | None, where: str) -> None:

@@ -28,18 +28,23 @@ def import_object(spec: str, *, what: str = "object", error: type[SadlConfigErro
     if not sep or not module_name or not attr:
         raise error(f"{what} {spec!r} is not of the form 'package.module:function'")
     try:
-        obj: Any = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ImportError as exc:
         raise error(
             f"{what} {spec!r}: cannot import module {module_name!r} ({exc}); "
             "check the spelling and that the module is importable from the rootdir "
             "(e.g. add it to the Python path)"
         ) from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    try:
+        return _attribute(module, attr)
+    except AttributeError:
+        raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _attribute(obj: Any, dotted: str) -> Any:
+    """``obj``'s attribute ``dotted`` (``"attr.sub"``), one part after another."""
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
     return obj
 
 
@@ -59,16 +64,21 @@ def call_spec(spec: str, *, what: str, error: type[SadlConfigError]) -> Any:
     except SadlConfigError:
         raise
     except SystemExit as exc:  # the user's loader ended the process: say so, as a usage error
-        noun = "the model" if issubclass(error, SadlModelError) else "the training data"
-        code = "" if exc.code is None else repr(exc.code)
-        raise error(
-            f"{spec} called sys.exit({code}) while loading {noun} ({what}); a loader must return "
-            f"{noun} or raise an exception that says what is wrong"
-        ) from None
+        raise error(_exit_message(spec, what, error, exc)) from None
     except Exception as exc:
         # the loader's own message (Keras': several lines, terminal colours) kept to one line
         raise error(f"{what}: calling {spec!r} raised {type(exc).__name__}: {one_line(exc, 600)}") from exc
     # KeyboardInterrupt (Ctrl-C in a slow loader) passes: pytest ends the run as interrupted
+
+
+def _exit_message(spec: str, what: str, error: type[SadlConfigError], exc: SystemExit) -> str:
+    """What a loader's ``sys.exit(...)`` while loading the model or the data is said as."""
+    noun = "the model" if issubclass(error, SadlModelError) else "the training data"
+    code = "" if exc.code is None else repr(exc.code)
+    return (
+        f"{spec} called sys.exit({code}) while loading {noun} ({what}); a loader must return "
+        f"{noun} or raise an exception that says what is wrong"
+    )
 
 
 def resolve_path(source: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None) -> Path:
@@ -83,4 +93,9 @@ def is_callable_spec(text: str) -> bool:
     module_name, sep, attr = text.partition(":")
     if not sep or "/" in text or "\\" in text:
         return False
-    return all(p.isidentifier() for p in module_name.split(".")) and all(p.isidentifier() for p in attr.split("."))
+    return _dotted_name(module_name) and _dotted_name(attr)
+
+
+def _dotted_name(text: str) -> bool:
+    """Identifiers joined by dots (``"package.module"``)."""
+    return all(p.isidentifier() for p in text.split("."))

@@ -115,13 +115,21 @@ def ood_table(
         if isinstance(reference, str) and group == reference:
             continue
         for key in names:
-            if key not in by_key or key not in ref:
-                continue
-            i, o = _finite(ref[key]), _finite(by_key[key])
-            if i.size == 0 or o.size == 0:
-                continue
-            rows.append(OodRow(group, key, int(o.size), auroc(i, o), aupr_in(i, o), aupr_out(i, o), fpr_at_tpr(i, o)))
+            row = _ood_row(group, key, ref, by_key)
+            if row is not None:
+                rows.append(row)
     return rows
+
+
+def _ood_row(group: str, key: str, ref: Mapping[str, np.ndarray], by_key: Mapping[str, np.ndarray]) -> OodRow | None:
+    """How well score ``key`` separates ``group`` from the reference; None without finite
+    scores on both sides."""
+    if key not in by_key or key not in ref:
+        return None
+    i, o = _finite(ref[key]), _finite(by_key[key])
+    if i.size == 0 or o.size == 0:
+        return None
+    return OodRow(group, key, int(o.size), auroc(i, o), aupr_in(i, o), aupr_out(i, o), fpr_at_tpr(i, o))
 
 
 def _finite(a: object) -> np.ndarray:

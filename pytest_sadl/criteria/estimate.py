@@ -77,9 +77,16 @@ class Plan:
         return plan
 
 
+def _distinct_rows(idx: np.ndarray, n_pool: int) -> bool:
+    """Whether ``idx`` is a non-empty vector of distinct rows of a pool of ``n_pool``."""
+    if idx.ndim != 1 or not idx.size:
+        return False
+    return bool(idx.min() >= 0 and idx.max() < n_pool and np.unique(idx).size == idx.size)
+
+
 def _check_plan(plan: Plan) -> None:
     idx = plan.indices
-    if idx.ndim != 1 or not idx.size or idx.min() < 0 or idx.max() >= plan.n_pool or np.unique(idx).size != idx.size:
+    if not _distinct_rows(idx, plan.n_pool):
         raise ValueError(f"the plan's indices must be distinct pool rows in [0, {plan.n_pool})")
     if plan.method == "stratified":
         sizes, strata = plan.stratum_sizes, plan.strata

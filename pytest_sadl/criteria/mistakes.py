@@ -94,15 +94,19 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _two_classes(p: np.ndarray) -> np.ndarray:
+    """``[1 - p, p]`` of one sigmoid unit's outputs (a logit first goes through the sigmoid)."""
+    if p.size and (p.min() < 0 or p.max() > 1):
+        p = 1.0 / (1.0 + np.exp(-p))
+    return np.stack([1.0 - p, p], axis=1)
+
+
 def probabilities(output: np.ndarray) -> np.ndarray:
     """Class probabilities ``(n, k)`` from a classifier's output: one sigmoid unit becomes
     ``[1 - p, p]``; rows that are not already probabilities (logits) go through a softmax."""
     out = np.asarray(output, dtype=np.float64)
     if out.ndim == 1 or out.shape[1] == 1:
-        p = out.reshape(-1)
-        if p.size and (p.min() < 0 or p.max() > 1):
-            p = 1.0 / (1.0 + np.exp(-p))
-        return np.stack([1.0 - p, p], axis=1)
+        return _two_classes(out.reshape(-1))
     if out.size and (out.min() >= 0 and np.allclose(out.sum(axis=1), 1.0, atol=1e-3)):
         return out
     shifted = np.exp(out - out.max(axis=1, keepdims=True))
@@ -188,17 +192,25 @@ def _one(
     else:
         a.mean_abs_error = float(abs_err.mean()) if n else None  # type: ignore[union-attr]
     for key, score in scores.items():
-        ok = np.isfinite(score)
-        a.scored[key] = int(ok.sum())
-        if correct is not None:
-            a.auc[key] = roc_auc(score[ok], ~correct[ok])
-        else:
-            a.spearman[key] = spearman(score[ok], abs_err[ok])  # type: ignore[index]
-        if key not in BASELINES:
-            a.fifths[key] = _fifths(
-                score[ok], None if correct is None else correct[ok], None if abs_err is None else abs_err[ok]
-            )
+        _add_score(a, key, score, correct, abs_err)
     return a
+
+
+def _add_score(
+    a: Analysis, key: str, score: np.ndarray, correct: np.ndarray | None, abs_err: np.ndarray | None
+) -> None:
+    """One score's figures over the inputs where it is finite: AUC (classifier) or Spearman
+    (regression), and its fifths unless it is a baseline."""
+    ok = np.isfinite(score)
+    a.scored[key] = int(ok.sum())
+    if correct is not None:
+        a.auc[key] = roc_auc(score[ok], ~correct[ok])
+    else:
+        a.spearman[key] = spearman(score[ok], abs_err[ok])  # type: ignore[index]
+    if key not in BASELINES:
+        a.fifths[key] = _fifths(
+            score[ok], None if correct is None else correct[ok], None if abs_err is None else abs_err[ok]
+        )
 
 
 def analyse(
@@ -227,23 +239,13 @@ def analyse(
     if not has.any():
         return None
     sa = {k: np.asarray(v, dtype=np.float64) for k, v in scores.items() if v is not None}
+    correct_all: np.ndarray | None = None
+    err_all: np.ndarray | None = None
     if classifier:
-        if pred is None:
-            raise ValueError("analyse(classifier=True) needs pred, the predicted classes")
-        correct_all = np.asarray(pred).reshape(-1) == lab[:, 0]
-        err_all = None
-        if confidence is not None:
-            sa.update({k: np.asarray(v, dtype=np.float64) for k, v in confidence.items()})
-        elif output is not None:
-            sa.update(confidence_scores(output))
+        correct_all = _correct(lab, pred)
+        sa.update(_baselines(output, confidence))
     else:
-        if output is None:
-            raise ValueError("analyse(classifier=False) needs output, the model's predictions")
-        out = np.asarray(output, dtype=np.float64).reshape(len(lab), -1)
-        if out.shape[1] != lab.shape[1]:
-            raise ValueError(f"labels have {lab.shape[1]} target(s) per input but the model outputs {out.shape[1]}")
-        correct_all = None
-        err_all = np.abs(out - lab).mean(axis=1)
+        err_all = _abs_errors(lab, output)
     kind = "classifier" if classifier else "regression"
 
     def subset(rows: np.ndarray, name: str | None) -> Analysis:
@@ -265,9 +267,42 @@ def analyse(
     return overall, per_group
 
 
+def _correct(lab: np.ndarray, pred: np.ndarray | None) -> np.ndarray:
+    """Whether a classifier's predicted class is each input's label."""
+    if pred is None:
+        raise ValueError("analyse(classifier=True) needs pred, the predicted classes")
+    correct: np.ndarray = np.asarray(pred).reshape(-1) == lab[:, 0]
+    return correct
+
+
+def _baselines(output: np.ndarray | None, confidence: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """A classifier's confidence baselines: those already computed, else from its outputs."""
+    if confidence is not None:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in confidence.items()}
+    if output is not None:
+        return dict(confidence_scores(output))
+    return {}
+
+
+def _abs_errors(lab: np.ndarray, output: np.ndarray | None) -> np.ndarray:
+    """A regression model's mean absolute error per input over its targets."""
+    if output is None:
+        raise ValueError("analyse(classifier=False) needs output, the model's predictions")
+    out = np.asarray(output, dtype=np.float64).reshape(len(lab), -1)
+    if out.shape[1] != lab.shape[1]:
+        raise ValueError(f"labels have {lab.shape[1]} target(s) per input but the model outputs {out.shape[1]}")
+    errors: np.ndarray = np.abs(out - lab).mean(axis=1)
+    return errors
+
+
+def _label_row(label: Any) -> np.ndarray | None:
+    """One input's label as a float vector; ``None`` where unlabelled."""
+    return None if label is None else np.atleast_1d(np.asarray(label, dtype=np.float64)).reshape(-1)
+
+
 def _label_matrix(labels: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Labels as a float ``(n, k)`` matrix, NaN rows where unlabelled (``None``)."""
-    rows = [None if v is None else np.atleast_1d(np.asarray(v, dtype=np.float64)).reshape(-1) for v in labels]
+    rows = [_label_row(v) for v in labels]
     width = max((r.size for r in rows if r is not None), default=1)
     out = np.full((len(rows), width), np.nan)
     for i, r in enumerate(rows):
@@ -334,16 +369,31 @@ def _auc_sentence(key: str, auc: float, best_base: list[tuple[str, float]]) -> s
 def _fifths_sentence(a: Analysis, sa_keys: list[str]) -> str | None:
     """How accuracy moves from the least to the most surprising fifth, by the first SA score with fifths."""
     for key in sa_keys:
-        fifths = a.fifths.get(key) or []
-        if len(fifths) == FIFTHS and fifths[0].accuracy is not None and fifths[-1].accuracy is not None:
-            lo, hi = fifths[0].accuracy, fifths[-1].accuracy
-            trend = "falls" if hi < lo - 0.01 else ("rises" if hi > lo + 0.01 else "stays")
+        ends = _end_accuracies(a.fifths.get(key) or [])
+        if ends is not None:
+            lo, hi = ends
+            trend = _trend(lo, hi)
             expect = " (as the paper's RQ1 expects)." if trend == "falls" else " (the paper's RQ1 expects it to fall)."
             return (
                 f"By {SCORE_LABELS[key]}, accuracy {trend} from {100 * lo:.0f}% on the least surprising fifth of the "
                 f"inputs to {100 * hi:.0f}% on the most surprising fifth" + expect
             )
     return None
+
+
+def _end_accuracies(fifths: list[Fifth]) -> tuple[float, float] | None:
+    """The accuracy of the first and the last of all five fifths; None without both."""
+    if len(fifths) != FIFTHS:
+        return None
+    lo, hi = fifths[0].accuracy, fifths[-1].accuracy
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def _trend(lo: float, hi: float) -> str:
+    """How a value moves from ``lo`` to ``hi``, by more than a point either way."""
+    if hi < lo - 0.01:
+        return "falls"
+    return "rises" if hi > lo + 0.01 else "stays"
 
 
 def _regression_sentences(a: Analysis, sa_keys: list[str]) -> list[str]:

@@ -282,29 +282,11 @@ class ClassNeighbours:
         column range of each block: it is set to ``+inf`` in the product, a slice per
         class, and one scan over every row answers queries of every class at once."""
         m, d = q.shape
-        eps = float(np.finfo(self.dtype).eps)
-        qs = q - self.shift
-        q_sq = np.einsum("ij,ij->i", qs, qs)
-        # |fl(|x|^2 - 2 q.x) - (|x|^2 - 2 q.x)| <= (d + 2) eps (|x|^2 + 2 |q||x|): twice that
-        # bound (the candidate's error and the minimum's) decides who is measured exactly.
-        tol = 2 * (d + 2) * eps * (2 * self.max_sq + q_sq) + 1e-300
-        q_aug = np.empty((m, d + 1), dtype=self.dtype)
-        np.multiply(qs, -2.0, out=q_aug[:, :d], casting="unsafe")
-        q_aug[:, d] = 1.0
+        q_aug, tol = self._query_terms(q)
         approx = np.full(m, np.inf)
         best = np.full(m, np.inf)
         best_i = np.zeros(m, dtype=np.int64)
-        groups = None
-        if exclude is not None:
-            # per query row block: its classes' row ranges and their spans in self.rows
-            groups = []
-            for r0 in range(0, m, _ROW_BLOCK):
-                cls = exclude[r0 : r0 + _ROW_BLOCK]
-                cut = np.flatnonzero(cls[1:] != cls[:-1]) + 1
-                lo = np.concatenate([[0], cut])
-                hi = np.concatenate([cut, [len(cls)]])
-                span = np.array([self.span[int(c)] for c in cls[lo]], dtype=np.int64).reshape(-1, 2)
-                groups.append((lo, hi, span[:, 0], span[:, 1]))
+        groups = None if exclude is None else self._exclusion_groups(exclude)
         chunk = max(1, self.chunk_bytes // (2 * d * np.dtype(self.dtype).itemsize))  # raw rows + x_aug
         for s, e in spans:
             for c0 in range(s, e, chunk):
@@ -320,39 +302,94 @@ class ClassNeighbours:
                         r1 = min(m, r0 + _ROW_BLOCK)
                         v = q_aug[r0:r1] @ block.T
                         if groups is not None:
-                            lo, hi, ss, se = groups[r0 // _ROW_BLOCK]
-                            for k in np.flatnonzero((ss < g1) & (se > g0)):
-                                v[lo[k] : hi[k], max(ss[k], g0) - g0 : min(se[k], g1) - g0] = np.inf
-                        at = np.arange(r1 - r0)
-                        j = v.argmin(axis=1)
-                        vj = v[at, j]
-                        low = np.minimum(approx[r0:r1], vj)
-                        approx[r0:r1] = low
-                        thr = low + tol[r0:r1]
-                        active = np.flatnonzero(vj <= thr)
-                        if groups is not None:  # a row masked in the whole block has vj = thr = inf
-                            active = active[np.isfinite(vj[active])]
-                        if active.size == 0:
-                            continue
-                        # candidates: every product within thr. A row's minimum is one; the
-                        # others (near ties, rare) exist only where the second smallest
-                        # product is within thr too: two reading passes over v, where
-                        # comparing all of it and listing the hits cost four.
-                        v[at, j] = np.inf
-                        second = (v if active.size == len(at) else v[active]).min(axis=1)
-                        ties = active[second <= thr[active]]
-                        r, jj = active, j[active]
-                        if ties.size:
-                            tr, tj = np.nonzero(v[ties] <= thr[ties, None])
-                            r, jj = np.concatenate([r, ties[tr]]), np.concatenate([jj, tj])
-                        r = r + r0
-                        jj = jj + b0
-                        dist = exact_distance(q[r], raw[jj])
-                        r, nearest, dist = _first_min(r, idx[jj], dist)
-                        take = (dist < best[r]) | ((dist == best[r]) & (nearest < best_i[r]))
-                        best[r[take]] = dist[take]
-                        best_i[r[take]] = nearest[take]
+                            _mask_own_class(v, groups[r0 // _ROW_BLOCK], g0, g1)
+                        r, jj = _candidates(v, approx[r0:r1], tol[r0:r1], groups is not None)
+                        if r.size:
+                            _keep_nearer(q, r + r0, raw, idx, jj + b0, best, best_i)
         return best_i, best
+
+    def _query_terms(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The queries as the scan's left factor ``[-2 q, 1]`` (shifted by the mean row, in
+        the scan's precision) and each query's rounding tolerance of a product."""
+        m, d = q.shape
+        eps = float(np.finfo(self.dtype).eps)
+        qs = q - self.shift
+        q_sq = np.einsum("ij,ij->i", qs, qs)
+        # |fl(|x|^2 - 2 q.x) - (|x|^2 - 2 q.x)| <= (d + 2) eps (|x|^2 + 2 |q||x|): twice that
+        # bound (the candidate's error and the minimum's) decides who is measured exactly.
+        tol = 2 * (d + 2) * eps * (2 * self.max_sq + q_sq) + 1e-300
+        q_aug = np.empty((m, d + 1), dtype=self.dtype)
+        np.multiply(qs, -2.0, out=q_aug[:, :d], casting="unsafe")
+        q_aug[:, d] = 1.0
+        return q_aug, tol
+
+    def _exclusion_groups(self, exclude: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+        """Per query row block: its classes' query ranges (``lo``, ``hi``) and their rows'
+        spans in ``self.rows`` (``ss``, ``se``)."""
+        groups: list[tuple[np.ndarray, ...]] = []
+        for r0 in range(0, len(exclude), _ROW_BLOCK):
+            cls = exclude[r0 : r0 + _ROW_BLOCK]
+            cut = np.flatnonzero(cls[1:] != cls[:-1]) + 1
+            lo = np.concatenate([[0], cut])
+            hi = np.concatenate([cut, [len(cls)]])
+            span = np.array([self.span[int(c)] for c in cls[lo]], dtype=np.int64).reshape(-1, 2)
+            groups.append((lo, hi, span[:, 0], span[:, 1]))
+        return groups
+
+
+def _mask_own_class(v: np.ndarray, group: tuple[np.ndarray, ...], g0: int, g1: int) -> None:
+    """Sets to ``+inf`` the products of each query with the rows of its own class among the
+    block's rows ``g0:g1`` of ``self.rows`` (a slice per class)."""
+    lo, hi, ss, se = group
+    for k in np.flatnonzero((ss < g1) & (se > g0)):
+        v[lo[k] : hi[k], max(ss[k], g0) - g0 : min(se[k], g1) - g0] = np.inf
+
+
+def _candidates(v: np.ndarray, approx: np.ndarray, tol: np.ndarray, masked: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The (query, column) pairs of the products ``v`` within each query's tolerance of its
+    smallest product so far; ``approx`` (that smallest, per query) is updated in place.
+    ``v`` is overwritten."""
+    at = np.arange(len(v))
+    j = v.argmin(axis=1)
+    vj = v[at, j]
+    low = np.minimum(approx, vj)
+    approx[:] = low
+    thr = low + tol
+    active = np.flatnonzero(vj <= thr)
+    if masked:  # a row masked in the whole block has vj = thr = inf
+        active = active[np.isfinite(vj[active])]
+    if active.size == 0:
+        return active, active
+    # candidates: every product within thr. A row's minimum is one; the
+    # others (near ties, rare) exist only where the second smallest
+    # product is within thr too: two reading passes over v, where
+    # comparing all of it and listing the hits cost four.
+    v[at, j] = np.inf
+    second = (v if active.size == len(at) else v[active]).min(axis=1)
+    ties = active[second <= thr[active]]
+    r, jj = active, j[active]
+    if ties.size:
+        tr, tj = np.nonzero(v[ties] <= thr[ties, None])
+        r, jj = np.concatenate([r, ties[tr]]), np.concatenate([jj, tj])
+    return r, jj
+
+
+def _keep_nearer(
+    q: np.ndarray,
+    r: np.ndarray,
+    raw: np.ndarray,
+    idx: np.ndarray,
+    jj: np.ndarray,
+    best: np.ndarray,
+    best_i: np.ndarray,
+) -> None:
+    """Measures the candidates (queries ``r``, chunk rows ``jj``) exactly and keeps, per
+    query, the nearer of them and its best so far (ties to the lower row)."""
+    dist = exact_distance(q[r], raw[jj])
+    r, nearest, dist = _first_min(r, idx[jj], dist)
+    take = (dist < best[r]) | ((dist == best[r]) & (nearest < best_i[r]))
+    best[r[take]] = dist[take]
+    best_i[r[take]] = nearest[take]
 
 
 def _position(rows: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -74,13 +74,18 @@ def _refill_scores() -> None:
     _refill(SCORES, _scores())
 
 
-def _derive() -> None:
-    """(Re)compute the names above from :data:`CRITERIA`, in place where they are dicts."""
-    global METRICS, DEFAULT_METRICS, NEURON, COUNT, PARAMS
+def _refill_by_name() -> None:
+    """Each criterion, its label, title and kind by its name."""
     _refill(BY_NAME, {c.name: c for c in CRITERIA})
     _refill(LABELS, {c.name: c.label for c in CRITERIA})
     _refill(TITLES, {c.name: c.title for c in CRITERIA})
     _refill(KINDS, {c.name: c.kind for c in CRITERIA})
+
+
+def _derive() -> None:
+    """(Re)compute the names above from :data:`CRITERIA`, in place where they are dicts."""
+    global METRICS, DEFAULT_METRICS, NEURON, COUNT, PARAMS
+    _refill_by_name()
     _refill_scores()
     METRICS = tuple(c.name for c in CRITERIA)
     DEFAULT_METRICS = tuple(c.name for c in CRITERIA if c.default)
@@ -124,9 +129,14 @@ def choose(spec: str | Sequence[str] | None) -> tuple[str, ...]:
         return DEFAULT_METRICS
     if "all" in names:
         return METRICS
+    _check_known(names)
+    return tuple(m for m in METRICS if m in names)
+
+
+def _check_known(names: list[str]) -> None:
+    """Every name a registered criterion's; else one line listing the valid names."""
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise ValueError(
             f"unknown metric(s) {', '.join(map(repr, unknown))}; choose from {', '.join(METRICS)} (or all)"
         )
-    return tuple(m for m in METRICS if m in names)

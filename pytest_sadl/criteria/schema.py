@@ -39,11 +39,16 @@ def param_entry(param: Param) -> dict[str, Any]:
     entry: dict[str, Any] = {"description": param.description} if param.description else {}
     integer = param.type is int
     entry["type"] = "integer" if integer else "number"
-    low = param.at_least if param.at_least is not None else -(INTEGER if integer else DOUBLE)
-    entry["minimum"] = int(low) if integer else low
-    high = param.maximum if param.maximum is not None else (INTEGER if integer else DOUBLE)
-    entry["maximum"] = int(high) if integer else high
+    widest = INTEGER if integer else DOUBLE  # what a JSON number of the type can hold
+    entry["minimum"] = _limit(param.at_least, -widest, integer)
+    entry["maximum"] = _limit(param.maximum, widest, integer)
     return entry
+
+
+def _limit(value: float | None, widest: float, integer: bool) -> float:
+    """A parameter's limit as the schema states it (``widest`` when it has none)."""
+    limit = widest if value is None else value
+    return int(limit) if integer else limit
 
 
 def _node(schema: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
@@ -63,11 +68,17 @@ def with_registry(schema: dict[str, Any], generated: frozenset[str] = frozenset(
         node = _node(out, path)
         node["properties"] = {name: copy.deepcopy(entry) for name in counts}
     config = _node(out, ("config",))
+    config["properties"] = _config_properties(config["properties"], generated)
+    return out
+
+
+def _config_properties(properties: dict[str, Any], generated: frozenset[str]) -> dict[str, Any]:
+    """The ``config`` entries: the hand-kept ones, then each surprise coverage's bounds and
+    each registered parameter's (an earlier generation's ``generated`` keys dropped)."""
     made = {name: copy.deepcopy(BOUNDS) for name in SURPRISE}
     made.update({p.name: param_entry(p) for p in PARAMS})
-    kept = {k: v for k, v in config["properties"].items() if k not in made and k not in generated}
-    config["properties"] = {**kept, **made}
-    return out
+    kept = {k: v for k, v in properties.items() if k not in made and k not in generated}
+    return {**kept, **made}
 
 
 def generated_keys() -> frozenset[str]:

@@ -142,27 +142,43 @@ def greedy_coverage(
     ids = np.empty((n, len(metrics)), dtype=np.int64)
     state = []
     for j, m in enumerate(metrics):
-        lower, upper, buckets = bounds[m]
-        idx = bucket_index(np.asarray(pool_scores[m], dtype=np.float64), bucket_edges(lower, upper, buckets))
-        inside = (idx >= 0) & (idx < buckets)
-        ids[:, j] = np.where(inside, idx, buckets)  # column `buckets` is a sink that is always "covered"
-        done = np.zeros(buckets + 1, dtype=bool)
-        done[buckets] = True
-        if covered is not None and m in covered:
-            prior = np.asarray(covered[m], dtype=bool)
-            if prior.shape != (buckets,):
-                raise ValueError(f"covered[{m!r}] has shape {prior.shape}, expected ({buckets},) for its bounds")
-            done[:buckets] = prior
+        ids[:, j], done = _bucket_ids(m, pool_scores[m], bounds[m], covered)
         state.append(done)
     # Once no input adds a bucket: the most surprising left by LSA (the paper's measure and the
     # README's rule), by the first of DSA, MDSA only when the pool has no LSA scores.
     ranker = next((m for m in SURPRISE if m in metrics), metrics[0])
     fallback = _descending(np.asarray(pool_scores[ranker], dtype=np.float64))
-    taken = np.zeros(n, dtype=bool)
+    return _greedy_picks(ids, state, fallback, k)
+
+
+def _bucket_ids(
+    metric: str, scores: np.ndarray, bounds: Bounds, covered: Mapping[str, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each pool input's bucket of ``metric`` (``buckets``, a sink that is always "covered",
+    when outside the bounds) and the buckets already covered (bool ``(buckets + 1,)``)."""
+    lower, upper, buckets = bounds
+    idx = bucket_index(np.asarray(scores, dtype=np.float64), bucket_edges(lower, upper, buckets))
+    inside = (idx >= 0) & (idx < buckets)
+    done = np.zeros(buckets + 1, dtype=bool)
+    done[buckets] = True
+    if covered is not None and metric in covered:
+        prior = np.asarray(covered[metric], dtype=bool)
+        if prior.shape != (buckets,):
+            raise ValueError(f"covered[{metric!r}] has shape {prior.shape}, expected ({buckets},) for its bounds")
+        done[:buckets] = prior
+    return np.where(inside, idx, buckets), done
+
+
+def _greedy_picks(
+    ids: np.ndarray, state: list[np.ndarray], fallback: np.ndarray, k: int
+) -> tuple[np.ndarray, list[int]]:
+    """``k`` greedy picks by the number of metrics whose bucket each input opens (ties in pool
+    order); once none opens one, the next of ``fallback`` not yet taken."""
+    taken = np.zeros(len(ids), dtype=bool)
     picks: list[int] = []
     gains: list[int] = []
     for _ in range(k):
-        gain = np.zeros(n, dtype=np.int64)
+        gain = np.zeros(len(ids), dtype=np.int64)
         for j, done in enumerate(state):
             gain += ~done[ids[:, j]]
         gain[taken] = -1
@@ -187,18 +203,30 @@ def covered_from_results(results: Mapping[str, Any]) -> tuple[dict[str, Bounds],
     bounds: dict[str, Bounds] = {}
     covered: dict[str, np.ndarray] = {}
     for metric, key in SURPRISE.items():
-        cfg = config.get(metric) or {}
-        if cfg.get("lower") is None or cfg.get("upper") is None or key not in inputs:
-            continue
-        b = (float(cfg["lower"]), float(cfg["upper"]), int(cfg.get("buckets") or 1000))
-        values = np.array([np.nan if v is None else v for v in inputs[key]], dtype=np.float64)
-        if values.size and np.isnan(values).all():
-            continue
-        idx = bucket_index(values, bucket_edges(*b))
-        done = np.zeros(b[2], dtype=bool)
-        done[idx[(idx >= 0) & (idx < b[2])]] = True
-        bounds[metric], covered[metric] = b, done
+        found = _covered_buckets(config.get(metric) or {}, inputs.get(key))
+        if found is not None:
+            bounds[metric], covered[metric] = found
     return bounds, covered
+
+
+def _covered_buckets(cfg: Mapping[str, Any], scores: list[Any] | None) -> tuple[Bounds, np.ndarray] | None:
+    """One metric's configured bounds and the buckets its per-input ``scores`` cover; None
+    when the metric has no bounds or no scores."""
+    if cfg.get("lower") is None or cfg.get("upper") is None or scores is None:
+        return None
+    b = (float(cfg["lower"]), float(cfg["upper"]), int(cfg.get("buckets") or 1000))
+    values = _with_nan(scores)
+    if values.size and np.isnan(values).all():
+        return None
+    idx = bucket_index(values, bucket_edges(*b))
+    done = np.zeros(b[2], dtype=bool)
+    done[idx[(idx >= 0) & (idx < b[2])]] = True
+    return b, done
+
+
+def _with_nan(values: list[Any]) -> np.ndarray:
+    """A results column as floats, NaN where it holds ``None``."""
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 def select(
@@ -262,14 +290,22 @@ def _select(
         return _by_deepgini(budget, output)
     if strategy == "coverage":
         return _by_sc_coverage(budget, present, bounds, covered)
+    s = _scores_by(present, by)
+    if strategy == "surprise":
+        return _by_surprise(budget, s, by)
+    return _by_ranges(budget, s, by, bounds, upto, seed)
+
+
+def _scores_by(present: Mapping[str, np.ndarray], by: str) -> np.ndarray:
     if by not in present:
         raise ValueError(f"no {by!r} scores for the pool; available: {', '.join(present) or 'none'}")
-    s = present[by]
-    if strategy == "surprise":
-        k = _check_budget(budget, len(s))
-        order = _descending(s)
-        return Selection(strategy, int(budget), order[:k], len(s), by=by, order=order)
-    return _by_ranges(budget, s, by, bounds, upto, seed)
+    return present[by]
+
+
+def _by_surprise(budget: int, scores: np.ndarray, by: str) -> Selection:
+    k = _check_budget(budget, len(scores))
+    order = _descending(scores)
+    return Selection("surprise", int(budget), order[:k], len(scores), by=by, order=order)
 
 
 def _by_coverage_order(
@@ -306,12 +342,15 @@ def _by_sc_coverage(
     per_metric = {m: present[SURPRISE[m]] for m in bounds if SURPRISE.get(m) in present}
     picks, gains = greedy_coverage(per_metric, bounds, budget, covered)
     n = len(next(iter(per_metric.values())))
-    notes = []
-    if gains and gains[-1] == 0:
-        notes.append(
-            f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left"
-        )
+    notes = _fallback_notes(gains)
     return Selection("coverage", int(budget), picks, n, by=",".join(per_metric), new_buckets=gains, notes=notes)
+
+
+def _fallback_notes(gains: list[int]) -> list[str]:
+    """A note when the last picks opened no bucket (they are the most surprising left)."""
+    if not gains or gains[-1] != 0:
+        return []
+    return [f"{sum(g > 0 for g in gains)} pick(s) opened new buckets; the rest are the most surprising inputs left"]
 
 
 def _by_ranges(
@@ -438,13 +477,18 @@ def _own_copy(value: object) -> bool:
     return type(value).__module__.startswith("pytest_sadl.") and callable(getattr(value, "copy", None))
 
 
-def _fork_value(value: object) -> object:
+def _immutable(value: object) -> bool:
+    """Whether ``value`` cannot change: None, a scalar, a string or a tuple of scalars."""
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, frozenset)):
+        return True
+    return isinstance(value, tuple) and all(isinstance(v, (bool, int, float, str)) for v in value)
+
+
+def _fork_value(value: object) -> object:
+    if _immutable(value):
         return value
     if isinstance(value, np.ndarray):
         return value.copy()
-    if isinstance(value, tuple) and all(isinstance(v, (bool, int, float, str)) for v in value):
-        return value
     if isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
         return [v.copy() for v in value]
     if _own_copy(value):

@@ -80,32 +80,47 @@ def held_out_sa(
     :func:`held_out_keys`). A measure that cannot be set up on the rest (a tiny class) is
     left out, its reason in ``errors``."""
     keys = held_out_keys(view) if keys is None else list(keys)
-    x, pred = view.sa_traces, view.sa_pred
+    x = view.sa_traces
     probe = held_out_sample(len(x), view.row_keys, seed)
     out = {}
     with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="sadl-heldout-") as scratch:
         warnings.simplefilter("ignore")
-        rest = _rows(x, ~probe, Path(scratch))
-        training = Training(
-            rest,
-            None if pred is None else pred[~probe],
-            view.var_threshold,
-            view.near_singular,
-            view.options,
-            var_rule=view.var_rule,
-            logit_head=_logit_head(view),
-        )
+        training = _rest_of(view, _rows(x, ~probe, Path(scratch)), probe)
         for key in keys:
-            try:  # projected: the axes of the whole training set (the run's), the set-up of the rest
-                scorer = view.fit(key, training, rows=~probe)
-                if scorer is not None:
-                    out[key] = scorer(x[probe], None if pred is None else pred[probe])
+            try:  # one set-up in memory at a time: each is dropped when its scores are made
+                scores = _held_out_scores(view, key, training, probe)
             except ValueError as exc:
                 if errors is not None:
                     errors[key] = str(exc)
-            scorer = None  # one set-up in memory at a time
-        del rest, training
+                continue
+            if scores is not None:
+                out[key] = scores
+        del training
     return out
+
+
+def _rest_of(view: ProfileView, rest: np.ndarray, probe: np.ndarray) -> Training:
+    """The training set-up of the traces ``rest`` (those not in the held-out ``probe``)."""
+    pred = view.sa_pred
+    return Training(
+        rest,
+        None if pred is None else pred[~probe],
+        view.var_threshold,
+        view.near_singular,
+        view.options,
+        var_rule=view.var_rule,
+        logit_head=_logit_head(view),
+    )
+
+
+def _held_out_scores(view: ProfileView, key: str, training: Training, probe: np.ndarray) -> np.ndarray | None:
+    """Score ``key`` of the held-out traces ``probe``, set up on the rest (projected: on the
+    axes of the whole training set, the run's); None when the run has no such score."""
+    scorer = view.fit(key, training, rows=~probe)
+    if scorer is None:
+        return None
+    pred = view.sa_pred
+    return scorer(view.sa_traces[probe], None if pred is None else pred[probe])  # type: ignore[no-any-return]
 
 
 def _logit_head(view: ProfileView) -> tuple[np.ndarray, np.ndarray] | None:
@@ -194,12 +209,17 @@ def default_sc_bounds(view: ProfileView, options: SadlOptions | None = None) -> 
         if key not in held:
             continue
         cfg = options.bounds(metric) if options is not None else None
-        lower, upper = default_bounds(held[key])
-        if cfg is not None:
-            lower = cfg.lower if cfg.lower is not None else lower
-            upper = cfg.upper if cfg.upper is not None else upper
-        out[metric] = (float(lower), float(upper), int(cfg.buckets) if cfg is not None else 1000)
+        out[metric] = _configured_or_default(cfg, *default_bounds(held[key]))
     return out
+
+
+def _configured_or_default(cfg: Bounds | None, lower: float, upper: float) -> tuple[float, float, int]:
+    """The configured bounds ``cfg``, the default ``lower`` and ``upper`` where it has none."""
+    if cfg is None:
+        return float(lower), float(upper), 1000
+    lower = cfg.lower if cfg.lower is not None else lower
+    upper = cfg.upper if cfg.upper is not None else upper
+    return float(lower), float(upper), int(cfg.buckets)
 
 
 def default_bounds(scores: np.ndarray) -> tuple[float, float]:
@@ -326,10 +346,20 @@ def _completed(lower: float | None, upper: float | None, lo_d: float, up_d: floa
     """The configured bounds with the missing one from the defaults ``lo_d``, ``up_d``,
     moved when the default would not lie on the right side of the configured one."""
     if lower is not None and upper is None:
-        return lower, up_d if up_d > lower else lower + abs(lower) + 1.0
+        return lower, _upper_above(lower, up_d)
     if upper is not None and lower is None:
-        return (lo_d if lo_d < upper else min(0.0, upper - 1.0)), upper
+        return _lower_below(upper, lo_d), upper
     return (lo_d if lower is None else lower), (up_d if upper is None else upper)
+
+
+def _upper_above(lower: float, up_d: float) -> float:
+    """The default upper bound, or one above the configured ``lower`` when it is not."""
+    return up_d if up_d > lower else lower + abs(lower) + 1.0
+
+
+def _lower_below(upper: float, lo_d: float) -> float:
+    """The default lower bound, or one below the configured ``upper`` when it is not."""
+    return lo_d if lo_d < upper else min(0.0, upper - 1.0)
 
 
 def sc_options(options: SadlOptions, metric: str) -> Bounds:

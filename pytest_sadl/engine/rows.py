@@ -79,17 +79,22 @@ class RunCriteria:
 def _number(value: object) -> Any:
     """A number as a results document holds it: a NumPy scalar as the Python number, an
     ``int`` kept, NaN and inf (and anything that is not a number) as ``None``."""
-    if hasattr(value, "item") and not isinstance(value, (str, bytes, list, dict)):
-        value = value.item()
+    value = _scalar(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value if isinstance(value, int) or math.isfinite(value) else None
 
 
+def _scalar(value: object) -> object:
+    """A NumPy scalar as the Python one it holds; anything else as it is."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return value
+
+
 def _plain(value: object) -> JSON:
     """A plain setting as JSON: a NumPy scalar as Python, a non-finite float as ``None``."""
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
+    value = _scalar(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value  # type: ignore[return-value]
@@ -118,16 +123,25 @@ def per_test_rows(
     for t, rec in enumerate(records):
         rows = np.flatnonzero(joined.owner == t)
         new = total.update(joined.part(rows, scores))
-        mean: dict[str, float | None] = {}
-        high: dict[str, float | None] = {}
-        for key in keys:
-            values = scores[key][rows] if key in scores else None
-            mean[key] = None if values is None else _stat(values, np.mean)
-            high[key] = None if values is None else _stat(values, np.max)
+        mean, high = _score_stats(scores, rows, keys)
         out.append(
             TestRow(rec.nodeid, rec.group, rec.outcome, int(rows.size), mean, high, {k: int(v) for k, v in new.items()})
         )
     return out
+
+
+def _score_stats(
+    scores: Mapping[str, np.ndarray], rows: np.ndarray, keys: Sequence[str]
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """The mean and the highest finite score of the inputs ``rows`` by each key (``None``
+    for a key the run has no scores of, or without a finite one)."""
+    mean: dict[str, float | None] = {}
+    high: dict[str, float | None] = {}
+    for key in keys:
+        values = scores[key][rows] if key in scores else None
+        mean[key] = None if values is None else _stat(values, np.mean)
+        high[key] = None if values is None else _stat(values, np.max)
+    return mean, high
 
 
 def group_rows(
@@ -186,8 +200,7 @@ def _coverage(values: Mapping[str, object]) -> dict[str, float | None]:
 
 
 def _is_number(value: object) -> bool:
-    if hasattr(value, "item") and not isinstance(value, (str, bytes, list, dict)):
-        value = value.item()
+    value = _scalar(value)
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
@@ -228,12 +241,17 @@ def top_of(
                     tests=sorted({int(t) for t in owner[copies]}),
                     copies=int(copies.size),
                     pred=None if pred is None else int(pred[i]),
-                    scores={key: (_number(float(scores[key][i])) if key in scores else None) for key in keys},
+                    scores=_scores_of(scores, int(i), keys),
                     image=image,
                     text=text,
                 )
             )
     return top
+
+
+def _scores_of(scores: Mapping[str, np.ndarray], i: int, keys: Sequence[str]) -> dict[str, float | None]:
+    """Input ``i``'s score by each key (``None`` for a key the run has no scores of)."""
+    return {key: (_number(float(scores[key][i])) if key in scores else None) for key in keys}
 
 
 def _most_surprising(values: np.ndarray, same: np.ndarray) -> list[int]:
@@ -261,13 +279,6 @@ def run_config(
     model_info: Mapping[str, Any], options: SadlOptions, total: RunCriteria, bounds: ScBounds, view: ProfileView
 ) -> RunConfig:
     """The configuration the numbers came from: layers, thresholds, each SC's bounds."""
-    known = {"sa_layers", "coverage_layers", "nc_threshold", "kmnc_k", "var_threshold"}
-    known |= {"lsa_near_singular", "var_rule", "sa_components"}
-    params: dict[str, JSON] = {}
-    for name in total.names:  # an opt-in criterion's own parameters, when the run computed it
-        for key in BY_NAME[name].option_names:
-            if key not in known:
-                params[key] = _plain(options.param(key))
     return RunConfig(
         sa_layers=_names(model_info.get("sa_layers")),
         coverage_layers=_names(model_info.get("coverage_layers")),
@@ -277,9 +288,26 @@ def run_config(
         lsa_near_singular=_text(options.lsa_near_singular),
         var_rule=_text(options.var_rule),
         sa_components=_integer(options.sa_components),  # only when set: unprojected results keep their form
-        params=params,
+        params=_own_params(options, total),
         bounds={m: _sc_bounds(m, options, total, bounds, view) for m in total.names if m in SURPRISE},
     )
+
+
+#: the settings :class:`RunConfig` has a field of
+_CONFIG_FIELDS = frozenset(
+    {"sa_layers", "coverage_layers", "nc_threshold", "kmnc_k", "var_threshold"}
+    | {"lsa_near_singular", "var_rule", "sa_components"}
+)
+
+
+def _own_params(options: SadlOptions, total: RunCriteria) -> dict[str, JSON]:
+    """An opt-in criterion's own parameters, when the run computed it."""
+    params: dict[str, JSON] = {}
+    for name in total.names:
+        for key in BY_NAME[name].option_names:
+            if key not in _CONFIG_FIELDS:
+                params[key] = _plain(options.param(key))
+    return params
 
 
 def _names(value: object) -> list[str]:
@@ -524,14 +552,19 @@ def input_labels(
             "sadl_labels: the recorded inputs could not be matched to labels (inputs that are not numeric arrays)"
         )
         return None, notes
-    out = _labels_in_order(table, digests, n)
+    notes.extend(_unmatched_note(table, digests))
+    return _labels_in_order(table, digests, n), notes
+
+
+def _unmatched_note(table: dict[int, np.ndarray], digests: np.ndarray) -> list[str]:
+    """A note on the labelled inputs no recorded input matches (none when all do)."""
     unmatched = len(table) - len({int(d) for d in digests.tolist()} & set(table))
-    if unmatched:
-        notes.append(
-            f"sadl_labels: {unmatched} labelled input(s) never reached the model in a marked test; "
-            "labels match recorded inputs by their values, so label the same array that is fed to the model"
-        )
-    return out, notes
+    if not unmatched:
+        return []
+    return [
+        f"sadl_labels: {unmatched} labelled input(s) never reached the model in a marked test; "
+        "labels match recorded inputs by their values, so label the same array that is fed to the model"
+    ]
 
 
 def _labels_in_order(table: dict[int, np.ndarray], digests: np.ndarray, n: int) -> list[Any]:

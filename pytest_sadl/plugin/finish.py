@@ -94,9 +94,7 @@ def interrupted_message(options: SadlOptions, ending: Ending, outcome: Outcome) 
     """The one line for a Ctrl-C while the results were computed or the reports written.
     Each report file is whole or absent (the atomic writer removes its temporary file on
     any exception, an interrupt too), so the line says which are which."""
-    files = [r for r in options.reports if r.path is not None]
-    done = len(outcome.written) + len(outcome.report_errors) if ending.data is not None else 0
-    left = ", ".join(f"{r.kind}:{r.path}" for r in files[done:])
+    left = _not_written(options, ending, outcome)
     while_ = "writing the reports" if ending.data is not None else "computing the results"
     parts = [f"pytest-sadl: interrupted (Ctrl-C) while {while_}"]
     if outcome.written:
@@ -104,6 +102,14 @@ def interrupted_message(options: SadlOptions, ending: Ending, outcome: Outcome) 
     if left:
         parts.append(f"not written: {left}")
     return "; ".join(parts)
+
+
+def _not_written(options: SadlOptions, ending: Ending, outcome: Outcome) -> str:
+    """The report files not written (``kind:path, ...``): those after the ones written or
+    failed; every one while the results were computed."""
+    files = [r for r in options.reports if r.path is not None]
+    done = len(outcome.written) + len(outcome.report_errors) if ending.data is not None else 0
+    return ", ".join(f"{r.kind}:{r.path}" for r in files[done:])
 
 
 def model_info(options: SadlOptions, sources: Sources, profile: Any) -> dict[str, Any]:
@@ -164,17 +170,14 @@ def finish(
     from pytest_sadl.engine import compute
     from pytest_sadl.results import MissingTest
 
-    records = list(recorder.records.values())
-    for rec in records:
-        rec.index = order.get(rec.nodeid, rec.index)
+    records = _records_in_order(recorder, order)
     missing = arrivals.missing()
     first = transport.missing_warning(missing, arrivals.workers_down)
     profile = sources.resolve_profile()
     messages = list(dict.fromkeys(([first] if first else []) + outcome.warnings + recorder.messages))
     view = _view_saying_warnings(profile, options, messages)
     status = sources.status
-    phases = Phases(lambda what: status.say(what + " ...", False) if status is not None else None)
-    with phases, _on_cluster(view, profile, options, status):
+    with Phases(_phase_sayer(status)) as phases, _on_cluster(view, profile, options, status):
         ending.results = compute(view, records, options, model_info(options, sources, profile), messages, phases)
     keep_dsa_distances(profile)
     ending.results.missing = [MissingTest.from_dict(m) for m in missing]
@@ -184,10 +187,34 @@ def finish(
     if options.compare is not None:
         compare_with_baseline(options, ending, outcome)
     gate_partial(options, ending, outcome)
-    if options.compare is not None and outcome.warnings_after:  # in what every report renders, and its JSON
-        ending.results.warnings.extend(outcome.warnings_after)
-        ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
+    if options.compare is not None:
+        _add_late_warnings(ending, outcome)
     write_reports(options, ending, outcome)
+
+
+def _records_in_order(recorder: Any, order: dict[str, int]) -> list[Any]:
+    """The recorder's test records, each with its index in the session's collection order."""
+    records = list(recorder.records.values())
+    for rec in records:
+        rec.index = order.get(rec.nodeid, rec.index)
+    return records
+
+
+def _phase_sayer(status: Any) -> Callable[[str], None]:
+    """How the end's phases are said: on the status line, or not at all without one."""
+
+    def say(what: str) -> None:
+        if status is not None:
+            status.say(what + " ...", False)
+
+    return say
+
+
+def _add_late_warnings(ending: Ending, outcome: Outcome) -> None:
+    """The comparison's warnings into what every report renders, and its JSON."""
+    assert ending.results is not None and ending.data is not None
+    ending.results.warnings.extend(outcome.warnings_after)
+    ending.data["outcome"]["warnings"].extend(outcome.warnings_after)
 
 
 def _view_saying_warnings(profile: Any, options: SadlOptions, messages: list[str]) -> Any:

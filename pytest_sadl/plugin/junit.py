@@ -37,14 +37,21 @@ def _gates(results: Results, comparison_failures: list[str]) -> list[tuple[str, 
     return out
 
 
+def _shown(name: str, m: Any) -> str:
+    """A metric's value as its property holds it: a count as a number, a coverage as a
+    percentage, ``n/a`` when it was not measured."""
+    if not m.measured:
+        return "n/a"
+    return f"{m.value:.4g}" if name in COUNT else f"{percent(m.value):.2f}"
+
+
 def add_to_junit(config: pytest.Config, results: Results | None, comparison_failures: list[str]) -> None:
     """Properties and failing cases into the ``--junitxml`` report, when there is one."""
     xml = _xml(config)
     if xml is None or results is None:
         return
     for name, m in results.metrics.items():
-        value = "n/a" if not m.measured else (f"{m.value:.4g}" if name in COUNT else f"{percent(m.value):.2f}")
-        xml.add_global_property(f"sadl_{name}", value)
+        xml.add_global_property(f"sadl_{name}", _shown(name, m))
     if results.scope is not None and results.scope.partial:
         from pytest_sadl.report.partial import partial_line
 

@@ -425,14 +425,7 @@ _NEGATED = {
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("sadl", "surprise adequacy and neuron coverage (pytest-sadl)")
     for opt in OPTIONS:
-        kwargs: dict[str, Any] = {"dest": opt.ini, "help": argparse.SUPPRESS if opt.alias else opt.help}
-        if opt.kind == "bool":
-            kwargs.update(action="store_true", default=None)
-        elif opt.kind == "append":
-            kwargs.update(action="append", default=None, metavar=opt.metavar)
-        else:
-            kwargs.update(action="store", default=None, metavar=opt.metavar)
-        group.addoption(opt.flag, **kwargs)
+        group.addoption(opt.flag, **_flag_kwargs(opt))
         if opt.ini in _NEGATED:
             group.addoption(
                 "--no-" + opt.flag[2:],
@@ -441,13 +434,29 @@ def add_options(parser: pytest.Parser) -> None:
                 default=False,
                 help=_NEGATED[opt.ini][1],
             )
-        ini_default = opt.default if opt.ini_type in ("bool",) else None
-        if opt.ini_type == "linelist":
-            parser.addini(opt.ini, opt.help, type="linelist", default=[])
-        elif opt.ini_type == "bool":
-            parser.addini(opt.ini, opt.help, type="bool", default=ini_default)
-        else:
-            parser.addini(opt.ini, opt.help, default=None)
+        _add_ini(parser, opt)
+
+
+def _flag_kwargs(opt: Option) -> dict[str, Any]:
+    """The command-line flag's ``addoption`` arguments (an alias is hidden from the help)."""
+    kwargs: dict[str, Any] = {"dest": opt.ini, "help": argparse.SUPPRESS if opt.alias else opt.help}
+    if opt.kind == "bool":
+        kwargs.update(action="store_true", default=None)
+    elif opt.kind == "append":
+        kwargs.update(action="append", default=None, metavar=opt.metavar)
+    else:
+        kwargs.update(action="store", default=None, metavar=opt.metavar)
+    return kwargs
+
+
+def _add_ini(parser: pytest.Parser, opt: Option) -> None:
+    """The option's ini key, of its ini type."""
+    if opt.ini_type == "linelist":
+        parser.addini(opt.ini, opt.help, type="linelist", default=[])
+    elif opt.ini_type == "bool":
+        parser.addini(opt.ini, opt.help, type="bool", default=opt.default)
+    else:
+        parser.addini(opt.ini, opt.help, default=None)
 
 
 def parse_thresholds(spec: str, option: str = "--sadl-fail-under") -> dict[str, float]:
@@ -467,11 +476,16 @@ def parse_report(spec: str, base: Path) -> Report:
         if sep:
             raise _usage(f"--sadl-report={spec!r}: the terminal report takes no path")
         return Report(kind)
-    default = DEFAULT_REPORT_PATHS[kind]
-    if kind == "markdown" and os.environ.get("GITHUB_STEP_SUMMARY"):
-        default = os.environ["GITHUB_STEP_SUMMARY"]  # a GitHub Actions job summary
-    target = Path(path.strip()) if sep and path.strip() else Path(default)
+    target = Path(path.strip()) if sep and path.strip() else _default_report_path(kind)
     return Report(kind, target if target.is_absolute() else base / target)
+
+
+def _default_report_path(kind: str) -> Path:
+    """Where a report of ``kind`` goes without a path (Markdown: a GitHub Actions job
+    summary when there is one)."""
+    if kind == "markdown" and os.environ.get("GITHUB_STEP_SUMMARY"):
+        return Path(os.environ["GITHUB_STEP_SUMMARY"])
+    return Path(DEFAULT_REPORT_PATHS[kind])
 
 
 def check_report_paths(reports: tuple[Report, ...], where: str = "--sadl-report") -> tuple[Report, ...]:
@@ -520,6 +534,19 @@ def _one_value(opt: Option, ini: Any) -> Any:
     return ini
 
 
+def _pytest_table(path: Path) -> dict[str, Any]:
+    """The pytest table of the TOML file ``path`` (``ini_options`` over ``[tool.pytest]``);
+    empty when it cannot be read."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10: pytest's own dependency
+        import tomli as tomllib
+    with contextlib.suppress(OSError, ValueError):
+        tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
+        return {**tool, **tool.get("ini_options", {})}
+    return {}
+
+
 class _Reader:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -534,13 +561,7 @@ class _Reader:
             self._toml = {}
             path = Path(self.config.inipath) if self.config.inipath else None
             if path is not None and path.suffix == ".toml":
-                if sys.version_info >= (3, 11):
-                    import tomllib
-                else:  # pragma: no cover - Python 3.10: pytest's own dependency
-                    import tomli as tomllib
-                with contextlib.suppress(OSError, ValueError):
-                    tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
-                    self._toml = {**tool, **tool.get("ini_options", {})}
+                self._toml = _pytest_table(path)
         return self._toml
 
     def raw(self, opt: Option) -> tuple[Any, Path]:
@@ -583,16 +604,22 @@ class _Reader:
         if value is None:
             return opt.default
         where = self.label(opt)
-        try:
-            number = cast(str(value).strip())
-        except ValueError:
-            kind = "an integer" if cast is int else "a number"
-            raise _usage(f"{where}={value!r} is not {kind}") from None
-        if cast is float and not math.isfinite(number):
-            raise _usage(f"{where}={value!r} must be finite")
+        number = _cast_number(value, cast, where)
         if opt.limit is not None and number > opt.limit:
             raise _usage(f"{where}={value}: at most {opt.limit:,.0f} ({opt.limit_why})")
         return number
+
+
+def _cast_number(value: Any, cast: type, where: str) -> Any:
+    """``value`` as an ``int`` or a finite ``float``; else a usage error naming ``where``."""
+    try:
+        number = cast(str(value).strip())
+    except ValueError:
+        kind = "an integer" if cast is int else "a number"
+        raise _usage(f"{where}={value!r} is not {kind}") from None
+    if cast is float and not math.isfinite(number):
+        raise _usage(f"{where}={value!r} must be finite")
+    return number
 
 
 def _toml_repr(value: Any) -> str:
@@ -643,15 +670,20 @@ def _compare_fail(
             raise _usage(str(exc)) from None
         check_chosen(compare_fail, metrics, label)
     if compare is not None:
-        from pytest_sadl.resultsfile import load_results
-
-        try:  # a missing, broken or newer baseline is a usage error now, not at the end
-            load_results(compare)
-        except ValueError as exc:
-            raise _usage(f"--sadl-compare: {exc}") from None
+        _check_baseline(compare)
     if compare_fail and compare is None:
         raise _usage("--sadl-compare-fail needs a baseline: add --sadl-compare=BASELINE.json")
     return compare_fail
+
+
+def _check_baseline(compare: str) -> None:
+    """A missing, broken or newer ``--sadl-compare`` baseline is a usage error now, not at the end."""
+    from pytest_sadl.resultsfile import load_results
+
+    try:
+        load_results(compare)
+    except ValueError as exc:
+        raise _usage(f"--sadl-compare: {exc}") from None
 
 
 def read_options(config: pytest.Config) -> SadlOptions:
@@ -693,6 +725,12 @@ def read_value(r: _Reader, opt: Option) -> Any:
         return parse_layers(value)
     if value is None:
         return opt.default
+    return _text_value(r, opt, value, base)
+
+
+def _text_value(r: _Reader, opt: Option, value: Any, base: Path) -> Any:
+    """A set value of a text row: a path (made absolute against ``base``), one of its
+    choices, or text; its ``parse`` applied."""
     if opt.kind == "path":
         value = _path_or_spec(value, base)
     elif opt.choices:
@@ -752,16 +790,24 @@ def read_sc_bounds(r: _Reader, opts: dict[str, Option]) -> dict[str, Bounds]:
             lower, upper, buckets = _with_aliases(r, opts, metric, given.get(metric, (None, None, None)), label)
             if metric in given:
                 check_bounds(metric, lower, upper, label)
-            elif lower is not None and upper is not None and upper <= lower:  # the deprecated aliases
-                raise ValueError(
-                    f"{r.label(opts[f'sadl_{metric}_upper'])}={upper:g} is not above "
-                    f"{r.label(opts[f'sadl_{metric}_lower'])}={lower:g}; "
-                    f"{metric.upper()}'s buckets divide (lower, upper], so upper must be greater"
-                )
+            else:
+                _check_alias_order(r, opts, metric, lower, upper)
             out[metric] = Bounds(lower, upper, 1000 if buckets is None else buckets)
     except ValueError as exc:
         raise _usage(str(exc)) from None
     return out
+
+
+def _check_alias_order(
+    r: _Reader, opts: dict[str, Option], metric: str, lower: float | None, upper: float | None
+) -> None:
+    """The deprecated per-metric aliases' upper bound above their lower one."""
+    if lower is not None and upper is not None and upper <= lower:
+        raise ValueError(
+            f"{r.label(opts[f'sadl_{metric}_upper'])}={upper:g} is not above "
+            f"{r.label(opts[f'sadl_{metric}_lower'])}={lower:g}; "
+            f"{metric.upper()}'s buckets divide (lower, upper], so upper must be greater"
+        )
 
 
 def _with_aliases(r: _Reader, opts: dict[str, Option], metric: str, given: PartBounds, label: str) -> PartBounds:
@@ -775,11 +821,19 @@ def _with_aliases(r: _Reader, opts: dict[str, Option], metric: str, given: PartB
             )
     lower = lower if lower is not None else r.number(opts[f"sadl_{metric}_lower"], float)
     upper = upper if upper is not None else r.number(opts[f"sadl_{metric}_upper"], float)
-    if buckets is None and r.raw(opts[f"sadl_{metric}_buckets"])[0] is not None:
-        buckets = int(r.number(opts[f"sadl_{metric}_buckets"], int))
-        if buckets < 1:
-            raise ValueError(f"{r.label(opts[f'sadl_{metric}_buckets'])}={buckets}: needs at least 1 bucket")
+    if buckets is None:
+        buckets = _alias_buckets(r, opts[f"sadl_{metric}_buckets"])
     return lower, upper, buckets
+
+
+def _alias_buckets(r: _Reader, opt: Option) -> int | None:
+    """A deprecated ``--sadl-<metric>-buckets`` alias's count, None when unset."""
+    if r.raw(opt)[0] is None:
+        return None
+    buckets = int(r.number(opt, int))
+    if buckets < 1:
+        raise ValueError(f"{r.label(opt)}={buckets}: needs at least 1 bucket")
+    return buckets
 
 
 def with_params(values: dict[str, Any]) -> dict[str, Any]:

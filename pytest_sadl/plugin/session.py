@@ -183,14 +183,35 @@ class RecordingSession:
         if call.when == "call" and found is not None and found[0] is rec:
             self.recorder.check_model(found[1], rec)  # the model changed (fit, set_weights)?
         if rec is not None:
-            if report.failed:
-                rec.outcome = "failed" if report.when == "call" else "error"
-            elif report.skipped and rec.outcome == "passed" and report.when != "teardown":
-                rec.outcome = "skipped"
+            rec.outcome = _outcome(rec.outcome, report)
         self.reported(item, report)
 
     def reported(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """A test's report is made (a worker sends its records with it)."""
+
+
+def _outcome(outcome: str, report: pytest.TestReport) -> str:
+    """A test's outcome once ``report`` (of its set-up, call or teardown) is made: a failure
+    in the call fails it, elsewhere it is an error; a skip before its teardown skips it."""
+    if report.failed:
+        return "failed" if report.when == "call" else "error"
+    if report.skipped and outcome == "passed" and report.when != "teardown":
+        return "skipped"
+    return outcome
+
+
+def _header_parts(o: SadlOptions) -> list[str]:
+    """The header's settings: the model, the data, the SA layers, the reports and the floors."""
+    reports = ", ".join(r.kind + (f":{r.path}" if r.path else "") for r in o.reports)
+    parts = [
+        f"model={o.model or 'fixture sadl_model'}",
+        f"train={o.train or 'fixture sadl_train'}",
+        f"SA layers={','.join(map(str, o.sa_layers)) if o.sa_layers else 'last hidden'}",
+        f"reports={reports}",
+    ]
+    if o.fail_under:
+        parts.append("fail-under=" + ",".join(f"{k}:{v:g}" for k, v in o.fail_under.items()))
+    return parts
 
 
 class SerialSession(RecordingSession):
@@ -202,16 +223,7 @@ class SerialSession(RecordingSession):
         self.ending = ending.Ending()
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        o = self.options
-        reports = ", ".join(r.kind + (f":{r.path}" if r.path else "") for r in o.reports)
-        parts = [
-            f"model={o.model or 'fixture sadl_model'}",
-            f"train={o.train or 'fixture sadl_train'}",
-            f"SA layers={','.join(map(str, o.sa_layers)) if o.sa_layers else 'last hidden'}",
-            f"reports={reports}",
-        ]
-        if o.fail_under:
-            parts.append("fail-under=" + ",".join(f"{k}:{v:g}" for k, v in o.fail_under.items()))
+        parts = _header_parts(self.options)
         held = [] if self.sources.status is None else self.sources.status.header()
         return header_lines([short_path(p, config.rootpath) for p in parts]) + held
 
@@ -301,17 +313,24 @@ class SerialSession(RecordingSession):
             return
         if end.results is None or end.data is None:
             return
-        kinds = {r.kind for r in self.options.reports}
-        table = bool(kinds & {"term", "term-verbose"})
-        if table:
-            from pytest_sadl.report.terminal import write_terminal
-
-            write_terminal(
-                end.results, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=end.comparison
-            )
-        elif end.results.missing:  # no table asked for, but an incomplete run is never silent
-            tr.write_line(safe(end.results.warnings[0]), yellow=True)
+        table = self._write_table(tr, end)
         self._write_closing_lines(tr, end.results, table=table)
+
+    def _write_table(self, tr: Any, end: ending.Ending) -> bool:
+        """The terminal report's table, when asked for (returns whether it was written);
+        without it, an incomplete run's first warning: it is never silent."""
+        assert end.results is not None
+        kinds = {r.kind for r in self.options.reports}
+        if not kinds & {"term", "term-verbose"}:
+            if end.results.missing:
+                tr.write_line(safe(end.results.warnings[0]), yellow=True)
+            return False
+        from pytest_sadl.report.terminal import write_terminal
+
+        write_terminal(
+            end.results, tr.write_line, tr.section, verbose="term-verbose" in kinds, comparison=end.comparison
+        )
+        return True
 
     def _write_error(self, tr: Any, config: pytest.Config) -> None:
         """The run's error in the pytest-sadl section (its detail with ``-v``)."""
@@ -383,8 +402,12 @@ class ControllerSession(SerialSession):
         except ValueError as exc:
             self.outcome.warnings.append(f"pytest-sadl: {exc}")
             return
-        if end is None:
-            return
+        if end is not None:
+            self._take_worker_end(end, records)
+
+    def _take_worker_end(self, end: Any, records: list[Any]) -> None:
+        """A worker's end: its last records, the profile it built, whether its model came
+        from a fixture, its warnings."""
         self.recorder.merge(records)
         self.arrivals.received.update(r.nodeid for r in records)
         if end.profile:

@@ -11,6 +11,7 @@ profile's layer options resolve to.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,40 +138,60 @@ class Sources:
         """The profile of ``model`` on ``train``: loaded or built, once per pair and process."""
         key = (id(model), id(train))
         if key not in self._profiles:
-            from pytest_sadl.errors import SadlCacheWarning, SadlConfigError
-            from pytest_sadl.profile.build import ProfileOptions
-            from pytest_sadl.profile.lookup import load_or_build
-
-            shown = self.status
-            say = None if shown is None else shown.say
-            status = None if say is None else (lambda msg: say(msg, False))
-            options = ProfileOptions.from_sadl(self.options)
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always", SadlCacheWarning)
-                    self._profiles[key] = load_or_build(
-                        model,
-                        train,
-                        options,
-                        self.cache_dir(),
-                        progress=None if shown is None else shown.progress(),
-                        status=status,
-                        lock_timeout=self.options.lock_timeout,
-                        dask=self.options.dask,
-                        # the workers load the configured model from its path or spec
-                        dask_model=self.options.model if model is self._model else None,
-                    )
-            except SadlConfigError as exc:
-                raise usage_error(exc) from None
-            finally:
-                for w in caught:  # one line each, now and in the summary; others pass on
-                    if issubclass(w.category, SadlCacheWarning):
-                        self.outcome.warnings.append(str(w.message))
-                        if say is not None:
-                            say(f"warning: {w.message}", True)
-                    else:
-                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            self._profiles[key] = self._load_or_build(model, train)
         return self._profiles[key]
+
+    def _load_or_build(self, model: Any, train: Any) -> Any:
+        """The profile from the cache, or built (saying so on the status line); the cache's
+        warnings become lines of the summary."""
+        from pytest_sadl.errors import SadlCacheWarning, SadlConfigError
+        from pytest_sadl.profile.build import ProfileOptions
+        from pytest_sadl.profile.lookup import load_or_build
+
+        shown = self.status
+        options = ProfileOptions.from_sadl(self.options)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", SadlCacheWarning)
+                return load_or_build(
+                    model,
+                    train,
+                    options,
+                    self.cache_dir(),
+                    progress=None if shown is None else shown.progress(),
+                    status=self._quiet_say(),
+                    lock_timeout=self.options.lock_timeout,
+                    dask=self.options.dask,
+                    # the workers load the configured model from its path or spec
+                    dask_model=self.options.model if model is self._model else None,
+                )
+        except SadlConfigError as exc:
+            raise usage_error(exc) from None
+        finally:
+            self._pass_on(caught)
+
+    def _quiet_say(self) -> Callable[[str], None] | None:
+        """The status line's ``say`` of a passing message; None without a status line."""
+        shown = self.status
+        if shown is None:
+            return None
+
+        def say(msg: str) -> None:
+            shown.say(msg, False)
+
+        return say
+
+    def _pass_on(self, caught: list[warnings.WarningMessage]) -> None:
+        """The cache's warnings as one line each, now and in the summary; others pass on."""
+        from pytest_sadl.errors import SadlCacheWarning
+
+        for w in caught:
+            if not issubclass(w.category, SadlCacheWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                continue
+            self.outcome.warnings.append(str(w.message))
+            if self.status is not None:
+                self.status.say(f"warning: {w.message}", True)
 
     def train_for_profile(self) -> Any:
         return self.train_seen if self.train_seen is not None else self.train()

@@ -38,18 +38,22 @@ MISSING_SHOWN = 5  # test ids named in the warning line; the results list all of
 SPOOL_KEY, HOST_KEY = "sadl_spool", "sadl_host"  # what the controller puts in workerinput
 
 
+def _is_ours(payload: Any) -> bool:
+    """A payload of this transport's format and version."""
+    return (
+        isinstance(payload, dict) and payload.get("format") == TRANSPORT and payload.get("version") == TRANSPORT_VERSION
+    )
+
+
 def _check(payload: Any) -> dict[str, Any]:
-    if (
-        not isinstance(payload, dict)
-        or payload.get("format") != TRANSPORT
-        or payload.get("version") != TRANSPORT_VERSION
-    ):
+    if not _is_ours(payload):
         seen = payload.get("version") if isinstance(payload, dict) else type(payload).__name__
         raise ValueError(
             f"a worker sent records in an unknown format ({seen!r}; this controller reads "
             f"{TRANSPORT} version {TRANSPORT_VERSION}): run one pytest-sadl version everywhere"
         )
-    return payload
+    checked: dict[str, Any] = payload
+    return checked
 
 
 def pack(records: list[TestRecord]) -> dict[str, Any]:
@@ -174,7 +178,11 @@ def node_down(arrivals: Arrivals, node: Any, error: Any) -> WorkerEnd | None:
     if error or "sadl" not in output:
         arrivals.workers_down[name] = str(error or "no output")
         return None
-    end = _check(output["sadl"])
+    return _worker_end(_check(output["sadl"]))
+
+
+def _worker_end(end: dict[str, Any]) -> WorkerEnd:
+    """What a worker's checked end payload says."""
     return WorkerEnd(
         records=end,
         warnings=[str(w) for w in end.get("warnings", [])],

@@ -129,7 +129,7 @@ class ProfileOptions:
     def __post_init__(self) -> None:
         for name in ("sa_layers", "coverage_layers"):
             object.__setattr__(self, name, _layer_names(getattr(self, name)))
-        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+        if not _is_positive_int(self.batch_size):
             raise SadlConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
         if not _finite_non_negative(self.var_threshold):
             raise SadlConfigError(f"var_threshold must be a finite number >= 0, got {self.var_threshold!r}")
@@ -150,6 +150,11 @@ def _layer_names(value: Any) -> tuple[Any, ...] | None:
     if isinstance(value, (str, int)):
         value = (value,)
     return None if value is None else tuple(value) or None
+
+
+def _is_positive_int(value: Any) -> bool:
+    """An integer >= 1 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _finite_non_negative(value: Any) -> bool:
@@ -317,6 +322,14 @@ class TrainingProfile:
             return None
         return value
 
+    def _may_keep_distances(self) -> bool:
+        """Whether this process computed new ``dist_b`` that a stored profile can keep (not
+        all stored at build, and few enough to be read back)."""
+        dsa = self._dsa
+        if dsa is None or self.dsa_arrays is not None or self.path is None:
+            return False
+        return dsa.known > self._dsa_known and self.n_train * 8 <= store.MAX_EXTRA_BYTES
+
     def keep_dsa_distances(self) -> int:
         """Add the ``dist_b`` this process computed to the stored profile, so later
         sessions skip them; returns how many training traces the stored array now knows
@@ -329,19 +342,17 @@ class TrainingProfile:
         ``OSError`` when the folder cannot be written (a read-only cache: the distances are
         then computed again next time, nothing else changes) or when another process holds
         the lock (building or completing this profile: keeping is skipped, not waited for)."""
-        dsa = self._dsa
-        if dsa is None or self.dsa_arrays is not None or self.path is None or dsa.known <= self._dsa_known:
-            return 0
-        if self.n_train * 8 > store.MAX_EXTRA_BYTES:  # could not be read back
+        dsa, path = self._dsa, self.path
+        if dsa is None or path is None or not self._may_keep_distances():
             return 0
         mine = dsa.to_arrays(complete=False)["other_dist"]
-        with locks.locked(locks.lock_path(self.path), wait=False):
-            if self.stored_digest is None or store.entry_digest(self.path) != self.stored_digest:
+        with locks.locked(locks.lock_path(path), wait=False):
+            if self.stored_digest is None or store.entry_digest(path) != self.stored_digest:
                 return 0
             theirs = self._kept_distances(warn=False)  # a damaged file was reported on load
             if theirs is not None:
                 mine = np.where(np.isnan(mine), theirs, mine)
-            store.write_extra(self.path, DSA_DISTANCES, mine)
+            store.write_extra(path, DSA_DISTANCES, mine)
         self._dsa_known = dsa.known
         return int(np.count_nonzero(~np.isnan(mine)))
 
@@ -638,6 +649,23 @@ def _dsa_arrays(sa_traces: np.ndarray, sa_pred: np.ndarray, say: Status) -> dict
     return arrays
 
 
+def _canonical(
+    data: TrainingData, traced: Any, digests: list[np.ndarray], traces: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The SA traces, the predictions and the row keys in canonical order: the same inputs
+    in any order give the same arrays in the same order. Array data was traced in that
+    order already; a dataset's rows are reordered (after checking its second pass)."""
+    from pytest_sadl.fingerprint import canonical_order, row_keys
+
+    if data.x is not None:
+        rows = data.row_digests()
+        return traces.sa, traces.pred, row_keys(rows[canonical_order(rows)])
+    rows = np.concatenate(digests)
+    _check_second_pass(data, traced, rows)
+    order = canonical_order(rows)
+    return traces.sa[order], traces.pred[order], row_keys(rows[order])
+
+
 def build_profile(
     tm: Any,
     data: TrainingData,
@@ -656,7 +684,6 @@ def build_profile(
     traces of array data's rows in canonical ``order`` and their coverage layers' ranges,
     ``(traces, ranges)``, in its place (the Dask build, :mod:`pytest_sadl.profile.distributed`:
     the same batches, so the same traces and ranges)."""
-    from pytest_sadl.fingerprint import canonical_order, row_keys
 
     say = status or (lambda _msg: None)
     total = data.n
@@ -670,17 +697,8 @@ def build_profile(
     traces, ranges = _trace(tm, data, traced, options, progress, tracer, say)
     n = len(traces)
     n_outputs = int(traces.output.shape[1]) if traces.output.ndim == 2 else 1
-    # canonical order: the same inputs in any order give the same arrays in the same order
-    if data.x is not None:  # traced in canonical order already
-        rows = data.row_digests()
-        order = canonical_order(rows)
-        sa_traces, sa_pred, keys = traces.sa, traces.pred, row_keys(rows[order])
-    else:
-        rows = np.concatenate(digests)
-        _check_second_pass(data, traced, rows)
-        order = canonical_order(rows)
-        sa_traces, sa_pred, keys = traces.sa[order], traces.pred[order], row_keys(rows[order])
-    del traces, rows  # the coverage traces are done with: free them before the engine's set-up
+    sa_traces, sa_pred, keys = _canonical(data, traced, digests, traces)
+    del traces  # the coverage traces are done with: free them before the engine's set-up
     # The surprise measures are set up when a run needs them (ProfileView): one that cannot
     # be set up on these traces (too few classes, too little variance) is then reported as
     # not available while the others are computed, and the profile is cached either way.

@@ -85,12 +85,17 @@ def scoring_on(
         # LSA on principal axes (--sadl-sa-components) is set up here, on the projected traces
         projected = getattr(view, "components", None) is not None
         if status is not None:
-            what = "DSA" if projected else "LSA and DSA"
-            status(f"scoring {what} on {len(scorer._workers)} Dask worker(s) at {address}")
+            status(_scoring_line(projected, len(scorer._workers), address))
         use_cluster_scores(view, scorer.lsa, scorer.dsa if profile.classifier else None, projected)
         yield True
     finally:
         scorer.__exit__(None, None, None)
+
+
+def _scoring_line(projected: bool, workers: int, address: str) -> str:
+    """The status line of scoring on the cluster (LSA on principal axes is set up here)."""
+    what = "DSA" if projected else "LSA and DSA"
+    return f"scoring {what} on {workers} Dask worker(s) at {address}"
 
 
 def use_cluster_scores(view: Any, lsa: Any, dsa: Any, projected: bool = False) -> None:
@@ -287,22 +292,16 @@ class ClusterScorer:
         p = None if pred is None or self.pred is None else np.asarray(pred, dtype=np.int64)
         if not self._lsa:
             self._lsa = self._lsa_on_each_worker()
-        workers = list(self._lsa)
         blocks = _query_blocks(len(q))
-        futures = [
-            self.client.submit(
-                _lsa_score,
-                self._lsa[workers[i % len(workers)]],
-                q[a:b],
-                None if p is None else p[a:b],
-                workers=[workers[i % len(workers)]],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for i, (a, b) in enumerate(blocks)
-        ]
+        futures = [self._submit_lsa(i, q[a:b], None if p is None else p[a:b]) for i, (a, b) in enumerate(blocks)]
         results = gather_in_order(self.client, futures, [b - a for a, b in blocks], None, self.status, "LSA")
         return np.concatenate(results) if results else np.zeros(0)
+
+    def _submit_lsa(self, i: int, q: np.ndarray, p: np.ndarray | None) -> Any:
+        """Block ``i`` of the queries to the workers in turn, scored by the LSA set up on it."""
+        workers = list(self._lsa)
+        w = workers[i % len(workers)]
+        return self.client.submit(_lsa_score, self._lsa[w], q, p, workers=[w], allow_other_workers=False, pure=False)
 
     def _lsa_on_each_worker(self) -> dict[Any, Any]:
         """LSA set up once on each worker (futures by worker), from the training traces the

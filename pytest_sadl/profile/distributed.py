@@ -209,32 +209,36 @@ class DaskTracer:
         """Connect, and have every worker load the model now (in the background).
         ``strict=False``: a scheduler out of reach is not an error yet (a cache hit needs
         no cluster); the build that needs it then says so."""
-        if self._client is None:
-            if self._error is not None:
-                raise self._error
-            ahead = _AHEAD.pop((self.address, self.model_spec, self.base_dir), None)
-            if isinstance(ahead, SadlConfigError):  # load_ahead could not connect
-                self._error = ahead
-                if strict:
-                    raise ahead
-                return
-            if ahead is not None:  # connected before this process imported TensorFlow
-                self._client, self._ahead = ahead
-                self._finalizer = weakref.finalize(self, self._client.close)
-                return
-            try:
-                self._client = connect(self.address, self.connect_timeout)
-            except SadlConfigError as exc:
-                if strict:
-                    raise
-                self._error = exc  # said by the build that needs the cluster, not waited for twice
-                return
-            self._finalizer = weakref.finalize(self, self._client.close)
-            workers = list(self._client.scheduler_info().get("workers", {}))
-            self._ahead = [  # held: a released future's task may be cancelled before it runs
-                self._client.submit(_load_ahead, self.model_spec, self.base_dir, workers=[w], pure=False)
-                for w in workers
-            ]
+        if self._client is not None:
+            return
+        if self._error is not None:
+            raise self._error
+        ahead = _AHEAD.pop((self.address, self.model_spec, self.base_dir), None)
+        if isinstance(ahead, SadlConfigError):  # load_ahead could not connect
+            self._error = ahead
+            if strict:
+                raise ahead
+            return
+        if ahead is None:
+            self._connect(strict)
+            return
+        self._client, self._ahead = ahead  # connected before this process imported TensorFlow
+        self._finalizer = weakref.finalize(self, self._client.close)
+
+    def _connect(self, strict: bool) -> None:
+        """Connect now and have every worker load the model (in the background)."""
+        try:
+            self._client = connect(self.address, self.connect_timeout)
+        except SadlConfigError as exc:
+            if strict:
+                raise
+            self._error = exc  # said by the build that needs the cluster, not waited for twice
+            return
+        self._finalizer = weakref.finalize(self, self._client.close)
+        workers = list(self._client.scheduler_info().get("workers", {}))
+        self._ahead = [  # held: a released future's task may be cancelled before it runs
+            self._client.submit(_load_ahead, self.model_spec, self.base_dir, workers=[w], pure=False) for w in workers
+        ]
 
     def close(self) -> None:
         if self._client is not None:

@@ -72,14 +72,33 @@ def _same(a: np.ndarray, make: Callable[[], np.ndarray], shape: tuple[int, ...])
     if a.shape != shape or a.dtype.kind not in "biuf":
         return False
     b = make()
-    if b.dtype.kind not in "biuf" or not (a.dtype == b.dtype or np.can_cast(b.dtype, a.dtype, casting="safe")):
+    if not _holds_exactly(a.dtype, b.dtype):
         return False
     step = max(1, (1 << 22) // max(1, int(np.prod(a.shape[1:], dtype=np.int64))))
     return all(np.array_equal(a[i : i + step], b[i : i + step].astype(a.dtype)) for i in range(0, len(a), step))
 
 
+def _holds_exactly(into: np.dtype[Any], dtype: np.dtype[Any]) -> bool:
+    """Whether numbers of ``dtype`` are held exactly by ``into`` (the same, or a safe cast)."""
+    return dtype.kind in "biuf" and (into == dtype or np.can_cast(dtype, into, casting="safe"))
+
+
 def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Flat ``{key: array}`` for the store and the references of deduplicated arrays."""
+    arrays = _plain_arrays(profile)
+    refs: dict[str, Any] = {"strings": {}}
+    need_order = False
+    cands = _candidates(profile)
+    for group, d in (("lsa", profile.lsa_arrays), ("dsa", profile.dsa_arrays)):
+        if d is not None:
+            need_order |= _score_arrays(profile, cands, (group, d), arrays, refs)
+    if need_order:
+        arrays["order"] = np.argsort(profile.sa_pred, kind="stable")
+    return arrays, refs
+
+
+def _plain_arrays(profile: TrainingProfile) -> dict[str, np.ndarray]:
+    """The traces, classes, row keys, neuron ranges and output layer, as the store keeps them."""
     arrays: dict[str, np.ndarray] = {
         "sa_traces": np.ascontiguousarray(profile.sa_traces),
         "sa_pred": np.ascontiguousarray(profile.sa_pred),
@@ -90,15 +109,7 @@ def _to_file_arrays(profile: TrainingProfile) -> tuple[dict[str, np.ndarray], di
             arrays[f"ranges.{key}"] = value
     for key, value in (profile.head_arrays or {}).items():
         arrays[f"head.{key}"] = np.ascontiguousarray(value, dtype=np.float64)
-    refs: dict[str, Any] = {"strings": {}}
-    need_order = False
-    cands = _candidates(profile)
-    for group, d in (("lsa", profile.lsa_arrays), ("dsa", profile.dsa_arrays)):
-        if d is not None:
-            need_order |= _score_arrays(profile, cands, (group, d), arrays, refs)
-    if need_order:
-        arrays["order"] = np.argsort(profile.sa_pred, kind="stable")
-    return arrays, refs
+    return arrays
 
 
 def _score_arrays(
@@ -166,9 +177,18 @@ def _check_counts(meta: dict[str, Any]) -> None:
         if not _is_int(meta.get(key), 1):
             raise _bad(meta, key, "an integer >= 1")
     for key in ("sa_sizes", "coverage_sizes"):
-        value = meta.get(key)
-        if not isinstance(value, list) or not value or not all(_is_int(v, 1) for v in value):
+        if not _is_sizes(meta.get(key)):
             raise _bad(meta, key, "a list of integers >= 1")
+
+
+def _is_sizes(value: Any) -> bool:
+    """A non-empty list of integers >= 1."""
+    return isinstance(value, list) and bool(value) and all(_is_int(v, 1) for v in value)
+
+
+def _is_names(value: Any, n: int) -> bool:
+    """A list of ``n`` strings."""
+    return isinstance(value, list) and len(value) == n and all(isinstance(v, str) for v in value)
 
 
 def _check_names(meta: dict[str, Any]) -> None:
@@ -178,12 +198,7 @@ def _check_names(meta: dict[str, Any]) -> None:
         ("coverage_layers", "coverage_sizes"),
         ("range_names", "coverage_sizes"),
     ):
-        value = meta.get(key)
-        if (
-            not isinstance(value, list)
-            or not all(isinstance(v, str) for v in value)
-            or len(value) != len(meta[size_key])
-        ):
+        if not _is_names(meta.get(key), len(meta[size_key])):
             raise _bad(meta, key, f"a list of {len(meta[size_key])} names")
 
 
@@ -193,11 +208,15 @@ def _check_values(meta: dict[str, Any]) -> None:
         raise _bad(meta, "classifier", "true or false")
     if not _is_threshold(meta.get("var_threshold")):
         raise _bad(meta, "var_threshold", "a finite number >= 0")
-    shape = meta.get("input_shape")
-    if not isinstance(shape, list) or not all(v is None or _is_int(v) for v in shape):
+    if not _is_shape(meta.get("input_shape")):
         raise _bad(meta, "input_shape", "a list of sizes")
     if not isinstance(meta.get("refs", {}), dict) or not isinstance(meta.get("versions", {}), dict):
         raise Invalid("metadata 'refs' or 'versions' is not an object")
+
+
+def _is_shape(value: Any) -> bool:
+    """A list of sizes, ``None`` where a size is free (the batch's)."""
+    return isinstance(value, list) and all(v is None or _is_int(v) for v in value)
 
 
 def _is_threshold(value: Any) -> bool:
@@ -290,15 +309,24 @@ def _check_content(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
     and order in range, the LSA's threshold the metadata's."""
     if not _all_finite(a["sa_traces"]):
         raise Invalid("sa_traces holds NaN or inf")
-    low, high = np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])
-    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+    if not _sound_ranges(np.asarray(a["ranges.low"]), np.asarray(a["ranges.high"])):
         raise Invalid("the neuron ranges hold NaN, inf or low > high")
     std = a.get("ranges.std")
-    if std is not None and not (np.isfinite(std).all() and (np.asarray(std) >= 0).all()):
+    if std is not None and not _sound_std(np.asarray(std)):
         raise Invalid("the neuron ranges' standard deviations hold NaN, inf or negative values")
     if list(np.asarray(a["ranges.sizes"])) != meta["coverage_sizes"]:
         raise Invalid(f"the neuron ranges have sizes {list(a['ranges.sizes'])}, expected {meta['coverage_sizes']}")
     _check_indices(meta, a)
+
+
+def _sound_ranges(low: np.ndarray, high: np.ndarray) -> bool:
+    """Finite bounds with ``low <= high``."""
+    return bool(np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all())
+
+
+def _sound_std(std: np.ndarray) -> bool:
+    """Finite standard deviations, none negative."""
+    return bool(np.isfinite(std).all() and (std >= 0).all())
 
 
 def _check_indices(meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
@@ -333,9 +361,7 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
     classifier = meta["classifier"]
     options = _options(meta)
     lsa_arrays = _Arrays(groups["lsa"], refs["lsa"])
-    dsa_arrays = _Arrays(groups["dsa"], refs["dsa"]) if (groups["dsa"] or refs["dsa"]) else None
-    if dsa_arrays is not None and "other_dist" in groups["dsa"] and groups["dsa"]["other_dist"].shape != (n,):
-        raise Invalid("dsa.other_dist has the wrong shape")
+    dsa_arrays = _dsa_arrays(groups["dsa"], refs["dsa"], n)
     return TrainingProfile(
         fingerprint=meta["fingerprint"],
         options=options,
@@ -364,6 +390,15 @@ def _from_entry(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
         head_arrays=_head(groups["head"]),
         head_reason=str(meta.get("head_reason", "")),
     )
+
+
+def _dsa_arrays(stored: dict[str, np.ndarray], refs: dict[str, Callable[[], np.ndarray]], n: int) -> _Arrays | None:
+    """The DSA's arrays (stored and referenced), None when the profile keeps none."""
+    if not (stored or refs):
+        return None
+    if "other_dist" in stored and stored["other_dist"].shape != (n,):
+        raise Invalid("dsa.other_dist has the wrong shape")
+    return _Arrays(stored, refs)
 
 
 def _options(meta: dict[str, Any]) -> ProfileOptions:
@@ -397,6 +432,12 @@ def _groups(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, di
         group, _, sub = key.partition(".")
         if group in groups and sub:
             groups[group][sub] = value
+    _add_strings(groups, meta)
+    return groups
+
+
+def _add_strings(groups: dict[str, dict[str, np.ndarray]], meta: dict[str, Any]) -> None:
+    """The metadata's strings (options such as LSA's near_singular) into their groups."""
     strings = meta.get("refs", {}).get("strings", {})
     if not isinstance(strings, dict):
         raise Invalid("metadata 'refs.strings' is not an object")
@@ -405,7 +446,6 @@ def _groups(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, di
         if group not in groups or not isinstance(value, str) or len(value) > 100 or not sub:
             raise Invalid(f"string entry {name!r} -> {value!r} is unknown")
         groups[group][sub] = np.array(value)
-    return groups
 
 
 def _references(
@@ -417,17 +457,21 @@ def _references(
         if name == "strings":
             continue
         group, _, sub = name.partition(".")
-        if (
-            not isinstance(ref, dict)
-            or ref.get("ref") not in cands
-            or group not in refs
-            or ref.get("dtype") not in store.DTYPES
-        ):
+        if group not in refs or not _is_reference(ref, cands):
             raise Invalid(f"reference {name!r} -> {ref!r} is unknown")
-        make, dtype = cands[ref["ref"]], np.dtype(ref["dtype"])
-
-        def cast_ref(make: Callable[[], np.ndarray] = make, dtype: np.dtype[Any] = dtype) -> np.ndarray:
-            return make().astype(dtype, copy=False)  # bound per reference: called lazily, later
-
-        refs[group][sub] = cast_ref
+        refs[group][sub] = _cast_ref(cands[ref["ref"]], np.dtype(ref["dtype"]))
     return refs
+
+
+def _is_reference(ref: Any, cands: dict[str, Callable[[], np.ndarray]]) -> bool:
+    """``{"ref": one of cands, "dtype": a dtype the store holds}``."""
+    return isinstance(ref, dict) and ref.get("ref") in cands and ref.get("dtype") in store.DTYPES
+
+
+def _cast_ref(make: Callable[[], np.ndarray], dtype: np.dtype[Any]) -> Callable[[], np.ndarray]:
+    """``make`` whose array is cast to ``dtype``: called lazily, when first read."""
+
+    def cast_ref() -> np.ndarray:
+        return make().astype(dtype, copy=False)
+
+    return cast_ref

@@ -73,8 +73,8 @@ def cached_build(
     (see :func:`locked`).
     """
     hit = None if rebuild else load(path, True)
-    if hit is not None and ready(hit):
-        return hit, True
+    if _usable(hit, ready):
+        return hit, True  # type: ignore[return-value]
     directory = path.parent
     with contextlib.ExitStack() as stack:
         try:
@@ -85,15 +85,25 @@ def cached_build(
             return make(hit), False
         if not rebuild:  # another process may have built it while we waited
             hit = load(path, False)
-            if hit is not None and ready(hit):
-                return hit, True
+            if _usable(hit, ready):
+                return hit, True  # type: ignore[return-value]
         value = make(hit)
-        try:
-            save(value, path)
-        except OSError as exc:
-            uncached_warning(directory, exc)
-            return value, False
-    return value, True
+        return value, _saved(value, path, save)
+
+
+def _usable(hit: T | None, ready: Callable[[T], bool]) -> bool:
+    """A loaded value that can be used as it is."""
+    return hit is not None and ready(hit)
+
+
+def _saved(value: T, path: Path, save: Callable[[T, Path], None]) -> bool:
+    """Whether ``value`` was written to ``path``; a warning says why it was not."""
+    try:
+        save(value, path)
+    except OSError as exc:
+        uncached_warning(path.parent, exc)
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------- listing

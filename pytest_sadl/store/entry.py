@@ -206,15 +206,8 @@ def open_regular(path: Path) -> Iterator[BinaryIO]:
 
 def _read_header(fh: BinaryIO, name: str) -> tuple[tuple[int, ...], str, int]:
     """(shape, dtype descr, data offset) of an ``.npy``; only the header is read."""
-    fmt = np.lib.format
     try:
-        major, _minor = fmt.read_magic(fh)
-        if major == 1:
-            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
-        elif major in (2, 3):
-            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
-        else:
-            raise Invalid(f"{name}: .npy format version {major} is unknown")
+        shape, fortran, dtype = _header_fields(fh, name)
     except Invalid:
         raise
     except Exception as exc:  # ValueError, EOFError, SyntaxError from a hostile header...
@@ -224,6 +217,17 @@ def _read_header(fh: BinaryIO, name: str) -> tuple[tuple[int, ...], str, int]:
     if dtype.str not in DTYPES or dtype.names is not None or dtype.subdtype is not None:
         raise Invalid(f"{name}: dtype {dtype.str!r} is not a plain number type")
     return tuple(int(s) for s in shape), dtype.str, fh.tell()
+
+
+def _header_fields(fh: BinaryIO, name: str) -> tuple[Any, bool, np.dtype[Any]]:
+    """(shape, Fortran order, dtype) of an ``.npy`` header of a known format version."""
+    fmt = np.lib.format
+    major, _minor = fmt.read_magic(fh)
+    if major == 1:
+        return fmt.read_array_header_1_0(fh)
+    if major in (2, 3):
+        return fmt.read_array_header_2_0(fh)
+    raise Invalid(f"{name}: .npy format version {major} is unknown")
 
 
 @dataclass
@@ -270,12 +274,7 @@ def _open_array(file: Path, rec: dict[str, Any]) -> np.ndarray:
         if list(shape) != rec["shape"] or dtype != rec["dtype"]:
             raise Invalid(f"{file.name} holds {dtype} {shape}, the metadata says {rec['dtype']} {tuple(rec['shape'])}")
         nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
-        st = os.fstat(fh.fileno())
-        if st.st_size != offset + nbytes:
-            raise Invalid(f"{file.name} is {st.st_size} bytes, its header says {offset + nbytes} (truncated or padded)")
-        blocks = getattr(st, "st_blocks", None)
-        if blocks is not None and st.st_size > SPARSE_CHECK_BYTES and blocks * 512 < st.st_size // 2:
-            raise Invalid(f"{file.name} claims {st.st_size} bytes but occupies {blocks * 512} on disk (a sparse file)")
+        _check_file_size(file, os.fstat(fh.fileno()), offset + nbytes)
         if nbytes < _SMALL:  # read small arrays (0-d ones included) into memory
             data = fh.read(nbytes)
             loaded: np.ndarray = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
@@ -285,6 +284,16 @@ def _open_array(file: Path, rec: dict[str, Any]) -> np.ndarray:
             return mapped
         except (OSError, ValueError) as exc:
             raise Invalid(f"{file.name} cannot be memory-mapped ({exc})") from None
+
+
+def _check_file_size(file: Path, st: os.stat_result, size: int) -> None:
+    """The file is the ``size`` bytes its header says, and not sparse (a large file that
+    occupies less than half of its size on disk)."""
+    if st.st_size != size:
+        raise Invalid(f"{file.name} is {st.st_size} bytes, its header says {size} (truncated or padded)")
+    blocks = getattr(st, "st_blocks", None)
+    if blocks is not None and st.st_size > SPARSE_CHECK_BYTES and blocks * 512 < st.st_size // 2:
+        raise Invalid(f"{file.name} claims {st.st_size} bytes but occupies {blocks * 512} on disk (a sparse file)")
 
 
 def open_entry(path: str | os.PathLike[str]) -> Entry:
@@ -298,15 +307,20 @@ def open_entry(path: str | os.PathLike[str]) -> Entry:
     arrays: dict[str, np.ndarray] = {}
     for name, rec in records.items():
         _check_name(name)
-        if (
-            not isinstance(rec, dict)
-            or rec.get("dtype") not in DTYPES
-            or not _is_shape(rec.get("shape"))
-            or not isinstance(rec.get("sha256"), str)
-        ):
+        if not _is_record(rec):
             raise Invalid(f"{META}: the record of {name!r} is malformed")
         arrays[name] = _open_array(path / _file_name(name), rec)
     return Entry(path=path, meta=meta, arrays=arrays, records=records, digest=str(doc["digest"]))
+
+
+def _is_record(rec: Any) -> bool:
+    """An array's metadata record: a known dtype, a shape and a sha256."""
+    return (
+        isinstance(rec, dict)
+        and rec.get("dtype") in DTYPES
+        and _is_shape(rec.get("shape"))
+        and isinstance(rec.get("sha256"), str)
+    )
 
 
 def _check_folder(path: Path) -> None:
@@ -331,13 +345,16 @@ def _check_doc(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     meta, records = doc.get("meta"), doc.get("arrays")
     if not isinstance(meta, dict) or not isinstance(records, dict):
         raise Invalid(f"{META} lacks its 'meta' or 'arrays' object")
-    try:
-        same = doc.get("digest") == _meta_digest(doc)
-    except ValueError:  # NaN or inf smuggled into the metadata
-        same = False
-    if not same:
+    if not _digest_matches(doc):
         raise Invalid(f"{META} does not match its digest (changed or corrupt)")
     return meta, records
+
+
+def _digest_matches(doc: dict[str, Any]) -> bool:
+    try:
+        return bool(doc.get("digest") == _meta_digest(doc))
+    except ValueError:  # NaN or inf smuggled into the metadata
+        return False
 
 
 def entry_digest(path: str | os.PathLike[str]) -> str | None:

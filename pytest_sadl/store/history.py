@@ -22,12 +22,7 @@ def note_data(directory: str | os.PathLike[str], key: str, fingerprint: str, n: 
     ``fingerprint`` and ``n`` inputs; return what was remembered before (``None`` when
     nothing, or when the history cannot be read). Best effort: ``OSError`` is ignored."""
     file = Path(directory) / _HISTORY
-    history: dict[str, Any] = {}
-    with contextlib.suppress(Invalid, OSError):
-        with open_regular(file) as fh:
-            loaded = load_json(fh, _HISTORY, MAX_META_BYTES // 4)
-        if isinstance(loaded, dict):
-            history = {k: v for k, v in loaded.items() if isinstance(v, dict)}
+    history = _read_history(file)
     before: dict[str, Any] | None = history.get(key)
     history.pop(key, None)
     history[key] = {"data": str(fingerprint), "n": int(n)}
@@ -35,6 +30,19 @@ def note_data(directory: str | os.PathLike[str], key: str, fingerprint: str, n: 
         history.pop(next(iter(history)))
     with contextlib.suppress(OSError):
         atomic_write_text(file, json.dumps(history, indent=1))
-    if before is None or not isinstance(before.get("data"), str) or type(before.get("n")) is not int:
-        return None
-    return before
+    return before if _is_note(before) else None
+
+
+def _read_history(file: Path) -> dict[str, Any]:
+    """The history's entries (objects only); empty when it cannot be read."""
+    with contextlib.suppress(Invalid, OSError):
+        with open_regular(file) as fh:
+            loaded = load_json(fh, _HISTORY, MAX_META_BYTES // 4)
+        if isinstance(loaded, dict):
+            return {k: v for k, v in loaded.items() if isinstance(v, dict)}
+    return {}
+
+
+def _is_note(entry: dict[str, Any] | None) -> bool:
+    """A remembered ``{"data": fingerprint, "n": inputs}``."""
+    return entry is not None and isinstance(entry.get("data"), str) and type(entry.get("n")) is int
