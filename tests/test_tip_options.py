@@ -332,3 +332,21 @@ def test_options_flow_through_a_stored_profile_without_stale_values(dense_model,
     ]
     again = ProfileView.of(stored, metrics, SadlOptions(metrics=tuple(metrics))).score(t, tp)
     np.testing.assert_array_equal(again["lsa"], before["lsa"])  # the default is not the option's
+
+
+def test_a_silhouette_of_one_mode_is_a_usage_error(pytester):
+    """``--sadl-mmdsa-silhouette`` takes 0 (off) or the most modes to try, 2 or more: 1 (no
+    choice to make) and negatives are refused in one line, as its ini twin is."""
+    from pytest_sadl.plugin.options import read_options
+
+    assert (
+        read_options(pytester.parseconfig("--sadl-coverage", "--sadl-mmdsa-silhouette=3")).param("mmdsa_silhouette")
+        == 3
+    )
+    assert read_options(pytester.parseconfig("--sadl-coverage")).param("mmdsa_silhouette") == 0
+    for bad in ("1", "-2"):
+        with pytest.raises(pytest.UsageError, match=r"^--sadl-mmdsa-silhouette=-?\d: MMDSA's silhouette is 0 \(off\)"):
+            read_options(pytester.parseconfig("--sadl-coverage", f"--sadl-mmdsa-silhouette={bad}"))
+    pytester.makeini("[pytest]\nsadl_mmdsa_silhouette = 1\n")
+    with pytest.raises(pytest.UsageError, match="2 or more"):
+        read_options(pytester.parseconfig("--sadl-coverage"))

@@ -110,8 +110,8 @@ class Param:
     """One parameter of a criterion, its whole surface: the option ``--sadl-NAME`` (``_``
     as ``-``) and its ini twin ``sadl_NAME``, the ``SadlOptions`` value the criterion reads
     (``options.param(name)``) and the results' ``config`` key. ``type`` is ``int`` or
-    ``float``; a value below ``at_least`` or not below ``below`` is a usage error saying
-    ``why``; ``limit`` caps an option that sizes memory (``limit_why``: what it sizes).
+    ``float``; a value below ``at_least``, not below ``below`` or in ``refused`` is a usage
+    error saying ``why``; ``limit`` caps an option that sizes memory (``limit_why``: what it sizes).
     ``help`` ends with the default, as ``pytest --help`` shows it."""
 
     name: str
@@ -123,6 +123,9 @@ class Param:
     at_least_why: str = ""
     below: float | None = None
     below_why: str = ""
+    #: values a usage error refuses although within the limits (MMDSA's silhouette takes
+    #: 0 or 2 and more, not 1), with ``at_least_why`` as the message
+    refused: tuple[float, ...] = ()
     limit: float | None = None
     limit_why: str = ""
     #: the results' JSON Schema entry of the ``config`` key: its description and maximum

@@ -80,6 +80,8 @@ class Option:
     #: a number must be below this (NC's threshold < 1), and the message
     below: float | None = None
     below_why: str = ""
+    #: values refused although within the limits (with ``at_least_why``)
+    refused: tuple[float, ...] = ()
     #: the words a text option takes, and the message naming them
     choices: tuple[str, ...] = ()
     choices_why: str = ""
@@ -117,6 +119,7 @@ def param_option(param: Param) -> Option:
         at_least_why=param.at_least_why,
         below=param.below,
         below_why=param.below_why,
+        refused=param.refused,
     )
 
 
@@ -743,7 +746,7 @@ def _number(r: _Reader, opt: Option) -> Any:
     if value is None:
         return None
     shown = f"{value:g}" if isinstance(value, float) else str(value)
-    if opt.at_least is not None and value < opt.at_least:
+    if (opt.at_least is not None and value < opt.at_least) or value in opt.refused:
         raise _usage(f"{r.label(opt)}={shown}: {opt.at_least_why}")
     if opt.below is not None and value >= opt.below:
         raise _usage(f"{r.label(opt)}={shown}: {opt.below_why}")

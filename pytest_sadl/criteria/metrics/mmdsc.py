@@ -71,7 +71,8 @@ CRITERION = Criterion(
             "MMDSA: each class's modes chosen among 2..K by the silhouette score, as dnn-tip's "
             "potential_k (default 0: --sadl-mmdsa-modes modes)",
             at_least=0,
-            at_least_why="MMDSA's silhouette is 0 (off) or the largest number of modes to try",
+            at_least_why="MMDSA's silhouette is 0 (off) or the largest number of modes to try, 2 or more",
+            refused=(1,),
             description="the most modes MMDSA's silhouette choice tried per class, 0 when off (when the run computed MMDSC)",
         ),
     ),
