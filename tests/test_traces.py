@@ -858,3 +858,24 @@ def test_trace_models_of_one_model_and_layers_share_the_traced_pass(digits: Any)
     del model, dense, counted, first, second, other, extrema, with_more, patched, passes, fifth
     gc.collect()
     assert ref() is None
+
+
+def test_each_run_reads_the_weights_as_they_are_then() -> None:
+    """The pass reads the model's variables once a run, not once a batch (JAX: the
+    ``jax.jit`` pass's state held for the run's batches): weights set between two runs of
+    one trace model are the second run's, equal to a new trace model's; the first run's
+    batches all used the weights of its start."""
+    model = keras.Sequential(
+        [keras.Input(shape=(4,)), layers.Dense(3, activation="relu", name="a"), layers.Dense(2, name="b")]
+    )
+    x = np.random.default_rng(1).normal(size=(100, 4)).astype(np.float32)
+    tm = TraceModel(model, sa_layers=["a"])
+    before = tm.traces(x, batch_size=16).sa
+    again = tm.traces(x, batch_size=16).sa
+    np.testing.assert_array_equal(before, again)
+    kernel, bias = model.get_layer("a").get_weights()
+    model.get_layer("a").set_weights([kernel * -2.0, bias + 1.0])
+    after = tm.traces(x, batch_size=16).sa
+    np.testing.assert_allclose(after, TraceModel(model, sa_layers=["a"]).traces(x, batch_size=16).sa, rtol=1e-6)
+    np.testing.assert_allclose(after, np.maximum(x @ (kernel * -2.0) + bias + 1.0, 0.0), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(before, after)

@@ -159,6 +159,8 @@ class Forward:
         self._graph_calls: bool | None = None
         """TensorFlow, :meth:`eager`: ``True`` once the graph ran a ``model(x)`` call,
         ``False`` after the model could not be traced (eager calls from then on)."""
+        self._held: tuple[list[Any], list[Any]] | None = None
+        """JAX, inside :meth:`holding_state`: the variables' values, read once for a run's batches."""
 
     # -- the compiled functions -------------------------------------------------
 
@@ -216,7 +218,7 @@ class Forward:
             # views, not copies (EagerTensor.numpy() copies)
             return tree.map_structure(to_numpy, output), [np.asarray(v) for v in flat]
         if self.backend == "jax":
-            output, flat = self._jax()(*self._jax_state(), x)
+            output, flat = self._jax()(*(self._held or self._jax_state()), x)
             self.jit = True
         else:
             output, flat = self._eager_body(x)
@@ -235,6 +237,20 @@ class Forward:
                     raise
                 self.jit = False
         return self._tf(False, x)(x)
+
+    @contextlib.contextmanager
+    def holding_state(self) -> Iterator[None]:
+        """JAX: the model's variables read once for the batches run inside (one call's
+        batches: nothing changes the weights between them), not once a batch (75 us each
+        on a small ConvNet); other backends read nothing."""
+        if self.backend != "jax" or self._held is not None:
+            yield
+            return
+        self._held = self._jax_state()
+        try:
+            yield
+        finally:
+            self._held = None
 
     def _jax_state(self) -> tuple[list[Any], list[Any]]:
         """The model's trainable and non-trainable variables' values, as the ``jax.jit`` pass takes them."""

@@ -895,12 +895,13 @@ class TraceModel:
         jit = self._use_jit(data.n)
         outputs: list[Any] = []
         try:
-            for batch in data.batches(batch_size):
-                output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
-                outputs.append(output)
-                rows.add(flat)
-                if progress is not None:
-                    progress(rows.done, data.n)
+            with self._forward.holding_state():
+                for batch in data.batches(batch_size):
+                    output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
+                    outputs.append(output)
+                    rows.add(flat)
+                    if progress is not None:
+                        progress(rows.done, data.n)
         except Exception:
             raise
         except BaseException as exc:  # a timeout, Ctrl-C, SystemExit: the batches done go with it
