@@ -8,6 +8,10 @@ and the fix, so that the plugin can turn any of them into a usage error (exit 4)
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
+
 __all__ = [
     "SadlConfigError",
     "SadlModelError",
@@ -19,6 +23,7 @@ __all__ = [
     "SadlModelWarning",
     "SadlCacheWarning",
     "SadlRecordingWarning",
+    "sadl_warnings_into",
 ]
 
 
@@ -63,3 +68,18 @@ class SadlCacheWarning(SadlWarning):
 
 class SadlRecordingWarning(SadlWarning):
     """An input reached the model but could not be recorded."""
+
+
+@contextlib.contextmanager
+def sadl_warnings_into(lines: list[str]) -> Iterator[None]:
+    """pytest-sadl's own warnings raised inside, each appended to ``lines`` (a report's
+    lines) once the block ends; every other warning warned again as it was raised. A
+    block that raises passes its exception on and its warnings are dropped."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if issubclass(w.category, SadlWarning):
+            lines.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

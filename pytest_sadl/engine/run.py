@@ -25,7 +25,7 @@ from pytest_sadl.engine import rows
 from pytest_sadl.engine.bounds import ScBounds
 from pytest_sadl.engine.joined import Joined
 from pytest_sadl.engine.view import ProfileView
-from pytest_sadl.errors import SadlWarning
+from pytest_sadl.errors import sadl_warnings_into
 from pytest_sadl.records import TestRecord
 from pytest_sadl.results import Failure, Metric, ModelInfo, Ood, Results, percent
 
@@ -132,17 +132,11 @@ def _set_up(run: ProfileView, tell: Callable[[str], None]) -> list[str]:
     """Set the run's scores up first (what they say comes before the bounds' notes);
     pytest-sadl's own warnings are returned as lines of the reports, others warned again."""
     n_train = len(run.sa_traces)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    notes: list[str] = []
+    with sadl_warnings_into(notes):
         for key in run.score_keys():
             tell(f"setting {SA_LABELS[key]} up on {n_train} training traces")
             run.scorer(key)
-    notes = []
-    for w in caught:
-        if issubclass(w.category, SadlWarning):
-            notes.append(str(w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return notes
 
 

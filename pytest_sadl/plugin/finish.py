@@ -10,7 +10,6 @@ others or of the terminal table; :meth:`Outcome.exit_status` then says so.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -221,17 +220,10 @@ def _view_saying_warnings(profile: Any, options: SadlOptions, messages: list[str
     """The engine's view of ``profile``; the warnings setting it up gives (kept DSA distances
     that cannot be used...) become lines of the report (``messages``), others pass on."""
     from pytest_sadl.engine import ProfileView
-    from pytest_sadl.errors import SadlWarning
+    from pytest_sadl.errors import sadl_warnings_into
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        view = ProfileView.of(profile, options.metrics, options)
-    for w in caught:
-        if issubclass(w.category, SadlWarning):
-            messages.append(str(w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return view
+    with sadl_warnings_into(messages):
+        return ProfileView.of(profile, options.metrics, options)
 
 
 def like_with_like(ending: Ending, baseline: Results, notes: list[str]) -> Results:
