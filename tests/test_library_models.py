@@ -345,7 +345,14 @@ def test_a_hugging_face_text_classifier_called_with_keywords_end_to_end(pytester
     on shorter sequences and ``model(**batch, labels=...)`` with gradients, all recorded;
     the training data a DataLoader of dicts; SA on the pooler (what the head reads)."""
     library("transformers")
-    pytester.makeconftest(HF_CONFTEST)
+    report = _run_hf_tests(pytester, HF_CONFTEST)
+    assert report["metrics"]["nc"]["value"] > 0
+
+
+def _run_hf_tests(pytester: pytest.Pytester, conftest: str) -> dict:
+    """HF_TESTS run with ``conftest`` under the plugin: every keyword call recorded (the
+    inputs of each test, no unrecorded call warned), every metric with a value; the JSON report."""
+    pytester.makeconftest(conftest)
     pytester.makepyfile(test_hf=HF_TESTS)
     pytester.syspathinsert()
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--sadl-coverage", "--sadl-report=json:out.json")
@@ -354,8 +361,8 @@ def test_a_hugging_face_text_classifier_called_with_keywords_end_to_end(pytester
     tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in report["tests"]}
     assert tests == {"test_keywords": 20, "test_named_arguments_shorter_sequences": 12, "test_with_labels": 8}
     assert not [w for w in report["outcome"]["warnings"] if "unrecorded" in w]
-    assert report["metrics"]["nc"]["value"] > 0
     assert all(m["value"] is not None for m in report["metrics"].values()), report["metrics"]
+    return report
 
 
 HF_DATASETS_TRAIN = """
@@ -379,16 +386,7 @@ def test_a_datasets_dataset_as_training_data_for_a_hugging_face_classifier(pytes
     library("transformers")
     datasets = library("datasets")
     conftest = HF_CONFTEST[: HF_CONFTEST.index('@pytest.fixture(scope="session")\ndef sadl_train')] + HF_DATASETS_TRAIN
-    pytester.makeconftest(conftest)
-    pytester.makepyfile(test_hf=HF_TESTS)
-    pytester.syspathinsert()
-    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--sadl-coverage", "--sadl-report=json:out.json")
-    assert res.ret == 0, res.stdout.str()[-3000:]
-    report = json.loads((pytester.path / "out.json").read_text())
-    tests = {t["nodeid"].split("::")[1]: t["inputs"] for t in report["tests"]}
-    assert tests == {"test_keywords": 20, "test_named_arguments_shorter_sequences": 12, "test_with_labels": 8}
-    assert not [w for w in report["outcome"]["warnings"] if "unrecorded" in w]
-    assert all(m["value"] is not None for m in report["metrics"].values()), report["metrics"]
+    _run_hf_tests(pytester, conftest)
     # the columns as load_training_data reads them: the text left out, label as labels
     ds = datasets.Dataset.from_dict({"text": ["a", "b"], "input_ids": [[1, 2], [3, 4]], "label": [0, 1]})
     data = load_training_data(ds, what="training data")
