@@ -24,11 +24,12 @@ pages are not allocations) and, for DSA, the GEMM fraction. A criterion that ref
 ``classes`` (in the default set) compares DSA scoring over the largest ``N x 64`` with 10
 and with 1,000 classes: the target is within 3x.
 
-The targets of issue 20 are printed at the end as ``met`` or ``MISSED``: exact DSA for
-2,000 inputs over 1.28M x 2,048 within 3x of the matrix-product limit (a share of at
-least a third of the GEMM rate, judged by CPU time, which another process's load moves
-far less than wall time; both are printed, each against the better of the rates measured
-just before and just after the search), 1,000 classes within 3x of 10, and no
+The targets are printed at the end as ``met`` or ``MISSED``: exact DSA at 2,048 neurons
+over at least 500k rows (issue 35 measured 640k, issue 20 1.28M) within 2x of the
+matrix-product limit (issue 35's target; issue 20 asked for 3x): a share of at least half
+of the GEMM rate, judged by CPU time, which another process's load moves far less than
+wall time (both are printed, each against the better of the rates measured
+just before and just after the search); 1,000 classes within 3x of 10, and no
 ``MemoryError`` anywhere in the table. The 1.28M x 2,048 set is 10 GiB::
 
     python benchmarks/bench_scale.py --sizes 1280000 --dims 2048 --inputs 2000 --max-gib 12 --only dsa
@@ -214,12 +215,12 @@ def dsa_row(args, n: int, d: int, train, tp, x_in, p_in) -> None:
         f"({m} inputs, {dsa.search}; {flops / 1e9:,.1f} GFLOP: {100 * frac.wall:.1f}% of GEMM by wall "
         f"({max(rate.wall, after.wall):.0f} GFLOP/s), {100 * frac.cpu:.1f}% by CPU time)"
     )
-    if n >= 1_000_000 and d >= 2048 and not failed(score[2]):
+    if n >= 500_000 and d >= 2048 and not failed(score[2]):
         TARGETS.append(
             (
-                f"exact DSA, {m:,d} inputs over {n:,d} x {d}: within 3x of GEMM (>= 33.3% by CPU time)",
+                f"exact DSA, {m:,d} inputs over {n:,d} x {d}: within 2x of GEMM (>= 50% by CPU time)",
                 f"{100 * frac.cpu:.1f}% by CPU time, {100 * frac.wall:.1f}% by wall",
-                frac.cpu >= 1 / 3,
+                frac.cpu >= 1 / 2,
             )
         )
     row("DSA", setup, score, extra)
