@@ -559,6 +559,9 @@ def prioritise(strategy: str, criterion: str, setup: Setup, batch: Batch) -> tup
 def _cam_by_targets(cov: Any, batch: Batch, make: Callable[[], Any]) -> tuple[np.ndarray, list[int]]:
     """CAM by the fastest form the criterion's targets allow: a dense profile when it is
     small enough, else the sparse (input, target) pairs, else each input's ``update``."""
+    profile = _neuron_profile(cov, batch) if _vectorised_neurons(cov, batch) else None
+    if profile is not None:
+        return cam_of_profile(profile)
     pairs = target_pairs(cov, batch, by_row=False)  # one clear error before any work
     if pairs is None:
         return cam_order(make, batch, input_counts(make, batch))
@@ -646,6 +649,23 @@ def _neuron_counts(inner: Any, batch: Batch) -> np.ndarray:
     return counts
 
 
+def _neuron_profile(inner: Any, batch: Batch) -> np.ndarray | None:
+    """The boolean ``(targets, inputs)`` profile of a neuron criterion (a row per
+    (neuron, section/corner) of every layer, in :func:`target_pairs`' id order), or
+    ``None`` when it would hold more than ``DENSE`` values."""
+    arrays = _neuron_layers(inner, batch)
+    n = arrays[0].shape[0]
+    m = sum(inner.sizes) * inner.per_neuron
+    if m * n > DENSE:
+        return None
+    profile_of = _input_hits()[type(inner)][2]
+    profile = np.empty((m, n), dtype=bool)
+    for li, s, values, block, valid, offset in _layer_blocks(inner, batch, arrays):
+        rows = profile_of(inner, li, values, block, valid)
+        profile[offset : offset + len(rows), s : s + len(values)] = rows
+    return profile
+
+
 def _neuron_layers(inner: Any, batch: Batch) -> list[np.ndarray]:
     from pytest_sadl.criteria.checks import as_layers
 
@@ -684,23 +704,23 @@ HitCounts = Callable[[Any, int, np.ndarray, Any, np.ndarray], np.ndarray]
 HitFlags = Callable[[Any, int, np.ndarray, Any, np.ndarray], np.ndarray]
 
 
-def _input_hits() -> dict[type, tuple[HitPairs, HitCounts]]:
-    """Per neuron criterion: a block of inputs' hits as (row, target-in-layer) pairs, and
-    as the number of hits per row, each row's hits exactly what the criterion's ``_hits``
-    gives for that input alone."""
+def _input_hits() -> dict[type, tuple[HitPairs, HitCounts, HitFlags]]:
+    """Per neuron criterion: a block of inputs' hits as (row, target-in-layer) pairs, as
+    the number of hits per row, and as a boolean ``(targets of the layer, rows)`` profile,
+    each row's hits exactly what the criterion's ``_hits`` gives for that input alone."""
     from pytest_sadl.criteria import neurons
 
     return {
         neurons.NeuronCoverage: _of_flags(_nc_flags),
-        neurons.KMultisectionCoverage: (_kmnc_pairs, _kmnc_counts),
+        neurons.KMultisectionCoverage: (_kmnc_pairs, _kmnc_counts, _kmnc_profile),
         neurons.NeuronBoundaryCoverage: _of_flags(_nbc_flags),
         neurons.StrongNeuronActivationCoverage: _of_flags(_snac_flags),
     }
 
 
-def _of_flags(flags: HitFlags) -> tuple[HitPairs, HitCounts]:
-    """The pairs and the counts of a criterion whose hits are a ``(rows, neurons,
-    per_neuron)`` boolean array."""
+def _of_flags(flags: HitFlags) -> tuple[HitPairs, HitCounts, HitFlags]:
+    """The pairs, the counts and the profile of a criterion whose hits are a ``(rows,
+    neurons, per_neuron)`` boolean array."""
 
     def pairs(cov: Any, li: int, values: np.ndarray, extrema: Any, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _flags(flags(cov, li, values, extrema, valid))
@@ -709,7 +729,11 @@ def _of_flags(flags: HitFlags) -> tuple[HitPairs, HitCounts]:
         hit = flags(cov, li, values, extrema, valid)
         return np.count_nonzero(hit.reshape(len(hit), -1), axis=1)
 
-    return pairs, counts
+    def profile(cov: Any, li: int, values: np.ndarray, extrema: Any, valid: np.ndarray) -> np.ndarray:
+        hit = flags(cov, li, values, extrema, valid)
+        return hit.reshape(len(hit), -1).T
+
+    return pairs, counts, profile
 
 
 def _flags(hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -733,8 +757,22 @@ def _kmnc_pairs(
     cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     idx = cov.sections(li, values)
-    rows, cols = np.nonzero((idx >= 0) & valid)
-    return rows, cols * cov.k + idx[rows, cols]
+    flat = np.flatnonzero((idx >= 0) & valid)  # row by row: rows ascending
+    rows, cols = np.divmod(flat, idx.shape[1])
+    return rows, cols * cov.k + idx.reshape(-1)[flat]
+
+
+def _kmnc_profile(
+    cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
+) -> np.ndarray:
+    """A block of inputs' sections as a boolean ``(neurons * k, rows)`` profile."""
+    idx = cov.sections(li, values)
+    size, k = idx.shape[1], cov.k
+    flat = idx + np.arange(size) * k  # (neuron, section) as one id; none: a sink id
+    flat[(idx < 0) | ~valid] = size * k
+    profile = np.zeros((size * k + 1, len(idx)), dtype=bool)
+    profile[flat, np.arange(len(idx))[:, None]] = True
+    return profile[:-1]
 
 
 def _kmnc_counts(
