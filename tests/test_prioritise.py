@@ -137,16 +137,23 @@ def test_vectorised_targets_equal_each_inputs_own_update(name, block, monkeypatc
     train[0][:, 2] = 0.5  # constant in training: no KMNC sections
     layers = [rng.normal(size=(40, 6)) * 1.6, np.abs(rng.normal(size=(40, 4))) * 1.8]
     layers[0][:5, 2] = 0.5
+    layers[1][:4, 0] = train[1][:, 0].min()  # on the training range's edges: KMNC's first and last sections
+    layers[1][4:8, 1] = train[1][:, 1].max()
+    layers[0][8, 0] = -1e30  # far outside: no section, a lower corner
     extrema = [(a.min(axis=1) - rng.random(40), a.max(axis=1) + rng.random(40)) for a in layers]
     setup = Setup(fit_ranges(train), OPTIONS)
     batch = Batch({}, layers, extrema)
     cov = registry.BY_NAME[name].make(setup)
     targets = selection.input_targets(cov, batch)
     assert targets is not None and len(targets) == 40
+    counts = selection.target_counts(cov, batch)  # CTM's counts, read without listing the targets
+    profile = selection._neuron_profile(cov, batch)  # CAM's dense (targets, inputs) profile
+    assert profile is not None and profile.shape[1] == 40
     for i, t in enumerate(targets):
         alone = registry.BY_NAME[name].make(setup)
-        assert t.size == alone.update(selection._one(batch, i))
+        assert t.size == alone.update(selection._one(batch, i)) == counts[i]
         assert len(np.unique(t)) == t.size
+        assert np.flatnonzero(profile[:, i]).tolist() == t.tolist()
     assert sum(t.size for t in targets) > 0
 
 
@@ -216,3 +223,43 @@ def test_ctm_order_is_the_stable_descending_sort_for_small_and_large_counts():
         want = sorted(range(300), key=lambda i: (-counts[i], i))
         assert ctm_order(counts).tolist() == want
         assert ctm_order(counts.astype(float)).tolist() == want
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_cam_of_a_dense_profile_and_of_the_sparse_pairs_are_the_plain_greedy(dense, monkeypatch):
+    """Random sets with many ties, many inputs of one new target (the dense greedy's last
+    picks come in one step) and inputs covering nothing: both forms against naive.cam."""
+    from pytest_sadl.criteria import selection
+
+    monkeypatch.setattr(selection, "DENSE_TARGETS", 1 << 20 if dense else 0)
+    rng = np.random.default_rng(21)
+    for trial in range(40):
+        n, m = int(rng.integers(0, 60)), int(rng.integers(1, 20))
+        top = int(rng.integers(1, min(m, 5) + 1)) if trial % 3 else 1  # every third: single targets only
+        sets = [np.sort(rng.choice(m, size=rng.integers(0, top + 1), replace=False)) for _ in range(n)]
+        rows = np.repeat(np.arange(n), [t.size for t in sets]).astype(np.int64)
+        ids = np.concatenate(sets).astype(np.int64) if sets else np.zeros(0, np.int64)
+        profile = selection.dense_profile(n, rows, ids)
+        assert (profile is None) == (not dense and ids.size > 0)
+        order, gains = selection.cam_of_profile(profile) if dense else selection.cam_of_pairs(n, rows, ids)
+        assert order.tolist() == naive.cam([set(t.tolist()) for t in sets])
+        covered: set = set()
+        for i, g in zip(order.tolist(), gains, strict=True):
+            assert g == len(set(sets[i].tolist()) - covered)
+            covered |= set(sets[i].tolist())
+
+
+@pytest.mark.parametrize("name", ["lsc", "mdsc", "nc", "kmnc", "nbc", "snac"])
+def test_cam_by_registry_criteria_is_the_same_through_the_sparse_pairs(name, monkeypatch):
+    """Above the dense profile's size CAM keeps to the sparse pairs: the same order."""
+    from pytest_sadl.criteria import selection
+
+    rng = np.random.default_rng(8)
+    train = [rng.normal(size=(200, 5)), np.abs(rng.normal(size=(200, 3))) * 2.0]
+    layers, scores = _batch(rng, 50)
+    setup = Setup(fit_ranges(train), OPTIONS, bounds={"lsc": (0.0, 30.0, 10), "mdsc": (0.0, 8.0, 6)})
+    batch = Batch(scores, layers, [None, None])
+    dense = prioritise("cam", name, setup, batch)
+    monkeypatch.setattr(selection, "DENSE_TARGETS", 0)
+    sparse = prioritise("cam", name, setup, batch)
+    assert dense[0].tolist() == sparse[0].tolist() and dense[1] == sparse[1]
