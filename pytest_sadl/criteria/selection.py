@@ -731,7 +731,8 @@ def _of_flags(flags: HitFlags) -> tuple[HitPairs, HitCounts, HitFlags]:
 
     def profile(cov: Any, li: int, values: np.ndarray, extrema: Any, valid: np.ndarray) -> np.ndarray:
         hit = flags(cov, li, values, extrema, valid)
-        return hit.reshape(len(hit), -1).T
+        by_target: np.ndarray = hit.reshape(len(hit), -1).T
+        return by_target
 
     return pairs, counts, profile
 
@@ -750,7 +751,8 @@ def _nc_flags(
     safe = np.where(span > 0, span, 1.0)
     scaled = (values - lo[:, None]) / safe[:, None]
     scaled[span <= 0] = 0.0
-    return ((scaled > cov.threshold) & valid)[:, :, None]
+    hit: np.ndarray = (scaled > cov.threshold) & valid
+    return hit[:, :, None]
 
 
 def _kmnc_pairs(
@@ -788,22 +790,27 @@ def _kmnc_counts(
 
 def _row_counts(hit: np.ndarray) -> np.ndarray:
     """The True values of each row of a boolean matrix (added as bytes while they fit)."""
-    if hit.shape[1] < 256:
-        return np.add.reduce(hit.view(np.uint8), axis=1, dtype=np.uint8)
-    return np.count_nonzero(hit, axis=1)
+    counts: np.ndarray = (
+        np.add.reduce(hit.view(np.uint8), axis=1, dtype=np.uint8)
+        if hit.shape[1] < 256
+        else np.count_nonzero(hit, axis=1)
+    )
+    return counts
 
 
 def _nbc_flags(
     cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
 ) -> np.ndarray:
     low, high = cov.bounds(li)  # widened by --sadl-nbc-std
-    return np.stack([values < low, values > high], axis=2) & valid[:, None]
+    hit: np.ndarray = np.stack([values < low, values > high], axis=2) & valid[:, None]
+    return hit
 
 
 def _snac_flags(
     cov: Any, li: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None, valid: np.ndarray
 ) -> np.ndarray:
-    return ((values > cov.bounds(li)[1]) & valid)[:, :, None]
+    hit: np.ndarray = (values > cov.bounds(li)[1]) & valid
+    return hit[:, :, None]
 
 
 def target_counts(cov: Any, batch: Batch) -> np.ndarray | None:
@@ -829,7 +836,8 @@ def _bucket_counts(cov: Any, batch: Batch) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     edges = bucket_edges(cov.lower, cov.upper, cov.buckets)
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
-    return ((s > edges[0]) & (s <= edges[-1])).astype(np.int64)
+    inside: np.ndarray = (s > edges[0]) & (s <= edges[-1])
+    return inside.astype(np.int64)
 
 
 def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
@@ -969,7 +977,8 @@ def cam_of_profile(profile: np.ndarray) -> tuple[np.ndarray, list[int]]:
 
 def _column_sums(rows: np.ndarray) -> np.ndarray:
     """The True values of each column of a boolean matrix (added as bytes while they fit)."""
-    return np.add.reduce(rows.view(np.uint8), axis=0, dtype=np.uint8 if len(rows) < 256 else np.int64)
+    sums: np.ndarray = np.add.reduce(rows.view(np.uint8), axis=0, dtype=np.uint8 if len(rows) < 256 else np.int64)
+    return sums
 
 
 def _single_target_picks(profile: np.ndarray, covered: np.ndarray, gain: np.ndarray) -> np.ndarray:
