@@ -769,12 +769,14 @@ def _kmnc_profile(
 ) -> np.ndarray:
     """A block of inputs' sections as a boolean ``(neurons * k, rows)`` profile."""
     idx = cov.sections(li, values)
-    size, k = idx.shape[1], cov.k
+    (rows, size), k = idx.shape, cov.k
     flat = idx + np.arange(size) * k  # (neuron, section) as one id; none: a sink id
     flat[(idx < 0) | ~valid] = size * k
-    profile = np.zeros((size * k + 1, len(idx)), dtype=bool)
-    profile[flat, np.arange(len(idx))[:, None]] = True
-    return profile[:-1]
+    flat *= rows
+    flat += np.arange(rows)[:, None]  # the position of (id, row) in the profile
+    profile = np.zeros((size * k + 1) * rows, dtype=bool)
+    profile[flat] = True
+    return profile.reshape(size * k + 1, rows)[:-1]
 
 
 def _kmnc_counts(
