@@ -263,3 +263,33 @@ def test_cam_by_registry_criteria_is_the_same_through_the_sparse_pairs(name, mon
     monkeypatch.setattr(selection, "DENSE_TARGETS", 0)
     sparse = prioritise("cam", name, setup, batch)
     assert dense[0].tolist() == sparse[0].tolist() and dense[1] == sparse[1]
+
+
+@pytest.mark.parametrize("name", ["tknc", "tknp"])
+def test_top_k_criteria_are_read_at_once_and_order_as_through_update(name):
+    """TKNC's targets (each layer's top-k neurons of an input) and TKNP's (an input's
+    pattern; repeated rows share one) read for every input at once: CTM and CAM equal the
+    generic path through each input's ``update``, and TKNC's targets DeepGauge's sets."""
+    from pytest_sadl.criteria import selection
+
+    rng = np.random.default_rng(13)
+    layers = [rng.integers(0, 4, size=(45, 6)).astype(float), rng.normal(size=(45, 3))]  # ties in the top-k
+    layers[0][30:], layers[1][30:] = layers[0][:15], layers[1][:15]  # repeated patterns
+    setup = Setup(fit_ranges([rng.normal(size=(20, 6)), rng.normal(size=(20, 3))]), SimpleNamespace(tknc_k=2, tknp_k=2))
+    batch = Batch({}, layers, [None, None])
+
+    def make():
+        return registry.BY_NAME[name].make(setup)
+
+    assert selection.target_pairs(make(), batch) is not None  # read at once, not through update
+    ctm, counts = prioritise("ctm", name, setup, batch)
+    assert counts == selection.input_counts(make, batch)[ctm].tolist()
+    assert ctm.tolist() == ctm_order(selection.input_counts(make, batch)).tolist()
+    cam, gains = prioritise("cam", name, setup, batch)
+    generic, generic_gains = cam_order(make, batch)
+    assert cam.tolist() == generic.tolist() and gains == generic_gains
+    if name == "tknc":
+        sets = [{(li, j) for li, v in enumerate(layers) for j in naive.top_k_set(list(v[i]), 2)} for i in range(45)]
+        assert cam.tolist() == naive.cam(sets)
+    else:
+        assert sum(gains) == naive.tknp(layers, 2)  # every distinct pattern once

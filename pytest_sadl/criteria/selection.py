@@ -590,10 +590,44 @@ def target_pairs(cov: Any, batch: Batch, by_row: bool = True) -> Pairs | None:
 
     if isinstance(cov, SurpriseCoverage) and cov.sa is not None:
         return _bucket_pairs(cov, batch)
+    top = _top_k_targets(cov, batch)
+    if top is not None:
+        return top
     if not _vectorised_neurons(cov, batch):
         return None
     pairs = _neuron_pairs(cov, batch)
     return _by_row(pairs) if by_row else pairs
+
+
+def _top_k_targets(cov: Any, batch: Batch) -> Pairs | None:
+    """TKNC's and TKNP's targets as pairs: TKNC's the neurons of each input's top-k masks
+    (one per layer, :func:`~pytest_sadl.criteria.metrics.tknc.top_k`, whose rows are each
+    input's own), TKNP's one pattern per input (its masks, numbered by their distinct
+    rows: equal masks, one target; ``update`` tells them apart by a 128-bit digest of
+    the same masks). ``None`` for any other criterion, or layers not one value per
+    neuron of the criterion's sizes (left to ``update`` and its errors)."""
+    from pytest_sadl.criteria.metrics.tknc import TopKCoverage, top_k
+    from pytest_sadl.criteria.metrics.tknp import TopKPatterns
+
+    if type(cov) not in (TopKCoverage, TopKPatterns) or not _one_value_per_neuron(cov.sizes, batch):
+        return None
+    masks = np.concatenate([top_k(np.asarray(a), cov.k) for a in batch.layers], axis=1)
+    n = len(masks)
+    if isinstance(cov, TopKPatterns):
+        packed = np.ascontiguousarray(np.packbits(masks, axis=1))
+        rows = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(n)
+        ids = np.unique(rows, return_inverse=True)[1].reshape(-1)
+        return n, np.arange(n, dtype=np.int64), ids.astype(np.int64)
+    flat = np.flatnonzero(masks)
+    rows, ids = np.divmod(flat, masks.shape[1])
+    return n, rows, ids
+
+
+def _one_value_per_neuron(sizes: tuple[int, ...], batch: Batch) -> bool:
+    layers = batch.layers
+    return len(layers) == len(sizes) > 0 and all(
+        np.ndim(a) == 2 and np.shape(a)[1] == size for a, size in zip(layers, sizes, strict=True)
+    )
 
 
 def _vectorised_neurons(cov: Any, batch: Batch) -> bool:
@@ -824,6 +858,9 @@ def target_counts(cov: Any, batch: Batch) -> np.ndarray | None:
 
     if isinstance(cov, SurpriseCoverage) and cov.sa is not None:
         return _bucket_counts(cov, batch)
+    top = _top_k_targets(cov, batch)
+    if top is not None:
+        return np.bincount(top[1], minlength=top[0]).astype(np.int64)
     if not _vectorised_neurons(cov, batch):
         return None
     return _neuron_counts(cov, batch)
