@@ -994,7 +994,7 @@ def cam_of_profile(profile: np.ndarray) -> tuple[np.ndarray, list[int]]:
     is the largest gain, the lowest index on a tie (``argmax``); once the largest gain is
     1, the rest of the greedy picks come in one step (:func:`_single_target_picks`). The
     same order and gains as :func:`cam_of_pairs` and :func:`cam_order`."""
-    total = np.count_nonzero(profile, axis=0).astype(np.int64)
+    total = _column_sums(profile).astype(np.int64)
     gain = total.copy()
     covered = np.zeros(profile.shape[0], dtype=bool)
     picks: list[int] = []
@@ -1015,8 +1015,10 @@ def cam_of_profile(profile: np.ndarray) -> tuple[np.ndarray, list[int]]:
 
 
 def _column_sums(rows: np.ndarray) -> np.ndarray:
-    """The True values of each column of a boolean matrix (added as bytes while they fit)."""
-    sums: np.ndarray = np.add.reduce(rows.view(np.uint8), axis=0, dtype=np.uint8 if len(rows) < 256 else np.int64)
+    """The True values of each column of a boolean matrix (added in the narrowest integers
+    they fit: bytes, then 16 bits)."""
+    dtype = np.uint8 if len(rows) < 1 << 8 else np.int16 if len(rows) < 1 << 15 else np.int64
+    sums: np.ndarray = np.add.reduce(rows.view(np.uint8), axis=0, dtype=dtype)
     return sums
 
 
