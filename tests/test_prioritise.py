@@ -293,3 +293,23 @@ def test_top_k_criteria_are_read_at_once_and_order_as_through_update(name):
         assert cam.tolist() == naive.cam(sets)
     else:
         assert sum(gains) == naive.tknp(layers, 2)  # every distinct pattern once
+
+
+@pytest.mark.parametrize("name", ["mdsc", "nc", "kmnc", "nbc", "snac", "tknc", "tknp"])
+def test_an_empty_pool_has_empty_orders(name, monkeypatch):
+    from pytest_sadl.criteria import selection
+
+    rng = np.random.default_rng(1)
+    setup = Setup(
+        fit_ranges([rng.normal(size=(30, 4))]),
+        SimpleNamespace(**vars(OPTIONS), tknc_k=2, tknp_k=2),
+        bounds={"mdsc": (0.0, 8.0, 6)},
+    )
+    batch = Batch({"mdsa": np.zeros(0)}, [np.zeros((0, 4))], [None])
+    for dense in (1024, 0):  # the dense profile, and the sparse pairs
+        monkeypatch.setattr(selection, "DENSE_TARGETS", dense)
+        for strategy in ("ctm", "cam"):
+            order, counts = prioritise(strategy, name, setup, batch)
+            assert order.tolist() == [] and counts == []
+        targets = selection.input_targets(registry.BY_NAME[name].make(setup), batch)
+        assert targets is not None and len(targets) == 0

@@ -671,6 +671,8 @@ def _neuron_pairs(inner: Any, batch: Batch) -> Pairs:
         rows.append(r + s)
         ids.append(t + offset)
     n = arrays[0].shape[0]
+    if not rows:  # no inputs
+        return n, np.zeros(0, np.int64), np.zeros(0, np.int64)
     return n, np.concatenate(rows).astype(np.int64, copy=False), np.concatenate(ids).astype(np.int64, copy=False)
 
 
@@ -886,7 +888,7 @@ def input_targets(cov: Any, batch: Batch) -> list[np.ndarray] | None:
     if pairs is None:
         return None
     n, rows, ids = pairs
-    return np.split(ids, np.cumsum(np.bincount(rows, minlength=n))[:-1])
+    return np.split(ids, np.cumsum(np.bincount(rows, minlength=n))[:-1]) if n else []
 
 
 def cam_of_targets(targets: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
