@@ -695,9 +695,13 @@ def _neuron_profile(inner: Any, batch: Batch) -> np.ndarray | None:
     if not _dense_fits(m, n):
         return None
     profile_of = _input_hits()[type(inner)][2]
-    profile = np.empty((m, n), dtype=bool)
+    profile = np.zeros((m, n), dtype=bool) if n == 0 else None
     for li, s, values, block, valid, offset in _layer_blocks(inner, batch, arrays):
         rows = profile_of(inner, li, values, block, valid)
+        if rows.shape == (m, n):
+            return rows  # one layer in one block: the whole profile, not copied again
+        if profile is None:
+            profile = np.empty((m, n), dtype=bool)
         profile[offset : offset + len(rows), s : s + len(values)] = rows
     return profile
 
@@ -767,7 +771,7 @@ def _of_flags(flags: HitFlags) -> tuple[HitPairs, HitCounts, HitFlags]:
 
     def profile(cov: Any, li: int, values: np.ndarray, extrema: Any, valid: np.ndarray) -> np.ndarray:
         hit = flags(cov, li, values, extrema, valid)
-        by_target: np.ndarray = hit.reshape(len(hit), -1).T
+        by_target: np.ndarray = np.ascontiguousarray(hit.reshape(len(hit), -1).T)
         return by_target
 
     return pairs, counts, profile
