@@ -249,20 +249,23 @@ def test_cam_of_a_dense_profile_and_of_the_sparse_pairs_are_the_plain_greedy(den
             covered |= set(sets[i].tolist())
 
 
+@pytest.mark.parametrize("layers_used", [2, 1])  # one layer: its one block is the whole dense profile
 @pytest.mark.parametrize("name", ["lsc", "mdsc", "nc", "kmnc", "nbc", "snac"])
-def test_cam_by_registry_criteria_is_the_same_through_the_sparse_pairs(name, monkeypatch):
+def test_cam_by_registry_criteria_is_the_same_through_the_sparse_pairs(name, layers_used, monkeypatch):
     """Above the dense profile's size CAM keeps to the sparse pairs: the same order."""
     from pytest_sadl.criteria import selection
 
     rng = np.random.default_rng(8)
-    train = [rng.normal(size=(200, 5)), np.abs(rng.normal(size=(200, 3))) * 2.0]
+    train = [rng.normal(size=(200, 5)), np.abs(rng.normal(size=(200, 3))) * 2.0][:layers_used]
     layers, scores = _batch(rng, 50)
     setup = Setup(fit_ranges(train), OPTIONS, bounds={"lsc": (0.0, 30.0, 10), "mdsc": (0.0, 8.0, 6)})
-    batch = Batch(scores, layers, [None, None])
+    batch = Batch(scores, layers[:layers_used], [None] * layers_used)
     dense = prioritise("cam", name, setup, batch)
     monkeypatch.setattr(selection, "DENSE_TARGETS", 0)
     sparse = prioritise("cam", name, setup, batch)
     assert dense[0].tolist() == sparse[0].tolist() and dense[1] == sparse[1]
+    generic = cam_order(lambda: registry.BY_NAME[name].make(setup), batch)  # through update only
+    assert dense[0].tolist() == generic[0].tolist() and dense[1] == generic[1]
 
 
 @pytest.mark.parametrize("name", ["tknc", "tknp"])
