@@ -137,16 +137,23 @@ def test_vectorised_targets_equal_each_inputs_own_update(name, block, monkeypatc
     train[0][:, 2] = 0.5  # constant in training: no KMNC sections
     layers = [rng.normal(size=(40, 6)) * 1.6, np.abs(rng.normal(size=(40, 4))) * 1.8]
     layers[0][:5, 2] = 0.5
+    layers[1][:4, 0] = train[1][:, 0].min()  # on the training range's edges: KMNC's first and last sections
+    layers[1][4:8, 1] = train[1][:, 1].max()
+    layers[0][8, 0] = -1e30  # far outside: no section, a lower corner
     extrema = [(a.min(axis=1) - rng.random(40), a.max(axis=1) + rng.random(40)) for a in layers]
     setup = Setup(fit_ranges(train), OPTIONS)
     batch = Batch({}, layers, extrema)
     cov = registry.BY_NAME[name].make(setup)
     targets = selection.input_targets(cov, batch)
     assert targets is not None and len(targets) == 40
+    counts = selection.target_counts(cov, batch)  # CTM's counts, read without listing the targets
+    profile = selection._neuron_profile(cov, batch)  # CAM's dense (targets, inputs) profile
+    assert profile is not None and profile.shape[1] == 40
     for i, t in enumerate(targets):
         alone = registry.BY_NAME[name].make(setup)
-        assert t.size == alone.update(selection._one(batch, i))
+        assert t.size == alone.update(selection._one(batch, i)) == counts[i]
         assert len(np.unique(t)) == t.size
+        assert np.flatnonzero(profile[:, i]).tolist() == t.tolist()
     assert sum(t.size for t in targets) > 0
 
 
@@ -216,3 +223,96 @@ def test_ctm_order_is_the_stable_descending_sort_for_small_and_large_counts():
         want = sorted(range(300), key=lambda i: (-counts[i], i))
         assert ctm_order(counts).tolist() == want
         assert ctm_order(counts.astype(float)).tolist() == want
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_cam_of_a_dense_profile_and_of_the_sparse_pairs_are_the_plain_greedy(dense, monkeypatch):
+    """Random sets with many ties, many inputs of one new target (the dense greedy's last
+    picks come in one step) and inputs covering nothing: both forms against naive.cam."""
+    from pytest_sadl.criteria import selection
+
+    monkeypatch.setattr(selection, "DENSE_TARGETS", 1 << 20 if dense else 0)
+    rng = np.random.default_rng(21)
+    for trial in range(40):
+        n, m = int(rng.integers(0, 60)), int(rng.integers(1, 20))
+        top = int(rng.integers(1, min(m, 5) + 1)) if trial % 3 else 1  # every third: single targets only
+        sets = [np.sort(rng.choice(m, size=rng.integers(0, top + 1), replace=False)) for _ in range(n)]
+        rows = np.repeat(np.arange(n), [t.size for t in sets]).astype(np.int64)
+        ids = np.concatenate(sets).astype(np.int64) if sets else np.zeros(0, np.int64)
+        profile = selection.dense_profile(n, rows, ids)
+        assert (profile is None) == (not dense and ids.size > 0)
+        order, gains = selection.cam_of_profile(profile) if dense else selection.cam_of_pairs(n, rows, ids)
+        assert order.tolist() == naive.cam([set(t.tolist()) for t in sets])
+        covered: set = set()
+        for i, g in zip(order.tolist(), gains, strict=True):
+            assert g == len(set(sets[i].tolist()) - covered)
+            covered |= set(sets[i].tolist())
+
+
+@pytest.mark.parametrize("layers_used", [2, 1])  # one layer: its one block is the whole dense profile
+@pytest.mark.parametrize("name", ["lsc", "mdsc", "nc", "kmnc", "nbc", "snac"])
+def test_cam_by_registry_criteria_is_the_same_through_the_sparse_pairs(name, layers_used, monkeypatch):
+    """Above the dense profile's size CAM keeps to the sparse pairs: the same order."""
+    from pytest_sadl.criteria import selection
+
+    rng = np.random.default_rng(8)
+    train = [rng.normal(size=(200, 5)), np.abs(rng.normal(size=(200, 3))) * 2.0][:layers_used]
+    layers, scores = _batch(rng, 50)
+    setup = Setup(fit_ranges(train), OPTIONS, bounds={"lsc": (0.0, 30.0, 10), "mdsc": (0.0, 8.0, 6)})
+    batch = Batch(scores, layers[:layers_used], [None] * layers_used)
+    dense = prioritise("cam", name, setup, batch)
+    monkeypatch.setattr(selection, "DENSE_TARGETS", 0)
+    sparse = prioritise("cam", name, setup, batch)
+    assert dense[0].tolist() == sparse[0].tolist() and dense[1] == sparse[1]
+    generic = cam_order(lambda: registry.BY_NAME[name].make(setup), batch)  # through update only
+    assert dense[0].tolist() == generic[0].tolist() and dense[1] == generic[1]
+
+
+@pytest.mark.parametrize("name", ["tknc", "tknp"])
+def test_top_k_criteria_are_read_at_once_and_order_as_through_update(name):
+    """TKNC's targets (each layer's top-k neurons of an input) and TKNP's (an input's
+    pattern; repeated rows share one) read for every input at once: CTM and CAM equal the
+    generic path through each input's ``update``, and TKNC's targets DeepGauge's sets."""
+    from pytest_sadl.criteria import selection
+
+    rng = np.random.default_rng(13)
+    layers = [rng.integers(0, 4, size=(45, 6)).astype(float), rng.normal(size=(45, 3))]  # ties in the top-k
+    layers[0][30:], layers[1][30:] = layers[0][:15], layers[1][:15]  # repeated patterns
+    setup = Setup(fit_ranges([rng.normal(size=(20, 6)), rng.normal(size=(20, 3))]), SimpleNamespace(tknc_k=2, tknp_k=2))
+    batch = Batch({}, layers, [None, None])
+
+    def make():
+        return registry.BY_NAME[name].make(setup)
+
+    assert selection.target_pairs(make(), batch) is not None  # read at once, not through update
+    ctm, counts = prioritise("ctm", name, setup, batch)
+    assert counts == selection.input_counts(make, batch)[ctm].tolist()
+    assert ctm.tolist() == ctm_order(selection.input_counts(make, batch)).tolist()
+    cam, gains = prioritise("cam", name, setup, batch)
+    generic, generic_gains = cam_order(make, batch)
+    assert cam.tolist() == generic.tolist() and gains == generic_gains
+    if name == "tknc":
+        sets = [{(li, j) for li, v in enumerate(layers) for j in naive.top_k_set(list(v[i]), 2)} for i in range(45)]
+        assert cam.tolist() == naive.cam(sets)
+    else:
+        assert sum(gains) == naive.tknp(layers, 2)  # every distinct pattern once
+
+
+@pytest.mark.parametrize("name", ["mdsc", "nc", "kmnc", "nbc", "snac", "tknc", "tknp"])
+def test_an_empty_pool_has_empty_orders(name, monkeypatch):
+    from pytest_sadl.criteria import selection
+
+    rng = np.random.default_rng(1)
+    setup = Setup(
+        fit_ranges([rng.normal(size=(30, 4))]),
+        SimpleNamespace(**vars(OPTIONS), tknc_k=2, tknp_k=2),
+        bounds={"mdsc": (0.0, 8.0, 6)},
+    )
+    batch = Batch({"mdsa": np.zeros(0)}, [np.zeros((0, 4))], [None])
+    for dense in (1024, 0):  # the dense profile, and the sparse pairs
+        monkeypatch.setattr(selection, "DENSE_TARGETS", dense)
+        for strategy in ("ctm", "cam"):
+            order, counts = prioritise(strategy, name, setup, batch)
+            assert order.tolist() == [] and counts == []
+        targets = selection.input_targets(registry.BY_NAME[name].make(setup), batch)
+        assert targets is not None and len(targets) == 0
