@@ -372,7 +372,7 @@ def _tknc(cls: Any, batch: Any, tests: np.ndarray) -> float:
 def prioritiser_section(tip_prio: Any, tip_apfd: Any, data: tuple[np.ndarray, ...], args: Any) -> None:
     from pytest_sadl.criteria.mahalanobis import MDSA
     from pytest_sadl.criteria.neurons import KMultisectionCoverage, fit_ranges
-    from pytest_sadl.criteria.selection import apfd, prioritise
+    from pytest_sadl.criteria.prioritise import apfd, prioritise
     from pytest_sadl.criteria.shape import Batch, Setup
     from pytest_sadl.criteria.surprise import bucket_edges, bucket_index
 

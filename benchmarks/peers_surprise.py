@@ -167,7 +167,7 @@ def surprise_rows(tip: Any, data: tuple[np.ndarray, ...], reps: int) -> None:
 def prioritiser_rows(tip: Any, prio: Any, apfd_mod: Any, data: tuple[np.ndarray, ...], reps: int) -> None:
     from pytest_sadl.criteria.mahalanobis import MDSA
     from pytest_sadl.criteria.neurons import KMultisectionCoverage, fit_ranges
-    from pytest_sadl.criteria.selection import apfd, prioritise
+    from pytest_sadl.criteria.prioritise import apfd, prioritise
     from pytest_sadl.criteria.shape import Batch, Setup
     from pytest_sadl.criteria.surprise import bucket_edges, bucket_index
 

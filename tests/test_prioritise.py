@@ -10,7 +10,8 @@ import pytest
 
 from pytest_sadl.criteria import registry
 from pytest_sadl.criteria.neurons import fit_ranges
-from pytest_sadl.criteria.selection import apfd, cam_order, ctm_order, faults_of, prioritise, select
+from pytest_sadl.criteria.prioritise import apfd, cam_order, ctm_order, faults_of, prioritise
+from pytest_sadl.criteria.selection import select
 from pytest_sadl.criteria.shape import Batch, Setup
 
 OPTIONS = SimpleNamespace(nc_threshold=0.5, kmnc_k=8)
@@ -129,9 +130,10 @@ def test_select_ctm_cam_with_apfd_and_errors():
 def test_vectorised_targets_equal_each_inputs_own_update(name, block, monkeypatch):
     """Each input's targets, read for many inputs at once, are what ``update`` of that
     input alone counts (NC with the extrema of the full maps, KMNC with constant neurons)."""
-    from pytest_sadl.criteria import selection
+    from pytest_sadl.criteria import targets as target_module
+    from pytest_sadl.criteria.prioritise import _one
 
-    monkeypatch.setattr(selection, "BLOCK", block)  # the block size only bounds memory
+    monkeypatch.setattr(target_module, "BLOCK", block)  # the block size only bounds memory
     rng = np.random.default_rng(7)
     train = [rng.normal(size=(150, 6)), np.abs(rng.normal(size=(150, 4)))]
     train[0][:, 2] = 0.5  # constant in training: no KMNC sections
@@ -144,21 +146,21 @@ def test_vectorised_targets_equal_each_inputs_own_update(name, block, monkeypatc
     setup = Setup(fit_ranges(train), OPTIONS)
     batch = Batch({}, layers, extrema)
     cov = registry.BY_NAME[name].make(setup)
-    targets = selection.input_targets(cov, batch)
+    targets = target_module.input_targets(cov, batch)
     assert targets is not None and len(targets) == 40
-    counts = selection.target_counts(cov, batch)  # CTM's counts, read without listing the targets
-    profile = selection._neuron_profile(cov, batch)  # CAM's dense (targets, inputs) profile
+    counts = target_module.target_counts(cov, batch)  # CTM's counts, read without listing the targets
+    profile = target_module._neuron_profile(cov, batch)  # CAM's dense (targets, inputs) profile
     assert profile is not None and profile.shape[1] == 40
     for i, t in enumerate(targets):
         alone = registry.BY_NAME[name].make(setup)
-        assert t.size == alone.update(selection._one(batch, i)) == counts[i]
+        assert t.size == alone.update(_one(batch, i)) == counts[i]
         assert len(np.unique(t)) == t.size
         assert np.flatnonzero(profile[:, i]).tolist() == t.tolist()
     assert sum(t.size for t in targets) > 0
 
 
 def test_cam_of_targets_is_the_plain_greedy_on_random_sets_and_sparse_ids():
-    from pytest_sadl.criteria.selection import cam_of_targets
+    from pytest_sadl.criteria.prioritise import cam_of_targets
 
     rng = np.random.default_rng(2)
     for trial in range(30):
@@ -199,7 +201,7 @@ def test_cam_ties_after_the_greedy_picks_go_in_pool_order_and_decide_apfd():
 
 
 def test_generic_cam_copies_the_state_not_the_set_up():
-    from pytest_sadl.criteria.selection import _fork
+    from pytest_sadl.criteria.prioritise import _fork
 
     rng = np.random.default_rng(4)
     setup = Setup(fit_ranges([rng.normal(size=(50, 3))]), OPTIONS)
@@ -229,9 +231,10 @@ def test_ctm_order_is_the_stable_descending_sort_for_small_and_large_counts():
 def test_cam_of_a_dense_profile_and_of_the_sparse_pairs_are_the_plain_greedy(dense, monkeypatch):
     """Random sets with many ties, many inputs of one new target (the dense greedy's last
     picks come in one step) and inputs covering nothing: both forms against naive.cam."""
-    from pytest_sadl.criteria import selection
+    from pytest_sadl.criteria import targets as target_module
+    from pytest_sadl.criteria.prioritise import cam_of_pairs, cam_of_profile
 
-    monkeypatch.setattr(selection, "DENSE_TARGETS", 1 << 20 if dense else 0)
+    monkeypatch.setattr(target_module, "DENSE_TARGETS", 1 << 20 if dense else 0)
     rng = np.random.default_rng(21)
     for trial in range(40):
         n, m = int(rng.integers(0, 60)), int(rng.integers(1, 20))
@@ -239,9 +242,9 @@ def test_cam_of_a_dense_profile_and_of_the_sparse_pairs_are_the_plain_greedy(den
         sets = [np.sort(rng.choice(m, size=rng.integers(0, top + 1), replace=False)) for _ in range(n)]
         rows = np.repeat(np.arange(n), [t.size for t in sets]).astype(np.int64)
         ids = np.concatenate(sets).astype(np.int64) if sets else np.zeros(0, np.int64)
-        profile = selection.dense_profile(n, rows, ids)
+        profile = target_module.dense_profile(n, rows, ids)
         assert (profile is None) == (not dense and ids.size > 0)
-        order, gains = selection.cam_of_profile(profile) if dense else selection.cam_of_pairs(n, rows, ids)
+        order, gains = cam_of_profile(profile) if dense else cam_of_pairs(n, rows, ids)
         assert order.tolist() == naive.cam([set(t.tolist()) for t in sets])
         covered: set = set()
         for i, g in zip(order.tolist(), gains, strict=True):
@@ -253,7 +256,7 @@ def test_cam_of_a_dense_profile_and_of_the_sparse_pairs_are_the_plain_greedy(den
 @pytest.mark.parametrize("name", ["lsc", "mdsc", "nc", "kmnc", "nbc", "snac"])
 def test_cam_by_registry_criteria_is_the_same_through_the_sparse_pairs(name, layers_used, monkeypatch):
     """Above the dense profile's size CAM keeps to the sparse pairs: the same order."""
-    from pytest_sadl.criteria import selection
+    from pytest_sadl.criteria import targets as target_module
 
     rng = np.random.default_rng(8)
     train = [rng.normal(size=(200, 5)), np.abs(rng.normal(size=(200, 3))) * 2.0][:layers_used]
@@ -261,7 +264,7 @@ def test_cam_by_registry_criteria_is_the_same_through_the_sparse_pairs(name, lay
     setup = Setup(fit_ranges(train), OPTIONS, bounds={"lsc": (0.0, 30.0, 10), "mdsc": (0.0, 8.0, 6)})
     batch = Batch(scores, layers[:layers_used], [None] * layers_used)
     dense = prioritise("cam", name, setup, batch)
-    monkeypatch.setattr(selection, "DENSE_TARGETS", 0)
+    monkeypatch.setattr(target_module, "DENSE_TARGETS", 0)
     sparse = prioritise("cam", name, setup, batch)
     assert dense[0].tolist() == sparse[0].tolist() and dense[1] == sparse[1]
     generic = cam_order(lambda: registry.BY_NAME[name].make(setup), batch)  # through update only
@@ -273,7 +276,8 @@ def test_top_k_criteria_are_read_at_once_and_order_as_through_update(name):
     """TKNC's targets (each layer's top-k neurons of an input) and TKNP's (an input's
     pattern; repeated rows share one) read for every input at once: CTM and CAM equal the
     generic path through each input's ``update``, and TKNC's targets DeepGauge's sets."""
-    from pytest_sadl.criteria import selection
+    from pytest_sadl.criteria import targets as target_module
+    from pytest_sadl.criteria.prioritise import input_counts
 
     rng = np.random.default_rng(13)
     layers = [rng.integers(0, 4, size=(45, 6)).astype(float), rng.normal(size=(45, 3))]  # ties in the top-k
@@ -284,10 +288,10 @@ def test_top_k_criteria_are_read_at_once_and_order_as_through_update(name):
     def make():
         return registry.BY_NAME[name].make(setup)
 
-    assert selection.target_pairs(make(), batch) is not None  # read at once, not through update
+    assert target_module.target_pairs(make(), batch) is not None  # read at once, not through update
     ctm, counts = prioritise("ctm", name, setup, batch)
-    assert counts == selection.input_counts(make, batch)[ctm].tolist()
-    assert ctm.tolist() == ctm_order(selection.input_counts(make, batch)).tolist()
+    assert counts == input_counts(make, batch)[ctm].tolist()
+    assert ctm.tolist() == ctm_order(input_counts(make, batch)).tolist()
     cam, gains = prioritise("cam", name, setup, batch)
     generic, generic_gains = cam_order(make, batch)
     assert cam.tolist() == generic.tolist() and gains == generic_gains
@@ -300,7 +304,7 @@ def test_top_k_criteria_are_read_at_once_and_order_as_through_update(name):
 
 @pytest.mark.parametrize("name", ["mdsc", "nc", "kmnc", "nbc", "snac", "tknc", "tknp"])
 def test_an_empty_pool_has_empty_orders(name, monkeypatch):
-    from pytest_sadl.criteria import selection
+    from pytest_sadl.criteria import targets as target_module
 
     rng = np.random.default_rng(1)
     setup = Setup(
@@ -310,9 +314,9 @@ def test_an_empty_pool_has_empty_orders(name, monkeypatch):
     )
     batch = Batch({"mdsa": np.zeros(0)}, [np.zeros((0, 4))], [None])
     for dense in (1024, 0):  # the dense profile, and the sparse pairs
-        monkeypatch.setattr(selection, "DENSE_TARGETS", dense)
+        monkeypatch.setattr(target_module, "DENSE_TARGETS", dense)
         for strategy in ("ctm", "cam"):
             order, counts = prioritise(strategy, name, setup, batch)
             assert order.tolist() == [] and counts == []
-        targets = selection.input_targets(registry.BY_NAME[name].make(setup), batch)
+        targets = target_module.input_targets(registry.BY_NAME[name].make(setup), batch)
         assert targets is not None and len(targets) == 0

@@ -287,7 +287,7 @@ def test_a_pool_for_a_two_input_model_is_bound_by_input_name(tmp_path, kind_mode
 def test_ctm_and_cam_order_the_pool_by_a_neuron_criterion_and_report_apfd(setup, digits, capsys):
     import keras
 
-    from pytest_sadl.criteria.selection import apfd, faults_of
+    from pytest_sadl.criteria.prioritise import apfd, faults_of
 
     doc = _run(setup, "--strategy", "cam", "--criterion", "nbc", "--budget", "6")
     out = capsys.readouterr().out

@@ -86,7 +86,8 @@ def select_from_pool(
     """
     import numpy as np
 
-    from pytest_sadl.criteria.selection import covered_from_results, faults_of, select
+    from pytest_sadl.criteria.prioritise import faults_of
+    from pytest_sadl.criteria.selection import covered_from_results, select
     from pytest_sadl.criteria.shape import Setup
     from pytest_sadl.engine import ProfileView, default_sc_bounds
 

@@ -8,5 +8,7 @@
 * :mod:`~pytest_sadl.criteria.neurons` — ``fit_ranges`` and NC, KMNC, NBC, SNAC;
 * :mod:`~pytest_sadl.criteria.mistakes` — does surprise predict the model's mistakes;
 * :mod:`~pytest_sadl.criteria.selection` — choosing inputs from a pool;
+* :mod:`~pytest_sadl.criteria.prioritise` — the pool's CTM and CAM orders, and their APFD;
+* :mod:`~pytest_sadl.criteria.targets` — each input's coverage targets, read from the traces;
 * :mod:`~pytest_sadl.criteria.checks` — the validation of arrays they share.
 """
