@@ -720,7 +720,9 @@ def large_section(tip: Any, args: Any) -> None:
         x, xp = _real_traces.traces(n, "hidden")
         q, qp = _real_traces.traces(10000, "hidden", seed=1)
         label = "MNIST MLP hidden layer, memory-mapped"
-        surprise_section(tip if n <= 60000 else None, x, xp, np.asarray(q), qp, args, label, tip_dsa=False)
+        # dnn-tip at every size, its LSA and DSA scored on a sample of the inputs (scaled); its DSA
+        # holds 10 x n x d float64 per thread (one thread here: 5 GB at 1M x 64)
+        surprise_section(tip, x, xp, np.asarray(q), qp, args, label)
 
 
 def nlc_section(args: Any) -> None:
