@@ -240,13 +240,14 @@ class RangeFit:
     def update(self, i: int, block: np.ndarray, offset: int) -> None:
         """Fold layer ``i``'s traces of the rows ``offset, offset + 1, ...`` in."""
         low, high = column_reduce(np.minimum, block), column_reduce(np.maximum, block)
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):  # NaN propagates to both
+        finite = np.isfinite(low).all() and np.isfinite(high).all()  # NaN propagates to both
+        if not finite:
             bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
             self._note_bad(i, offset + int(bad[0]), bad.size, bool(np.isnan(block).any()))
         np.minimum(self._low[i], low, out=self._low[i])
         np.maximum(self._high[i], high, out=self._high[i])
         self.rows = max(self.rows, offset + len(block))
-        if len(block):
+        if len(block) and finite:  # a fit with NaN/inf is refused (result): no moments, no warnings
             self._fold(i, _moments(block))
 
     def _fold(self, i: int, other: tuple[int, np.ndarray, np.ndarray]) -> None:
