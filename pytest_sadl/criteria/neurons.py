@@ -552,12 +552,12 @@ class KMultisectionCoverage(_RangeCoverage):
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         _refuse_nonfinite(i, values)
-        idx = self.sections(i, values)  # C-contiguous (inputs, neurons)
-        size, k = self.sizes[i], self.k
+        low, high, size, k = self.ranges.low[i], self.ranges.high[i], self.sizes[i], self.k
+        sec = _neuron_sections(low, high, k, np.asarray(values, np.float64).T)  # C-contiguous (inputs, neurons).T
         # (neuron, section + 1) as one id: outside (-1) is each neuron's own sink, column 0
-        flat = idx + (np.arange(size) * (k + 1) + 1)
+        sec += (np.arange(size) * (k + 1) + 1.0)[:, None]
         hit = np.zeros(size * (k + 1), dtype=bool)
-        hit[flat.reshape(-1)] = True
+        hit[sec.T.astype(np.intp).reshape(-1)] = True
         return hit.reshape(size, k + 1)[:, 1:]
 
 
@@ -565,44 +565,49 @@ def _sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> 
     """:meth:`KMultisectionCoverage.sections`: the section of each value of ``values``
     ``(inputs, neurons)``, ``-1`` outside ``[low, high]`` (:func:`_neuron_sections` on the
     transposed view: no copy, and a C-contiguous result for a C-contiguous ``values``)."""
-    return _neuron_sections(low, high, k, np.asarray(values, np.float64).T).T
+    return _neuron_sections(low, high, k, np.asarray(values, np.float64).T).T.astype(np.int64)
 
 
 def _neuron_sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
-    """The sections of ``values`` ``(neurons, inputs)``, as ``(neurons, inputs)`` (in the
-    memory order of ``values``): the same operations as ``floor((v - low) / width * k)``
-    settled by the edges ``low + width * j / k``, in place (a few passes where
-    temporaries cost many), element by element the same values in either layout."""
+    """The sections of ``values`` ``(neurons, inputs)`` as float64 whole numbers, ``-1``
+    outside, ``(neurons, inputs)`` in the memory order of ``values``: the same operations
+    as ``floor((v - low) / width * k)`` settled by the edges ``low + width * j / k``, in
+    place and in float64 (a section below 2**53 is exact there: ``width * j`` is the
+    product of the same two float64 numbers whichever type ``j`` came in), element by
+    element the same values in either layout."""
     low, high = low[:, None], high[:, None]
     width = high - low
     safe = np.where(width > 0, width, 1.0)
-    # Clipped before the cast: a huge (1e30), infinite or NaN value must not reach int64
-    # (NumPy warns "invalid value encountered in cast", an error under -W error); such
-    # values are outside the range and get -1 below anyway. fmax(NaN, 0) is 0, as
-    # nan_to_num then clip gave; +-inf clip to k - 1 and 0 as before.
+    # Clipped: a huge (1e30), infinite or NaN value lands in a section, which the
+    # "inside" test below then takes away (fmax(NaN, 0) is 0; +-inf clip to k - 1 and 0)
     with np.errstate(over="ignore", invalid="ignore"):
-        pos = np.subtract(values, low)
-        pos /= safe
-        pos *= k
-    np.fmax(pos, 0.0, out=pos)
-    np.minimum(pos, k - 1, out=pos)
-    idx: np.ndarray = pos.astype(np.int64)  # non-negative: truncation is the floor
+        sec = np.subtract(values, low)
+        sec /= safe
+        sec *= k
+    np.fmax(sec, 0.0, out=sec)
+    np.minimum(sec, k - 1, out=sec)
+    np.floor(sec, out=sec)
     # Settle values within rounding of an edge exactly by the edges' definition (both
-    # edges of the section found first): low + width * idx / k and low + width * (idx + 1) / k.
-    edge = np.multiply(width, idx, out=pos)
+    # edges of the section found first): low + width * j / k and low + width * (j + 1) / k.
+    edge = np.multiply(width, sec)
     edge /= k
     edge += low
-    # below section 0's edge (low itself) is outside: -1 below, no "idx > 0" needed
+    # below section 0's edge (low itself) is outside: -1 below, no "j > 0" needed
     down = values < edge
-    np.multiply(width, idx + 1, out=edge)
+    np.add(sec, 1.0, out=edge)
+    edge *= width
     edge /= k
     edge += low
-    idx += values >= edge  # never with down (the edges do not decrease)
-    idx -= down
-    np.minimum(idx, k - 1, out=idx)  # up from the last section: it stays there
-    inside = (values >= low) & (values <= high) & (width > 0)
-    idx[~inside] = -1
-    return idx
+    up = values >= edge  # never with down (the edges do not decrease)
+    sec += np.subtract(up.view(np.int8), down.view(np.int8))
+    np.minimum(sec, k - 1, out=sec)  # up from the last section: it stays there
+    inside = values >= low
+    inside &= values <= high
+    sec = np.where(inside, sec, -1.0)
+    dead = ~(width[:, 0] > 0)
+    if dead.any():
+        sec[dead] = -1.0
+    return sec
 
 
 class _CornerCoverage(_RangeCoverage):
