@@ -278,7 +278,9 @@ def test_nan_and_inf_refused_in_one_line_by_every_neuron_criterion(bad, dtype):
     ranges = fit_ranges([train])
     bad_train = train.copy()
     bad_train[[17, 250], [3, 39]] = bad
-    with pytest.raises(ValueError, match=rf"^train_layers\[0\] contains {kind} values in 2 row\(s\) \(first: row 17\); "):
+    with pytest.raises(
+        ValueError, match=rf"^train_layers\[0\] contains {kind} values in 2 row\(s\) \(first: row 17\); "
+    ):
         fit_ranges([bad_train])
     clean = rng.normal(size=(90, 40)).astype(dtype)
     tests = clean.copy()

@@ -165,7 +165,7 @@ def _fold_rows(a: np.ndarray) -> int:
     :data:`FOLD` values (1: not C-contiguous, or rows already that long). A NumPy pass
     over ``(n, 32)`` calls its inner loop once per row of 32 values; over the folded
     ``(n / r, 32 r)`` view, once per ``32 r`` (1,200 x 32: 50 us to 9 us a pass)."""
-    n, d = a.shape
+    n, d = (int(v) for v in a.shape)
     if not a.flags.c_contiguous or d >= FOLD // 2:
         return 1
     return max(1, min(n, FOLD // max(1, d)))
@@ -552,62 +552,66 @@ class KMultisectionCoverage(_RangeCoverage):
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         _refuse_nonfinite(i, values)
-        low, high, size, k = self.ranges.low[i], self.ranges.high[i], self.sizes[i], self.k
-        sec = _neuron_sections(low, high, k, np.asarray(values, np.float64).T)  # C-contiguous (inputs, neurons).T
-        # (neuron, section + 1) as one id: outside (-1) is each neuron's own sink, column 0
-        sec += (np.arange(size) * (k + 1) + 1.0)[:, None]
+        size, k = self.sizes[i], self.k
+        # (neuron, section) as one id; outside: the neuron's own sink, column 0
+        ids = _section_ids(self.ranges.low[i], self.ranges.high[i], k, np.asarray(values, np.float64))
         hit = np.zeros(size * (k + 1), dtype=bool)
-        hit[sec.T.astype(np.intp).reshape(-1)] = True
+        hit[ids.reshape(-1)] = True
         return hit.reshape(size, k + 1)[:, 1:]
 
 
 def _sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
     """:meth:`KMultisectionCoverage.sections`: the section of each value of ``values``
-    ``(inputs, neurons)``, ``-1`` outside ``[low, high]`` (:func:`_neuron_sections` on the
-    transposed view: no copy, and a C-contiguous result for a C-contiguous ``values``)."""
-    return _neuron_sections(low, high, k, np.asarray(values, np.float64).T).T.astype(np.int64)
+    ``(inputs, neurons)``, ``-1`` outside ``[low, high]`` (:func:`_section_ids`)."""
+    ids = _section_ids(low, high, k, np.asarray(values, np.float64))
+    ids -= np.arange(low.size) * (k + 1) + 1
+    return ids.astype(np.int64, copy=False)
 
 
-def _neuron_sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
-    """The sections of ``values`` ``(neurons, inputs)`` as float64 whole numbers, ``-1``
-    outside, ``(neurons, inputs)`` in the memory order of ``values``: the same operations
-    as ``floor((v - low) / width * k)`` settled by the edges ``low + width * j / k``, in
-    place and in float64 (a section below 2**53 is exact there: ``width * j`` is the
-    product of the same two float64 numbers whichever type ``j`` came in), element by
-    element the same values in either layout."""
-    low, high = low[:, None], high[:, None]
+def _edges(low: np.ndarray, high: np.ndarray, k: int) -> np.ndarray:
+    """Each neuron's section edges ``low + width * j / k``, ``j = 0 .. k - 1``, then
+    ``+inf`` (nothing is above the last section), flat: neuron ``i``'s at ``i * (k + 1)``."""
+    edges = np.multiply((high - low)[:, None], np.arange(k + 1, dtype=np.float64))
+    edges /= k
+    edges += low[:, None]
+    edges[:, k] = np.inf
+    flat: np.ndarray = edges.reshape(-1)
+    return flat
+
+
+def _section_ids(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
+    """``neuron * (k + 1) + 1 + section`` of each value of ``values`` ``(inputs, neurons)``
+    (float64), ``neuron * (k + 1)`` (the neuron's sink) outside ``[low, high]`` and for a
+    neuron of ``low == high``: the section ``floor((v - low) / width * k)`` settled by the
+    edges' definition, ``low + width * j / k`` (:func:`_edges`: the same operations on the
+    same numbers as edge by edge, looked up rather than computed per value)."""
     width = high - low
     safe = np.where(width > 0, width, 1.0)
-    # Clipped: a huge (1e30), infinite or NaN value lands in a section, which the
-    # "inside" test below then takes away (fmax(NaN, 0) is 0; +-inf clip to k - 1 and 0)
+    # Clipped before the cast: a huge (1e30), infinite or NaN value must not reach the
+    # integer cast (NumPy warns "invalid value encountered in cast", an error under -W
+    # error); such values are outside the range and go to the sink below anyway.
+    # fmax(NaN, 0) is 0; +-inf clip to k - 1 and 0.
     with np.errstate(over="ignore", invalid="ignore"):
-        sec = np.subtract(values, low)
-        sec /= safe
-        sec *= k
-    np.fmax(sec, 0.0, out=sec)
-    np.minimum(sec, k - 1, out=sec)
-    np.floor(sec, out=sec)
-    # Settle values within rounding of an edge exactly by the edges' definition (both
-    # edges of the section found first): low + width * j / k and low + width * (j + 1) / k.
-    edge = np.multiply(width, sec)
-    edge /= k
-    edge += low
-    # below section 0's edge (low itself) is outside: -1 below, no "j > 0" needed
-    down = values < edge
-    np.add(sec, 1.0, out=edge)
-    edge *= width
-    edge /= k
-    edge += low
-    up = values >= edge  # never with down (the edges do not decrease)
-    sec += np.subtract(up.view(np.int8), down.view(np.int8))
-    np.minimum(sec, k - 1, out=sec)  # up from the last section: it stays there
-    inside = values >= low
-    inside &= values <= high
-    sec = np.where(inside, sec, -1.0)
-    dead = ~(width[:, 0] > 0)
-    if dead.any():
-        sec[dead] = -1.0
-    return sec
+        pos = np.subtract(values, low)
+        pos /= safe
+        pos *= k
+    np.fmax(pos, 0.0, out=pos)
+    np.minimum(pos, k - 1, out=pos)
+    sink = np.arange(low.size) * (k + 1)
+    ids = pos.astype(np.intp)  # non-negative: truncation is the floor
+    ids += sink + 1
+    edges = _edges(low, high, k)
+    # Settle values within rounding of an edge (both edges of the section found first);
+    # the last section's upper edge is +inf: nothing goes up from it
+    down = values < np.concatenate([[np.nan], edges])[ids]
+    up = values >= edges[ids]  # never with down (the edges do not decrease)
+    ids += np.subtract(up.view(np.int8), down.view(np.int8))
+    # below low: section 0's lower edge is low itself, so "down" took it to the sink;
+    # above high (or NaN): to the sink here, with a neuron of low == high (no sections)
+    keep = values <= high
+    if not (width > 0).all():
+        keep &= width > 0
+    return np.where(keep, ids, sink)
 
 
 class _CornerCoverage(_RangeCoverage):
