@@ -402,8 +402,9 @@ class _LayerCoverage:
     @property
     def value(self) -> float:
         """Fraction of targets covered, in [0, 1] (0 when there are no targets)."""
-        total = self.total
-        return self.covered_count / total if total else 0.0
+        counts = self.layer_counts()  # once: covered and total from the same pass
+        total = sum(t for _, t in counts)
+        return sum(c for c, _ in counts) / total if total else 0.0
 
     def per_layer(self) -> list[float]:
         return [c / t if t else 0.0 for c, t in self.layer_counts()]
