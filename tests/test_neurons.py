@@ -263,3 +263,60 @@ def test_fit_ranges_streams_a_memmap_and_names_a_late_bad_row(tmp_path):
     np.save(tmp_path / "bad.npy", layer)
     with pytest.raises(ValueError, match=r"train_layers\[0\] contains NaN values in 2 row\(s\) \(first: row 31000\)"):
         fit_ranges([np.load(tmp_path / "bad.npy", mmap_mode="r")])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_nan_and_inf_refused_in_one_line_by_every_neuron_criterion(bad, dtype):
+    """fit_ranges and the criteria read finiteness off passes they make anyway (a column
+    or row minimum and maximum): NaN, +inf and -inf (which only a minimum shows, even
+    to SNAC, which needs only the maximum) still get as_layers' one-line error, and a
+    refused layer leaves a cumulative coverage as it was."""
+    rng = np.random.default_rng(3)
+    train = rng.normal(size=(300, 40)).astype(dtype)
+    kind = "NaN" if np.isnan(bad) else "inf"
+    ranges = fit_ranges([train])
+    bad_train = train.copy()
+    bad_train[[17, 250], [3, 39]] = bad
+    with pytest.raises(
+        ValueError, match=rf"^train_layers\[0\] contains {kind} values in 2 row\(s\) \(first: row 17\); "
+    ):
+        fit_ranges([bad_train])
+    clean = rng.normal(size=(90, 40)).astype(dtype)
+    tests = clean.copy()
+    tests[[5, 60], [0, 20]] = bad
+    one_line = rf"^layers\[1\] contains {kind} values in 2 row\(s\) \(first: row 5\); traces must be finite"
+    two = NeuronRanges(ranges.low * 2, ranges.high * 2, std=ranges.std * 2)
+    for score in (
+        lambda: nc([clean[:, :7], tests], 0.5),
+        lambda: kmnc([clean, tests], two, 10),
+        lambda: nbc([clean, tests], two),
+        lambda: snac([clean, tests], two),
+    ):
+        with pytest.raises(ValueError, match=one_line):
+            score()
+    for cov in (NeuronCoverage([40, 40]), KMultisectionCoverage(two, 5), StrongNeuronActivationCoverage(two)):
+        cov.update([train[:10], train[:10]])
+        before = (cov.covered.copy(), cov.count)
+        with pytest.raises(ValueError, match=one_line):
+            cov.update([train[:90], tests])
+        assert np.array_equal(cov.covered, before[0]) and cov.count == before[1]
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "dtype"),
+    [(1200, 32, np.float64), (1201, 32, np.float32), (5, 3, np.float64), (700, 1, np.float64), (64, 2048, np.float32)],
+)
+def test_fit_ranges_equal_numpy_bit_for_bit(n, d, dtype):
+    """The folded minimum/maximum and the einsum moments give NumPy's own values: the
+    ranges equal min/max(axis=0) and the std is the two-pass formula's, to the bit."""
+    rng = np.random.default_rng(n + d)
+    x = (rng.normal(size=(n, d)) * rng.uniform(0.1, 100, size=d) + rng.normal(size=d) * 50).astype(dtype)
+    x[rng.random(size=x.shape) < 0.2] = 0  # ReLU-like zeros
+    got = fit_ranges([x])
+    mean = x.mean(axis=0, dtype=np.float64)
+    dev = np.subtract(x, mean, dtype=np.float64)
+    want = np.sqrt(np.square(dev).sum(axis=0) / n)
+    assert got.low[0].tobytes() == x.min(axis=0).astype(np.float64).tobytes()
+    assert got.high[0].tobytes() == x.max(axis=0).astype(np.float64).tobytes()
+    assert got.std[0].tobytes() == want.tobytes()

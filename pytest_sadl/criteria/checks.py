@@ -23,6 +23,7 @@ __all__ = [
     "as_train_traces",
     "as_pred",
     "as_layers",
+    "finite_or_raise",
     "available_bytes",
     "check_fits",
     "check_var_threshold",
@@ -68,6 +69,11 @@ def _finite_or_raise(name: str, a: np.ndarray, chunk_bytes: int = 16 * 2**20) ->
             f"{name} contains {'NaN' if nan else 'inf'} values in {count} row(s) (first: row {first}); "
             "traces must be finite: check the model's inputs and weights for NaN/inf"
         )
+
+
+def finite_or_raise(name: str, a: np.ndarray) -> None:
+    """The clear error of :func:`as_layers` when ``a`` (named ``name``) holds NaN or inf."""
+    _finite_or_raise(name, a)
 
 
 def _nonfinite_chunks(a: np.ndarray, step: int) -> Iterator[tuple[int, np.ndarray, bool]]:
@@ -430,10 +436,18 @@ def reduce_layer(a: np.ndarray) -> np.ndarray:
 
 
 def _one_layer(
-    name: str, i: int, layer: object, size: int | None, keep_float: bool, chunk_bytes: int, n: int | None
+    name: str,
+    i: int,
+    layer: object,
+    size: int | None,
+    keep_float: bool,
+    chunk_bytes: int,
+    n: int | None,
+    finite: bool = True,
 ) -> np.ndarray:
     """Layer ``i`` of :func:`as_layers` checked (at least 2-D, ``n`` inputs when ``n`` is
-    known, finite, ``size`` neurons when given) and reduced to ``(n, neurons)``."""
+    known, finite, ``size`` neurons when given) and reduced to ``(n, neurons)``;
+    ``finite=False``: a 2-D layer's finiteness left to the caller."""
     arr = np.asarray(layer)
     keep = keep_float and arr.ndim == 2 and arr.dtype.kind == "f"
     arr = arr if keep else np.asarray(arr, dtype=np.float64)
@@ -443,7 +457,8 @@ def _one_layer(
         raise ValueError(
             f"{name}[{i}] has {arr.shape[0]} inputs but {name}[0] has {n}; all layers need the same inputs"
         )
-    _finite_or_raise(f"{name}[{i}]", arr, chunk_bytes)
+    if finite or arr.ndim > 2:
+        _finite_or_raise(f"{name}[{i}]", arr, chunk_bytes)
     arr = reduce_layer(arr)
     _check_neurons(f"{name}[{i}]", arr.shape, size)
     return arr
@@ -482,18 +497,22 @@ def as_layers(
     allow_empty: bool = True,
     keep_float: bool = False,
     chunk_bytes: int = 16 * 2**20,
+    finite: bool = True,
 ) -> list[np.ndarray]:
     """Validate a list of per-layer outputs; return them reduced to ``(n, neurons)`` float64.
 
     ``keep_float``: a 2-D floating-point layer is returned in its own dtype rather than
     copied to float64, for callers whose result does not depend on it (a minimum or a
     maximum is the same value in either precision); layers that need the spatial mean
-    are still reduced in float64."""
+    are still reduced in float64. ``finite=False``: 2-D layers are not checked for NaN
+    and inf, for callers that read it off a pass they make anyway and then raise
+    :func:`finite_or_raise` (layers of more axes are, before their spatial mean)."""
     layers = _layer_list(name, layers, sizes)
     out: list[np.ndarray] = []
     n = None
     for i, layer in enumerate(layers):
-        arr = _one_layer(name, i, layer, None if sizes is None else sizes[i], keep_float, chunk_bytes, n)
+        size = None if sizes is None else sizes[i]
+        arr = _one_layer(name, i, layer, size, keep_float, chunk_bytes, n, finite)
         n = arr.shape[0] if n is None else n
         out.append(arr)
     if not allow_empty and n == 0:

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from pytest_sadl.criteria.checks import as_layers, reduce_layer
+from pytest_sadl.criteria.checks import as_layers, finite_or_raise, reduce_layer
 from pytest_sadl.criteria.shape import Batch
 
 if TYPE_CHECKING:
@@ -141,7 +141,11 @@ def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: 
     finiteness check included), so nothing of the size of the training set is allocated."""
     # float32 traces stay float32 (no float64 copy of every layer): their minimum and
     # maximum are float32 values, exactly representable in the float64 ranges
-    layers = as_layers("train_layers", train_layers, allow_empty=False, keep_float=True, chunk_bytes=chunk_bytes)
+    # finiteness: RangeFit.update reads it off each block's minimum and maximum (a NaN
+    # propagates into both, an inf is one of them), with the error as_layers would give
+    layers = as_layers(
+        "train_layers", train_layers, allow_empty=False, keep_float=True, chunk_bytes=chunk_bytes, finite=False
+    )
     if names and len(names) != len(layers):
         raise ValueError(f"names has {len(names)} entries for {len(layers)} layers")
     fit = RangeFit([a.shape[1] for a in layers], names)
@@ -150,6 +154,60 @@ def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: 
         for s in range(0, len(a), step):
             fit.update(i, np.asarray(a[s : s + step]), s)
     return fit.result()
+
+
+#: values per row of the folded view :func:`column_reduce` and :func:`_moments` work on
+FOLD = 2048
+
+
+def _fold_rows(a: np.ndarray) -> int:
+    """Rows of the C-contiguous ``(n, d)`` array ``a`` joined into one row of about
+    :data:`FOLD` values (1: not C-contiguous, or rows already that long). A NumPy pass
+    over ``(n, 32)`` calls its inner loop once per row of 32 values; over the folded
+    ``(n / r, 32 r)`` view, once per ``32 r`` (1,200 x 32: 50 us to 9 us a pass)."""
+    n, d = (int(v) for v in a.shape)
+    if not a.flags.c_contiguous or d >= FOLD // 2:
+        return 1
+    return max(1, min(n, FOLD // max(1, d)))
+
+
+def column_reduce(ufunc: np.ufunc, a: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(a, axis=0)`` for ``np.minimum`` or ``np.maximum`` (whose result does
+    not depend on the order: the same values, a NaN propagated) over the folded view of
+    ``a`` (:func:`_fold_rows`), the rows left over reduced apart."""
+    r = _fold_rows(a)
+    if r < 2:
+        return np.asarray(ufunc.reduce(a, axis=0))
+    n, d = a.shape
+    m = n - n % r
+    out = np.asarray(ufunc.reduce(ufunc.reduce(a[:m].reshape(-1, r * d), axis=0).reshape(r, d), axis=0))
+    if m < n:
+        ufunc(out, ufunc.reduce(a[m:], axis=0), out=out)
+    return out
+
+
+def _moments(block: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """(rows, mean, sum of squared deviations) of ``block``'s columns in float64, bit for
+    bit ``block.mean(axis=0, dtype=float64)`` and ``np.square(block - mean).sum(axis=0)``:
+    the sums by ``einsum("ij->j")``, which adds the rows in order as ``sum(axis=0)`` does on
+    a C-contiguous array of two or more columns, without its per-row call; the deviations
+    over the folded view (an element-wise pass: the same values). One float64 temporary
+    of the block's size (a float32 block is not copied first)."""
+    n, d = block.shape
+    if not block.flags.c_contiguous or d < 2:  # sum(axis=0) then sums pairwise, einsum not
+        mean = block.mean(axis=0, dtype=np.float64)
+        dev = np.subtract(block, mean, dtype=np.float64)
+        np.square(dev, out=dev)
+        return n, mean, dev.sum(axis=0)
+    mean = np.einsum("ij->j", block, dtype=np.float64)
+    mean /= n
+    dev = np.empty((n, d))
+    r = _fold_rows(block)
+    m = n - n % r
+    np.subtract(block[:m].reshape(-1, r * d), np.tile(mean, r), out=dev[:m].reshape(-1, r * d))
+    np.subtract(block[m:], mean, out=dev[m:])
+    np.square(dev, out=dev)
+    return n, mean, np.einsum("ij->j", dev)
 
 
 class NonFiniteTraces(ValueError):
@@ -181,18 +239,16 @@ class RangeFit:
 
     def update(self, i: int, block: np.ndarray, offset: int) -> None:
         """Fold layer ``i``'s traces of the rows ``offset, offset + 1, ...`` in."""
-        low, high = block.min(axis=0), block.max(axis=0)
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):  # NaN propagates to both
+        low, high = column_reduce(np.minimum, block), column_reduce(np.maximum, block)
+        finite = np.isfinite(low).all() and np.isfinite(high).all()  # NaN propagates to both
+        if not finite:
             bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
             self._note_bad(i, offset + int(bad[0]), bad.size, bool(np.isnan(block).any()))
         np.minimum(self._low[i], low, out=self._low[i])
         np.maximum(self._high[i], high, out=self._high[i])
         self.rows = max(self.rows, offset + len(block))
-        if len(block):  # one float64 temporary of the block's size (a float32 block is not copied first)
-            mean = block.mean(axis=0, dtype=np.float64)
-            dev = np.subtract(block, mean, dtype=np.float64)
-            np.square(dev, out=dev)
-            self._fold(i, (len(block), mean, dev.sum(axis=0)))
+        if len(block) and finite:  # a fit with NaN/inf is refused (result): no moments, no warnings
+            self._fold(i, _moments(block))
 
     def _fold(self, i: int, other: tuple[int, np.ndarray, np.ndarray]) -> None:
         """Layer ``i``'s moments with ``other``'s (rows, mean, squared deviations) folded in
@@ -259,7 +315,8 @@ class _LayerCoverage:
         self._covered = [np.zeros((s, self.per_neuron), dtype=bool) for s in self.sizes]
         self.count = 0
 
-    # subclasses: which targets of each layer a batch hits, (n_neurons, per_neuron) bools
+    # subclasses: which targets of each layer a batch hits, (n_neurons, per_neuron) bools;
+    # ``values`` float32 or float64 as given, not yet checked for NaN/inf (_refuse_nonfinite)
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         raise NotImplementedError
 
@@ -277,16 +334,19 @@ class _LayerCoverage:
         A batch of zero inputs is allowed and covers nothing.
         """
         layers, extrema = self._unbatch(layers, extrema)
-        arrays = as_layers("layers", layers, sizes=self.sizes)
+        # 2-D layers as given (float32 not copied to float64 first) and their NaN/inf
+        # refused by ``_hits``, off a pass it makes anyway where it can
+        arrays = as_layers("layers", layers, sizes=self.sizes, keep_float=True, finite=False)
         if extrema is not None and len(extrema) != len(arrays):
             raise ValueError(f"extrema has {len(extrema)} entries for {len(arrays)} layers")
         n = arrays[0].shape[0]
-        self.count += n
         if n == 0:
             return 0
+        # every layer's hits before any is counted: a refused layer leaves the state as it was
+        hits = [self._hits(i, v, extrema[i] if extrema is not None else None) for i, v in enumerate(arrays)]
+        self.count += n
         new = 0
-        for i, values in enumerate(arrays):
-            hit = self._hits(i, values, extrema[i] if extrema is not None else None)
+        for i, hit in enumerate(hits):
             hit &= self._valid(i)[:, None]
             new += int(np.count_nonzero(hit & ~self._covered[i]))
             self._covered[i] |= hit
@@ -342,8 +402,9 @@ class _LayerCoverage:
     @property
     def value(self) -> float:
         """Fraction of targets covered, in [0, 1] (0 when there are no targets)."""
-        total = self.total
-        return self.covered_count / total if total else 0.0
+        counts = self.layer_counts()  # once: covered and total from the same pass
+        total = sum(t for _, t in counts)
+        return sum(c for c, _ in counts) / total if total else 0.0
 
     def per_layer(self) -> list[float]:
         return [c / t if t else 0.0 for c, t in self.layer_counts()]
@@ -387,19 +448,52 @@ class NeuronCoverage(_LayerCoverage):
         return super().update(layers, extrema)
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        by_neuron, owned = _by_neuron(values)  # (neurons, inputs): the per-input passes run along rows
         if extrema is None:
-            lo, hi = values.min(axis=1), values.max(axis=1)
+            lo, hi = by_neuron.min(axis=0), by_neuron.max(axis=0)
+            _refuse_nonfinite(i, values, lo, hi)  # a NaN propagates into both, an inf is one of them
         else:
+            _refuse_nonfinite(i, values)
             lo = np.asarray(extrema[0], np.float64).reshape(-1)
             hi = np.asarray(extrema[1], np.float64).reshape(-1)
             if lo.shape != (len(values),) or hi.shape != (len(values),):
                 raise ValueError(f"extrema[{i}] must hold one minimum and one maximum per input ({len(values)})")
         span = hi - lo
         safe = np.where(span > 0, span, 1.0)
-        scaled = (values - lo[:, None]) / safe[:, None]
-        scaled[span <= 0] = 0.0
-        hit: np.ndarray = (scaled > self.threshold).any(axis=0)
+        # DeepXplore's (values - lo) / span per input, element by element as before
+        scaled = np.subtract(by_neuron, lo, out=by_neuron if owned else None)
+        scaled /= safe
+        flat = span <= 0
+        if flat.any():
+            scaled[:, flat] = 0.0
+        hit: np.ndarray = (scaled > self.threshold).any(axis=1)
         return hit[:, None]
+
+
+#: the widest layer whose traces the per-neuron passes copy to ``(neurons, inputs)`` first
+BY_NEURON_MAX = 512
+
+
+def _by_neuron(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``values`` ``(inputs, neurons)`` as float64 ``(neurons, inputs)``, and whether it is
+    a copy (which the caller may overwrite). Narrow rows (under :data:`BY_NEURON_MAX`
+    neurons) are copied C-contiguous, in one pass with the cast: a pass broadcasting one
+    value per neuron (or per input) over ``(1,194, 32)`` calls its inner loop once per
+    row of 32 values, over ``(32, 1,194)`` once per neuron (a row minimum: 90 us to 11
+    us). Wider rows: the transposed view (no copy; float32 cast to float64)."""
+    n, d = values.shape
+    if d < BY_NEURON_MAX and n > 1:
+        return np.array(values.T, dtype=np.float64, order="C"), True
+    return np.asarray(values.T, dtype=np.float64), values.dtype != np.float64
+
+
+def _refuse_nonfinite(i: int, values: np.ndarray, *extremes: np.ndarray) -> None:
+    """The clear error when layer ``i``'s ``values`` hold NaN or inf (as :func:`as_layers`
+    gives it), read off ``extremes`` when given (minima and maxima over ``values``: a NaN
+    propagates into them, an inf is one of them), else off one pass."""
+    ok = all(np.isfinite(e).all() for e in extremes) if extremes else np.isfinite(values).all()
+    if not ok:
+        finite_or_raise(f"layers[{i}]", values)
 
 
 def _with_extrema(layers: object, extrema: Extrema | None) -> tuple[object, Extrema | None]:
@@ -458,46 +552,67 @@ class KMultisectionCoverage(_RangeCoverage):
         return _sections(self.ranges.low[i], self.ranges.high[i], self.k, values)
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-        idx = self.sections(i, values)
+        _refuse_nonfinite(i, values)
         size, k = self.sizes[i], self.k
-        flat = idx + np.arange(size) * k  # (neuron, section) as one id; outside: a sink id
-        flat[idx < 0] = size * k
-        hit = np.zeros(size * k + 1, dtype=bool)
-        hit[flat.reshape(-1)] = True
-        return hit[:-1].reshape(size, k)
+        # (neuron, section) as one id; outside: the neuron's own sink, column 0
+        ids = _section_ids(self.ranges.low[i], self.ranges.high[i], k, np.asarray(values, np.float64))
+        hit = np.zeros(size * (k + 1), dtype=bool)
+        hit[ids.reshape(-1)] = True
+        return hit.reshape(size, k + 1)[:, 1:]
 
 
 def _sections(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
-    """:meth:`KMultisectionCoverage.sections`: the section of each value, ``-1`` outside
-    ``[low, high]``; the same operations as ``floor((v - low) / width * k)`` settled by the
-    edges ``low + width * j / k``, in place (a few passes where temporaries cost many)."""
+    """:meth:`KMultisectionCoverage.sections`: the section of each value of ``values``
+    ``(inputs, neurons)``, ``-1`` outside ``[low, high]`` (:func:`_section_ids`)."""
+    ids = _section_ids(low, high, k, np.asarray(values, np.float64))
+    ids -= np.arange(low.size) * (k + 1) + 1
+    return ids.astype(np.int64, copy=False)
+
+
+def _edges(low: np.ndarray, high: np.ndarray, k: int) -> np.ndarray:
+    """Each neuron's section edges ``low + width * j / k``, ``j = 0 .. k - 1``, then
+    ``+inf`` (nothing is above the last section), flat: neuron ``i``'s at ``i * (k + 1)``."""
+    edges = np.multiply((high - low)[:, None], np.arange(k + 1, dtype=np.float64))
+    edges /= k
+    edges += low[:, None]
+    edges[:, k] = np.inf
+    flat: np.ndarray = edges.reshape(-1)
+    return flat
+
+
+def _section_ids(low: np.ndarray, high: np.ndarray, k: int, values: np.ndarray) -> np.ndarray:
+    """``neuron * (k + 1) + 1 + section`` of each value of ``values`` ``(inputs, neurons)``
+    (float64), ``neuron * (k + 1)`` (the neuron's sink) outside ``[low, high]`` and for a
+    neuron of ``low == high``: the section ``floor((v - low) / width * k)`` settled by the
+    edges' definition, ``low + width * j / k`` (:func:`_edges`: the same operations on the
+    same numbers as edge by edge, looked up rather than computed per value)."""
     width = high - low
     safe = np.where(width > 0, width, 1.0)
-    # Clipped before the cast: a huge (1e30), infinite or NaN value must not reach int64
-    # (NumPy warns "invalid value encountered in cast", an error under -W error); such
-    # values are outside the range and get -1 below anyway. fmax(NaN, 0) is 0, as
-    # nan_to_num then clip gave; +-inf clip to k - 1 and 0 as before.
+    # Clipped before the cast: a huge (1e30), infinite or NaN value must not reach the
+    # integer cast (NumPy warns "invalid value encountered in cast", an error under -W
+    # error); such values are outside the range and go to the sink below anyway.
+    # fmax(NaN, 0) is 0; +-inf clip to k - 1 and 0.
     with np.errstate(over="ignore", invalid="ignore"):
         pos = np.subtract(values, low)
         pos /= safe
         pos *= k
     np.fmax(pos, 0.0, out=pos)
     np.minimum(pos, k - 1, out=pos)
-    idx: np.ndarray = pos.astype(np.int64)  # non-negative: truncation is the floor
-    # Settle values within rounding of an edge exactly by the edges' definition (both
-    # edges of the section found first): low + width * idx / k and low + width * (idx + 1) / k.
-    edge = np.multiply(width, idx, out=pos)
-    edge /= k
-    edge += low
-    down = (values < edge) & (idx > 0)
-    np.multiply(width, idx + 1, out=edge)
-    edge /= k
-    edge += low
-    idx += (values >= edge) & (idx < k - 1)
-    idx -= down
-    inside = (values >= low) & (values <= high) & (width > 0)
-    idx[~inside] = -1
-    return idx
+    sink = np.arange(low.size) * (k + 1)
+    ids = pos.astype(np.intp)  # non-negative: truncation is the floor
+    ids += sink + 1
+    edges = _edges(low, high, k)
+    # Settle values within rounding of an edge (both edges of the section found first);
+    # the last section's upper edge is +inf: nothing goes up from it
+    down = values < np.concatenate([[np.nan], edges])[ids]
+    up = values >= edges[ids]  # never with down (the edges do not decrease)
+    ids += np.subtract(up.view(np.int8), down.view(np.int8))
+    # below low: section 0's lower edge is low itself, so "down" took it to the sink;
+    # above high (or NaN): to the sink here, with a neuron of low == high (no sections)
+    keep = values <= high
+    if not (width > 0).all():
+        keep &= width > 0
+    return np.where(keep, ids, sink)
 
 
 class _CornerCoverage(_RangeCoverage):
@@ -529,9 +644,10 @@ class NeuronBoundaryCoverage(_CornerCoverage):
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         low, high = self._bounds[i]
-        lower = (values < low).any(axis=0)
-        upper = (values > high).any(axis=0)
-        return np.stack([lower, upper], axis=1)
+        # (values < low).any(axis=0) is min(values) < low: one reduction, no n x d booleans
+        least, most = column_reduce(np.minimum, values), column_reduce(np.maximum, values)
+        _refuse_nonfinite(i, values, least, most)
+        return np.stack([least < low, most > high], axis=1)
 
     def corners(self) -> tuple[int, int]:
         """(lower corner, upper corner) neurons covered."""
@@ -543,7 +659,9 @@ class StrongNeuronActivationCoverage(_CornerCoverage):
     """DeepGauge's strong neuron activation coverage, cumulative: the upper corner only."""
 
     def _hits(self, i: int, values: np.ndarray, extrema: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-        upper = np.asarray((values > self._bounds[i][1]).any(axis=0))
+        least, most = column_reduce(np.minimum, values), column_reduce(np.maximum, values)
+        _refuse_nonfinite(i, values, least, most)  # the minimum too: a -inf shows there only
+        upper: np.ndarray = most > self._bounds[i][1]
         return upper[:, None]
 
 
@@ -553,7 +671,7 @@ def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None
     ``layers``: per-layer outputs (a conv output unreduced, or reduced with ``extrema``),
     or :class:`~pytest_sadl.capture.Traces` that carry their extrema."""
     layers, extrema = _with_extrema(layers, extrema)
-    as_layers("layers", layers, allow_empty=False)  # validates before anything is computed
+    as_layers("layers", layers, allow_empty=False, finite=False)  # before anything is computed; update: NaN/inf
     raw = [layers] if isinstance(layers, np.ndarray) else list(cast("Iterable[Any]", layers))  # as_layers checked it
     cov = NeuronCoverage([np.shape(a)[-1] for a in raw], threshold)
     cov.update(raw, extrema)
@@ -563,7 +681,7 @@ def nc(layers: object, threshold: float = 0.5, *, extrema: Extrema | None = None
 def kmnc(layers: object, ranges: NeuronRanges, k: int = 1000) -> float:
     """k-multisection neuron coverage (DeepGauge), in [0, 1]."""
     cov = KMultisectionCoverage(ranges, k)
-    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
+    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False, keep_float=True, finite=False))
     return cov.value
 
 
@@ -571,12 +689,12 @@ def nbc(layers: object, ranges: NeuronRanges, std_scale: float = 0.0) -> float:
     """Neuron boundary coverage (DeepGauge), in [0, 1]; ``std_scale``: the corners beyond
     ``low - std_scale * std`` and ``high + std_scale * std`` (dnn-tip's ``scaler``)."""
     cov = NeuronBoundaryCoverage(ranges, std_scale)
-    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
+    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False, keep_float=True, finite=False))
     return cov.value
 
 
 def snac(layers: object, ranges: NeuronRanges, std_scale: float = 0.0) -> float:
     """Strong neuron activation coverage (DeepGauge), in [0, 1]; ``std_scale`` as :func:`nbc`'s."""
     cov = StrongNeuronActivationCoverage(ranges, std_scale)
-    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False))
+    cov.update(as_layers("layers", layers, sizes=cov.sizes, allow_empty=False, keep_float=True, finite=False))
     return cov.value

@@ -30,7 +30,13 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
         return np.ones((n, m), dtype=bool)
     if n == 0:
         return np.zeros((0, m), dtype=bool)
-    kth = np.partition(values, m - k, axis=1)[:, m - k][:, None]  # each row's k-th largest
+    part = np.partition(values, m - k, axis=1)
+    kth = part[:, m - k][:, None]  # each row's k-th largest
+    top = values >= kth
+    # no NaN (partition puts it among the k largest) and k values at least the k-th in
+    # every row (each has k or more): no tie to break, the mask is ``top`` itself
+    if np.count_nonzero(top) == n * k and not np.isnan(part[:, m - k :]).any():
+        return top
     above = values > kth
     tied = values == kth
     room = k - above.sum(axis=1, keepdims=True)  # places left for values equal to the k-th
