@@ -334,10 +334,11 @@ def neuron_section(tip: Any, train: np.ndarray, tests: np.ndarray, args: Any) ->
     print(HEADER)
     ranges = fit_ranges([train])
     lo, hi, z = ranges.low[0], ranges.high[0], np.zeros(train.shape[1])
+    # at std scale 0 neither needs the training std (dnn-tip is handed zeros; ours leaves it out)
     setups = {
-        "KMNC": (lambda: fit_ranges([train]), lambda: nt.KMNC([train.min(0)], [train.max(0)], 10)),
-        "NBC": (lambda: fit_ranges([train]), lambda: nt.NBC([train.min(0)], [train.max(0)], [z], 0.0)),
-        "SNAC": (lambda: fit_ranges([train]), lambda: nt.SNAC([train.max(0)], [z], 0.0)),
+        "KMNC": (lambda: fit_ranges([train], std=False), lambda: nt.KMNC([train.min(0)], [train.max(0)], 10)),
+        "NBC": (lambda: fit_ranges([train], std=False), lambda: nt.NBC([train.min(0)], [train.max(0)], [z], 0.0)),
+        "SNAC": (lambda: fit_ranges([train], std=False), lambda: nt.SNAC([train.max(0)], [z], 0.0)),
     }
     scorers: dict[str, tuple[Callable[[], float], Any, str]] = {
         "NC": (lambda: nc([tests], 0.5), nt.NAC(0.5), "(3)"),
@@ -365,11 +366,11 @@ def neuron_section(tip: Any, train: np.ndarray, tests: np.ndarray, args: Any) ->
 
 def _neuron_extra_work(train: np.ndarray, tests: np.ndarray, args: Any, timed: dict[str, tuple[float, float]]) -> None:
     """What ours computes that dnn-tip's calls do not, timed in its cheapest NumPy form:
-    the training std that ``fit_ranges`` keeps (NBC's and SNAC's ``std_scale``, the
-    stored profile; dnn-tip takes the stds as an argument: zeros above) and NC's
-    per-input minimum and maximum (DeepXplore scales each input's layer to [0, 1];
-    dnn-tip's NAC thresholds the raw values)."""
-    from pytest_sadl.criteria.neurons import _moments
+    NC's per-input minimum and maximum (DeepXplore scales each input's layer to [0, 1];
+    dnn-tip's NAC thresholds the raw values); and the training std, which ``fit_ranges``
+    keeps by default for NBC's and SNAC's ``std_scale`` and the stored profile (the
+    set-ups above leave it out, as their scale 0 does not use it)."""
+    from pytest_sadl.criteria.neurons import _moments, fit_ranges
 
     def extrema_by_rows() -> Any:
         return tests.min(axis=1), tests.max(axis=1)
@@ -382,6 +383,8 @@ def _neuron_extra_work(train: np.ndarray, tests: np.ndarray, args: Any, timed: d
         {
             "std": lambda: train.std(axis=0),
             "moments": lambda: _moments(train),
+            "with_std": lambda: fit_ranges([train]),
+            "min": lambda: train.min(axis=0),
             "rows": extrema_by_rows,
             "transposed": extrema_transposed,
         },
@@ -396,10 +399,15 @@ def _neuron_extra_work(train: np.ndarray, tests: np.ndarray, args: Any, timed: d
         f"copy {t['transposed'] * 1e3:.3f}), before any scaling"
     )
     nc_ours, nc_tip = timed["NC"]
-    setups = ", ".join(f"{b} {timed[b + ' set-up'][1] * 1e3:.3f}" for b in ("KMNC", "NBC", "SNAC"))
+    fit, three = timed["KMNC set-up"][0], sum(timed[b + " set-up"][1] for b in ("KMNC", "NBC", "SNAC"))
+    print(
+        f"SNAC: dnn-tip's set-up is the maximum alone; ours the shared ranges (the minimum too, which the "
+        f"finiteness check reads: {t['min'] * 1e3:.3f} ms alone); a session fits them once for KMNC, NBC and "
+        f"SNAC: {fit * 1e3:.3f} ms against dnn-tip's three set-ups {three * 1e3:.3f} ms ({three / fit:.2f}x)"
+    )
     print(
         f"ours less it: NC {(nc_ours - ext) * 1e3:.3f} ms against dnn-tip's {nc_tip * 1e3:.3f}; "
-        f"fit_ranges {(timed['KMNC set-up'][0] - std) * 1e3:.3f} ms against dnn-tip's set-ups ({setups})"
+        f"fit_ranges with the std (the default) {t['with_std'] * 1e3:.3f} ms"
     )
 
 

@@ -109,9 +109,25 @@ def test_wider_boundaries_cover_fewer_corners_and_do_not_merge_with_others():
     with pytest.raises(ValueError, match="std_scale must be a finite number >= 0"):
         NeuronBoundaryCoverage(ranges, -1.0)
     stored_before = NeuronRanges(ranges.low, ranges.high)  # a profile stored before std was kept
-    with pytest.raises(ValueError, match=r"stored without; rebuild it \(sadl profile build --rebuild\)"):
+    with pytest.raises(ValueError, match=r"stored without; rebuild it \(sadl profile build --rebuild"):
         NeuronBoundaryCoverage(stored_before, 0.5)
     assert NeuronBoundaryCoverage(stored_before, 0.0).total == 14
+
+
+def test_ranges_fitted_without_std_are_the_same_bounds_and_refuse_a_std_scale():
+    rng = np.random.default_rng(3)
+    train, tests = _layers(rng, 300), [2.0 * a for a in _layers(rng, 300)]
+    full, lean = fit_ranges(train), fit_ranges(train, std=False)
+    assert lean.std is None and full.std is not None
+    for a, b in zip(full.low + full.high, lean.low + lean.high, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert nbc(tests, lean) == nbc(tests, full) and snac(tests, lean) == snac(tests, full)
+    with pytest.raises(ValueError, match=r"in code, fit_ranges\(\.\.\., std=True\)"):
+        nbc(tests, lean, 0.5)
+    bad = [train[0].copy(), train[1]]
+    bad[0][7, 1] = np.nan  # the finiteness check does not depend on the moments
+    with pytest.raises(ValueError, match=r"train_layers\[0\] contains NaN values in 1 row\(s\) \(first: row 7\)"):
+        fit_ranges(bad, std=False)
 
 
 # ------------------------------------------------------------------ LSA max_features

@@ -78,8 +78,9 @@ Extrema = Sequence["tuple[np.ndarray, np.ndarray] | None"]
 @dataclass(frozen=True)
 class NeuronRanges:
     """Per-neuron ``[low, high]`` of each layer over the training set, and the per-neuron
-    standard deviation (``ddof=0``) of the training traces (``std``; ``None`` in a profile
-    stored before it was kept: NBC's and SNAC's ``std_scale`` then needs a rebuild)."""
+    standard deviation (``ddof=0``) of the training traces (``std``; ``None`` when fitted
+    with ``fit_ranges(..., std=False)`` or in a profile stored before it was kept: NBC's and
+    SNAC's ``std_scale`` then needs it)."""
 
     low: tuple[np.ndarray, ...]
     high: tuple[np.ndarray, ...]
@@ -128,14 +129,19 @@ class NeuronRanges:
         if self.std is None:
             raise ValueError(
                 "the boundaries scaled by the training standard deviation need the per-neuron "
-                "standard deviations, which this profile was stored without; rebuild it "
-                "(sadl profile build --rebuild) or leave the std scale at 0"
+                "standard deviations, which these ranges were stored without; rebuild it "
+                "(sadl profile build --rebuild; in code, fit_ranges(..., std=True)) or leave the std scale at 0"
             )
         return self.low[i] - scale * self.std[i], self.high[i] + scale * self.std[i]
 
 
-def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: int = 16 * 2**20) -> NeuronRanges:
-    """Per-neuron minimum and maximum of each layer over the training inputs.
+def fit_ranges(
+    train_layers: object, names: Sequence[str] = (), *, chunk_bytes: int = 16 * 2**20, std: bool = True
+) -> NeuronRanges:
+    """Per-neuron minimum and maximum of each layer over the training inputs, and (``std``,
+    the default) each neuron's standard deviation, which only NBC's and SNAC's
+    ``std_scale`` uses: ``std=False`` leaves out its two passes (KMNC, NBC and SNAC at
+    scale 0 need only the minimum and maximum).
 
     A layer may be a ``np.memmap``: it is read ``chunk_bytes`` of rows at a time (the
     finiteness check included), so nothing of the size of the training set is allocated."""
@@ -148,7 +154,7 @@ def fit_ranges(train_layers: object, names: Sequence[str] = (), *, chunk_bytes: 
     )
     if names and len(names) != len(layers):
         raise ValueError(f"names has {len(names)} entries for {len(layers)} layers")
-    fit = RangeFit([a.shape[1] for a in layers], names)
+    fit = RangeFit([a.shape[1] for a in layers], names, std=std)
     for i, a in enumerate(layers):
         step = max(1, chunk_bytes // max(1, a.shape[1] * a.itemsize))
         for s in range(0, len(a), step):
@@ -224,9 +230,10 @@ class RangeFit:
     layer's ``(rows, neurons)`` traces, seen in consecutive batches, without the whole
     training set's traces in memory (51,739 neurons x 60,000 inputs would be 12 GB).
     The same ranges as :func:`fit_ranges` over the batches joined (a minimum or maximum
-    does not depend on the order), and the same error for NaN or inf values."""
+    does not depend on the order), and the same error for NaN or inf values. ``std``
+    False: no moments are folded and the result carries no ``std``."""
 
-    def __init__(self, sizes: Sequence[int], names: Sequence[str] = ()) -> None:
+    def __init__(self, sizes: Sequence[int], names: Sequence[str] = (), *, std: bool = True) -> None:
         if names and len(names) != len(sizes):
             raise ValueError(f"names has {len(names)} entries for {len(sizes)} layers")
         self.names = tuple(str(n) for n in names)
@@ -236,6 +243,7 @@ class RangeFit:
         self.rows = 0
         # per layer: (rows, mean, sum of squared deviations), folded by Chan et al.'s rule
         self._moments = [(0, np.zeros(int(s)), np.zeros(int(s))) for s in sizes]
+        self._std = std
 
     def update(self, i: int, block: np.ndarray, offset: int) -> None:
         """Fold layer ``i``'s traces of the rows ``offset, offset + 1, ...`` in."""
@@ -247,7 +255,7 @@ class RangeFit:
         np.minimum(self._low[i], low, out=self._low[i])
         np.maximum(self._high[i], high, out=self._high[i])
         self.rows = max(self.rows, offset + len(block))
-        if len(block) and finite:  # a fit with NaN/inf is refused (result): no moments, no warnings
+        if self._std and len(block) and finite:  # a fit with NaN/inf is refused (result): no moments
             self._fold(i, _moments(block))
 
     def _fold(self, i: int, other: tuple[int, np.ndarray, np.ndarray]) -> None:
@@ -296,7 +304,7 @@ class RangeFit:
                 )
         if self.rows == 0:
             raise ValueError("train_layers holds no inputs; at least one is needed")
-        std = tuple(np.sqrt(m2 / max(n, 1)) for n, _, m2 in self._moments)
+        std = tuple(np.sqrt(m2 / max(n, 1)) for n, _, m2 in self._moments) if self._std else None
         return NeuronRanges(tuple(self._low), tuple(self._high), self.names, std)
 
 
