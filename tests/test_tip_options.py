@@ -313,8 +313,11 @@ def test_options_flow_through_a_stored_profile_without_stale_values(dense_model,
     prof = load_or_build(dense_model, digits.x_train, ProfileOptions(sa_layers=("hidden2",)), tmp_path)
     stored = load_profile(prof.path)
     cov = prof.trace_model(dense_model).traces(digits.x_train).coverage
-    for got, a in zip(stored.ranges.std, cov, strict=True):  # the std is stored with the ranges
-        np.testing.assert_allclose(got, [naive.std(a[:, j]) for j in range(a.shape[1])], rtol=1e-9, atol=1e-12)
+    # the std is stored with the ranges. The build's pass and this one batch the inputs differently,
+    # and on some CPUs' kernels (oneDNN limited to AVX2, as on AMD machines) a float32 trace then
+    # differs in its last bits: the std agrees to float32's precision, not to float64's
+    for got, a in zip(stored.ranges.std, cov, strict=True):
+        np.testing.assert_allclose(got, [naive.std(a[:, j]) for j in range(a.shape[1])], rtol=1e-6, atol=1e-9)
     x, p = np.asarray(stored.sa_traces, np.float64), np.asarray(stored.sa_pred)
     tests = prof.trace_model(dense_model).traces(digits.x_test[:30])
     t, tp = np.asarray(tests.sa, np.float64), tests.pred
