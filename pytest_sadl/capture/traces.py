@@ -83,7 +83,7 @@ __all__ = ["TraceModel", "default_sa_layers", "default_coverage_layers", "is_cla
 
 _JIT_MIN_INPUTS = 2048
 _AHEAD = 2
-"""Batches a run keeps in flight (JAX: dispatched, not yet brought to the host) while it
+"""Batches a JAX run keeps in flight (dispatched, not yet brought to the host) while it
 prepares the next: the host overlaps the pass, as Keras' ``predict`` does, with at most
 three batches' captures held (1.04x against 0.95x ``predict``'s CPU time on the digits
 ConvNet of ``benchmarks/peers.py``, none in flight against two)."""
@@ -912,6 +912,7 @@ class TraceModel:
         jit = self._use_jit(data.n)
         outputs: list[Any] = []
         pending: collections.deque[Callable[[], tuple[Any, list[np.ndarray]]]] = collections.deque()
+        ahead = _AHEAD if backend() == "jax" else 0  # the other backends' passes are done when they return
 
         def finish_one() -> None:
             output, flat = pending.popleft()()
@@ -927,7 +928,7 @@ class TraceModel:
                     b = self._as_batch(batch, what, offset)
                     offset += len(next(iter(b.values())))
                     pending.append(self._start(b, jit, pad_to=batch_size))
-                    if len(pending) > _AHEAD:
+                    if len(pending) > ahead:
                         finish_one()
                 while pending:
                     finish_one()
