@@ -31,8 +31,11 @@ Public API
 ``Forward(model, call, post)``
     ``call(x)`` runs the model on one batch (a backend tensor structure); ``post(output,
     captured)`` turns the model's output and the captured outputs into a flat list of
-    tensors. ``.run(x, jit) -> (output, flat)`` as NumPy; ``.eager(x) -> (output
-    tensors, flat NumPy)``; ``.jit`` says whether XLA/jit is in use.
+    tensors. ``.run(x, jit) -> (output, flat)`` as NumPy; ``.start(x, jit)`` the same
+    begun, a function that finishes it (JAX: dispatched, not waited for); ``.eager(x) ->
+    (output tensors, flat NumPy)``; ``.jit`` says whether XLA/jit is in use.
+``without_gradients()``
+    Context manager: ``torch.no_grad()`` on torch, nothing elsewhere.
 ``probe(call, inputs, layers) -> (output spec, list of Seen)``
     Runs ``call`` on symbolic inputs (no data, nothing compiled) with every layer of
     ``layers`` tapped: which ran, in which order, how often, with which output shape.
