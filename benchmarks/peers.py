@@ -700,6 +700,19 @@ fns = {{
     "model(x)": lambda: keras.ops.convert_to_numpy(model(x)),
     "recorded model(x)": recorded(lambda: keras.ops.convert_to_numpy(model(x))),
 }}
+if keras.backend.backend() == "torch":  # eager: what a recorded model(x) cannot avoid, without the recorder
+    from pytest_sadl.capture.forward import tapped, to_numpy, without_gradients
+    tm = trace_model(model, jit=False, extrema=True)
+
+    def floor():  # the tapped pass, the captures' reductions, both to NumPy
+        captured = [None] * len(tm.taps)
+        with tapped(tm.taps, lambda i, o: captured.__setitem__(i, o)):
+            out = model(x, training=False)
+        with without_gradients():
+            flat = [to_numpy(v) for v in tm.flat_captures(out, captured)]
+        return keras.ops.convert_to_numpy(out), flat
+
+    fns["floor model(x)"] = floor
 with recorder.recording(record, model):
     recorder.current = None  # the plain calls run as they are unless a call sets the record
     if {profile!r}:
@@ -743,6 +756,12 @@ def keras_recording_section(args: Any) -> None:
                 f"Keras ({backend}) {rec} <= 1.05x {plain}, CPU",
                 c[rec] / c[plain] <= 1.05,
                 f"{c[rec] / c[plain]:.2f}x CPU, {w[rec] / w[plain]:.2f}x wall",
+            )
+        if "floor model(x)" in c:  # eager torch: the tapped pass and the reductions, nothing of the recorder
+            print(
+                f"{backend:<10} {'floor model(x)':<18} {w['floor model(x)'] * 1e3:8.2f} ms "
+                f"({c['floor model(x)'] * 1e3:8.2f} CPU): the tapped pass, the captures' reductions and their "
+                f"copy to NumPy, {c['floor model(x)'] / c['model(x)']:.2f}x model(x)'s CPU"
             )
         print(f"{backend:<10} outputs of the recorded predict equal predict's (1e-6): {r['same']}")
 

@@ -43,6 +43,7 @@ Public API
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -81,6 +82,11 @@ from pytest_sadl.text import one_line
 __all__ = ["TraceModel", "default_sa_layers", "default_coverage_layers", "is_classifier"]
 
 _JIT_MIN_INPUTS = 2048
+_AHEAD = 2
+"""Batches a JAX run keeps in flight (dispatched, not yet brought to the host) while it
+prepares the next: the host overlaps the pass, as Keras' ``predict`` does, with at most
+three batches' captures held (1.04x against 0.95x ``predict``'s CPU time on the digits
+ConvNet of ``benchmarks/peers.py``, none in flight against two)."""
 _REGRESSION_LOSSES = (
     "mean_squared",
     "mse",
@@ -722,7 +728,7 @@ class TraceModel:
     def _body(self, x: Any) -> tuple[Any, list[Any]]:
         """Runs inside the compiled function: the model's output and the flat captures
         ``[measured output, tap traces..., (min, max) per extrema layer...]``."""
-        from pytest_sadl.capture.forward import tapped
+        from pytest_sadl.capture.forward import tapped, without_gradients
 
         captured: list[Any] = [None] * len(self._taps)
         me = threading.get_ident()
@@ -733,7 +739,8 @@ class TraceModel:
 
         with tapped(self._taps, sink):
             output = self._call(x)
-        return output, self.flat_captures(output, captured)
+        with without_gradients():  # the output keeps its gradients; the captures go to the host
+            return output, self.flat_captures(output, captured)
 
     def flat_captures(self, output: Any, captured: list[Any]) -> list[Any]:
         """Inside a pass: the model's ``output`` and the taps' outputs ``captured`` (in
@@ -764,25 +771,35 @@ class TraceModel:
         return self.jit_mode is False or self._forward.jit is False or "string" in self._dtypes.values()
 
     def _run(self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0) -> tuple[Any, list[np.ndarray]]:
-        """One batch (inputs by name) through the pass, as NumPy.
+        """One batch (inputs by name) through the pass, as NumPy."""
+        return self._start(batch, jit, pad_to)()
+
+    def _start(
+        self, batch: dict[str, np.ndarray], jit: bool, pad_to: int = 0
+    ) -> Callable[[], tuple[Any, list[np.ndarray]]]:
+        """:meth:`_run` begun (:meth:`Forward.start`): a function that finishes it.
 
         A compiled pass (XLA on TensorFlow, ``jax.jit``) compiles once per batch shape, so
         rows are padded (with zeros, dropped from the result) up to ``pad_to`` or the next
         power of two: a handful of shapes over many calls rather than one per size.
         """
-        from keras import tree
-
         n = int(next(iter(batch.values())).shape[0])
         compiled = backend() == "jax" or (jit and self._forward.jit is not False and backend() == "tensorflow")
         if compiled:
             batch = _padded(batch, n, max(pad_to, 1 << max(0, (n - 1).bit_length())))
-        output, flat = self._forward.run(self._pack(batch), jit)
+        pending = self._forward.start(self._pack(batch), jit)
         if jit:  # XLA ran (True) or failed for this model (False)
             self._jit = self._forward.jit
-        if compiled:
-            output = tree.map_structure(lambda a: a[:n], output)
-            flat = [a[:n] for a in flat]
-        return output, flat
+        if not compiled:
+            return pending
+
+        def finish() -> tuple[Any, list[np.ndarray]]:
+            from keras import tree
+
+            output, flat = pending()
+            return tree.map_structure(lambda a: a[:n], output), [a[:n] for a in flat]
+
+        return finish
 
     # -- inputs -------------------------------------------------------------------------
 
@@ -894,14 +911,27 @@ class TraceModel:
         what = data.source
         jit = self._use_jit(data.n)
         outputs: list[Any] = []
+        pending: collections.deque[Callable[[], tuple[Any, list[np.ndarray]]]] = collections.deque()
+        ahead = _AHEAD if backend() == "jax" else 0  # the other backends' passes are done when they return
+
+        def finish_one() -> None:
+            output, flat = pending.popleft()()
+            outputs.append(output)
+            rows.add(flat)
+            if progress is not None:
+                progress(rows.done, data.n)
+
         try:
             with self._forward.holding_state():
+                offset = 0
                 for batch in data.batches(batch_size):
-                    output, flat = self._run(self._as_batch(batch, what, rows.done), jit, pad_to=batch_size)
-                    outputs.append(output)
-                    rows.add(flat)
-                    if progress is not None:
-                        progress(rows.done, data.n)
+                    b = self._as_batch(batch, what, offset)
+                    offset += len(next(iter(b.values())))
+                    pending.append(self._start(b, jit, pad_to=batch_size))
+                    if len(pending) > ahead:
+                        finish_one()
+                while pending:
+                    finish_one()
         except Exception:
             raise
         except BaseException as exc:  # a timeout, Ctrl-C, SystemExit: the batches done go with it
