@@ -32,6 +32,8 @@ FILES = ("README.md", "docs/index.md", "docs/ood.md", "example_project/README.md
 MARKER = re.compile(r"^<!-- example-output: (?P<args>[^|]*)\|(?P<sections>[^|]*)\| kernels: (?P<kernels>.*) -->$")
 SUMMARY = re.compile(r"^=* ?\d+ (passed|failed|error)")  # pytest's last line ends a section
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+#: environment variables that select other kernels on the same CPU model
+KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "OPENBLAS_CORETYPE")
 
 
 def kernels() -> str:
@@ -43,7 +45,10 @@ def kernels() -> str:
     default = bool(flags & {"avx512_vnni", "avx512_bf16", "amx_tile"})
     setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     onednn = default if setting is None else setting.strip().lower() in ("1", "true")
-    return f"{model}, oneDNN {'on' if onednn else 'off'}"
+    # the variables that choose other kernels on the same CPU (oneDNN's and OpenBLAS' ISA caps,
+    # used to run as another CPU kind would) make them other kernels too
+    caps = [f"{v}={os.environ[v]}" for v in KERNEL_VARIABLES if os.environ.get(v)]
+    return ", ".join([model, f"oneDNN {'on' if onednn else 'off'}", *caps])
 
 
 def run(args: str) -> list[str]:
