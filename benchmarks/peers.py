@@ -565,16 +565,12 @@ def recording_section(args: Any) -> None:
 
 def _reductions(maps: list[Any]) -> Callable[[], Any]:
     """What the hooks must compute of the modules' outputs ``maps``, nothing else: each
-    one's values per neuron, and a map's per-input extrema (the functions the hooks call)."""
-    from pytest_sadl.capture.torch import _extrema, _reduce
+    one's values per neuron, and a map's per-input extrema (the functions the hooks call;
+    here on maps long out of the cache, where the hooks read each one just written)."""
+    from pytest_sadl.capture.torch import _map_stats, _reduce
 
     def run() -> Any:
-        out = []
-        for m in maps:
-            out.append(_reduce(m, "first"))
-            if m.dim() > 2:
-                out += _extrema(m)
-        return out
+        return [_map_stats(m, "first") if m.dim() > 2 else _reduce(m, "first") for m in maps]
 
     return run
 

@@ -303,16 +303,20 @@ def _extrema(t: Any) -> tuple[Any, Any]:
 
 
 _BLOCK_BYTES = 1 << 20  # a block of rows a core's L2 cache holds while it is read three times
+_BLOCKED_FROM = 4 << 20  # smaller maps in one piece: the blocks' dispatch costs what the cache saves
 
 
 def _map_stats(t: Any, layout: str) -> tuple[Any, Any, Any]:
     """A map's values per neuron (:func:`_reduce`) and per-input extrema (:func:`_extrema`),
-    computed on blocks of ~1 MB of rows: each block is read from memory once and twice
-    more from the cache, not the whole map three times from memory (each row's values are
-    the same as on the whole map). A ResNet-like module's recorded call (the benchmark's
-    compute-bound model, 8 MB maps): 1.03-1.16x ``model(x)`` against 1.09-1.36x, by CPU time."""
+    a map of 4 MB or more on blocks of ~1 MB of rows: each block is read from memory once
+    and twice more from the cache, not the whole map three times from memory (each row's
+    values are the same as on the whole map). A ResNet-like module's recorded call (the
+    benchmark's compute-bound model, 4-8 MB maps): 1.03-1.16x ``model(x)`` against
+    1.09-1.36x, by CPU time; on the digits ConvNet's 3.7 MB map the blocks' twelve
+    dispatches cost more than they save (+0.57 ms against +0.49 ms), so it is one piece."""
     t = t.detach()
-    rows = max(1, _BLOCK_BYTES // max(1, t[0].numel() * t.element_size())) if len(t) else 1
+    row = max(1, t[0].numel() * t.element_size()) if len(t) else 1
+    rows = len(t) if len(t) * row < _BLOCKED_FROM else max(1, _BLOCK_BYTES // row)
     if len(t) <= rows:
         return (_reduce(t, layout), *_extrema(t))
     torch = import_torch()
