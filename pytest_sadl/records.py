@@ -115,7 +115,11 @@ class Batch:
                 self._kept_of(*pending)
 
     def finite(self) -> np.ndarray:
-        """``(n,)`` bool: the inputs whose SA and coverage traces hold no NaN/inf."""
+        """``(n,)`` bool: the inputs whose SA and coverage traces hold no NaN/inf (each
+        array checked whole first: per row only when one holds any, as a row-wise ``all``
+        of short rows costs ~10x the whole-array one)."""
+        if np.isfinite(self.sa).all() and all(np.isfinite(c).all() for c in self.coverage):
+            return np.ones(len(self), dtype=bool)
         ok: np.ndarray = np.isfinite(self.sa).all(axis=1)
         for c in self.coverage:
             ok &= np.isfinite(c).all(axis=1)

@@ -231,6 +231,34 @@ def test_channels_first_maps_and_time_major_sequences_reduce_as_the_naive_loop()
     assert not tm.classifier or tm.output_names == ["output"]
 
 
+@pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
+def test_a_map_larger_than_a_block_reduces_as_on_the_whole_map(memory_format: str) -> None:
+    # 120 x 16 x 24 x 24 floats (4.4 MB): the hooks reduce it in blocks of rows (_map_stats);
+    # the means are torch's own on the whole map, the extrema NumPy's, exactly
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
+    model = model.eval()
+    if memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+    x = np.random.default_rng(2).normal(size=(120, 3, 24, 24)).astype(np.float32)
+    tm = trace_model(model, coverage_layers=["0"], sa_layers=["3"], extrema=True)
+    t = tm.traces(x, batch_size=120)
+    with torch.no_grad():
+        conv = model[0](
+            torch.from_numpy(x).contiguous(
+                memory_format=getattr(torch, memory_format.replace("contiguous", "contiguous_format"))
+            )
+        )
+    assert conv.nbytes > 4 << 20
+    np.testing.assert_array_equal(t.coverage[0], conv.mean(dim=(2, 3)).numpy())
+    np.testing.assert_allclose(t.coverage[0], conv.numpy().mean(axis=(2, 3)), atol=1e-6)
+    assert t.coverage_extrema is not None
+    low, high = t.coverage_extrema[0]
+    flat = conv.numpy().reshape(120, -1)
+    np.testing.assert_array_equal(low, flat.min(axis=1))
+    np.testing.assert_array_equal(high, flat.max(axis=1))
+
+
 def test_profile_passes_run_in_eval_mode_without_grad_and_restore_the_modes(twins: Any) -> None:
     _, conv = twins["conv"]
     model = torch_conv()
