@@ -47,7 +47,8 @@ def test_lsa_matches_naive_kde_and_scipy(d):
 def test_lsa_covariance_and_whitening_are_scipys_bit_for_bit(n, d):
     """The set-up calls LAPACK directly and forms the covariance by one product: the
     numbers must stay those of ``np.cov`` (as ``gaussian_kde`` calls it) and of
-    ``scipy.linalg``'s Cholesky factor and triangular solve, bit for bit."""
+    ``scipy.linalg``'s Cholesky factor and triangular solve, bit for bit; a class's mean
+    and variance those of ``np.mean`` and ``np.var``."""
     from scipy import linalg
 
     from pytest_sadl.criteria.surprise import _cov, _whitening
@@ -63,6 +64,9 @@ def test_lsa_covariance_and_whitening_are_scipys_bit_for_bit(n, d):
     assert log_det == 2.0 * np.log(np.diag(chol) * np.sqrt(2 * np.pi)).sum()
     assert _whitening(np.diag([1.0, -1.0]), 1.0, strict=False) is None  # not positive definite
     assert _whitening(np.diag([1.0, 1e-12]), 1.0, strict=True) is None  # near singular
+    rows = np.arange(0, n, 2)
+    mean, _, var = LSA(xc, np.zeros(n, dtype=np.int64))._moments(rows)
+    assert np.array_equal(mean, xc[rows].mean(axis=0)) and np.array_equal(var, xc[rows].var(axis=0))
 
 
 def test_lsa_without_classes_is_one_kde_over_all_traces():

@@ -390,9 +390,11 @@ class LSA:
         for a memory-mapped set the centred scatter matrix is summed a chunk at a time
         (two passes: mean, then scatter), so no class is ever held whole; with many wide
         classes it is not kept (``None``) but summed again for the class being fitted."""
-        if self._in_memory:
+        if self._in_memory:  # xc.mean(axis=0), xc.var(axis=0) as NumPy computes them, the mean once
             xc = self._gather(rows)
-            return xc.mean(axis=0), None, xc.var(axis=0)
+            mean = xc.sum(axis=0) / len(xc)
+            centred = xc - mean
+            return mean, None, np.square(centred, out=centred).sum(axis=0) / len(xc)
         return class_moments(self._x, rows, self.chunk_bytes, scatter=self._keep_scatter)
 
     def _check_memory(self, d: int, sizes: list[int], max_bytes: int | None) -> None:
