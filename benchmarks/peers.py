@@ -127,10 +127,24 @@ def row(
 # --------------------------------------------------------------------------- the paper's loops
 
 
-def paper_lsa_setup(train: np.ndarray, tp: np.ndarray, cols: dict[int, np.ndarray]) -> dict[int, Any]:
-    """One ``gaussian_kde`` per class over its neurons, as the reference code fits them."""
+def paper_lsa_setup(
+    train: np.ndarray, tp: np.ndarray, cols: dict[int, np.ndarray], var_threshold: float = 1e-5
+) -> dict[int, Any]:
+    """The reference code's set-up (``_get_kdes`` in coinse/sadl's sa.py): its variance
+    filter, ``np.var`` of each neuron in each class (a neuron below the threshold in any
+    class is removed), then one ``gaussian_kde`` per class. The timing includes the filter,
+    as that set-up computes it; its result is not used: each KDE is over the neurons ours
+    keeps for the class (``cols``), so that both give the same densities to compare (the
+    reference's one set drops a neuron constant in any class from every class). Its
+    per-row loop building the class index lists (in ``fetch_lsa``) is left out."""
     from scipy.stats import gaussian_kde
 
+    removed: list[int] = []
+    for c in cols:
+        col_vectors = train[tp == c].T
+        for i in range(col_vectors.shape[0]):
+            if np.var(col_vectors[i]) < var_threshold and i not in removed:
+                removed.append(i)
     return {c: gaussian_kde(train[tp == c][:, k].T) for c, k in cols.items()}
 
 

@@ -43,6 +43,32 @@ def test_lsa_matches_naive_kde_and_scipy(d):
         assert rel_err(got[m], -kde.logpdf(tests[m][:, lsa.kept].T)) < 1e-6
 
 
+@pytest.mark.parametrize(("n", "d"), [(7, 3), (130, 29), (1000, 64)])
+def test_lsa_covariance_and_whitening_are_scipys_bit_for_bit(n, d):
+    """The set-up calls LAPACK directly and forms the covariance by one product: the
+    numbers must stay those of ``np.cov`` (as ``gaussian_kde`` calls it) and of
+    ``scipy.linalg``'s Cholesky factor and triangular solve, bit for bit; a class's mean
+    and variance those of ``np.mean`` and ``np.var``."""
+    from scipy import linalg
+
+    from pytest_sadl.criteria.surprise import _cov, _whitening
+
+    rng = np.random.default_rng(n)
+    xc = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
+    ref = np.cov(xc.T, rowvar=True, bias=False, aweights=np.full(n, 1.0 / n))
+    assert np.array_equal(_cov(xc), ref)
+    factor = n ** (-1.0 / (d + 4))
+    chol = linalg.cholesky(ref, lower=True) * factor
+    whiten, log_det = _whitening(ref, factor, strict=False)
+    assert np.array_equal(whiten, linalg.solve_triangular(chol, np.eye(d), lower=True).T)
+    assert log_det == 2.0 * np.log(np.diag(chol) * np.sqrt(2 * np.pi)).sum()
+    assert _whitening(np.diag([1.0, -1.0]), 1.0, strict=False) is None  # not positive definite
+    assert _whitening(np.diag([1.0, 1e-12]), 1.0, strict=True) is None  # near singular
+    rows = np.arange(0, n, 2)
+    mean, _, var = LSA(xc, np.zeros(n, dtype=np.int64))._moments(rows)
+    assert np.array_equal(mean, xc[rows].mean(axis=0)) and np.array_equal(var, xc[rows].var(axis=0))
+
+
 def test_lsa_without_classes_is_one_kde_over_all_traces():
     rng = np.random.default_rng(1)
     train, _ = clustered(rng, 300, 4, 2)

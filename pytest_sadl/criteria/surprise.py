@@ -16,6 +16,7 @@ inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -67,9 +68,13 @@ _DSA_CHUNK_BYTES = 64 * 2**20
 _KEEP_MATRICES = 256 * 2**20
 _KEEP_WHITENED = 2**30
 _LOG_2PI = math.log(2.0 * math.pi)
+# A DSA call whose search is at most this many multiply-adds (inputs x training traces x
+# neurons: ~10-20 ms on one core) runs on one BLAS thread.
+_ONE_THREAD_WORK = 2**27
 # A covariance whose squared Cholesky pivots span more than ten orders of magnitude is
 # treated as singular (the softmax case: one direction has variance ~1e-17).
 _RCOND = 1e-10
+_POTRF, _TRTRS = linalg.lapack.dpotrf, linalg.lapack.dtrtrs
 
 
 # --------------------------------------------------------------------------- LSA
@@ -138,6 +143,41 @@ def _kept_neurons(start: Mapping[int, np.ndarray], kdes: Mapping[int, Any], near
     if near_singular == "drop":
         return np.unique(np.concatenate([kde.cols for kde in kdes.values()]))
     return np.unique(np.concatenate(list(start.values())))
+
+
+def _whitening(data_cov: np.ndarray, factor: float, strict: bool) -> tuple[np.ndarray, float] | None:
+    """``(inv(L).T, log det(2 pi L L^T))`` for the bandwidth ``L = factor * cholesky(data_cov)``,
+    as ``scipy.stats.gaussian_kde`` scales it; ``None`` when ``data_cov`` is not positive
+    definite or (``strict``) its squared Cholesky pivots span more than ``1/_RCOND``.
+
+    LAPACK is called directly (``potrf``, ``trtrs``): the covariance was made from traces
+    already checked finite, and SciPy's wrappers' checks and dispatch cost more than the
+    factorisation of a small class's matrix (10 classes of 32 neurons: ~40% of the set-up)."""
+    chol, info = _POTRF(data_cov, lower=1, clean=1)
+    if info != 0:
+        return None
+    chol *= factor
+    pivots = np.diag(chol)
+    low, high = pivots.min(), pivots.max()
+    if not low > 0 or (strict and (low / high) ** 2 < _RCOND):
+        return None
+    inverse, info = _TRTRS(chol, np.eye(len(chol)), lower=1)  # solve_triangular's LAPACK call, its bits
+    if info != 0:
+        return None
+    return inverse.T, 2.0 * float(np.log(pivots * math.sqrt(2 * math.pi)).sum())
+
+
+def _cov(xc: np.ndarray) -> np.ndarray:
+    """``np.cov(xc.T, aweights=np.full(n, 1 / n))``, the covariance ``scipy.stats.gaussian_kde``
+    computes, bit for bit (the same weighted mean, product and scaling, checked by the
+    tests), without ``np.cov``'s argument handling: a third of a small class's set-up."""
+    n = len(xc)
+    w = np.full((n, 1), 1.0 / n)
+    w_sum = float(w.sum())
+    centred = xc - (xc * w).sum(axis=0) / w_sum
+    fact = w_sum - float((w * w).sum()) / w_sum
+    cov: np.ndarray = (centred.T @ (centred * w)) * np.true_divide(1, fact)
+    return cov
 
 
 class LSA:
@@ -354,9 +394,11 @@ class LSA:
         for a memory-mapped set the centred scatter matrix is summed a chunk at a time
         (two passes: mean, then scatter), so no class is ever held whole; with many wide
         classes it is not kept (``None``) but summed again for the class being fitted."""
-        if self._in_memory:
+        if self._in_memory:  # xc.mean(axis=0), xc.var(axis=0) as NumPy computes them, the mean once
             xc = self._gather(rows)
-            return xc.mean(axis=0), None, xc.var(axis=0)
+            mean = xc.sum(axis=0) / len(xc)
+            centred = xc - mean
+            return mean, None, np.square(centred, out=centred).sum(axis=0) / len(xc)
         return class_moments(self._x, rows, self.chunk_bytes, scatter=self._keep_scatter)
 
     def _check_memory(self, d: int, sizes: list[int], max_bytes: int | None) -> None:
@@ -388,31 +430,25 @@ class LSA:
             data_cov = scatter[np.ix_(cols, cols)] / (n - 1)
         elif self._in_memory:
             xc = self._gather(rows, cols)
-            data_cov = np.atleast_2d(np.cov(xc.T, rowvar=True, bias=False, aweights=np.full(n, 1.0 / n)))
+            data_cov = _cov(xc)
         else:  # many wide classes of a memmap: this class's scatter only, summed now
             data_cov = class_scatter(self._x, rows, mean_all, cols, self.chunk_bytes) / (n - 1)
-        try:
-            chol = linalg.cholesky(data_cov, lower=True) * n ** (-1.0 / (d + 4))
-        except linalg.LinAlgError:
-            return None
-        pivots = np.diag(chol)
-        if not np.all(pivots > 0) or (strict and (pivots.min() / pivots.max()) ** 2 < _RCOND):
-            return None  # SciPy's densities would be dominated by rounding along that direction
-        whiten = linalg.solve_triangular(chol, np.eye(d), lower=True).T
-        log_det = 2.0 * np.log(pivots * math.sqrt(2 * math.pi)).sum()
+        factors = _whitening(data_cov, n ** (-1.0 / (d + 4)), strict)
+        if factors is None:
+            return None  # not positive definite, or SciPy's densities would be dominated by rounding
+        whiten, log_det = factors
         kde = _Kde(cols, rows, mean, whiten, -math.log(n) - 0.5 * log_det)
-        if self._keep_aug:
-            kde.aug = self._augment(kde, self._gather(rows, cols) if xc is None else xc)  # gathered once
+        if self._keep_aug:  # the class's traces gathered once
+            kde.aug = self._augment((self._gather(rows, cols) if xc is None else xc) - mean, whiten)
         return kde
 
     @staticmethod
-    def _augment(kde: _Kde, xc: np.ndarray) -> np.ndarray:
-        """Rows ``[z_i, -|z_i|^2 / 2, 1]`` of whitened training traces (one matrix product
-        with a query row ``[z, 1, -|z|^2 / 2]`` gives ``-|z - z_i|^2 / 2``)."""
-        z = (xc - kde.mean) @ kde.whiten
-        d = z.shape[1]
-        aug = np.empty((len(z), d + 2))
-        aug[:, :d] = z
+    def _augment(centred: np.ndarray, whiten: np.ndarray) -> np.ndarray:
+        """Rows ``[z_i, -|z_i|^2 / 2, 1]`` of whitened training traces, ``z_i = centred_i @ whiten``
+        (one matrix product with a query row ``[z, 1, -|z|^2 / 2]`` gives ``-|z - z_i|^2 / 2``)."""
+        d = whiten.shape[1]
+        aug = np.empty((len(centred), d + 2))
+        z = np.matmul(centred, whiten, out=aug[:, :d])
         aug[:, d] = -0.5 * np.einsum("ij,ij->i", z, z)
         aug[:, d + 1] = 1.0
         return aug
@@ -471,7 +507,7 @@ class LSA:
             if kde.aug is not None:
                 yield kde.aug[c0 : c0 + rows_per_block]
             else:
-                yield self._augment(kde, self._gather(kde.rows[c0 : c0 + rows_per_block], kde.cols))
+                yield self._augment(self._gather(kde.rows[c0 : c0 + rows_per_block], kde.cols) - kde.mean, kde.whiten)
 
     def _log_density(self, kde: _Kde, x: np.ndarray) -> np.ndarray:
         """``log f(x)``: one matrix product per block of training rows, then an online
@@ -711,6 +747,20 @@ class DSA:
         out = np.full(len(x), np.nan)
         if len(x) == 0:
             return out
+        # A small search runs on one BLAS thread: its products take well under a millisecond
+        # each, and on a busy machine OpenBLAS' second thread, waiting for a core, made them
+        # 20x slower (digits, 1,200 x 32 traces, 1,194 inputs, two other processes running:
+        # 72 ms against 3.3 ms on one thread; idle: 3.2 ms against 5.0 ms).
+        small = len(x) * len(self._x) * self.n_features_in <= _ONE_THREAD_WORK
+        with one_blas_thread() if small else contextlib.nullcontext():
+            missing = self._score(x, p, out)
+        if missing:
+            warn(f"DSA: no training traces of predicted class(es) {class_list(missing)}; those inputs score NaN")
+        return out
+
+    def _score(self, x: np.ndarray, p: np.ndarray, out: np.ndarray) -> list[int]:
+        """Fill ``out`` with the DSA of the inputs ``x`` of predicted classes ``p``; the
+        predicted classes with no training traces (their inputs stay ``NaN``)."""
         classes, members = classes_of(p)
         missing = []
         found = []
@@ -725,9 +775,7 @@ class DSA:
         for m, a, dist_a in found:
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[m] = dist_a / self._other[a]
-        if missing:
-            warn(f"DSA: no training traces of predicted class(es) {class_list(missing)}; those inputs score NaN")
-        return out
+        return missing
 
     def to_arrays(self, *, complete: bool = True) -> dict[str, np.ndarray]:
         """Arrays that rebuild this DSA with no distance computation: the training traces
