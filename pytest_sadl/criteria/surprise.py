@@ -11,7 +11,9 @@
 Neither TensorFlow nor pytest is imported here. Both SA variants score inputs with
 chunked matrix products through BLAS (``|a|^2 + |b|^2 - 2ab``), never a Python loop over
 inputs and never an ``n_inputs x n_train`` matrix in memory: each chunk holds at most
-``chunk_bytes`` of distances.
+``chunk_bytes`` of distances (over a layer of 1,024 neurons or more, DSA's blocked scan
+gathers up to 4,096 training rows at a time, raw and shifted, up to four times that: a
+wide layer's products need thousands of rows to run at the matrix product's speed).
 """
 
 from __future__ import annotations
@@ -58,10 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["LSA", "DSA", "surprise_coverage", "SurpriseCoverage", "SadlWarning"]
 
 _CHUNK_BYTES = 16 * 2**20
-#: DSA's: its blocked scan gathers this much of the training rows a product block at a time;
-#: at 640k x 2,048 float32 traces 64 MiB scored 1,000 inputs in 23-38 s against 60 s for 16 MiB
-#: (side by side, the same values: the products only choose whom to measure exactly)
-_DSA_CHUNK_BYTES = 64 * 2**20
 # Per-class matrices (memmapped LSA/MDSA scatter, in-memory LSA whitened traces) are kept
 # from one pass to the next only while all classes' take at most this; else each class's
 # are made when it is fitted or scored, so memory is bounded by one class's at a time.
@@ -640,7 +638,7 @@ class DSA:
         *,
         search: str = "auto",
         dist_b: object | None = None,
-        chunk_bytes: int = _DSA_CHUNK_BYTES,
+        chunk_bytes: int = _CHUNK_BYTES,
     ) -> None:
         if train_pred is None:
             raise ValueError(
@@ -787,7 +785,7 @@ class DSA:
 
     @classmethod
     def from_arrays(
-        cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _DSA_CHUNK_BYTES
+        cls, arrays: Mapping[str, np.ndarray], *, search: str = "auto", chunk_bytes: int = _CHUNK_BYTES
     ) -> DSA:
         """The DSA :meth:`to_arrays` described (``other_dist`` may hold ``NaN``: computed lazily)."""
         return cls(
