@@ -514,6 +514,14 @@ REASONS = {
 
 
 def report_surprise(s: Surprise, widths: dict[str, float]) -> None:
+    import warnings
+
+    with warnings.catch_warnings():  # ours warns of the singular covariances: said in the rows' notes
+        warnings.simplefilter("ignore")
+        surprise_rows(s, widths)
+
+
+def surprise_rows(s: Surprise, widths: dict[str, float]) -> None:
     kept = sum(int(m.numel()) for m in s.their_build("mdsc", widths["mdsc"]).mask_index_dict.values())
     print(
         f"\nsurprise coverage: NeuraL-Coverage's LSC, DSC, MDSC (min_var {MIN_VAR:g}, {s.classes} classes) beside "
@@ -551,9 +559,21 @@ def explain(s: Surprise, name: str, r: dict) -> str:  # noqa: ANN001
     line = REASONS[name]
     if name == "dsc":
         line += f"; their definition by NumPy: max rel {max_rel(dsa_from_input(s.tr, s.te), theirs):.2g}"
+    if name == "lsc":
+        from pytest_sadl.criteria.surprise import LSA
+
+        line += f"; ours keeps {LSA(s.tr.sa, s.tr.pred).kept.size} of {s.tr.sa.shape[1]} neurons (linearly dependent ones dropped)"
     if name == "mdsc":
         n_c = np.bincount(s.tr.pred, minlength=s.classes)[s.te.pred]
-        line += f"; ours x sqrt(n_c / (n_c - 1)): max rel {max_rel(ours * np.sqrt(n_c / (n_c - 1)), theirs):.2g}"
+        ranks = [
+            int(np.linalg.matrix_rank(np.cov(s.tr.sa[s.tr.pred == c].T.astype(np.float64)))) for c in range(s.classes)
+        ]
+        line += (
+            f"; ours x sqrt(n_c / (n_c - 1)): max rel {max_rel(ours * np.sqrt(n_c / (n_c - 1)), theirs):.2g}; "
+            f"the class covariances are singular (rank {min(ranks)}-{max(ranks)} of {s.tr.sa.shape[1]}): theirs inverts "
+            f"them by torch.linalg.inv in float32 ({int(np.isnan(theirs).sum())} NaN: square roots of negatives), ours by "
+            "the pseudo-inverse in float64"
+        )
     return line
 
 
