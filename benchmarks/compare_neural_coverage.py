@@ -21,6 +21,20 @@ attributes created empty (0) and nothing else changed. NLC is run on several ord
 batchings of the same test inputs, since NeuraL-Coverage keeps a layer's statistics of a
 batch only when they raise that layer's value.
 
+Then LSC, DSC and MDSC by NeuraL-Coverage's ``LSC``, ``DSC`` and ``MDSC`` classes
+(``min_var`` 1e-5 as in its scripts; ``--sc-width``: their ``hyper``, the bucket width)
+beside pytest-sadl's ``LSA``, ``DSA`` and ``MDSA`` with ``SurpriseCoverage``: both on
+NeuraL-Coverage's features (every ``Linear``/``Conv2d`` output, a conv's channel means,
+concatenated: pytest-sadl traces those modules as its SA layers), both given the model's
+predicted classes for the training and the test inputs. NeuraL-Coverage's ``LSC`` cannot
+run as committed on NumPy >= 1.23 (it calls ``np.asscalar``; shown, then run with it
+restored as ``.item()``). Its per-input values are read through its own ``calculate``, one
+input at a time with a bucket width of 1e-9 (its bucket is ``int(SA / width)``); the
+coverages are over the same buckets (ours: ``(lower, upper]`` cut at multiples of the
+width to hold every value of both tools; theirs: the number of distinct buckets, which it
+reports). Set-up (training pass and fit) and scoring (test pass, scores, coverage) are timed
+each, the two tools in turns, the minimum of ``--reps``.
+
 The model: a ConvNet on scikit-learn's digits (Conv2d-ReLU, MaxPool, Conv2d-ReLU,
 Linear-ReLU, Linear), trained for a few epochs here (seeded). Both tools get the same
 training inputs (ranges) and the same test inputs, and measure the same modules: the
@@ -328,6 +342,251 @@ def report_peers(peers: Peers, tool: types.ModuleType, args: argparse.Namespace)
         print(f"{label:36} {current:14.6f} {norms:12.6f} {mine:12.6f}")
 
 
+#: NeuraL-Coverage's ``min_var`` in every one of its scripts (``eval_*.py``, ``fuzz.py``)
+MIN_VAR = 1e-5
+#: the default LSC, DSC and MDSC bucket widths (NeuraL-Coverage's ``hyper``)
+SC_WIDTHS = {"lsc": 10.0, "dsc": 0.05, "mdsc": 0.5}
+#: the bucket width their per-input values are read through (one input at a time)
+FINE = 1e-9
+
+
+def alternate(reps: int, first, second) -> tuple[tuple, tuple]:  # noqa: ANN001
+    """``first()`` and ``second()``, each ``(value, set-up s, scoring s)``, run in turns
+    ``reps`` times: each one's value and its minimum set-up and scoring times."""
+    best = [[None, float("inf"), float("inf")], [None, float("inf"), float("inf")]]
+    for _ in range(reps):
+        for slot, fn in zip(best, (first, second), strict=True):
+            value, t_setup, t_score = fn()
+            slot[0], slot[1], slot[2] = value, min(slot[1], t_setup), min(slot[2], t_score)
+    return tuple(best[0]), tuple(best[1])
+
+
+def set_up_and_score(setup, score) -> tuple[object, float, float]:  # noqa: ANN001
+    t0 = time.perf_counter()
+    obj = setup()
+    t1 = time.perf_counter()
+    value = score(obj)
+    return value, t1 - t0, time.perf_counter() - t1
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(spearmanr(a[ok], b[ok]).statistic)
+
+
+def max_rel(a: np.ndarray, b: np.ndarray) -> float:
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(np.max(np.abs(a[ok] - b[ok]) / np.maximum(np.abs(b[ok]), 1e-300)))
+
+
+class Surprise:
+    """LSC, DSC and MDSC by NeuraL-Coverage's ``LSC``, ``DSC`` and ``MDSC`` classes and by
+    pytest-sadl's ``LSA``, ``DSA`` and ``MDSA`` with its ``SurpriseCoverage``, on the same
+    features: NeuraL-Coverage's own, every ``Linear``/``Conv2d`` module's output (a conv's
+    channel means) concatenated, which pytest-sadl traces as its SA layers. Both tools get
+    the same classes, the model's predicted ones, for the training and the test inputs
+    (NeuraL-Coverage takes the classes from its loaders: its scripts give the true labels)."""
+
+    def __init__(self, nlc, model, sizes, modules, data, reps: int) -> None:  # noqa: ANN001
+        from pytest_sadl.capture import trace_model
+
+        self.nlc, self.model, self.sizes, self.reps = nlc, model, sizes, reps
+        self.x_train, self.x_test, self.y_train, self.y_test = data
+        self.tm = trace_model(model, sa_layers=modules, coverage_layers=modules[-1:])
+        self.tr, self.te = self.tm.traces(self.x_train), self.tm.traces(self.x_test)
+        self.classes = int(self.tr.pred.max()) + 1
+
+        class RunnableLSC(nlc.LSC):  # type: ignore[misc, name-defined]
+            def calculate(self, data_batch, label_batch):  # noqa: ANN001, ANN202
+                with asscalar():  # np.asscalar, removed in NumPy 1.23, as the item of a size-1 array
+                    return super().calculate(data_batch, label_batch)
+
+        self.cls = {"lsc": RunnableLSC, "dsc": nlc.DSC, "mdsc": nlc.MDSC}
+
+    def loader(self, x: np.ndarray, labels: np.ndarray, batch: int = 256):  # noqa: ANN201
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        return DataLoader(
+            TensorDataset(torch.from_numpy(x), torch.from_numpy(labels.astype(np.int64))), batch_size=batch
+        )
+
+    def their_build(self, name: str, width: float, labels: np.ndarray | None = None):  # noqa: ANN201
+        cov = self.cls[name](self.model, self.sizes, hyper=width, min_var=MIN_VAR, num_class=self.classes)
+        quiet(cov.build)(self.loader(self.x_train, self.tr.pred if labels is None else labels))
+        return cov
+
+    def their_assess(self, cov, labels: np.ndarray | None = None) -> int:  # noqa: ANN001
+        cov.coverage_set, cov.current = set(), 0
+        quiet(cov.assess)(self.loader(self.x_test, self.te.pred if labels is None else labels))
+        return int(cov.current)
+
+    def their_values(self, cov) -> np.ndarray:  # noqa: ANN001
+        """Each test input's SA by NeuraL-Coverage's own ``calculate``, one input at a time
+        with a bucket width of :data:`FINE` (its bucket is ``int(SA / width)``); NaN where
+        it adds no bucket (a NaN or infinite SA)."""
+        import torch
+
+        width, cov.threshold = cov.threshold, FINE
+        out = np.full(len(self.x_test), np.nan)
+        x, p = torch.from_numpy(self.x_test), torch.from_numpy(self.te.pred.astype(np.int64))
+        for i in range(len(out)):
+            cov.coverage_set = set()
+            got = cov.calculate(x[i : i + 1], p[i : i + 1])
+            if got:
+                out[i] = next(iter(got)) * FINE
+        cov.threshold, cov.coverage_set = width, set()
+        return out
+
+    def our_scorer(self, name: str, tr):  # noqa: ANN001, ANN201
+        from pytest_sadl.criteria.mahalanobis import MDSA
+        from pytest_sadl.criteria.surprise import DSA, LSA
+
+        return {"lsc": LSA, "dsc": DSA, "mdsc": MDSA}[name](tr.sa, tr.pred)
+
+    def our_setup(self, name: str):  # noqa: ANN201
+        return self.our_scorer(name, self.tm.traces(self.x_train))
+
+    def our_coverage(self, scorer, bounds: tuple[float, float, int]):  # noqa: ANN001, ANN201
+        from pytest_sadl.criteria.surprise import SurpriseCoverage
+
+        te = self.tm.traces(self.x_test)
+        sc = SurpriseCoverage(*bounds)
+        sc.update(scorer(te.sa, te.pred))
+        return sc
+
+    def compare(self, name: str, width: float) -> dict[str, object]:
+        """Values (untimed), then both tools' set-up and scoring in turns."""
+        theirs = self.their_values(self.their_build(name, width))
+        ours = self.our_scorer(name, self.tr)(self.te.sa, self.te.pred)
+        both = np.concatenate([theirs, ours])
+        both = both[np.isfinite(both)]
+        lower = width * np.floor(min(0.0, both.min()) / width)
+        buckets = max(1, int(np.ceil((both.max() - lower) / width)))
+        bounds = (float(lower), float(lower + buckets * width), buckets)
+        (sc, t_ours, s_ours), (current, t_theirs, s_theirs) = alternate(
+            self.reps,
+            lambda: set_up_and_score(lambda: self.our_setup(name), lambda s: self.our_coverage(s, bounds)),
+            lambda: set_up_and_score(lambda: self.their_build(name, width), self.their_assess),
+        )
+        true = self.their_assess(self.their_build(name, width, self.y_train), self.y_test)
+        return {
+            "ours": ours, "theirs": theirs, "bounds": bounds, "sc": sc, "current": current, "true": true,
+            "times": (t_ours, t_theirs, s_ours, s_theirs),
+        }  # fmt: skip
+
+
+def asscalar():  # noqa: ANN201
+    """``np.asscalar`` (removed in NumPy 1.23) while NeuraL-Coverage's LSC calls it."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def patched():  # noqa: ANN202
+        missing = "asscalar" not in np.__dict__
+        if missing:
+            np.asscalar = lambda a: np.asarray(a).item()  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            if missing:
+                del np.asscalar  # type: ignore[attr-defined]
+
+    return patched()
+
+
+def dsa_from_input(tr, te) -> np.ndarray:  # noqa: ANN001
+    """DSA as NeuraL-Coverage's DSC computes it, by NumPy: ``dist_b`` from the input itself
+    to the nearest training trace of another class (the paper's is from ``x_a``)."""
+    a, b = te.sa.astype(np.float64), tr.sa.astype(np.float64)
+    d = np.sqrt(np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T, 0))
+    same = te.pred[:, None] == tr.pred[None]
+    return np.where(same, d, np.inf).min(axis=1) / np.where(same, np.inf, d).min(axis=1)
+
+
+REASONS = {
+    "lsc": "their KDE (num_class > 1) is sklearn's KernelDensity, bandwidth 0.2 in every direction; "
+    "the paper's (ours) gaussian_kde, Scott's factor x the class's covariance",
+    "dsc": "their dist_b is from the input x to the nearest trace of another class; the paper's (ours) from x_a",
+    "mdsc": "their covariance divides by n (ours n - 1): theirs = ours x sqrt(n_c / (n_c - 1))",
+}
+
+
+def report_surprise(s: Surprise, widths: dict[str, float]) -> None:
+    import warnings
+
+    with warnings.catch_warnings():  # ours warns of the singular covariances: said in the rows' notes
+        warnings.simplefilter("ignore")
+        surprise_rows(s, widths)
+
+
+def surprise_rows(s: Surprise, widths: dict[str, float]) -> None:
+    kept = sum(int(m.numel()) for m in s.their_build("mdsc", widths["mdsc"]).mask_index_dict.values())
+    print(
+        f"\nsurprise coverage: NeuraL-Coverage's LSC, DSC, MDSC (min_var {MIN_VAR:g}, {s.classes} classes) beside "
+        f"pytest-sadl's LSA, DSA, MDSA on the same {s.tr.sa.shape[1]} features (every module's output, conv channel "
+        f"means; theirs keeps {kept}), both given the predicted classes; time: min of {s.reps} alternating"
+    )
+    print(f"LSC as committed: {as_committed_lsc(s, widths['lsc'])}  (run with np.asscalar restored)")
+    head = f"{'metric':5} {'width':>6} {'B':>5} {'ours':>11} {'theirs':>11} {'true lbl':>8} {'rho':>7} {'max rel':>8}"
+    print(f"{head} {'set-up s ours/theirs':>21} {'x':>6} {'scoring s ours/theirs':>22} {'x':>6}")
+    targets = []
+    for name in ("lsc", "dsc", "mdsc"):
+        r = s.compare(name, widths[name])
+        sc, b, (t_o, t_t, s_o, s_t) = r["sc"], r["bounds"], r["times"]
+        covered = int(np.count_nonzero(sc.covered))
+        print(
+            f"{name:5} {widths[name]:6g} {b[2]:5d} {covered:4d} {100 * sc.value:5.1f}% {r['current']:4d} "
+            f"{100 * r['current'] / b[2]:5.1f}% {r['true']:8d} {spearman(r['ours'], r['theirs']):7.4f} "
+            f"{max_rel(r['ours'], r['theirs']):8.2g} {t_o:10.3f}/{t_t:<10.3f} {t_t / t_o:6.2f} {s_o:11.3f}/{s_t:<10.3f} {s_t / s_o:6.2f}"
+        )
+        print(f"  {name}: bounds ({b[0]:g}, {b[1]:g}]; {explain(s, name, r)}")
+        targets += [
+            (f"{name.upper()} set-up: ours at least as fast as NeuraL-Coverage's", t_o <= t_t, f"{t_t / t_o:.2f}x")
+        ]
+        targets += [
+            (f"{name.upper()} scoring: ours at least as fast as NeuraL-Coverage's", s_o <= s_t, f"{s_t / s_o:.2f}x")
+        ]
+    print("ours/theirs: covered buckets of B (their count over the same B); true lbl: their count fed the true labels")
+    for what, met, measured in targets:
+        print(f"{'met   ' if met else 'MISSED'} {what:<62} {measured}")
+
+
+def explain(s: Surprise, name: str, r: dict) -> str:  # noqa: ANN001
+    """Why the per-input values differ, with a NumPy reference of their definition where one is short."""
+    ours, theirs = r["ours"], r["theirs"]
+    line = REASONS[name]
+    if name == "dsc":
+        line += f"; their definition by NumPy: max rel {max_rel(dsa_from_input(s.tr, s.te), theirs):.2g}"
+    if name == "lsc":
+        from pytest_sadl.criteria.surprise import LSA
+
+        line += f"; ours keeps {LSA(s.tr.sa, s.tr.pred).kept.size} of {s.tr.sa.shape[1]} neurons (linearly dependent ones dropped)"
+    if name == "mdsc":
+        n_c = np.bincount(s.tr.pred, minlength=s.classes)[s.te.pred]
+        ranks = [
+            int(np.linalg.matrix_rank(np.cov(s.tr.sa[s.tr.pred == c].T.astype(np.float64)))) for c in range(s.classes)
+        ]
+        line += (
+            f"; ours x sqrt(n_c / (n_c - 1)): max rel {max_rel(ours * np.sqrt(n_c / (n_c - 1)), theirs):.2g}; "
+            f"the class covariances are singular (rank {min(ranks)}-{max(ranks)} of {s.tr.sa.shape[1]}): theirs inverts "
+            f"them by torch.linalg.inv in float32 ({int(np.isnan(theirs).sum())} NaN: square roots of negatives), ours by "
+            "the pseudo-inverse in float64"
+        )
+    return line
+
+
+def as_committed_lsc(s: Surprise, width: float) -> str:
+    cov = s.nlc.LSC(s.model, s.sizes, hyper=width, min_var=MIN_VAR, num_class=s.classes)
+    try:
+        quiet(cov.build)(s.loader(s.x_train, s.tr.pred))
+        quiet(cov.assess)(s.loader(s.x_test[:4], s.te.pred[:4]))
+    except Exception as e:  # noqa: BLE001  (what a user of the committed code meets)
+        return f"{type(e).__name__}: {e}"
+    return "runs"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, required=True, help="a checkout of NeuraL-Coverage")
@@ -344,6 +603,12 @@ def main() -> None:
         default=[3.0, 10.0],
         help="CC's Euclidean distance thresholds, e.g. 3,10 (10: pytest-sadl's default)",
     )
+    ap.add_argument(
+        "--sc-width",
+        type=lambda v: {**SC_WIDTHS, **{k: float(w) for k, w in (p.split(":") for p in v.split(","))}},
+        default=SC_WIDTHS,
+        help="LSC/DSC/MDSC bucket widths (NeuraL-Coverage's hyper), e.g. lsc:10,dsc:0.05,mdsc:0.5",
+    )
     args = ap.parse_args()
 
     import torch
@@ -354,7 +619,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     nlc, tool = load_nlc(args.repo)
-    x_train, x_test, y_train, _ = digits(args.seed)
+    x_train, x_test, y_train, y_test = digits(args.seed)
     model = build_model(args.seed)
     train(model, x_train, y_train)
     xt_train, xt_test = torch.from_numpy(x_train), torch.from_numpy(x_test)
@@ -409,6 +674,7 @@ def main() -> None:
         f"NeuraL-Coverage {t_theirs:.3f}s, ratio NeuraL-Coverage / pytest-sadl {t_theirs / t_mine:.2f}"
     )
     report_peers(Peers(nlc, model, sizes, tm, x_test, args.reps), tool, args)
+    report_surprise(Surprise(nlc, model, sizes, modules, (x_train, x_test, y_train, y_test), args.reps), args.sc_width)
 
 
 if __name__ == "__main__":
