@@ -735,3 +735,33 @@ def test_lsa_many_classes_one_scatter_at_a_time_and_one_summarised_warning(tmp_p
     assert rel_err(streamed(tests, pred), expected) < 1e-10
     assert rel_err(in_memory(tests, pred), expected) < 1e-10
     assert rel_err(expected, naive.lsa(train.astype(np.float64)[tp < 6], tp[tp < 6], tests, pred)) < 1e-9
+
+
+def test_dsa_measures_its_candidates_in_bounded_blocks():
+    """One far outlier among the training traces makes the products' rounding bound wider
+    than every distance, so every training row is a candidate measured exactly; those
+    pairs go in blocks, not all at once (before: pairs x neurons float64 at once, 17-24 GB
+    on timm's efficientnet_b0, whose briefly trained pooled features barely vary)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(7)
+    d = 1280
+    train = rng.normal(size=(3000, d)).astype(np.float32)
+    train[0] *= 1e4  # |x|^2 ~ 1e11: the bound covers every product
+    tp = np.arange(3000) % 3
+    tests = rng.normal(size=(200, d)).astype(np.float32)
+    pred = np.arange(200) % 3
+    dsa = DSA(train, tp, search="blas")
+    tracemalloc.start()
+    got = dsa(tests, pred)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    t64, q64 = train.astype(np.float64), tests.astype(np.float64)
+    want = []
+    for x, c in zip(q64, pred, strict=True):
+        same, other = t64[tp == c], t64[tp != c]
+        d_same = np.linalg.norm(same - x, axis=1)
+        x_a = same[np.argmin(d_same)]
+        want.append(d_same.min() / np.linalg.norm(other - x_a, axis=1).min())
+    assert rel_err(got, np.array(want)) < 1e-9
+    assert peak < 256 * 2**20, f"DSA allocated {peak / 2**20:.0f} MiB over 3,000 x 1,280 traces"

@@ -69,6 +69,8 @@ _COL_BLOCK = 8192  # training rows per matrix product: a block of products stays
 #: by side (the same values: the products only choose whom to measure exactly). Narrower
 #: layers, and the set-up's passes, keep to chunk_bytes.
 _WIDE = 1024
+#: float64 differences the exact re-measurement of candidate pairs holds at a time
+_PAIR_BYTES = 8 * 2**20
 _GATHER_ROWS = 4096
 
 
@@ -399,12 +401,19 @@ def _keep_nearer(
     best_i: np.ndarray,
 ) -> None:
     """Measures the candidates (queries ``r``, chunk rows ``jj``) exactly and keeps, per
-    query, the nearer of them and its best so far (ties to the lower row)."""
-    dist = exact_distance(q[r], raw[jj])
-    r, nearest, dist = _first_min(r, idx[jj], dist)
-    take = (dist < best[r]) | ((dist == best[r]) & (nearest < best_i[r]))
-    best[r[take]] = dist[take]
-    best_i[r[take]] = nearest[take]
+    query, the nearer of them and its best so far (ties to the lower row). The pairs go in
+    blocks of at most ``_PAIR_BYTES`` of float64 differences: where traces barely differ
+    (a briefly trained network's pooled features) nearly every pair is a candidate, and
+    measuring them at once held pairs x neurons floats (gigabytes at 1,280 neurons). The
+    smallest (distance, row) is the same whichever blocks the pairs come in."""
+    step = max(1, _PAIR_BYTES // (8 * q.shape[1]))
+    for s in range(0, len(r), step):
+        rs, js = r[s : s + step], jj[s : s + step]
+        dist = exact_distance(q[rs], raw[js])
+        rr, nearest, dist = _first_min(rs, idx[js], dist)
+        take = (dist < best[rr]) | ((dist == best[rr]) & (nearest < best_i[rr]))
+        best[rr[take]] = dist[take]
+        best_i[rr[take]] = nearest[take]
 
 
 def _position(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
