@@ -542,6 +542,21 @@ def _apfd_over_tie_orders(
 # --------------------------------------------------------------------------- recording
 
 
+def _in_a_marked_test(recorder: Any, record: Any, call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` as a marked test makes it: the recording entered once per test, this call's
+    batches recorded into ``record``."""
+
+    def run() -> Any:
+        record.batches.clear()
+        recorder.current = record
+        try:
+            return call()
+        finally:
+            recorder.current = None
+
+    return run
+
+
 def recording_section(args: Any) -> None:
     """A recorded ``model(x)`` of a native torch module against the bare call (the whole
     recorded call, through the plugin's recorder, and the trace model's pass alone), the
@@ -566,13 +581,7 @@ def recording_section(args: Any) -> None:
     )
     record = TestRecord("peers::recorded", 0, "g")
 
-    def recorded() -> Any:  # a call in a marked test (the recording entered once per test)
-        record.batches.clear()
-        recorder.current = record
-        try:
-            return model(x)
-        finally:
-            recorder.current = None
+    recorded = _in_a_marked_test(recorder, record, lambda: model(x))
 
     def per_test() -> Any:  # a test making one call: the recording entered for it
         record.batches.clear()
@@ -684,13 +693,7 @@ def compute_bound_recording(args: Any, n: int = 128, side: int = 16) -> None:
     recorder = Recorder(lambda m: trace_model(m, jit=False, extrema=True))
     record = TestRecord("peers::resnet", 0, "g")
 
-    def recorded() -> Any:
-        record.batches.clear()
-        recorder.current = record
-        try:
-            return model(x)
-        finally:
-            recorder.current = None
+    recorded = _in_a_marked_test(recorder, record, lambda: model(x))
 
     with torch.no_grad(), recorder.recording(record, model):
         recorder.current = None
